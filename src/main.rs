@@ -1,0 +1,53 @@
+//! `oracle-build`: turn a vLLM parity pin into an oracle venv that is provably the pin.
+//!
+//! `main` only parses the command line, dispatches to [`ops`], and maps errors
+//! to the exit codes of the contract (see [`exit`]).
+
+mod cli;
+mod exit;
+mod key;
+mod ops;
+mod pin;
+mod process;
+mod progress;
+mod recipe;
+mod stages;
+mod store;
+mod toolchain;
+mod uv;
+
+use clap::Parser;
+
+use cli::{Cli, Command};
+
+fn main() {
+    let cli = Cli::parse();
+    let result = dispatch(cli);
+    if let Err(err) = result {
+        eprintln!("error: {err:#}");
+        std::process::exit(exit::code_of(&err));
+    }
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    let store = cli.store.as_deref();
+    let build_args = match cli.command {
+        Some(Command::Plan { pin }) => return ops::plan::run(&pin, store, cli.json),
+        Some(Command::Status) => return ops::status::run(store, cli.json),
+        Some(Command::Verify { target }) => return ops::verify::run(&target, store, cli.json),
+        Some(Command::Build(args)) => args,
+        None => cli.build,
+    };
+    let Some(pin) = build_args.pin else {
+        return Err(exit::bad_input("missing PIN: `oracle-build <PIN>` or `oracle-build build <PIN>` (see --help)"));
+    };
+    let opts = ops::build::BuildOptions {
+        pin,
+        store: cli.store,
+        offline: build_args.offline,
+        no_smoke: build_args.no_smoke,
+        jobs: build_args.jobs.map(|j| j as usize),
+        json: cli.json,
+    };
+    ops::build::run(&opts).map(|_| ())
+}

@@ -1,0 +1,130 @@
+//! `oracle-build build <PIN>` (and the bare `oracle-build <PIN>`): the main job.
+//!
+//! recipe -> preflight -> source -> wheel -> venv (install, identity, smoke) -> roots.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::exit::not_gateable;
+use crate::ops::print_json;
+use crate::pin;
+use crate::progress;
+use crate::stages::smoke::Verdict;
+use crate::stages::{source, venv, wheel};
+use crate::store::Store;
+use crate::uv::Uv;
+
+/// Options of `build`.
+#[derive(Debug, Clone, Default)]
+pub struct BuildOptions {
+    /// The PIN argument.
+    pub pin: String,
+    /// `--store`.
+    pub store: Option<PathBuf>,
+    /// `--offline`: no network at all.
+    pub offline: bool,
+    /// `--no-smoke`.
+    pub no_smoke: bool,
+    /// `--jobs N`: overrides `build.max_jobs`.
+    pub jobs: Option<usize>,
+    /// `--json`.
+    pub json: bool,
+}
+
+/// What `build` reports (stdout; `--json` prints it whole).
+#[derive(Debug, Serialize)]
+pub struct BuildReport {
+    /// Recipe name.
+    pub recipe: String,
+    /// The pinned commit.
+    pub commit: String,
+    /// The oracle venv (`store/venvs/<key>`).
+    pub oracle: PathBuf,
+    /// The venv key.
+    pub key: String,
+    /// `<package>.__version__`.
+    pub runtime_version: Option<String>,
+    /// Gate verdict.
+    pub verdict: Verdict,
+    /// Why not gateable.
+    pub reasons: Vec<String>,
+    /// Stages done now (the rest came from the store).
+    pub built: Vec<String>,
+    /// Wall time of this run, seconds.
+    pub seconds: f64,
+}
+
+/// Runs the main job. Returns the report; errors carry their exit code
+/// (2 bad input, 3 identity mismatch, 4 not gateable, 1 anything else).
+pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
+    let t0 = Instant::now();
+    let lr = pin::resolve(&opts.pin)?;
+    let r = &lr.recipe;
+    let store = Store::at(&Store::default_root(opts.store.as_deref())?)?;
+    let tc = crate::ops::preflight::toolchain(&store, &lr, opts.offline)?;
+    let cleaned = store.clean_stale_staging()?;
+    if cleaned > 0 {
+        progress::stage("store", format!("removed {cleaned} stale staging director{} of killed runs", if cleaned == 1 { "y" } else { "ies" }));
+    }
+    let uv = Uv { tool: tc.uv.clone(), indexes: r.indexes.clone(), offline: opts.offline };
+    let mut built = Vec::new();
+
+    let had_src = source::checkout_entry(&store, &r.source.commit).exists();
+    let mirror = source::ensure_mirror(&store, &r.source.repo, &r.source.commit, opts.offline)?;
+    let src = source::ensure_checkout(&store, &mirror, &r.source.commit)?;
+    if !had_src {
+        built.push("source".to_string());
+    }
+
+    let plan = wheel::plan(&store, &lr, &tc, &src.path, opts.jobs)?;
+    let had_wheel = plan.entry.exists();
+    let record = wheel::ensure(&store, &lr, &tc, &uv, &plan, &src)?;
+    if !had_wheel {
+        built.push("wheel".to_string());
+    }
+
+    let outcome = venv::ensure(&store, &lr, &tc, &uv, &plan.entry, &record, &src, venv::Options { no_smoke: opts.no_smoke })?;
+    if outcome.built {
+        built.push("venv".to_string());
+    }
+    if outcome.smoked {
+        built.push("smoke".to_string());
+    }
+    store.set_root(&r.name, &outcome.entry)?;
+    store.set_root(&format!("{}.wheel", r.name), &plan.entry)?;
+    store.set_root(&format!("{}.src", r.name), &src)?;
+    store.set_root(&format!("{}.git", r.name), &mirror)?;
+
+    let rec = &outcome.record;
+    let report = BuildReport {
+        recipe: r.name.clone(),
+        commit: r.source.commit.clone(),
+        oracle: outcome.entry.path.clone(),
+        key: rec.key.clone(),
+        runtime_version: rec.identity.runtime_version.clone(),
+        verdict: rec.smoke.verdict,
+        reasons: rec.smoke.reasons.clone(),
+        built,
+        seconds: t0.elapsed().as_secs_f64(),
+    };
+    if opts.json {
+        print_json(&report)?;
+    } else {
+        println!("oracle   {}", report.oracle.display());
+        println!("recipe   {} @ {}", report.recipe, report.commit);
+        println!("version  {}", report.runtime_version.as_deref().unwrap_or("(none)"));
+        println!("verdict  {}", report.verdict.as_str());
+        for reason in &report.reasons {
+            println!("  - {reason}");
+        }
+        let built = if report.built.is_empty() { "nothing (all stages found in the store)".to_string() } else { report.built.join(", ") };
+        println!("built    {built} in {:.2} s", report.seconds);
+    }
+    if report.verdict == Verdict::NotGateable {
+        return Err(not_gateable(format!("{} was built but is not gateable", report.recipe)));
+    }
+    Ok(report)
+}

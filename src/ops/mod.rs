@@ -1,0 +1,13 @@
+//! The command layer: one module per command, each thin, calling the stages.
+
+pub mod build;
+pub mod plan;
+pub mod preflight;
+pub mod status;
+pub mod verify;
+
+/// Prints `value` as one JSON document on stdout.
+pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}

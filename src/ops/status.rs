@@ -1,0 +1,147 @@
+//! `oracle-build status`: recipes, store entries, roots, and their health.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::ops::print_json;
+use crate::pin;
+use crate::stages::venv::OracleRecord;
+use crate::store::{Bucket, Manifest, Root, Store, disk_usage};
+
+/// A recipe as listed by `status`.
+#[derive(Debug, Serialize)]
+pub struct RecipeRow {
+    /// Name.
+    pub name: String,
+    /// Commit.
+    pub commit: String,
+    /// Where it was read.
+    pub origin: String,
+    /// The oracle its root points at, if built.
+    pub oracle: Option<PathBuf>,
+    /// That oracle's verdict.
+    pub verdict: Option<String>,
+}
+
+/// A store entry as listed by `status`.
+#[derive(Debug, Serialize)]
+pub struct EntryRow {
+    /// `<bucket>/<name>`.
+    pub entry: String,
+    /// Path.
+    pub path: PathBuf,
+    /// Size in bytes (from the manifest when there is one).
+    pub bytes: u64,
+    /// `ok`, or what is wrong.
+    pub health: String,
+    /// Names of the roots that point at it.
+    pub roots: Vec<String>,
+    /// For venvs: recipe, runtime version and verdict.
+    pub oracle: Option<String>,
+}
+
+/// The status document.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    /// Store root.
+    pub store: PathBuf,
+    /// Known recipes.
+    pub recipes: Vec<RecipeRow>,
+    /// Recipes that failed to parse.
+    pub recipe_errors: Vec<String>,
+    /// Entries.
+    pub entries: Vec<EntryRow>,
+    /// GC roots.
+    pub roots: Vec<Root>,
+}
+
+fn entry_health(path: &Path, bucket: Bucket) -> (u64, String) {
+    match bucket {
+        Bucket::Wheels | Bucket::Venvs => match Manifest::read(path) {
+            Ok(m) => {
+                let problems = m.check(path, false);
+                let health = if problems.is_empty() { "ok".into() } else { format!("damaged: {}", problems.join("; ")) };
+                (m.total_size(), health)
+            }
+            Err(_) => (disk_usage(path), "no manifest".into()),
+        },
+        _ => (disk_usage(path), "ok".into()),
+    }
+}
+
+/// Collects the status of the store at `root` (empty when it does not exist).
+pub fn status(root: &Path) -> Result<Status> {
+    let store = Store::open_existing(root);
+    let roots = match &store {
+        Some(s) => s.roots()?,
+        None => Vec::new(),
+    };
+    let resolve = |r: &Root| r.path.canonicalize().ok();
+    let mut entries = Vec::new();
+    if let Some(s) = &store {
+        for bucket in Bucket::ALL {
+            for e in s.entries(bucket)? {
+                let (bytes, health) = entry_health(&e.path, bucket);
+                let canon = e.path.canonicalize().ok();
+                let rooted: Vec<String> = roots.iter().filter(|r| resolve(r) == canon && canon.is_some()).map(|r| r.name.clone()).collect();
+                let oracle = (bucket == Bucket::Venvs).then(|| OracleRecord::read(&e.path).ok()).flatten().map(|o| {
+                    format!("{} {} {}", o.recipe, o.identity.runtime_version.unwrap_or_default(), o.smoke.verdict.as_str())
+                });
+                entries.push(EntryRow { entry: e.label(), path: e.path.clone(), bytes, health, roots: rooted, oracle });
+            }
+        }
+    }
+    let (recipes, recipe_errors) = pin::all_recipes();
+    let recipes = recipes
+        .into_iter()
+        .map(|lr| {
+            let root = roots.iter().find(|r| r.name == lr.recipe.name && r.live);
+            let rec = root.and_then(|r| OracleRecord::read(&r.path).ok());
+            RecipeRow {
+                name: lr.recipe.name.clone(),
+                commit: lr.recipe.source.commit.clone(),
+                origin: lr.origin.clone(),
+                oracle: root.and_then(resolve),
+                verdict: rec.map(|r| r.smoke.verdict.as_str().to_string()),
+            }
+        })
+        .collect();
+    Ok(Status { store: root.to_path_buf(), recipes, recipe_errors, entries, roots })
+}
+
+/// `status`: prints the status (text or `--json`).
+pub fn run(store_arg: Option<&Path>, json: bool) -> Result<()> {
+    let root = Store::default_root(store_arg)?;
+    let s = status(&root)?;
+    if json {
+        return print_json(&s);
+    }
+    println!("store {}", s.store.display());
+    println!("recipes:");
+    for r in &s.recipes {
+        let state = match (&r.oracle, &r.verdict) {
+            (Some(o), Some(v)) => format!("{v}  {}", o.display()),
+            _ => "not built".into(),
+        };
+        println!("  {:<24} {}  {state}", r.name, &r.commit[..12.min(r.commit.len())]);
+    }
+    for e in &s.recipe_errors {
+        println!("  (unreadable) {e}");
+    }
+    println!("entries:");
+    if s.entries.is_empty() {
+        println!("  (none)");
+    }
+    for e in &s.entries {
+        let roots = if e.roots.is_empty() { "no root".into() } else { format!("roots: {}", e.roots.join(", ")) };
+        let oracle = e.oracle.as_deref().map(|o| format!("  [{o}]")).unwrap_or_default();
+        println!("  {:<52} {:>10.1} MiB  {}  {roots}{oracle}", e.entry, e.bytes as f64 / (1 << 20) as f64, e.health);
+    }
+    println!("roots:");
+    for r in &s.roots {
+        println!("  {:<28} -> {}{}", r.name, r.target.display(), if r.live { "" } else { "  (dangling)" });
+    }
+    Ok(())
+}

@@ -1,0 +1,236 @@
+//! Stage 5, identity: measure what the oracle *is*, from its own Python, and
+//! check each field against its own expected value (DESIGN.md, "Identity").
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::process::capture;
+use crate::recipe::{BuildMode, Recipe};
+
+const IDENTITY_PY: &str = include_str!("../py/identity.py");
+
+/// One compiled module found under the package directory.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CompiledExtension {
+    /// Path relative to the package directory, e.g. `_C.abi3.so`.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// What the identity script measured inside a venv, plus the recipe's commit
+/// and the build mode of the wheel.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Identity {
+    /// The recipe's commit (checked against `+g<sha>` of `runtime_version`).
+    pub commit: String,
+    /// `<package>.__version__`.
+    pub runtime_version: Option<String>,
+    /// `importlib.metadata.version(<package>)`.
+    pub distribution_version: Option<String>,
+    /// `flashinfer.__version__`, null when absent.
+    pub flashinfer_version: Option<String>,
+    /// Versions of the installed `flashinfer-*` distributions.
+    #[serde(default)]
+    pub flashinfer_packages: BTreeMap<String, String>,
+    /// `torch.__version__`, null when absent.
+    pub torch_version: Option<String>,
+    /// `torch.version.cuda`.
+    pub torch_cuda: Option<String>,
+    /// `platform.python_version()`.
+    pub python_version: String,
+    /// `sysconfig.get_platform()`.
+    pub platform: String,
+    /// Any sign of an editable install (PEP 610 / PEP 660 / path outside the venv).
+    pub editable: bool,
+    /// What made it editable, one line each.
+    #[serde(default)]
+    pub editable_evidence: Vec<String>,
+    /// Resolved `<package>.__file__`.
+    pub package_path: Option<String>,
+    /// Whether `package_path` lies inside the venv.
+    pub package_in_venv: bool,
+    /// Compiled modules under the package (globbed, not a fixed list).
+    pub compiled_extensions: Vec<CompiledExtension>,
+    /// `source` or `precompiled`, from the wheel's build record.
+    pub build_mode: String,
+    /// The venv's `sys.prefix` when measured.
+    pub sys_prefix: String,
+    /// Why `import <package>` failed, if it did.
+    pub import_error: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Measured {
+    runtime_version: Option<String>,
+    distribution_version: Option<String>,
+    flashinfer_version: Option<String>,
+    #[serde(default)]
+    flashinfer_packages: BTreeMap<String, String>,
+    torch_version: Option<String>,
+    torch_cuda: Option<String>,
+    python_version: String,
+    platform: String,
+    editable: bool,
+    #[serde(default)]
+    editable_evidence: Vec<String>,
+    package_path: Option<String>,
+    package_in_venv: bool,
+    compiled_extensions: Vec<CompiledExtension>,
+    sys_prefix: String,
+    import_error: Option<String>,
+}
+
+/// Measures the identity of `package` in the venv at `venv` by running the
+/// venv's own Python (`-I`, isolated) from an empty directory outside any source tree.
+///
+/// Errors: the interpreter does not run or prints something that is not the expected JSON.
+pub fn measure(venv: &Path, package: &str, commit: &str, build_mode: BuildMode) -> Result<Identity> {
+    let work = tempfile::tempdir().context("creating a scratch directory")?;
+    let script = work.path().join("identity.py");
+    fs_err::write(&script, IDENTITY_PY)?;
+    let python = venv.join("bin/python");
+    let out = capture(
+        &format!("{} identity.py", python.display()),
+        duct::cmd(&python, ["-I".as_ref(), script.as_os_str(), package.as_ref()])
+            .dir(work.path())
+            .env_remove("PYTHONPATH")
+            .env_remove("PYTHONHOME"),
+    )?;
+    let line = out.lines().last().unwrap_or("");
+    let m: Measured = serde_json::from_str(line).with_context(|| format!("identity script printed: {out}"))?;
+    Ok(Identity {
+        commit: commit.to_string(),
+        runtime_version: m.runtime_version,
+        distribution_version: m.distribution_version,
+        flashinfer_version: m.flashinfer_version,
+        flashinfer_packages: m.flashinfer_packages,
+        torch_version: m.torch_version,
+        torch_cuda: m.torch_cuda,
+        python_version: m.python_version,
+        platform: m.platform,
+        editable: m.editable,
+        editable_evidence: m.editable_evidence,
+        package_path: m.package_path,
+        package_in_venv: m.package_in_venv,
+        compiled_extensions: m.compiled_extensions,
+        build_mode: build_mode.as_str().to_string(),
+        sys_prefix: m.sys_prefix,
+        import_error: m.import_error,
+    })
+}
+
+/// The `<hex>` of a PEP 440 local version segment `+g<hex>` (setuptools-scm), if any.
+pub fn scm_sha(version: &str) -> Option<&str> {
+    let local = version.split_once('+')?.1;
+    local.split('.').find_map(|part| {
+        let hex = part.strip_prefix('g')?;
+        (hex.len() >= 7 && hex.chars().all(|c| c.is_ascii_hexdigit())).then_some(hex)
+    })
+}
+
+/// One identity check: a field, what it should be, what was measured.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Check {
+    /// The field or property checked, e.g. `runtime_version`.
+    pub field: String,
+    /// What a correct oracle reports.
+    pub expected: String,
+    /// What was measured.
+    pub found: String,
+    /// Whether they agree.
+    pub ok: bool,
+}
+
+fn check(field: &str, expected: impl Into<String>, found: impl Into<String>, ok: bool) -> Check {
+    Check { field: field.into(), expected: expected.into(), found: found.into(), ok }
+}
+
+fn show(v: &Option<String>) -> String {
+    v.clone().unwrap_or_else(|| "(none)".into())
+}
+
+/// Checks `id` against the recipe: import works, `+g<sha>` prefixes the
+/// commit, not editable, imported from inside the venv, compiled extensions
+/// present (except for `target_device: empty`), build mode, Python version,
+/// and every field of the recipe's `expect` block.
+pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
+    let mut out = Vec::new();
+    out.push(check("import", "imports", id.import_error.clone().unwrap_or_else(|| "imports".into()), id.import_error.is_none()));
+    let sha = id.runtime_version.as_deref().and_then(scm_sha);
+    out.push(check(
+        "commit",
+        format!("runtime_version carrying +g<sha> with <sha> a prefix of {}", id.commit),
+        show(&id.runtime_version),
+        sha.is_some_and(|s| id.commit.starts_with(&s.to_ascii_lowercase())),
+    ));
+    out.push(check(
+        "editable",
+        "false (a regular, non-editable install)",
+        if id.editable { format!("true: {}", id.editable_evidence.join("; ")) } else { "false".into() },
+        !id.editable,
+    ));
+    out.push(check(
+        "package_path",
+        format!("inside the venv {}", id.sys_prefix),
+        show(&id.package_path),
+        id.package_in_venv,
+    ));
+    if recipe.build.target_device != "empty" {
+        let names: Vec<&str> = id.compiled_extensions.iter().map(|e| e.path.as_str()).collect();
+        out.push(check(
+            "compiled_extensions",
+            "at least one compiled module",
+            if names.is_empty() { "none".into() } else { names.join(", ") },
+            !names.is_empty(),
+        ));
+    }
+    let precompiled_mark = id.distribution_version.as_deref().is_some_and(|v| v.contains("precompiled"));
+    out.push(check(
+        "build_mode",
+        recipe.build.mode.as_str(),
+        if precompiled_mark { format!("{} (distribution version says precompiled)", id.build_mode) } else { id.build_mode.clone() },
+        id.build_mode == recipe.build.mode.as_str() && (recipe.build.mode == BuildMode::Precompiled || !precompiled_mark),
+    ));
+    let py_ok = id.python_version == recipe.python || id.python_version.starts_with(&format!("{}.", recipe.python));
+    out.push(check("python_version", recipe.python.clone(), id.python_version.clone(), py_ok));
+    let e = &recipe.expect;
+    let fields = [
+        ("runtime_version", &e.runtime_version, &id.runtime_version),
+        ("distribution_version", &e.distribution_version, &id.distribution_version),
+        ("flashinfer_version", &e.flashinfer_version, &id.flashinfer_version),
+        ("torch_version", &e.torch_version, &id.torch_version),
+    ];
+    for (field, want, got) in fields {
+        if let Some(want) = want {
+            out.push(check(field, want.clone(), show(got), got.as_deref() == Some(want.as_str())));
+        }
+    }
+    out
+}
+
+/// `field: expected X, found Y` for every failed check, one per line.
+pub fn describe_failures(checks: &[Check]) -> String {
+    checks
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| format!("  {}: expected {}, found {}", c.field, c.expected, c.found))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scm_sha;
+
+    #[test]
+    fn finds_the_scm_sha() {
+        assert_eq!(scm_sha("0.23.1rc1.dev1511+g555967922"), Some("555967922"));
+        assert_eq!(scm_sha("0.23.1rc1.dev1511+g555967922.d20260101"), Some("555967922"));
+        assert_eq!(scm_sha("0.23.1+cu130"), None);
+        assert_eq!(scm_sha("0.23.1"), None);
+    }
+}

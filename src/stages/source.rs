@@ -1,0 +1,205 @@
+//! Stage 1, source: a bare mirror with full history, then a read-only checkout
+//! of exactly the pinned commit.
+//!
+//! Full history matters: setuptools-scm derives `<package>.__version__` from
+//! the last reachable tag (`0.23.1rc1.dev1511+g555967922`); a shallow clone
+//! yields `0.1.dev1+g...` (CONTEXT.md, failure 4).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use git2::{AutotagOption, FetchOptions, RemoteCallbacks, Repository};
+use sha2::{Digest, Sha256};
+
+use crate::exit::bad_input;
+use crate::progress::{self, Progress};
+use crate::store::{Bucket, Entry, Store};
+
+/// Refspecs a mirror fetches: every branch and tag, kept under their own names.
+const MIRROR_REFSPECS: &[&str] = &["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"];
+
+/// The store key of a repository URL: a readable tail plus 8 hex of its sha256,
+/// e.g. `github.com-vllm-project-vllm-1a2b3c4d`.
+pub fn repo_key(url: &str) -> String {
+    let norm = url.trim().trim_end_matches('/').trim_end_matches(".git");
+    let tail: String = norm
+        .rsplit("://")
+        .next()
+        .unwrap_or(norm)
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c.to_ascii_lowercase() } else { '-' })
+        .collect();
+    let tail = tail.trim_matches('-');
+    let tail: String = tail[tail.len().saturating_sub(48)..].to_string();
+    let digest = hex::encode(Sha256::digest(norm.as_bytes()));
+    format!("{}-{}", tail.trim_start_matches('-'), &digest[..8])
+}
+
+/// The mirror entry of `url`: `store/git/<repo-key>.git`.
+pub fn mirror_entry(store: &Store, url: &str) -> Entry {
+    store.entry(Bucket::Git, &format!("{}.git", repo_key(url)))
+}
+
+/// The checkout entry of `commit`: `store/src/<commit>`.
+pub fn checkout_entry(store: &Store, commit: &str) -> Entry {
+    store.entry(Bucket::Src, commit)
+}
+
+/// Whether the mirror of `url` exists and holds `commit`.
+pub fn mirror_has(store: &Store, url: &str, commit: &str) -> bool {
+    let entry = mirror_entry(store, url);
+    Repository::open_bare(&entry.path)
+        .ok()
+        .and_then(|r| git2::Oid::from_str(commit).ok().map(|oid| r.find_commit(oid).is_ok()))
+        .unwrap_or(false)
+}
+
+/// Checks that `url` answers (a connect and ref listing). Errors name the repository.
+pub fn check_reachable(url: &str) -> Result<()> {
+    let mut remote = git2::Remote::create_detached(url).with_context(|| format!("invalid repository URL {url}"))?;
+    remote
+        .connect(git2::Direction::Fetch)
+        .map_err(|e| anyhow::anyhow!("repository {url} cannot be reached: {}", e.message()))?;
+    let _ = remote.disconnect();
+    Ok(())
+}
+
+/// Ensures the mirror of `url` holds `commit`, fetching what is new.
+///
+/// The first fetch creates the mirror in staging and renames it into place;
+/// later fetches add objects to it (git writes objects and refs atomically).
+/// When the branches and tags do not reach `commit`, it is fetched by id
+/// into `refs/oracle-build/pins/<commit>`.
+///
+/// Errors: `offline` and the commit is not mirrored; the network fails (names
+/// the repository); the repository does not have the commit (exit 2, names both).
+pub fn ensure_mirror(store: &Store, url: &str, commit: &str, offline: bool) -> Result<Entry> {
+    let entry = mirror_entry(store, url);
+    let _lock = store.lock(&format!("git-{}", entry.name))?;
+    if mirror_has(store, url, commit) {
+        return Ok(entry);
+    }
+    if offline {
+        bail!("--offline: commit {commit} of {url} is not in the mirror {}", entry.path.display());
+    }
+    let staging;
+    let (repo, fresh_dir): (Repository, Option<PathBuf>) = if entry.exists() {
+        (Repository::open_bare(&entry.path).with_context(|| format!("opening mirror {}", entry.path.display()))?, None)
+    } else {
+        staging = store.stage("git")?;
+        let dir = staging.path().join("mirror.git");
+        let repo = Repository::init_bare(&dir).with_context(|| format!("creating mirror {}", dir.display()))?;
+        repo.remote_with_fetch("origin", url, MIRROR_REFSPECS[0])?;
+        repo.remote_add_fetch("origin", MIRROR_REFSPECS[1])?;
+        (repo, Some(dir))
+    };
+    progress::stage("source", format!("fetching {url} into {}", entry.label()));
+    fetch(&repo, url, MIRROR_REFSPECS)?;
+    let oid = git2::Oid::from_str(commit)?;
+    if repo.find_commit(oid).is_err() {
+        let spec = format!("+{commit}:refs/oracle-build/pins/{commit}");
+        let _ = fetch(&repo, url, &[spec.as_str()]);
+    }
+    if repo.find_commit(oid).is_err() {
+        return Err(bad_input(format!(
+            "repository {url} does not have commit {commit} (fetched all branches and tags, and asked for the commit by id)"
+        )));
+    }
+    drop(repo);
+    if let Some(dir) = fresh_dir {
+        std::fs::rename(&dir, &entry.path).with_context(|| format!("renaming {} to {}", dir.display(), entry.path.display()))?;
+    }
+    Ok(entry)
+}
+
+fn fetch(repo: &Repository, url: &str, refspecs: &[&str]) -> Result<()> {
+    let bar = Progress::new("fetch");
+    let mut cb = RemoteCallbacks::new();
+    cb.transfer_progress(|p| {
+        if p.total_objects() > 0 {
+            let msg = format!("objects, {} MiB", p.received_bytes() / (1 << 20));
+            bar.set(p.received_objects() as u64, p.total_objects() as u64, &msg);
+        }
+        true
+    });
+    let mut opts = FetchOptions::new();
+    opts.remote_callbacks(cb);
+    opts.download_tags(AutotagOption::All);
+    let mut remote = repo.remote_anonymous(url)?;
+    remote
+        .fetch(refspecs, Some(&mut opts), None)
+        .map_err(|e| anyhow::anyhow!("fetching {url}: {}", e.message()))?;
+    bar.finish();
+    Ok(())
+}
+
+/// Ensures `store/src/<commit>` holds a clean, read-only checkout of exactly
+/// `commit` with the full history and tags of the mirror (cloned locally,
+/// objects hard-linked where the filesystem allows).
+///
+/// Errors: the clone or checkout fails; HEAD is not `commit`; the tree is dirty.
+pub fn ensure_checkout(store: &Store, mirror: &Entry, commit: &str) -> Result<Entry> {
+    let entry = checkout_entry(store, commit);
+    if entry.exists() {
+        return Ok(entry);
+    }
+    let _lock = store.lock(&format!("src-{commit}"))?;
+    if entry.exists() {
+        return Ok(entry);
+    }
+    progress::stage("source", format!("checking out {commit} into {}", entry.label()));
+    let staging = store.stage("src")?;
+    let dir = staging.path().join("src");
+    let url = mirror.path.to_string_lossy().into_owned();
+    let repo = git2::build::RepoBuilder::new()
+        .bare(false)
+        .clone_local(git2::build::CloneLocal::Local)
+        .with_checkout(git2::build::CheckoutBuilder::new())
+        .remote_create(|repo, name, url| {
+            repo.remote_with_fetch(name, url, "+refs/heads/*:refs/remotes/origin/*")?;
+            repo.remote_add_fetch(name, "+refs/tags/*:refs/tags/*")?;
+            repo.remote_add_fetch(name, "+refs/oracle-build/*:refs/oracle-build/*")?;
+            repo.find_remote(name)
+        })
+        .clone(&url, &dir)
+        .with_context(|| format!("cloning {} into {}", mirror.path.display(), dir.display()))?;
+    let oid = git2::Oid::from_str(commit)?;
+    {
+        let obj = repo.find_commit(oid).with_context(|| format!("commit {commit} missing from the clone"))?;
+        repo.set_head_detached(oid)?;
+        repo.checkout_tree(obj.as_object(), Some(git2::build::CheckoutBuilder::new().force().remove_untracked(true)))?;
+    }
+    check_clean_at(&repo, commit)?;
+    drop(repo);
+    store.persist(&dir, &entry)?;
+    Ok(entry)
+}
+
+/// Checks that the work tree of `repo` has HEAD at `commit` and no changes.
+pub fn check_clean_at(repo: &Repository, commit: &str) -> Result<()> {
+    let head = repo.head()?.peel_to_commit()?.id().to_string();
+    if head != commit {
+        bail!("checkout HEAD is {head}, not {commit}");
+    }
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(true).include_ignored(false);
+    let statuses = repo.statuses(Some(&mut opts))?;
+    if !statuses.is_empty() {
+        let files: Vec<String> = statuses.iter().take(5).filter_map(|s| s.path().map(str::to_string)).collect();
+        bail!("checkout of {commit} is not clean: {}", files.join(", "));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn repo_keys_are_readable_and_distinct() {
+        let a = super::repo_key("https://github.com/vllm-project/vllm");
+        let b = super::repo_key("https://github.com/vllm-project/vllm.git/");
+        let c = super::repo_key("https://github.com/someone/vllm");
+        assert!(a.starts_with("github.com-vllm-project-vllm-"), "{a}");
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+}

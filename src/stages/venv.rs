@@ -1,0 +1,291 @@
+//! Stage 4, venv: install the wheel non-editably into a content-addressed,
+//! relocatable venv, measure its identity, gate it, and record `oracle.json`.
+//!
+//! The entry `store/venvs/<key>/` *is* the venv (`bin/python`, `lib/...`),
+//! with `oracle.json`, `manifest.json` and `install.log` at its top. It is
+//! staged in `<root>/tmp`, identity-checked and smoked there (uv's
+//! `--relocatable` venvs do not care where they live), and renamed into place.
+//! Every file of the venv is in the manifest and read-only; `oracle.json` is
+//! the entry's record and is replaced atomically (never edited) when the gate
+//! is re-run under a different smoke configuration.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use fs_err as fs;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::exit::mismatch;
+use crate::key::{KEY_SCHEMA, content_key};
+use crate::progress;
+use crate::recipe::{BuildMode, LoadedRecipe};
+use crate::stages::identity::{self, Check, Identity};
+use crate::stages::smoke::{self, SmokeReport};
+use crate::stages::wheel::BuildRecord;
+use crate::store::{self, Bucket, Entry, MANIFEST, Manifest, Store, read_json, sha256_file, write_json};
+use crate::toolchain::Toolchain;
+use crate::uv::{Uv, pin_lines};
+
+/// The record file of an oracle venv.
+pub const ORACLE_JSON: &str = "oracle.json";
+
+/// `oracle.json`: what the oracle is, where it came from, and its gate verdict.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OracleRecord {
+    /// Record format version.
+    pub schema: u32,
+    /// Recipe name.
+    pub recipe: String,
+    /// Where the recipe was read.
+    pub recipe_origin: String,
+    /// The recipe's exact text.
+    pub recipe_text: String,
+    /// The venv key (the entry's name).
+    pub key: String,
+    /// The hashed inputs of the venv.
+    pub inputs: Value,
+    /// The wheel key and sha256 installed.
+    pub wheel_key: String,
+    /// sha256 of the installed wheel.
+    pub wheel_sha256: String,
+    /// Measured identity (DESIGN.md "Identity").
+    pub identity: Identity,
+    /// Identity checks against the recipe.
+    pub checks: Vec<Check>,
+    /// The gate (DESIGN.md "Smoke and the gate").
+    pub smoke: SmokeReport,
+    /// Tools used.
+    pub tools: Toolchain,
+    /// When the venv was made (RFC 3339).
+    pub created: String,
+    /// Seconds spent creating and installing the venv.
+    pub install_s: f64,
+}
+
+impl OracleRecord {
+    /// Reads `<venv>/oracle.json`.
+    pub fn read(venv: &Path) -> Result<OracleRecord> {
+        read_json(&venv.join(ORACLE_JSON))
+    }
+}
+
+/// The venv key: Python identity, package, the wheel's sha256, the pins and
+/// indexes, and the runtime requirements file used.
+pub fn key(lr: &LoadedRecipe, tc: &Toolchain, wheel: &BuildRecord, runtime_reqs: Option<&str>) -> (String, Value) {
+    let r = &lr.recipe;
+    let inputs = json!({
+        "schema": KEY_SCHEMA,
+        "stage": "venv",
+        "python": {"version": tc.python.version, "implementation": tc.python.implementation, "platform": tc.python.platform},
+        "package": r.source.package,
+        "commit": r.source.commit,
+        "wheel_sha256": wheel.sha256,
+        "pins": r.pins,
+        "indexes": r.indexes,
+        "runtime_requirements": runtime_reqs,
+    });
+    (content_key(&inputs), inputs)
+}
+
+/// The checkout's runtime requirements file for `device`
+/// (`requirements/<device>.txt`, vLLM's layout), relative to `src`, if present.
+pub fn runtime_requirements(src: &Path, device: &str) -> Option<String> {
+    let rel = format!("requirements/{device}.txt");
+    src.join(&rel).is_file().then_some(rel)
+}
+
+/// What [`ensure`] did.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The venv entry.
+    pub entry: Entry,
+    /// Its record.
+    pub record: OracleRecord,
+    /// Whether the venv was built now (false: found in the store).
+    pub built: bool,
+    /// Whether the smoke run happened now.
+    pub smoked: bool,
+}
+
+/// Options of the venv stage.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Skip the smoke run (verdict `unsmoked`).
+    pub no_smoke: bool,
+}
+
+/// Returns the oracle venv for `wheel`, building it when absent, and
+/// (re-)running the gate when its smoke key changed.
+///
+/// Errors: install fails; exit 3 when the measured identity fails a check
+/// (nothing is persisted); the found entry fails its manifest check.
+#[allow(clippy::too_many_arguments)]
+pub fn ensure(
+    store: &Store,
+    lr: &LoadedRecipe,
+    tc: &Toolchain,
+    uv: &Uv,
+    wheel_entry: &Entry,
+    wheel: &BuildRecord,
+    src: &Entry,
+    opts: Options,
+) -> Result<Outcome> {
+    let r = &lr.recipe;
+    let runtime = runtime_requirements(&src.path, &r.build.target_device);
+    let (key, inputs) = key(lr, tc, wheel, runtime.as_deref());
+    let entry = store.entry(Bucket::Venvs, &key);
+    let smoke_key = smoke::smoke_key(lr);
+    if !entry.exists() {
+        let _lock = store.lock(&format!("venv-{key}"))?;
+        if !entry.exists() {
+            let record = build(store, lr, tc, uv, wheel_entry, wheel, src, &key, inputs, runtime.as_deref(), opts, &entry)?;
+            return Ok(Outcome { entry, record, built: true, smoked: !opts.no_smoke });
+        }
+    }
+    let problems = Manifest::read(&entry.path)
+        .with_context(|| format!("{} has no readable manifest", entry.path.display()))?
+        .check(&entry.path, false);
+    if !problems.is_empty() {
+        bail!(
+            "oracle venv {} is damaged ({}); delete the entry (chmod -R u+w, rm -r) and rebuild",
+            entry.path.display(),
+            problems.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
+        );
+    }
+    let mut record = OracleRecord::read(&entry.path)?;
+    if opts.no_smoke || record.smoke.key == smoke_key {
+        return Ok(Outcome { entry, record, built: false, smoked: false });
+    }
+    let _lock = store.lock(&format!("venv-{key}"))?;
+    progress::stage("smoke", "the smoke configuration changed since this oracle was gated; re-running the gate");
+    record.smoke = gate(store, &entry.path, lr)?;
+    write_record(&entry.path, &record)?;
+    Ok(Outcome { entry, record, built: false, smoked: true })
+}
+
+/// Runs the smoke stage for the venv at `venv`, with logs under a fresh staging directory kept in `<venv>/smoke` when possible.
+pub fn gate(store: &Store, venv: &Path, lr: &LoadedRecipe) -> Result<SmokeReport> {
+    let staging = store.stage("smoke")?;
+    let report = smoke::run(venv, lr, staging.path(), None)?;
+    let keep = store.root().join("logs").join(format!("smoke-{}", report.key));
+    let _ = fs::create_dir_all(store.root().join("logs"));
+    let _ = std::fs::remove_dir_all(&keep);
+    let _ = std::fs::rename(staging.path(), &keep);
+    Ok(relocate_logs(report, staging.path(), &keep))
+}
+
+fn relocate_logs(mut report: SmokeReport, from: &Path, to: &Path) -> SmokeReport {
+    for c in &mut report.cases {
+        if let Ok(rel) = c.log.strip_prefix(from) {
+            c.log = to.join(rel);
+        }
+    }
+    report
+}
+
+/// Replaces `<venv>/oracle.json` atomically (the entry's top directory is
+/// opened for writing only for the rename).
+pub fn write_record(venv: &Path, record: &OracleRecord) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = fs::metadata(venv)?.permissions().mode();
+    fs::set_permissions(venv, std::fs::Permissions::from_mode(mode | 0o200))?;
+    let res = write_json(&venv.join(ORACLE_JSON), record);
+    if let Ok(meta) = fs::metadata(venv.join(ORACLE_JSON)) {
+        let m = meta.permissions().mode() & !0o222;
+        let _ = fs::set_permissions(venv.join(ORACLE_JSON), std::fs::Permissions::from_mode(m));
+    }
+    fs::set_permissions(venv, std::fs::Permissions::from_mode(mode))?;
+    res
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build(
+    store: &Store,
+    lr: &LoadedRecipe,
+    tc: &Toolchain,
+    uv: &Uv,
+    wheel_entry: &Entry,
+    wheel: &BuildRecord,
+    src: &Entry,
+    key: &str,
+    inputs: Value,
+    runtime: Option<&str>,
+    opts: Options,
+    entry: &Entry,
+) -> Result<OracleRecord> {
+    let r = &lr.recipe;
+    progress::stage("install", format!("installing {} into {}", wheel.wheel, entry.label()));
+    let t0 = Instant::now();
+    let created = jiff::Timestamp::now().to_string();
+    let staging = store.stage(&format!("venv-{key}"))?;
+    let venv = staging.path().join("venv");
+    let scratch = staging.path().join("scratch");
+    fs::create_dir_all(&scratch)?;
+    let log = scratch.join("install.log");
+    let wheel_path = wheel.wheel_path(&wheel_entry.path);
+    let sha = sha256_file(&wheel_path)?;
+    if sha != wheel.sha256 {
+        bail!("wheel {} has sha256 {sha}, but build.json records {}", wheel_path.display(), wheel.sha256);
+    }
+    uv.venv(&tc.python.path, &venv, true, &log)?;
+    let overrides = scratch.join("overrides.txt");
+    fs::write(&overrides, pin_lines(&r.pins))?;
+    let mut args: Vec<String> = vec!["--compile-bytecode".into(), "--override".into(), overrides.display().to_string()];
+    if let Some(rel) = runtime {
+        args.extend(["-r".into(), src.path.join(rel).display().to_string()]);
+    }
+    args.extend(r.pins.iter().map(|(n, v)| format!("{n}=={v}")));
+    args.push(wheel_path.display().to_string());
+    uv.pip_install(&venv, &args, &log).context("installing the oracle venv")?;
+    let install_s = t0.elapsed().as_secs_f64();
+
+    progress::stage("identity", "measuring the oracle's identity");
+    let mode = wheel.inputs.get("mode").and_then(Value::as_str).map_or(r.build.mode, |m| {
+        if m == "precompiled" { BuildMode::Precompiled } else { BuildMode::Source }
+    });
+    let mut ident = identity::measure(&venv, &r.source.package, &r.source.commit, mode)?;
+    let checks = identity::checks(&ident, r);
+    if checks.iter().any(|c| !c.ok) {
+        return Err(mismatch(format!(
+            "the oracle built from {} is not the pin; refusing it:\n{}",
+            r.source.commit,
+            identity::describe_failures(&checks)
+        )));
+    }
+    let smoke = if opts.no_smoke {
+        SmokeReport::skipped(smoke::smoke_key(lr))
+    } else {
+        smoke::run(&venv, lr, &scratch.join("smoke"), None)?
+    };
+    // Paths were measured in staging; record the final ones.
+    let staged = venv.display().to_string();
+    let fin = entry.path.display().to_string();
+    ident.package_path = ident.package_path.map(|p| p.replacen(&staged, &fin, 1));
+    ident.sys_prefix = fin.clone();
+    let record = OracleRecord {
+        schema: 1,
+        recipe: r.name.clone(),
+        recipe_origin: lr.origin.clone(),
+        recipe_text: lr.text.clone(),
+        key: key.to_string(),
+        inputs,
+        wheel_key: wheel.key.clone(),
+        wheel_sha256: wheel.sha256.clone(),
+        identity: ident,
+        checks,
+        smoke,
+        tools: tc.clone(),
+        created,
+        install_s,
+    };
+    // Logs and smoke results travel with the entry.
+    store::copy_tree(&scratch, &venv.join("oracle-build"))?;
+    let mut record = record;
+    record.smoke = relocate_logs(record.smoke, &scratch, &entry.path.join("oracle-build"));
+    write_json(&venv.join(ORACLE_JSON), &record)?;
+    Manifest::build(&venv, &[MANIFEST, ORACLE_JSON])?.write(&venv)?;
+    store.persist(&venv, entry)?;
+    Ok(record)
+}

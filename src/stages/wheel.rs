@@ -1,0 +1,268 @@
+//! Stage 3, wheel: build the package's wheel from the checkout, without build
+//! isolation, against pinned build dependencies (CONTEXT.md, "vLLM build facts").
+//!
+//! The entry `store/wheels/<key>/` holds the wheel, `build.json` (inputs,
+//! tools, environment, sha256, duration) and `build.log`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use fs_err as fs;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::exit::bad_input;
+use crate::key::{KEY_SCHEMA, content_key};
+use crate::progress::{self, Progress};
+use crate::recipe::{BuildMode, LoadedRecipe};
+use crate::store::{Bucket, Entry, Manifest, Store, copy_tree, read_json, sha256_file, write_json};
+use crate::toolchain::{self, Toolchain};
+use crate::uv::pin_lines;
+
+/// Environment variables removed from every build: each can silently change
+/// what is built (CONTEXT.md failures 3 and 4).
+pub const SCRUBBED_ENV: &[&str] = &[
+    "SETUPTOOLS_SCM_PRETEND_VERSION",
+    "VLLM_USE_PRECOMPILED",
+    "VLLM_PRECOMPILED_WHEEL_LOCATION",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PIP_CONSTRAINT",
+];
+
+/// Where the build requirements come from, in the order they are looked for.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub enum BuildRequirements {
+    /// A requirements file of the checkout (path relative to it).
+    File(String),
+    /// `pyproject.toml` `[build-system].requires`.
+    Pyproject(Vec<String>),
+}
+
+/// Finds the build requirements of the checkout at `src` for `device`:
+/// `requirements/build/<device>.txt`, else `requirements/build.txt`, else
+/// `pyproject.toml` `[build-system].requires`.
+///
+/// Errors: none of them exists, or `pyproject.toml` does not parse.
+pub fn build_requirements(src: &Path, device: &str) -> Result<BuildRequirements> {
+    for rel in [format!("requirements/build/{device}.txt"), "requirements/build.txt".into()] {
+        if src.join(&rel).is_file() {
+            return Ok(BuildRequirements::File(rel));
+        }
+    }
+    let pyproject = src.join("pyproject.toml");
+    if pyproject.is_file() {
+        let doc: toml::Table = toml::from_str(&fs::read_to_string(&pyproject)?)
+            .with_context(|| format!("parsing {}", pyproject.display()))?;
+        let reqs = doc
+            .get("build-system")
+            .and_then(|b| b.get("requires"))
+            .and_then(|r| r.as_array())
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        return Ok(BuildRequirements::Pyproject(reqs));
+    }
+    bail!("{} has no requirements/build*.txt and no pyproject.toml: cannot tell its build dependencies", src.display())
+}
+
+/// Everything the wheel stage needs to know before running: its key and the
+/// resolved settings.
+#[derive(Debug, Clone)]
+pub struct WheelPlan {
+    /// Content key of the inputs.
+    pub key: String,
+    /// The inputs, as hashed.
+    pub inputs: Value,
+    /// `store/wheels/<key>`.
+    pub entry: Entry,
+    /// Resolved `TORCH_CUDA_ARCH_LIST` (cuda only).
+    pub arch_list: Option<String>,
+    /// Resolved `MAX_JOBS` (not part of the key: it changes speed, not output).
+    pub max_jobs: usize,
+    /// Where the build requirements come from.
+    pub requirements: BuildRequirements,
+}
+
+/// Computes the wheel key for `lr` built from the checkout at `src` with `tc`.
+/// `jobs` overrides the recipe's `max_jobs`.
+///
+/// Errors (exit 2): `mode: precompiled` on aarch64 (kernels would be missing,
+/// CONTEXT.md failure 3). Errors: `cuda_arch_list: auto` with no GPU visible.
+pub fn plan(store: &Store, lr: &LoadedRecipe, tc: &Toolchain, src: &Path, jobs: Option<usize>) -> Result<WheelPlan> {
+    let r = &lr.recipe;
+    if r.build.mode == BuildMode::Precompiled && std::env::consts::ARCH == "aarch64" {
+        return Err(bad_input(format!(
+            "{}: build.mode precompiled is refused on aarch64: the precompiled wheel ships no kernels for it; use mode: source",
+            lr.origin
+        )));
+    }
+    let arch_list = if r.build.target_device == "cuda" {
+        Some(resolve_arch_list(&r.build.cuda_arch_list)?)
+    } else {
+        None
+    };
+    let max_jobs = jobs.unwrap_or_else(|| r.build.max_jobs.parse().unwrap_or_else(|_| toolchain::cpu_count()));
+    let requirements = build_requirements(src, &r.build.target_device)?;
+    let inputs = json!({
+        "schema": KEY_SCHEMA,
+        "stage": "wheel",
+        "commit": r.source.commit,
+        "package": r.source.package,
+        "mode": r.build.mode.as_str(),
+        "target_device": r.build.target_device,
+        "cuda_arch_list": arch_list,
+        "env": r.build.env,
+        "build_requirements": requirements,
+        "pins": r.pins,
+        "indexes": r.indexes,
+        "ext": [],
+        "toolchain": {
+            "python": tc.python.version, "implementation": tc.python.implementation, "platform": tc.python.platform,
+            "gcc": tc.gcc.as_ref().map(|t| &t.version), "nvcc": tc.nvcc.as_ref().map(|t| &t.version),
+        },
+    });
+    let key = content_key(&inputs);
+    Ok(WheelPlan { entry: store.entry(Bucket::Wheels, &key), key, inputs, arch_list, max_jobs, requirements })
+}
+
+fn resolve_arch_list(spec: &str) -> Result<String> {
+    if spec != "auto" {
+        return Ok(spec.to_string());
+    }
+    let caps: Vec<String> = toolchain::gpus().into_iter().map(|g| g.compute_cap).collect();
+    if caps.is_empty() {
+        bail!("build.cuda_arch_list is auto but no GPU is visible (nvidia-smi found none); set cuda_arch_list, e.g. \"12.1a\"");
+    }
+    Ok(toolchain::arch_list_for(&caps))
+}
+
+/// The record of a built wheel: `store/wheels/<key>/build.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BuildRecord {
+    /// The wheel key.
+    pub key: String,
+    /// The wheel's file name inside the entry.
+    pub wheel: String,
+    /// Its sha256.
+    pub sha256: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// The hashed inputs.
+    pub inputs: Value,
+    /// The build environment that was set (beyond the inherited one).
+    pub env: BTreeMap<String, String>,
+    /// Variables removed from the inherited environment.
+    pub scrubbed_env: Vec<String>,
+    /// Every tool used, with path and version.
+    pub tools: Toolchain,
+    /// When the build started (RFC 3339).
+    pub started: String,
+    /// Wall time, seconds.
+    pub duration_s: f64,
+}
+
+impl BuildRecord {
+    /// Reads the record of the wheel entry at `dir`.
+    pub fn read(dir: &Path) -> Result<BuildRecord> {
+        read_json(&dir.join("build.json"))
+    }
+
+    /// The wheel's path inside the entry at `dir`.
+    pub fn wheel_path(&self, dir: &Path) -> PathBuf {
+        dir.join(&self.wheel)
+    }
+}
+
+/// Returns the wheel of `plan`, building it if its entry is absent: copy the
+/// checkout to staging, make a build venv with the build requirements (recipe
+/// pins as overrides), `uv build --wheel --no-build-isolation` with the
+/// recipe's environment, then record and persist.
+///
+/// Errors: any build step fails (the error quotes the log's tail and names it).
+pub fn ensure(store: &Store, lr: &LoadedRecipe, tc: &Toolchain, uv: &crate::uv::Uv, plan: &WheelPlan, src: &Entry) -> Result<BuildRecord> {
+    if plan.entry.exists() {
+        return BuildRecord::read(&plan.entry.path);
+    }
+    let _lock = store.lock(&format!("wheel-{}", plan.key))?;
+    if plan.entry.exists() {
+        return BuildRecord::read(&plan.entry.path);
+    }
+    let r = &lr.recipe;
+    progress::stage("build", format!("building {} wheel {} from {}", r.source.package, plan.key, src.label()));
+    let started = jiff::Timestamp::now().to_string();
+    let t0 = Instant::now();
+    let staging = store.stage(&format!("wheel-{}", plan.key))?;
+    let out = staging.path().join("entry");
+    let work = staging.path().join("work");
+    fs::create_dir_all(&out)?;
+    fs::create_dir_all(&work)?;
+    let log = out.join("build.log");
+    let tree = work.join("src");
+    copy_tree(&src.path, &tree)?;
+    let venv = work.join("venv");
+    uv.venv(&tc.python.path, &venv, false, &log)?;
+    let overrides = work.join("overrides.txt");
+    fs::write(&overrides, pin_lines(&r.pins))?;
+    let mut args: Vec<String> = match &plan.requirements {
+        BuildRequirements::File(rel) => vec!["-r".into(), tree.join(rel).display().to_string()],
+        BuildRequirements::Pyproject(reqs) => reqs.clone(),
+    };
+    args.extend(["--override".into(), overrides.display().to_string()]);
+    if !args.is_empty() {
+        uv.pip_install(&venv, &args, &log).context("installing the build requirements")?;
+    }
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    env.insert("VLLM_TARGET_DEVICE".into(), r.build.target_device.clone());
+    env.insert("MAX_JOBS".into(), plan.max_jobs.to_string());
+    env.insert("NVCC_THREADS".into(), r.build.nvcc_threads.to_string());
+    env.insert(
+        "VLLM_USE_PRECOMPILED".into(),
+        if r.build.mode == BuildMode::Precompiled { "1" } else { "0" }.into(),
+    );
+    if let Some(arch) = &plan.arch_list {
+        env.insert("TORCH_CUDA_ARCH_LIST".into(), arch.clone());
+    }
+    if let Some(nvcc) = &tc.nvcc {
+        if let Some(home) = nvcc.path.parent().and_then(Path::parent) {
+            env.entry("CUDA_HOME".into()).or_insert_with(|| home.display().to_string());
+        }
+    }
+    env.extend(r.build.env.clone());
+    let scrubbed: Vec<String> = std::env::vars()
+        .map(|(k, _)| k)
+        .filter(|k| SCRUBBED_ENV.contains(&k.as_str()) || k.starts_with("SETUPTOOLS_SCM_PRETEND_VERSION"))
+        .filter(|k| !env.contains_key(k))
+        .collect();
+    let bar = Progress::new("build");
+    let env_pairs: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    uv.build_wheel(&venv, &tree, &out, &env_pairs, &scrubbed, &log, &bar)?;
+    bar.finish();
+    let wheels: Vec<String> = fs::read_dir(&out)?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".whl"))
+        .collect();
+    let [wheel] = wheels.as_slice() else {
+        bail!("the build produced {} wheels in {} (expected one): {wheels:?}", wheels.len(), out.display());
+    };
+    let wheel_path = out.join(wheel);
+    let record = BuildRecord {
+        key: plan.key.clone(),
+        wheel: wheel.clone(),
+        sha256: sha256_file(&wheel_path)?,
+        size: fs::metadata(&wheel_path)?.len(),
+        inputs: plan.inputs.clone(),
+        env,
+        scrubbed_env: scrubbed,
+        tools: tc.clone(),
+        started,
+        duration_s: t0.elapsed().as_secs_f64(),
+    };
+    write_json(&out.join("build.json"), &record)?;
+    Manifest::build(&out, &[crate::store::MANIFEST])?.write(&out)?;
+    store.persist(&out, &plan.entry)?;
+    progress::stage("build", format!("wheel {} ({} bytes, {:.1} s)", record.wheel, record.size, record.duration_s));
+    Ok(record)
+}

@@ -1,0 +1,552 @@
+//! The content-addressed store (DESIGN.md, "Store").
+//!
+//! Layout under the root:
+//!
+//! ```text
+//! store/<bucket>/<name>   finished, read-only entries (see [`Bucket`])
+//! roots/<name>            GC roots: relative symlinks into store/
+//! tmp/                    staging; an entry appears only by one rename
+//! locks/                  OS file locks, one per entry being produced
+//! tools/                  provisioned tools (a pinned uv)
+//! ```
+//!
+//! Modelled on uv's `uv-cache`: typed paths ([`Bucket`], [`Entry`]) instead of
+//! bare `PathBuf`s, one [`Store::persist`] that renames a staged directory into
+//! place, and every file operation through `fs-err` so errors carry the path.
+//! Unlike a cache the store is not disposable, so it carries no `CACHEDIR.TAG`.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use fs_err as fs;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::exit::bad_input;
+
+/// The kinds of store entries; each is one directory under `<root>/store/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Bucket {
+    /// `store/git/<repo-key>.git`: bare mirrors with full history.
+    Git,
+    /// `store/src/<commit>`: read-only checkouts of exactly one commit.
+    Src,
+    /// `store/ext/<name>-<rev>`: staged external sources.
+    Ext,
+    /// `store/wheelhouse/`: downloaded wheels, by hash.
+    Wheelhouse,
+    /// `store/wheels/<key>`: a built wheel with `build.json` and `build.log`.
+    Wheels,
+    /// `store/venvs/<key>`: an oracle venv with `oracle.json`.
+    Venvs,
+}
+
+impl Bucket {
+    /// Every bucket, in pipeline order.
+    pub const ALL: [Bucket; 6] = [
+        Bucket::Git,
+        Bucket::Src,
+        Bucket::Ext,
+        Bucket::Wheelhouse,
+        Bucket::Wheels,
+        Bucket::Venvs,
+    ];
+
+    /// The directory name of the bucket under `store/`.
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            Bucket::Git => "git",
+            Bucket::Src => "src",
+            Bucket::Ext => "ext",
+            Bucket::Wheelhouse => "wheelhouse",
+            Bucket::Wheels => "wheels",
+            Bucket::Venvs => "venvs",
+        }
+    }
+}
+
+/// The path of one store entry (which may or may not exist yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Its bucket.
+    pub bucket: Bucket,
+    /// Its name inside the bucket (a key, a commit, `<repo-key>.git`).
+    pub name: String,
+    /// `<root>/store/<bucket>/<name>`.
+    pub path: PathBuf,
+}
+
+impl Entry {
+    /// Whether the entry is present. Entries appear only complete, by rename.
+    pub fn exists(&self) -> bool {
+        self.path.exists()
+    }
+
+    /// `<bucket>/<name>`, the short form used in messages and roots.
+    pub fn label(&self) -> String {
+        format!("{}/{}", self.bucket.dir_name(), self.name)
+    }
+}
+
+/// An opened store root.
+#[derive(Debug, Clone)]
+pub struct Store {
+    root: PathBuf,
+}
+
+/// A staging directory under `<root>/tmp/`; removed on drop unless persisted.
+#[derive(Debug)]
+pub struct Staging {
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Staging {
+    /// The staging directory.
+    pub fn path(&self) -> &Path {
+        self.dir.as_ref().map_or(Path::new("/nonexistent"), |d| d.path())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if let Some(dir) = self.dir.take() {
+            let path = dir.path().to_path_buf();
+            make_writable(&path);
+            drop(dir);
+        }
+    }
+}
+
+/// An exclusive OS file lock under `<root>/locks/`; released on drop.
+#[derive(Debug)]
+pub struct Lock {
+    _file: File,
+}
+
+impl Store {
+    /// The store root to use: `explicit` (`--store`), else `$ORACLE_BUILD_HOME`,
+    /// else `$XDG_DATA_HOME/oracle-build`, else `~/.local/share/oracle-build`.
+    ///
+    /// Errors: none of those can be determined (no `HOME`).
+    pub fn default_root(explicit: Option<&Path>) -> Result<PathBuf> {
+        if let Some(p) = explicit {
+            return Ok(p.to_path_buf());
+        }
+        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        if let Some(p) = env("ORACLE_BUILD_HOME") {
+            return Ok(p);
+        }
+        if let Some(p) = env("XDG_DATA_HOME") {
+            return Ok(p.join("oracle-build"));
+        }
+        let home = env("HOME").context("cannot find the store: set --store, ORACLE_BUILD_HOME or HOME")?;
+        Ok(home.join(".local/share/oracle-build"))
+    }
+
+    /// The store at `root`, validated but not created (see [`Store::init`]).
+    ///
+    /// Errors (exit 2): `root` lies inside a git checkout.
+    pub fn at(root: &Path) -> Result<Store> {
+        let abs = std::path::absolute(root).with_context(|| format!("resolving {}", root.display()))?;
+        if let Some(checkout) = enclosing_checkout(&abs) {
+            return Err(bad_input(format!(
+                "store root {} is inside the source checkout {}; choose a directory outside any checkout (--store or ORACLE_BUILD_HOME)",
+                abs.display(),
+                checkout.display()
+            )));
+        }
+        Ok(Store { root: abs })
+    }
+
+    /// Creates the store's directories (idempotent).
+    pub fn init(&self) -> Result<()> {
+        for b in Bucket::ALL {
+            fs::create_dir_all(self.bucket_dir(b))?;
+        }
+        for d in ["roots", "tmp", "locks", "tools"] {
+            fs::create_dir_all(self.root.join(d))?;
+        }
+        Ok(())
+    }
+
+    /// Opens the store at `root` only if it already exists (for read-only commands).
+    pub fn open_existing(root: &Path) -> Option<Store> {
+        root.join("store").is_dir().then(|| Store { root: std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf()) })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `<root>/store/<bucket>`.
+    pub fn bucket_dir(&self, bucket: Bucket) -> PathBuf {
+        self.root.join("store").join(bucket.dir_name())
+    }
+
+    /// `<root>/tools`: provisioned tools.
+    pub fn tools_dir(&self) -> PathBuf {
+        self.root.join("tools")
+    }
+
+    /// `<root>/roots`: GC roots.
+    pub fn roots_dir(&self) -> PathBuf {
+        self.root.join("roots")
+    }
+
+    /// `<root>/tmp`: staging.
+    pub fn tmp_dir(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    /// The entry `name` of `bucket`.
+    pub fn entry(&self, bucket: Bucket, name: &str) -> Entry {
+        Entry { bucket, name: name.to_string(), path: self.bucket_dir(bucket).join(name) }
+    }
+
+    /// The entries present in `bucket`, sorted by name.
+    pub fn entries(&self, bucket: Bucket) -> Result<Vec<Entry>> {
+        let dir = self.bucket_dir(bucket);
+        let mut out = Vec::new();
+        if dir.is_dir() {
+            for e in fs::read_dir(&dir)? {
+                let name = e?.file_name().to_string_lossy().into_owned();
+                out.push(self.entry(bucket, &name));
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// A fresh staging directory `<root>/tmp/<label>.<pid>.<random>`.
+    pub fn stage(&self, label: &str) -> Result<Staging> {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{label}.{}.", std::process::id()))
+            .tempdir_in(self.tmp_dir())
+            .with_context(|| format!("creating a staging directory in {}", self.tmp_dir().display()))?;
+        Ok(Staging { dir: Some(dir) })
+    }
+
+    /// Makes `src` (a directory inside a [`Staging`]) read-only and renames it to
+    /// `entry`. The rename is the commit point: before it the entry is absent,
+    /// after it it is complete.
+    ///
+    /// Errors: `entry` already exists (callers hold the entry's lock), or the rename fails.
+    pub fn persist(&self, src: &Path, entry: &Entry) -> Result<()> {
+        if entry.exists() {
+            bail!("store entry {} appeared while it was being built", entry.path.display());
+        }
+        make_read_only(src)?;
+        fs::rename(src, &entry.path)?;
+        sync_dir(&self.bucket_dir(entry.bucket));
+        Ok(())
+    }
+
+    /// Takes the exclusive lock `<root>/locks/<name>.lock`, waiting for it when
+    /// another process holds it (and saying who, on stderr).
+    pub fn lock(&self, name: &str) -> Result<Lock> {
+        let path = self.root.join("locks").join(format!("{name}.lock"));
+        let mut file = fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path)?.into_parts().0;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                eprintln!(
+                    "waiting for {} (held by {})",
+                    path.display(),
+                    if holder.trim().is_empty() { "another process" } else { holder.trim() }
+                );
+                file.lock().with_context(|| format!("locking {}", path.display()))?;
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+        file.set_len(0).ok();
+        let _ = writeln!(file, "pid {} ({})", std::process::id(), std::env::args().collect::<Vec<_>>().join(" "));
+        Ok(Lock { _file: file })
+    }
+
+    /// Points the GC root `<root>/roots/<name>` at `entry`, atomically (a new
+    /// symlink renamed over the old one).
+    pub fn set_root(&self, name: &str, entry: &Entry) -> Result<()> {
+        let target = Path::new("../store").join(entry.bucket.dir_name()).join(&entry.name);
+        let link = self.roots_dir().join(name);
+        let tmp = self.roots_dir().join(format!(".{name}.{}.tmp", std::process::id()));
+        let _ = fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&target, &tmp).with_context(|| format!("creating symlink {}", tmp.display()))?;
+        fs::rename(&tmp, &link)?;
+        Ok(())
+    }
+
+    /// Every GC root: its name, its link target, and whether the target exists.
+    pub fn roots(&self) -> Result<Vec<Root>> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(self.roots_dir())? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            let path = e.path();
+            let target = fs::read_link(&path).unwrap_or_default();
+            out.push(Root { name, live: path.exists(), target, path });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Removes staging directories left by processes that no longer run
+    /// (a killed build). Returns how many were removed.
+    pub fn clean_stale_staging(&self) -> Result<usize> {
+        let mut removed = 0;
+        if !self.tmp_dir().is_dir() {
+            return Ok(0);
+        }
+        for e in fs::read_dir(self.tmp_dir())? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name.split('.').nth(1).and_then(|p| p.parse::<i32>().ok());
+            if pid.is_some_and(|p| !process_alive(p)) {
+                make_writable(&e.path());
+                let path = e.path();
+                let res = if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+                if res.is_ok() {
+                    removed += 1;
+                }
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// A GC root as found under `<root>/roots/`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Root {
+    /// The root's name (a recipe name, an alias).
+    pub name: String,
+    /// `<root>/roots/<name>`.
+    pub path: PathBuf,
+    /// Where the symlink points.
+    pub target: PathBuf,
+    /// Whether the target exists (false: dangling).
+    pub live: bool,
+}
+
+fn process_alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks whether the process exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// The git checkout containing `path` (the nearest ancestor with a `.git`), if any.
+pub fn enclosing_checkout(path: &Path) -> Option<PathBuf> {
+    path.ancestors().find(|a| a.join(".git").exists()).map(Path::to_path_buf)
+}
+
+fn sync_dir(dir: &Path) {
+    if let Ok(f) = File::open(dir) {
+        let _ = f.sync_all();
+    }
+}
+
+/// Clears the write bits of every file and directory under `dir` (symlinks untouched).
+pub fn make_read_only(dir: &Path) -> Result<()> {
+    set_write_bits(dir, false)
+}
+
+/// Sets the owner write bit everywhere under `dir` so it can be deleted. Best effort.
+pub fn make_writable(dir: &Path) {
+    let _ = set_write_bits(dir, true);
+}
+
+fn set_write_bits(path: &Path, writable: bool) -> Result<()> {
+    let meta = fs::symlink_metadata(path)?;
+    if meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    let mode = meta.permissions().mode();
+    let new = if writable { mode | 0o200 } else { mode & !0o222 };
+    if writable && new != mode {
+        fs::set_permissions(path, std::fs::Permissions::from_mode(new))?;
+    }
+    if meta.is_dir() {
+        for e in fs::read_dir(path)? {
+            set_write_bits(&e?.path(), writable)?;
+        }
+    }
+    if !writable && new != mode {
+        fs::set_permissions(path, std::fs::Permissions::from_mode(new))?;
+    }
+    Ok(())
+}
+
+/// The file name of every entry's manifest.
+pub const MANIFEST: &str = "manifest.json";
+
+/// Every file of an entry with its size and sha256, and every symlink with its target.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct Manifest {
+    /// Regular files, paths relative to the entry, sorted.
+    pub files: Vec<ManifestFile>,
+    /// Symlinks, relative path -> link target.
+    pub symlinks: Vec<(String, String)>,
+}
+
+/// One file of a [`Manifest`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ManifestFile {
+    /// Path relative to the entry.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Lowercase hex sha256 of the content.
+    pub sha256: String,
+}
+
+impl Manifest {
+    /// Walks `dir` and hashes every file except those named in `skip` (top-level names).
+    pub fn build(dir: &Path, skip: &[&str]) -> Result<Manifest> {
+        let mut m = Manifest::default();
+        walk(dir, dir, skip, &mut m)?;
+        m.files.sort_by(|a, b| a.path.cmp(&b.path));
+        m.symlinks.sort();
+        Ok(m)
+    }
+
+    /// Writes the manifest to `<dir>/manifest.json`.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        write_json(&dir.join(MANIFEST), self)
+    }
+
+    /// Reads `<dir>/manifest.json`.
+    pub fn read(dir: &Path) -> Result<Manifest> {
+        read_json(&dir.join(MANIFEST))
+    }
+
+    /// Total size of the files, in bytes.
+    pub fn total_size(&self) -> u64 {
+        self.files.iter().map(|f| f.size).sum()
+    }
+
+    /// Problems found by checking every file exists with its recorded size
+    /// (and, when `deep`, its sha256). Empty means intact.
+    pub fn check(&self, dir: &Path, deep: bool) -> Vec<String> {
+        let mut problems = Vec::new();
+        for f in &self.files {
+            let p = dir.join(&f.path);
+            match std::fs::metadata(&p) {
+                Err(_) => problems.push(format!("missing: {}", f.path)),
+                Ok(m) if m.len() != f.size => {
+                    problems.push(format!("changed size: {} ({} -> {} bytes)", f.path, f.size, m.len()))
+                }
+                Ok(_) if deep => match sha256_file(&p) {
+                    Ok(h) if h == f.sha256 => {}
+                    Ok(_) => problems.push(format!("changed content: {}", f.path)),
+                    Err(e) => problems.push(format!("unreadable: {}: {e}", f.path)),
+                },
+                Ok(_) => {}
+            }
+        }
+        for (path, target) in &self.symlinks {
+            match std::fs::read_link(dir.join(path)) {
+                Ok(t) if t.to_string_lossy() == *target => {}
+                Ok(_) => problems.push(format!("changed link: {path}")),
+                Err(_) => problems.push(format!("missing: {path}")),
+            }
+        }
+        problems
+    }
+}
+
+fn walk(base: &Path, dir: &Path, skip: &[&str], m: &mut Manifest) -> Result<()> {
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        let path = e.path();
+        let rel = path.strip_prefix(base).unwrap_or(&path).to_string_lossy().into_owned();
+        if dir == base && skip.contains(&rel.as_str()) {
+            continue;
+        }
+        let ft = e.file_type()?;
+        if ft.is_symlink() {
+            m.symlinks.push((rel, fs::read_link(&path)?.to_string_lossy().into_owned()));
+        } else if ft.is_dir() {
+            walk(base, &path, skip, m)?;
+        } else {
+            let size = e.metadata()?.len();
+            m.files.push(ManifestFile { path: rel, size, sha256: sha256_file(&path)? });
+        }
+    }
+    Ok(())
+}
+
+/// The lowercase hex sha256 of the file at `path`.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = fs::File::open(path)?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", path.display()))?;
+    Ok(hex::encode(h.finalize()))
+}
+
+/// Writes `value` as pretty JSON to `path` through a temporary file and a rename.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)? + "\n";
+    write_atomic(path, text.as_bytes())
+}
+
+/// Writes `bytes` to `path` atomically: a sibling temporary file, fsync, rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().context("path has no parent")?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("creating a temporary file in {}", dir.display()))?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// Reads JSON from `path` into `T`; errors name the path.
+pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
+    let text = fs::read_to_string(path)?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Copies the tree at `src` to `dst` (which must not exist), files made
+/// owner-writable, symlinks kept as symlinks.
+pub fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
+    fs::create_dir_all(dst)?;
+    for e in fs::read_dir(src)? {
+        let e = e?;
+        let from = e.path();
+        let to = dst.join(e.file_name());
+        let ft = e.file_type()?;
+        if ft.is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(&from)?, &to)
+                .with_context(|| format!("creating symlink {}", to.display()))?;
+        } else if ft.is_dir() {
+            copy_tree(&from, &to)?;
+        } else {
+            fs::copy(&from, &to)?;
+            let mode = fs::metadata(&to)?.permissions().mode();
+            fs::set_permissions(&to, std::fs::Permissions::from_mode(mode | 0o200))?;
+        }
+    }
+    Ok(())
+}
+
+/// Total bytes of regular files under `path` (0 when absent).
+pub fn disk_usage(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return 0 };
+    if meta.is_dir() {
+        std::fs::read_dir(path)
+            .map(|rd| rd.flatten().map(|e| disk_usage(&e.path())).sum())
+            .unwrap_or(0)
+    } else if meta.is_file() {
+        meta.len()
+    } else {
+        0
+    }
+}
