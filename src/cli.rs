@@ -6,7 +6,12 @@ use clap::{Args, Parser, Subcommand};
 
 /// Turn a vLLM parity pin into a verified, immutable, gateable oracle venv.
 #[derive(Debug, Parser)]
-#[command(name = "oracle-build", version, args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+#[command(
+    name = "oracle-build",
+    version,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 pub struct Cli {
     /// Store root (default: $ORACLE_BUILD_HOME, else $XDG_DATA_HOME/oracle-build).
     #[arg(long, global = true, value_name = "DIR")]

@@ -20,7 +20,8 @@ pub fn canonical_json<T: Serialize>(value: &T) -> String {
 fn sorted(v: Value) -> Value {
     match v {
         Value::Object(map) => {
-            let mut entries: Vec<(String, Value)> = map.into_iter().map(|(k, v)| (k, sorted(v))).collect();
+            let mut entries: Vec<(String, Value)> =
+                map.into_iter().map(|(k, v)| (k, sorted(v))).collect();
             entries.sort_by(|a, b| a.0.cmp(&b.0));
             Value::Object(entries.into_iter().collect())
         }

@@ -39,7 +39,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         None => cli.build,
     };
     let Some(pin) = build_args.pin else {
-        return Err(exit::bad_input("missing PIN: `oracle-build <PIN>` or `oracle-build build <PIN>` (see --help)"));
+        return Err(exit::bad_input(
+            "missing PIN: `oracle-build <PIN>` or `oracle-build build <PIN>` (see --help)",
+        ));
     };
     let opts = ops::build::BuildOptions {
         pin,

@@ -14,7 +14,8 @@ use crate::exit::bad_input;
 use crate::recipe::{self, LoadedRecipe};
 
 /// Recipes compiled into the binary: (file name, text).
-pub const BUILTIN: &[(&str, &str)] = &[("555967922.yaml", include_str!("../recipes/555967922.yaml"))];
+pub const BUILTIN: &[(&str, &str)] =
+    &[("555967922.yaml", include_str!("../recipes/555967922.yaml"))];
 
 /// Where recipes are searched, in order (existing directories only).
 pub fn search_dirs() -> Vec<PathBuf> {
@@ -36,7 +37,9 @@ struct Candidate {
 fn candidates() -> Vec<Candidate> {
     let mut out = Vec::new();
     for dir in search_dirs() {
-        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         let mut files: Vec<PathBuf> = rd
             .flatten()
             .map(|e| e.path())
@@ -44,9 +47,19 @@ fn candidates() -> Vec<Candidate> {
             .collect();
         files.sort();
         for path in files {
-            let Ok(text) = std::fs::read_to_string(&path) else { continue };
-            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-            out.push(Candidate { stem, origin: path.display().to_string(), path: Some(path), text });
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let stem = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            out.push(Candidate {
+                stem,
+                origin: path.display().to_string(),
+                path: Some(path),
+                text,
+            });
         }
     }
     for (file, text) in BUILTIN {
@@ -106,7 +119,9 @@ pub fn resolve(pin: &str) -> Result<LoadedRecipe> {
         return Err(bad_input(format!("recipe file {pin} not found")));
     }
     if pin.contains("..") || pin.is_empty() {
-        return Err(bad_input(format!("{pin:?} is not a recipe name (names use [a-z0-9._-], no `/` or `..`)")));
+        return Err(bad_input(format!(
+            "{pin:?} is not a recipe name (names use [a-z0-9._-], no `/` or `..`)"
+        )));
     }
     let all = candidates();
     // 1. By name: a file stem or a `name:` field.
@@ -115,7 +130,8 @@ pub fn resolve(pin: &str) -> Result<LoadedRecipe> {
             return load(c);
         }
     }
-    let parsed: Vec<(&Candidate, Option<LoadedRecipe>)> = all.iter().map(|c| (c, load(c).ok())).collect();
+    let parsed: Vec<(&Candidate, Option<LoadedRecipe>)> =
+        all.iter().map(|c| (c, load(c).ok())).collect();
     for (_, r) in &parsed {
         if let Some(r) = r.as_ref().filter(|r| r.recipe.name == pin) {
             return Ok(r.clone());
@@ -124,7 +140,11 @@ pub fn resolve(pin: &str) -> Result<LoadedRecipe> {
     // 2. By commit prefix.
     let is_hex = pin.len() >= 7 && pin.len() <= 40 && pin.chars().all(|c| c.is_ascii_hexdigit());
     if !is_hex {
-        let where_ = search_dirs().iter().map(|d| d.display().to_string()).chain(["<builtin>".into()]).collect::<Vec<_>>();
+        let where_ = search_dirs()
+            .iter()
+            .map(|d| d.display().to_string())
+            .chain(["<builtin>".into()])
+            .collect::<Vec<_>>();
         return Err(bad_input(format!(
             "no recipe named {pin:?} (looked in {}; a commit prefix needs at least 7 hex digits)",
             where_.join(", ")
@@ -133,20 +153,25 @@ pub fn resolve(pin: &str) -> Result<LoadedRecipe> {
     let needle = pin.to_ascii_lowercase();
     let mut matches: Vec<LoadedRecipe> = Vec::new();
     for (_, r) in parsed.into_iter() {
-        if let Some(r) = r.filter(|r| r.recipe.source.commit.starts_with(&needle)) {
-            if !matches.iter().any(|m| m.recipe.name == r.recipe.name) {
-                matches.push(r);
-            }
+        if let Some(r) = r.filter(|r| r.recipe.source.commit.starts_with(&needle))
+            && !matches.iter().any(|m| m.recipe.name == r.recipe.name)
+        {
+            matches.push(r);
         }
     }
     match matches.len() {
         1 => Ok(matches.remove(0)),
-        0 => Err(bad_input(format!("no recipe has a commit starting with {pin}"))),
+        0 => Err(bad_input(format!(
+            "no recipe has a commit starting with {pin}"
+        ))),
         _ => Err(bad_input(format!(
             "commit prefix {pin} is ambiguous; it matches:\n{}",
             matches
                 .iter()
-                .map(|m| format!("  {}  {}  ({})", m.recipe.name, m.recipe.source.commit, m.origin))
+                .map(|m| format!(
+                    "  {}  {}  ({})",
+                    m.recipe.name, m.recipe.source.commit, m.origin
+                ))
                 .collect::<Vec<_>>()
                 .join("\n")
         ))),

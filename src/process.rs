@@ -24,7 +24,8 @@ pub fn capture(what: &str, expr: duct::Expression) -> Result<String> {
         .run()
         .with_context(|| format!("cannot run {what}"))?;
     if !out.status.success() {
-        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
         bail!("{what} failed ({}):\n{}", out.status, tail(&text, 30));
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
@@ -35,16 +36,27 @@ pub fn capture(what: &str, expr: duct::Expression) -> Result<String> {
 ///
 /// Errors: the program cannot start, or exits non-zero; the error names the
 /// command and the log, and quotes the log's last lines.
-pub fn run_logged(what: &str, expr: duct::Expression, log: &Path, progress: &Progress) -> Result<()> {
+pub fn run_logged(
+    what: &str,
+    expr: duct::Expression,
+    log: &Path,
+    progress: &Progress,
+) -> Result<()> {
     let mut file = fs::OpenOptions::new().create(true).append(true).open(log)?;
     writeln!(file, "$ {what}")?;
-    let reader = expr.stderr_to_stdout().unchecked().reader().with_context(|| format!("cannot run {what}"))?;
+    let reader = expr
+        .stderr_to_stdout()
+        .unchecked()
+        .reader()
+        .with_context(|| format!("cannot run {what}"))?;
     let mut lines = BufReader::new(&reader);
     let mut kept: Vec<String> = Vec::new();
     let mut buf = Vec::new();
     loop {
         buf.clear();
-        let n = lines.read_until(b'\n', &mut buf).with_context(|| format!("reading output of {what}"))?;
+        let n = lines
+            .read_until(b'\n', &mut buf)
+            .with_context(|| format!("reading output of {what}"))?;
         if n == 0 {
             break;
         }
@@ -62,7 +74,11 @@ pub fn run_logged(what: &str, expr: duct::Expression, log: &Path, progress: &Pro
         Some(s) if s.success() => Ok(()),
         other => {
             let why = other.map_or("did not finish".to_string(), |s| s.to_string());
-            bail!("{what} failed ({why}); full log: {}\n{}", log.display(), kept.join("\n"))
+            bail!(
+                "{what} failed ({why}); full log: {}\n{}",
+                log.display(),
+                kept.join("\n")
+            )
         }
     }
 }
@@ -72,8 +88,15 @@ pub fn run_logged(what: &str, expr: duct::Expression, log: &Path, progress: &Pro
 /// and `Err` when it was killed for running past `timeout` (message says so).
 pub fn run_with_timeout(cmd: duct::Expression, log: &Path, timeout: Duration) -> Result<bool> {
     let file = fs::File::create(log)?.into_parts().0;
-    let err = file.try_clone().with_context(|| format!("opening {}", log.display()))?;
-    let handle = cmd.stdout_file(file).stderr_file(err).unchecked().start().context("cannot start the smoke driver")?;
+    let err = file
+        .try_clone()
+        .with_context(|| format!("opening {}", log.display()))?;
+    let handle = cmd
+        .stdout_file(file)
+        .stderr_file(err)
+        .unchecked()
+        .start()
+        .context("cannot start the smoke driver")?;
     let start = Instant::now();
     loop {
         if let Some(out) = handle.try_wait().context("waiting for the smoke driver")? {

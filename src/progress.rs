@@ -23,7 +23,10 @@ impl Progress {
     /// A spinner labelled `label`, drawn on stderr when it is a terminal.
     pub fn new(label: &str) -> Progress {
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-        bar.set_style(ProgressStyle::with_template("{spinner} {prefix} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {prefix} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
         bar.set_prefix(label.to_string());
         bar.enable_steady_tick(Duration::from_millis(200));
         Progress { bar }
@@ -68,7 +71,9 @@ impl Drop for Progress {
 /// Parses ninja's `[n/m] ...` status prefix into `(n, m)`.
 pub fn parse_ninja(line: &str) -> Option<(u64, u64)> {
     static RE: OnceLock<Option<Regex>> = OnceLock::new();
-    let re = RE.get_or_init(|| Regex::new(r"^\s*\[(\d+)/(\d+)\]").ok()).as_ref()?;
+    let re = RE
+        .get_or_init(|| Regex::new(r"^\s*\[(\d+)/(\d+)\]").ok())
+        .as_ref()?;
     let caps = re.captures(line)?;
     Some((caps[1].parse().ok()?, caps[2].parse().ok()?))
 }
@@ -77,7 +82,10 @@ pub fn parse_ninja(line: &str) -> Option<(u64, u64)> {
 mod tests {
     #[test]
     fn parses_ninja_status() {
-        assert_eq!(super::parse_ninja("[12/380] Building CUDA object"), Some((12, 380)));
+        assert_eq!(
+            super::parse_ninja("[12/380] Building CUDA object"),
+            Some((12, 380))
+        );
         assert_eq!(super::parse_ninja("running build_ext"), None);
     }
 }

@@ -259,12 +259,15 @@ pub fn is_valid_name(s: &str) -> bool {
         && s != "."
         && s != ".."
         && !s.contains("..")
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
 }
 
 /// Whether `s` is a full lowercase 40-hex git commit id.
 pub fn is_full_commit(s: &str) -> bool {
-    s.len() == 40 && s.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+    s.len() == 40
+        && s.chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
 }
 
 fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
@@ -275,13 +278,19 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
     if !is_valid_name(&r.name) {
         return Err(fail(
             "name",
-            format!("{:?} is not a valid name (use [a-z0-9._-], no `/` or `..`)", r.name),
+            format!(
+                "{:?} is not a valid name (use [a-z0-9._-], no `/` or `..`)",
+                r.name
+            ),
         ));
     }
     if !is_full_commit(&r.source.commit) {
         return Err(fail(
             "source.commit",
-            format!("{:?} is not a full 40-hex lowercase commit id", r.source.commit),
+            format!(
+                "{:?} is not a full 40-hex lowercase commit id",
+                r.source.commit
+            ),
         ));
     }
     if r.source.repo.trim().is_empty() {
@@ -306,14 +315,21 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
     }
     for (name, version) in &r.pins {
         if version.trim().is_empty() || version.contains(char::is_whitespace) {
-            return Err(fail(&format!("pins.{name}"), format!("{version:?} is not a version")));
+            return Err(fail(
+                &format!("pins.{name}"),
+                format!("{version:?} is not a version"),
+            ));
         }
     }
     let b = &r.build;
     if !TARGET_DEVICES.contains(&b.target_device.as_str()) {
         return Err(fail(
             "build.target_device",
-            format!("{:?} is not one of {}", b.target_device, TARGET_DEVICES.join(", ")),
+            format!(
+                "{:?} is not one of {}",
+                b.target_device,
+                TARGET_DEVICES.join(", ")
+            ),
         ));
     }
     if b.max_jobs != "auto" && b.max_jobs.parse::<u32>().map_or(true, |n| n == 0) {
@@ -326,21 +342,32 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
         return Err(fail("build.nvcc_threads", "must be at least 1".into()));
     }
     let arch_ok = b.cuda_arch_list == "auto"
-        || b.cuda_arch_list.split([';', ' ']).filter(|s| !s.is_empty()).all(|a| {
-            let a = a.trim_end_matches("+PTX").trim_end_matches(['a', 'f']);
-            a.split_once('.').is_some_and(|(x, y)| {
-                !x.is_empty() && x.chars().all(|c| c.is_ascii_digit()) && y.chars().all(|c| c.is_ascii_digit())
-            })
-        });
+        || b.cuda_arch_list
+            .split([';', ' '])
+            .filter(|s| !s.is_empty())
+            .all(|a| {
+                let a = a.trim_end_matches("+PTX").trim_end_matches(['a', 'f']);
+                a.split_once('.').is_some_and(|(x, y)| {
+                    !x.is_empty()
+                        && x.chars().all(|c| c.is_ascii_digit())
+                        && y.chars().all(|c| c.is_ascii_digit())
+                })
+            });
     if !arch_ok {
         return Err(fail(
             "build.cuda_arch_list",
-            format!("{:?} is not `auto` or a list like \"9.0a;12.1a\"", b.cuda_arch_list),
+            format!(
+                "{:?} is not `auto` or a list like \"9.0a;12.1a\"",
+                b.cuda_arch_list
+            ),
         ));
     }
     for key in b.env.keys().chain(r.smoke.env.keys()) {
         if key.is_empty() || key.contains('=') {
-            return Err(fail("env", format!("{key:?} is not an environment variable name")));
+            return Err(fail(
+                "env",
+                format!("{key:?} is not an environment variable name"),
+            ));
         }
     }
     if r.smoke.runs == 0 {
@@ -352,16 +379,28 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
     let mut seen = std::collections::BTreeSet::new();
     for case in &r.smoke.cases {
         if !is_valid_name(&case.name) {
-            return Err(fail("smoke.cases.name", format!("{:?} is not a valid case name", case.name)));
+            return Err(fail(
+                "smoke.cases.name",
+                format!("{:?} is not a valid case name", case.name),
+            ));
         }
         if !seen.insert(case.name.as_str()) {
-            return Err(fail("smoke.cases.name", format!("{:?} appears twice", case.name)));
+            return Err(fail(
+                "smoke.cases.name",
+                format!("{:?} appears twice", case.name),
+            ));
         }
         if case.model.trim().is_empty() {
-            return Err(fail("smoke.cases.model", format!("case {:?} has an empty model", case.name)));
+            return Err(fail(
+                "smoke.cases.model",
+                format!("case {:?} has an empty model", case.name),
+            ));
         }
         if case.max_tokens == 0 {
-            return Err(fail("smoke.cases.max_tokens", format!("case {:?}: must be at least 1", case.name)));
+            return Err(fail(
+                "smoke.cases.max_tokens",
+                format!("case {:?}: must be at least 1", case.name),
+            ));
         }
     }
     Ok(())
@@ -383,7 +422,11 @@ pub fn locate(text: &str, field: &str) -> Option<usize> {
         if found.is_some() && indent < min_indent {
             break;
         }
-        if indent >= min_indent && trimmed.strip_prefix(want).is_some_and(|r| r.starts_with(':')) {
+        if indent >= min_indent
+            && trimmed
+                .strip_prefix(want)
+                .is_some_and(|r| r.starts_with(':'))
+        {
             found = Some(i + 1);
             match parts.next() {
                 Some(next) => {
@@ -406,7 +449,9 @@ pub fn expand_env(s: &str) -> Result<String, String> {
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
-        let end = after.find('}').ok_or_else(|| format!("unterminated ${{ in {s:?}"))?;
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("unterminated ${{ in {s:?}"))?;
         let var = &after[..end];
         let value = std::env::var(var)
             .map_err(|_| format!("{s:?} refers to ${{{var}}}, which is not set"))?;
@@ -441,7 +486,9 @@ mod tests {
 
     #[test]
     fn unknown_key_is_an_error() {
-        let e = parse(&format!("{GOOD}colour: blue\n"), "t.yaml").unwrap_err().to_string();
+        let e = parse(&format!("{GOOD}colour: blue\n"), "t.yaml")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("colour"), "{e}");
     }
 

@@ -106,7 +106,9 @@ pub struct Staging {
 impl Staging {
     /// The staging directory.
     pub fn path(&self) -> &Path {
-        self.dir.as_ref().map_or(Path::new("/nonexistent"), |d| d.path())
+        self.dir
+            .as_ref()
+            .map_or(Path::new("/nonexistent"), |d| d.path())
     }
 }
 
@@ -135,14 +137,19 @@ impl Store {
         if let Some(p) = explicit {
             return Ok(p.to_path_buf());
         }
-        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let env = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
         if let Some(p) = env("ORACLE_BUILD_HOME") {
             return Ok(p);
         }
         if let Some(p) = env("XDG_DATA_HOME") {
             return Ok(p.join("oracle-build"));
         }
-        let home = env("HOME").context("cannot find the store: set --store, ORACLE_BUILD_HOME or HOME")?;
+        let home =
+            env("HOME").context("cannot find the store: set --store, ORACLE_BUILD_HOME or HOME")?;
         Ok(home.join(".local/share/oracle-build"))
     }
 
@@ -150,7 +157,8 @@ impl Store {
     ///
     /// Errors (exit 2): `root` lies inside a git checkout.
     pub fn at(root: &Path) -> Result<Store> {
-        let abs = std::path::absolute(root).with_context(|| format!("resolving {}", root.display()))?;
+        let abs =
+            std::path::absolute(root).with_context(|| format!("resolving {}", root.display()))?;
         if let Some(checkout) = enclosing_checkout(&abs) {
             return Err(bad_input(format!(
                 "store root {} is inside the source checkout {}; choose a directory outside any checkout (--store or ORACLE_BUILD_HOME)",
@@ -174,7 +182,9 @@ impl Store {
 
     /// Opens the store at `root` only if it already exists (for read-only commands).
     pub fn open_existing(root: &Path) -> Option<Store> {
-        root.join("store").is_dir().then(|| Store { root: std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf()) })
+        root.join("store").is_dir().then(|| Store {
+            root: std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf()),
+        })
     }
 
     /// The root directory.
@@ -204,7 +214,11 @@ impl Store {
 
     /// The entry `name` of `bucket`.
     pub fn entry(&self, bucket: Bucket, name: &str) -> Entry {
-        Entry { bucket, name: name.to_string(), path: self.bucket_dir(bucket).join(name) }
+        Entry {
+            bucket,
+            name: name.to_string(),
+            path: self.bucket_dir(bucket).join(name),
+        }
     }
 
     /// The entries present in `bucket`, sorted by name.
@@ -226,7 +240,12 @@ impl Store {
         let dir = tempfile::Builder::new()
             .prefix(&format!("{label}.{}.", std::process::id()))
             .tempdir_in(self.tmp_dir())
-            .with_context(|| format!("creating a staging directory in {}", self.tmp_dir().display()))?;
+            .with_context(|| {
+                format!(
+                    "creating a staging directory in {}",
+                    self.tmp_dir().display()
+                )
+            })?;
         Ok(Staging { dir: Some(dir) })
     }
 
@@ -237,7 +256,10 @@ impl Store {
     /// Errors: `entry` already exists (callers hold the entry's lock), or the rename fails.
     pub fn persist(&self, src: &Path, entry: &Entry) -> Result<()> {
         if entry.exists() {
-            bail!("store entry {} appeared while it was being built", entry.path.display());
+            bail!(
+                "store entry {} appeared while it was being built",
+                entry.path.display()
+            );
         }
         make_read_only(src)?;
         fs::rename(src, &entry.path)?;
@@ -249,7 +271,14 @@ impl Store {
     /// another process holds it (and saying who, on stderr).
     pub fn lock(&self, name: &str) -> Result<Lock> {
         let path = self.root.join("locks").join(format!("{name}.lock"));
-        let mut file = fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path)?.into_parts().0;
+        let mut file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)?
+            .into_parts()
+            .0;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -257,27 +286,42 @@ impl Store {
                 eprintln!(
                     "waiting for {} (held by {})",
                     path.display(),
-                    if holder.trim().is_empty() { "another process" } else { holder.trim() }
+                    if holder.trim().is_empty() {
+                        "another process"
+                    } else {
+                        holder.trim()
+                    }
                 );
-                file.lock().with_context(|| format!("locking {}", path.display()))?;
+                file.lock()
+                    .with_context(|| format!("locking {}", path.display()))?;
             }
             Err(std::fs::TryLockError::Error(e)) => {
                 return Err(e).with_context(|| format!("locking {}", path.display()));
             }
         }
         file.set_len(0).ok();
-        let _ = writeln!(file, "pid {} ({})", std::process::id(), std::env::args().collect::<Vec<_>>().join(" "));
+        let _ = writeln!(
+            file,
+            "pid {} ({})",
+            std::process::id(),
+            std::env::args().collect::<Vec<_>>().join(" ")
+        );
         Ok(Lock { _file: file })
     }
 
     /// Points the GC root `<root>/roots/<name>` at `entry`, atomically (a new
     /// symlink renamed over the old one).
     pub fn set_root(&self, name: &str, entry: &Entry) -> Result<()> {
-        let target = Path::new("../store").join(entry.bucket.dir_name()).join(&entry.name);
+        let target = Path::new("../store")
+            .join(entry.bucket.dir_name())
+            .join(&entry.name);
         let link = self.roots_dir().join(name);
-        let tmp = self.roots_dir().join(format!(".{name}.{}.tmp", std::process::id()));
+        let tmp = self
+            .roots_dir()
+            .join(format!(".{name}.{}.tmp", std::process::id()));
         let _ = fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&target, &tmp).with_context(|| format!("creating symlink {}", tmp.display()))?;
+        std::os::unix::fs::symlink(&target, &tmp)
+            .with_context(|| format!("creating symlink {}", tmp.display()))?;
         fs::rename(&tmp, &link)?;
         Ok(())
     }
@@ -293,7 +337,12 @@ impl Store {
             }
             let path = e.path();
             let target = fs::read_link(&path).unwrap_or_default();
-            out.push(Root { name, live: path.exists(), target, path });
+            out.push(Root {
+                name,
+                live: path.exists(),
+                target,
+                path,
+            });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
@@ -313,7 +362,11 @@ impl Store {
             if pid.is_some_and(|p| !process_alive(p)) {
                 make_writable(&e.path());
                 let path = e.path();
-                let res = if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+                let res = if path.is_dir() {
+                    fs::remove_dir_all(&path)
+                } else {
+                    fs::remove_file(&path)
+                };
                 if res.is_ok() {
                     removed += 1;
                 }
@@ -344,7 +397,9 @@ fn process_alive(pid: i32) -> bool {
 
 /// The git checkout containing `path` (the nearest ancestor with a `.git`), if any.
 pub fn enclosing_checkout(path: &Path) -> Option<PathBuf> {
-    path.ancestors().find(|a| a.join(".git").exists()).map(Path::to_path_buf)
+    path.ancestors()
+        .find(|a| a.join(".git").exists())
+        .map(Path::to_path_buf)
 }
 
 fn sync_dir(dir: &Path) {
@@ -369,7 +424,11 @@ fn set_write_bits(path: &Path, writable: bool) -> Result<()> {
         return Ok(());
     }
     let mode = meta.permissions().mode();
-    let new = if writable { mode | 0o200 } else { mode & !0o222 };
+    let new = if writable {
+        mode | 0o200
+    } else {
+        mode & !0o222
+    };
     if writable && new != mode {
         fs::set_permissions(path, std::fs::Permissions::from_mode(new))?;
     }
@@ -440,9 +499,12 @@ impl Manifest {
             let p = dir.join(&f.path);
             match std::fs::metadata(&p) {
                 Err(_) => problems.push(format!("missing: {}", f.path)),
-                Ok(m) if m.len() != f.size => {
-                    problems.push(format!("changed size: {} ({} -> {} bytes)", f.path, f.size, m.len()))
-                }
+                Ok(m) if m.len() != f.size => problems.push(format!(
+                    "changed size: {} ({} -> {} bytes)",
+                    f.path,
+                    f.size,
+                    m.len()
+                )),
                 Ok(_) if deep => match sha256_file(&p) {
                     Ok(h) if h == f.sha256 => {}
                     Ok(_) => problems.push(format!("changed content: {}", f.path)),
@@ -466,18 +528,27 @@ fn walk(base: &Path, dir: &Path, skip: &[&str], m: &mut Manifest) -> Result<()> 
     for e in fs::read_dir(dir)? {
         let e = e?;
         let path = e.path();
-        let rel = path.strip_prefix(base).unwrap_or(&path).to_string_lossy().into_owned();
+        let rel = path
+            .strip_prefix(base)
+            .unwrap_or(&path)
+            .to_string_lossy()
+            .into_owned();
         if dir == base && skip.contains(&rel.as_str()) {
             continue;
         }
         let ft = e.file_type()?;
         if ft.is_symlink() {
-            m.symlinks.push((rel, fs::read_link(&path)?.to_string_lossy().into_owned()));
+            m.symlinks
+                .push((rel, fs::read_link(&path)?.to_string_lossy().into_owned()));
         } else if ft.is_dir() {
             walk(base, &path, skip, m)?;
         } else {
             let size = e.metadata()?.len();
-            m.files.push(ManifestFile { path: rel, size, sha256: sha256_file(&path)? });
+            m.files.push(ManifestFile {
+                path: rel,
+                size,
+                sha256: sha256_file(&path)?,
+            });
         }
     }
     Ok(())
@@ -500,11 +571,14 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
 /// Writes `bytes` to `path` atomically: a sibling temporary file, fsync, rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().context("path has no parent")?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("creating a temporary file in {}", dir.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
     tmp.write_all(bytes)?;
-    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o644))?;
     tmp.as_file().sync_all()?;
-    tmp.persist(path).with_context(|| format!("writing {}", path.display()))?;
+    tmp.persist(path)
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 
@@ -539,7 +613,9 @@ pub fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
 
 /// Total bytes of regular files under `path` (0 when absent).
 pub fn disk_usage(path: &Path) -> u64 {
-    let Ok(meta) = std::fs::symlink_metadata(path) else { return 0 };
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
     if meta.is_dir() {
         std::fs::read_dir(path)
             .map(|rd| rd.flatten().map(|e| disk_usage(&e.path())).sum())

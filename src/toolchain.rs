@@ -42,9 +42,17 @@ const PROBE: &str = "import sys,platform,sysconfig,os;print(os.path.realpath(sys
 
 /// Runs `candidate` and reads its identity. Errors: it does not run (a broken shim).
 pub fn probe_python(candidate: &Path) -> Result<Python> {
-    let out = capture(&format!("{} (probe)", candidate.display()), duct::cmd(candidate, ["-I", "-c", PROBE]))?;
+    let out = capture(
+        &format!("{} (probe)", candidate.display()),
+        duct::cmd(candidate, ["-I", "-c", PROBE]),
+    )?;
     let mut lines = out.lines();
-    let mut next = || lines.next().map(str::to_string).context("python printed too little");
+    let mut next = || {
+        lines
+            .next()
+            .map(str::to_string)
+            .context("python printed too little")
+    };
     Ok(Python {
         path: PathBuf::from(next()?),
         version: next()?,
@@ -64,8 +72,16 @@ pub fn find_python(minor: &str, uv: Option<&Tool>) -> Result<Python, String> {
         let path = PathBuf::from(explicit);
         return match probe_python(&path) {
             Ok(p) if matches(&p) => Ok(p),
-            Ok(p) => Err(format!("ORACLE_BUILD_PYTHON={} is Python {}, not {minor}", path.display(), p.version)),
-            Err(e) => Err(format!("ORACLE_BUILD_PYTHON={} does not run: {}", path.display(), first_line(&e))),
+            Ok(p) => Err(format!(
+                "ORACLE_BUILD_PYTHON={} is Python {}, not {minor}",
+                path.display(),
+                p.version
+            )),
+            Err(e) => Err(format!(
+                "ORACLE_BUILD_PYTHON={} does not run: {}",
+                path.display(),
+                first_line(&e)
+            )),
         };
     }
     let mut seen = std::collections::BTreeSet::new();
@@ -77,24 +93,38 @@ pub fn find_python(minor: &str, uv: Option<&Tool>) -> Result<Python, String> {
             match probe_python(&path) {
                 Ok(p) if matches(&p) => return Ok(p),
                 Ok(p) => tried.push(format!("{} is {}", path.display(), p.version)),
-                Err(e) => tried.push(format!("{} does not run ({})", path.display(), first_line(&e))),
+                Err(e) => tried.push(format!(
+                    "{} does not run ({})",
+                    path.display(),
+                    first_line(&e)
+                )),
             }
         }
     }
     if let Some(uv) = uv {
-        let found = capture("uv python find", duct::cmd(&uv.path, ["python", "find", "--no-python-downloads", minor]));
+        let found = capture(
+            "uv python find",
+            duct::cmd(&uv.path, ["python", "find", "--no-python-downloads", minor]),
+        );
         match found {
             Ok(path) => match probe_python(Path::new(&path)) {
                 Ok(p) if matches(&p) => return Ok(p),
                 Ok(p) => tried.push(format!("uv found {path}, which is {}", p.version)),
-                Err(e) => tried.push(format!("uv found {path}, which does not run ({})", first_line(&e))),
+                Err(e) => tried.push(format!(
+                    "uv found {path}, which does not run ({})",
+                    first_line(&e)
+                )),
             },
             Err(_) => tried.push("`uv python find` found none".into()),
         }
     }
     Err(format!(
         "Python {minor} not found (tried: {}); install it (e.g. `uv python install {minor}`), put python{minor} on PATH, or set ORACLE_BUILD_PYTHON",
-        if tried.is_empty() { "nothing on PATH".to_string() } else { tried.join("; ") }
+        if tried.is_empty() {
+            "nothing on PATH".to_string()
+        } else {
+            tried.join("; ")
+        }
     ))
 }
 
@@ -102,12 +132,20 @@ pub fn find_python(minor: &str, uv: Option<&Tool>) -> Result<Python, String> {
 fn first_line(e: &anyhow::Error) -> String {
     let text = format!("{e:#}");
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines.get(1).or(lines.first()).unwrap_or(&"").trim().to_string()
+    lines
+        .get(1)
+        .or(lines.first())
+        .unwrap_or(&"")
+        .trim()
+        .to_string()
 }
 
 fn probe_tool(path: &Path, args: &[&str]) -> Option<Tool> {
     let out = capture(&path.display().to_string(), duct::cmd(path, args)).ok()?;
-    Some(Tool { path: path.to_path_buf(), version: out.lines().next().unwrap_or("").trim().to_string() })
+    Some(Tool {
+        path: path.to_path_buf(),
+        version: out.lines().next().unwrap_or("").trim().to_string(),
+    })
 }
 
 /// Finds uv: `$ORACLE_BUILD_UV`, else `uv` on PATH, else the pinned uv in the
@@ -132,18 +170,33 @@ pub fn find_uv(store: &Store, python: Option<&Python>, provision: bool) -> Resul
         return Ok(tool);
     }
     if !provision {
-        anyhow::bail!("uv not found on PATH and not yet provisioned in {}", dir.display());
+        anyhow::bail!(
+            "uv not found on PATH and not yet provisioned in {}",
+            dir.display()
+        );
     }
     let python = match python {
         Some(p) => p.path.clone(),
-        None => which::which("python3").context("uv is not on PATH and no python3 is available to install it")?,
+        None => which::which("python3")
+            .context("uv is not on PATH and no python3 is available to install it")?,
     };
-    let _lock = store.lock("tools-uv")?;
+    // The tools directory may be shared by several stores: lock and stage inside it.
+    let tools = dir.parent().context("tools dir")?;
+    fs::create_dir_all(tools)?;
+    let lock = fs::File::create(tools.join(format!(".uv-{UV_VERSION}.lock")))?
+        .into_parts()
+        .0;
+    lock.lock().context("locking the tools directory")?;
     if let Some(tool) = probe_tool(&bin, &["--version"]) {
         return Ok(tool);
     }
-    progress::stage("toolchain", format!("provisioning uv {UV_VERSION} into {}", dir.display()));
-    let staging = store.stage("uv")?;
+    progress::stage(
+        "toolchain",
+        format!("provisioning uv {UV_VERSION} into {}", dir.display()),
+    );
+    let staging = tempfile::Builder::new()
+        .prefix(".uv-staging.")
+        .tempdir_in(tools)?;
     let target = staging.path().join("uv");
     capture(
         "pip install uv",
@@ -162,14 +215,18 @@ pub fn find_uv(store: &Store, python: Option<&Python>, provision: bool) -> Resul
             ],
         ),
     )
-    .context("provisioning uv: install it yourself (https://docs.astral.sh/uv/) or set ORACLE_BUILD_UV")?;
-    fs::create_dir_all(dir.parent().context("tools dir")?)?;
+    .context(
+        "provisioning uv: install it yourself (https://docs.astral.sh/uv/) or set ORACLE_BUILD_UV",
+    )?;
     fs::rename(&target, &dir)?;
-    probe_tool(&bin, &["--version"]).with_context(|| format!("provisioned uv at {} does not run", bin.display()))
+    probe_tool(&bin, &["--version"])
+        .with_context(|| format!("provisioned uv at {} does not run", bin.display()))
 }
 
 fn tools_dir(store: &Store) -> PathBuf {
-    std::env::var_os("ORACLE_BUILD_TOOLS").filter(|v| !v.is_empty()).map_or_else(|| store.tools_dir(), PathBuf::from)
+    std::env::var_os("ORACLE_BUILD_TOOLS")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| store.tools_dir(), PathBuf::from)
 }
 
 /// `nvcc`, from `$CUDA_HOME/bin`, PATH, or `/usr/local/cuda/bin`; version is
@@ -183,8 +240,14 @@ pub fn find_nvcc() -> Option<Tool> {
     candidates.push(PathBuf::from("/usr/local/cuda/bin/nvcc"));
     candidates.into_iter().find_map(|p| {
         let out = capture("nvcc --version", duct::cmd(&p, ["--version"])).ok()?;
-        let release = out.lines().find_map(|l| l.split("release ").nth(1)).map(|r| r.split(',').next().unwrap_or(r).to_string());
-        Some(Tool { path: p, version: release.unwrap_or(out) })
+        let release = out
+            .lines()
+            .find_map(|l| l.split("release ").nth(1))
+            .map(|r| r.split(',').next().unwrap_or(r).to_string());
+        Some(Tool {
+            path: p,
+            version: release.unwrap_or(out),
+        })
     })
 }
 
@@ -221,10 +284,18 @@ pub struct Gpu {
 
 /// The GPUs `nvidia-smi` lists; empty when it is absent or fails.
 pub fn gpus() -> Vec<Gpu> {
-    let Ok(path) = which::which("nvidia-smi") else { return Vec::new() };
+    let Ok(path) = which::which("nvidia-smi") else {
+        return Vec::new();
+    };
     let Ok(out) = capture(
         "nvidia-smi",
-        duct::cmd(path, ["--query-gpu=name,compute_cap,driver_version,memory.free", "--format=csv,noheader"]),
+        duct::cmd(
+            path,
+            [
+                "--query-gpu=name,compute_cap,driver_version,memory.free",
+                "--format=csv,noheader",
+            ],
+        ),
     ) else {
         return Vec::new();
     };
@@ -248,8 +319,16 @@ pub fn arch_list_for(caps: &[String]) -> String {
     let mut archs: Vec<String> = caps
         .iter()
         .map(|c| {
-            let major: u32 = c.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
-            if major >= 9 { format!("{c}a") } else { c.clone() }
+            let major: u32 = c
+                .split('.')
+                .next()
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(0);
+            if major >= 9 {
+                format!("{c}a")
+            } else {
+                c.clone()
+            }
         })
         .collect();
     archs.sort();
@@ -267,7 +346,10 @@ mod tests {
     #[test]
     fn arch_list_marks_arch_specific() {
         assert_eq!(super::arch_list_for(&["12.1".into()]), "12.1a");
-        assert_eq!(super::arch_list_for(&["9.0".into(), "8.0".into(), "9.0".into()]), "8.0;9.0a");
+        assert_eq!(
+            super::arch_list_for(&["9.0".into(), "8.0".into(), "9.0".into()]),
+            "8.0;9.0a"
+        );
     }
 }
 

@@ -46,7 +46,12 @@ impl Uv {
 
     /// `uv venv [--relocatable] --python <python> <dir>`, logged to `log`.
     pub fn venv(&self, python: &Path, dir: &Path, relocatable: bool, log: &Path) -> Result<()> {
-        let mut args: Vec<String> = vec!["venv".into(), "--no-project".into(), "--python".into(), python.display().to_string()];
+        let mut args: Vec<String> = vec![
+            "venv".into(),
+            "--no-project".into(),
+            "--python".into(),
+            python.display().to_string(),
+        ];
         if relocatable {
             args.push("--relocatable".into());
         }
@@ -72,12 +77,27 @@ impl Uv {
         ];
         all.extend(self.common());
         all.extend(args.iter().cloned());
-        run_logged("uv pip install", self.cmd(all), log, &Progress::new("install"))
+        run_logged(
+            "uv pip install",
+            self.cmd(all),
+            log,
+            &Progress::new("install"),
+        )
     }
 
     /// `uv build --wheel --no-build-isolation --python <venv python> --out-dir <out> <src>`
     /// with extra environment `env` (and `remove` unset), logged to `log`.
-    pub fn build_wheel(&self, venv: &Path, src: &Path, out: &Path, env: &[(String, String)], remove: &[String], log: &Path, progress: &Progress) -> Result<()> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn build_wheel(
+        &self,
+        venv: &Path,
+        src: &Path,
+        out: &Path,
+        env: &[(String, String)],
+        remove: &[String],
+        log: &Path,
+        progress: &Progress,
+    ) -> Result<()> {
         let mut args: Vec<String> = vec![
             "build".into(),
             "--wheel".into(),

@@ -67,9 +67,19 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
     let tc = crate::ops::preflight::toolchain(&store, &lr, opts.offline)?;
     let cleaned = store.clean_stale_staging()?;
     if cleaned > 0 {
-        progress::stage("store", format!("removed {cleaned} stale staging director{} of killed runs", if cleaned == 1 { "y" } else { "ies" }));
+        progress::stage(
+            "store",
+            format!(
+                "removed {cleaned} stale staging director{} of killed runs",
+                if cleaned == 1 { "y" } else { "ies" }
+            ),
+        );
     }
-    let uv = Uv { tool: tc.uv.clone(), indexes: r.indexes.clone(), offline: opts.offline };
+    let uv = Uv {
+        tool: tc.uv.clone(),
+        indexes: r.indexes.clone(),
+        offline: opts.offline,
+    };
     let mut built = Vec::new();
 
     let had_src = source::checkout_entry(&store, &r.source.commit).exists();
@@ -86,7 +96,18 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
         built.push("wheel".to_string());
     }
 
-    let outcome = venv::ensure(&store, &lr, &tc, &uv, &plan.entry, &record, &src, venv::Options { no_smoke: opts.no_smoke })?;
+    let outcome = venv::ensure(
+        &store,
+        &lr,
+        &tc,
+        &uv,
+        &plan.entry,
+        &record,
+        &src,
+        venv::Options {
+            no_smoke: opts.no_smoke,
+        },
+    )?;
     if outcome.built {
         built.push("venv".to_string());
     }
@@ -115,16 +136,26 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
     } else {
         println!("oracle   {}", report.oracle.display());
         println!("recipe   {} @ {}", report.recipe, report.commit);
-        println!("version  {}", report.runtime_version.as_deref().unwrap_or("(none)"));
+        println!(
+            "version  {}",
+            report.runtime_version.as_deref().unwrap_or("(none)")
+        );
         println!("verdict  {}", report.verdict.as_str());
         for reason in &report.reasons {
             println!("  - {reason}");
         }
-        let built = if report.built.is_empty() { "nothing (all stages found in the store)".to_string() } else { report.built.join(", ") };
+        let built = if report.built.is_empty() {
+            "nothing (all stages found in the store)".to_string()
+        } else {
+            report.built.join(", ")
+        };
         println!("built    {built} in {:.2} s", report.seconds);
     }
     if report.verdict == Verdict::NotGateable {
-        return Err(not_gateable(format!("{} was built but is not gateable", report.recipe)));
+        return Err(not_gateable(format!(
+            "{} was built but is not gateable",
+            report.recipe
+        )));
     }
     Ok(report)
 }

@@ -64,7 +64,12 @@ pub struct Plan {
 }
 
 fn step(stage: &str, state: &str, detail: impl Into<String>, disk: u64) -> Step {
-    Step { stage: stage.into(), state: state.into(), detail: detail.into(), disk_bytes: disk }
+    Step {
+        stage: stage.into(),
+        state: state.into(),
+        detail: detail.into(),
+        disk_bytes: disk,
+    }
 }
 
 /// Free bytes on the filesystem holding `path` (or its nearest existing ancestor).
@@ -93,20 +98,68 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path) -> Plan {
     let tools = format!(
         "python {}: {}; uv: {}; nvcc: {}",
         r.python,
-        findings.python.as_ref().map_or("not found".into(), |p| format!("{} ({})", p.version, p.path.display())),
-        findings.uv.as_ref().map_or(format!("to provision ({})", toolchain::UV_VERSION), |u| u.version.clone()),
-        findings.nvcc.as_ref().map_or("not found".into(), |n| n.version.clone()),
+        findings
+            .python
+            .as_ref()
+            .map_or("not found".into(), |p| format!(
+                "{} ({})",
+                p.version,
+                p.path.display()
+            )),
+        findings
+            .uv
+            .as_ref()
+            .map_or(format!("to provision ({})", toolchain::UV_VERSION), |u| u
+                .version
+                .clone()),
+        findings
+            .nvcc
+            .as_ref()
+            .map_or("not found".into(), |n| n.version.clone()),
     );
-    steps.push(step("toolchain", if findings.python.is_some() { "cached" } else { "blocked" }, tools, 0));
+    steps.push(step(
+        "toolchain",
+        if findings.python.is_some() {
+            "cached"
+        } else {
+            "blocked"
+        },
+        tools,
+        0,
+    ));
     let mirror = source::mirror_entry(store, &r.source.repo);
     steps.push(if findings.source_mirrored {
-        step("source", "cached", format!("{} holds {}", mirror.label(), r.source.commit), 0)
+        step(
+            "source",
+            "cached",
+            format!("{} holds {}", mirror.label(), r.source.commit),
+            0,
+        )
     } else {
-        step("source", "to do", format!("fetch {} (full history) into {}", r.source.repo, mirror.label()), disk_estimate("source", device))
+        step(
+            "source",
+            "to do",
+            format!(
+                "fetch {} (full history) into {}",
+                r.source.repo,
+                mirror.label()
+            ),
+            disk_estimate("source", device),
+        )
     });
     let src = source::checkout_entry(store, &r.source.commit);
-    let mut wheel_state = step("wheel", "to do", "key known once the checkout exists", disk_estimate("wheel", device));
-    let mut venv_state = step("venv", "to do", "key known once the wheel exists", disk_estimate("venv", device));
+    let mut wheel_state = step(
+        "wheel",
+        "to do",
+        "key known once the checkout exists",
+        disk_estimate("wheel", device),
+    );
+    let mut venv_state = step(
+        "venv",
+        "to do",
+        "key known once the wheel exists",
+        disk_estimate("venv", device),
+    );
     if src.exists() {
         steps.push(step("checkout", "cached", src.label(), 0));
         if let (Some(python), Some(uv)) = (&findings.python, &findings.uv) {
@@ -128,16 +181,40 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path) -> Plan {
                         venv_state = if e.exists() {
                             step("venv", "cached", e.label(), 0)
                         } else {
-                            step("venv", "to do", format!("install {} into {}", rec.wheel, e.label()), disk_estimate("venv", device))
+                            step(
+                                "venv",
+                                "to do",
+                                format!("install {} into {}", rec.wheel, e.label()),
+                                disk_estimate("venv", device),
+                            )
                         };
                     }
                 }
-                Ok(p) => wheel_state = step("wheel", "to do", format!("build {} (mode {})", p.entry.label(), r.build.mode.as_str()), disk_estimate("wheel", device)),
-                Err(e) => wheel_state = step("wheel", "blocked", format!("{e:#}"), disk_estimate("wheel", device)),
+                Ok(p) => {
+                    wheel_state = step(
+                        "wheel",
+                        "to do",
+                        format!("build {} (mode {})", p.entry.label(), r.build.mode.as_str()),
+                        disk_estimate("wheel", device),
+                    )
+                }
+                Err(e) => {
+                    wheel_state = step(
+                        "wheel",
+                        "blocked",
+                        format!("{e:#}"),
+                        disk_estimate("wheel", device),
+                    )
+                }
             }
         }
     } else {
-        steps.push(step("checkout", "to do", format!("check out {} into {}", r.source.commit, src.label()), 0));
+        steps.push(step(
+            "checkout",
+            "to do",
+            format!("check out {} into {}", r.source.commit, src.label()),
+            0,
+        ));
     }
     steps.push(wheel_state);
     steps.push(venv_state);
@@ -154,10 +231,23 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path) -> Plan {
     steps.push(step(
         "smoke",
         "to do",
-        format!("probe {}; {} runs of: {}", if r.smoke.probe { "on" } else { "off" }, r.smoke.runs, if cases.is_empty() { "no cases".into() } else { cases.join(", ") }),
+        format!(
+            "probe {}; {} runs of: {}",
+            if r.smoke.probe { "on" } else { "off" },
+            r.smoke.runs,
+            if cases.is_empty() {
+                "no cases".into()
+            } else {
+                cases.join(", ")
+            }
+        ),
         0,
     ));
-    let needed = steps.iter().filter(|s| s.state != "cached").map(|s| s.disk_bytes).sum();
+    let needed = steps
+        .iter()
+        .filter(|s| s.state != "cached")
+        .map(|s| s.disk_bytes)
+        .sum();
     Plan {
         recipe: r.name.clone(),
         origin: lr.origin.clone(),
@@ -178,11 +268,20 @@ pub fn run(pin_arg: &str, store_arg: Option<&Path>, json: bool) -> Result<()> {
     println!("plan for {} ({})", p.recipe, p.origin);
     println!("store    {}", p.store.display());
     for s in &p.steps {
-        let disk = if s.disk_bytes > 0 && s.state != "cached" { format!("  [~{:.1} GiB]", s.disk_bytes as f64 / GIB as f64) } else { String::new() };
+        let disk = if s.disk_bytes > 0 && s.state != "cached" {
+            format!("  [~{:.1} GiB]", s.disk_bytes as f64 / GIB as f64)
+        } else {
+            String::new()
+        };
         println!("  {:<10} {:<7} {}{disk}", s.stage, s.state, s.detail);
     }
-    let free = p.free_bytes.map_or("unknown".into(), |f| format!("{:.1} GiB", f as f64 / GIB as f64));
-    println!("disk     needs ~{:.1} GiB, free {free}", p.needed_bytes as f64 / GIB as f64);
+    let free = p.free_bytes.map_or("unknown".into(), |f| {
+        format!("{:.1} GiB", f as f64 / GIB as f64)
+    });
+    println!(
+        "disk     needs ~{:.1} GiB, free {free}",
+        p.needed_bytes as f64 / GIB as f64
+    );
     if !p.problems.is_empty() {
         println!("a build now would stop:");
         for problem in &p.problems {

@@ -42,7 +42,11 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
         problems.push(format!(
             "uv not found on PATH or in {}, and it cannot be installed {}",
             store.tools_dir().display(),
-            if offline { "offline" } else { "(no working Python with pip)" }
+            if offline {
+                "offline"
+            } else {
+                "(no working Python with pip)"
+            }
         ));
     }
     let nvcc = toolchain::find_nvcc();
@@ -57,12 +61,21 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
     let source_mirrored = source::mirror_has(store, &r.source.repo, &r.source.commit);
     if !source_mirrored {
         if offline {
-            problems.push(format!("--offline: commit {} of {} is not in the store's mirror", r.source.commit, r.source.repo));
+            problems.push(format!(
+                "--offline: commit {} of {} is not in the store's mirror",
+                r.source.commit, r.source.repo
+            ));
         } else if let Err(e) = source::check_reachable(&r.source.repo) {
             problems.push(format!("{e:#}"));
         }
     }
-    Findings { python, uv, nvcc, source_mirrored, problems }
+    Findings {
+        python,
+        uv,
+        nvcc,
+        source_mirrored,
+        problems,
+    }
 }
 
 /// Runs [`inspect`] and, when nothing is missing, creates the store's
@@ -95,7 +108,12 @@ pub fn toolchain(store: &Store, lr: &LoadedRecipe, offline: bool) -> Result<Tool
     };
     progress::stage(
         "toolchain",
-        format!("python {} ({}), {}", tc.python.version, tc.python.path.display(), tc.uv.version),
+        format!(
+            "python {} ({}), {}",
+            tc.python.version,
+            tc.python.path.display(),
+            tc.uv.version
+        ),
     );
     Ok(tc)
 }

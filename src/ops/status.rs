@@ -62,7 +62,11 @@ fn entry_health(path: &Path, bucket: Bucket) -> (u64, String) {
         Bucket::Wheels | Bucket::Venvs => match Manifest::read(path) {
             Ok(m) => {
                 let problems = m.check(path, false);
-                let health = if problems.is_empty() { "ok".into() } else { format!("damaged: {}", problems.join("; ")) };
+                let health = if problems.is_empty() {
+                    "ok".into()
+                } else {
+                    format!("damaged: {}", problems.join("; "))
+                };
                 (m.total_size(), health)
             }
             Err(_) => (disk_usage(path), "no manifest".into()),
@@ -85,11 +89,30 @@ pub fn status(root: &Path) -> Result<Status> {
             for e in s.entries(bucket)? {
                 let (bytes, health) = entry_health(&e.path, bucket);
                 let canon = e.path.canonicalize().ok();
-                let rooted: Vec<String> = roots.iter().filter(|r| resolve(r) == canon && canon.is_some()).map(|r| r.name.clone()).collect();
-                let oracle = (bucket == Bucket::Venvs).then(|| OracleRecord::read(&e.path).ok()).flatten().map(|o| {
-                    format!("{} {} {}", o.recipe, o.identity.runtime_version.unwrap_or_default(), o.smoke.verdict.as_str())
+                let rooted: Vec<String> = roots
+                    .iter()
+                    .filter(|r| resolve(r) == canon && canon.is_some())
+                    .map(|r| r.name.clone())
+                    .collect();
+                let oracle = (bucket == Bucket::Venvs)
+                    .then(|| OracleRecord::read(&e.path).ok())
+                    .flatten()
+                    .map(|o| {
+                        format!(
+                            "{} {} {}",
+                            o.recipe,
+                            o.identity.runtime_version.unwrap_or_default(),
+                            o.smoke.verdict.as_str()
+                        )
+                    });
+                entries.push(EntryRow {
+                    entry: e.label(),
+                    path: e.path.clone(),
+                    bytes,
+                    health,
+                    roots: rooted,
+                    oracle,
                 });
-                entries.push(EntryRow { entry: e.label(), path: e.path.clone(), bytes, health, roots: rooted, oracle });
             }
         }
     }
@@ -108,7 +131,13 @@ pub fn status(root: &Path) -> Result<Status> {
             }
         })
         .collect();
-    Ok(Status { store: root.to_path_buf(), recipes, recipe_errors, entries, roots })
+    Ok(Status {
+        store: root.to_path_buf(),
+        recipes,
+        recipe_errors,
+        entries,
+        roots,
+    })
 }
 
 /// `status`: prints the status (text or `--json`).
@@ -125,7 +154,11 @@ pub fn run(store_arg: Option<&Path>, json: bool) -> Result<()> {
             (Some(o), Some(v)) => format!("{v}  {}", o.display()),
             _ => "not built".into(),
         };
-        println!("  {:<24} {}  {state}", r.name, &r.commit[..12.min(r.commit.len())]);
+        println!(
+            "  {:<24} {}  {state}",
+            r.name,
+            &r.commit[..12.min(r.commit.len())]
+        );
     }
     for e in &s.recipe_errors {
         println!("  (unreadable) {e}");
@@ -135,13 +168,31 @@ pub fn run(store_arg: Option<&Path>, json: bool) -> Result<()> {
         println!("  (none)");
     }
     for e in &s.entries {
-        let roots = if e.roots.is_empty() { "no root".into() } else { format!("roots: {}", e.roots.join(", ")) };
-        let oracle = e.oracle.as_deref().map(|o| format!("  [{o}]")).unwrap_or_default();
-        println!("  {:<52} {:>10.1} MiB  {}  {roots}{oracle}", e.entry, e.bytes as f64 / (1 << 20) as f64, e.health);
+        let roots = if e.roots.is_empty() {
+            "no root".into()
+        } else {
+            format!("roots: {}", e.roots.join(", "))
+        };
+        let oracle = e
+            .oracle
+            .as_deref()
+            .map(|o| format!("  [{o}]"))
+            .unwrap_or_default();
+        println!(
+            "  {:<52} {:>10.1} MiB  {}  {roots}{oracle}",
+            e.entry,
+            e.bytes as f64 / (1 << 20) as f64,
+            e.health
+        );
     }
     println!("roots:");
     for r in &s.roots {
-        println!("  {:<28} -> {}{}", r.name, r.target.display(), if r.live { "" } else { "  (dangling)" });
+        println!(
+            "  {:<28} -> {}{}",
+            r.name,
+            r.target.display(),
+            if r.live { "" } else { "  (dangling)" }
+        );
     }
     Ok(())
 }

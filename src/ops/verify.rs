@@ -38,14 +38,22 @@ fn locate(target: &str, store_arg: Option<&Path>) -> Result<(PathBuf, Recipe)> {
         let rec = OracleRecord::read(p).map_err(|e| {
             anyhow!("{} has no readable oracle.json ({e:#}); it was not built by oracle-build, so verify it by PIN", p.display())
         })?;
-        let r = recipe::parse(&rec.recipe_text, &format!("{}/oracle.json recipe", p.display()))?;
+        let r = recipe::parse(
+            &rec.recipe_text,
+            &format!("{}/oracle.json recipe", p.display()),
+        )?;
         return Ok((p.to_path_buf(), r));
     }
     let lr = pin::resolve(target)?;
     let root = Store::default_root(store_arg)?;
     let link = root.join("roots").join(&lr.recipe.name);
     if !link.exists() {
-        return Err(anyhow!("no oracle of {} in {} (run `oracle-build {}`)", lr.recipe.name, root.display(), target));
+        return Err(anyhow!(
+            "no oracle of {} in {} (run `oracle-build {}`)",
+            lr.recipe.name,
+            root.display(),
+            target
+        ));
     }
     Ok((link.canonicalize()?, lr.recipe))
 }
@@ -55,16 +63,36 @@ pub fn verify(target: &str, store_arg: Option<&Path>) -> Result<Verification> {
     let (venv, recipe) = locate(target, store_arg)?;
     let record = OracleRecord::read(&venv).ok();
     let mode = record.as_ref().map_or(BuildMode::Source, |r| {
-        if r.identity.build_mode == "precompiled" { BuildMode::Precompiled } else { BuildMode::Source }
+        if r.identity.build_mode == "precompiled" {
+            BuildMode::Precompiled
+        } else {
+            BuildMode::Source
+        }
     });
     let id = identity::measure(&venv, &recipe.source.package, &recipe.source.commit, mode)?;
     let mut checks = identity::checks(&id, &recipe);
     if let Some(rec) = &record {
         let pairs = [
-            ("recorded runtime_version", &rec.identity.runtime_version, &id.runtime_version),
-            ("recorded distribution_version", &rec.identity.distribution_version, &id.distribution_version),
-            ("recorded flashinfer_version", &rec.identity.flashinfer_version, &id.flashinfer_version),
-            ("recorded torch_version", &rec.identity.torch_version, &id.torch_version),
+            (
+                "recorded runtime_version",
+                &rec.identity.runtime_version,
+                &id.runtime_version,
+            ),
+            (
+                "recorded distribution_version",
+                &rec.identity.distribution_version,
+                &id.distribution_version,
+            ),
+            (
+                "recorded flashinfer_version",
+                &rec.identity.flashinfer_version,
+                &id.flashinfer_version,
+            ),
+            (
+                "recorded torch_version",
+                &rec.identity.torch_version,
+                &id.torch_version,
+            ),
         ];
         for (field, want, got) in pairs {
             checks.push(Check {
@@ -76,7 +104,13 @@ pub fn verify(target: &str, store_arg: Option<&Path>) -> Result<Verification> {
         }
     }
     let ok = checks.iter().all(|c| c.ok);
-    Ok(Verification { venv, recipe: recipe.name, identity: id, checks, ok })
+    Ok(Verification {
+        venv,
+        recipe: recipe.name,
+        identity: id,
+        checks,
+        ok,
+    })
 }
 
 /// `verify`: prints every check; exit 3 when any fails.
@@ -87,12 +121,22 @@ pub fn run(target: &str, store_arg: Option<&Path>, json: bool) -> Result<()> {
     } else {
         println!("oracle {} (recipe {})", v.venv.display(), v.recipe);
         for c in &v.checks {
-            println!("  [{}] {:<30} expected {}  found {}", if c.ok { "ok" } else { "FAIL" }, c.field, c.expected, c.found);
+            println!(
+                "  [{}] {:<30} expected {}  found {}",
+                if c.ok { "ok" } else { "FAIL" },
+                c.field,
+                c.expected,
+                c.found
+            );
         }
     }
     if v.ok {
         Ok(())
     } else {
-        Err(mismatch(format!("{} is not the pin:\n{}", v.venv.display(), identity::describe_failures(&v.checks))))
+        Err(mismatch(format!(
+            "{} is not the pin:\n{}",
+            v.venv.display(),
+            identity::describe_failures(&v.checks)
+        )))
     }
 }

@@ -88,20 +88,29 @@ struct Measured {
 /// venv's own Python (`-I`, isolated) from an empty directory outside any source tree.
 ///
 /// Errors: the interpreter does not run or prints something that is not the expected JSON.
-pub fn measure(venv: &Path, package: &str, commit: &str, build_mode: BuildMode) -> Result<Identity> {
+pub fn measure(
+    venv: &Path,
+    package: &str,
+    commit: &str,
+    build_mode: BuildMode,
+) -> Result<Identity> {
     let work = tempfile::tempdir().context("creating a scratch directory")?;
     let script = work.path().join("identity.py");
     fs_err::write(&script, IDENTITY_PY)?;
     let python = venv.join("bin/python");
     let out = capture(
         &format!("{} identity.py", python.display()),
-        duct::cmd(&python, ["-I".as_ref(), script.as_os_str(), package.as_ref()])
-            .dir(work.path())
-            .env_remove("PYTHONPATH")
-            .env_remove("PYTHONHOME"),
+        duct::cmd(
+            &python,
+            ["-I".as_ref(), script.as_os_str(), package.as_ref()],
+        )
+        .dir(work.path())
+        .env_remove("PYTHONPATH")
+        .env_remove("PYTHONHOME"),
     )?;
     let line = out.lines().last().unwrap_or("");
-    let m: Measured = serde_json::from_str(line).with_context(|| format!("identity script printed: {out}"))?;
+    let m: Measured =
+        serde_json::from_str(line).with_context(|| format!("identity script printed: {out}"))?;
     Ok(Identity {
         commit: commit.to_string(),
         runtime_version: m.runtime_version,
@@ -146,7 +155,12 @@ pub struct Check {
 }
 
 fn check(field: &str, expected: impl Into<String>, found: impl Into<String>, ok: bool) -> Check {
-    Check { field: field.into(), expected: expected.into(), found: found.into(), ok }
+    Check {
+        field: field.into(),
+        expected: expected.into(),
+        found: found.into(),
+        ok,
+    }
 }
 
 fn show(v: &Option<String>) -> String {
@@ -159,18 +173,30 @@ fn show(v: &Option<String>) -> String {
 /// and every field of the recipe's `expect` block.
 pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
     let mut out = Vec::new();
-    out.push(check("import", "imports", id.import_error.clone().unwrap_or_else(|| "imports".into()), id.import_error.is_none()));
+    out.push(check(
+        "import",
+        "imports",
+        id.import_error.clone().unwrap_or_else(|| "imports".into()),
+        id.import_error.is_none(),
+    ));
     let sha = id.runtime_version.as_deref().and_then(scm_sha);
     out.push(check(
         "commit",
-        format!("runtime_version carrying +g<sha> with <sha> a prefix of {}", id.commit),
+        format!(
+            "runtime_version carrying +g<sha> with <sha> a prefix of {}",
+            id.commit
+        ),
         show(&id.runtime_version),
         sha.is_some_and(|s| id.commit.starts_with(&s.to_ascii_lowercase())),
     ));
     out.push(check(
         "editable",
         "false (a regular, non-editable install)",
-        if id.editable { format!("true: {}", id.editable_evidence.join("; ")) } else { "false".into() },
+        if id.editable {
+            format!("true: {}", id.editable_evidence.join("; "))
+        } else {
+            "false".into()
+        },
         !id.editable,
     ));
     out.push(check(
@@ -180,33 +206,70 @@ pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
         id.package_in_venv,
     ));
     if recipe.build.target_device != "empty" {
-        let names: Vec<&str> = id.compiled_extensions.iter().map(|e| e.path.as_str()).collect();
+        let names: Vec<&str> = id
+            .compiled_extensions
+            .iter()
+            .map(|e| e.path.as_str())
+            .collect();
         out.push(check(
             "compiled_extensions",
             "at least one compiled module",
-            if names.is_empty() { "none".into() } else { names.join(", ") },
+            if names.is_empty() {
+                "none".into()
+            } else {
+                names.join(", ")
+            },
             !names.is_empty(),
         ));
     }
-    let precompiled_mark = id.distribution_version.as_deref().is_some_and(|v| v.contains("precompiled"));
+    let precompiled_mark = id
+        .distribution_version
+        .as_deref()
+        .is_some_and(|v| v.contains("precompiled"));
     out.push(check(
         "build_mode",
         recipe.build.mode.as_str(),
-        if precompiled_mark { format!("{} (distribution version says precompiled)", id.build_mode) } else { id.build_mode.clone() },
-        id.build_mode == recipe.build.mode.as_str() && (recipe.build.mode == BuildMode::Precompiled || !precompiled_mark),
+        if precompiled_mark {
+            format!("{} (distribution version says precompiled)", id.build_mode)
+        } else {
+            id.build_mode.clone()
+        },
+        id.build_mode == recipe.build.mode.as_str()
+            && (recipe.build.mode == BuildMode::Precompiled || !precompiled_mark),
     ));
-    let py_ok = id.python_version == recipe.python || id.python_version.starts_with(&format!("{}.", recipe.python));
-    out.push(check("python_version", recipe.python.clone(), id.python_version.clone(), py_ok));
+    let py_ok = id.python_version == recipe.python
+        || id
+            .python_version
+            .starts_with(&format!("{}.", recipe.python));
+    out.push(check(
+        "python_version",
+        recipe.python.clone(),
+        id.python_version.clone(),
+        py_ok,
+    ));
     let e = &recipe.expect;
     let fields = [
         ("runtime_version", &e.runtime_version, &id.runtime_version),
-        ("distribution_version", &e.distribution_version, &id.distribution_version),
-        ("flashinfer_version", &e.flashinfer_version, &id.flashinfer_version),
+        (
+            "distribution_version",
+            &e.distribution_version,
+            &id.distribution_version,
+        ),
+        (
+            "flashinfer_version",
+            &e.flashinfer_version,
+            &id.flashinfer_version,
+        ),
         ("torch_version", &e.torch_version, &id.torch_version),
     ];
     for (field, want, got) in fields {
         if let Some(want) = want {
-            out.push(check(field, want.clone(), show(got), got.as_deref() == Some(want.as_str())));
+            out.push(check(
+                field,
+                want.clone(),
+                show(got),
+                got.as_deref() == Some(want.as_str()),
+            ));
         }
     }
     out
@@ -229,7 +292,10 @@ mod tests {
     #[test]
     fn finds_the_scm_sha() {
         assert_eq!(scm_sha("0.23.1rc1.dev1511+g555967922"), Some("555967922"));
-        assert_eq!(scm_sha("0.23.1rc1.dev1511+g555967922.d20260101"), Some("555967922"));
+        assert_eq!(
+            scm_sha("0.23.1rc1.dev1511+g555967922.d20260101"),
+            Some("555967922")
+        );
         assert_eq!(scm_sha("0.23.1+cu130"), None);
         assert_eq!(scm_sha("0.23.1"), None);
     }

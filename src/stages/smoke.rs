@@ -148,11 +148,17 @@ fn sha2_digest(bytes: &[u8]) -> Vec<u8> {
 fn golden_path(lr: &LoadedRecipe, case: &Case) -> Option<PathBuf> {
     let g = case.golden.as_ref()?;
     let p = Path::new(g);
-    Some(if p.is_absolute() { p.to_path_buf() } else { lr.dir.clone().unwrap_or_default().join(p) })
+    Some(if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        lr.dir.clone().unwrap_or_default().join(p)
+    })
 }
 
 fn boot_id() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// Runs the probe (if enabled) and every case (or only `only`) with the venv
@@ -160,7 +166,12 @@ fn boot_id() -> Option<String> {
 ///
 /// Errors: only for failures of the tool itself (cannot write files, cannot
 /// start Python); everything the oracle does wrong becomes a reason in the report.
-pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, only: Option<&str>) -> Result<SmokeReport> {
+pub fn run(
+    venv: &Path,
+    lr: &LoadedRecipe,
+    out_dir: &Path,
+    only: Option<&str>,
+) -> Result<SmokeReport> {
     let recipe = &lr.recipe;
     let started = jiff::Timestamp::now().to_string();
     let t0 = Instant::now();
@@ -174,9 +185,21 @@ pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, only: Option<&str>) -
     let device = recipe.build.target_device.clone();
 
     let probe = if recipe.smoke.probe {
-        progress::stage("smoke", format!("probe: {}._custom_ops.rms_norm", recipe.source.package));
+        progress::stage(
+            "smoke",
+            format!("probe: {}._custom_ops.rms_norm", recipe.source.package),
+        );
         let cfg = json!({"package": recipe.source.package, "device": device});
-        let (res, problem) = run_driver(&python, &driver, "probe", "probe", &cfg, out_dir, &recipe.smoke.env, timeout)?;
+        let (res, problem) = run_driver(
+            &python,
+            &driver,
+            "probe",
+            "probe",
+            &cfg,
+            out_dir,
+            &recipe.smoke.env,
+            timeout,
+        )?;
         let ok = res.get("ok").and_then(Value::as_bool).unwrap_or(false);
         if let Some(p) = problem {
             reasons.push(format!("probe: {p}"));
@@ -185,8 +208,16 @@ pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, only: Option<&str>) -
                 .pointer("/error/exception")
                 .and_then(Value::as_str)
                 .map(str::to_string)
-                .unwrap_or_else(|| format!("max abs error {} over tolerance {}", res["max_abs_error"], res["tolerance"]));
-            reasons.push(format!("probe: {} failed: {why}", res["op"].as_str().unwrap_or("custom op")));
+                .unwrap_or_else(|| {
+                    format!(
+                        "max abs error {} over tolerance {}",
+                        res["max_abs_error"], res["tolerance"]
+                    )
+                });
+            reasons.push(format!(
+                "probe: {} failed: {why}",
+                res["op"].as_str().unwrap_or("custom op")
+            ));
         }
         res
     } else {
@@ -194,7 +225,12 @@ pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, only: Option<&str>) -
     };
 
     let mut cases = Vec::new();
-    for case in recipe.smoke.cases.iter().filter(|c| only.is_none_or(|o| o == c.name)) {
+    for case in recipe
+        .smoke
+        .cases
+        .iter()
+        .filter(|c| only.is_none_or(|o| o == c.name))
+    {
         let result = run_case(&python, &driver, lr, case, out_dir, timeout)?;
         for p in &result.problems {
             reasons.push(format!("case {}: {p}", result.name));
@@ -217,7 +253,11 @@ pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, only: Option<&str>) -
     }
     Ok(SmokeReport {
         key: smoke_key(lr),
-        verdict: if reasons.is_empty() { Verdict::Gateable } else { Verdict::NotGateable },
+        verdict: if reasons.is_empty() {
+            Verdict::Gateable
+        } else {
+            Verdict::NotGateable
+        },
         reasons,
         probe,
         cases,
@@ -248,26 +288,49 @@ fn run_driver(
     write_json(&cfg_path, cfg)?;
     let _ = fs::remove_file(&out_path);
     let work = tempfile::tempdir().context("creating a scratch directory")?;
-    let mut cmd = duct::cmd(python, ["-I".as_ref(), driver.as_os_str(), mode.as_ref(), cfg_path.as_os_str(), out_path.as_os_str()])
-        .dir(work.path())
-        .env_remove("PYTHONPATH")
-        .env_remove("PYTHONHOME");
+    let mut cmd = duct::cmd(
+        python,
+        [
+            "-I".as_ref(),
+            driver.as_os_str(),
+            mode.as_ref(),
+            cfg_path.as_os_str(),
+            out_path.as_os_str(),
+        ],
+    )
+    .dir(work.path())
+    .env_remove("PYTHONPATH")
+    .env_remove("PYTHONHOME");
     for (k, v) in env {
         cmd = cmd.env(k, v);
     }
     let outcome = crate::process::run_with_timeout(cmd, &log, timeout);
     let log_tail = || crate::process::tail(&std::fs::read_to_string(&log).unwrap_or_default(), 5);
     match outcome {
-        Err(e) => Ok((Value::Null, Some(format!("{e:#}; log {}:\n{}", log.display(), log_tail())))),
+        Err(e) => Ok((
+            Value::Null,
+            Some(format!("{e:#}; log {}:\n{}", log.display(), log_tail())),
+        )),
         Ok(_) if !out_path.exists() => Ok((
             Value::Null,
-            Some(format!("the driver wrote no result; log {}:\n{}", log.display(), log_tail())),
+            Some(format!(
+                "the driver wrote no result; log {}:\n{}",
+                log.display(),
+                log_tail()
+            )),
         )),
         Ok(_) => Ok((read_json(&out_path)?, None)),
     }
 }
 
-fn run_case(python: &Path, driver: &Path, lr: &LoadedRecipe, case: &Case, out_dir: &Path, timeout: Duration) -> Result<CaseResult> {
+fn run_case(
+    python: &Path,
+    driver: &Path,
+    lr: &LoadedRecipe,
+    case: &Case,
+    out_dir: &Path,
+    timeout: Duration,
+) -> Result<CaseResult> {
     let recipe = &lr.recipe;
     let mut result = CaseResult {
         name: case.name.clone(),
@@ -294,10 +357,15 @@ fn run_case(python: &Path, driver: &Path, lr: &LoadedRecipe, case: &Case, out_di
     };
     result.model = model.clone();
     if !Path::new(&model).exists() {
-        result.problems.push(format!("model path {model} does not exist"));
+        result
+            .problems
+            .push(format!("model path {model} does not exist"));
         return Ok(result);
     }
-    progress::stage("smoke", format!("case {}: {} x{} runs", case.name, model, recipe.smoke.runs));
+    progress::stage(
+        "smoke",
+        format!("case {}: {} x{} runs", case.name, model, recipe.smoke.runs),
+    );
     let cfg = json!({
         "name": case.name, "package": recipe.source.package, "model": model, "revision": case.revision,
         "prompt": case.prompt, "max_tokens": case.max_tokens, "engine_args": case.engine_args,
@@ -305,7 +373,16 @@ fn run_case(python: &Path, driver: &Path, lr: &LoadedRecipe, case: &Case, out_di
     });
     let mut env = recipe.smoke.env.clone();
     env.extend(case.env.clone());
-    let (res, problem) = run_driver(python, driver, "case", &format!("case-{}", case.name), &cfg, out_dir, &env, timeout)?;
+    let (res, problem) = run_driver(
+        python,
+        driver,
+        "case",
+        &format!("case-{}", case.name),
+        &cfg,
+        out_dir,
+        &env,
+        timeout,
+    )?;
     if let Some(p) = problem {
         result.problems.push(p);
         return Ok(result);
@@ -319,16 +396,30 @@ fn run_case(python: &Path, driver: &Path, lr: &LoadedRecipe, case: &Case, out_di
     }
     result.load_s = res.get("load_s").and_then(Value::as_f64);
     result.engine_config = res.get("engine_config").cloned().unwrap_or(Value::Null);
-    let runs = res.get("runs").and_then(Value::as_array).cloned().unwrap_or_default();
+    let runs = res
+        .get("runs")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     result.runs = runs.len();
     let ids = |r: &Value, k: &str| -> Vec<i64> {
-        r.get(k).and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_i64).collect()).unwrap_or_default()
+        r.get(k)
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_i64).collect())
+            .unwrap_or_default()
     };
     if let Some(first) = runs.first() {
         result.prompt_token_ids = ids(first, "prompt_token_ids");
         result.output_token_ids = ids(first, "output_token_ids");
-        result.text = first.get("text").and_then(Value::as_str).unwrap_or("").to_string();
-        let mut speeds: Vec<f64> = runs.iter().filter_map(|r| r.get("tokens_per_s").and_then(Value::as_f64)).collect();
+        result.text = first
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let mut speeds: Vec<f64> = runs
+            .iter()
+            .filter_map(|r| r.get("tokens_per_s").and_then(Value::as_f64))
+            .collect();
         speeds.sort_by(f64::total_cmp);
         result.tokens_per_s = speeds.get(speeds.len() / 2).copied();
         result.deterministic = true;
@@ -348,24 +439,28 @@ fn run_case(python: &Path, driver: &Path, lr: &LoadedRecipe, case: &Case, out_di
         }
     }
     if result.problems.is_empty() && runs.len() != recipe.smoke.runs as usize {
-        result.problems.push(format!("expected {} runs, got {}", recipe.smoke.runs, runs.len()));
+        result.problems.push(format!(
+            "expected {} runs, got {}",
+            recipe.smoke.runs,
+            runs.len()
+        ));
     }
-    if let Some(path) = golden_path(lr, case) {
-        if path.exists() {
-            let golden: Value = read_json(&path)?;
-            let want = ids(&golden, "output_token_ids");
-            if want == result.output_token_ids {
-                result.golden = "matched".into();
-            } else {
-                result.golden = "mismatched".into();
-                let pos = first_divergence(&want, &result.output_token_ids);
-                result.problems.push(format!(
-                    "output differs from golden {} at position {pos} (golden {:?}, got {:?})",
-                    path.display(),
-                    want.get(pos),
-                    result.output_token_ids.get(pos)
-                ));
-            }
+    if let Some(path) = golden_path(lr, case)
+        && path.exists()
+    {
+        let golden: Value = read_json(&path)?;
+        let want = ids(&golden, "output_token_ids");
+        if want == result.output_token_ids {
+            result.golden = "matched".into();
+        } else {
+            result.golden = "mismatched".into();
+            let pos = first_divergence(&want, &result.output_token_ids);
+            result.problems.push(format!(
+                "output differs from golden {} at position {pos} (golden {:?}, got {:?})",
+                path.display(),
+                want.get(pos),
+                result.output_token_ids.get(pos)
+            ));
         }
     }
     result.ok = result.problems.is_empty();
@@ -374,5 +469,8 @@ fn run_case(python: &Path, driver: &Path, lr: &LoadedRecipe, case: &Case, out_di
 
 /// The first index where `a` and `b` differ (their common length when one is a prefix).
 pub fn first_divergence(a: &[i64], b: &[i64]) -> usize {
-    a.iter().zip(b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()))
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .unwrap_or(a.len().min(b.len()))
 }

@@ -27,7 +27,13 @@ pub fn repo_key(url: &str) -> String {
         .next()
         .unwrap_or(norm)
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .collect();
     let tail = tail.trim_matches('-');
     let tail: String = tail[tail.len().saturating_sub(48)..].to_string();
@@ -50,13 +56,18 @@ pub fn mirror_has(store: &Store, url: &str, commit: &str) -> bool {
     let entry = mirror_entry(store, url);
     Repository::open_bare(&entry.path)
         .ok()
-        .and_then(|r| git2::Oid::from_str(commit).ok().map(|oid| r.find_commit(oid).is_ok()))
+        .and_then(|r| {
+            git2::Oid::from_str(commit)
+                .ok()
+                .map(|oid| r.find_commit(oid).is_ok())
+        })
         .unwrap_or(false)
 }
 
 /// Checks that `url` answers (a connect and ref listing). Errors name the repository.
 pub fn check_reachable(url: &str) -> Result<()> {
-    let mut remote = git2::Remote::create_detached(url).with_context(|| format!("invalid repository URL {url}"))?;
+    let mut remote = git2::Remote::create_detached(url)
+        .with_context(|| format!("invalid repository URL {url}"))?;
     remote
         .connect(git2::Direction::Fetch)
         .map_err(|e| anyhow::anyhow!("repository {url} cannot be reached: {}", e.message()))?;
@@ -80,15 +91,23 @@ pub fn ensure_mirror(store: &Store, url: &str, commit: &str, offline: bool) -> R
         return Ok(entry);
     }
     if offline {
-        bail!("--offline: commit {commit} of {url} is not in the mirror {}", entry.path.display());
+        bail!(
+            "--offline: commit {commit} of {url} is not in the mirror {}",
+            entry.path.display()
+        );
     }
     let staging;
     let (repo, fresh_dir): (Repository, Option<PathBuf>) = if entry.exists() {
-        (Repository::open_bare(&entry.path).with_context(|| format!("opening mirror {}", entry.path.display()))?, None)
+        (
+            Repository::open_bare(&entry.path)
+                .with_context(|| format!("opening mirror {}", entry.path.display()))?,
+            None,
+        )
     } else {
         staging = store.stage("git")?;
         let dir = staging.path().join("mirror.git");
-        let repo = Repository::init_bare(&dir).with_context(|| format!("creating mirror {}", dir.display()))?;
+        let repo = Repository::init_bare(&dir)
+            .with_context(|| format!("creating mirror {}", dir.display()))?;
         repo.remote_with_fetch("origin", url, MIRROR_REFSPECS[0])?;
         repo.remote_add_fetch("origin", MIRROR_REFSPECS[1])?;
         (repo, Some(dir))
@@ -107,7 +126,8 @@ pub fn ensure_mirror(store: &Store, url: &str, commit: &str, offline: bool) -> R
     }
     drop(repo);
     if let Some(dir) = fresh_dir {
-        std::fs::rename(&dir, &entry.path).with_context(|| format!("renaming {} to {}", dir.display(), entry.path.display()))?;
+        std::fs::rename(&dir, &entry.path)
+            .with_context(|| format!("renaming {} to {}", dir.display(), entry.path.display()))?;
     }
     Ok(entry)
 }
@@ -147,7 +167,10 @@ pub fn ensure_checkout(store: &Store, mirror: &Entry, commit: &str) -> Result<En
     if entry.exists() {
         return Ok(entry);
     }
-    progress::stage("source", format!("checking out {commit} into {}", entry.label()));
+    progress::stage(
+        "source",
+        format!("checking out {commit} into {}", entry.label()),
+    );
     let staging = store.stage("src")?;
     let dir = staging.path().join("src");
     let url = mirror.path.to_string_lossy().into_owned();
@@ -165,9 +188,18 @@ pub fn ensure_checkout(store: &Store, mirror: &Entry, commit: &str) -> Result<En
         .with_context(|| format!("cloning {} into {}", mirror.path.display(), dir.display()))?;
     let oid = git2::Oid::from_str(commit)?;
     {
-        let obj = repo.find_commit(oid).with_context(|| format!("commit {commit} missing from the clone"))?;
+        let obj = repo
+            .find_commit(oid)
+            .with_context(|| format!("commit {commit} missing from the clone"))?;
         repo.set_head_detached(oid)?;
-        repo.checkout_tree(obj.as_object(), Some(git2::build::CheckoutBuilder::new().force().remove_untracked(true)))?;
+        repo.checkout_tree(
+            obj.as_object(),
+            Some(
+                git2::build::CheckoutBuilder::new()
+                    .force()
+                    .remove_untracked(true),
+            ),
+        )?;
     }
     check_clean_at(&repo, commit)?;
     drop(repo);
@@ -185,7 +217,11 @@ pub fn check_clean_at(repo: &Repository, commit: &str) -> Result<()> {
     opts.include_untracked(true).include_ignored(false);
     let statuses = repo.statuses(Some(&mut opts))?;
     if !statuses.is_empty() {
-        let files: Vec<String> = statuses.iter().take(5).filter_map(|s| s.path().map(str::to_string)).collect();
+        let files: Vec<String> = statuses
+            .iter()
+            .take(5)
+            .filter_map(|s| s.path().map(str::to_string))
+            .collect();
         bail!("checkout of {commit} is not clean: {}", files.join(", "));
     }
     Ok(())

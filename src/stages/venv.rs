@@ -24,7 +24,9 @@ use crate::recipe::{BuildMode, LoadedRecipe};
 use crate::stages::identity::{self, Check, Identity};
 use crate::stages::smoke::{self, SmokeReport};
 use crate::stages::wheel::BuildRecord;
-use crate::store::{self, Bucket, Entry, MANIFEST, Manifest, Store, read_json, sha256_file, write_json};
+use crate::store::{
+    self, Bucket, Entry, MANIFEST, Manifest, Store, read_json, sha256_file, write_json,
+};
 use crate::toolchain::Toolchain;
 use crate::uv::{Uv, pin_lines};
 
@@ -73,7 +75,12 @@ impl OracleRecord {
 
 /// The venv key: Python identity, package, the wheel's sha256, the pins and
 /// indexes, and the runtime requirements file used.
-pub fn key(lr: &LoadedRecipe, tc: &Toolchain, wheel: &BuildRecord, runtime_reqs: Option<&str>) -> (String, Value) {
+pub fn key(
+    lr: &LoadedRecipe,
+    tc: &Toolchain,
+    wheel: &BuildRecord,
+    runtime_reqs: Option<&str>,
+) -> (String, Value) {
     let r = &lr.recipe;
     let inputs = json!({
         "schema": KEY_SCHEMA,
@@ -140,8 +147,26 @@ pub fn ensure(
     if !entry.exists() {
         let _lock = store.lock(&format!("venv-{key}"))?;
         if !entry.exists() {
-            let record = build(store, lr, tc, uv, wheel_entry, wheel, src, &key, inputs, runtime.as_deref(), opts, &entry)?;
-            return Ok(Outcome { entry, record, built: true, smoked: !opts.no_smoke });
+            let record = build(
+                store,
+                lr,
+                tc,
+                uv,
+                wheel_entry,
+                wheel,
+                src,
+                &key,
+                inputs,
+                runtime.as_deref(),
+                opts,
+                &entry,
+            )?;
+            return Ok(Outcome {
+                entry,
+                record,
+                built: true,
+                smoked: !opts.no_smoke,
+            });
         }
     }
     let problems = Manifest::read(&entry.path)
@@ -151,25 +176,46 @@ pub fn ensure(
         bail!(
             "oracle venv {} is damaged ({}); delete the entry (chmod -R u+w, rm -r) and rebuild",
             entry.path.display(),
-            problems.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
+            problems
+                .iter()
+                .take(5)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ")
         );
     }
     let mut record = OracleRecord::read(&entry.path)?;
     if opts.no_smoke || record.smoke.key == smoke_key {
-        return Ok(Outcome { entry, record, built: false, smoked: false });
+        return Ok(Outcome {
+            entry,
+            record,
+            built: false,
+            smoked: false,
+        });
     }
     let _lock = store.lock(&format!("venv-{key}"))?;
-    progress::stage("smoke", "the smoke configuration changed since this oracle was gated; re-running the gate");
+    progress::stage(
+        "smoke",
+        "the smoke configuration changed since this oracle was gated; re-running the gate",
+    );
     record.smoke = gate(store, &entry.path, lr)?;
     write_record(&entry.path, &record)?;
-    Ok(Outcome { entry, record, built: false, smoked: true })
+    Ok(Outcome {
+        entry,
+        record,
+        built: false,
+        smoked: true,
+    })
 }
 
 /// Runs the smoke stage for the venv at `venv`, with logs under a fresh staging directory kept in `<venv>/smoke` when possible.
 pub fn gate(store: &Store, venv: &Path, lr: &LoadedRecipe) -> Result<SmokeReport> {
     let staging = store.stage("smoke")?;
     let report = smoke::run(venv, lr, staging.path(), None)?;
-    let keep = store.root().join("logs").join(format!("smoke-{}", report.key));
+    let keep = store
+        .root()
+        .join("logs")
+        .join(format!("smoke-{}", report.key));
     let _ = fs::create_dir_all(store.root().join("logs"));
     let _ = std::fs::remove_dir_all(&keep);
     let _ = std::fs::rename(staging.path(), &keep);
@@ -216,7 +262,10 @@ fn build(
     entry: &Entry,
 ) -> Result<OracleRecord> {
     let r = &lr.recipe;
-    progress::stage("install", format!("installing {} into {}", wheel.wheel, entry.label()));
+    progress::stage(
+        "install",
+        format!("installing {} into {}", wheel.wheel, entry.label()),
+    );
     let t0 = Instant::now();
     let created = jiff::Timestamp::now().to_string();
     let staging = store.stage(&format!("venv-{key}"))?;
@@ -227,24 +276,41 @@ fn build(
     let wheel_path = wheel.wheel_path(&wheel_entry.path);
     let sha = sha256_file(&wheel_path)?;
     if sha != wheel.sha256 {
-        bail!("wheel {} has sha256 {sha}, but build.json records {}", wheel_path.display(), wheel.sha256);
+        bail!(
+            "wheel {} has sha256 {sha}, but build.json records {}",
+            wheel_path.display(),
+            wheel.sha256
+        );
     }
     uv.venv(&tc.python.path, &venv, true, &log)?;
     let overrides = scratch.join("overrides.txt");
     fs::write(&overrides, pin_lines(&r.pins))?;
-    let mut args: Vec<String> = vec!["--compile-bytecode".into(), "--override".into(), overrides.display().to_string()];
+    let mut args: Vec<String> = vec![
+        "--compile-bytecode".into(),
+        "--override".into(),
+        overrides.display().to_string(),
+    ];
     if let Some(rel) = runtime {
         args.extend(["-r".into(), src.path.join(rel).display().to_string()]);
     }
     args.extend(r.pins.iter().map(|(n, v)| format!("{n}=={v}")));
     args.push(wheel_path.display().to_string());
-    uv.pip_install(&venv, &args, &log).context("installing the oracle venv")?;
+    uv.pip_install(&venv, &args, &log)
+        .context("installing the oracle venv")?;
     let install_s = t0.elapsed().as_secs_f64();
 
     progress::stage("identity", "measuring the oracle's identity");
-    let mode = wheel.inputs.get("mode").and_then(Value::as_str).map_or(r.build.mode, |m| {
-        if m == "precompiled" { BuildMode::Precompiled } else { BuildMode::Source }
-    });
+    let mode = wheel
+        .inputs
+        .get("mode")
+        .and_then(Value::as_str)
+        .map_or(r.build.mode, |m| {
+            if m == "precompiled" {
+                BuildMode::Precompiled
+            } else {
+                BuildMode::Source
+            }
+        });
     let mut ident = identity::measure(&venv, &r.source.package, &r.source.commit, mode)?;
     let checks = identity::checks(&ident, r);
     if checks.iter().any(|c| !c.ok) {

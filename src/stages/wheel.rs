@@ -47,7 +47,10 @@ pub enum BuildRequirements {
 ///
 /// Errors: none of them exists, or `pyproject.toml` does not parse.
 pub fn build_requirements(src: &Path, device: &str) -> Result<BuildRequirements> {
-    for rel in [format!("requirements/build/{device}.txt"), "requirements/build.txt".into()] {
+    for rel in [
+        format!("requirements/build/{device}.txt"),
+        "requirements/build.txt".into(),
+    ] {
         if src.join(&rel).is_file() {
             return Ok(BuildRequirements::File(rel));
         }
@@ -60,11 +63,18 @@ pub fn build_requirements(src: &Path, device: &str) -> Result<BuildRequirements>
             .get("build-system")
             .and_then(|b| b.get("requires"))
             .and_then(|r| r.as_array())
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default();
         return Ok(BuildRequirements::Pyproject(reqs));
     }
-    bail!("{} has no requirements/build*.txt and no pyproject.toml: cannot tell its build dependencies", src.display())
+    bail!(
+        "{} has no requirements/build*.txt and no pyproject.toml: cannot tell its build dependencies",
+        src.display()
+    )
 }
 
 /// Everything the wheel stage needs to know before running: its key and the
@@ -90,7 +100,13 @@ pub struct WheelPlan {
 ///
 /// Errors (exit 2): `mode: precompiled` on aarch64 (kernels would be missing,
 /// CONTEXT.md failure 3). Errors: `cuda_arch_list: auto` with no GPU visible.
-pub fn plan(store: &Store, lr: &LoadedRecipe, tc: &Toolchain, src: &Path, jobs: Option<usize>) -> Result<WheelPlan> {
+pub fn plan(
+    store: &Store,
+    lr: &LoadedRecipe,
+    tc: &Toolchain,
+    src: &Path,
+    jobs: Option<usize>,
+) -> Result<WheelPlan> {
     let r = &lr.recipe;
     if r.build.mode == BuildMode::Precompiled && std::env::consts::ARCH == "aarch64" {
         return Err(bad_input(format!(
@@ -103,7 +119,12 @@ pub fn plan(store: &Store, lr: &LoadedRecipe, tc: &Toolchain, src: &Path, jobs: 
     } else {
         None
     };
-    let max_jobs = jobs.unwrap_or_else(|| r.build.max_jobs.parse().unwrap_or_else(|_| toolchain::cpu_count()));
+    let max_jobs = jobs.unwrap_or_else(|| {
+        r.build
+            .max_jobs
+            .parse()
+            .unwrap_or_else(|_| toolchain::cpu_count())
+    });
     let requirements = build_requirements(src, &r.build.target_device)?;
     let inputs = json!({
         "schema": KEY_SCHEMA,
@@ -124,16 +145,28 @@ pub fn plan(store: &Store, lr: &LoadedRecipe, tc: &Toolchain, src: &Path, jobs: 
         },
     });
     let key = content_key(&inputs);
-    Ok(WheelPlan { entry: store.entry(Bucket::Wheels, &key), key, inputs, arch_list, max_jobs, requirements })
+    Ok(WheelPlan {
+        entry: store.entry(Bucket::Wheels, &key),
+        key,
+        inputs,
+        arch_list,
+        max_jobs,
+        requirements,
+    })
 }
 
 fn resolve_arch_list(spec: &str) -> Result<String> {
     if spec != "auto" {
         return Ok(spec.to_string());
     }
-    let caps: Vec<String> = toolchain::gpus().into_iter().map(|g| g.compute_cap).collect();
+    let caps: Vec<String> = toolchain::gpus()
+        .into_iter()
+        .map(|g| g.compute_cap)
+        .collect();
     if caps.is_empty() {
-        bail!("build.cuda_arch_list is auto but no GPU is visible (nvidia-smi found none); set cuda_arch_list, e.g. \"12.1a\"");
+        bail!(
+            "build.cuda_arch_list is auto but no GPU is visible (nvidia-smi found none); set cuda_arch_list, e.g. \"12.1a\""
+        );
     }
     Ok(toolchain::arch_list_for(&caps))
 }
@@ -181,7 +214,14 @@ impl BuildRecord {
 /// recipe's environment, then record and persist.
 ///
 /// Errors: any build step fails (the error quotes the log's tail and names it).
-pub fn ensure(store: &Store, lr: &LoadedRecipe, tc: &Toolchain, uv: &crate::uv::Uv, plan: &WheelPlan, src: &Entry) -> Result<BuildRecord> {
+pub fn ensure(
+    store: &Store,
+    lr: &LoadedRecipe,
+    tc: &Toolchain,
+    uv: &crate::uv::Uv,
+    plan: &WheelPlan,
+    src: &Entry,
+) -> Result<BuildRecord> {
     if plan.entry.exists() {
         return BuildRecord::read(&plan.entry.path);
     }
@@ -190,7 +230,15 @@ pub fn ensure(store: &Store, lr: &LoadedRecipe, tc: &Toolchain, uv: &crate::uv::
         return BuildRecord::read(&plan.entry.path);
     }
     let r = &lr.recipe;
-    progress::stage("build", format!("building {} wheel {} from {}", r.source.package, plan.key, src.label()));
+    progress::stage(
+        "build",
+        format!(
+            "building {} wheel {} from {}",
+            r.source.package,
+            plan.key,
+            src.label()
+        ),
+    );
     let started = jiff::Timestamp::now().to_string();
     let t0 = Instant::now();
     let staging = store.stage(&format!("wheel-{}", plan.key))?;
@@ -211,7 +259,8 @@ pub fn ensure(store: &Store, lr: &LoadedRecipe, tc: &Toolchain, uv: &crate::uv::
     };
     args.extend(["--override".into(), overrides.display().to_string()]);
     if !args.is_empty() {
-        uv.pip_install(&venv, &args, &log).context("installing the build requirements")?;
+        uv.pip_install(&venv, &args, &log)
+            .context("installing the build requirements")?;
     }
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     env.insert("VLLM_TARGET_DEVICE".into(), r.build.target_device.clone());
@@ -219,24 +268,33 @@ pub fn ensure(store: &Store, lr: &LoadedRecipe, tc: &Toolchain, uv: &crate::uv::
     env.insert("NVCC_THREADS".into(), r.build.nvcc_threads.to_string());
     env.insert(
         "VLLM_USE_PRECOMPILED".into(),
-        if r.build.mode == BuildMode::Precompiled { "1" } else { "0" }.into(),
+        if r.build.mode == BuildMode::Precompiled {
+            "1"
+        } else {
+            "0"
+        }
+        .into(),
     );
     if let Some(arch) = &plan.arch_list {
         env.insert("TORCH_CUDA_ARCH_LIST".into(), arch.clone());
     }
-    if let Some(nvcc) = &tc.nvcc {
-        if let Some(home) = nvcc.path.parent().and_then(Path::parent) {
-            env.entry("CUDA_HOME".into()).or_insert_with(|| home.display().to_string());
-        }
+    if let Some(nvcc) = &tc.nvcc
+        && let Some(home) = nvcc.path.parent().and_then(Path::parent)
+    {
+        env.entry("CUDA_HOME".into())
+            .or_insert_with(|| home.display().to_string());
     }
     env.extend(r.build.env.clone());
     let scrubbed: Vec<String> = std::env::vars()
         .map(|(k, _)| k)
-        .filter(|k| SCRUBBED_ENV.contains(&k.as_str()) || k.starts_with("SETUPTOOLS_SCM_PRETEND_VERSION"))
+        .filter(|k| {
+            SCRUBBED_ENV.contains(&k.as_str()) || k.starts_with("SETUPTOOLS_SCM_PRETEND_VERSION")
+        })
         .filter(|k| !env.contains_key(k))
         .collect();
     let bar = Progress::new("build");
-    let env_pairs: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let env_pairs: Vec<(String, String)> =
+        env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     uv.build_wheel(&venv, &tree, &out, &env_pairs, &scrubbed, &log, &bar)?;
     bar.finish();
     let wheels: Vec<String> = fs::read_dir(&out)?
@@ -245,7 +303,11 @@ pub fn ensure(store: &Store, lr: &LoadedRecipe, tc: &Toolchain, uv: &crate::uv::
         .filter(|n| n.ends_with(".whl"))
         .collect();
     let [wheel] = wheels.as_slice() else {
-        bail!("the build produced {} wheels in {} (expected one): {wheels:?}", wheels.len(), out.display());
+        bail!(
+            "the build produced {} wheels in {} (expected one): {wheels:?}",
+            wheels.len(),
+            out.display()
+        );
     };
     let wheel_path = out.join(wheel);
     let record = BuildRecord {
@@ -263,6 +325,12 @@ pub fn ensure(store: &Store, lr: &LoadedRecipe, tc: &Toolchain, uv: &crate::uv::
     write_json(&out.join("build.json"), &record)?;
     Manifest::build(&out, &[crate::store::MANIFEST])?.write(&out)?;
     store.persist(&out, &plan.entry)?;
-    progress::stage("build", format!("wheel {} ({} bytes, {:.1} s)", record.wheel, record.size, record.duration_s));
+    progress::stage(
+        "build",
+        format!(
+            "wheel {} ({} bytes, {:.1} s)",
+            record.wheel, record.size, record.duration_s
+        ),
+    );
     Ok(record)
 }

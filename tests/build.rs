@@ -1,0 +1,350 @@
+//! The main job end to end, with the real binary, git, uv, python and a real
+//! wheel build of the fixture package.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+
+#[test]
+fn builds_a_gateable_oracle_then_a_second_run_is_a_no_op() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, commit) = fixture_repo(tmp.path());
+    let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, SMOKE);
+    let store = tmp.path().join("store");
+    let s = store.to_str().unwrap();
+    let r = recipe.to_str().unwrap();
+
+    // First run: everything is built. The tools dir is the store's own, so
+    // this run also provisions the pinned uv (no uv on PATH here).
+    let mut first = cmd(tmp.path());
+    first
+        .env_remove("ORACLE_BUILD_TOOLS")
+        .args(["build", r, "--store", s]);
+    let out = first.output().unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("verdict  gateable"), "{stdout}");
+    let venv_line = stdout
+        .lines()
+        .find(|l| l.starts_with("oracle "))
+        .expect("prints the oracle path");
+    let venv = Path::new(venv_line.trim_start_matches("oracle").trim());
+    assert!(
+        venv.starts_with(store.join("store/venvs")),
+        "{}",
+        venv.display()
+    );
+
+    // oracle.json holds every identity field of the contract.
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(venv.join("oracle.json")).unwrap()).unwrap();
+    let id = &rec["identity"];
+    for field in [
+        "commit",
+        "runtime_version",
+        "distribution_version",
+        "flashinfer_version",
+        "torch_version",
+        "torch_cuda",
+        "python_version",
+        "platform",
+        "editable",
+        "package_path",
+        "compiled_extensions",
+        "build_mode",
+    ] {
+        assert!(id.get(field).is_some(), "identity lacks {field}: {id}");
+    }
+    assert_eq!(id["commit"], commit.as_str());
+    let version = id["runtime_version"].as_str().unwrap();
+    let sha = version.split("+g").nth(1).expect("version carries +g<sha>");
+    assert!(
+        commit.starts_with(sha) && sha.len() >= 7,
+        "{version} vs {commit}"
+    );
+    assert!(
+        version.starts_with("0.1.1.dev1"),
+        "full history gives the tag distance: {version}"
+    );
+    assert_eq!(id["editable"], false);
+    assert_eq!(id["build_mode"], "source");
+    let ext = id["compiled_extensions"].as_array().unwrap();
+    assert!(
+        ext.iter()
+            .any(|e| e["path"].as_str().unwrap().starts_with("_C.")
+                && e["size"].as_u64().unwrap() > 0),
+        "{ext:?}"
+    );
+    let site = venv.join("lib/python3.11/site-packages/fixturellm");
+    assert!(
+        id["package_path"]
+            .as_str()
+            .unwrap()
+            .starts_with(site.to_str().unwrap()),
+        "{}",
+        id["package_path"]
+    );
+    assert_eq!(rec["smoke"]["verdict"], "gateable");
+    let case = &rec["smoke"]["cases"][0];
+    assert_eq!(case["output_token_ids"].as_array().unwrap().len(), 16);
+    assert_eq!(case["deterministic"], true);
+    assert_eq!(rec["smoke"]["probe"]["ok"], true);
+    assert!(
+        store.join("tools/uv-0.13.9/bin/uv").exists(),
+        "uv was provisioned into the store's tools"
+    );
+    assert!(
+        !venv.join("CACHEDIR.TAG").exists(),
+        "the store is not a cache"
+    );
+
+    // The built wheel and its record.
+    let wheel_key = rec["wheel_key"].as_str().unwrap();
+    let build: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            store
+                .join("store/wheels")
+                .join(wheel_key)
+                .join("build.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(build["env"]["VLLM_TARGET_DEVICE"], "cpu");
+    assert_eq!(build["env"]["VLLM_USE_PRECOMPILED"], "0");
+    assert!(
+        build["tools"]["python"]["version"]
+            .as_str()
+            .unwrap()
+            .starts_with("3.11")
+    );
+    assert!(
+        build["tools"]["uv"]["version"]
+            .as_str()
+            .unwrap()
+            .contains("uv")
+    );
+    assert!(
+        store
+            .join("store/wheels")
+            .join(wheel_key)
+            .join("build.log")
+            .exists()
+    );
+
+    // Second run: nothing changes, nothing is built, same oracle.
+    let out2 = run(tmp.path(), &["build", r, "--store", s, "--json"]);
+    assert_eq!(code(&out2), 0, "{}", text(&out2));
+    let report = json(&out2);
+    assert_eq!(report["built"].as_array().unwrap().len(), 0, "{report}");
+    assert_eq!(report["oracle"], venv.to_str().unwrap());
+    assert_eq!(report["verdict"], "gateable");
+
+    // status lists the oracle under its root.
+    let st = run(tmp.path(), &["status", "--store", s, "--json"]);
+    assert_eq!(code(&st), 0, "{}", text(&st));
+    let st = json(&st);
+    let venvs: Vec<&serde_json::Value> = st["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["entry"].as_str().unwrap().starts_with("venvs/"))
+        .collect();
+    assert_eq!(venvs.len(), 1);
+    assert_eq!(venvs[0]["health"], "ok");
+    assert!(
+        venvs[0]["roots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r == "fx"),
+        "{st}"
+    );
+
+    // Deleting the source checkout (what disk-pressure pruning does) cannot
+    // break the oracle: it was installed non-editably.
+    force_remove(&store.join("store/src").join(&commit));
+    let py = Command::new(venv.join("bin/python"))
+        .args([
+            "-c",
+            "import fixturellm, fixturellm._C; print(fixturellm.__file__)",
+        ])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(
+        py.status.success(),
+        "{}",
+        String::from_utf8_lossy(&py.stderr)
+    );
+    assert!(String::from_utf8_lossy(&py.stdout).contains("site-packages/fixturellm"));
+    let v = run(tmp.path(), &["verify", r, "--store", s]);
+    assert_eq!(code(&v), 0, "{}", text(&v));
+}
+
+#[test]
+fn expect_mismatch_is_refused_with_exit_3_and_nothing_is_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, commit) = fixture_repo(tmp.path());
+    let extra = format!(
+        "expect:\n  runtime_version: 9.9.9+g{}\n{SMOKE}",
+        &commit[..9]
+    );
+    let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, &extra);
+    let store = tmp.path().join("store");
+    let out = run(
+        tmp.path(),
+        &[
+            "build",
+            recipe.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&out), 3, "{}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("runtime_version") && t.contains("9.9.9"), "{t}");
+    assert_eq!(
+        std::fs::read_dir(store.join("store/venvs"))
+            .unwrap()
+            .count(),
+        0,
+        "a refused oracle is not recorded"
+    );
+    assert_eq!(
+        std::fs::read_dir(store.join("tmp")).unwrap().count(),
+        0,
+        "no staging left behind"
+    );
+}
+
+#[test]
+fn a_pretend_version_in_the_environment_cannot_relabel_the_build() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, commit) = fixture_repo(tmp.path());
+    let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, SMOKE);
+    let store = tmp.path().join("store");
+    let out = cmd(tmp.path())
+        .env("SETUPTOOLS_SCM_PRETEND_VERSION", "0.23.1")
+        .args([
+            "build",
+            recipe.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+            "--no-smoke",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let version = json(&out)["runtime_version"].as_str().unwrap().to_string();
+    assert!(
+        version.contains(&format!("+g{}", &commit[..7])),
+        "{version}"
+    );
+}
+
+#[test]
+fn missing_model_is_built_but_not_gateable_exit_4() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, commit) = fixture_repo(tmp.path());
+    let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, SMOKE);
+    let store = tmp.path().join("store");
+    let out = cmd(tmp.path())
+        .env("FX_MODELS", tmp.path().join("no-models"))
+        .args([
+            "build",
+            recipe.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("not-gateable") && t.contains("no-models/model does not exist"),
+        "{t}"
+    );
+}
+
+#[test]
+fn a_commit_the_repository_lacks_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _) = fixture_repo(tmp.path());
+    let missing = "0123456789abcdef0123456789abcdef01234567";
+    let recipe = write_recipe(tmp.path(), "fx", &repo, missing, SMOKE);
+    let out = run(
+        tmp.path(),
+        &[
+            "build",
+            recipe.to_str().unwrap(),
+            "--store",
+            tmp.path().join("store").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let t = text(&out);
+    assert!(
+        t.contains(missing) && t.contains(repo.to_str().unwrap()),
+        "{t}"
+    );
+}
+
+#[test]
+fn the_parity_pin_stops_early_on_this_machine_naming_what_is_missing() {
+    // No GPU, no nvcc and no GitHub here: the built-in parity pin must stop
+    // before any work, name each missing thing, exit 1, and write nothing.
+    if Command::new("nvidia-smi").output().is_ok() {
+        eprintln!(
+            "skipped: this machine has nvidia-smi, the test is about a machine without a GPU"
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let out = run(
+        tmp.path(),
+        &["555967922", "--store", store.to_str().unwrap()],
+    );
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("no nvcc"), "{t}");
+    assert!(
+        t.contains("https://github.com/vllm-project/vllm cannot be reached"),
+        "{t}"
+    );
+    assert!(
+        tree(&store).iter().all(|p| p.is_dir()),
+        "no file written: {:?}",
+        tree(&store)
+    );
+
+    let plan = run(
+        tmp.path(),
+        &[
+            "plan",
+            "555967922",
+            "--store",
+            store.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(code(&plan), 0, "{}", text(&plan));
+    let plan = json(&plan);
+    let stages: Vec<&str> = plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        stages,
+        ["toolchain", "source", "checkout", "wheel", "venv", "smoke"]
+    );
+    assert!(plan["needed_bytes"].as_u64().unwrap() >= 18 << 30);
+    assert_eq!(plan["recipe"], "vllm-555967922");
+}

@@ -1,0 +1,182 @@
+//! Bad input exits 2 with a message naming the problem, and writes nothing.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+const COMMIT: &str = "5559679229bc961848b121ccdeaa8fa5d79bec98";
+
+fn good(name: &str, commit: &str) -> String {
+    format!(
+        "name: {name}\nsource:\n  repo: file:///nonexistent\n  commit: {commit}\n  package: fixturellm\npython: \"3.11\"\nbuild:\n  target_device: cpu\n"
+    )
+}
+
+/// Runs `build <pin>` in `dir` with recipes from `dir/recipes` and asserts exit
+/// 2, a message containing every `needle`, and no store created.
+fn refused(dir: &Path, pin: &str, needles: &[&str]) {
+    let store = dir.join("store");
+    let out = run(dir, &["build", pin, "--store", store.to_str().unwrap()]);
+    let t = text(&out);
+    assert_eq!(code(&out), 2, "{pin}: {t}");
+    for n in needles {
+        assert!(t.contains(n), "{pin}: expected {n:?} in:\n{t}");
+    }
+    assert!(!store.exists(), "{pin}: the store was created");
+}
+
+fn dir_with(recipes: &[(&str, String)]) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("recipes")).unwrap();
+    for (file, text) in recipes {
+        std::fs::write(tmp.path().join("recipes").join(file), text).unwrap();
+    }
+    tmp
+}
+
+#[test]
+fn missing_recipe_file() {
+    let tmp = dir_with(&[]);
+    refused(
+        tmp.path(),
+        "recipes/nope.yaml",
+        &["recipes/nope.yaml", "not found"],
+    );
+}
+
+#[test]
+fn malformed_yaml_names_the_file_and_line() {
+    let tmp = dir_with(&[("bad.yaml", "name: bad\nsource: [unclosed\n".into())]);
+    refused(
+        tmp.path(),
+        "recipes/bad.yaml",
+        &["recipes/bad.yaml", "line 2"],
+    );
+}
+
+#[test]
+fn unknown_key_names_the_key() {
+    let tmp = dir_with(&[("x.yaml", good("x", COMMIT) + "colour: blue\n")]);
+    refused(tmp.path(), "recipes/x.yaml", &["recipes/x.yaml", "colour"]);
+}
+
+#[test]
+fn short_commit_names_the_field_line_and_value() {
+    let tmp = dir_with(&[("x.yaml", good("x", "5559679"))]);
+    refused(
+        tmp.path(),
+        "recipes/x.yaml",
+        &["recipes/x.yaml", "line 4", "source.commit", "5559679"],
+    );
+}
+
+#[test]
+fn recipe_name_with_slash_or_dotdot() {
+    let tmp = dir_with(&[
+        ("a.yaml", good("../evil", COMMIT)),
+        ("b.yaml", good("a/b", COMMIT)),
+    ]);
+    refused(tmp.path(), "recipes/a.yaml", &["field `name`", "../evil"]);
+    refused(tmp.path(), "recipes/b.yaml", &["field `name`", "a/b"]);
+    refused(tmp.path(), "..", &["not a recipe name"]);
+}
+
+#[test]
+fn ambiguous_commit_prefix_lists_the_candidates() {
+    let c1 = "abcdef1000000000000000000000000000000001";
+    let c2 = "abcdef1000000000000000000000000000000002";
+    let tmp = dir_with(&[("one.yaml", good("one", c1)), ("two.yaml", good("two", c2))]);
+    refused(tmp.path(), "abcdef1", &["ambiguous", "one", "two", c1, c2]);
+}
+
+#[test]
+fn commit_prefix_matching_no_recipe() {
+    let tmp = dir_with(&[("one.yaml", good("one", COMMIT))]);
+    refused(
+        tmp.path(),
+        "fedcba9",
+        &["no recipe has a commit starting with fedcba9"],
+    );
+}
+
+#[test]
+fn pins_resolve_by_name_stem_and_unique_prefix_from_any_directory() {
+    let other = "1111111222222233333334444444555555566666";
+    let tmp = dir_with(&[("one.yaml", good("fx-one", other))]);
+    // plan changes nothing and exits 0 for a valid PIN.
+    for pin in ["one", "fx-one", "1111111", "555967922", "5559679229b"] {
+        let out = run(
+            tmp.path(),
+            &[
+                "plan",
+                pin,
+                "--store",
+                tmp.path().join("store").to_str().unwrap(),
+                "--json",
+            ],
+        );
+        assert_eq!(code(&out), 0, "{pin}: {}", text(&out));
+        let name = json(&out)["recipe"].as_str().unwrap().to_string();
+        let want = if pin.starts_with('5') {
+            "vllm-555967922"
+        } else {
+            "fx-one"
+        };
+        assert_eq!(name, want, "{pin}");
+    }
+    // $ORACLE_BUILD_RECIPES is searched too, from any directory.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = cmd(elsewhere.path())
+        .env("ORACLE_BUILD_RECIPES", tmp.path().join("recipes"))
+        .args([
+            "plan",
+            "fx-one",
+            "--store",
+            tmp.path().join("store").to_str().unwrap(),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(!tmp.path().join("store").exists(), "plan wrote nothing");
+}
+
+#[test]
+fn the_builtin_parity_pin_is_the_recorded_stack() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = run(
+        tmp.path(),
+        &[
+            "plan",
+            "555967922",
+            "--store",
+            tmp.path().join("s").to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/555967922.yaml"),
+    )
+    .unwrap();
+    for needle in [
+        "commit: 5559679229bc961848b121ccdeaa8fa5d79bec98",
+        "python: \"3.12\"",
+        "torch: 2.13.0",
+        "torchvision: 0.28.0",
+        "flashinfer-python: 0.6.15.post1",
+        "flashinfer-cubin: 0.6.15.post1",
+        "nvidia-cutlass-dsl: 4.6.0",
+        "transformers: 5.14.1",
+        "runtime_version: 0.23.1rc1.dev1511+g555967922",
+        "revision: 890bdef7a42feba6d83b6e17a03315c694112f2a",
+        "revision: 491c2f1ea524c639598bf8fa787a93fed5a6fbce",
+    ] {
+        assert!(
+            text.contains(needle),
+            "recipes/555967922.yaml lacks {needle}"
+        );
+    }
+}
