@@ -60,4 +60,20 @@ pub enum Command {
         /// A PIN, or the path of an oracle venv.
         target: String,
     },
+    /// Delete every store entry no root reaches (and no running build uses).
+    Gc {
+        /// List what would be deleted and the bytes freed; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Root the oracle of PIN (and everything it was built from) against `gc`.
+    Keep {
+        /// The PIN.
+        pin: String,
+    },
+    /// Remove the root of PIN; `gc` may then delete its entries.
+    Unkeep {
+        /// The PIN.
+        pin: String,
+    },
 }

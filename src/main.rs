@@ -4,7 +4,9 @@
 //! to the exit codes of the contract (see [`exit`]).
 
 mod cli;
+mod disk;
 mod exit;
+mod gc;
 mod key;
 mod ops;
 mod pin;
@@ -25,6 +27,11 @@ fn main() {
     let result = dispatch(cli);
     if let Err(err) = result {
         eprintln!("error: {err:#}");
+        if disk::is_disk_full(&err) {
+            eprintln!(
+                "hint: the disk is full (ENOSPC). Finished store entries are intact and the partial work was discarded; free space (`oracle-build gc`) and rerun."
+            );
+        }
         std::process::exit(exit::code_of(&err));
     }
 }
@@ -34,6 +41,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let build_args = match cli.command {
         Some(Command::Plan { pin }) => return ops::plan::run(&pin, store, cli.json),
         Some(Command::Status) => return ops::status::run(store, cli.json),
+        Some(Command::Gc { dry_run }) => return ops::gc::run(store, dry_run, cli.json),
+        Some(Command::Keep { pin }) => return ops::gc::keep(&pin, store, true),
+        Some(Command::Unkeep { pin }) => return ops::gc::keep(&pin, store, false),
         Some(Command::Verify { target }) => return ops::verify::run(&target, store, cli.json),
         Some(Command::Build(args)) => args,
         None => cli.build,

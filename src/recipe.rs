@@ -100,6 +100,22 @@ pub struct Build {
     /// Extra build environment, recorded in `build.json` and part of the wheel key.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Disk each stage needs, for the preflight; defaults by target device.
+    #[serde(default)]
+    pub disk: Disk,
+}
+
+/// `build.disk:` free space each stage needs before it starts, in GiB.
+/// Absent fields default by target device (vLLM CUDA: CONTEXT.md "Costs").
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Disk {
+    /// The mirror and checkout (vLLM with history: ~0.9 GiB).
+    pub source_gib: Option<f64>,
+    /// Building the wheel (vLLM CUDA: >= 18 GiB).
+    pub wheel_gib: Option<f64>,
+    /// One oracle venv (vLLM CUDA: 15-20 GiB).
+    pub venv_gib: Option<f64>,
 }
 
 fn default_device() -> String {
@@ -121,6 +137,7 @@ impl Default for Build {
             max_jobs: default_auto(),
             nvcc_threads: 1,
             env: BTreeMap::new(),
+            disk: Disk::default(),
         }
     }
 }
@@ -361,6 +378,18 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
                 b.cuda_arch_list
             ),
         ));
+    }
+    for (field, v) in [
+        ("source_gib", b.disk.source_gib),
+        ("wheel_gib", b.disk.wheel_gib),
+        ("venv_gib", b.disk.venv_gib),
+    ] {
+        if v.is_some_and(|v| !(v >= 0.0 && v.is_finite())) {
+            return Err(fail(
+                &format!("build.disk.{field}"),
+                format!("{v:?} is not a size in GiB"),
+            ));
+        }
     }
     for key in b.env.keys().chain(r.smoke.env.keys()) {
         if key.is_empty() || key.contains('=') {

@@ -55,6 +55,11 @@ impl Bucket {
         Bucket::Venvs,
     ];
 
+    /// The bucket whose directory under `store/` is `name`.
+    pub fn from_dir_name(name: &str) -> Option<Bucket> {
+        Bucket::ALL.into_iter().find(|b| b.dir_name() == name)
+    }
+
     /// The directory name of the bucket under `store/`.
     pub fn dir_name(self) -> &'static str {
         match self {
@@ -126,6 +131,31 @@ impl Drop for Staging {
 #[derive(Debug)]
 pub struct Lock {
     _file: File,
+}
+
+/// A running build's temporary GC roots (see [`Store::temp_roots`]).
+#[derive(Debug)]
+pub struct TempRoots {
+    file: File,
+    path: PathBuf,
+}
+
+impl TempRoots {
+    /// Registers `entry` as used by this build, under the shared gc lock, so a
+    /// concurrent `gc` either sees it or finished before it was looked up.
+    pub fn add(&self, store: &Store, entry: &Entry) -> Result<()> {
+        let _gc = store.gc_lock(false)?;
+        let mut f = &self.file;
+        writeln!(f, "{}", entry.label())
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        Ok(())
+    }
+}
+
+impl Drop for TempRoots {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 impl Store {
@@ -307,6 +337,107 @@ impl Store {
             std::env::args().collect::<Vec<_>>().join(" ")
         );
         Ok(Lock { _file: file })
+    }
+
+    /// The entry named by a label `<bucket>/<name>` (as in `requires` lists).
+    pub fn entry_by_label(&self, label: &str) -> Option<Entry> {
+        let (bucket, name) = label.split_once('/')?;
+        let bucket = Bucket::from_dir_name(bucket)?;
+        (!name.is_empty() && !name.contains('/') && name != "..").then(|| self.entry(bucket, name))
+    }
+
+    /// The entry a path inside `<root>/store/<bucket>/<name>` belongs to, if any.
+    pub fn entry_of_path(&self, path: &Path) -> Option<Entry> {
+        let dir = self.root.join("store");
+        let canon = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+        let rel = path
+            .strip_prefix(&dir)
+            .or_else(|_| path.strip_prefix(&canon))
+            .ok()?;
+        let mut parts = rel.components();
+        let bucket = Bucket::from_dir_name(parts.next()?.as_os_str().to_str()?)?;
+        let name = parts.next()?.as_os_str().to_str()?;
+        Some(self.entry(bucket, name))
+    }
+
+    /// Removes the GC root `<root>/roots/<name>`; returns whether it existed.
+    pub fn remove_root(&self, name: &str) -> Result<bool> {
+        let link = self.roots_dir().join(name);
+        if fs::symlink_metadata(&link).is_err() {
+            return Ok(false);
+        }
+        fs::remove_file(&link)?;
+        Ok(true)
+    }
+
+    /// The lock every build takes shared (briefly, to register temporary
+    /// roots) and `gc` takes exclusively (for its whole mark and sweep).
+    pub fn gc_lock(&self, exclusive: bool) -> Result<Lock> {
+        let path = self.root.join("locks").join("gc.lock");
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?
+            .into_parts()
+            .0;
+        let res = if exclusive {
+            file.lock()
+        } else {
+            file.lock_shared()
+        };
+        res.with_context(|| format!("locking {}", path.display()))?;
+        Ok(Lock { _file: file })
+    }
+
+    /// Temporary GC roots for this process: `<root>/locks/build-<pid>.roots`,
+    /// held locked while the process lives, listing every entry it uses.
+    pub fn temp_roots(&self) -> Result<TempRoots> {
+        let path = self
+            .root
+            .join("locks")
+            .join(format!("build-{}.roots", std::process::id()));
+        let _gc = self.gc_lock(false)?;
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&path)?
+            .into_parts()
+            .0;
+        file.lock()
+            .with_context(|| format!("locking {}", path.display()))?;
+        Ok(TempRoots { file, path })
+    }
+
+    /// The entries listed by the temporary roots of running builds; files
+    /// of builds that no longer run are removed.
+    pub fn live_temp_roots(&self) -> Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(self.root.join("locks"))? {
+            let path = e?.path();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if !(name.starts_with("build-") && name.ends_with(".roots")) {
+                continue;
+            }
+            let Ok(file) = File::open(&path) else {
+                continue;
+            };
+            match file.try_lock_shared() {
+                Ok(()) => {
+                    // Nobody holds it: the build is gone.
+                    let _ = fs::remove_file(&path);
+                }
+                Err(_) => {
+                    let text = std::fs::read_to_string(&path).unwrap_or_default();
+                    out.extend(text.lines().filter_map(|l| self.entry_by_label(l.trim())));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Points the GC root `<root>/roots/<name>` at `entry`, atomically (a new

@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 
+use crate::disk::{self, Stage};
 use crate::exit::not_gateable;
 use crate::ops::print_json;
 use crate::pin;
@@ -82,20 +83,38 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
     };
     let mut built = Vec::new();
 
-    let had_src = source::checkout_entry(&store, &r.source.commit).exists();
+    // Every entry this build looks at is a temporary GC root first, so a
+    // concurrent `gc` cannot delete it between the lookup and its use.
+    let temp = store.temp_roots()?;
+    let mirror_entry = source::mirror_entry(&store, &r.source.repo);
+    let src_entry = source::checkout_entry(&store, &r.source.commit);
+    temp.add(&store, &mirror_entry)?;
+    temp.add(&store, &src_entry)?;
+    if !src_entry.exists() {
+        disk::check(store.root(), r, Stage::Source)?;
+    }
     let mirror = source::ensure_mirror(&store, &r.source.repo, &r.source.commit, opts.offline)?;
-    let src = source::ensure_checkout(&store, &mirror, &r.source.commit)?;
-    if !had_src {
+    let (src, src_built) = source::ensure_checkout(&store, &mirror, &r.source.commit)?;
+    if src_built {
         built.push("source".to_string());
     }
 
     let plan = wheel::plan(&store, &lr, &tc, &src.path, opts.jobs)?;
-    let had_wheel = plan.entry.exists();
-    let record = wheel::ensure(&store, &lr, &tc, &uv, &plan, &src)?;
-    if !had_wheel {
+    temp.add(&store, &plan.entry)?;
+    if !plan.entry.exists() {
+        disk::check(store.root(), r, Stage::Wheel)?;
+    }
+    let requires = vec![src.label(), mirror.label()];
+    let (record, wheel_built) = wheel::ensure(&store, &lr, &tc, &uv, &plan, &src, &requires)?;
+    if wheel_built {
         built.push("wheel".to_string());
     }
 
+    let vplan = venv::plan(&store, &lr, &tc, &record, &src.path);
+    temp.add(&store, &vplan.entry)?;
+    if !vplan.entry.exists() {
+        disk::check(store.root(), r, Stage::Venv)?;
+    }
     let outcome = venv::ensure(
         &store,
         &lr,
@@ -104,6 +123,7 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
         &plan.entry,
         &record,
         &src,
+        &vplan,
         venv::Options {
             no_smoke: opts.no_smoke,
         },
@@ -114,10 +134,9 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
     if outcome.smoked {
         built.push("smoke".to_string());
     }
+    // One root per pin: the oracle; its record's `requires` keeps the rest.
     store.set_root(&r.name, &outcome.entry)?;
-    store.set_root(&format!("{}.wheel", r.name), &plan.entry)?;
-    store.set_root(&format!("{}.src", r.name), &src)?;
-    store.set_root(&format!("{}.git", r.name), &mirror)?;
+    drop(temp);
 
     let rec = &outcome.record;
     let report = BuildReport {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Serialize;
 
+use crate::disk::{self, Stage};
 use crate::ops::print_json;
 use crate::pin;
 use crate::recipe::{LoadedRecipe, expand_env};
@@ -14,22 +15,6 @@ use crate::store::Store;
 use crate::toolchain::{self, Toolchain};
 
 const GIB: u64 = 1 << 30;
-const MIB: u64 = 1 << 20;
-
-/// Disk a stage needs, in bytes, by target device (CONTEXT.md "Costs":
-/// vLLM CUDA source with history ~0.9 GiB, >= 18 GiB to build, 15-20 GiB per venv).
-pub fn disk_estimate(stage: &str, device: &str) -> u64 {
-    let heavy = matches!(device, "cuda" | "rocm");
-    match (stage, heavy) {
-        ("source", true) => GIB,
-        ("wheel", true) => 18 * GIB,
-        ("venv", true) => 20 * GIB,
-        ("source", false) => 100 * MIB,
-        ("wheel", false) => 500 * MIB,
-        ("venv", false) => GIB,
-        _ => 0,
-    }
-}
 
 /// One stage of the plan.
 #[derive(Debug, Serialize)]
@@ -70,16 +55,6 @@ fn step(stage: &str, state: &str, detail: impl Into<String>, disk: u64) -> Step 
         detail: detail.into(),
         disk_bytes: disk,
     }
-}
-
-/// Free bytes on the filesystem holding `path` (or its nearest existing ancestor).
-pub fn free_bytes(path: &Path) -> Option<u64> {
-    let existing = path.ancestors().find(|p| p.exists())?;
-    let c = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes()).ok()?;
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c is a valid NUL-terminated path and s a properly sized out-parameter.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut s) };
-    (rc == 0).then(|| s.f_bavail as u64 * s.f_frsize as u64)
 }
 
 /// Computes the plan for `pin` against the store at `store_arg`.
@@ -144,7 +119,7 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path) -> Plan {
                 r.source.repo,
                 mirror.label()
             ),
-            disk_estimate("source", device),
+            disk::needed(r, Stage::Source),
         )
     });
     let src = source::checkout_entry(store, &r.source.commit);
@@ -152,13 +127,13 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path) -> Plan {
         "wheel",
         "to do",
         "key known once the checkout exists",
-        disk_estimate("wheel", device),
+        disk::needed(r, Stage::Wheel),
     );
     let mut venv_state = step(
         "venv",
         "to do",
         "key known once the wheel exists",
-        disk_estimate("venv", device),
+        disk::needed(r, Stage::Venv),
     );
     if src.exists() {
         steps.push(step("checkout", "cached", src.label(), 0));
@@ -185,7 +160,7 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path) -> Plan {
                                 "venv",
                                 "to do",
                                 format!("install {} into {}", rec.wheel, e.label()),
-                                disk_estimate("venv", device),
+                                disk::needed(r, Stage::Venv),
                             )
                         };
                     }
@@ -195,7 +170,7 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path) -> Plan {
                         "wheel",
                         "to do",
                         format!("build {} (mode {})", p.entry.label(), r.build.mode.as_str()),
-                        disk_estimate("wheel", device),
+                        disk::needed(r, Stage::Wheel),
                     )
                 }
                 Err(e) => {
@@ -203,7 +178,7 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path) -> Plan {
                         "wheel",
                         "blocked",
                         format!("{e:#}"),
-                        disk_estimate("wheel", device),
+                        disk::needed(r, Stage::Wheel),
                     )
                 }
             }
@@ -252,7 +227,7 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path) -> Plan {
         recipe: r.name.clone(),
         origin: lr.origin.clone(),
         store: root.to_path_buf(),
-        free_bytes: free_bytes(root),
+        free_bytes: disk::free_bytes(root),
         needed_bytes: needed,
         steps,
         problems: findings.problems,

@@ -1,10 +1,12 @@
 //! `oracle-build status`: recipes, store entries, roots, and their health.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use serde::Serialize;
 
+use crate::gc;
 use crate::ops::print_json;
 use crate::pin;
 use crate::stages::venv::OracleRecord;
@@ -75,6 +77,31 @@ fn entry_health(path: &Path, bucket: Bucket) -> (u64, String) {
     }
 }
 
+/// For every entry label, the names of the roots that reach it (directly or
+/// through `requires`).
+fn reached_by(store: &Store, roots: &[Root]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for root in roots {
+        let Some(start) = root
+            .path
+            .canonicalize()
+            .ok()
+            .and_then(|t| store.entry_of_path(&t))
+        else {
+            continue;
+        };
+        let mut todo = vec![start];
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some(e) = todo.pop() {
+            if seen.insert(e.label()) {
+                out.entry(e.label()).or_default().push(root.name.clone());
+                todo.extend(gc::references(store, &e));
+            }
+        }
+    }
+    out
+}
+
 /// Collects the status of the store at `root` (empty when it does not exist).
 pub fn status(root: &Path) -> Result<Status> {
     let store = Store::open_existing(root);
@@ -85,15 +112,11 @@ pub fn status(root: &Path) -> Result<Status> {
     let resolve = |r: &Root| r.path.canonicalize().ok();
     let mut entries = Vec::new();
     if let Some(s) = &store {
+        let reached = reached_by(s, &roots);
         for bucket in Bucket::ALL {
             for e in s.entries(bucket)? {
                 let (bytes, health) = entry_health(&e.path, bucket);
-                let canon = e.path.canonicalize().ok();
-                let rooted: Vec<String> = roots
-                    .iter()
-                    .filter(|r| resolve(r) == canon && canon.is_some())
-                    .map(|r| r.name.clone())
-                    .collect();
+                let rooted = reached.get(&e.label()).cloned().unwrap_or_default();
                 let oracle = (bucket == Bucket::Venvs)
                     .then(|| OracleRecord::read(&e.path).ok())
                     .flatten()

@@ -69,7 +69,11 @@ pub fn verify(target: &str, store_arg: Option<&Path>) -> Result<Verification> {
             BuildMode::Source
         }
     });
-    let id = identity::measure(&venv, &recipe.source.package, &recipe.source.commit, mode)?;
+    let mut id = identity::measure(&venv, &recipe.source.package, &recipe.source.commit, mode)?;
+    if let Some(store) = Store::open_existing(&Store::default_root(store_arg)?) {
+        let mirror = crate::stages::source::mirror_entry(&store, &recipe.source.repo);
+        id.tags_at_commit = crate::stages::source::tags_at(&mirror.path, &recipe.source.commit);
+    }
     let mut checks = identity::checks(&id, &recipe);
     if let Some(rec) = &record {
         let pairs = [

@@ -61,6 +61,11 @@ pub struct Identity {
     pub sys_prefix: String,
     /// Why `import <package>` failed, if it did.
     pub import_error: Option<String>,
+    /// Tags of the source repository that point at `commit` (read with git,
+    /// not measured in the venv): a build exactly at a release tag has a
+    /// version without `+g<sha>` (setuptools-scm), which is then checked against them.
+    #[serde(default)]
+    pub tags_at_commit: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -129,6 +134,7 @@ pub fn measure(
         build_mode: build_mode.as_str().to_string(),
         sys_prefix: m.sys_prefix,
         import_error: m.import_error,
+        tags_at_commit: Vec::new(),
     })
 }
 
@@ -179,16 +185,7 @@ pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
         id.import_error.clone().unwrap_or_else(|| "imports".into()),
         id.import_error.is_none(),
     ));
-    let sha = id.runtime_version.as_deref().and_then(scm_sha);
-    out.push(check(
-        "commit",
-        format!(
-            "runtime_version carrying +g<sha> with <sha> a prefix of {}",
-            id.commit
-        ),
-        show(&id.runtime_version),
-        sha.is_some_and(|s| id.commit.starts_with(&s.to_ascii_lowercase())),
-    ));
+    out.push(commit_check(id));
     out.push(check(
         "editable",
         "false (a regular, non-editable install)",
@@ -275,6 +272,52 @@ pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
     out
 }
 
+/// The `commit` check: `+g<sha>` of the runtime version is a prefix (>= 7 hex)
+/// of the commit; or, for a version with no `+g<sha>` (an exact release tag
+/// under setuptools-scm), a tag `v<version>` or `<version>` points at the commit.
+fn commit_check(id: &Identity) -> Check {
+    let version = id.runtime_version.as_deref().unwrap_or("");
+    match scm_sha(version) {
+        Some(sha) => check(
+            "commit",
+            format!(
+                "runtime_version carrying +g<sha> with <sha> a prefix of {}",
+                id.commit
+            ),
+            version,
+            id.commit.starts_with(&sha.to_ascii_lowercase()),
+        ),
+        None => {
+            let base = version.split('+').next().unwrap_or("");
+            let tagged = !base.is_empty()
+                && id
+                    .tags_at_commit
+                    .iter()
+                    .any(|t| t == base || *t == format!("v{base}"));
+            check(
+                "commit",
+                format!(
+                    "runtime_version carrying +g<sha> of {} (or a release tag at that commit)",
+                    id.commit
+                ),
+                if id.tags_at_commit.is_empty() {
+                    format!(
+                        "{} (no +g<sha>; no tag points at the commit)",
+                        show(&id.runtime_version)
+                    )
+                } else {
+                    format!(
+                        "{} (tags at the commit: {})",
+                        show(&id.runtime_version),
+                        id.tags_at_commit.join(", ")
+                    )
+                },
+                tagged,
+            )
+        }
+    }
+}
+
 /// `field: expected X, found Y` for every failed check, one per line.
 pub fn describe_failures(checks: &[Check]) -> String {
     checks
@@ -298,5 +341,46 @@ mod tests {
         );
         assert_eq!(scm_sha("0.23.1+cu130"), None);
         assert_eq!(scm_sha("0.23.1"), None);
+    }
+}
+
+#[cfg(test)]
+mod commit_tests {
+    use super::*;
+
+    fn id(version: &str, tags: &[&str]) -> Identity {
+        Identity {
+            commit: "0f1dd7fb00ab4fd99f50ba5da0155ad026f163c5".into(),
+            runtime_version: Some(version.into()),
+            distribution_version: None,
+            flashinfer_version: None,
+            flashinfer_packages: Default::default(),
+            torch_version: None,
+            torch_cuda: None,
+            python_version: "3.12.1".into(),
+            platform: "linux-x86_64".into(),
+            editable: false,
+            editable_evidence: vec![],
+            package_path: None,
+            package_in_venv: true,
+            compiled_extensions: vec![],
+            build_mode: "source".into(),
+            sys_prefix: "/v".into(),
+            import_error: None,
+            tags_at_commit: tags.iter().map(|t| t.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn commit_is_proven_by_scm_sha_or_by_an_exact_tag() {
+        assert!(commit_check(&id("0.1.1.dev1+g0f1dd7fb0", &[])).ok);
+        assert!(!commit_check(&id("0.1.1.dev1+g1111111", &[])).ok);
+        assert!(commit_check(&id("0.1.0", &["v0.1.0"])).ok);
+        assert!(commit_check(&id("0.1.0+cu130", &["v0.1.0"])).ok);
+        assert!(
+            !commit_check(&id("0.1.0", &[])).ok,
+            "a bare version proves nothing"
+        );
+        assert!(!commit_check(&id("0.2.0", &["v0.1.0"])).ok);
     }
 }

@@ -155,17 +155,18 @@ fn fetch(repo: &Repository, url: &str, refspecs: &[&str]) -> Result<()> {
 
 /// Ensures `store/src/<commit>` holds a clean, read-only checkout of exactly
 /// `commit` with the full history and tags of the mirror (cloned locally,
-/// objects hard-linked where the filesystem allows).
+/// objects hard-linked where the filesystem allows). Returns the entry and
+/// whether this call created it.
 ///
 /// Errors: the clone or checkout fails; HEAD is not `commit`; the tree is dirty.
-pub fn ensure_checkout(store: &Store, mirror: &Entry, commit: &str) -> Result<Entry> {
+pub fn ensure_checkout(store: &Store, mirror: &Entry, commit: &str) -> Result<(Entry, bool)> {
     let entry = checkout_entry(store, commit);
     if entry.exists() {
-        return Ok(entry);
+        return Ok((entry, false));
     }
     let _lock = store.lock(&format!("src-{commit}"))?;
     if entry.exists() {
-        return Ok(entry);
+        return Ok((entry, false));
     }
     progress::stage(
         "source",
@@ -204,7 +205,31 @@ pub fn ensure_checkout(store: &Store, mirror: &Entry, commit: &str) -> Result<En
     check_clean_at(&repo, commit)?;
     drop(repo);
     store.persist(&dir, &entry)?;
-    Ok(entry)
+    Ok((entry, true))
+}
+
+/// Names of the tags of the repository at `dir` (bare or not) that point at `commit`.
+pub fn tags_at(dir: &std::path::Path, commit: &str) -> Vec<String> {
+    let Ok(repo) = Repository::open(dir) else {
+        return Vec::new();
+    };
+    let Ok(oid) = git2::Oid::from_str(commit) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if let Ok(names) = repo.tag_names(None) {
+        for name in names.iter().flatten() {
+            let target = repo
+                .revparse_single(&format!("refs/tags/{name}"))
+                .and_then(|o| o.peel_to_commit())
+                .map(|c| c.id());
+            if target.is_ok_and(|t| t == oid) {
+                out.push(name.to_string());
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// Checks that the work tree of `repo` has HEAD at `commit` and no changes.

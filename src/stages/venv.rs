@@ -60,6 +60,10 @@ pub struct OracleRecord {
     pub smoke: SmokeReport,
     /// Tools used.
     pub tools: Toolchain,
+    /// Store entries this oracle needs to be rebuilt (its wheel and what the
+    /// wheel requires); `gc` keeps them as long as the oracle is rooted.
+    #[serde(default)]
+    pub requires: Vec<String>,
     /// When the venv was made (RFC 3339).
     pub created: String,
     /// Seconds spent creating and installing the venv.
@@ -123,11 +127,43 @@ pub struct Options {
     pub no_smoke: bool,
 }
 
-/// Returns the oracle venv for `wheel`, building it when absent, and
-/// (re-)running the gate when its smoke key changed.
+/// The venv stage's key and entry, known before any work.
+#[derive(Debug, Clone)]
+pub struct VenvPlan {
+    /// Content key.
+    pub key: String,
+    /// The hashed inputs.
+    pub inputs: Value,
+    /// `store/venvs/<key>`.
+    pub entry: Entry,
+    /// The checkout's runtime requirements file, if any.
+    pub runtime: Option<String>,
+}
+
+/// Computes the venv key for installing `wheel` (built from the checkout at `src`).
+pub fn plan(
+    store: &Store,
+    lr: &LoadedRecipe,
+    tc: &Toolchain,
+    wheel: &BuildRecord,
+    src: &Path,
+) -> VenvPlan {
+    let runtime = runtime_requirements(src, &lr.recipe.build.target_device);
+    let (key, inputs) = key(lr, tc, wheel, runtime.as_deref());
+    VenvPlan {
+        entry: store.entry(Bucket::Venvs, &key),
+        key,
+        inputs,
+        runtime,
+    }
+}
+
+/// Returns the oracle venv of `plan`, building it when absent (or when the
+/// entry fails its manifest check: the damaged entry is moved aside to
+/// `<root>/tmp` and rebuilt), and re-running the gate when its smoke key changed.
 ///
 /// Errors: install fails; exit 3 when the measured identity fails a check
-/// (nothing is persisted); the found entry fails its manifest check.
+/// (nothing is persisted).
 #[allow(clippy::too_many_arguments)]
 pub fn ensure(
     store: &Store,
@@ -137,30 +173,41 @@ pub fn ensure(
     wheel_entry: &Entry,
     wheel: &BuildRecord,
     src: &Entry,
+    plan: &VenvPlan,
     opts: Options,
 ) -> Result<Outcome> {
-    let r = &lr.recipe;
-    let runtime = runtime_requirements(&src.path, &r.build.target_device);
-    let (key, inputs) = key(lr, tc, wheel, runtime.as_deref());
-    let entry = store.entry(Bucket::Venvs, &key);
+    let entry = plan.entry.clone();
     let smoke_key = smoke::smoke_key(lr);
+    if entry.exists() {
+        let problems = Manifest::read(&entry.path)
+            .map_or_else(|e| vec![format!("{e:#}")], |m| m.check(&entry.path, false));
+        if !problems.is_empty() {
+            let _lock = store.lock(&format!("venv-{}", plan.key))?;
+            let aside =
+                store
+                    .tmp_dir()
+                    .join(format!("damaged-{}.{}", plan.key, std::process::id()));
+            progress::stage(
+                "venv",
+                format!(
+                    "{} is damaged ({}); moving it to {} and rebuilding",
+                    entry.label(),
+                    problems
+                        .iter()
+                        .take(3)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    aside.display()
+                ),
+            );
+            fs::rename(&entry.path, &aside)?;
+        }
+    }
     if !entry.exists() {
-        let _lock = store.lock(&format!("venv-{key}"))?;
+        let _lock = store.lock(&format!("venv-{}", plan.key))?;
         if !entry.exists() {
-            let record = build(
-                store,
-                lr,
-                tc,
-                uv,
-                wheel_entry,
-                wheel,
-                src,
-                &key,
-                inputs,
-                runtime.as_deref(),
-                opts,
-                &entry,
-            )?;
+            let record = build(store, lr, tc, uv, wheel_entry, wheel, src, plan, opts)?;
             return Ok(Outcome {
                 entry,
                 record,
@@ -168,21 +215,6 @@ pub fn ensure(
                 smoked: !opts.no_smoke,
             });
         }
-    }
-    let problems = Manifest::read(&entry.path)
-        .with_context(|| format!("{} has no readable manifest", entry.path.display()))?
-        .check(&entry.path, false);
-    if !problems.is_empty() {
-        bail!(
-            "oracle venv {} is damaged ({}); delete the entry (chmod -R u+w, rm -r) and rebuild",
-            entry.path.display(),
-            problems
-                .iter()
-                .take(5)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("; ")
-        );
     }
     let mut record = OracleRecord::read(&entry.path)?;
     if opts.no_smoke || record.smoke.key == smoke_key {
@@ -193,7 +225,7 @@ pub fn ensure(
             smoked: false,
         });
     }
-    let _lock = store.lock(&format!("venv-{key}"))?;
+    let _lock = store.lock(&format!("venv-{}", plan.key))?;
     progress::stage(
         "smoke",
         "the smoke configuration changed since this oracle was gated; re-running the gate",
@@ -255,13 +287,11 @@ fn build(
     wheel_entry: &Entry,
     wheel: &BuildRecord,
     src: &Entry,
-    key: &str,
-    inputs: Value,
-    runtime: Option<&str>,
+    plan: &VenvPlan,
     opts: Options,
-    entry: &Entry,
 ) -> Result<OracleRecord> {
     let r = &lr.recipe;
+    let (key, entry, runtime) = (plan.key.as_str(), &plan.entry, plan.runtime.as_deref());
     progress::stage(
         "install",
         format!("installing {} into {}", wheel.wheel, entry.label()),
@@ -312,6 +342,7 @@ fn build(
             }
         });
     let mut ident = identity::measure(&venv, &r.source.package, &r.source.commit, mode)?;
+    ident.tags_at_commit = crate::stages::source::tags_at(&src.path, &r.source.commit);
     let checks = identity::checks(&ident, r);
     if checks.iter().any(|c| !c.ok) {
         return Err(mismatch(format!(
@@ -336,13 +367,14 @@ fn build(
         recipe_origin: lr.origin.clone(),
         recipe_text: lr.text.clone(),
         key: key.to_string(),
-        inputs,
+        inputs: plan.inputs.clone(),
         wheel_key: wheel.key.clone(),
         wheel_sha256: wheel.sha256.clone(),
         identity: ident,
         checks,
         smoke,
         tools: tc.clone(),
+        requires: vec![wheel_entry.label()],
         created,
         install_s,
     };

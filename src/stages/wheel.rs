@@ -190,6 +190,10 @@ pub struct BuildRecord {
     pub scrubbed_env: Vec<String>,
     /// Every tool used, with path and version.
     pub tools: Toolchain,
+    /// Store entries this wheel was made from (`src/<commit>`, `git/<repo>.git`),
+    /// kept alive by `gc` as long as the wheel is.
+    #[serde(default)]
+    pub requires: Vec<String>,
     /// When the build started (RFC 3339).
     pub started: String,
     /// Wall time, seconds.
@@ -208,10 +212,21 @@ impl BuildRecord {
     }
 }
 
+/// The committer time of `commit` in the checkout at `dir`, seconds since the epoch.
+pub fn commit_time(dir: &Path, commit: &str) -> Result<i64> {
+    let repo = git2::Repository::open(dir).with_context(|| format!("opening {}", dir.display()))?;
+    Ok(repo
+        .find_commit(git2::Oid::from_str(commit)?)?
+        .time()
+        .seconds())
+}
+
 /// Returns the wheel of `plan`, building it if its entry is absent: copy the
 /// checkout to staging, make a build venv with the build requirements (recipe
 /// pins as overrides), `uv build --wheel --no-build-isolation` with the
 /// recipe's environment, then record and persist.
+///
+/// Returns the record and whether this call built it.
 ///
 /// Errors: any build step fails (the error quotes the log's tail and names it).
 pub fn ensure(
@@ -221,13 +236,14 @@ pub fn ensure(
     uv: &crate::uv::Uv,
     plan: &WheelPlan,
     src: &Entry,
-) -> Result<BuildRecord> {
+    requires: &[String],
+) -> Result<(BuildRecord, bool)> {
     if plan.entry.exists() {
-        return BuildRecord::read(&plan.entry.path);
+        return Ok((BuildRecord::read(&plan.entry.path)?, false));
     }
     let _lock = store.lock(&format!("wheel-{}", plan.key))?;
     if plan.entry.exists() {
-        return BuildRecord::read(&plan.entry.path);
+        return Ok((BuildRecord::read(&plan.entry.path)?, false));
     }
     let r = &lr.recipe;
     progress::stage(
@@ -284,6 +300,16 @@ pub fn ensure(
         env.entry("CUDA_HOME".into())
             .or_insert_with(|| home.display().to_string());
     }
+    // Reproducible builds (reproducible-builds.org): zip timestamps from the
+    // commit time, and no staging path baked into debug info, so the same
+    // inputs give the same wheel bytes in any store.
+    let epoch = commit_time(&src.path, &r.source.commit)?;
+    env.insert("SOURCE_DATE_EPOCH".into(), epoch.to_string());
+    let map = format!("-ffile-prefix-map={}=/oracle-build", work.display());
+    for var in ["CFLAGS", "CXXFLAGS"] {
+        let inherited = std::env::var(var).unwrap_or_default();
+        env.insert(var.into(), format!("{inherited} {map}").trim().to_string());
+    }
     env.extend(r.build.env.clone());
     let scrubbed: Vec<String> = std::env::vars()
         .map(|(k, _)| k)
@@ -319,6 +345,7 @@ pub fn ensure(
         env,
         scrubbed_env: scrubbed,
         tools: tc.clone(),
+        requires: requires.to_vec(),
         started,
         duration_s: t0.elapsed().as_secs_f64(),
     };
@@ -332,5 +359,5 @@ pub fn ensure(
             record.wheel, record.size, record.duration_s
         ),
     );
-    Ok(record)
+    Ok((record, true))
 }

@@ -1,0 +1,421 @@
+//! The store: GC roots and `gc`, crash safety under SIGKILL, concurrent
+//! builds, and the disk preflight.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+fn build_json(dir: &Path, recipe: &Path, store: &Path) -> Value {
+    let out = run(
+        dir,
+        &[
+            "build",
+            recipe.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    json(&out)
+}
+
+fn oracle_identity(venv: &str) -> Value {
+    let rec: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(venv).join("oracle.json")).unwrap(),
+    )
+    .unwrap();
+    let id = &rec["identity"];
+    serde_json::json!({
+        "runtime_version": id["runtime_version"], "distribution_version": id["distribution_version"],
+        "compiled_extensions": id["compiled_extensions"], "commit": id["commit"], "wheel_sha256": rec["wheel_sha256"],
+    })
+}
+
+/// Every entry that exists is complete: wheels and venvs pass their manifest
+/// check, checkouts are git work trees, mirrors are bare repositories.
+fn assert_no_partial_entries(store: &Path, when: &str) {
+    let st = run(
+        store.parent().unwrap(),
+        &["status", "--store", store.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(code(&st), 0, "{when}: {}", text(&st));
+    for e in json(&st)["entries"].as_array().unwrap() {
+        let label = e["entry"].as_str().unwrap();
+        let path = Path::new(e["path"].as_str().unwrap());
+        let complete = match label.split('/').next().unwrap() {
+            "wheels" => e["health"] == "ok" && path.join("build.json").exists(),
+            "venvs" => {
+                e["health"] == "ok"
+                    && path.join("oracle.json").exists()
+                    && path.join("bin/python").exists()
+            }
+            "src" => path.join(".git/HEAD").exists(),
+            "git" => path.join("HEAD").exists() && path.join("objects").is_dir(),
+            _ => true,
+        };
+        assert!(complete, "{when}: partial entry listed: {e}");
+    }
+}
+
+#[test]
+fn gc_deletes_exactly_the_unrooted_entries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, head) = fixture_repo(tmp.path());
+    let tagged = git(&repo, &["rev-parse", "v0.1.0"]);
+    let a = write_recipe(tmp.path(), "fx-a", &repo, &tagged, SMOKE);
+    let b = write_recipe(tmp.path(), "fx-b", &repo, &head, SMOKE);
+    let store = tmp.path().join("store");
+    let s = store.to_str().unwrap();
+    let ra = build_json(tmp.path(), &a, &store);
+    let rb = build_json(tmp.path(), &b, &store);
+    assert_ne!(ra["key"], rb["key"]);
+
+    // Nothing is collectable while both pins are rooted.
+    let dry = run(tmp.path(), &["gc", "--dry-run", "--store", s, "--json"]);
+    assert_eq!(code(&dry), 0, "{}", text(&dry));
+    assert_eq!(
+        json(&dry)["deleted"].as_array().unwrap().len(),
+        0,
+        "{}",
+        text(&dry)
+    );
+
+    let un = run(tmp.path(), &["unkeep", a.to_str().unwrap(), "--store", s]);
+    assert_eq!(code(&un), 0, "{}", text(&un));
+    let rec_a: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(ra["oracle"].as_str().unwrap()).join("oracle.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let wheel_a = format!("wheels/{}", rec_a["wheel_key"].as_str().unwrap());
+    let mut expected = vec![
+        format!("src/{tagged}"),
+        wheel_a,
+        format!("venvs/{}", ra["key"].as_str().unwrap()),
+    ];
+    expected.sort();
+
+    let dry = json(&run(
+        tmp.path(),
+        &["gc", "--dry-run", "--store", s, "--json"],
+    ));
+    let mut listed: Vec<String> = dry["deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["entry"].as_str().unwrap().to_string())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, expected, "the shared mirror and pin B stay");
+    assert!(dry["freed_bytes"].as_u64().unwrap() > 0);
+    assert!(
+        Path::new(ra["oracle"].as_str().unwrap()).exists(),
+        "a dry run deletes nothing"
+    );
+
+    let real = run(tmp.path(), &["gc", "--store", s]);
+    assert_eq!(code(&real), 0, "{}", text(&real));
+    assert!(
+        String::from_utf8_lossy(&real.stdout).contains("deleted 3 entries"),
+        "{}",
+        text(&real)
+    );
+    assert!(!Path::new(ra["oracle"].as_str().unwrap()).exists());
+    assert!(!store.join("store/src").join(&tagged).exists());
+    assert!(store.join("store/src").join(&head).exists());
+    let v = run(tmp.path(), &["verify", b.to_str().unwrap(), "--store", s]);
+    assert_eq!(
+        code(&v),
+        0,
+        "the rooted oracle still verifies: {}",
+        text(&v)
+    );
+
+    // keep re-roots an oracle that is in the store.
+    let k = run(tmp.path(), &["unkeep", b.to_str().unwrap(), "--store", s]);
+    assert_eq!(code(&k), 0);
+    let k = run(tmp.path(), &["keep", b.to_str().unwrap(), "--store", s]);
+    assert_eq!(code(&k), 0, "{}", text(&k));
+    let dry = json(&run(
+        tmp.path(),
+        &["gc", "--dry-run", "--store", s, "--json"],
+    ));
+    assert_eq!(dry["deleted"].as_array().unwrap().len(), 0, "{dry}");
+}
+
+#[test]
+fn sigkill_at_many_moments_never_leaves_a_partial_entry_and_the_rerun_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, head) = fixture_repo(tmp.path());
+    let recipe = write_recipe(tmp.path(), "fx", &repo, &head, SMOKE);
+
+    let t0 = Instant::now();
+    let reference = build_json(tmp.path(), &recipe, &tmp.path().join("reference"));
+    let full = t0.elapsed();
+    let ref_id = oracle_identity(reference["oracle"].as_str().unwrap());
+
+    const MOMENTS: u32 = 24;
+    let mut stages_hit = std::collections::BTreeSet::new();
+    for i in 0..MOMENTS {
+        let store = tmp.path().join(format!("s{i}"));
+        let delay = full.mul_f64(f64::from(i) / f64::from(MOMENTS));
+        let mut child = cmd(tmp.path())
+            .args([
+                "build",
+                recipe.to_str().unwrap(),
+                "--store",
+                store.to_str().unwrap(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let seen = Arc::new(Mutex::new(String::from("start")));
+        let reader = {
+            let seen = seen.clone();
+            let stderr = child.stderr.take().unwrap();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if let Some(rest) = line.strip_prefix("==> ") {
+                        *seen.lock().unwrap() = rest.split(':').next().unwrap_or("").to_string();
+                    }
+                }
+            })
+        };
+        std::thread::sleep(delay);
+        let stage = seen.lock().unwrap().clone();
+        // SAFETY: killing the process group we just created.
+        unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+        let _ = child.wait();
+        let _ = reader.join();
+        stages_hit.insert(stage.clone());
+        if store.exists() {
+            assert_no_partial_entries(&store, &format!("after a kill at {delay:?} ({stage})"));
+        }
+
+        let rerun = build_json(tmp.path(), &recipe, &store);
+        assert_eq!(
+            rerun["key"], reference["key"],
+            "kill at {delay:?} ({stage}): same oracle key"
+        );
+        assert_eq!(
+            oracle_identity(rerun["oracle"].as_str().unwrap()),
+            ref_id,
+            "kill at {delay:?} ({stage})"
+        );
+        let stale: Vec<_> = std::fs::read_dir(store.join("tmp"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert!(
+            stale.is_empty(),
+            "kill at {delay:?} ({stage}): staging left behind: {stale:?}"
+        );
+        assert_no_partial_entries(&store, "after the rerun");
+    }
+    for stage in ["source", "build", "install", "smoke"] {
+        assert!(
+            stages_hit.contains(stage),
+            "no kill landed in {stage}: {stages_hit:?}"
+        );
+    }
+}
+
+#[test]
+fn four_concurrent_builds_build_once_and_gc_during_a_build_deletes_nothing_it_needs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, head) = fixture_repo(tmp.path());
+    let recipe = write_recipe(tmp.path(), "fx", &repo, &head, SMOKE);
+    let store = tmp.path().join("store");
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            cmd(tmp.path())
+                .args([
+                    "build",
+                    recipe.to_str().unwrap(),
+                    "--store",
+                    store.to_str().unwrap(),
+                    "--json",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let reports: Vec<Value> = outs
+        .iter()
+        .map(|o| {
+            assert_eq!(code(o), 0, "{}", text(o));
+            json(o)
+        })
+        .collect();
+    for r in &reports {
+        assert_eq!(r["oracle"], reports[0]["oracle"]);
+    }
+    let built_wheel = reports
+        .iter()
+        .filter(|r| r["built"].as_array().unwrap().iter().any(|s| s == "wheel"))
+        .count();
+    let built_venv = reports
+        .iter()
+        .filter(|r| r["built"].as_array().unwrap().iter().any(|s| s == "venv"))
+        .count();
+    assert_eq!((built_wheel, built_venv), (1, 1), "{reports:?}");
+    assert!(
+        outs.iter()
+            .any(|o| String::from_utf8_lossy(&o.stderr).contains("waiting for")),
+        "the others said who holds the lock"
+    );
+
+    // A gc started while a second pin builds deletes nothing that build needs.
+    let tagged = git(&repo, &["rev-parse", "v0.1.0"]);
+    let other = write_recipe(tmp.path(), "fx-other", &repo, &tagged, SMOKE);
+    let mut child = cmd(tmp.path())
+        .args([
+            "build",
+            other.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    for line in lines.by_ref() {
+        if line.unwrap().starts_with("==> build:") {
+            break;
+        }
+    }
+    let gc = run(
+        tmp.path(),
+        &["gc", "--store", store.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(code(&gc), 0, "{}", text(&gc));
+    let deleted = json(&gc)["deleted"].clone();
+    assert_eq!(
+        deleted.as_array().unwrap().len(),
+        0,
+        "gc deleted what a build uses: {deleted}"
+    );
+    std::thread::spawn(move || lines.for_each(drop));
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let v = run(
+        tmp.path(),
+        &[
+            "verify",
+            other.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&v), 0, "{}", text(&v));
+}
+
+#[test]
+fn disk_preflight_refuses_early_naming_needed_free_and_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, head) = fixture_repo(tmp.path());
+    let extra = format!("  disk: {{wheel_gib: 100000}}\n{SMOKE}");
+    let recipe = write_recipe(tmp.path(), "fx", &repo, &head, &extra);
+    let store = tmp.path().join("store");
+    let out = run(
+        tmp.path(),
+        &[
+            "build",
+            recipe.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("not enough disk for the wheel stage")
+            && t.contains("bytes")
+            && t.contains(store.to_str().unwrap()),
+        "{t}"
+    );
+    assert_eq!(
+        std::fs::read_dir(store.join("store/wheels"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+#[test]
+fn a_full_disk_mid_stage_is_reported_and_leaves_the_store_valid() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("small");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=2m",
+            "tmpfs",
+            mnt.to_str().unwrap(),
+        ])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !mounted {
+        eprintln!("skipped: cannot mount a size-limited tmpfs here (needs root / CAP_SYS_ADMIN)");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(mnt.clone());
+    let (repo, head) = fixture_repo(tmp.path());
+    // Estimates small enough to pass the preflight, so the stage hits ENOSPC.
+    let extra = format!("  disk: {{source_gib: 0, wheel_gib: 0, venv_gib: 0}}\n{SMOKE}");
+    let recipe = write_recipe(tmp.path(), "fx", &repo, &head, &extra);
+    let store = mnt.join("store");
+    let out = run(
+        tmp.path(),
+        &[
+            "build",
+            recipe.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(
+        text(&out).contains("the disk is full (ENOSPC)"),
+        "{}",
+        text(&out)
+    );
+    assert_no_partial_entries(&store, "after ENOSPC");
+    let staged: Vec<_> = std::fs::read_dir(store.join("tmp"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(staged.is_empty(), "partial work discarded: {staged:?}");
+}
