@@ -63,19 +63,19 @@ pub fn free_bytes(path: &Path) -> Option<u64> {
 /// Errors (exit 1): not enough space; the message gives needed and free bytes and the path.
 pub fn check(root: &Path, recipe: &Recipe, stage: Stage) -> Result<()> {
     let need = needed(recipe, stage);
-    if let Some(free) = free_bytes(root) {
-        if free < need {
-            bail!(
-                "not enough disk for the {} stage: it needs {} bytes ({:.2} GiB), {} bytes ({:.2} GiB) are free at {} (set build.disk.{}_gib to change the estimate)",
-                stage.as_str(),
-                need,
-                need as f64 / GIB,
-                free,
-                free as f64 / GIB,
-                root.display(),
-                stage.as_str()
-            );
-        }
+    if let Some(free) = free_bytes(root)
+        && free < need
+    {
+        bail!(
+            "not enough disk for the {} stage: it needs {} bytes ({:.2} GiB), {} bytes ({:.2} GiB) are free at {} (set build.disk.{}_gib to change the estimate)",
+            stage.as_str(),
+            need,
+            need as f64 / GIB,
+            free,
+            free as f64 / GIB,
+            root.display(),
+            stage.as_str()
+        );
     }
     Ok(())
 }
