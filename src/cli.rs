@@ -55,6 +55,14 @@ pub enum Command {
     },
     /// Recipes, store entries, roots and their health.
     Status,
+    /// Only the source stage: fetch PIN's commit into the mirror and check it out.
+    Fetch {
+        /// The PIN.
+        pin: String,
+        /// No network: the commit must already be mirrored.
+        #[arg(long)]
+        offline: bool,
+    },
     /// Measure an oracle's identity and check it against its recipe (exit 3 on mismatch).
     Verify {
         /// A PIN, or the path of an oracle venv.

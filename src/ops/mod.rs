@@ -1,6 +1,7 @@
 //! The command layer: one module per command, each thin, calling the stages.
 
 pub mod build;
+pub mod fetch;
 pub mod gc;
 pub mod plan;
 pub mod preflight;
