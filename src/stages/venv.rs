@@ -143,7 +143,7 @@ pub fn ensure(
     let runtime = runtime_requirements(&src.path, &r.build.target_device);
     let (key, inputs) = key(lr, tc, wheel, runtime.as_deref());
     let entry = store.entry(Bucket::Venvs, &key);
-    let smoke_key = smoke::smoke_key(lr);
+    let smoke_key = smoke::smoke_key(store, lr);
     if !entry.exists() {
         let _lock = store.lock(&format!("venv-{key}"))?;
         if !entry.exists() {
@@ -210,8 +210,21 @@ pub fn ensure(
 
 /// Runs the smoke stage for the venv at `venv`, with logs under a fresh staging directory kept in `<venv>/smoke` when possible.
 pub fn gate(store: &Store, venv: &Path, lr: &LoadedRecipe) -> Result<SmokeReport> {
+    gate_with(store, venv, lr, &smoke::Options::new(store, lr))
+}
+
+/// [`gate`] with smoke options (`smoke --case`, `--record-golden`). Logs are
+/// kept in `<root>/logs/smoke-<smoke key>`.
+///
+/// Errors: as [`smoke::run`] (the tool itself failing, not the oracle).
+pub fn gate_with(
+    store: &Store,
+    venv: &Path,
+    lr: &LoadedRecipe,
+    opts: &smoke::Options,
+) -> Result<SmokeReport> {
     let staging = store.stage("smoke")?;
-    let report = smoke::run(venv, lr, staging.path(), None)?;
+    let report = smoke::run(venv, lr, staging.path(), opts)?;
     let keep = store
         .root()
         .join("logs")
@@ -227,6 +240,13 @@ fn relocate_logs(mut report: SmokeReport, from: &Path, to: &Path) -> SmokeReport
         if let Ok(rel) = c.log.strip_prefix(from) {
             c.log = to.join(rel);
         }
+    }
+    if let Some(log) = report.probe.get_mut("log")
+        && let Some(rel) = log
+            .as_str()
+            .and_then(|l| Path::new(l).strip_prefix(from).ok())
+    {
+        *log = json!(to.join(rel));
     }
     report
 }
@@ -321,9 +341,14 @@ fn build(
         )));
     }
     let smoke = if opts.no_smoke {
-        SmokeReport::skipped(smoke::smoke_key(lr))
+        SmokeReport::skipped(smoke::smoke_key(store, lr))
     } else {
-        smoke::run(&venv, lr, &scratch.join("smoke"), None)?
+        smoke::run(
+            &venv,
+            lr,
+            &scratch.join("smoke"),
+            &smoke::Options::new(store, lr),
+        )?
     };
     // Paths were measured in staging; record the final ones.
     let staged = venv.display().to_string();
