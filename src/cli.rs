@@ -60,4 +60,15 @@ pub enum Command {
         /// A PIN, or the path of an oracle venv.
         target: String,
     },
+    /// Smoke-run the oracle of PIN: probe, determinism, goldens; exit 4 when not gateable.
+    Smoke {
+        /// The PIN.
+        pin: String,
+        /// Run only this case (the oracle's recorded verdict is not changed).
+        #[arg(long, value_name = "NAME")]
+        case: Option<String>,
+        /// Write each case's output as its golden (JSON), then gate against it.
+        #[arg(long)]
+        record_golden: bool,
+    },
 }

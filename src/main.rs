@@ -35,6 +35,19 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Plan { pin }) => return ops::plan::run(&pin, store, cli.json),
         Some(Command::Status) => return ops::status::run(store, cli.json),
         Some(Command::Verify { target }) => return ops::verify::run(&target, store, cli.json),
+        Some(Command::Smoke {
+            pin,
+            case,
+            record_golden,
+        }) => {
+            let opts = ops::smoke::SmokeArgs {
+                pin,
+                case,
+                record_golden,
+                json: cli.json,
+            };
+            return ops::smoke::run(&opts, store);
+        }
         Some(Command::Build(args)) => args,
         None => cli.build,
     };

@@ -3,6 +3,7 @@
 pub mod build;
 pub mod plan;
 pub mod preflight;
+pub mod smoke;
 pub mod status;
 pub mod verify;
 
