@@ -345,11 +345,18 @@ fn render_case(c: &CaseResult, requested: &[&str], line: &mut impl FnMut(String)
             .filter(|(k, _)| requested.contains(&k.as_str()))
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        line(format!(
-            "  engine   {} (+{} more read back, in oracle.json)",
-            shown.join(" "),
-            known.len() - shown.len()
-        ));
+        line(if shown.is_empty() {
+            format!(
+                "  engine   defaults ({} settings read back, in oracle.json)",
+                known.len()
+            )
+        } else {
+            format!(
+                "  engine   {} (+{} more read back, in oracle.json)",
+                shown.join(" "),
+                known.len() - shown.len()
+            )
+        });
     }
     if c.runs > 0 {
         let prompt = c
@@ -393,7 +400,7 @@ fn render_case(c: &CaseResult, requested: &[&str], line: &mut impl FnMut(String)
                 line(format!("           {d}"));
             }
         }
-        "none" => line("  golden   none recorded".into()),
+        "none" => line("  golden   none recorded (smoke --record-golden writes one)".into()),
         other => line(format!("  golden   {other}{path}")),
     }
     for n in &c.notes {

@@ -47,6 +47,19 @@ def capture_logs(*names):
             logger.addHandler(handler)
 
 
+_STAGE_FILE = None  # where the current stage is written, so a timeout can name it
+
+
+def mark(stage):
+    """Record the stage being entered (read by oracle-build when it has to kill us)."""
+    if _STAGE_FILE:
+        try:
+            with open(_STAGE_FILE, "w") as f:
+                f.write(stage)
+        except OSError:
+            pass
+
+
 def write(path, obj):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -93,6 +106,7 @@ def builtin_probe(cfg):
     """
     result = {"op": cfg["package"] + "._custom_ops.rms_norm", "ok": False}
     stage = "import"
+    mark("probe")
     try:
         ops = importlib.import_module(cfg["package"] + "._custom_ops")
         rows, hidden, eps = 4, 64, 1e-6
@@ -148,6 +162,7 @@ def custom_probe(cfg):
     result = {"op": "%s.%s" % (cfg["module"], cfg["function"]), "ok": False,
               "device": cfg.get("device")}
     stage = "import"
+    mark("probe")
     try:
         fn = getattr(importlib.import_module(cfg["module"]), cfg["function"])
         stage = "run"
@@ -237,12 +252,14 @@ def top_logprobs(step):
 def case(cfg):
     result = {"case": cfg["name"], "runs": [], "error": None}
     stage = "import"
+    mark(stage)
     try:
         module = importlib.import_module(cfg["package"])
         capture_logs(cfg["package"])
         result["package_version"] = getattr(module, "__version__", None)
         LLM, SamplingParams = module.LLM, module.SamplingParams
         stage = "load"
+        mark(stage)
         kwargs = dict(cfg.get("engine_args") or {})
         if cfg.get("revision"):
             kwargs["revision"] = cfg["revision"]
@@ -258,7 +275,8 @@ def case(cfg):
             prompt = {"prompt_token_ids": list(cfg["prompt_token_ids"])}
         else:
             prompt = cfg["prompt"]  # raw text, no chat template
-        for _ in range(cfg["runs"]):
+        for i in range(cfg["runs"]):
+            mark("generate (run %d of %d)" % (i + 1, cfg["runs"]))
             t0 = time.monotonic()
             out = llm.generate([prompt], params, use_tqdm=False)[0]
             dt = time.monotonic() - t0
@@ -280,9 +298,11 @@ def case(cfg):
 
 
 def main():
+    global _STAGE_FILE
     mode, cfg_path, out_path = sys.argv[1:4]
     with open(cfg_path) as f:
         cfg = json.load(f)
+    _STAGE_FILE = out_path + ".stage"
     write(out_path, probe(cfg) if mode == "probe" else case(cfg))
     sys.stdout.flush()
     sys.stderr.flush()

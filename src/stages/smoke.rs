@@ -434,7 +434,9 @@ fn run_driver(
     let out_path = out_dir.join(format!("{name}.result.json"));
     let log = out_dir.join(format!("{name}.log"));
     write_json(&cfg_path, cfg)?;
+    let stage_path = out_dir.join(format!("{name}.result.json.stage"));
     let _ = fs::remove_file(&out_path);
+    let _ = fs::remove_file(&stage_path);
     let work = tempfile::tempdir().context("creating a scratch directory")?;
     let mut cmd = duct::cmd(
         python,
@@ -458,8 +460,15 @@ fn run_driver(
             .lines()
             .map(str::to_string)
             .collect();
+    let stage = std::fs::read_to_string(&stage_path).ok();
     let (result, failure) = match outcome {
-        Err(e) => (None, Some(format!("{e:#}"))),
+        Err(e) => (
+            None,
+            Some(match stage {
+                Some(st) => format!("{e:#} (it was at stage: {st})"),
+                None => format!("{e:#}"),
+            }),
+        ),
         Ok(_) if !out_path.exists() => (None, Some("the driver exited without a result".into())),
         Ok(_) => match read_json::<Value>(&out_path) {
             Ok(v) => (Some(v), None),
@@ -729,11 +738,11 @@ pub fn describe_diff(d: &GoldenDiff) -> String {
     }
     if d.near_tie {
         s += &format!(
-            ": a NEAR-TIE (under {} nats), likely a tie flipping, not drift",
+            ": a NEAR-TIE (under {:?} nats): the two tokens were nearly tied, so this may be a tie flipping rather than drift",
             d.near_tie_nats
         );
     } else if d.gap_nats.is_some() || d.golden_gap_nats.is_some() {
-        s += &format!(": not a near-tie (threshold {} nats)", d.near_tie_nats);
+        s += &format!(": not a near-tie (threshold {:?} nats)", d.near_tie_nats);
     }
     s
 }
