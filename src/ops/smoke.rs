@@ -151,7 +151,11 @@ pub fn run(args: &SmokeArgs, store_arg: Option<&Path>) -> Result<()> {
         .canonicalize()
         .with_context(|| format!("resolving {}", link.display()))?;
     let mut rec = OracleRecord::read(&venv)?;
-    if rec.identity.commit != r.source.commit || rec.inputs["package"] != json!(r.source.package) {
+    let package_differs = rec
+        .inputs
+        .get("package")
+        .is_some_and(|p| *p != json!(r.source.package));
+    if rec.identity.commit != r.source.commit || package_differs {
         return Err(mismatch(format!(
             "the oracle at {} ({}) was built from {} {}, but recipe {} pins {} {}; build it first (`oracle-build build {}`)",
             link.display(),
@@ -394,7 +398,12 @@ fn render_case(c: &CaseResult, requested: &[&str], line: &mut impl FnMut(String)
         }
         "refused" => {
             line(format!(
-                "  golden   REFUSED{path}: recorded under another configuration"
+                "  golden   REFUSED{path}: {}",
+                if c.config_diffs.is_empty() {
+                    "recorded for another prompt"
+                } else {
+                    "recorded under another engine configuration"
+                }
             ));
             for d in &c.config_diffs {
                 line(format!("           {d}"));
