@@ -118,7 +118,7 @@ fn write_npy(path: &Path, rows: &[Vec<i32>]) {
         rows.len()
     );
     // magic (6) + version (2) + header length (2) + header, a multiple of 64, ending in \n.
-    while (10 + header.len() + 1) % 64 != 0 {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
     header.push('\n');

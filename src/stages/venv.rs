@@ -214,7 +214,7 @@ pub fn gate(store: &Store, venv: &Path, lr: &LoadedRecipe) -> Result<SmokeReport
 }
 
 /// [`gate`] with smoke options (`smoke --case`, `--record-golden`). Logs are
-/// kept in `<root>/logs/smoke-<smoke key>`.
+/// kept in `<root>/logs/smoke-<smoke key>` (`-<case>` appended for one-case runs).
 ///
 /// Errors: as [`smoke::run`] (the tool itself failing, not the oracle).
 pub fn gate_with(
@@ -225,10 +225,12 @@ pub fn gate_with(
 ) -> Result<SmokeReport> {
     let staging = store.stage("smoke")?;
     let report = smoke::run(venv, lr, staging.path(), opts)?;
-    let keep = store
-        .root()
-        .join("logs")
-        .join(format!("smoke-{}", report.key));
+    // A one-case run must not replace the logs a full run's record points at.
+    let name = match &opts.only {
+        Some(case) => format!("smoke-{}-{case}", report.key),
+        None => format!("smoke-{}", report.key),
+    };
+    let keep = store.root().join("logs").join(name);
     let _ = fs::create_dir_all(store.root().join("logs"));
     let _ = std::fs::remove_dir_all(&keep);
     let _ = std::fs::rename(staging.path(), &keep);

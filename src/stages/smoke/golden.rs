@@ -21,6 +21,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use fs_err as fs;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -163,11 +164,11 @@ pub fn location(lr: &LoadedRecipe, goldens_dir: &Path, case: &Case) -> Location 
 /// `None` when absent. Part of the smoke key.
 pub fn content_digest(loc: &Location) -> Option<String> {
     use sha2::Digest;
-    let bytes = std::fs::read(&loc.path).ok()?;
+    let bytes = fs::read(&loc.path).ok()?;
     let mut h = sha2::Sha256::new();
     h.update(&bytes);
     if let Some(m) = loc.manifest()
-        && let Ok(mb) = std::fs::read(m)
+        && let Ok(mb) = fs::read(m)
     {
         h.update(b"\0manifest\0");
         h.update(&mb);
@@ -206,8 +207,8 @@ pub fn load(loc: &Location, prompt: Option<&str>, prompt_ids: &[i64]) -> Result<
     let show = loc.path.display();
     match loc.kind {
         Kind::Json => {
-            let text = std::fs::read_to_string(&loc.path)
-                .map_err(|e| format!("cannot read golden {show}: {e}"))?;
+            let text =
+                fs::read_to_string(&loc.path).map_err(|e| format!("cannot read golden: {e}"))?;
             let g: Golden = serde_json::from_str(&text)
                 .map_err(|e| format!("golden {show} is not a golden JSON ({e})"))?;
             let engine_config = match g.engine_config {
@@ -231,28 +232,26 @@ pub fn load(loc: &Location, prompt: Option<&str>, prompt_ids: &[i64]) -> Result<
             })
         }
         Kind::Npy => {
-            let bytes =
-                std::fs::read(&loc.path).map_err(|e| format!("cannot read golden {show}: {e}"))?;
+            let bytes = fs::read(&loc.path).map_err(|e| format!("cannot read golden: {e}"))?;
             let rows = npy::parse(&bytes)
                 .and_then(|a| a.rows())
                 .map_err(|e| format!("numpy golden {show} {e}"))?;
             let manifest_path = loc.manifest().unwrap_or_default();
-            let manifest: Option<Value> = match std::fs::read_to_string(&manifest_path) {
+            let manifest: Option<Value> = match fs::read_to_string(&manifest_path) {
                 Ok(t) => Some(
                     serde_json::from_str(&t)
                         .map_err(|e| format!("{} is not JSON ({e})", manifest_path.display()))?,
                 ),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(format!("cannot read {}: {e}", manifest_path.display())),
+                Err(e) => return Err(format!("cannot read the manifest: {e}")),
             };
-            let (row, row_prompt, row_ids) =
-                pick_row(manifest.as_ref(), rows.len(), prompt, prompt_ids).map_err(|e| {
-                    format!(
-                        "numpy golden {show} (manifest {}): {e}",
-                        manifest_path.display()
-                    )
-                })?;
-            let mut ids = rows.get(row).cloned().unwrap_or_default();
+            let row = pick_row(manifest.as_ref(), rows.len(), prompt, prompt_ids).map_err(|e| {
+                format!(
+                    "numpy golden {show} (manifest {}): {e}",
+                    manifest_path.display()
+                )
+            })?;
+            let mut ids = rows.get(row.index).cloned().unwrap_or_default();
             while ids.last().is_some_and(|&t| t < 0) {
                 ids.pop(); // padding after an early stop
             }
@@ -263,27 +262,47 @@ pub fn load(loc: &Location, prompt: Option<&str>, prompt_ids: &[i64]) -> Result<
                     .cloned()
             });
             Ok(Loaded {
-                prompt_token_ids: row_ids,
-                prompt: row_prompt,
+                prompt_token_ids: row.prompt_token_ids,
+                prompt: row.prompt,
                 output_token_ids: ids,
                 logprobs: Vec::new(),
                 engine_config,
                 config_is_partial: true,
                 env: BTreeMap::new(),
-                row: Some(row),
+                row: Some(row.index),
             })
         }
     }
 }
 
-/// Which row of an `[N, T]` numpy golden belongs to this prompt, with the
-/// prompt text / ids the manifest gives for that row.
+/// The row of a numpy golden that holds a case, and what the manifest says of it.
+#[derive(Debug, Clone, PartialEq)]
+struct Row {
+    /// 0-based row index.
+    index: usize,
+    /// The prompt text the manifest gives for it.
+    prompt: Option<String>,
+    /// The prompt ids the manifest gives for it.
+    prompt_token_ids: Option<Vec<i64>>,
+}
+
+impl Row {
+    fn at(index: usize, prompt: Option<String>, prompt_token_ids: Option<Vec<i64>>) -> Row {
+        Row {
+            index,
+            prompt,
+            prompt_token_ids,
+        }
+    }
+}
+
+/// Which row of an `[N, T]` numpy golden belongs to this prompt.
 fn pick_row(
     manifest: Option<&Value>,
     n: usize,
     prompt: Option<&str>,
     prompt_ids: &[i64],
-) -> Result<(usize, Option<String>, Option<Vec<i64>>), String> {
+) -> Result<Row, String> {
     let as_ids = |v: &Value| -> Option<Vec<i64>> {
         v.as_array()
             .map(|a| a.iter().filter_map(Value::as_i64).collect())
@@ -299,7 +318,7 @@ fn pick_row(
             return rows
                 .iter()
                 .position(|r| r == prompt_ids)
-                .map(|i| (i, None, Some(rows[i].clone())))
+                .map(|i| Row::at(i, None, Some(rows[i].clone())))
                 .ok_or_else(|| {
                     format!("no row's prompt_token_ids is this case's prompt {prompt_ids:?}")
                 });
@@ -322,12 +341,12 @@ fn pick_row(
             return texts
                 .iter()
                 .position(|t| t == want)
-                .map(|i| (i, Some(texts[i].clone()), None))
+                .map(|i| Row::at(i, Some(texts[i].clone()), None))
                 .ok_or_else(|| format!("no row's prompt is this case's prompt {want:?}"));
         }
     }
     if n == 1 {
-        return Ok((0, None, None));
+        return Ok(Row::at(0, None, None));
     }
     Err(format!(
         "it has {n} rows and nothing says which is this case's prompt (give `prompts` or `prompt_token_ids` in manifest.json)"
@@ -567,7 +586,9 @@ mod tests {
     fn numpy_rows_are_picked_by_prompt() {
         let m = json!({"prompts": ["a b", "The capital"]});
         assert_eq!(
-            pick_row(Some(&m), 2, Some("The capital"), &[]).unwrap().0,
+            pick_row(Some(&m), 2, Some("The capital"), &[])
+                .unwrap()
+                .index,
             1
         );
         assert!(
@@ -577,8 +598,8 @@ mod tests {
         );
         assert!(pick_row(Some(&m), 3, Some("a b"), &[]).is_err());
         let ids = json!({"prompt_token_ids": [[1, 2], [3, 4]]});
-        assert_eq!(pick_row(Some(&ids), 2, None, &[3, 4]).unwrap().0, 1);
-        assert_eq!(pick_row(None, 1, None, &[]).unwrap().0, 0);
+        assert_eq!(pick_row(Some(&ids), 2, None, &[3, 4]).unwrap().index, 1);
+        assert_eq!(pick_row(None, 1, None, &[]).unwrap().index, 0);
         assert!(pick_row(None, 2, None, &[]).is_err());
     }
 }
