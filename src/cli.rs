@@ -84,4 +84,15 @@ pub enum Command {
         /// The PIN.
         pin: String,
     },
+    /// Smoke-run the oracle of PIN: probe, determinism, goldens; exit 4 when not gateable.
+    Smoke {
+        /// The PIN.
+        pin: String,
+        /// Run only this case (the oracle's recorded verdict is not changed).
+        #[arg(long, value_name = "NAME")]
+        case: Option<String>,
+        /// Write each case's output as its golden (JSON), then gate against it.
+        #[arg(long)]
+        record_golden: bool,
+    },
 }

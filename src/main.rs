@@ -44,8 +44,23 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Gc { dry_run }) => return ops::gc::run(store, dry_run, cli.json),
         Some(Command::Keep { pin }) => return ops::gc::keep(&pin, store, true),
         Some(Command::Unkeep { pin }) => return ops::gc::keep(&pin, store, false),
-        Some(Command::Fetch { pin, offline }) => return ops::fetch::run(&pin, store, offline, cli.json),
+        Some(Command::Fetch { pin, offline }) => {
+            return ops::fetch::run(&pin, store, offline, cli.json);
+        }
         Some(Command::Verify { target }) => return ops::verify::run(&target, store, cli.json),
+        Some(Command::Smoke {
+            pin,
+            case,
+            record_golden,
+        }) => {
+            let opts = ops::smoke::SmokeArgs {
+                pin,
+                case,
+                record_golden,
+                json: cli.json,
+            };
+            return ops::smoke::run(&opts, store);
+        }
         Some(Command::Build(args)) => args,
         None => cli.build,
     };

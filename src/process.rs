@@ -83,10 +83,13 @@ pub fn run_logged(
     }
 }
 
-/// Runs `cmd` with a wall-clock `timeout`, stdout and stderr to `log`.
-/// Returns `Ok(true)` when it exited 0, `Ok(false)` when it exited non-zero,
-/// and `Err` when it was killed for running past `timeout` (message says so).
+/// Runs `cmd` with a wall-clock `timeout`, stdout and stderr to `log`, in a
+/// process group of its own. Returns `Ok(true)` when it exited 0, `Ok(false)`
+/// when it exited non-zero, and `Err` when it ran past `timeout`: then the
+/// whole group (the program and anything it started, such as an engine's
+/// worker processes) is killed and the message says so.
 pub fn run_with_timeout(cmd: duct::Expression, log: &Path, timeout: Duration) -> Result<bool> {
+    use std::os::unix::process::CommandExt;
     let file = fs::File::create(log)?.into_parts().0;
     let err = file
         .try_clone()
@@ -95,6 +98,10 @@ pub fn run_with_timeout(cmd: duct::Expression, log: &Path, timeout: Duration) ->
         .stdout_file(file)
         .stderr_file(err)
         .unchecked()
+        .before_spawn(|c| {
+            c.process_group(0);
+            Ok(())
+        })
         .start()
         .context("cannot start the smoke driver")?;
     let start = Instant::now();
@@ -103,6 +110,13 @@ pub fn run_with_timeout(cmd: duct::Expression, log: &Path, timeout: Duration) ->
             return Ok(out.status.success());
         }
         if start.elapsed() >= timeout {
+            for pid in handle.pids() {
+                if let Ok(pid) = i32::try_from(pid) {
+                    // SAFETY: signals the process group the child leads (it was
+                    // started with process_group(0), so its pgid is its pid).
+                    unsafe { libc::kill(-pid, libc::SIGKILL) };
+                }
+            }
             let _ = handle.kill();
             bail!("timed out after {} s and was killed", timeout.as_secs());
         }

@@ -166,12 +166,22 @@ pub struct Smoke {
     /// Greedy batch-1 generations per case; all must agree.
     #[serde(default = "default_runs")]
     pub runs: u32,
-    /// Execute one compiled custom op (`<package>._custom_ops.rms_norm`) first.
-    #[serde(default = "default_true")]
-    pub probe: bool,
+    /// Execute one compiled custom op on the device before the cases:
+    /// `true` (`<package>._custom_ops.rms_norm` against a reference), `false`,
+    /// or `{module: ..., function: ...}` naming another probe.
+    #[serde(default)]
+    pub probe: Probe,
     /// Wall-clock limit per case process, in seconds.
     #[serde(default = "default_timeout")]
     pub timeout_s: u64,
+    /// A golden mismatch whose two tokens are within this many nats (natural-log
+    /// probability) of each other at the first divergent step is flagged a near-tie.
+    #[serde(default = "default_near_tie_nats")]
+    pub near_tie_nats: f64,
+    /// Top-k log-probabilities requested per generated token
+    /// (`SamplingParams(logprobs=k)`); 0 requests none (no gaps can be reported).
+    #[serde(default = "default_logprobs")]
+    pub logprobs: u32,
     /// The gate models.
     #[serde(default)]
     pub cases: Vec<Case>,
@@ -180,11 +190,84 @@ pub struct Smoke {
 fn default_runs() -> u32 {
     5
 }
-fn default_true() -> bool {
-    true
-}
 fn default_timeout() -> u64 {
     1800
+}
+fn default_near_tie_nats() -> f64 {
+    1.0
+}
+fn default_logprobs() -> u32 {
+    5
+}
+
+/// The most log-probabilities per step a recipe may request (vLLM's default
+/// `max_logprobs` is 20).
+pub const MAX_LOGPROBS: u32 = 20;
+
+/// `smoke.probe`: which compiled op, if any, is executed before the cases.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum Probe {
+    /// `true`: the built-in probe, `<package>._custom_ops.rms_norm` against a
+    /// torch (or pure Python) reference; `false`: no probe.
+    Builtin(bool),
+    /// Another probe: `function(device)` of `module`, run in the oracle venv.
+    Custom(CustomProbe),
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Probe::Builtin(true)
+    }
+}
+
+impl<'de> Deserialize<'de> for Probe {
+    /// `true`/`false`, or a map that must be a [`CustomProbe`] (its own
+    /// errors, unknown keys included, pass through unchanged).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Probe;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("true, false, or {module: ..., function: ...}")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Probe, E> {
+                Ok(Probe::Builtin(v))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Probe, A::Error> {
+                CustomProbe::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(Probe::Custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Probe {
+    /// The dotted name of what the probe executes, given the recipe's package
+    /// (e.g. `vllm._custom_ops.rms_norm`); `None` when disabled.
+    pub fn describe(&self, package: &str) -> Option<String> {
+        match self {
+            Probe::Builtin(false) => None,
+            Probe::Builtin(true) => Some(format!("{package}._custom_ops.rms_norm")),
+            Probe::Custom(c) => Some(format!("{}.{}", c.module, c.function)),
+        }
+    }
+}
+
+/// `probe: {module: ..., function: ...}`: a probe the recipe names.
+///
+/// The driver imports `module` in the oracle venv and calls
+/// `function(device)` with the recipe's `build.target_device`. It passes when
+/// the call returns a true value, or a dict whose `"ok"` is true (the dict is
+/// recorded); it fails when it returns a false value or raises.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CustomProbe {
+    /// Importable module, e.g. `vllm._custom_ops` or `mylab.probes`.
+    pub module: String,
+    /// Function of that module, called with the device name.
+    pub function: String,
 }
 
 impl Default for Smoke {
@@ -192,8 +275,10 @@ impl Default for Smoke {
         Smoke {
             env: BTreeMap::new(),
             runs: default_runs(),
-            probe: true,
+            probe: Probe::default(),
             timeout_s: default_timeout(),
+            near_tie_nats: default_near_tie_nats(),
+            logprobs: default_logprobs(),
             cases: Vec::new(),
         }
     }
@@ -209,8 +294,11 @@ pub struct Case {
     pub model: String,
     /// Hub revision of the model, recorded and passed as `revision=`.
     pub revision: Option<String>,
-    /// Raw prompt text (no chat template).
-    pub prompt: String,
+    /// Raw prompt text (no chat template). Exactly one of `prompt` and
+    /// `prompt_token_ids` is given.
+    pub prompt: Option<String>,
+    /// The prompt as token ids (`{"prompt_token_ids": [...]}`), bypassing the tokenizer.
+    pub prompt_token_ids: Option<Vec<u32>>,
     /// `SamplingParams.max_tokens`.
     #[serde(default = "default_max_tokens")]
     pub max_tokens: u32,
@@ -220,7 +308,10 @@ pub struct Case {
     /// Extra environment for this case, over `smoke.env`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Golden output: a JSON file with `output_token_ids`, relative to the recipe's directory.
+    /// Golden output, relative to the recipe's directory: a JSON golden (as
+    /// written by `smoke --record-golden`, or at least `{"output_token_ids": [...]}`),
+    /// or a numpy golden (`greedy_ids.npy`, or a directory holding it, with
+    /// `manifest.json` beside it). Unset: `<store>/goldens/<recipe>/<case>.json`.
     pub golden: Option<String>,
 }
 
@@ -405,6 +496,43 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
     if r.smoke.timeout_s == 0 {
         return Err(fail("smoke.timeout_s", "must be at least 1".into()));
     }
+    if !(r.smoke.near_tie_nats.is_finite() && r.smoke.near_tie_nats > 0.0) {
+        return Err(fail(
+            "smoke.near_tie_nats",
+            format!("{} is not a positive number of nats", r.smoke.near_tie_nats),
+        ));
+    }
+    if r.smoke.logprobs > MAX_LOGPROBS {
+        return Err(fail(
+            "smoke.logprobs",
+            format!(
+                "{} is more than {MAX_LOGPROBS} (vLLM's max_logprobs)",
+                r.smoke.logprobs
+            ),
+        ));
+    }
+    if let Probe::Custom(p) = &r.smoke.probe {
+        let dotted = |s: &str| {
+            !s.is_empty()
+                && s.split('.').all(|part| {
+                    !part.is_empty()
+                        && !part.starts_with(|c: char| c.is_ascii_digit())
+                        && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                })
+        };
+        if !dotted(&p.module) {
+            return Err(fail(
+                "smoke.probe.module",
+                format!("{:?} is not an importable module name", p.module),
+            ));
+        }
+        if !dotted(&p.function) || p.function.contains('.') {
+            return Err(fail(
+                "smoke.probe.function",
+                format!("{:?} is not a function name", p.function),
+            ));
+        }
+    }
     let mut seen = std::collections::BTreeSet::new();
     for case in &r.smoke.cases {
         if !is_valid_name(&case.name) {
@@ -424,6 +552,47 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
                 "smoke.cases.model",
                 format!("case {:?} has an empty model", case.name),
             ));
+        }
+        match (&case.prompt, &case.prompt_token_ids) {
+            (Some(_), Some(_)) | (None, None) => {
+                return Err(fail(
+                    "smoke.cases.prompt",
+                    format!(
+                        "case {:?}: give exactly one of `prompt` (text) and `prompt_token_ids`",
+                        case.name
+                    ),
+                ));
+            }
+            (Some(p), None) if p.is_empty() => {
+                return Err(fail(
+                    "smoke.cases.prompt",
+                    format!("case {:?}: the prompt is empty", case.name),
+                ));
+            }
+            (None, Some(ids)) if ids.is_empty() => {
+                return Err(fail(
+                    "smoke.cases.prompt_token_ids",
+                    format!("case {:?}: the prompt has no token ids", case.name),
+                ));
+            }
+            _ => {}
+        }
+        if case.golden.as_deref().is_some_and(|g| g.trim().is_empty()) {
+            return Err(fail(
+                "smoke.cases.golden",
+                format!("case {:?}: the golden path is empty", case.name),
+            ));
+        }
+        for key in case.env.keys() {
+            if key.is_empty() || key.contains('=') {
+                return Err(fail(
+                    "smoke.cases.env",
+                    format!(
+                        "case {:?}: {key:?} is not an environment variable name",
+                        case.name
+                    ),
+                ));
+            }
         }
         if case.max_tokens == 0 {
             return Err(fail(
@@ -519,6 +688,57 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("colour"), "{e}");
+    }
+
+    fn with_smoke(smoke: &str) -> Result<Recipe> {
+        parse(&format!("{GOOD}smoke:\n{smoke}"), "t.yaml")
+    }
+
+    const CASE: &str = "  cases:\n    - name: c\n      model: /m\n";
+
+    #[test]
+    fn smoke_defaults_and_probe_forms() {
+        let r = with_smoke(&format!("  runs: 2\n{CASE}      prompt: hi\n")).unwrap();
+        assert_eq!(r.smoke.probe, Probe::Builtin(true));
+        assert_eq!(r.smoke.near_tie_nats, 1.0);
+        assert_eq!(r.smoke.logprobs, 5);
+        assert_eq!(
+            r.smoke.probe.describe("vllm").as_deref(),
+            Some("vllm._custom_ops.rms_norm")
+        );
+        let off = with_smoke("  probe: false\n").unwrap();
+        assert_eq!(off.smoke.probe.describe("vllm"), None);
+        let custom = with_smoke("  probe: {module: lab.probes, function: gemm}\n").unwrap();
+        assert_eq!(
+            custom.smoke.probe.describe("vllm").as_deref(),
+            Some("lab.probes.gemm")
+        );
+    }
+
+    #[test]
+    fn bad_smoke_settings_name_the_field() {
+        let e = with_smoke("  probe: {module: lab.probes, colour: red}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("colour"), "{e}");
+        let e = with_smoke("  probe: {module: \"lab probes\", function: f}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("smoke.probe.module"), "{e}");
+        let e = with_smoke("  near_tie_nats: -1\n").unwrap_err().to_string();
+        assert!(e.contains("smoke.near_tie_nats"), "{e}");
+        let e = with_smoke("  logprobs: 50\n").unwrap_err().to_string();
+        assert!(e.contains("smoke.logprobs"), "{e}");
+        let both = format!("{CASE}      prompt: hi\n      prompt_token_ids: [1, 2]\n");
+        let e = with_smoke(&both).unwrap_err().to_string();
+        assert!(e.contains("exactly one of `prompt`"), "{e}");
+        let e = with_smoke(CASE).unwrap_err().to_string();
+        assert!(e.contains("exactly one of `prompt`"), "{e}");
+        let ids = format!("{CASE}      prompt_token_ids: [2, 3]\n");
+        assert_eq!(
+            with_smoke(&ids).unwrap().smoke.cases[0].prompt_token_ids,
+            Some(vec![2, 3])
+        );
     }
 
     #[test]

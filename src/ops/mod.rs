@@ -5,6 +5,7 @@ pub mod fetch;
 pub mod gc;
 pub mod plan;
 pub mod preflight;
+pub mod smoke;
 pub mod status;
 pub mod verify;
 

@@ -208,7 +208,10 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path) -> Plan {
         "to do",
         format!(
             "probe {}; {} runs of: {}",
-            if r.smoke.probe { "on" } else { "off" },
+            r.smoke
+                .probe
+                .describe(&r.source.package)
+                .unwrap_or_else(|| "off".into()),
             r.smoke.runs,
             if cases.is_empty() {
                 "no cases".into()

@@ -1,10 +1,15 @@
 //! Stage 6, smoke: run the probe and the gate cases in the oracle venv and
 //! decide *gateable* (DESIGN.md, "Smoke and the gate").
 //!
-//! One process per case, each under a timeout, with the embedded driver
-//! `py/smoke_driver.py`. The verdict is `gateable` only when the probe passed,
-//! every case ran, every run of a case produced the same tokens, every recorded
-//! golden matched, and the host's boot id did not change.
+//! One process per case, each under a timeout (its whole process group is
+//! killed when it runs over), with the embedded driver `py/smoke_driver.py`.
+//! The verdict is `gateable` only when the probe passed, every case ran,
+//! every run of a case produced the same tokens, every golden matched under
+//! the same engine configuration, and the host's boot id did not change.
+//! [`golden`] reads and compares goldens; [`npy`] reads numpy goldens.
+
+pub mod golden;
+pub mod npy;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,10 +20,12 @@ use fs_err as fs;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+pub use golden::{ConfigDiff, GoldenDiff};
+
 use crate::key::{KEY_SCHEMA, content_key};
 use crate::progress;
-use crate::recipe::{Case, LoadedRecipe, expand_env};
-use crate::store::{read_json, write_json};
+use crate::recipe::{Case, LoadedRecipe, Probe, expand_env};
+use crate::store::{Store, read_json, write_json};
 use crate::toolchain::{self, Gpu};
 
 const DRIVER_PY: &str = include_str!("../py/smoke_driver.py");
@@ -46,6 +53,43 @@ impl Verdict {
     }
 }
 
+/// One candidate token at one generated step (vLLM's `Logprob`, flattened).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TopLogprob {
+    /// Token id.
+    pub id: i64,
+    /// Natural-log probability (null when not finite).
+    pub logprob: Option<f64>,
+    /// 1-based rank among the candidates.
+    #[serde(default)]
+    pub rank: Option<i64>,
+    /// The decoded token text.
+    #[serde(default)]
+    pub token: Option<String>,
+}
+
+/// Runs of one case that disagree: where, and what each run chose there.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Disagreement {
+    /// First output position (0-based) where any run differs from run 1.
+    pub position: usize,
+    /// The tokens the runs chose there, one entry per distinct token.
+    pub candidates: Vec<Candidate>,
+}
+
+/// One token chosen at a disagreement, and by which runs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Candidate {
+    /// The token id (null: those runs had already ended).
+    pub token: Option<i64>,
+    /// Its text, when the run recorded log-probabilities.
+    pub text: Option<String>,
+    /// Its log-probability in the runs that chose it.
+    pub logprob: Option<f64>,
+    /// 1-based numbers of the runs that chose it.
+    pub runs: Vec<usize>,
+}
+
 /// The result of one case.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CaseResult {
@@ -57,24 +101,54 @@ pub struct CaseResult {
     pub ok: bool,
     /// Why not, one line each.
     pub problems: Vec<String>,
+    /// Observations that do not fail the gate (e.g. a golden without engine configuration).
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// The prompt text, when the case gives text.
+    #[serde(default)]
+    pub prompt: Option<String>,
     /// Prompt token ids of the first run.
     pub prompt_token_ids: Vec<i64>,
     /// Output token ids of the first run.
     pub output_token_ids: Vec<i64>,
     /// Output text of the first run.
     pub text: String,
+    /// Per-step top-k log-probabilities of the first run (`smoke.logprobs`).
+    #[serde(default)]
+    pub logprobs: Vec<Vec<TopLogprob>>,
     /// Number of runs made.
     pub runs: usize,
     /// Whether every run produced the same output tokens.
     pub deterministic: bool,
+    /// Where the runs first disagree, when they do.
+    #[serde(default)]
+    pub disagreement: Option<Disagreement>,
     /// Seconds to construct `LLM(...)`.
     pub load_s: Option<f64>,
     /// Median tokens per second over the runs.
     pub tokens_per_s: Option<f64>,
     /// The engine configuration read back from the engine.
     pub engine_config: Value,
-    /// `matched`, `mismatched`, or `none` (no golden recorded).
+    /// The environment the case ran with (`smoke.env` + the case's `env`).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// `matched`, `mismatched`, `refused` (recorded under another engine
+    /// configuration or prompt), `missing` (named by the recipe, absent),
+    /// `unreadable`, `recorded` (`--record-golden`), `not compared` (the
+    /// case failed first), or `none`.
     pub golden: String,
+    /// The golden file compared with (or written).
+    #[serde(default)]
+    pub golden_path: Option<PathBuf>,
+    /// The first divergence from the golden, when mismatched.
+    #[serde(default)]
+    pub golden_diff: Option<GoldenDiff>,
+    /// Engine settings that differ from the golden's, when refused.
+    #[serde(default)]
+    pub config_diffs: Vec<ConfigDiff>,
+    /// What the driver reported when it failed: stage, exception, last log lines.
+    #[serde(default)]
+    pub error: Option<Value>,
     /// The driver's log file.
     pub log: PathBuf,
 }
@@ -96,8 +170,15 @@ pub struct SmokeReport {
     pub boot_id_before: Option<String>,
     /// See `boot_id_before`.
     pub boot_id_after: Option<String>,
-    /// GPUs seen by `nvidia-smi` (empty when none).
+    /// GPUs seen by `nvidia-smi` before the run: name, compute capability,
+    /// driver, free memory (empty when none).
     pub gpus: Vec<Gpu>,
+    /// The near-tie threshold used, nats.
+    #[serde(default)]
+    pub near_tie_nats: f64,
+    /// `--case NAME`: only this case ran (such a report is not the gate's record).
+    #[serde(default)]
+    pub only_case: Option<String>,
     /// When the run started (RFC 3339).
     pub started: String,
     /// Wall time of the whole run, seconds.
@@ -116,27 +197,67 @@ impl SmokeReport {
             boot_id_before: None,
             boot_id_after: None,
             gpus: Vec::new(),
+            near_tie_nats: 0.0,
+            only_case: None,
             started: jiff::Timestamp::now().to_string(),
             duration_s: 0.0,
         }
     }
 }
 
-/// The content key of the smoke inputs: the smoke section with model paths
-/// expanded, every golden's content, and the driver's text.
-pub fn smoke_key(lr: &LoadedRecipe) -> String {
+/// How a smoke run is made.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Where goldens of cases without a `golden:` path live
+    /// (`<store>/goldens/<recipe>`, see [`golden::default_dir`]).
+    pub goldens_dir: PathBuf,
+    /// Run only this case.
+    pub only: Option<String>,
+    /// `--record-golden`: write each clean case's output as its golden,
+    /// stamped with this oracle identity.
+    pub record: Option<Value>,
+}
+
+impl Options {
+    /// Compare with goldens (none recorded), every case, goldens of `lr` in `store`.
+    pub fn new(store: &Store, lr: &LoadedRecipe) -> Options {
+        Options {
+            goldens_dir: golden::default_dir(store.root(), &lr.recipe.name),
+            only: None,
+            record: None,
+        }
+    }
+}
+
+/// The content key of the smoke inputs for the oracle of `lr` in `store`:
+/// see [`smoke_key_in`].
+pub fn smoke_key(store: &Store, lr: &LoadedRecipe) -> String {
+    smoke_key_in(lr, &golden::default_dir(store.root(), &lr.recipe.name))
+}
+
+/// The content key of everything that can change the gate's outcome: the
+/// smoke section (env, runs, probe, timeout, near-tie threshold, logprobs),
+/// every case with its model path expanded, every golden's location and
+/// content (manifest included), and the driver's text.
+pub fn smoke_key_in(lr: &LoadedRecipe, goldens_dir: &Path) -> String {
     let s = &lr.recipe.smoke;
     let cases: Vec<Value> = s
         .cases
         .iter()
         .map(|c| {
-            let golden = golden_path(lr, c).and_then(|p| std::fs::read(p).ok()).map(|b| hex::encode(sha2_digest(&b)));
-            json!({"case": c, "model": expand_env(&c.model).unwrap_or_else(|e| format!("unset: {e}")), "golden": golden})
+            let loc = golden::location(lr, goldens_dir, c);
+            json!({
+                "case": c,
+                "model": expand_env(&c.model).unwrap_or_else(|e| format!("unset: {e}")),
+                "golden": golden::content_digest(&loc),
+                "golden_path": loc.path,
+            })
         })
         .collect();
     content_key(&json!({
         "schema": KEY_SCHEMA, "stage": "smoke", "env": s.env, "runs": s.runs, "probe": s.probe,
-        "timeout_s": s.timeout_s, "cases": cases, "driver": hex::encode(sha2_digest(DRIVER_PY.as_bytes())),
+        "timeout_s": s.timeout_s, "near_tie_nats": s.near_tie_nats, "logprobs": s.logprobs,
+        "cases": cases, "driver": hex::encode(sha2_digest(DRIVER_PY.as_bytes())),
     }))
 }
 
@@ -145,33 +266,32 @@ fn sha2_digest(bytes: &[u8]) -> Vec<u8> {
     sha2::Sha256::digest(bytes).to_vec()
 }
 
-fn golden_path(lr: &LoadedRecipe, case: &Case) -> Option<PathBuf> {
-    let g = case.golden.as_ref()?;
-    let p = Path::new(g);
-    Some(if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        lr.dir.clone().unwrap_or_default().join(p)
-    })
-}
-
-fn boot_id() -> Option<String> {
+/// The host's boot id (`/proc/sys/kernel/random/boot_id`), `None` off Linux.
+pub fn boot_id() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .ok()
         .map(|s| s.trim().to_string())
 }
 
-/// Runs the probe (if enabled) and every case (or only `only`) with the venv
-/// at `venv`, writing configs, results and logs under `out_dir`.
+/// The reason the gate fails when the boot id changed between `before` and
+/// `after` (the host rebooted mid-run, e.g. under unified-memory pressure).
+pub fn boot_change(before: Option<&str>, after: Option<&str>) -> Option<String> {
+    (before != after).then(|| {
+        format!(
+            "the host rebooted during the smoke run (boot id {} -> {}); nothing it measured can be trusted",
+            before.unwrap_or("?"),
+            after.unwrap_or("?")
+        )
+    })
+}
+
+/// Runs the probe (if enabled) and every case (or only `opts.only`) with the
+/// venv at `venv`, writing configs, results and logs under `out_dir`; with
+/// `opts.record`, writes each clean case's golden.
 ///
 /// Errors: only for failures of the tool itself (cannot write files, cannot
 /// start Python); everything the oracle does wrong becomes a reason in the report.
-pub fn run(
-    venv: &Path,
-    lr: &LoadedRecipe,
-    out_dir: &Path,
-    only: Option<&str>,
-) -> Result<SmokeReport> {
+pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, opts: &Options) -> Result<SmokeReport> {
     let recipe = &lr.recipe;
     let started = jiff::Timestamp::now().to_string();
     let t0 = Instant::now();
@@ -179,80 +299,74 @@ pub fn run(
     let driver = out_dir.join("smoke_driver.py");
     fs::write(&driver, DRIVER_PY)?;
     let boot_before = boot_id();
+    let gpus = toolchain::gpus();
     let mut reasons = Vec::new();
     let python = venv.join("bin/python");
     let timeout = Duration::from_secs(recipe.smoke.timeout_s);
     let device = recipe.build.target_device.clone();
 
-    let probe = if recipe.smoke.probe {
-        progress::stage(
-            "smoke",
-            format!("probe: {}._custom_ops.rms_norm", recipe.source.package),
-        );
-        let cfg = json!({"package": recipe.source.package, "device": device});
-        let (res, problem) = run_driver(
-            &python,
-            &driver,
-            "probe",
-            "probe",
-            &cfg,
-            out_dir,
-            &recipe.smoke.env,
-            timeout,
-        )?;
-        let ok = res.get("ok").and_then(Value::as_bool).unwrap_or(false);
-        if let Some(p) = problem {
-            reasons.push(format!("probe: {p}"));
-        } else if !ok {
-            let why = res
-                .pointer("/error/exception")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .unwrap_or_else(|| {
-                    format!(
-                        "max abs error {} over tolerance {}",
-                        res["max_abs_error"], res["tolerance"]
-                    )
-                });
-            reasons.push(format!(
-                "probe: {} failed: {why}",
-                res["op"].as_str().unwrap_or("custom op")
-            ));
+    let probe = match recipe.smoke.probe.describe(&recipe.source.package) {
+        None => Value::Null,
+        Some(op) => {
+            progress::stage("smoke", format!("probe: {op} on {device}"));
+            let mut cfg = json!({"package": recipe.source.package, "device": device});
+            if let Probe::Custom(p) = &recipe.smoke.probe {
+                cfg["module"] = json!(p.module);
+                cfg["function"] = json!(p.function);
+            }
+            let out = run_driver(
+                &python,
+                &driver,
+                "probe",
+                "probe",
+                &cfg,
+                out_dir,
+                &recipe.smoke.env,
+                timeout,
+            )?;
+            let mut res = out.result.unwrap_or_else(|| json!({"op": op, "ok": false}));
+            if let Some(failure) = out.failure {
+                res["error"] = json!({"stage": "process", "exception": failure});
+            }
+            let ok = res.get("ok").and_then(Value::as_bool).unwrap_or(false);
+            if !ok {
+                if let Some(err) = res.get_mut("error").and_then(Value::as_object_mut) {
+                    err.insert("log_tail".into(), json!(out.log_tail));
+                }
+                reasons.push(format!("probe: {op} failed: {}", probe_failure(&res)));
+            }
+            res["log"] = json!(out.log);
+            res
         }
-        res
-    } else {
-        Value::Null
     };
+    let probe_ok = probe.is_null() || probe["ok"].as_bool().unwrap_or(false);
 
     let mut cases = Vec::new();
     for case in recipe
         .smoke
         .cases
         .iter()
-        .filter(|c| only.is_none_or(|o| o == c.name))
+        .filter(|c| opts.only.as_deref().is_none_or(|o| o == c.name))
     {
-        let result = run_case(&python, &driver, lr, case, out_dir, timeout)?;
+        let result = run_case(&python, &driver, lr, case, out_dir, timeout, opts, probe_ok)?;
         for p in &result.problems {
             reasons.push(format!("case {}: {p}", result.name));
         }
         cases.push(result);
     }
     if cases.is_empty() {
-        reasons.push(match only {
+        reasons.push(match &opts.only {
             Some(name) => format!("the recipe has no case named {name:?}"),
             None => "the recipe has no smoke cases: nothing shows the oracle runs a model".into(),
         });
     }
     let boot_after = boot_id();
-    if boot_before != boot_after {
-        reasons.push(format!(
-            "the host rebooted during the smoke run (boot id {} -> {})",
-            boot_before.as_deref().unwrap_or("?"),
-            boot_after.as_deref().unwrap_or("?")
-        ));
+    if let Some(r) = boot_change(boot_before.as_deref(), boot_after.as_deref()) {
+        reasons.push(r);
     }
     Ok(SmokeReport {
-        key: smoke_key(lr),
+        // Computed last: recording goldens changes it.
+        key: smoke_key_in(lr, &opts.goldens_dir),
         verdict: if reasons.is_empty() {
             Verdict::Gateable
         } else {
@@ -263,14 +377,48 @@ pub fn run(
         cases,
         boot_id_before: boot_before,
         boot_id_after: boot_after,
-        gpus: toolchain::gpus(),
+        gpus,
+        near_tie_nats: recipe.smoke.near_tie_nats,
+        only_case: opts.only.clone(),
         started,
         duration_s: t0.elapsed().as_secs_f64(),
     })
 }
 
-/// Runs the driver once; returns its JSON result and, when it produced none,
-/// why (timeout, crash) with the log's last lines.
+/// One line on why a probe result is not ok.
+fn probe_failure(res: &Value) -> String {
+    if let Some(err) = res.get("error").filter(|e| !e.is_null()) {
+        return format!(
+            "{} at {}",
+            err["exception"].as_str().unwrap_or("?"),
+            err["stage"].as_str().unwrap_or("?")
+        );
+    }
+    if let Some(e) = res.get("max_abs_error").filter(|e| !e.is_null()) {
+        return format!(
+            "result differs from the reference: max abs error {e} over tolerance {}",
+            res["tolerance"]
+        );
+    }
+    match res.get("returned") {
+        Some(v) => format!("returned {}", v.as_str().unwrap_or("a false value")),
+        None => "reported not ok".into(),
+    }
+}
+
+/// What one driver process left behind.
+struct DriverOutcome {
+    /// Its JSON result, when it wrote one.
+    result: Option<Value>,
+    /// Why it wrote none (timeout, crash), when so.
+    failure: Option<String>,
+    /// The last lines of its log.
+    log_tail: Vec<String>,
+    /// Its log file.
+    log: PathBuf,
+}
+
+/// Runs the driver once in its own process group under `timeout`.
 #[allow(clippy::too_many_arguments)]
 fn run_driver(
     python: &Path,
@@ -281,12 +429,14 @@ fn run_driver(
     out_dir: &Path,
     env: &BTreeMap<String, String>,
     timeout: Duration,
-) -> Result<(Value, Option<String>)> {
+) -> Result<DriverOutcome> {
     let cfg_path = out_dir.join(format!("{name}.config.json"));
     let out_path = out_dir.join(format!("{name}.result.json"));
     let log = out_dir.join(format!("{name}.log"));
     write_json(&cfg_path, cfg)?;
+    let stage_path = out_dir.join(format!("{name}.result.json.stage"));
     let _ = fs::remove_file(&out_path);
+    let _ = fs::remove_file(&stage_path);
     let work = tempfile::tempdir().context("creating a scratch directory")?;
     let mut cmd = duct::cmd(
         python,
@@ -305,24 +455,63 @@ fn run_driver(
         cmd = cmd.env(k, v);
     }
     let outcome = crate::process::run_with_timeout(cmd, &log, timeout);
-    let log_tail = || crate::process::tail(&std::fs::read_to_string(&log).unwrap_or_default(), 5);
-    match outcome {
-        Err(e) => Ok((
-            Value::Null,
-            Some(format!("{e:#}; log {}:\n{}", log.display(), log_tail())),
-        )),
-        Ok(_) if !out_path.exists() => Ok((
-            Value::Null,
-            Some(format!(
-                "the driver wrote no result; log {}:\n{}",
-                log.display(),
-                log_tail()
-            )),
-        )),
-        Ok(_) => Ok((read_json(&out_path)?, None)),
-    }
+    let log_tail: Vec<String> =
+        crate::process::tail(&std::fs::read_to_string(&log).unwrap_or_default(), 8)
+            .lines()
+            .map(str::to_string)
+            .collect();
+    let stage = std::fs::read_to_string(&stage_path).ok();
+    let (result, failure) = match outcome {
+        Err(e) => (
+            None,
+            Some(match stage {
+                Some(st) => format!("{e:#} (it was at stage: {st})"),
+                None => format!("{e:#}"),
+            }),
+        ),
+        Ok(_) if !out_path.exists() => (None, Some("the driver exited without a result".into())),
+        Ok(_) => match read_json::<Value>(&out_path) {
+            Ok(v) => (Some(v), None),
+            Err(e) => (None, Some(format!("unreadable driver result: {e:#}"))),
+        },
+    };
+    Ok(DriverOutcome {
+        result,
+        failure,
+        log_tail,
+        log,
+    })
 }
 
+/// One run as the driver reports it.
+#[derive(Debug, Clone, Default, Deserialize)]
+struct DriverRun {
+    #[serde(default)]
+    prompt_token_ids: Vec<i64>,
+    #[serde(default)]
+    output_token_ids: Vec<i64>,
+    #[serde(default)]
+    text: String,
+    #[serde(default)]
+    tokens_per_s: Option<f64>,
+    #[serde(default)]
+    logprobs: Vec<Vec<TopLogprob>>,
+}
+
+/// A case as the driver reports it.
+#[derive(Debug, Clone, Default, Deserialize)]
+struct DriverCase {
+    #[serde(default)]
+    runs: Vec<DriverRun>,
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    load_s: Option<f64>,
+    #[serde(default)]
+    engine_config: Value,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn run_case(
     python: &Path,
     driver: &Path,
@@ -330,22 +519,41 @@ fn run_case(
     case: &Case,
     out_dir: &Path,
     timeout: Duration,
+    opts: &Options,
+    probe_ok: bool,
 ) -> Result<CaseResult> {
     let recipe = &lr.recipe;
+    let mut env = recipe.smoke.env.clone();
+    env.extend(case.env.clone());
+    let loc = golden::location(lr, &opts.goldens_dir, case);
     let mut result = CaseResult {
         name: case.name.clone(),
         model: case.model.clone(),
         ok: false,
         problems: Vec::new(),
+        notes: Vec::new(),
+        prompt: case.prompt.clone(),
         prompt_token_ids: Vec::new(),
         output_token_ids: Vec::new(),
         text: String::new(),
+        logprobs: Vec::new(),
         runs: 0,
         deterministic: false,
+        disagreement: None,
         load_s: None,
         tokens_per_s: None,
         engine_config: Value::Null,
-        golden: "none".into(),
+        env: env.clone(),
+        // Until compared: "not compared" when a golden exists.
+        golden: if loc.path.exists() {
+            "not compared".into()
+        } else {
+            "none".into()
+        },
+        golden_path: loc.path.exists().then(|| loc.path.clone()),
+        golden_diff: None,
+        config_diffs: Vec::new(),
+        error: None,
         log: out_dir.join(format!("case-{}.log", case.name)),
     };
     let model = match expand_env(&case.model) {
@@ -357,9 +565,9 @@ fn run_case(
     };
     result.model = model.clone();
     if !Path::new(&model).exists() {
-        result
-            .problems
-            .push(format!("model path {model} does not exist"));
+        result.problems.push(format!(
+            "model path {model} does not exist; refusing to run the case"
+        ));
         return Ok(result);
     }
     progress::stage(
@@ -368,12 +576,11 @@ fn run_case(
     );
     let cfg = json!({
         "name": case.name, "package": recipe.source.package, "model": model, "revision": case.revision,
-        "prompt": case.prompt, "max_tokens": case.max_tokens, "engine_args": case.engine_args,
-        "runs": recipe.smoke.runs, "logprobs": Value::Null,
+        "prompt": case.prompt, "prompt_token_ids": case.prompt_token_ids,
+        "max_tokens": case.max_tokens, "engine_args": case.engine_args,
+        "runs": recipe.smoke.runs, "logprobs": recipe.smoke.logprobs,
     });
-    let mut env = recipe.smoke.env.clone();
-    env.extend(case.env.clone());
-    let (res, problem) = run_driver(
+    let out = run_driver(
         python,
         driver,
         "case",
@@ -383,59 +590,50 @@ fn run_case(
         &env,
         timeout,
     )?;
-    if let Some(p) = problem {
+    if let Some(p) = out.failure {
+        result.error = Some(json!({"stage": "process", "exception": p, "log_tail": out.log_tail}));
         result.problems.push(p);
         return Ok(result);
     }
-    if let Some(err) = res.get("error").filter(|e| !e.is_null()) {
+    let res: DriverCase = match out.result.map(serde_json::from_value).transpose() {
+        Ok(r) => r.unwrap_or_default(),
+        Err(e) => {
+            result
+                .problems
+                .push(format!("the driver's result is malformed: {e}"));
+            return Ok(result);
+        }
+    };
+    if let Some(mut err) = res.error.filter(|e| !e.is_null()) {
         result.problems.push(format!(
             "failed at {}: {}",
             err["stage"].as_str().unwrap_or("?"),
-            err["exception"].as_str().unwrap_or("?")
+            err["exception"].as_str().unwrap_or("?"),
         ));
+        err["log_tail"] = json!(out.log_tail);
+        result.error = Some(err);
     }
-    result.load_s = res.get("load_s").and_then(Value::as_f64);
-    result.engine_config = res.get("engine_config").cloned().unwrap_or(Value::Null);
-    let runs = res
-        .get("runs")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    result.load_s = res.load_s;
+    result.engine_config = res.engine_config;
+    let runs = res.runs;
     result.runs = runs.len();
-    let ids = |r: &Value, k: &str| -> Vec<i64> {
-        r.get(k)
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_i64).collect())
-            .unwrap_or_default()
-    };
     if let Some(first) = runs.first() {
-        result.prompt_token_ids = ids(first, "prompt_token_ids");
-        result.output_token_ids = ids(first, "output_token_ids");
-        result.text = first
-            .get("text")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let mut speeds: Vec<f64> = runs
-            .iter()
-            .filter_map(|r| r.get("tokens_per_s").and_then(Value::as_f64))
-            .collect();
+        result.prompt_token_ids = first.prompt_token_ids.clone();
+        result.output_token_ids = first.output_token_ids.clone();
+        result.text = first.text.clone();
+        result.logprobs = first.logprobs.clone();
+        let mut speeds: Vec<f64> = runs.iter().filter_map(|r| r.tokens_per_s).collect();
         speeds.sort_by(f64::total_cmp);
         result.tokens_per_s = speeds.get(speeds.len() / 2).copied();
-        result.deterministic = true;
-        for (i, r) in runs.iter().enumerate().skip(1) {
-            let other = ids(r, "output_token_ids");
-            if other != result.output_token_ids {
-                result.deterministic = false;
-                let pos = first_divergence(&result.output_token_ids, &other);
-                result.problems.push(format!(
-                    "runs disagree: run 1 and run {} first differ at output position {pos} ({:?} vs {:?})",
-                    i + 1,
-                    result.output_token_ids.get(pos),
-                    other.get(pos)
-                ));
-                break;
-            }
+        result.disagreement = disagreement(&runs);
+        result.deterministic = result.disagreement.is_none();
+        if let Some(d) = &result.disagreement {
+            result.problems.push(format!(
+                "the {} runs disagree: first at output position {}: {}",
+                runs.len(),
+                d.position,
+                describe_candidates(&d.candidates)
+            ));
         }
     }
     if result.problems.is_empty() && runs.len() != recipe.smoke.runs as usize {
@@ -445,26 +643,271 @@ fn run_case(
             runs.len()
         ));
     }
-    if let Some(path) = golden_path(lr, case)
-        && path.exists()
-    {
-        let golden: Value = read_json(&path)?;
-        let want = ids(&golden, "output_token_ids");
-        if want == result.output_token_ids {
-            result.golden = "matched".into();
-        } else {
-            result.golden = "mismatched".into();
-            let pos = first_divergence(&want, &result.output_token_ids);
-            result.problems.push(format!(
-                "output differs from golden {} at position {pos} (golden {:?}, got {:?})",
-                path.display(),
-                want.get(pos),
-                result.output_token_ids.get(pos)
-            ));
-        }
+    result.golden_path =
+        (opts.record.is_some() || loc.explicit || loc.path.exists()).then(|| loc.path.clone());
+    if opts.record.is_some() {
+        record_golden(&mut result, &loc, lr, case, opts, probe_ok)?;
+    } else if result.problems.is_empty() {
+        compare_golden(&mut result, &loc, case, recipe.smoke.near_tie_nats);
     }
     result.ok = result.problems.is_empty();
     Ok(result)
+}
+
+/// Where the runs first disagree with run 1, and the tokens each chose there.
+fn disagreement(runs: &[DriverRun]) -> Option<Disagreement> {
+    let first = &runs.first()?.output_token_ids;
+    let position = runs
+        .iter()
+        .skip(1)
+        .filter(|r| &r.output_token_ids != first)
+        .map(|r| first_divergence(first, &r.output_token_ids))
+        .min()?;
+    let mut candidates: Vec<Candidate> = Vec::new();
+    for (i, r) in runs.iter().enumerate() {
+        let token = r.output_token_ids.get(position).copied();
+        if let Some(c) = candidates.iter_mut().find(|c| c.token == token) {
+            c.runs.push(i + 1);
+            continue;
+        }
+        let entry = token.and_then(|t| {
+            r.logprobs
+                .get(position)
+                .and_then(|s| s.iter().find(|e| e.id == t))
+        });
+        candidates.push(Candidate {
+            token,
+            text: entry.and_then(|e| e.token.clone()),
+            logprob: entry.and_then(|e| e.logprob),
+            runs: vec![i + 1],
+        });
+    }
+    Some(Disagreement {
+        position,
+        candidates,
+    })
+}
+
+/// `12 " sits" (logprob -0.34; runs 1, 3) | 34 " shine" (logprob -1.84; run 2)`.
+pub fn describe_candidates(cands: &[Candidate]) -> String {
+    cands
+        .iter()
+        .map(|c| {
+            let tok = match (c.token, &c.text) {
+                (Some(t), Some(s)) => format!("{t} {s:?}"),
+                (Some(t), None) => t.to_string(),
+                (None, _) => "(ended)".into(),
+            };
+            let lp = c
+                .logprob
+                .map_or(String::new(), |l| format!("logprob {l:.2}; "));
+            let runs: Vec<String> = c.runs.iter().map(ToString::to_string).collect();
+            format!(
+                "{tok} ({lp}run{} {})",
+                if c.runs.len() == 1 { "" } else { "s" },
+                runs.join(", ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// One line for a golden divergence: position, both tokens, gaps, near-tie.
+pub fn describe_diff(d: &GoldenDiff) -> String {
+    let tok = |id: Option<i64>, text: &Option<String>| match (id, text) {
+        (Some(i), Some(t)) => format!("{i} {t:?}"),
+        (Some(i), None) => i.to_string(),
+        (None, _) => "(ended)".into(),
+    };
+    let mut s = format!(
+        "first differs at output position {}: golden {} vs now {}",
+        d.position,
+        tok(d.golden_token, &d.golden_text),
+        tok(d.token, &d.text)
+    );
+    match (d.gap_nats, d.gap_at_least_nats) {
+        (Some(g), _) => s += &format!(", gap {g:.2} nats"),
+        (None, Some(g)) => s += &format!(", gap at least {g:.2} nats (golden token outside top-k)"),
+        (None, None) if d.golden_token.is_some() && d.token.is_some() => {
+            s += ", gap unknown (no logprobs)"
+        }
+        _ => {}
+    }
+    if let Some(g) = d.golden_gap_nats {
+        s += &format!(" (golden's own gap {g:.2})");
+    }
+    if d.near_tie {
+        s += &format!(
+            ": a NEAR-TIE (under {:?} nats): the two tokens were nearly tied, so this may be a tie flipping rather than drift",
+            d.near_tie_nats
+        );
+    } else if d.gap_nats.is_some() || d.golden_gap_nats.is_some() {
+        s += &format!(": not a near-tie (threshold {:?} nats)", d.near_tie_nats);
+    }
+    s
+}
+
+fn compare_golden(result: &mut CaseResult, loc: &golden::Location, case: &Case, near_tie: f64) {
+    if !loc.path.exists() {
+        if loc.explicit {
+            result.golden = "missing".into();
+            result.problems.push(format!(
+                "golden {} named by the recipe does not exist (record it with `oracle-build smoke <PIN> --record-golden`)",
+                loc.path.display()
+            ));
+        }
+        return;
+    }
+    let g = match golden::load(loc, case.prompt.as_deref(), &result.prompt_token_ids) {
+        Ok(g) => g,
+        Err(e) => {
+            result.golden = "unreadable".into();
+            result.problems.push(e);
+            return;
+        }
+    };
+    let mut refused = Vec::new();
+    if let Some(ids) = g
+        .prompt_token_ids
+        .as_ref()
+        .filter(|ids| **ids != result.prompt_token_ids)
+    {
+        refused.push(format!(
+            "it was recorded for prompt ids {ids:?}, this case's prompt is {:?}",
+            result.prompt_token_ids
+        ));
+    }
+    match (&g.engine_config, result.engine_config.as_object()) {
+        (Some(gc), Some(now)) => {
+            result.config_diffs = golden::config_diffs(gc, now, g.config_is_partial);
+            if !result.config_diffs.is_empty() {
+                refused.push(format!(
+                    "it was recorded under a different engine configuration: {}",
+                    result
+                        .config_diffs
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ));
+            }
+        }
+        (None, _) => result.notes.push(format!(
+            "golden {} records no engine configuration; compared without checking it",
+            loc.path.display()
+        )),
+        (Some(_), None) => refused.push("the engine configuration was not read back".into()),
+    }
+    if !refused.is_empty() {
+        result.golden = "refused".into();
+        result.problems.push(format!(
+            "golden {} refused for comparison: {}",
+            loc.path.display(),
+            refused.join("; ")
+        ));
+        return;
+    }
+    if !g.env.is_empty() && g.env != result.env {
+        result.notes.push(format!(
+            "the golden was captured with environment {:?}, this run used {:?}",
+            g.env, result.env
+        ));
+    }
+    match golden::diff(
+        &g.output_token_ids,
+        &g.logprobs,
+        &result.output_token_ids,
+        &result.logprobs,
+        near_tie,
+    ) {
+        None => result.golden = "matched".into(),
+        Some(d) => {
+            result.golden = "mismatched".into();
+            result.problems.push(format!(
+                "output differs from golden {}{}: {}",
+                loc.path.display(),
+                g.row.map_or(String::new(), |r| format!(" row {r}")),
+                describe_diff(&d)
+            ));
+            result.golden_diff = Some(d);
+        }
+    }
+}
+
+fn record_golden(
+    result: &mut CaseResult,
+    loc: &golden::Location,
+    lr: &LoadedRecipe,
+    case: &Case,
+    opts: &Options,
+    probe_ok: bool,
+) -> Result<()> {
+    if loc.kind == golden::Kind::Npy {
+        result.problems.push(format!(
+            "golden {} is a numpy golden; --record-golden writes JSON goldens only",
+            loc.path.display()
+        ));
+        return Ok(());
+    }
+    if !result.problems.is_empty() || !probe_ok {
+        result.notes.push(format!(
+            "golden {} not recorded: {}",
+            loc.path.display(),
+            if probe_ok {
+                "the case did not run cleanly"
+            } else {
+                "the probe failed"
+            }
+        ));
+        return Ok(());
+    }
+    if let Ok(old) = golden::load(loc, case.prompt.as_deref(), &result.prompt_token_ids)
+        && let Some(d) = golden::diff(
+            &old.output_token_ids,
+            &old.logprobs,
+            &result.output_token_ids,
+            &result.logprobs,
+            lr.recipe.smoke.near_tie_nats,
+        )
+    {
+        result.notes.push(format!(
+            "replaced the previous golden, which {}",
+            describe_diff(&d)
+        ));
+    }
+    let g = golden::Golden {
+        format: golden::FORMAT.into(),
+        case: case.name.clone(),
+        model: Some(result.model.clone()),
+        revision: case.revision.clone(),
+        prompt: case.prompt.clone(),
+        prompt_token_ids: Some(result.prompt_token_ids.clone()),
+        output_token_ids: result.output_token_ids.clone(),
+        text: Some(result.text.clone()),
+        max_tokens: Some(case.max_tokens),
+        logprobs_k: Some(lr.recipe.smoke.logprobs),
+        logprobs: result.logprobs.clone(),
+        engine_config: Some(result.engine_config.clone()),
+        env: result.env.clone(),
+        oracle: opts.record.clone().unwrap_or(Value::Null),
+        captured: Some(jiff::Timestamp::now().to_string()),
+        host: json!({"boot_id": boot_id(), "gpus": toolchain::gpus()}),
+    };
+    if let Some(dir) = loc.path.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    write_json(&loc.path, &g)
+        .with_context(|| format!("recording golden {}", loc.path.display()))?;
+    progress::stage(
+        "smoke",
+        format!(
+            "case {}: golden recorded in {}",
+            case.name,
+            loc.path.display()
+        ),
+    );
+    result.golden = "recorded".into();
+    Ok(())
 }
 
 /// The first index where `a` and `b` differ (their common length when one is a prefix).
@@ -473,4 +916,46 @@ pub fn first_divergence(a: &[i64], b: &[i64]) -> usize {
         .zip(b)
         .position(|(x, y)| x != y)
         .unwrap_or(a.len().min(b.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(ids: &[i64]) -> DriverRun {
+        DriverRun {
+            output_token_ids: ids.to_vec(),
+            ..DriverRun::default()
+        }
+    }
+
+    #[test]
+    fn disagreement_names_the_first_position_and_who_chose_what() {
+        let d = disagreement(&[run(&[1, 2, 3]), run(&[1, 9, 3]), run(&[1, 2, 3])]).unwrap();
+        assert_eq!(d.position, 1);
+        assert_eq!(d.candidates.len(), 2);
+        assert_eq!(
+            (d.candidates[0].token, d.candidates[0].runs.clone()),
+            (Some(2), vec![1, 3])
+        );
+        assert_eq!(
+            (d.candidates[1].token, d.candidates[1].runs.clone()),
+            (Some(9), vec![2])
+        );
+        assert!(disagreement(&[run(&[1, 2]), run(&[1, 2])]).is_none());
+        let short = disagreement(&[run(&[1, 2]), run(&[1])]).unwrap();
+        assert_eq!(short.position, 1);
+        assert_eq!(short.candidates[1].token, None);
+    }
+
+    #[test]
+    fn a_changed_boot_id_fails() {
+        assert!(boot_change(Some("a"), Some("a")).is_none());
+        assert!(
+            boot_change(Some("a"), Some("b"))
+                .unwrap()
+                .contains("a -> b")
+        );
+        assert!(boot_change(Some("a"), None).is_some());
+    }
 }

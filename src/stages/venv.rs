@@ -177,7 +177,7 @@ pub fn ensure(
     opts: Options,
 ) -> Result<Outcome> {
     let entry = plan.entry.clone();
-    let smoke_key = smoke::smoke_key(lr);
+    let smoke_key = smoke::smoke_key(store, lr);
     if entry.exists() {
         let problems = Manifest::read(&entry.path)
             .map_or_else(|e| vec![format!("{e:#}")], |m| m.check(&entry.path, false));
@@ -242,12 +242,27 @@ pub fn ensure(
 
 /// Runs the smoke stage for the venv at `venv`, with logs under a fresh staging directory kept in `<venv>/smoke` when possible.
 pub fn gate(store: &Store, venv: &Path, lr: &LoadedRecipe) -> Result<SmokeReport> {
+    gate_with(store, venv, lr, &smoke::Options::new(store, lr))
+}
+
+/// [`gate`] with smoke options (`smoke --case`, `--record-golden`). Logs are
+/// kept in `<root>/logs/smoke-<smoke key>` (`-<case>` appended for one-case runs).
+///
+/// Errors: as [`smoke::run`] (the tool itself failing, not the oracle).
+pub fn gate_with(
+    store: &Store,
+    venv: &Path,
+    lr: &LoadedRecipe,
+    opts: &smoke::Options,
+) -> Result<SmokeReport> {
     let staging = store.stage("smoke")?;
-    let report = smoke::run(venv, lr, staging.path(), None)?;
-    let keep = store
-        .root()
-        .join("logs")
-        .join(format!("smoke-{}", report.key));
+    let report = smoke::run(venv, lr, staging.path(), opts)?;
+    // A one-case run must not replace the logs a full run's record points at.
+    let name = match &opts.only {
+        Some(case) => format!("smoke-{}-{case}", report.key),
+        None => format!("smoke-{}", report.key),
+    };
+    let keep = store.root().join("logs").join(name);
     let _ = fs::create_dir_all(store.root().join("logs"));
     let _ = std::fs::remove_dir_all(&keep);
     let _ = std::fs::rename(staging.path(), &keep);
@@ -259,6 +274,13 @@ fn relocate_logs(mut report: SmokeReport, from: &Path, to: &Path) -> SmokeReport
         if let Ok(rel) = c.log.strip_prefix(from) {
             c.log = to.join(rel);
         }
+    }
+    if let Some(log) = report.probe.get_mut("log")
+        && let Some(rel) = log
+            .as_str()
+            .and_then(|l| Path::new(l).strip_prefix(from).ok())
+    {
+        *log = json!(to.join(rel));
     }
     report
 }
@@ -352,9 +374,14 @@ fn build(
         )));
     }
     let smoke = if opts.no_smoke {
-        SmokeReport::skipped(smoke::smoke_key(lr))
+        SmokeReport::skipped(smoke::smoke_key(store, lr))
     } else {
-        smoke::run(&venv, lr, &scratch.join("smoke"), None)?
+        smoke::run(
+            &venv,
+            lr,
+            &scratch.join("smoke"),
+            &smoke::Options::new(store, lr),
+        )?
     };
     // Paths were measured in staging; record the final ones.
     let staged = venv.display().to_string();

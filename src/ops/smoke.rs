@@ -1,0 +1,426 @@
+//! `oracle-build smoke <PIN> [--case NAME] [--record-golden]`: gate an oracle now.
+//!
+//! Finds the oracle through its root `<store>/roots/<recipe name>`, runs the
+//! smoke stage with the recipe as it is now (probe, `runs` greedy batch-1
+//! generations per case, golden comparison), prints the report, and replaces
+//! the oracle's `oracle.json` with the new verdict (atomically). Exit 0 when
+//! gateable, 4 when not.
+//!
+//! `--record-golden` writes each clean case's output as its JSON golden (see
+//! [`crate::stages::smoke::golden`] for where) and then gates against it, so
+//! `smoke --record-golden` followed by `smoke` passes on the same oracle.
+//! `--case NAME` runs one case and leaves `oracle.json` as it was: the gate's
+//! record needs every case.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::exit::{bad_input, mismatch, not_gateable};
+use crate::ops::print_json;
+use crate::pin;
+use crate::recipe::LoadedRecipe;
+use crate::stages::smoke::{self, CaseResult, SmokeReport, Verdict, golden};
+use crate::stages::venv::{self, OracleRecord};
+use crate::store::{Manifest, Store};
+
+/// Arguments of `smoke`.
+#[derive(Debug, Clone)]
+pub struct SmokeArgs {
+    /// The PIN.
+    pub pin: String,
+    /// `--case NAME`.
+    pub case: Option<String>,
+    /// `--record-golden`.
+    pub record_golden: bool,
+    /// `--json`.
+    pub json: bool,
+}
+
+/// What `smoke` reports (`--json` prints it whole).
+#[derive(Debug, Serialize)]
+pub struct SmokeOutput {
+    /// The oracle venv gated.
+    pub oracle: PathBuf,
+    /// Recipe name.
+    pub recipe: String,
+    /// The pinned commit.
+    pub commit: String,
+    /// `<package>.__version__` as recorded.
+    pub runtime_version: Option<String>,
+    /// Whether `oracle.json` was updated with this verdict (not with `--case`).
+    pub recorded: bool,
+    /// Per case, the engine arguments the recipe sets (shown first in text).
+    #[serde(skip)]
+    pub requested: std::collections::BTreeMap<String, Vec<String>>,
+    /// The smoke run.
+    pub smoke: SmokeReport,
+}
+
+/// The identity stamped into recorded goldens.
+fn oracle_identity(rec: &OracleRecord, venv: &Path) -> Value {
+    let id = &rec.identity;
+    json!({
+        "recipe": rec.recipe,
+        "commit": id.commit,
+        "runtime_version": id.runtime_version,
+        "distribution_version": id.distribution_version,
+        "flashinfer_version": id.flashinfer_version,
+        "torch_version": id.torch_version,
+        "torch_cuda": id.torch_cuda,
+        "python_version": id.python_version,
+        "build_mode": id.build_mode,
+        "venv_key": rec.key,
+        "wheel_sha256": rec.wheel_sha256,
+        "venv": venv,
+    })
+}
+
+/// Refuses, before anything runs, what cannot work: an unknown `--case`,
+/// and `--record-golden` onto a numpy golden or into the read-only store.
+fn check_args(args: &SmokeArgs, lr: &LoadedRecipe, root: &Path) -> Result<()> {
+    let cases = &lr.recipe.smoke.cases;
+    if let Some(name) = &args.case
+        && !cases.iter().any(|c| &c.name == name)
+    {
+        return Err(bad_input(format!(
+            "recipe {} has no case named {name:?} (its cases: {})",
+            lr.recipe.name,
+            cases
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    if args.record_golden {
+        let dir = golden::default_dir(root, &lr.recipe.name);
+        let store_dir = std::path::absolute(root.join("store")).unwrap_or(root.join("store"));
+        for c in cases
+            .iter()
+            .filter(|c| args.case.as_deref().is_none_or(|n| n == c.name))
+        {
+            let loc = golden::location(lr, &dir, c);
+            if loc.kind == golden::Kind::Npy {
+                return Err(bad_input(format!(
+                    "case {}: golden {} is a numpy golden; --record-golden writes JSON goldens only (point `golden:` at a .json path, or remove it to use {})",
+                    c.name,
+                    loc.path.display(),
+                    dir.join(format!("{}.json", c.name)).display()
+                )));
+            }
+            let abs = std::path::absolute(&loc.path).unwrap_or(loc.path.clone());
+            if abs.starts_with(&store_dir) {
+                return Err(bad_input(format!(
+                    "case {}: golden {} lies inside the store's read-only entries; choose a path outside {}",
+                    c.name,
+                    loc.path.display(),
+                    store_dir.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `smoke`: gates the oracle of `args.pin` in the store at `store_arg`.
+///
+/// Errors: exit 2 for an unknown PIN or case, or `--record-golden` onto a
+/// numpy golden; exit 1 when the store has no oracle of the recipe (build it
+/// first) or the oracle is damaged; exit 3 when the oracle under the root was
+/// built from another commit or package than the recipe pins; exit 4 when the
+/// run is not gateable (after printing the report).
+pub fn run(args: &SmokeArgs, store_arg: Option<&Path>) -> Result<()> {
+    let lr = pin::resolve(&args.pin)?;
+    let r = &lr.recipe;
+    let root = Store::default_root(store_arg)?;
+    check_args(args, &lr, &root)?;
+    let store = Store::at(&root)?;
+    let link = store.roots_dir().join(&r.name);
+    if !link.exists() {
+        return Err(anyhow!(
+            "no oracle of {} in {} (build it first: `oracle-build build {}`)",
+            r.name,
+            store.root().display(),
+            args.pin
+        ));
+    }
+    let venv = link
+        .canonicalize()
+        .with_context(|| format!("resolving {}", link.display()))?;
+    let mut rec = OracleRecord::read(&venv)?;
+    let package_differs = rec
+        .inputs
+        .get("package")
+        .is_some_and(|p| *p != json!(r.source.package));
+    if rec.identity.commit != r.source.commit || package_differs {
+        return Err(mismatch(format!(
+            "the oracle at {} ({}) was built from {} {}, but recipe {} pins {} {}; build it first (`oracle-build build {}`)",
+            link.display(),
+            venv.display(),
+            rec.inputs["package"].as_str().unwrap_or("?"),
+            rec.identity.commit,
+            r.name,
+            r.source.package,
+            r.source.commit,
+            args.pin
+        )));
+    }
+    let problems = Manifest::read(&venv)
+        .with_context(|| format!("{} has no readable manifest", venv.display()))?
+        .check(&venv, false);
+    if !problems.is_empty() {
+        return Err(anyhow!(
+            "oracle venv {} is damaged ({}); rebuild it",
+            venv.display(),
+            problems
+                .iter()
+                .take(5)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    let _lock = store.lock(&format!("venv-{}", rec.key))?;
+    let mut opts = smoke::Options::new(&store, &lr);
+    opts.only = args.case.clone();
+    if args.record_golden {
+        opts.record = Some(oracle_identity(&rec, &venv));
+    }
+    let report = venv::gate_with(&store, &venv, &lr, &opts)?;
+    let recorded = args.case.is_none();
+    if recorded {
+        rec.smoke = report.clone();
+        venv::write_record(&venv, &rec)?;
+    }
+    let out = SmokeOutput {
+        oracle: venv,
+        recipe: r.name.clone(),
+        commit: r.source.commit.clone(),
+        runtime_version: rec.identity.runtime_version.clone(),
+        recorded,
+        requested: r
+            .smoke
+            .cases
+            .iter()
+            .map(|c| {
+                let mut keys: Vec<String> = c.engine_args.keys().cloned().collect();
+                keys.push("revision".into());
+                (c.name.clone(), keys)
+            })
+            .collect(),
+        smoke: report,
+    };
+    if args.json {
+        print_json(&out)?;
+    } else {
+        print!("{}", render(&out));
+    }
+    if out.smoke.verdict == Verdict::Gateable {
+        Ok(())
+    } else {
+        Err(not_gateable(format!(
+            "{} is not gateable ({} reason{})",
+            out.recipe,
+            out.smoke.reasons.len(),
+            if out.smoke.reasons.len() == 1 {
+                ""
+            } else {
+                "s"
+            }
+        )))
+    }
+}
+
+/// The human-readable smoke report.
+pub fn render(out: &SmokeOutput) -> String {
+    let s = &out.smoke;
+    let mut t = String::new();
+    let mut line = |l: String| {
+        t.push_str(&l);
+        t.push('\n');
+    };
+    line(format!("oracle   {}", out.oracle.display()));
+    line(format!("recipe   {} @ {}", out.recipe, out.commit));
+    line(format!(
+        "version  {}",
+        out.runtime_version.as_deref().unwrap_or("(none)")
+    ));
+    let boot = match (&s.boot_id_before, &s.boot_id_after) {
+        (Some(a), Some(b)) if a == b => format!("boot id {a} (unchanged)"),
+        (a, b) => format!(
+            "boot id CHANGED {} -> {}",
+            a.as_deref().unwrap_or("?"),
+            b.as_deref().unwrap_or("?")
+        ),
+    };
+    line(format!("host     {boot}"));
+    if s.gpus.is_empty() {
+        line("gpu      none visible to nvidia-smi".into());
+    }
+    for g in &s.gpus {
+        line(format!(
+            "gpu      {} (compute {}), driver {}, {} free",
+            g.name, g.compute_cap, g.driver, g.memory_free
+        ));
+    }
+    line(format!("probe    {}", render_probe(&s.probe)));
+    for c in &s.cases {
+        let requested: Vec<&str> = out
+            .requested
+            .get(&c.name)
+            .map(|keys| keys.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        render_case(c, &requested, &mut line);
+    }
+    if let Some(only) = &s.only_case {
+        line(format!(
+            "note     --case {only}: partial run; oracle.json keeps the full gate's verdict"
+        ));
+    }
+    line(format!(
+        "verdict  {} ({:.2} s)",
+        s.verdict.as_str(),
+        s.duration_s
+    ));
+    for reason in &s.reasons {
+        line(format!("  - {reason}"));
+    }
+    t
+}
+
+fn render_probe(p: &Value) -> String {
+    if p.is_null() {
+        return "off".into();
+    }
+    let op = p["op"].as_str().unwrap_or("?");
+    let device = p["device"].as_str().unwrap_or("?");
+    let ok = p["ok"].as_bool().unwrap_or(false);
+    let detail = if let Some(err) = p.get("error").filter(|e| !e.is_null()) {
+        format!(
+            "{} at {}",
+            err["exception"].as_str().unwrap_or("?"),
+            err["stage"].as_str().unwrap_or("?")
+        )
+    } else if let Some(e) = p["max_abs_error"].as_f64() {
+        format!(
+            "max abs error {e:.2e} (tolerance {:.0e})",
+            p["tolerance"].as_f64().unwrap_or(f64::NAN)
+        )
+    } else if let Some(r) = p["returned"].as_str() {
+        format!("returned {r}")
+    } else {
+        String::new()
+    };
+    format!(
+        "{} {op} on {device}: {detail}",
+        if ok { "ok  " } else { "FAIL" }
+    )
+}
+
+fn render_case(c: &CaseResult, requested: &[&str], line: &mut impl FnMut(String)) {
+    let speed = match (c.load_s, c.tokens_per_s) {
+        (Some(l), Some(t)) => format!("  load {l:.2} s, {t:.1} tok/s"),
+        (Some(l), None) => format!("  load {l:.2} s"),
+        _ => String::new(),
+    };
+    let runs = if c.runs == 0 {
+        "did not run".to_string()
+    } else if c.deterministic {
+        format!("{} runs identical", c.runs)
+    } else {
+        format!("{} runs DISAGREE", c.runs)
+    };
+    line(format!(
+        "case     {} {}  {runs}{speed}",
+        c.name,
+        if c.ok { "ok" } else { "FAIL" }
+    ));
+    line(format!("  model    {}", c.model));
+    if let Some(cfg) = c.engine_config.as_object() {
+        let known: Vec<(&String, &Value)> = cfg
+            .iter()
+            .filter(|(k, v)| !v.is_null() && !golden::HOST_LOCAL_KEYS.contains(&k.as_str()))
+            .collect();
+        let shown: Vec<String> = known
+            .iter()
+            .filter(|(k, _)| requested.contains(&k.as_str()))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        line(if shown.is_empty() {
+            format!(
+                "  engine   defaults ({} settings read back, in oracle.json)",
+                known.len()
+            )
+        } else {
+            format!(
+                "  engine   {} (+{} more read back, in oracle.json)",
+                shown.join(" "),
+                known.len() - shown.len()
+            )
+        });
+    }
+    if c.runs > 0 {
+        let prompt = c
+            .prompt
+            .as_ref()
+            .map_or(String::new(), |p| format!(" {p:?}"));
+        line(format!(
+            "  prompt   {} tokens{prompt}",
+            c.prompt_token_ids.len()
+        ));
+        line(format!(
+            "  output   {} tokens {:?}",
+            c.output_token_ids.len(),
+            c.text
+        ));
+        line(format!("  ids      {:?}", c.output_token_ids));
+    }
+    if let Some(d) = &c.disagreement {
+        line(format!(
+            "  runs     disagree first at output position {}: {}",
+            d.position,
+            smoke::describe_candidates(&d.candidates)
+        ));
+    }
+    let path = c
+        .golden_path
+        .as_ref()
+        .map_or(String::new(), |p| format!(" {}", p.display()));
+    match c.golden.as_str() {
+        "mismatched" => {
+            line(format!("  golden   MISMATCH{path}"));
+            if let Some(d) = &c.golden_diff {
+                line(format!("           {}", smoke::describe_diff(d)));
+            }
+        }
+        "refused" => {
+            line(format!(
+                "  golden   REFUSED{path}: {}",
+                if c.config_diffs.is_empty() {
+                    "recorded for another prompt"
+                } else {
+                    "recorded under another engine configuration"
+                }
+            ));
+            for d in &c.config_diffs {
+                line(format!("           {d}"));
+            }
+        }
+        "none" => line("  golden   none recorded (smoke --record-golden writes one)".into()),
+        other => line(format!("  golden   {other}{path}")),
+    }
+    for n in &c.notes {
+        line(format!("  note     {n}"));
+    }
+    if let Some(err) = &c.error {
+        for l in err["log_tail"].as_array().into_iter().flatten() {
+            line(format!("  log      {}", l.as_str().unwrap_or("")));
+        }
+    }
+    if c.runs > 0 || c.error.is_some() {
+        line(format!("  log      {}", c.log.display()));
+    }
+}

@@ -1,0 +1,605 @@
+//! Goldens: the recorded output a gate case must reproduce.
+//!
+//! Two formats are read:
+//!
+//! - **JSON goldens**, written by `smoke --record-golden` ([`Golden`]): prompt
+//!   ids, output ids, text, per-step top-k log-probabilities, the engine
+//!   configuration read back from the engine, the oracle's identity and the
+//!   capture time. A hand-written `{"output_token_ids": [...]}` is accepted too.
+//! - **numpy goldens**, as users already keep them: `greedy_ids.npy` (int32
+//!   `[N, T]`, one row per prompt; trailing negative values are padding) with
+//!   `manifest.json` beside it. The manifest says which row is which prompt
+//!   (`prompts`: texts, or `prompt_token_ids`: id lists) and under which
+//!   engine arguments it was captured (`engine_args` or `engine_config`).
+//!
+//! Where a case's golden lives ([`location`]): the case's `golden:` path,
+//! relative to the recipe file's directory (for recipes compiled into the
+//! binary: relative to `<store>/goldens/<recipe>/`); without one,
+//! `<store>/goldens/<recipe>/<case>.json`. Goldens are never written inside
+//! `<store>/store/`, whose entries are read-only.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use fs_err as fs;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::TopLogprob;
+use super::npy;
+use crate::recipe::{Case, LoadedRecipe};
+
+/// The `format` value of JSON goldens written by this version.
+pub const FORMAT: &str = "oracle-build-golden/1";
+
+/// Engine-configuration keys that name *where* things are on this host, not
+/// how the engine runs; they may differ between hosts and are not compared.
+pub const HOST_LOCAL_KEYS: &[&str] = &["model", "tokenizer", "download_dir"];
+
+/// A JSON golden as written by `smoke --record-golden`. Every field but
+/// `output_token_ids` may be absent in hand-written goldens.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Golden {
+    /// [`FORMAT`].
+    #[serde(default)]
+    pub format: String,
+    /// The case it was recorded for.
+    #[serde(default)]
+    pub case: String,
+    /// The model path at capture time (informational; host-local).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The model's hub revision.
+    #[serde(default)]
+    pub revision: Option<String>,
+    /// The prompt text, when the case gives text.
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// `RequestOutput.prompt_token_ids`.
+    #[serde(default)]
+    pub prompt_token_ids: Option<Vec<i64>>,
+    /// `outputs[0].token_ids`: what must be reproduced.
+    pub output_token_ids: Vec<i64>,
+    /// `outputs[0].text`.
+    #[serde(default)]
+    pub text: Option<String>,
+    /// `SamplingParams.max_tokens`.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// `SamplingParams.logprobs` (top-k per step).
+    #[serde(default)]
+    pub logprobs_k: Option<u32>,
+    /// Per generated step, the top-k candidates (the chosen token included), most likely first.
+    #[serde(default)]
+    pub logprobs: Vec<Vec<TopLogprob>>,
+    /// The engine configuration read back from the engine at capture.
+    #[serde(default)]
+    pub engine_config: Option<Value>,
+    /// The environment the case ran with (`smoke.env` + the case's `env`).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The oracle's identity: recipe, commit, versions, venv key, wheel sha256.
+    #[serde(default)]
+    pub oracle: Value,
+    /// Capture time (RFC 3339).
+    #[serde(default)]
+    pub captured: Option<String>,
+    /// Host facts at capture: boot id, GPUs.
+    #[serde(default)]
+    pub host: Value,
+}
+
+/// The format of a golden file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A JSON golden ([`Golden`]).
+    Json,
+    /// `greedy_ids.npy` with `manifest.json`.
+    Npy,
+}
+
+/// Where a case's golden is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// The golden file (for numpy goldens, the `.npy` file).
+    pub path: PathBuf,
+    /// Whether the recipe names it (`golden:`); a named golden must exist.
+    pub explicit: bool,
+    /// Its format.
+    pub kind: Kind,
+}
+
+impl Location {
+    /// For numpy goldens, `manifest.json` beside the `.npy` file.
+    pub fn manifest(&self) -> Option<PathBuf> {
+        (self.kind == Kind::Npy).then(|| {
+            self.path
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join("manifest.json")
+        })
+    }
+}
+
+/// `<root>/goldens/<recipe>`: where goldens of `recipe` live when its cases name none.
+pub fn default_dir(root: &Path, recipe: &str) -> PathBuf {
+    root.join("goldens").join(recipe)
+}
+
+/// Where `case`'s golden is: its `golden:` path (relative to the recipe's
+/// directory, or to `goldens_dir` for built-in recipes), else
+/// `goldens_dir/<case>.json`. A path ending in `.npy`, or a directory (then
+/// its `greedy_ids.npy`), is a numpy golden.
+pub fn location(lr: &LoadedRecipe, goldens_dir: &Path, case: &Case) -> Location {
+    let Some(g) = case.golden.as_deref() else {
+        return Location {
+            path: goldens_dir.join(format!("{}.json", case.name)),
+            explicit: false,
+            kind: Kind::Json,
+        };
+    };
+    let p = Path::new(g);
+    let mut path = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        lr.dir.as_deref().unwrap_or(goldens_dir).join(p)
+    };
+    if path.is_dir() {
+        path = path.join("greedy_ids.npy");
+    }
+    let kind = if path.extension().is_some_and(|e| e == "npy") {
+        Kind::Npy
+    } else {
+        Kind::Json
+    };
+    Location {
+        path,
+        explicit: true,
+        kind,
+    }
+}
+
+/// sha256 of the golden's bytes (and of its manifest, for numpy goldens);
+/// `None` when absent. Part of the smoke key.
+pub fn content_digest(loc: &Location) -> Option<String> {
+    use sha2::Digest;
+    let bytes = fs::read(&loc.path).ok()?;
+    let mut h = sha2::Sha256::new();
+    h.update(&bytes);
+    if let Some(m) = loc.manifest()
+        && let Ok(mb) = fs::read(m)
+    {
+        h.update(b"\0manifest\0");
+        h.update(&mb);
+    }
+    Some(hex::encode(h.finalize()))
+}
+
+/// A golden read for comparison, whatever its format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// The prompt ids it was recorded for, when known.
+    pub prompt_token_ids: Option<Vec<i64>>,
+    /// The prompt text, when known.
+    pub prompt: Option<String>,
+    /// The tokens to reproduce.
+    pub output_token_ids: Vec<i64>,
+    /// Per-step top-k at capture (empty when not recorded).
+    pub logprobs: Vec<Vec<TopLogprob>>,
+    /// The engine configuration at capture, when recorded.
+    pub engine_config: Option<Map<String, Value>>,
+    /// True when `engine_config` lists only the arguments passed (a numpy
+    /// manifest), so only its keys are compared.
+    pub config_is_partial: bool,
+    /// The environment at capture (JSON goldens).
+    pub env: BTreeMap<String, String>,
+    /// Which row of a numpy golden was used.
+    pub row: Option<usize>,
+}
+
+/// Reads the golden at `loc` for a case whose prompt is `prompt` (text, when
+/// the case gives text) and whose run produced `prompt_ids`.
+///
+/// Errors (text for the report): unreadable or malformed file; for numpy
+/// goldens, no row that is this prompt.
+pub fn load(loc: &Location, prompt: Option<&str>, prompt_ids: &[i64]) -> Result<Loaded, String> {
+    let show = loc.path.display();
+    match loc.kind {
+        Kind::Json => {
+            let text =
+                fs::read_to_string(&loc.path).map_err(|e| format!("cannot read golden: {e}"))?;
+            let g: Golden = serde_json::from_str(&text)
+                .map_err(|e| format!("golden {show} is not a golden JSON ({e})"))?;
+            let engine_config = match g.engine_config {
+                Some(Value::Object(m)) => Some(m),
+                Some(Value::Null) | None => None,
+                Some(other) => {
+                    return Err(format!(
+                        "golden {show}: engine_config is not an object: {other}"
+                    ));
+                }
+            };
+            Ok(Loaded {
+                prompt_token_ids: g.prompt_token_ids,
+                prompt: g.prompt,
+                output_token_ids: g.output_token_ids,
+                logprobs: g.logprobs,
+                engine_config,
+                config_is_partial: false,
+                env: g.env,
+                row: None,
+            })
+        }
+        Kind::Npy => {
+            let bytes = fs::read(&loc.path).map_err(|e| format!("cannot read golden: {e}"))?;
+            let rows = npy::parse(&bytes)
+                .and_then(|a| a.rows())
+                .map_err(|e| format!("numpy golden {show} {e}"))?;
+            let manifest_path = loc.manifest().unwrap_or_default();
+            let manifest: Option<Value> = match fs::read_to_string(&manifest_path) {
+                Ok(t) => Some(
+                    serde_json::from_str(&t)
+                        .map_err(|e| format!("{} is not JSON ({e})", manifest_path.display()))?,
+                ),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(format!("cannot read the manifest: {e}")),
+            };
+            let row = pick_row(manifest.as_ref(), rows.len(), prompt, prompt_ids).map_err(|e| {
+                format!(
+                    "numpy golden {show} (manifest {}): {e}",
+                    manifest_path.display()
+                )
+            })?;
+            let mut ids = rows.get(row.index).cloned().unwrap_or_default();
+            while ids.last().is_some_and(|&t| t < 0) {
+                ids.pop(); // padding after an early stop
+            }
+            let engine_config = manifest.as_ref().and_then(|m| {
+                m.get("engine_config")
+                    .or_else(|| m.get("engine_args"))
+                    .and_then(Value::as_object)
+                    .cloned()
+            });
+            Ok(Loaded {
+                prompt_token_ids: row.prompt_token_ids,
+                prompt: row.prompt,
+                output_token_ids: ids,
+                logprobs: Vec::new(),
+                engine_config,
+                config_is_partial: true,
+                env: BTreeMap::new(),
+                row: Some(row.index),
+            })
+        }
+    }
+}
+
+/// The row of a numpy golden that holds a case, and what the manifest says of it.
+#[derive(Debug, Clone, PartialEq)]
+struct Row {
+    /// 0-based row index.
+    index: usize,
+    /// The prompt text the manifest gives for it.
+    prompt: Option<String>,
+    /// The prompt ids the manifest gives for it.
+    prompt_token_ids: Option<Vec<i64>>,
+}
+
+impl Row {
+    fn at(index: usize, prompt: Option<String>, prompt_token_ids: Option<Vec<i64>>) -> Row {
+        Row {
+            index,
+            prompt,
+            prompt_token_ids,
+        }
+    }
+}
+
+/// Which row of an `[N, T]` numpy golden belongs to this prompt.
+fn pick_row(
+    manifest: Option<&Value>,
+    n: usize,
+    prompt: Option<&str>,
+    prompt_ids: &[i64],
+) -> Result<Row, String> {
+    let as_ids = |v: &Value| -> Option<Vec<i64>> {
+        v.as_array()
+            .map(|a| a.iter().filter_map(Value::as_i64).collect())
+    };
+    if let Some(m) = manifest {
+        if let Some(list) = m.get("prompt_token_ids").and_then(Value::as_array) {
+            let rows: Vec<Vec<i64>> = if list.iter().all(Value::is_number) {
+                vec![as_ids(&Value::Array(list.clone())).unwrap_or_default()]
+            } else {
+                list.iter().map(|v| as_ids(v).unwrap_or_default()).collect()
+            };
+            check_rows(rows.len(), n, "prompt_token_ids")?;
+            return rows
+                .iter()
+                .position(|r| r == prompt_ids)
+                .map(|i| Row::at(i, None, Some(rows[i].clone())))
+                .ok_or_else(|| {
+                    format!("no row's prompt_token_ids is this case's prompt {prompt_ids:?}")
+                });
+        }
+        let texts: Option<Vec<String>> = m
+            .get("prompts")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|v| v.as_str().unwrap_or_default().to_string())
+                    .collect()
+            })
+            .or_else(|| {
+                m.get("prompt")
+                    .and_then(Value::as_str)
+                    .map(|p| vec![p.to_string()])
+            });
+        if let (Some(texts), Some(want)) = (texts, prompt) {
+            check_rows(texts.len(), n, "prompts")?;
+            return texts
+                .iter()
+                .position(|t| t == want)
+                .map(|i| Row::at(i, Some(texts[i].clone()), None))
+                .ok_or_else(|| format!("no row's prompt is this case's prompt {want:?}"));
+        }
+    }
+    if n == 1 {
+        return Ok(Row::at(0, None, None));
+    }
+    Err(format!(
+        "it has {n} rows and nothing says which is this case's prompt (give `prompts` or `prompt_token_ids` in manifest.json)"
+    ))
+}
+
+fn check_rows(listed: usize, n: usize, key: &str) -> Result<(), String> {
+    if listed == n {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{key}` lists {listed} prompts but the array has {n} rows"
+        ))
+    }
+}
+
+/// One engine setting that differs between a golden and this run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ConfigDiff {
+    /// The engine argument, e.g. `max_num_seqs`.
+    pub key: String,
+    /// Its value when the golden was captured (null: absent).
+    pub golden: Value,
+    /// Its value now (null: absent).
+    pub now: Value,
+}
+
+impl std::fmt::Display for ConfigDiff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let show = |v: &Value| {
+            if v.is_null() {
+                "(absent)".to_string()
+            } else {
+                v.to_string()
+            }
+        };
+        write!(
+            f,
+            "{}: golden {} vs now {}",
+            self.key,
+            show(&self.golden),
+            show(&self.now)
+        )
+    }
+}
+
+/// The engine settings on which `golden` and `now` differ, host-local keys
+/// ([`HOST_LOCAL_KEYS`]) aside. With `partial` only the golden's keys are
+/// compared (a manifest lists the arguments passed, not every default).
+/// Numbers compare by value (`1` equals `1.0`).
+pub fn config_diffs(
+    golden: &Map<String, Value>,
+    now: &Map<String, Value>,
+    partial: bool,
+) -> Vec<ConfigDiff> {
+    let mut keys: Vec<&String> = golden.keys().collect();
+    if !partial {
+        keys.extend(now.keys().filter(|k| !golden.contains_key(*k)));
+    }
+    keys.sort();
+    keys.into_iter()
+        .filter(|k| !HOST_LOCAL_KEYS.contains(&k.as_str()))
+        .filter_map(|k| {
+            let g = golden.get(k).cloned().unwrap_or(Value::Null);
+            let n = now.get(k).cloned().unwrap_or(Value::Null);
+            (!same_value(&g, &n)).then(|| ConfigDiff {
+                key: k.clone(),
+                golden: g,
+                now: n,
+            })
+        })
+        .collect()
+}
+
+fn same_value(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        _ => a == b,
+    }
+}
+
+/// The first divergence between a golden and this run's output.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GoldenDiff {
+    /// 0-based index into the generated tokens.
+    pub position: usize,
+    /// The golden's token there (null: the golden ended).
+    pub golden_token: Option<i64>,
+    /// Its text, when known.
+    pub golden_text: Option<String>,
+    /// This run's token there (null: this run ended).
+    pub token: Option<i64>,
+    /// Its text, when known.
+    pub text: Option<String>,
+    /// logprob(this run's token) - logprob(golden's token) in this run's
+    /// distribution at that step; null when the golden's token is not in this run's top-k.
+    pub gap_nats: Option<f64>,
+    /// When the golden's token is outside this run's top-k: the gap is at least this.
+    pub gap_at_least_nats: Option<f64>,
+    /// logprob(golden's token) - logprob(this run's token) in the golden's own
+    /// recorded distribution (JSON goldens with log-probabilities).
+    pub golden_gap_nats: Option<f64>,
+    /// True when a known gap is under `near_tie_nats`: the two tokens were
+    /// nearly tied, so the flip says little about drift.
+    pub near_tie: bool,
+    /// The recipe's threshold (`smoke.near_tie_nats`).
+    pub near_tie_nats: f64,
+}
+
+fn logprob_of(step: Option<&Vec<TopLogprob>>, id: i64) -> Option<&TopLogprob> {
+    step?.iter().find(|e| e.id == id)
+}
+
+/// Compares `ours` with `golden` (token ids, and each side's per-step top-k)
+/// and describes the first divergence; `None` when they are equal.
+pub fn diff(
+    golden: &[i64],
+    golden_logprobs: &[Vec<TopLogprob>],
+    ours: &[i64],
+    our_logprobs: &[Vec<TopLogprob>],
+    near_tie_nats: f64,
+) -> Option<GoldenDiff> {
+    if golden == ours {
+        return None;
+    }
+    let position = super::first_divergence(golden, ours);
+    let g = golden.get(position).copied();
+    let o = ours.get(position).copied();
+    let our_step = our_logprobs.get(position);
+    let golden_step = golden_logprobs.get(position);
+    let text_of = |id: Option<i64>| {
+        let id = id?;
+        logprob_of(our_step, id)
+            .or_else(|| logprob_of(golden_step, id))
+            .and_then(|e| e.token.clone())
+    };
+    let mut gap_nats = None;
+    let mut gap_at_least_nats = None;
+    let mut golden_gap_nats = None;
+    if let (Some(g), Some(o)) = (g, o) {
+        let ours_lp = logprob_of(our_step, o).and_then(|e| e.logprob);
+        match (ours_lp, logprob_of(our_step, g).and_then(|e| e.logprob)) {
+            (Some(a), Some(b)) => gap_nats = Some(a - b),
+            (Some(a), None) => {
+                gap_at_least_nats = our_step
+                    .and_then(|s| s.iter().filter_map(|e| e.logprob).reduce(f64::min))
+                    .map(|lowest| a - lowest);
+            }
+            _ => {}
+        }
+        if let (Some(a), Some(b)) = (
+            logprob_of(golden_step, g).and_then(|e| e.logprob),
+            logprob_of(golden_step, o).and_then(|e| e.logprob),
+        ) {
+            golden_gap_nats = Some(a - b);
+        }
+    }
+    let near_tie = [gap_nats, golden_gap_nats]
+        .into_iter()
+        .flatten()
+        .any(|gap| gap.abs() < near_tie_nats);
+    Some(GoldenDiff {
+        position,
+        golden_token: g,
+        golden_text: text_of(g),
+        token: o,
+        text: text_of(o),
+        gap_nats,
+        gap_at_least_nats,
+        golden_gap_nats,
+        near_tie,
+        near_tie_nats,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn lp(id: i64, logprob: f64) -> TopLogprob {
+        TopLogprob {
+            id,
+            logprob: Some(logprob),
+            rank: None,
+            token: Some(format!("t{id}")),
+        }
+    }
+
+    #[test]
+    fn gap_and_near_tie_at_the_first_divergence() {
+        let ours = vec![vec![lp(5, -0.1)], vec![lp(25, -0.69), lp(16, -0.99)]];
+        let d = diff(&[5, 16], &[], &[5, 25], &ours, 1.0).unwrap();
+        assert_eq!(d.position, 1);
+        assert_eq!((d.golden_token, d.token), (Some(16), Some(25)));
+        assert!((d.gap_nats.unwrap() - 0.3).abs() < 1e-9);
+        assert!(d.near_tie);
+        let d = diff(&[5, 16], &[], &[5, 25], &ours, 0.2).unwrap();
+        assert!(!d.near_tie);
+        assert!(diff(&[5, 25], &[], &[5, 25], &ours, 1.0).is_none());
+    }
+
+    #[test]
+    fn a_token_outside_the_top_k_gives_a_lower_bound() {
+        let ours = vec![vec![lp(25, -0.5), lp(3, -4.5)]];
+        let d = diff(&[16], &[], &[25], &ours, 1.0).unwrap();
+        assert_eq!(d.gap_nats, None);
+        assert_eq!(d.gap_at_least_nats, Some(4.0));
+        assert!(!d.near_tie);
+    }
+
+    #[test]
+    fn config_diffs_name_keys_and_skip_host_paths() {
+        let g = json!({"max_num_seqs": 1, "dtype": "bfloat16", "model": "/a", "gpu_memory_utilization": 0.5});
+        let n = json!({"max_num_seqs": 4, "dtype": "bfloat16", "model": "/b", "gpu_memory_utilization": 0.5, "seed": 0});
+        let (g, n) = (g.as_object().unwrap(), n.as_object().unwrap());
+        let full: Vec<String> = config_diffs(g, n, false)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            full,
+            [
+                "max_num_seqs: golden 1 vs now 4",
+                "seed: golden (absent) vs now 0"
+            ]
+        );
+        assert_eq!(config_diffs(g, n, true).len(), 1);
+        let one = json!({"x": 1});
+        let one_f = json!({"x": 1.0});
+        assert!(
+            config_diffs(one.as_object().unwrap(), one_f.as_object().unwrap(), false).is_empty()
+        );
+    }
+
+    #[test]
+    fn numpy_rows_are_picked_by_prompt() {
+        let m = json!({"prompts": ["a b", "The capital"]});
+        assert_eq!(
+            pick_row(Some(&m), 2, Some("The capital"), &[])
+                .unwrap()
+                .index,
+            1
+        );
+        assert!(
+            pick_row(Some(&m), 2, Some("nope"), &[])
+                .unwrap_err()
+                .contains("nope")
+        );
+        assert!(pick_row(Some(&m), 3, Some("a b"), &[]).is_err());
+        let ids = json!({"prompt_token_ids": [[1, 2], [3, 4]]});
+        assert_eq!(pick_row(Some(&ids), 2, None, &[3, 4]).unwrap().index, 1);
+        assert_eq!(pick_row(None, 1, None, &[]).unwrap().index, 0);
+        assert!(pick_row(None, 2, None, &[]).is_err());
+    }
+}
