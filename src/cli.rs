@@ -43,6 +43,25 @@ pub struct BuildArgs {
     pub jobs: Option<u32>,
 }
 
+/// Arguments of `verify`.
+#[derive(Debug, Args, Clone)]
+pub struct VerifyArgs {
+    /// A PIN, or the path of a venv (an oracle, an alias, or any venv with --pin).
+    pub target: String,
+    /// Check a venv target against this recipe (required for venvs not built by oracle-build).
+    #[arg(long, value_name = "PIN")]
+    pub pin: Option<String>,
+    /// Also re-hash every installed file against the package's RECORD and the entry's manifest.
+    #[arg(long)]
+    pub deep: bool,
+    /// Compare each field of the ```parity-pin block in FILE with its measured value.
+    #[arg(long, value_name = "FILE")]
+    pub pin_file: Option<PathBuf>,
+    /// Print the ```parity-pin block measured from the oracle (only if every check passes).
+    #[arg(long)]
+    pub emit_pin_block: bool,
+}
+
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -56,8 +75,5 @@ pub enum Command {
     /// Recipes, store entries, roots and their health.
     Status,
     /// Measure an oracle's identity and check it against its recipe (exit 3 on mismatch).
-    Verify {
-        /// A PIN, or the path of an oracle venv.
-        target: String,
-    },
+    Verify(VerifyArgs),
 }

@@ -4,10 +4,12 @@
 //! to the exit codes of the contract (see [`exit`]).
 
 mod cli;
+mod dist_record;
 mod exit;
 mod key;
 mod ops;
 mod pin;
+mod pinfile;
 mod process;
 mod progress;
 mod recipe;
@@ -34,7 +36,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let build_args = match cli.command {
         Some(Command::Plan { pin }) => return ops::plan::run(&pin, store, cli.json),
         Some(Command::Status) => return ops::status::run(store, cli.json),
-        Some(Command::Verify { target }) => return ops::verify::run(&target, store, cli.json),
+        Some(Command::Verify(a)) => {
+            let opts = ops::verify::VerifyOptions {
+                pin: a.pin,
+                deep: a.deep,
+                pin_file: a.pin_file,
+                emit_pin_block: a.emit_pin_block,
+            };
+            return ops::verify::run(&a.target, store, &opts, cli.json);
+        }
         Some(Command::Build(args)) => args,
         None => cli.build,
     };
