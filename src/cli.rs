@@ -41,6 +41,9 @@ pub struct BuildArgs {
     /// Parallel compile jobs (overrides the recipe's build.max_jobs).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: Option<u32>,
+    /// After a gateable build, point the symlink PATH at the oracle (see `activate`).
+    #[arg(long, value_name = "PATH")]
+    pub activate: Option<PathBuf>,
 }
 
 /// Arguments of `verify`.
@@ -76,4 +79,11 @@ pub enum Command {
     Status,
     /// Measure an oracle's identity and check it against its recipe (exit 3 on mismatch).
     Verify(VerifyArgs),
+    /// Point the symlink PATH at the verified, gateable oracle of PIN, atomically; PATH becomes a GC root.
+    Activate {
+        /// The PIN.
+        pin: String,
+        /// The alias to create or switch (a symlink; never a real directory).
+        path: PathBuf,
+    },
 }

@@ -3,6 +3,7 @@
 //! `main` only parses the command line, dispatches to [`ops`], and maps errors
 //! to the exit codes of the contract (see [`exit`]).
 
+mod alias;
 mod cli;
 mod dist_record;
 mod exit;
@@ -45,6 +46,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             };
             return ops::verify::run(&a.target, store, &opts, cli.json);
         }
+        Some(Command::Activate { pin, path }) => {
+            return ops::activate::run(&pin, &path, store, cli.json);
+        }
         Some(Command::Build(args)) => args,
         None => cli.build,
     };
@@ -60,6 +64,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         no_smoke: build_args.no_smoke,
         jobs: build_args.jobs.map(|j| j as usize),
         json: cli.json,
+        activate: build_args.activate,
     };
     ops::build::run(&opts).map(|_| ())
 }

@@ -1,5 +1,6 @@
 //! The command layer: one module per command, each thin, calling the stages.
 
+pub mod activate;
 pub mod build;
 pub mod plan;
 pub mod preflight;

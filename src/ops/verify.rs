@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 
+use crate::alias::{self, Registry};
 use crate::dist_record::{self, RecordCheck};
 use crate::exit::{bad_input, mismatch};
 use crate::ops::print_json;
@@ -59,7 +60,7 @@ pub struct Verification {
     pub venv: PathBuf,
     /// The recipe it was checked against.
     pub recipe: String,
-    /// Why that recipe: `its oracle.json`, `--pin X`, or `recipe <file>`.
+    /// Why that recipe: `its oracle.json`, `--pin X`, or `the alias registry`.
     pub checked_against: String,
     /// The recipe the oracle was built from (its `oracle.json`), when it has one.
     pub built_from: Option<String>,
@@ -90,7 +91,8 @@ struct Located {
 /// Finds the venv and recipe for `target`: a venv directory (or a symlink to
 /// one, such as an alias) or a PIN (its root `roots/<name>` names the venv).
 ///
-/// A venv is checked against `--pin` when given, else against its own `oracle.json`.
+/// A venv is checked against `--pin` when given, else against the recipe of
+/// the alias registered at that path, else against its own `oracle.json`.
 fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Result<Located> {
     let p = Path::new(target);
     if p.join("pyvenv.cfg").is_file() {
@@ -101,6 +103,21 @@ fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Resu
                 venv,
                 recipe: lr.recipe,
                 against: format!("--pin {pin_arg}"),
+            });
+        }
+        let root = Store::default_root(store_arg)?;
+        if let Some(store) = Store::open_existing(&root)
+            && let Some(a) = Registry::load(&store)?.get(p)
+        {
+            let lr = alias::recipe_of(a)?;
+            return Ok(Located {
+                venv,
+                recipe: lr.recipe,
+                against: format!(
+                    "the alias registry ({} is an alias of recipe {})",
+                    a.path.display(),
+                    a.recipe
+                ),
             });
         }
         let rec = OracleRecord::read(&venv).map_err(|_| {
