@@ -86,4 +86,13 @@ pub enum Command {
         /// The alias to create or switch (a symlink; never a real directory).
         path: PathBuf,
     },
+    /// Find every known way an oracle goes wrong (store, aliases, named venvs) and say how to fix it.
+    Doctor {
+        /// Also inspect this venv (repeatable; need not be built by oracle-build).
+        #[arg(long, value_name = "PATH")]
+        venv: Vec<PathBuf>,
+        /// Check the --venv venvs against this recipe (default: their oracle.json).
+        #[arg(long, value_name = "PIN")]
+        pin: Option<String>,
+    },
 }

@@ -49,6 +49,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Activate { pin, path }) => {
             return ops::activate::run(&pin, &path, store, cli.json);
         }
+        Some(Command::Doctor { venv, pin }) => {
+            let opts = ops::doctor::DoctorOptions { venvs: venv, pin };
+            return ops::doctor::run(store, &opts, cli.json);
+        }
         Some(Command::Build(args)) => args,
         None => cli.build,
     };

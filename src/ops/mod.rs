@@ -2,6 +2,7 @@
 
 pub mod activate;
 pub mod build;
+pub mod doctor;
 pub mod plan;
 pub mod preflight;
 pub mod status;
