@@ -137,7 +137,7 @@ fn verify_checks_each_field_and_the_emitted_pin_block_round_trips() {
         "files (manifest)",
     ] {
         assert!(
-            stdout.contains(&format!("[ok] {field} ")),
+            stdout.contains(&format!("[ok]   {field} ")),
             "no passing {field}:\n{stdout}"
         );
     }
@@ -218,7 +218,7 @@ fn verify_checks_each_field_and_the_emitted_pin_block_round_trips() {
     assert!(t.contains("[FAIL] vllm_runtime_version"), "{t}");
     assert!(t.contains("[FAIL] vllm_distribution_version"), "{t}");
     assert!(
-        t.contains("[ok] flashinfer_version"),
+        t.contains("[ok]   flashinfer_version"),
         "none matches none: {t}"
     );
     assert!(t.contains(&format!("found {c2}")), "{t}");
@@ -789,6 +789,33 @@ fn doctor_finds_an_editable_install_and_its_deleted_source() {
         "{t}"
     );
     ok(d, &["verify", e, "--pin", r, "--store", s], 3);
+
+    // Against a recipe of another commit, the distribution version still
+    // names the commit the broken install was made from.
+    let parent = git(&repo, &["rev-parse", "HEAD~1"]);
+    let other = write_recipe(d, "fx-parent", &repo, &parent, SMOKE);
+    let ps = problems(&ok(
+        d,
+        &[
+            "doctor",
+            "--store",
+            s,
+            "--venv",
+            e,
+            "--pin",
+            other.to_str().unwrap(),
+            "--json",
+        ],
+        1,
+    ));
+    let im = find(&ps, "identity-mismatch", e);
+    assert_eq!(im.len(), 1, "{:?}", kinds(&ps));
+    let msg = im[0]["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!("a prefix of {parent}"))
+            && msg.contains("the distribution version: the import fails"),
+        "{msg}"
+    );
 }
 
 /// A minimal setuptools project `name` `version` providing module `module`
@@ -869,7 +896,7 @@ fn doctor_names_a_build_without_history_and_installs_without_kernels_or_sha() {
         t.contains("[FAIL] vllm_runtime_version") && t.contains(&format!("found {version}")),
         "{t}"
     );
-    assert!(t.contains("[ok] vllm_commit"), "same commit: {t}");
+    assert!(t.contains("[ok]   vllm_commit"), "same commit: {t}");
 
     // A venv made by hand from a tarball (no .git) with a pretend version and
     // no compiled extensions, plus FlashInfer packages at different versions.

@@ -126,10 +126,27 @@ impl Doctor {
         };
         let covered = self.findings(&id, subject, recipe, pin);
         if let Some(r) = recipe {
-            let failed: Vec<String> = identity::checks(&id, r)
+            // Without an import there is no runtime version: the
+            // distribution's still names the commit it was built from.
+            let mut seen = id.clone();
+            let substituted = seen.runtime_version.is_none() && seen.distribution_version.is_some();
+            if substituted {
+                seen.runtime_version = seen.distribution_version.clone();
+            }
+            let failed: Vec<String> = identity::checks(&seen, r)
                 .into_iter()
                 .filter(|c| !c.ok && !covered.contains(c.field.as_str()))
-                .map(|c| format!("{}: expected {}, found {}", c.field, c.expected, c.found))
+                .map(|c| {
+                    let note = if substituted && c.field == "commit" {
+                        " (the distribution version: the import fails)"
+                    } else {
+                        ""
+                    };
+                    format!(
+                        "{}: expected {}, found {}{note}",
+                        c.field, c.expected, c.found
+                    )
+                })
                 .collect();
             if !failed.is_empty() {
                 self.add(
@@ -158,10 +175,6 @@ impl Doctor {
         let rebuild = format!("`oracle-build build {pin}`");
         if id.editable {
             covered.extend(["editable", "package_path", "import", "compiled_extensions"]);
-            if id.import_error.is_some() {
-                // No runtime version to read: the failed import is the problem.
-                covered.insert("commit");
-            }
             let gone: Vec<&String> = id
                 .editable_sources
                 .iter()
@@ -190,7 +203,7 @@ impl Doctor {
                 format!("replace it with a non-editable oracle: `oracle-build build {pin} --activate <PATH>` and use PATH instead"),
             );
         } else if let Some(err) = &id.import_error {
-            covered.extend(["import", "package_path", "compiled_extensions", "commit"]);
+            covered.extend(["import", "package_path", "compiled_extensions"]);
             self.add(
                 "import-failed",
                 subject,
@@ -626,9 +639,19 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
             .map_or("<PIN>".to_string(), |r| r.name.clone());
         d.venv(v, &subject, recipe.as_ref(), &pin_name);
     }
+    // Most consequential first: aliases, then what the venvs are, their
+    // files, and last the store's bookkeeping.
+    let rank = |p: &Problem| match p.kind.as_str() {
+        k if k.starts_with("alias-") => 0,
+        "files-missing" | "damaged-entry" => 2,
+        "root-dangling" => 3,
+        "unreachable" => 4,
+        _ => 1,
+    };
+    d.problems.sort_by_key(rank);
     let healthy = d.problems.is_empty();
     Ok(Report {
-        store: root.to_path_buf(),
+        store: std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf()),
         store_exists: store.is_some(),
         entries: n_entries,
         roots: n_roots,

@@ -367,8 +367,8 @@ pub fn print_checks(v: &Verification, to_stderr: bool) {
     )];
     for c in &v.checks {
         lines.push(format!(
-            "  [{}] {:<30} expected {}  found {}",
-            if c.ok { "ok" } else { "FAIL" },
+            "  {:<6} {:<30} expected {}  found {}",
+            if c.ok { "[ok]" } else { "[FAIL]" },
             c.field,
             c.expected,
             c.found
