@@ -41,6 +41,28 @@ pub struct BuildArgs {
     /// Parallel compile jobs (overrides the recipe's build.max_jobs).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: Option<u32>,
+    /// After a gateable build, point the symlink PATH at the oracle (see `activate`).
+    #[arg(long, value_name = "PATH")]
+    pub activate: Option<PathBuf>,
+}
+
+/// Arguments of `verify`.
+#[derive(Debug, Args, Clone)]
+pub struct VerifyArgs {
+    /// A PIN, or the path of a venv (an oracle, an alias, or any venv with --pin).
+    pub target: String,
+    /// Check a venv target against this recipe (required for venvs not built by oracle-build).
+    #[arg(long, value_name = "PIN")]
+    pub pin: Option<String>,
+    /// Also re-hash every installed file against the package's RECORD and the entry's manifest.
+    #[arg(long)]
+    pub deep: bool,
+    /// Compare each field of the ```parity-pin block in FILE with its measured value.
+    #[arg(long, value_name = "FILE")]
+    pub pin_file: Option<PathBuf>,
+    /// Print the ```parity-pin block measured from the oracle (only if every check passes).
+    #[arg(long)]
+    pub emit_pin_block: bool,
 }
 
 /// The commands.
@@ -64,9 +86,22 @@ pub enum Command {
         offline: bool,
     },
     /// Measure an oracle's identity and check it against its recipe (exit 3 on mismatch).
-    Verify {
-        /// A PIN, or the path of an oracle venv.
-        target: String,
+    Verify(VerifyArgs),
+    /// Point the symlink PATH at the verified, gateable oracle of PIN, atomically; PATH becomes a GC root.
+    Activate {
+        /// The PIN.
+        pin: String,
+        /// The alias to create or switch (a symlink; never a real directory).
+        path: PathBuf,
+    },
+    /// Find every known way an oracle goes wrong (store, aliases, named venvs) and say how to fix it.
+    Doctor {
+        /// Also inspect this venv (repeatable; need not be built by oracle-build).
+        #[arg(long, value_name = "PATH")]
+        venv: Vec<PathBuf>,
+        /// Check the --venv venvs against this recipe (default: their oracle.json).
+        #[arg(long, value_name = "PIN")]
+        pin: Option<String>,
     },
     /// Delete every store entry no root reaches (and no running build uses).
     Gc {

@@ -3,13 +3,16 @@
 //! `main` only parses the command line, dispatches to [`ops`], and maps errors
 //! to the exit codes of the contract (see [`exit`]).
 
+mod alias;
 mod cli;
 mod disk;
+mod dist_record;
 mod exit;
 mod gc;
 mod key;
 mod ops;
 mod pin;
+mod pinfile;
 mod process;
 mod progress;
 mod recipe;
@@ -47,7 +50,6 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Fetch { pin, offline }) => {
             return ops::fetch::run(&pin, store, offline, cli.json);
         }
-        Some(Command::Verify { target }) => return ops::verify::run(&target, store, cli.json),
         Some(Command::Smoke {
             pin,
             case,
@@ -60,6 +62,22 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 json: cli.json,
             };
             return ops::smoke::run(&opts, store);
+        }
+        Some(Command::Verify(a)) => {
+            let opts = ops::verify::VerifyOptions {
+                pin: a.pin,
+                deep: a.deep,
+                pin_file: a.pin_file,
+                emit_pin_block: a.emit_pin_block,
+            };
+            return ops::verify::run(&a.target, store, &opts, cli.json);
+        }
+        Some(Command::Activate { pin, path }) => {
+            return ops::activate::run(&pin, &path, store, cli.json);
+        }
+        Some(Command::Doctor { venv, pin }) => {
+            let opts = ops::doctor::DoctorOptions { venvs: venv, pin };
+            return ops::doctor::run(store, &opts, cli.json);
         }
         Some(Command::Build(args)) => args,
         None => cli.build,
@@ -76,6 +94,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         no_smoke: build_args.no_smoke,
         jobs: build_args.jobs.map(|j| j as usize),
         json: cli.json,
+        activate: build_args.activate,
     };
     ops::build::run(&opts).map(|_| ())
 }

@@ -7,8 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
@@ -157,79 +156,109 @@ fn sigkill_at_many_moments_never_leaves_a_partial_entry_and_the_rerun_resumes() 
     let tmp = tempfile::tempdir().unwrap();
     let (repo, head) = fixture_repo(tmp.path());
     let recipe = write_recipe(tmp.path(), "fx", &repo, &head, SMOKE);
-
-    let t0 = Instant::now();
     let reference = build_json(tmp.path(), &recipe, &tmp.path().join("reference"));
-    let full = t0.elapsed();
     let ref_id = oracle_identity(reference["oracle"].as_str().unwrap());
 
-    const MOMENTS: u32 = 24;
-    let mut stages_hit = std::collections::BTreeSet::new();
-    for i in 0..MOMENTS {
-        let store = tmp.path().join(format!("s{i}"));
-        let delay = full.mul_f64(f64::from(i) / f64::from(MOMENTS));
-        let mut child = cmd(tmp.path())
-            .args([
-                "build",
-                recipe.to_str().unwrap(),
-                "--store",
-                store.to_str().unwrap(),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        let seen = Arc::new(Mutex::new(String::from("start")));
-        let reader = {
-            let seen = seen.clone();
+    // Each moment: the stage message the run must have printed, then a delay
+    // after it. 9 markers x 3 delays = 27 distinct moments across toolchain,
+    // fetch, checkout, wheel build, persist, install, identity and smoke.
+    const MARKERS: [&str; 9] = [
+        "toolchain:",
+        "source: fetching",
+        "source: checking out",
+        "build: building",
+        "build: wheel",
+        "install:",
+        "identity:",
+        "smoke: probe",
+        "smoke: case",
+    ];
+    const DELAYS_MS: [u64; 3] = [0, 40, 150];
+    let mut n = 0;
+    for marker in MARKERS {
+        for delay in DELAYS_MS {
+            n += 1;
+            let store = tmp.path().join(format!("s{n}"));
+            let mut child = cmd(tmp.path())
+                .args([
+                    "build",
+                    recipe.to_str().unwrap(),
+                    "--store",
+                    store.to_str().unwrap(),
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .unwrap();
+            let (tx, rx) = std::sync::mpsc::channel::<String>();
             let stderr = child.stderr.take().unwrap();
-            std::thread::spawn(move || {
+            let reader = std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                    if let Some(rest) = line.strip_prefix("==> ") {
-                        *seen.lock().unwrap() = rest.split(':').next().unwrap_or("").to_string();
-                    }
+                    let _ = tx.send(line);
                 }
-            })
-        };
-        std::thread::sleep(delay);
-        let stage = seen.lock().unwrap().clone();
-        // SAFETY: killing the process group we just created.
-        unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-        let _ = child.wait();
-        let _ = reader.join();
-        stages_hit.insert(stage.clone());
-        if store.exists() {
-            assert_no_partial_entries(&store, &format!("after a kill at {delay:?} ({stage})"));
-        }
+            });
+            let deadline = Instant::now() + Duration::from_secs(120);
+            let mut seen = false;
+            while Instant::now() < deadline {
+                match rx.recv_timeout(Duration::from_secs(1)) {
+                    Ok(line) if line.starts_with(&format!("==> {marker}")) => {
+                        seen = true;
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+            }
+            assert!(seen, "the build never printed {marker:?}");
+            std::thread::sleep(Duration::from_millis(delay));
+            let moment = format!("{delay} ms after {marker:?}");
+            // SAFETY: killing the process group we just created.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+            let _ = reader.join();
+            assert_no_partial_entries(&store, &format!("after a kill {moment}"));
 
-        let rerun = build_json(tmp.path(), &recipe, &store);
-        assert_eq!(
-            rerun["key"], reference["key"],
-            "kill at {delay:?} ({stage}): same oracle key"
-        );
-        assert_eq!(
-            oracle_identity(rerun["oracle"].as_str().unwrap()),
-            ref_id,
-            "kill at {delay:?} ({stage})"
-        );
-        let stale: Vec<_> = std::fs::read_dir(store.join("tmp"))
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        assert!(
-            stale.is_empty(),
-            "kill at {delay:?} ({stage}): staging left behind: {stale:?}"
-        );
-        assert_no_partial_entries(&store, "after the rerun");
+            let rerun = build_json(tmp.path(), &recipe, &store);
+            assert_eq!(
+                rerun["key"], reference["key"],
+                "kill {moment}: same oracle key"
+            );
+            assert_eq!(
+                oracle_identity(rerun["oracle"].as_str().unwrap()),
+                ref_id,
+                "kill {moment}"
+            );
+            let stale: Vec<_> = std::fs::read_dir(store.join("tmp"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            assert!(
+                stale.is_empty(),
+                "kill {moment}: staging left behind: {stale:?}"
+            );
+            assert_no_partial_entries(&store, "after the rerun");
+            // Stages finished before the kill are not redone.
+            let built: Vec<&str> = rerun["built"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|v| v.as_str())
+                .collect();
+            if marker.starts_with("install")
+                || marker.starts_with("identity")
+                || marker.starts_with("smoke")
+            {
+                assert!(
+                    !built.contains(&"wheel"),
+                    "kill {moment}: the persisted wheel was rebuilt: {built:?}"
+                );
+            }
+        }
     }
-    for stage in ["source", "build", "install", "smoke"] {
-        assert!(
-            stages_hit.contains(stage),
-            "no kill landed in {stage}: {stages_hit:?}"
-        );
-    }
+    assert!(n >= 20);
 }
 
 #[test]

@@ -9,7 +9,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::disk::{self, Stage};
-use crate::exit::not_gateable;
+use crate::exit::{bad_input, not_gateable};
 use crate::ops::print_json;
 use crate::pin;
 use crate::progress;
@@ -33,6 +33,8 @@ pub struct BuildOptions {
     pub jobs: Option<usize>,
     /// `--json`.
     pub json: bool,
+    /// `--activate PATH`: after a gateable build, point the alias PATH at the oracle.
+    pub activate: Option<PathBuf>,
 }
 
 /// What `build` reports (stdout; `--json` prints it whole).
@@ -56,12 +58,20 @@ pub struct BuildReport {
     pub built: Vec<String>,
     /// Wall time of this run, seconds.
     pub seconds: f64,
+    /// `--activate`: the alias switched to this oracle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub activated: Option<crate::ops::activate::Activation>,
 }
 
 /// Runs the main job. Returns the report; errors carry their exit code
 /// (2 bad input, 3 identity mismatch, 4 not gateable, 1 anything else).
 pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
     let t0 = Instant::now();
+    if opts.activate.is_some() && opts.no_smoke {
+        return Err(bad_input(
+            "--activate needs a gateable oracle, and --no-smoke skips the gate; drop one of them",
+        ));
+    }
     let lr = pin::resolve(&opts.pin)?;
     let r = &lr.recipe;
     let store = Store::at(&Store::default_root(opts.store.as_deref())?)?;
@@ -139,7 +149,7 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
     drop(temp);
 
     let rec = &outcome.record;
-    let report = BuildReport {
+    let mut report = BuildReport {
         recipe: r.name.clone(),
         commit: r.source.commit.clone(),
         oracle: outcome.entry.path.clone(),
@@ -149,7 +159,18 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
         reasons: rec.smoke.reasons.clone(),
         built,
         seconds: t0.elapsed().as_secs_f64(),
+        activated: None,
     };
+    if let Some(path) = &opts.activate
+        && report.verdict == Verdict::Gateable
+    {
+        report.activated = Some(crate::ops::activate::activate(
+            &store,
+            &lr,
+            &outcome.entry,
+            path,
+        )?);
+    }
     if opts.json {
         print_json(&report)?;
     } else {
@@ -169,6 +190,9 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
             report.built.join(", ")
         };
         println!("built    {built} in {:.2} s", report.seconds);
+        if let Some(a) = &report.activated {
+            crate::ops::activate::print(a);
+        }
     }
     if report.verdict == Verdict::NotGateable {
         return Err(not_gateable(format!(

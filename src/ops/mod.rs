@@ -1,6 +1,8 @@
 //! The command layer: one module per command, each thin, calling the stages.
 
+pub mod activate;
 pub mod build;
+pub mod doctor;
 pub mod fetch;
 pub mod gc;
 pub mod plan;

@@ -1,67 +1,302 @@
-//! `oracle-build verify <PIN|VENV>`: measure the identity now and check it.
+//! `oracle-build verify <PIN|VENV> [--pin PIN] [--pin-file FILE] [--deep] [--emit-pin-block]`:
+//! measure the identity now and check each field against its own expected
+//! value (DESIGN.md, "Identity").
 //!
-//! Exit 0 when every check passes, 3 when any fails.
+//! Expected values come from, each in its own check:
+//! - the recipe: commit (`+g<sha>` prefix), clean tree, non-editable, imported
+//!   from inside the venv, compiled extensions, build mode, Python version,
+//!   `pins.torch` / `pins.flashinfer-*`, and the `expect` block;
+//! - the oracle's own `oracle.json` (`recorded <field>`), when it has one;
+//! - the entry's manifest (`files (manifest)`) and the package's `RECORD`
+//!   (`files (RECORD)`): present with their sizes, or with `--deep` their hashes;
+//! - the users' pin record (`--pin-file`): `vllm_commit`,
+//!   `vllm_runtime_version`, `vllm_distribution_version`, `flashinfer_version`.
+//!
+//! Exit 0 when every check passes, 3 when any fails, 2 for bad input (a
+//! malformed pin file is refused before anything is measured).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 
-use crate::exit::mismatch;
+use crate::alias::{self, Registry};
+use crate::dist_record::{self, RecordCheck};
+use crate::exit::{bad_input, mismatch};
 use crate::ops::print_json;
 use crate::pin;
+use crate::pinfile::{self, PinRecord};
 use crate::recipe::{self, BuildMode, Recipe};
 use crate::stages::identity::{self, Check, Identity};
 use crate::stages::venv::OracleRecord;
-use crate::store::Store;
+use crate::store::{Manifest, Store};
 
-/// The verification document.
+/// What `verify` was asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct VerifyOptions {
+    /// `--pin PIN`: check a venv target against this recipe instead of its own.
+    pub pin: Option<String>,
+    /// `--deep`: re-hash every file against `RECORD` and the entry manifest.
+    pub deep: bool,
+    /// `--pin-file FILE`: compare with the users' ```` ```parity-pin ```` record.
+    pub pin_file: Option<PathBuf>,
+    /// `--emit-pin-block`: print the block measured from the oracle.
+    pub emit_pin_block: bool,
+}
+
+/// What `--deep` found, in full (the checks carry a summary).
+#[derive(Debug, Serialize, Default)]
+pub struct Deep {
+    /// The package's files against its `RECORD`, re-hashed (absent when the RECORD could not be read).
+    pub record: Option<RecordCheck>,
+    /// The entry's files against its `manifest.json`, re-hashed (absent when the venv is not a store entry).
+    pub manifest: Option<Vec<String>>,
+}
+
+/// The verification document (`--json`).
 #[derive(Debug, Serialize)]
 pub struct Verification {
-    /// The venv verified.
+    /// The venv verified (resolved).
     pub venv: PathBuf,
     /// The recipe it was checked against.
     pub recipe: String,
+    /// Why that recipe: `its oracle.json`, `--pin X`, or `the alias registry`.
+    pub checked_against: String,
+    /// The recipe the oracle was built from (its `oracle.json`), when it has one.
+    pub built_from: Option<String>,
     /// Measured now.
     pub identity: Identity,
-    /// Every check.
+    /// Every check, passed or failed.
     pub checks: Vec<Check>,
+    /// `--deep` details.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deep: Option<Deep>,
+    /// The pin file compared with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin_file: Option<PathBuf>,
     /// Whether all passed.
     pub ok: bool,
+    /// `--emit-pin-block`: the block measured from this oracle (only when `ok`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin_block: Option<String>,
 }
 
-/// Finds the venv and recipe for `target`: a venv directory (its
-/// `oracle.json` names the recipe) or a PIN (its root names the venv).
-fn locate(target: &str, store_arg: Option<&Path>) -> Result<(PathBuf, Recipe)> {
+/// The venv and the recipe to check it against.
+struct Located {
+    venv: PathBuf,
+    recipe: Recipe,
+    against: String,
+}
+
+/// Finds the venv and recipe for `target`: a venv directory (or a symlink to
+/// one, such as an alias) or a PIN (its root `roots/<name>` names the venv).
+///
+/// A venv is checked against `--pin` when given, else against the recipe of
+/// the alias registered at that path, else against its own `oracle.json`.
+fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Result<Located> {
     let p = Path::new(target);
     if p.join("pyvenv.cfg").is_file() {
-        let rec = OracleRecord::read(p).map_err(|e| {
-            anyhow!("{} has no readable oracle.json ({e:#}); it was not built by oracle-build, so verify it by PIN", p.display())
+        let venv = p.canonicalize()?;
+        if let Some(pin_arg) = pin_arg {
+            let lr = pin::resolve(pin_arg)?;
+            return Ok(Located {
+                venv,
+                recipe: lr.recipe,
+                against: format!("--pin {pin_arg}"),
+            });
+        }
+        let root = Store::default_root(store_arg)?;
+        if let Some(store) = Store::open_existing(&root)
+            && let Some(a) = Registry::load(&store)?.get(p)
+        {
+            let lr = alias::recipe_of(a)?;
+            return Ok(Located {
+                venv,
+                recipe: lr.recipe,
+                against: format!(
+                    "the alias registry ({} is an alias of recipe {})",
+                    a.path.display(),
+                    a.recipe
+                ),
+            });
+        }
+        let rec = OracleRecord::read(&venv).map_err(|_| {
+            bad_input(format!(
+                "{} has no oracle.json: it was not built by oracle-build, so name the recipe to check it against: `oracle-build verify {} --pin PIN`",
+                p.display(),
+                p.display()
+            ))
         })?;
         let r = recipe::parse(
             &rec.recipe_text,
-            &format!("{}/oracle.json recipe", p.display()),
+            &format!("{}/oracle.json recipe", venv.display()),
         )?;
-        return Ok((p.to_path_buf(), r));
+        return Ok(Located {
+            venv,
+            recipe: r,
+            against: "its oracle.json".into(),
+        });
+    }
+    if p.is_dir() {
+        return Err(bad_input(format!(
+            "{} is a directory but not a venv (no pyvenv.cfg)",
+            p.display()
+        )));
+    }
+    if pin_arg.is_some() {
+        return Err(bad_input(
+            "--pin names the recipe to check a venv against; with a PIN target, leave it out",
+        ));
     }
     let lr = pin::resolve(target)?;
     let root = Store::default_root(store_arg)?;
     let link = root.join("roots").join(&lr.recipe.name);
     if !link.exists() {
         return Err(anyhow!(
-            "no oracle of {} in {} (run `oracle-build {}`)",
+            "no oracle of {} in {} (run `oracle-build build {}`)",
             lr.recipe.name,
             root.display(),
             target
         ));
     }
-    Ok((link.canonicalize()?, lr.recipe))
+    Ok(Located {
+        venv: link.canonicalize()?,
+        recipe: lr.recipe,
+        against: format!("recipe {}", lr.origin),
+    })
 }
 
-/// Measures and checks the oracle named by `target`.
-pub fn verify(target: &str, store_arg: Option<&Path>) -> Result<Verification> {
-    let (venv, recipe) = locate(target, store_arg)?;
-    let record = OracleRecord::read(&venv).ok();
+fn summarize(problems: &[String]) -> String {
+    const SHOWN: usize = 8;
+    let mut s = problems
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    if problems.len() > SHOWN {
+        s.push_str(&format!("; and {} more", problems.len() - SHOWN));
+    }
+    s
+}
+
+/// Checks of the venv's files: the package's `RECORD` and, for a store
+/// entry, its manifest; sizes only, or hashes when `deep`.
+fn file_checks(venv: &Path, package: &str, deep: bool, out: &mut Vec<Check>) -> Deep {
+    let mut d = Deep::default();
+    let kind = if deep { "sha256" } else { "size" };
+    match dist_record::check(venv, package, deep) {
+        Ok(rc) => {
+            out.push(Check {
+                field: "files (RECORD)".into(),
+                expected: format!(
+                    "every file in {} present, {kind} as recorded ({} files)",
+                    rc.record.strip_prefix(venv).unwrap_or(&rc.record).display(),
+                    rc.files
+                ),
+                found: if rc.problems.is_empty() {
+                    "intact".into()
+                } else {
+                    summarize(&rc.problems)
+                },
+                ok: rc.problems.is_empty(),
+            });
+            d.record = Some(rc);
+        }
+        Err(e) => out.push(Check {
+            field: "files (RECORD)".into(),
+            expected: format!("a readable {package} *.dist-info/RECORD"),
+            found: format!("{e:#}"),
+            ok: false,
+        }),
+    }
+    if venv.join(crate::store::MANIFEST).is_file() {
+        match Manifest::read(venv) {
+            Ok(m) => {
+                let problems = m.check(venv, deep);
+                out.push(Check {
+                    field: "files (manifest)".into(),
+                    expected: format!(
+                        "every file of the store entry present, {kind} as recorded ({} files)",
+                        m.files.len()
+                    ),
+                    found: if problems.is_empty() {
+                        "intact".into()
+                    } else {
+                        summarize(&problems)
+                    },
+                    ok: problems.is_empty(),
+                });
+                d.manifest = Some(problems);
+            }
+            Err(e) => out.push(Check {
+                field: "files (manifest)".into(),
+                expected: "a readable manifest.json".into(),
+                found: format!("{e:#}"),
+                ok: false,
+            }),
+        }
+    }
+    d
+}
+
+/// The `recorded <field>` checks: what was measured now against what
+/// `oracle.json` recorded when the oracle was built.
+fn recorded_checks(rec: &OracleRecord, id: &Identity) -> Vec<Check> {
+    let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
+    let pairs = [
+        (
+            "recorded runtime_version",
+            &rec.identity.runtime_version,
+            &id.runtime_version,
+        ),
+        (
+            "recorded distribution_version",
+            &rec.identity.distribution_version,
+            &id.distribution_version,
+        ),
+        (
+            "recorded flashinfer_version",
+            &rec.identity.flashinfer_version,
+            &id.flashinfer_version,
+        ),
+        (
+            "recorded torch_version",
+            &rec.identity.torch_version,
+            &id.torch_version,
+        ),
+    ];
+    let mut out: Vec<Check> = pairs
+        .into_iter()
+        .map(|(field, want, got)| Check {
+            field: field.into(),
+            expected: show(want),
+            found: show(got),
+            ok: want == got,
+        })
+        .collect();
+    out.push(Check {
+        field: "recorded python_version".into(),
+        expected: rec.identity.python_version.clone(),
+        found: id.python_version.clone(),
+        ok: rec.identity.python_version == id.python_version,
+    });
+    out
+}
+
+/// Measures the venv at `venv` and checks it against `recipe` (and its own
+/// `oracle.json`, the manifest, RECORD and `pin_file` when given).
+///
+/// Errors: the venv's Python cannot be run or reports garbage (exit 1). A
+/// failed check is not an error: see [`Verification::ok`].
+pub fn verify_venv(
+    venv: &Path,
+    recipe: &Recipe,
+    against: &str,
+    deep: bool,
+    pin_file: Option<(&Path, &PinRecord)>,
+) -> Result<Verification> {
+    let record = OracleRecord::read(venv).ok();
     let mode = record.as_ref().map_or(BuildMode::Source, |r| {
         if r.identity.build_mode == "precompiled" {
             BuildMode::Precompiled
@@ -69,77 +304,121 @@ pub fn verify(target: &str, store_arg: Option<&Path>) -> Result<Verification> {
             BuildMode::Source
         }
     });
-    let mut id = identity::measure(&venv, &recipe.source.package, &recipe.source.commit, mode)?;
-    if let Some(store) = Store::open_existing(&Store::default_root(store_arg)?) {
-        let mirror = crate::stages::source::mirror_entry(&store, &recipe.source.repo);
-        id.tags_at_commit = crate::stages::source::tags_at(&mirror.path, &recipe.source.commit);
+    let mut id = identity::measure(venv, &recipe.source.package, &recipe.source.commit, mode)?;
+    // Tags at the commit were read from the checkout when the oracle was built.
+    if let Some(rec) = record
+        .as_ref()
+        .filter(|r| r.identity.commit == recipe.source.commit)
+    {
+        id.tags_at_commit = rec.identity.tags_at_commit.clone();
     }
-    let mut checks = identity::checks(&id, &recipe);
+    let mut checks = identity::checks(&id, recipe);
     if let Some(rec) = &record {
-        let pairs = [
-            (
-                "recorded runtime_version",
-                &rec.identity.runtime_version,
-                &id.runtime_version,
-            ),
-            (
-                "recorded distribution_version",
-                &rec.identity.distribution_version,
-                &id.distribution_version,
-            ),
-            (
-                "recorded flashinfer_version",
-                &rec.identity.flashinfer_version,
-                &id.flashinfer_version,
-            ),
-            (
-                "recorded torch_version",
-                &rec.identity.torch_version,
-                &id.torch_version,
-            ),
-        ];
-        for (field, want, got) in pairs {
-            checks.push(Check {
-                field: field.into(),
-                expected: want.clone().unwrap_or_else(|| "(none)".into()),
-                found: got.clone().unwrap_or_else(|| "(none)".into()),
-                ok: want == got,
-            });
-        }
+        checks.extend(recorded_checks(rec, &id));
+    }
+    let d = file_checks(venv, &recipe.source.package, deep, &mut checks);
+    if let Some((_, pf)) = pin_file {
+        let built = record.as_ref().map(|r| r.identity.commit.as_str());
+        checks.extend(pf.checks(&id, built));
     }
     let ok = checks.iter().all(|c| c.ok);
     Ok(Verification {
-        venv,
-        recipe: recipe.name,
+        venv: venv.to_path_buf(),
+        recipe: recipe.name.clone(),
+        checked_against: against.to_string(),
+        built_from: record.map(|r| r.recipe),
         identity: id,
         checks,
+        deep: deep.then_some(d),
+        pin_file: pin_file.map(|(p, _)| p.to_path_buf()),
         ok,
+        pin_block: None,
     })
 }
 
-/// `verify`: prints every check; exit 3 when any fails.
-pub fn run(target: &str, store_arg: Option<&Path>, json: bool) -> Result<()> {
-    let v = verify(target, store_arg)?;
+/// Locates and verifies the oracle named by `target` (see [`VerifyOptions`]).
+///
+/// Errors: exit 2 for a malformed pin file or a bad target (checked before
+/// anything is measured); exit 1 when the oracle cannot be found or measured.
+pub fn verify(
+    target: &str,
+    store_arg: Option<&Path>,
+    opts: &VerifyOptions,
+) -> Result<Verification> {
+    let pin_file = match &opts.pin_file {
+        Some(p) => Some((p.clone(), pinfile::read(p)?)),
+        None => None,
+    };
+    let loc = locate(target, opts.pin.as_deref(), store_arg)?;
+    let mut v = verify_venv(
+        &loc.venv,
+        &loc.recipe,
+        &loc.against,
+        opts.deep,
+        pin_file.as_ref().map(|(p, r)| (p.as_path(), r)),
+    )?;
+    if opts.emit_pin_block && v.ok {
+        v.pin_block =
+            Some(PinRecord::from_identity(&loc.recipe.source.commit, &v.identity).render());
+    }
+    Ok(v)
+}
+
+/// Prints the checks, one line each, and a summary line.
+pub fn print_checks(v: &Verification, to_stderr: bool) {
+    let mut lines = vec![format!(
+        "oracle {} (recipe {}, checked against {})",
+        v.venv.display(),
+        v.recipe,
+        v.checked_against
+    )];
+    for c in &v.checks {
+        lines.push(format!(
+            "  {:<6} {:<30} expected {}  found {}",
+            if c.ok { "[ok]" } else { "[FAIL]" },
+            c.field,
+            c.expected,
+            c.found
+        ));
+    }
+    let failed = v.checks.iter().filter(|c| !c.ok).count();
+    lines.push(if failed == 0 {
+        format!("verified: all {} checks pass", v.checks.len())
+    } else {
+        format!("REFUSED: {failed} of {} checks fail", v.checks.len())
+    });
+    for l in lines {
+        if to_stderr {
+            eprintln!("{l}");
+        } else {
+            println!("{l}");
+        }
+    }
+}
+
+/// `verify`: prints every check (or, with `--emit-pin-block`, the block);
+/// exit 3 when any check fails.
+pub fn run(target: &str, store_arg: Option<&Path>, opts: &VerifyOptions, json: bool) -> Result<()> {
+    let v = verify(target, store_arg, opts)?;
     if json {
         print_json(&v)?;
+    } else if let Some(block) = &v.pin_block {
+        print_checks(&v, true);
+        print!("{block}");
     } else {
-        println!("oracle {} (recipe {})", v.venv.display(), v.recipe);
-        for c in &v.checks {
-            println!(
-                "  [{}] {:<30} expected {}  found {}",
-                if c.ok { "ok" } else { "FAIL" },
-                c.field,
-                c.expected,
-                c.found
-            );
-        }
+        print_checks(&v, false);
     }
     if v.ok {
         Ok(())
     } else {
         Err(mismatch(format!(
-            "{} is not the pin:\n{}",
+            "{} is not the pin{}:\n{}",
             v.venv.display(),
+            if opts.emit_pin_block {
+                "; no pin block emitted"
+            } else {
+                ""
+            },
             identity::describe_failures(&v.checks)
         )))
     }

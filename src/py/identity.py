@@ -22,8 +22,20 @@ def dist_version(name):
         return None
 
 
-def editable_evidence(package, dist, package_path, prefix):
-    """Every sign of an editable install (PEP 610 / PEP 660)."""
+def url_path(url):
+    """The local path of a file:// URL (PEP 610 direct_url.json "url"), else None."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(url or "")
+    if parsed.scheme != "file":
+        return None
+    return unquote(parsed.path)
+
+
+def editable_evidence(package, dist, package_path, prefix, sources):
+    """Every sign of an editable install (PEP 610 / PEP 660).
+
+    Appends to ``sources`` the source trees the install points at."""
     found = []
     if dist is not None:
         try:
@@ -32,6 +44,9 @@ def editable_evidence(package, dist, package_path, prefix):
                 info = json.loads(text)
                 if info.get("dir_info", {}).get("editable"):
                     found.append("direct_url.json: dir_info.editable = true (%s)" % info.get("url"))
+                    path = url_path(info.get("url"))
+                    if path and path not in sources:
+                        sources.append(path)
         except Exception as exc:  # a broken record is evidence too
             found.append("direct_url.json unreadable: %s" % exc)
     seen = set()
@@ -43,6 +58,15 @@ def editable_evidence(package, dist, package_path, prefix):
         for name in sorted(os.listdir(site)):
             if name.endswith(".pth") and (name.startswith("__editable__") or package in name.lower()):
                 found.append("%s in %s" % (name, site))
+                # A static .pth (setuptools "compat"/legacy mode) lists source directories.
+                try:
+                    with open(os.path.join(site, name)) as fh:
+                        for line in fh:
+                            line = line.strip()
+                            if line and not line.startswith(("#", "import")) and line not in sources:
+                                sources.append(line)
+                except OSError:
+                    pass
     if package_path and not package_path.startswith(prefix + os.sep):
         found.append("%s.__file__ is outside the venv: %s" % (package, package_path))
     return found
@@ -99,8 +123,20 @@ def main():
     except BaseException as exc:
         ident["import_error"] = "%s: %s" % (type(exc).__name__, exc)
         package_path = None
-    ident["editable_evidence"] = editable_evidence(package, dist, package_path, prefix)
+    sources = []
+    ident["editable_evidence"] = editable_evidence(package, dist, package_path, prefix, sources)
+    ident["editable_sources"] = sources
     ident["editable"] = bool(ident["editable_evidence"])
+    if package_dir is None:
+        # The import failed: glob the installed package directory anyway, so a
+        # missing extension is named even when it is why the import fails.
+        for key in ("platlib", "purelib"):
+            site = sysconfig.get_paths().get(key)
+            candidate = os.path.join(site, package) if site else None
+            if candidate and os.path.isfile(os.path.join(candidate, "__init__.py")):
+                package_dir = os.path.realpath(candidate)
+                break
+    ident["package_dir"] = package_dir
     if package_dir:
         ident["compiled_extensions"] = compiled_extensions(package_dir)
     if ident["flashinfer_packages"]:

@@ -49,10 +49,17 @@ pub struct Identity {
     /// What made it editable, one line each.
     #[serde(default)]
     pub editable_evidence: Vec<String>,
+    /// The source trees an editable install points at (PEP 610 `url`, static `.pth` lines).
+    #[serde(default)]
+    pub editable_sources: Vec<String>,
     /// Resolved `<package>.__file__`.
     pub package_path: Option<String>,
     /// Whether `package_path` lies inside the venv.
     pub package_in_venv: bool,
+    /// The package directory globbed for compiled modules (the imported one,
+    /// else the one installed in site-packages; null when neither exists).
+    #[serde(default)]
+    pub package_dir: Option<String>,
     /// Compiled modules under the package (globbed, not a fixed list).
     pub compiled_extensions: Vec<CompiledExtension>,
     /// `source` or `precompiled`, from the wheel's build record.
@@ -82,8 +89,12 @@ struct Measured {
     editable: bool,
     #[serde(default)]
     editable_evidence: Vec<String>,
+    #[serde(default)]
+    editable_sources: Vec<String>,
     package_path: Option<String>,
     package_in_venv: bool,
+    #[serde(default)]
+    package_dir: Option<String>,
     compiled_extensions: Vec<CompiledExtension>,
     sys_prefix: String,
     import_error: Option<String>,
@@ -128,8 +139,10 @@ pub fn measure(
         platform: m.platform,
         editable: m.editable,
         editable_evidence: m.editable_evidence,
+        editable_sources: m.editable_sources,
         package_path: m.package_path,
         package_in_venv: m.package_in_venv,
+        package_dir: m.package_dir,
         compiled_extensions: m.compiled_extensions,
         build_mode: build_mode.as_str().to_string(),
         sys_prefix: m.sys_prefix,
@@ -145,6 +158,51 @@ pub fn scm_sha(version: &str) -> Option<&str> {
         let hex = part.strip_prefix('g')?;
         (hex.len() >= 7 && hex.chars().all(|c| c.is_ascii_hexdigit())).then_some(hex)
     })
+}
+
+/// Whether `version` is setuptools-scm's fallback `0.1.devN` (no tag was
+/// reachable: a shallow clone, a mirror without tags, a repository without history).
+pub fn lacks_history(version: &str) -> bool {
+    version
+        .split('+')
+        .next()
+        .and_then(|public| public.strip_prefix("0.1.dev"))
+        .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// The `dYYYYMMDD` part of a local version segment: setuptools-scm's mark of
+/// a build from a modified ("dirty") tree, if any.
+pub fn dirty_mark(version: &str) -> Option<&str> {
+    let local = version.split_once('+')?.1;
+    local.split('.').find(|part| {
+        part.len() == 9 && part.starts_with('d') && part[1..].chars().all(|c| c.is_ascii_digit())
+    })
+}
+
+/// Whether an installed `found` version satisfies the recipe pin `pin` the way
+/// `==pin` does (PEP 440): a pin without a local segment (`2.13.0`) matches
+/// any local build of it (`2.13.0+cu130`); a pin with one must match exactly.
+pub fn version_matches_pin(found: &str, pin: &str) -> bool {
+    if pin.contains('+') {
+        found == pin
+    } else {
+        found.split('+').next() == Some(pin)
+    }
+}
+
+/// PEP 503 normalized distribution name: lowercase, runs of `-_.` -> `-`.
+pub fn normalize_dist_name(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            if !out.ends_with('-') {
+                out.push('-');
+            }
+        } else {
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
 }
 
 /// One identity check: a field, what it should be, what was measured.
@@ -174,9 +232,11 @@ fn show(v: &Option<String>) -> String {
 }
 
 /// Checks `id` against the recipe: import works, `+g<sha>` prefixes the
-/// commit, not editable, imported from inside the venv, compiled extensions
-/// present (except for `target_device: empty`), build mode, Python version,
-/// and every field of the recipe's `expect` block.
+/// commit, no dirty-tree mark, not editable, imported from inside the venv,
+/// compiled extensions present (except for `target_device: empty`), build
+/// mode, Python version, the installed torch and FlashInfer against the
+/// recipe's `pins` (`pins.<name>`), and every field of the recipe's `expect`
+/// block. Each check compares one measured value with its own expected value.
 pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
     let mut out = Vec::new();
     out.push(check(
@@ -186,6 +246,23 @@ pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
         id.import_error.is_none(),
     ));
     out.push(commit_check(id));
+    let mut dirty: Vec<String> = [&id.runtime_version, &id.distribution_version]
+        .into_iter()
+        .flatten()
+        .filter(|v| dirty_mark(v).is_some())
+        .cloned()
+        .collect();
+    dirty.dedup();
+    out.push(check(
+        "clean_tree",
+        "no .dYYYYMMDD mark (built from the unmodified commit)",
+        if dirty.is_empty() {
+            "no mark".to_string()
+        } else {
+            format!("built from a modified tree: {}", dirty.join(", "))
+        },
+        dirty.is_empty(),
+    ));
     out.push(check(
         "editable",
         "false (a regular, non-editable install)",
@@ -244,20 +321,25 @@ pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
         id.python_version.clone(),
         py_ok,
     ));
+    out.extend(pin_checks(id, recipe));
     let e = &recipe.expect;
     let fields = [
-        ("runtime_version", &e.runtime_version, &id.runtime_version),
         (
-            "distribution_version",
+            "expect.runtime_version",
+            &e.runtime_version,
+            &id.runtime_version,
+        ),
+        (
+            "expect.distribution_version",
             &e.distribution_version,
             &id.distribution_version,
         ),
         (
-            "flashinfer_version",
+            "expect.flashinfer_version",
             &e.flashinfer_version,
             &id.flashinfer_version,
         ),
-        ("torch_version", &e.torch_version, &id.torch_version),
+        ("expect.torch_version", &e.torch_version, &id.torch_version),
     ];
     for (field, want, got) in fields {
         if let Some(want) = want {
@@ -318,6 +400,45 @@ fn commit_check(id: &Identity) -> Check {
     }
 }
 
+/// The installed torch and FlashInfer against the recipe's `pins`: one
+/// `pins.<name>` check per pinned `torch` / `flashinfer-*` distribution, and
+/// `flashinfer.__version__` against `pins.flashinfer-python`.
+fn pin_checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
+    let mut out = Vec::new();
+    for (name, pin) in &recipe.pins {
+        let norm = normalize_dist_name(name);
+        let found = if norm == "torch" {
+            id.torch_version.clone()
+        } else if norm.starts_with("flashinfer") {
+            id.flashinfer_packages
+                .iter()
+                .find(|(k, _)| normalize_dist_name(k) == norm)
+                .map(|(_, v)| v.clone())
+        } else {
+            continue;
+        };
+        out.push(check(
+            &format!("pins.{norm}"),
+            pin.clone(),
+            show(&found),
+            found
+                .as_deref()
+                .is_some_and(|f| version_matches_pin(f, pin)),
+        ));
+        if norm == "flashinfer-python" {
+            out.push(check(
+                "flashinfer.__version__",
+                format!("{pin} (pins.flashinfer-python)"),
+                show(&id.flashinfer_version),
+                id.flashinfer_version
+                    .as_deref()
+                    .is_some_and(|f| version_matches_pin(f, pin)),
+            ));
+        }
+    }
+    out
+}
+
 /// `field: expected X, found Y` for every failed check, one per line.
 pub fn describe_failures(checks: &[Check]) -> String {
     checks
@@ -330,7 +451,7 @@ pub fn describe_failures(checks: &[Check]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::scm_sha;
+    use super::*;
 
     #[test]
     fn finds_the_scm_sha() {
@@ -341,6 +462,33 @@ mod tests {
         );
         assert_eq!(scm_sha("0.23.1+cu130"), None);
         assert_eq!(scm_sha("0.23.1"), None);
+    }
+
+    #[test]
+    fn reads_history_and_dirty_marks() {
+        assert!(lacks_history("0.1.dev1+g555967922"));
+        assert!(lacks_history("0.1.dev1511"));
+        assert!(!lacks_history("0.23.1rc1.dev1511+g555967922"));
+        assert!(!lacks_history("0.1.1.dev1+g555967922"));
+        assert_eq!(
+            dirty_mark("0.1.1.dev1+g0f1dd7fb0.d20260101"),
+            Some("d20260101")
+        );
+        assert_eq!(dirty_mark("0.1.0+d20260101"), Some("d20260101"));
+        assert_eq!(dirty_mark("0.1.1.dev1+g0f1dd7fb0"), None);
+        assert_eq!(dirty_mark("0.1.1+deadbeef1"), None);
+    }
+
+    #[test]
+    fn pins_match_like_pep_440_equality() {
+        assert!(version_matches_pin("2.13.0+cu130", "2.13.0"));
+        assert!(version_matches_pin("2.13.0", "2.13.0"));
+        assert!(!version_matches_pin("2.13.1", "2.13.0"));
+        assert!(!version_matches_pin("2.13.0+cu128", "2.13.0+cu130"));
+        assert_eq!(
+            normalize_dist_name("FlashInfer_Python"),
+            "flashinfer-python"
+        );
     }
 }
 
@@ -361,6 +509,8 @@ mod commit_tests {
             platform: "linux-x86_64".into(),
             editable: false,
             editable_evidence: vec![],
+            editable_sources: vec![],
+            package_dir: None,
             package_path: None,
             package_in_venv: true,
             compiled_extensions: vec![],

@@ -387,6 +387,7 @@ fn build(
     let staged = venv.display().to_string();
     let fin = entry.path.display().to_string();
     ident.package_path = ident.package_path.map(|p| p.replacen(&staged, &fin, 1));
+    ident.package_dir = ident.package_dir.map(|p| p.replacen(&staged, &fin, 1));
     ident.sys_prefix = fin.clone();
     let record = OracleRecord {
         schema: 1,

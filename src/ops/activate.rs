@@ -1,0 +1,149 @@
+//! `oracle-build activate <PIN> <PATH>` (and `build --activate PATH`): point
+//! the symlink PATH at the verified, gateable oracle of PIN, atomically, and
+//! make PATH a GC root (see [`crate::alias`]).
+//!
+//! Refused with exit 3, leaving PATH untouched, when the oracle fails
+//! `verify` against the recipe or its gate verdict is not `gateable`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, anyhow};
+use serde::Serialize;
+
+use crate::alias::{self, Switched};
+use crate::exit::mismatch;
+use crate::ops::print_json;
+use crate::ops::verify::verify_venv;
+use crate::pin;
+use crate::recipe::LoadedRecipe;
+use crate::stages::identity;
+use crate::stages::smoke::Verdict;
+use crate::stages::venv::OracleRecord;
+use crate::store::{Bucket, Entry, Store};
+
+/// What `activate` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Activation {
+    /// The alias (the symlink), absolute.
+    pub path: PathBuf,
+    /// The oracle venv it now points at.
+    pub oracle: PathBuf,
+    /// The recipe.
+    pub recipe: String,
+    /// The recipe's commit.
+    pub commit: String,
+    /// The oracle's runtime version, measured now.
+    pub runtime_version: Option<String>,
+    /// The GC root holding the oracle.
+    pub root: String,
+    /// The oracle the alias pointed at before (if different).
+    pub previous: Option<PathBuf>,
+    /// The GC root keeping the previous oracle, when it is a store entry.
+    pub rollback_root: Option<String>,
+}
+
+/// The oracle venv entry of recipe `lr`: the target of `roots/<name>`.
+///
+/// Errors: it was never built (or its root dangles).
+pub fn oracle_entry(store: &Store, lr: &LoadedRecipe) -> Result<Entry> {
+    let name = &lr.recipe.name;
+    let root = store.roots_dir().join(name);
+    alias::entry_at(store, &root)
+        .filter(|e| e.bucket == Bucket::Venvs)
+        .ok_or_else(|| {
+            anyhow!(
+                "no oracle of {name} in {} (build it: `oracle-build build {} --activate PATH`)",
+                store.root().display(),
+                lr.origin
+            )
+        })
+}
+
+/// Verifies the oracle `entry` against `lr`, checks it is gateable, then
+/// points the alias `path` at it.
+///
+/// Errors: exit 3 when a check fails or the verdict is not `gateable` (PATH
+/// untouched); exit 2 when PATH exists and is not a symlink.
+pub fn activate(
+    store: &Store,
+    lr: &LoadedRecipe,
+    entry: &Entry,
+    path: &Path,
+) -> Result<Activation> {
+    let v = verify_venv(&entry.path, &lr.recipe, "its recipe", false, None)?;
+    if !v.ok {
+        return Err(mismatch(format!(
+            "refusing to activate {}: it is not the pin of {}:\n{}",
+            entry.path.display(),
+            lr.recipe.name,
+            identity::describe_failures(&v.checks)
+        )));
+    }
+    let record = OracleRecord::read(&entry.path)?;
+    if record.smoke.verdict != Verdict::Gateable {
+        let reasons = if record.smoke.reasons.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", record.smoke.reasons.join("; "))
+        };
+        return Err(mismatch(format!(
+            "refusing to activate {}: its gate verdict is {}{reasons} (rebuild with the smoke gate: `oracle-build build {}`)",
+            entry.path.display(),
+            record.smoke.verdict.as_str(),
+            lr.origin
+        )));
+    }
+    let Switched {
+        alias,
+        rollback_root,
+    } = alias::point(store, path, entry, lr)?;
+    Ok(Activation {
+        path: alias.path,
+        oracle: alias.oracle,
+        recipe: alias.recipe,
+        commit: alias.commit,
+        runtime_version: v.identity.runtime_version,
+        root: alias.root,
+        previous: alias.previous,
+        rollback_root,
+    })
+}
+
+/// Prints what `activate` did.
+pub fn print(a: &Activation) {
+    println!("alias    {} -> {}", a.path.display(), a.oracle.display());
+    println!("recipe   {} @ {}", a.recipe, a.commit);
+    println!(
+        "version  {}",
+        a.runtime_version.as_deref().unwrap_or("(none)")
+    );
+    println!("root     roots/{}", a.root);
+    if let (Some(prev), Some(root)) = (&a.previous, &a.rollback_root) {
+        println!("rollback roots/{root} -> {}", prev.display());
+    }
+}
+
+/// `activate PIN PATH`.
+///
+/// Errors: exit 2 for a bad PIN or PATH; exit 1 when the oracle of PIN is not
+/// built; exit 3 when it fails `verify` or is not gateable.
+pub fn run(pin: &str, path: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
+    let lr = pin::resolve(pin)?;
+    let root = Store::default_root(store_arg)?;
+    let store = Store::at(&root)?;
+    if !store.bucket_dir(Bucket::Venvs).is_dir() {
+        return Err(anyhow!(
+            "no store at {} (build first: `oracle-build build {pin} --activate {}`)",
+            root.display(),
+            path.display()
+        ));
+    }
+    let entry = oracle_entry(&store, &lr)?;
+    let a = activate(&store, &lr, &entry, path)?;
+    if json {
+        print_json(&a)
+    } else {
+        print(&a);
+        Ok(())
+    }
+}
