@@ -130,4 +130,31 @@ pub enum Command {
         #[arg(long)]
         record_golden: bool,
     },
+    /// Build TO beside FROM, gate both alike, and write a review report.
+    Advance {
+        /// The pin in force (a PIN).
+        from: String,
+        /// The candidate: a commit (full, or a prefix in FROM's mirror) or a PIN.
+        to: String,
+        /// Where to write the Markdown report (default: <store>/reports/).
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
+        /// Move the alias to TO if TO is gateable and verified (FROM becomes its rollback).
+        #[arg(long, requires = "alias")]
+        accept: bool,
+        /// The alias (symlink) that --accept moves.
+        #[arg(long, value_name = "PATH")]
+        alias: Option<PathBuf>,
+        /// Override a pin in the candidate recipe of a commit TO (repeatable).
+        #[arg(long = "pin", value_name = "NAME=VERSION")]
+        pins: Vec<String>,
+        /// No network: both pins' sources and wheels from the store.
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Point an alias back at its rollback oracle (atomically).
+    Rollback {
+        /// The alias path.
+        path: PathBuf,
+    },
 }

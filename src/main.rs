@@ -3,6 +3,7 @@
 //! `main` only parses the command line, dispatches to [`ops`], and maps errors
 //! to the exit codes of the contract (see [`exit`]).
 
+mod advance;
 mod alias;
 mod cli;
 mod disk;
@@ -43,6 +44,29 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let store = cli.store.as_deref();
     let build_args = match cli.command {
         Some(Command::Plan { pin }) => return ops::plan::run(&pin, store, cli.json),
+        Some(Command::Advance {
+            from,
+            to,
+            report,
+            accept,
+            alias,
+            pins,
+            offline,
+        }) => {
+            let opts = ops::advance::AdvanceOptions {
+                from,
+                to,
+                report,
+                accept,
+                alias,
+                pins,
+                offline,
+                store: cli.store.clone(),
+                json: cli.json,
+            };
+            return ops::advance::run(&opts);
+        }
+        Some(Command::Rollback { path }) => return ops::advance::rollback(&path, store, cli.json),
         Some(Command::Status) => return ops::status::run(store, cli.json),
         Some(Command::Gc { dry_run }) => return ops::gc::run(store, dry_run, cli.json),
         Some(Command::Keep { pin }) => return ops::gc::keep(&pin, store, true),

@@ -63,9 +63,45 @@ pub struct BuildReport {
     pub activated: Option<crate::ops::activate::Activation>,
 }
 
-/// Runs the main job. Returns the report; errors carry their exit code
+/// Runs the main job and prints its report. Errors carry their exit code
 /// (2 bad input, 3 identity mismatch, 4 not gateable, 1 anything else).
 pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
+    let report = execute(opts)?;
+    if opts.json {
+        print_json(&report)?;
+    } else {
+        println!("oracle   {}", report.oracle.display());
+        println!("recipe   {} @ {}", report.recipe, report.commit);
+        println!(
+            "version  {}",
+            report.runtime_version.as_deref().unwrap_or("(none)")
+        );
+        println!("verdict  {}", report.verdict.as_str());
+        for reason in &report.reasons {
+            println!("  - {reason}");
+        }
+        let built = if report.built.is_empty() {
+            "nothing (all stages found in the store)".to_string()
+        } else {
+            report.built.join(", ")
+        };
+        println!("built    {built} in {:.2} s", report.seconds);
+        if let Some(a) = &report.activated {
+            crate::ops::activate::print(a);
+        }
+    }
+    if report.verdict == Verdict::NotGateable {
+        return Err(not_gateable(format!(
+            "{} was built but is not gateable",
+            report.recipe
+        )));
+    }
+    Ok(report)
+}
+
+/// Runs the main job without printing: the report whatever the verdict.
+/// Errors: bad input (exit 2), identity mismatch (exit 3), any failure (exit 1).
+pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
     let t0 = Instant::now();
     if opts.activate.is_some() && opts.no_smoke {
         return Err(bad_input(
@@ -170,35 +206,6 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
             &outcome.entry,
             path,
         )?);
-    }
-    if opts.json {
-        print_json(&report)?;
-    } else {
-        println!("oracle   {}", report.oracle.display());
-        println!("recipe   {} @ {}", report.recipe, report.commit);
-        println!(
-            "version  {}",
-            report.runtime_version.as_deref().unwrap_or("(none)")
-        );
-        println!("verdict  {}", report.verdict.as_str());
-        for reason in &report.reasons {
-            println!("  - {reason}");
-        }
-        let built = if report.built.is_empty() {
-            "nothing (all stages found in the store)".to_string()
-        } else {
-            report.built.join(", ")
-        };
-        println!("built    {built} in {:.2} s", report.seconds);
-        if let Some(a) = &report.activated {
-            crate::ops::activate::print(a);
-        }
-    }
-    if report.verdict == Verdict::NotGateable {
-        return Err(not_gateable(format!(
-            "{} was built but is not gateable",
-            report.recipe
-        )));
     }
     Ok(report)
 }

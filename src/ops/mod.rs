@@ -1,6 +1,7 @@
 //! The command layer: one module per command, each thin, calling the stages.
 
 pub mod activate;
+pub mod advance;
 pub mod build;
 pub mod doctor;
 pub mod fetch;

@@ -208,6 +208,118 @@ pub fn ensure_checkout(store: &Store, mirror: &Entry, commit: &str) -> Result<(E
     Ok((entry, true))
 }
 
+/// Fetches every branch and tag of `url` into its mirror (creating it if
+/// needed), so commits newer than any pin can be resolved. With `offline`,
+/// only checks that the mirror exists.
+///
+/// Errors: the fetch fails (names the repository); `offline` and no mirror.
+pub fn update_mirror(store: &Store, url: &str, offline: bool) -> Result<Entry> {
+    let entry = mirror_entry(store, url);
+    let _lock = store.lock(&format!("git-{}", entry.name))?;
+    if offline {
+        if !entry.exists() {
+            bail!("--offline: no mirror of {url} in the store");
+        }
+        return Ok(entry);
+    }
+    if entry.exists() {
+        let repo = Repository::open_bare(&entry.path)
+            .with_context(|| format!("opening mirror {}", entry.path.display()))?;
+        progress::stage("source", format!("updating {} from {url}", entry.label()));
+        fetch(&repo, url, MIRROR_REFSPECS)?;
+        return Ok(entry);
+    }
+    let staging = store.stage("git")?;
+    let dir = staging.path().join("mirror.git");
+    let repo = Repository::init_bare(&dir)
+        .with_context(|| format!("creating mirror {}", dir.display()))?;
+    progress::stage("source", format!("fetching {url} into {}", entry.label()));
+    fetch(&repo, url, MIRROR_REFSPECS)?;
+    drop(repo);
+    std::fs::rename(&dir, &entry.path)
+        .with_context(|| format!("renaming {} to {}", dir.display(), entry.path.display()))?;
+    Ok(entry)
+}
+
+/// The full id of the commit `spec` (a full id or a unique prefix of >= 7 hex)
+/// in the repository at `dir`.
+///
+/// Errors (exit 2): not hex, too short, unknown, or ambiguous.
+pub fn resolve_commit(dir: &std::path::Path, spec: &str) -> Result<String> {
+    if spec.len() < 7 || spec.len() > 40 || !spec.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(bad_input(format!(
+            "{spec:?} is not a commit id or a prefix of at least 7 hex digits"
+        )));
+    }
+    let repo = Repository::open(dir).with_context(|| format!("opening {}", dir.display()))?;
+    let obj = repo.revparse_single(spec).map_err(|e| {
+        bad_input(format!(
+            "commit {spec} is not in {} ({})",
+            dir.display(),
+            e.message()
+        ))
+    })?;
+    let commit = obj
+        .peel_to_commit()
+        .map_err(|_| bad_input(format!("{spec} is not a commit")))?;
+    Ok(commit.id().to_string())
+}
+
+/// How `to` relates to `from` in the repository at `dir`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Range {
+    /// Commits reachable from `to` but not from `from` (FROM..TO).
+    pub ahead: usize,
+    /// Commits reachable from `from` but not from `to` (TO..FROM).
+    pub behind: usize,
+    /// Whether `to` descends from `from`.
+    pub descends: bool,
+}
+
+/// Counts FROM..TO and TO..FROM in the repository at `dir`.
+///
+/// Errors: either commit is missing from it.
+pub fn range(dir: &std::path::Path, from: &str, to: &str) -> Result<Range> {
+    let repo = Repository::open(dir).with_context(|| format!("opening {}", dir.display()))?;
+    let (f, t) = (git2::Oid::from_str(from)?, git2::Oid::from_str(to)?);
+    let count = |include: git2::Oid, exclude: git2::Oid| -> Result<usize> {
+        let mut walk = repo.revwalk()?;
+        walk.push(include)?;
+        walk.hide(exclude)?;
+        Ok(walk.count())
+    };
+    Ok(Range {
+        ahead: count(t, f)?,
+        behind: count(f, t)?,
+        descends: f == t || repo.graph_descendant_of(t, f)?,
+    })
+}
+
+/// The branches and tags of the repository at `dir` that contain `commit`
+/// (`refs/heads/...`, `refs/tags/...`); `None` when it lacks the commit.
+pub fn refs_containing(dir: &std::path::Path, commit: &str) -> Option<Vec<String>> {
+    let repo = Repository::open(dir).ok()?;
+    let oid = git2::Oid::from_str(commit).ok()?;
+    repo.find_commit(oid).ok()?;
+    let mut out = Vec::new();
+    for r in repo.references().ok()?.flatten() {
+        let Some(name) = r.name().map(str::to_string) else {
+            continue;
+        };
+        if !(name.starts_with("refs/heads/") || name.starts_with("refs/tags/")) {
+            continue;
+        }
+        let Ok(tip) = r.peel_to_commit() else {
+            continue;
+        };
+        if tip.id() == oid || repo.graph_descendant_of(tip.id(), oid).unwrap_or(false) {
+            out.push(name);
+        }
+    }
+    out.sort();
+    Some(out)
+}
+
 /// Names of the tags of the repository at `dir` (bare or not) that point at `commit`.
 pub fn tags_at(dir: &std::path::Path, commit: &str) -> Vec<String> {
     let Ok(repo) = Repository::open(dir) else {

@@ -1,0 +1,386 @@
+//! `oracle-build advance <FROM> <TO> [--report FILE] [--accept --alias PATH] [--pin NAME=VERSION]`
+//! and `oracle-build rollback <PATH>`: a pin advance under review.
+//!
+//! TO is built in its own store entries (FROM is never touched: its oracle is
+//! only read, and re-run under the shared smoke configuration into a scratch
+//! directory), both are compared, and a Markdown report is written. Only
+//! `--accept` changes anything outside the store: the alias moves to TO and
+//! FROM stays rooted as `<alias root>-rollback`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow};
+use serde_json::Value;
+
+use crate::advance::{self, AdvanceReport, Commits, Side};
+use crate::alias;
+use crate::exit::{bad_input, not_gateable};
+use crate::ops::build::{BuildOptions, BuildReport, execute};
+use crate::ops::print_json;
+use crate::pin;
+use crate::progress;
+use crate::recipe::{self, LoadedRecipe};
+use crate::stages::smoke::{self, SmokeReport, Verdict};
+use crate::stages::source;
+use crate::stages::venv::OracleRecord;
+use crate::stages::wheel::BuildRecord;
+use crate::store::{Bucket, Store, write_atomic};
+
+/// Options of `advance`.
+#[derive(Debug, Clone, Default)]
+pub struct AdvanceOptions {
+    /// FROM: a PIN.
+    pub from: String,
+    /// TO: a commit (full or a prefix in FROM's mirror) or a PIN.
+    pub to: String,
+    /// `--report FILE` (default `<root>/reports/advance-<from>-<to>.md`).
+    pub report: Option<PathBuf>,
+    /// `--accept`: move the alias to TO when TO is gateable and verified.
+    pub accept: bool,
+    /// `--alias PATH` (required with `--accept`).
+    pub alias: Option<PathBuf>,
+    /// `--pin NAME=VERSION` overrides for a candidate recipe.
+    pub pins: Vec<String>,
+    /// `--offline`.
+    pub offline: bool,
+    /// `--store`.
+    pub store: Option<PathBuf>,
+    /// `--json`.
+    pub json: bool,
+}
+
+/// Resolves TO: a hex commit found in FROM's mirror gives a candidate recipe
+/// (written next to FROM's, or in `./recipes/`); anything else is a PIN.
+fn resolve_to(
+    store: &Store,
+    from: &LoadedRecipe,
+    opts: &AdvanceOptions,
+) -> Result<(LoadedRecipe, Option<PathBuf>)> {
+    let to = opts.to.as_str();
+    let is_hex = (7..=40).contains(&to.len()) && to.chars().all(|c| c.is_ascii_hexdigit());
+    if is_hex {
+        let mirror = source::update_mirror(store, &from.recipe.source.repo, opts.offline)?;
+        if let Ok(commit) = source::resolve_commit(&mirror.path, to) {
+            let (lr, path) = candidate_recipe(from, &commit, &opts.pins)?;
+            return Ok((lr, Some(path)));
+        }
+    }
+    if !opts.pins.is_empty() {
+        return Err(bad_input(
+            "--pin applies only when TO is a commit (it derives a candidate recipe)",
+        ));
+    }
+    Ok((pin::resolve(to)?, None))
+}
+
+/// Writes `recipes/<name>.yaml`: FROM's recipe at `commit`, pins overridden by
+/// `pins` (`NAME=VERSION`), without FROM's `expect` block and golden paths
+/// (they describe FROM's oracle). Returns it loaded and its path.
+///
+/// Errors (exit 2): a malformed `--pin`; a different recipe already at that path.
+fn candidate_recipe(
+    from: &LoadedRecipe,
+    commit: &str,
+    pins: &[String],
+) -> Result<(LoadedRecipe, PathBuf)> {
+    let mut r = from.recipe.clone();
+    let base = match r.name.rsplit_once('-') {
+        Some((head, tail)) if tail.len() >= 7 && tail.chars().all(|c| c.is_ascii_hexdigit()) => {
+            head.to_string()
+        }
+        _ => r.name.clone(),
+    };
+    r.name = format!("{base}-{}", &commit[..9]);
+    r.source.commit = commit.to_string();
+    r.expect = Default::default();
+    for case in &mut r.smoke.cases {
+        case.golden = None;
+    }
+    for p in pins {
+        let (name, version) = p
+            .split_once('=')
+            .map(|(n, v)| (n.trim(), v.trim().trim_start_matches('=')))
+            .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+            .ok_or_else(|| bad_input(format!("--pin {p:?}: expected NAME=VERSION")))?;
+        r.pins.insert(name.to_string(), version.to_string());
+    }
+    let dir = match &from.dir {
+        Some(d) if d.file_name().is_some_and(|n| n == "recipes") => d.clone(),
+        _ => PathBuf::from("recipes"),
+    };
+    fs_err::create_dir_all(&dir)?;
+    let path = dir.join(format!("{}.yaml", r.name));
+    let text = format!(
+        "# Candidate recipe written by `oracle-build advance {} {}`:\n# {} with the commit advanced{}.\n{}",
+        from.recipe.name,
+        commit,
+        from.recipe.name,
+        if pins.is_empty() {
+            String::new()
+        } else {
+            format!(" and pins {}", pins.join(", "))
+        },
+        serde_saphyr::to_string(&r).context("writing the candidate recipe")?
+    );
+    let parsed = recipe::parse(&text, &path.display().to_string())?;
+    if parsed != r {
+        return Err(anyhow!(
+            "the candidate recipe does not read back as written ({})",
+            path.display()
+        ));
+    }
+    if path.exists() {
+        let existing = recipe::load_file(&path)?;
+        if existing.recipe != r {
+            return Err(bad_input(format!(
+                "{} exists and differs from the candidate for {commit}; move it away or pass it as TO",
+                path.display()
+            )));
+        }
+    } else {
+        write_atomic(&path, text.as_bytes())?;
+        progress::stage(
+            "advance",
+            format!("wrote candidate recipe {}", path.display()),
+        );
+    }
+    Ok((recipe::load_file(&path)?, path))
+}
+
+fn side(store: &Store, lr: &LoadedRecipe, oracle: &Path, smoke: &SmokeReport) -> Result<Side> {
+    let rec = OracleRecord::read(oracle)?;
+    let build_seconds = BuildRecord::read(&store.entry(Bucket::Wheels, &rec.wheel_key).path)
+        .ok()
+        .map(|b| b.duration_s);
+    Ok(Side {
+        recipe: lr.recipe.name.clone(),
+        origin: lr.origin.clone(),
+        commit: lr.recipe.source.commit.clone(),
+        repo: lr.recipe.source.repo.clone(),
+        oracle: oracle.to_path_buf(),
+        build_mode: rec.identity.build_mode.clone(),
+        identity: rec.identity,
+        wheel_sha256: rec.wheel_sha256,
+        build_seconds,
+        verdict: smoke.verdict.as_str().to_string(),
+        reasons: smoke.reasons.clone(),
+    })
+}
+
+fn build(lr_path: &str, opts: &AdvanceOptions) -> Result<BuildReport> {
+    execute(&BuildOptions {
+        pin: lr_path.to_string(),
+        store: opts.store.clone(),
+        offline: opts.offline,
+        ..Default::default()
+    })
+}
+
+fn commits(
+    store: &Store,
+    from: &LoadedRecipe,
+    to: &LoadedRecipe,
+    offline: bool,
+) -> Result<Commits> {
+    let (f, t) = (&from.recipe.source.commit, &to.recipe.source.commit);
+    let upstream = source::update_mirror(store, &from.recipe.source.repo, offline)?;
+    let same_repo = source::mirror_entry(store, &to.recipe.source.repo) == upstream;
+    let counts = source::range(&upstream.path, f, t).ok();
+    let upstream_refs = source::refs_containing(&upstream.path, t);
+    let flag = match &upstream_refs {
+        None => Some(format!(
+            "TO {t} is not in the upstream repository {} at all{}: it exists only on a fork",
+            from.recipe.source.repo,
+            if same_repo {
+                String::new()
+            } else {
+                format!(" (it comes from {})", to.recipe.source.repo)
+            }
+        )),
+        Some(refs) if refs.is_empty() => Some(format!(
+            "TO {t} is in {} but on no branch or tag (an unmerged pull request or a fork's push)",
+            from.recipe.source.repo
+        )),
+        Some(_) => None,
+    };
+    Ok(Commits {
+        range: format!("{}..{}", &f[..12], &t[..12]),
+        counts,
+        upstream: from.recipe.source.repo.clone(),
+        upstream_refs,
+        flag,
+    })
+}
+
+/// Runs `advance`: builds TO (and FROM when it has no oracle yet), gates both
+/// under TO's smoke configuration, writes the report, and with `--accept`
+/// moves the alias.
+///
+/// Errors: exit 2 for bad input (`--accept` without `--alias`, a bad `--pin`);
+/// exit 3 when TO fails its identity checks; exit 4 when `--accept` and TO is
+/// not gateable (the alias is unchanged).
+pub fn run(opts: &AdvanceOptions) -> Result<()> {
+    if opts.accept && opts.alias.is_none() {
+        return Err(bad_input(
+            "--accept needs --alias PATH (the alias to move to TO)",
+        ));
+    }
+    let from = pin::resolve(&opts.from)?;
+    let store = Store::at(&Store::default_root(opts.store.as_deref())?)?;
+    store.init()?;
+    let (to, candidate) = resolve_to(&store, &from, opts)?;
+    if to.recipe.name == from.recipe.name {
+        return Err(bad_input(format!(
+            "FROM and TO are the same recipe ({})",
+            from.recipe.name
+        )));
+    }
+
+    // FROM: its oracle as built (never rebuilt or re-gated); built only if absent.
+    let from_oracle = match crate::ops::activate::oracle_entry(&store, &from) {
+        Ok(e) => e.path,
+        Err(_) => build(&from.origin, opts)?.oracle,
+    };
+    progress::stage(
+        "advance",
+        format!("building TO ({}) in its own entries", to.recipe.name),
+    );
+    let to_report = build(&to.origin, opts)?;
+    let to_oracle = to_report.oracle.clone();
+    let to_record = OracleRecord::read(&to_oracle)?;
+
+    // FROM under TO's smoke configuration, into scratch: FROM's record is not written.
+    progress::stage("advance", "gating FROM under the same smoke configuration");
+    let mut shared = from.clone();
+    shared.recipe.smoke = to.recipe.smoke.clone();
+    for case in &mut shared.recipe.smoke.cases {
+        case.golden = None;
+    }
+    let scratch = store.stage("advance")?;
+    let no_goldens = scratch.path().join("no-goldens");
+    let from_smoke = smoke::run(
+        &from_oracle,
+        &shared,
+        &scratch.path().join("smoke"),
+        &smoke::Options {
+            goldens_dir: no_goldens,
+            only: None,
+            record: None,
+        },
+    )?;
+
+    let from_side = side(&store, &from, &from_oracle, &from_smoke)?;
+    let to_side = side(&store, &to, &to_oracle, &to_record.smoke)?;
+    let mut report = AdvanceReport {
+        commits: commits(&store, &from, &to, opts.offline)?,
+        recipe_delta: advance::recipe_delta(&from.recipe, &to.recipe),
+        package_delta: advance::package_delta(
+            &advance::installed(&from_oracle),
+            &advance::installed(&to_oracle),
+        ),
+        identity: advance::identity_delta(&from_side.identity, &to_side.identity),
+        cases: advance::compare_cases(&from_smoke, &to_record.smoke, to.recipe.smoke.near_tie_nats),
+        does_not_establish: Vec::new(),
+        accepted: None,
+        candidate_recipe: candidate,
+        from: from_side,
+        to: to_side,
+    };
+    report.does_not_establish = advance::does_not_establish(&report);
+
+    let mut refused = None;
+    if opts.accept {
+        let path = opts.alias.as_deref().unwrap_or(Path::new(""));
+        if to_record.smoke.verdict != Verdict::Gateable {
+            refused = Some(not_gateable(format!(
+                "refusing to accept: TO ({}) is {} ({}); the alias {} is unchanged",
+                to.recipe.name,
+                to_record.smoke.verdict.as_str(),
+                to_record.smoke.reasons.join("; "),
+                path.display()
+            )));
+        } else {
+            let to_entry = alias::entry_at(&store, &to_oracle)
+                .ok_or_else(|| anyhow!("TO's oracle is not a store entry"))?;
+            let a = crate::ops::activate::activate(&store, &to, &to_entry, path)?;
+            // FROM is the rollback, whatever the alias pointed at before.
+            if let Some(from_entry) = alias::entry_at(&store, &from_oracle) {
+                store.set_root(&alias::rollback_root_name(&a.root), &from_entry)?;
+            }
+            report.accepted = Some(serde_json::to_value(&a)?);
+        }
+    }
+
+    let text = advance::markdown(&report);
+    let file = opts.report.clone().unwrap_or_else(|| {
+        store.root().join("reports").join(format!(
+            "advance-{}-{}.md",
+            from.recipe.name, to.recipe.name
+        ))
+    });
+    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs_err::create_dir_all(dir)?;
+    }
+    write_atomic(&file, text.as_bytes())?;
+    if opts.json {
+        let mut v = serde_json::to_value(&report)?;
+        v["report_file"] = Value::from(file.display().to_string());
+        print_json(&v)?;
+    } else {
+        print!("{text}");
+        println!("\n(report written to {})", file.display());
+    }
+    match refused {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// `rollback <PATH>`: points the alias back at its `-rollback` oracle, and
+/// keeps the oracle it leaves as the new rollback (so rollback twice is a no-op).
+///
+/// Errors: PATH is not a registered alias, or it has no rollback root.
+pub fn rollback(path: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
+    let root = Store::default_root(store_arg)?;
+    let store =
+        Store::open_existing(&root).ok_or_else(|| anyhow!("no store at {}", root.display()))?;
+    let registry = alias::Registry::load(&store)?;
+    let a = registry.get(path).cloned().ok_or_else(|| {
+        bad_input(format!(
+            "{} is not an alias registered in {}",
+            path.display(),
+            root.display()
+        ))
+    })?;
+    let back_root = alias::rollback_root_name(&a.root);
+    let back = alias::entry_at(&store, &store.roots_dir().join(&back_root)).ok_or_else(|| {
+        anyhow!(
+            "{} has no rollback oracle (roots/{back_root} is missing or dangling)",
+            path.display()
+        )
+    })?;
+    let rec = OracleRecord::read(&back.path)?;
+    let lr = LoadedRecipe {
+        recipe: recipe::parse(&rec.recipe_text, &rec.recipe_origin)?,
+        origin: rec.recipe_origin.clone(),
+        dir: Path::new(&rec.recipe_origin)
+            .parent()
+            .map(Path::to_path_buf),
+        text: rec.recipe_text.clone(),
+    };
+    let switched = alias::point(&store, path, &back, &lr)?;
+    if json {
+        return print_json(&switched);
+    }
+    println!(
+        "{} -> {} ({} @ {})",
+        switched.alias.path.display(),
+        back.path.display(),
+        lr.recipe.name,
+        lr.recipe.source.commit
+    );
+    if let Some(r) = &switched.rollback_root {
+        println!("the oracle it left is kept as roots/{r}");
+    }
+    Ok(())
+}
