@@ -111,10 +111,13 @@ pub struct Build {
 #[serde(deny_unknown_fields)]
 pub struct Disk {
     /// The mirror and checkout (vLLM with history: ~0.9 GiB).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub source_gib: Option<f64>,
     /// Building the wheel (vLLM CUDA: >= 18 GiB).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub wheel_gib: Option<f64>,
     /// One oracle venv (vLLM CUDA: 15-20 GiB).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub venv_gib: Option<f64>,
 }
 
@@ -147,12 +150,16 @@ impl Default for Build {
 #[serde(deny_unknown_fields)]
 pub struct Expect {
     /// `<package>.__version__`, e.g. `0.23.1rc1.dev1511+g555967922`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime_version: Option<String>,
     /// `importlib.metadata.version(<package>)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub distribution_version: Option<String>,
     /// `flashinfer.__version__`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub flashinfer_version: Option<String>,
     /// `torch.__version__`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub torch_version: Option<String>,
 }
 
@@ -293,11 +300,14 @@ pub struct Case {
     /// Model directory; `${VAR}` references are expanded at run time.
     pub model: String,
     /// Hub revision of the model, recorded and passed as `revision=`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
     /// Raw prompt text (no chat template). Exactly one of `prompt` and
     /// `prompt_token_ids` is given.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
     /// The prompt as token ids (`{"prompt_token_ids": [...]}`), bypassing the tokenizer.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_token_ids: Option<Vec<u32>>,
     /// `SamplingParams.max_tokens`.
     #[serde(default = "default_max_tokens")]
@@ -312,6 +322,7 @@ pub struct Case {
     /// written by `smoke --record-golden`, or at least `{"output_token_ids": [...]}`),
     /// or a numpy golden (`greedy_ids.npy`, or a directory holding it, with
     /// `manifest.json` beside it). Unset: `<store>/goldens/<recipe>/<case>.json`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub golden: Option<String>,
 }
 
