@@ -17,6 +17,7 @@ mod stages;
 mod store;
 mod toolchain;
 mod uv;
+mod wheelhouse;
 
 use clap::Parser;
 
@@ -39,12 +40,21 @@ fn main() {
 fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let store = cli.store.as_deref();
     let build_args = match cli.command {
-        Some(Command::Plan { pin }) => return ops::plan::run(&pin, store, cli.json),
+        Some(Command::Plan { pin }) => {
+            return ops::plan::run(&pin, store, cli.lockfiles.as_deref(), cli.json);
+        }
         Some(Command::Status) => return ops::status::run(store, cli.json),
         Some(Command::Gc { dry_run }) => return ops::gc::run(store, dry_run, cli.json),
         Some(Command::Keep { pin }) => return ops::gc::keep(&pin, store, true),
         Some(Command::Unkeep { pin }) => return ops::gc::keep(&pin, store, false),
         Some(Command::Verify { target }) => return ops::verify::run(&target, store, cli.json),
+        Some(Command::Lock { pin }) => {
+            return ops::lock::run(&pin, store, cli.lockfiles.as_deref(), cli.json);
+        }
+        Some(Command::Export { pin, output }) => {
+            return ops::bundle::export(&pin, store, cli.lockfiles.as_deref(), &output, cli.json);
+        }
+        Some(Command::Import { file }) => return ops::bundle::import(&file, store, cli.json),
         Some(Command::Build(args)) => args,
         None => cli.build,
     };
@@ -60,6 +70,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         no_smoke: build_args.no_smoke,
         jobs: build_args.jobs.map(|j| j as usize),
         json: cli.json,
+        lockfiles: cli.lockfiles,
     };
     ops::build::run(&opts).map(|_| ())
 }

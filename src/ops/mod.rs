@@ -1,7 +1,10 @@
 //! The command layer: one module per command, each thin, calling the stages.
 
 pub mod build;
+pub mod bundle;
 pub mod gc;
+pub mod hermetic;
+pub mod lock;
 pub mod plan;
 pub mod preflight;
 pub mod status;

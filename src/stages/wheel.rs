@@ -93,6 +93,9 @@ pub struct WheelPlan {
     pub max_jobs: usize,
     /// Where the build requirements come from.
     pub requirements: BuildRequirements,
+    /// Locked build set, staged external sources, compiler cache
+    /// (set by [`crate::stages::hermetic::apply_wheel`]).
+    pub hermetic: crate::stages::hermetic::WheelHermetic,
 }
 
 /// Computes the wheel key for `lr` built from the checkout at `src` with `tc`.
@@ -152,6 +155,7 @@ pub fn plan(
         arch_list,
         max_jobs,
         requirements,
+        hermetic: Default::default(),
     })
 }
 
@@ -194,6 +198,9 @@ pub struct BuildRecord {
     /// kept alive by `gc` as long as the wheel is.
     #[serde(default)]
     pub requires: Vec<String>,
+    /// The compiler cache (sccache / ccache) the build could use, if any.
+    #[serde(default)]
+    pub compiler_cache: Option<crate::toolchain::Tool>,
     /// When the build started (RFC 3339).
     pub started: String,
     /// Wall time, seconds.
@@ -274,7 +281,18 @@ pub fn ensure(
         BuildRequirements::Pyproject(reqs) => reqs.clone(),
     };
     args.extend(["--override".into(), overrides.display().to_string()]);
-    if !args.is_empty() {
+    if let Some(locked) = &plan.hermetic.build_lock {
+        locked
+            .install(
+                uv,
+                &venv,
+                &work,
+                &[],
+                &["--override".into(), overrides.display().to_string()],
+                &log,
+            )
+            .context("installing the locked build requirements from the wheelhouse")?;
+    } else if !args.is_empty() {
         uv.pip_install(&venv, &args, &log)
             .context("installing the build requirements")?;
     }
@@ -311,6 +329,10 @@ pub fn ensure(
         env.insert(var.into(), format!("{inherited} {map}").trim().to_string());
     }
     env.extend(r.build.env.clone());
+    let ext_env = plan
+        .hermetic
+        .env(&work, r.build.env.get("CMAKE_ARGS").map(String::as_str))?;
+    env.extend(ext_env);
     let scrubbed: Vec<String> = std::env::vars()
         .map(|(k, _)| k)
         .filter(|k| {
@@ -346,6 +368,11 @@ pub fn ensure(
         scrubbed_env: scrubbed,
         tools: tc.clone(),
         requires: requires.to_vec(),
+        compiler_cache: plan
+            .hermetic
+            .compiler_cache
+            .as_ref()
+            .map(|c| c.tool.clone()),
         started,
         duration_s: t0.elapsed().as_secs_f64(),
     };
