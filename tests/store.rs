@@ -167,7 +167,11 @@ fn sigkill_at_many_moments_never_leaves_a_partial_entry_and_the_rerun_resumes() 
     let mut stages_hit = std::collections::BTreeSet::new();
     for i in 0..MOMENTS {
         let store = tmp.path().join(format!("s{i}"));
-        let delay = full.mul_f64(f64::from(i) / f64::from(MOMENTS));
+        // Even moments spread over the whole build; odd ones crowd its
+        // start (quadratic), where the short source stage sits before the
+        // lock and wheelhouse stages.
+        let frac = f64::from(i) / f64::from(MOMENTS);
+        let delay = full.mul_f64(if i % 2 == 0 { frac } else { frac * frac });
         let mut child = cmd(tmp.path())
             .args([
                 "build",

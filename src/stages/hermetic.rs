@@ -157,6 +157,38 @@ impl WheelHermetic {
     }
 }
 
+/// The wheel stage's work directory, `<root>/tmp/build-<wheel key>`: the
+/// same path for every build of a key (the build holds the key's lock), so
+/// the compiler command lines, and with them ccache/sccache hits, survive a
+/// reboot. Removed when dropped, and before use if a killed build left it.
+#[derive(Debug)]
+pub struct StableWorkDir(PathBuf);
+
+impl StableWorkDir {
+    /// Creates (after clearing) `<root>/tmp/build-<key>`.
+    pub fn create(store: &Store, key: &str) -> Result<StableWorkDir> {
+        let dir = store.tmp_dir().join(format!("build-{key}"));
+        if fs::symlink_metadata(&dir).is_ok() {
+            crate::store::make_writable(&dir);
+            fs::remove_dir_all(&dir)?;
+        }
+        fs::create_dir_all(&dir)?;
+        Ok(StableWorkDir(dir))
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for StableWorkDir {
+    fn drop(&mut self) {
+        crate::store::make_writable(&self.0);
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// What the venv stage takes beyond its own plan.
 #[derive(Debug, Clone, Default)]
 pub struct VenvHermetic {

@@ -266,9 +266,11 @@ pub fn ensure(
     let t0 = Instant::now();
     let staging = store.stage(&format!("wheel-{}", plan.key))?;
     let out = staging.path().join("entry");
-    let work = staging.path().join("work");
+    // A work path that is the same for every build of this key, so compiler
+    // caches (ccache/sccache) see the same command lines after a reboot.
+    let work_dir = crate::stages::hermetic::StableWorkDir::create(store, &plan.key)?;
+    let work = work_dir.path().to_path_buf();
     fs::create_dir_all(&out)?;
-    fs::create_dir_all(&work)?;
     let log = out.join("build.log");
     let tree = work.join("src");
     copy_tree(&src.path, &tree)?;
