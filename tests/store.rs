@@ -158,20 +158,57 @@ fn sigkill_at_many_moments_never_leaves_a_partial_entry_and_the_rerun_resumes() 
     let (repo, head) = fixture_repo(tmp.path());
     let recipe = write_recipe(tmp.path(), "fx", &repo, &head, SMOKE);
 
+    // The reference build, with the moment each stage starts.
     let t0 = Instant::now();
-    let reference = build_json(tmp.path(), &recipe, &tmp.path().join("reference"));
+    let mut child = cmd(tmp.path())
+        .args([
+            "build",
+            recipe.to_str().unwrap(),
+            "--store",
+            tmp.path().join("reference").to_str().unwrap(),
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut marks: Vec<(std::time::Duration, String)> = Vec::new();
+    for line in BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        if let Some(rest) = line.strip_prefix("==> ") {
+            let stage = rest.split(':').next().unwrap_or("").to_string();
+            if marks.last().is_none_or(|m| m.1 != stage) {
+                marks.push((t0.elapsed(), stage));
+            }
+        }
+    }
+    let out = child.wait_with_output().unwrap();
     let full = t0.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let reference: Value = serde_json::from_slice(&out.stdout).unwrap();
     let ref_id = oracle_identity(reference["oracle"].as_str().unwrap());
 
+    // MOMENTS spread over the whole build, plus, for every stage of the
+    // reference build, a kill half-way through it counted from the moment
+    // the run announces it (short stages would otherwise be missed, and
+    // network time in the lock and wheelhouse stages shifts the clock).
     const MOMENTS: u32 = 24;
+    let mut moments: Vec<(Option<String>, std::time::Duration)> = (0..MOMENTS)
+        .map(|i| (None, full.mul_f64(f64::from(i) / f64::from(MOMENTS))))
+        .collect();
+    for (i, (t, stage)) in marks.iter().enumerate() {
+        let end = marks.get(i + 1).map_or(full, |m| m.0);
+        moments.push((Some(stage.clone()), (end - *t) / 2));
+    }
     let mut stages_hit = std::collections::BTreeSet::new();
-    for i in 0..MOMENTS {
+    for (i, (after, delay)) in moments.into_iter().enumerate() {
         let store = tmp.path().join(format!("s{i}"));
-        // Even moments spread over the whole build; odd ones crowd its
-        // start (quadratic), where the short source stage sits before the
-        // lock and wheelhouse stages.
-        let frac = f64::from(i) / f64::from(MOMENTS);
-        let delay = full.mul_f64(if i % 2 == 0 { frac } else { frac * frac });
         let mut child = cmd(tmp.path())
             .args([
                 "build",
@@ -185,17 +222,27 @@ fn sigkill_at_many_moments_never_leaves_a_partial_entry_and_the_rerun_resumes() 
             .spawn()
             .unwrap();
         let seen = Arc::new(Mutex::new(String::from("start")));
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
         let reader = {
             let seen = seen.clone();
             let stderr = child.stderr.take().unwrap();
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                     if let Some(rest) = line.strip_prefix("==> ") {
-                        *seen.lock().unwrap() = rest.split(':').next().unwrap_or("").to_string();
+                        let stage = rest.split(':').next().unwrap_or("").to_string();
+                        *seen.lock().unwrap() = stage.clone();
+                        let _ = tx.send(stage);
                     }
                 }
             })
         };
+        if let Some(target) = &after {
+            while let Ok(stage) = rx.recv_timeout(std::time::Duration::from_secs(120)) {
+                if &stage == target {
+                    break;
+                }
+            }
+        }
         std::thread::sleep(delay);
         let stage = seen.lock().unwrap().clone();
         // SAFETY: killing the process group we just created.

@@ -82,7 +82,8 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
         }
     }
     let tc = crate::ops::preflight::toolchain(&store, &lr, opts.offline)?;
-    let cleaned = store.clean_stale_staging()?;
+    let cleaned =
+        store.clean_stale_staging()? + crate::stages::hermetic::StableWorkDir::clean_stale(&store);
     if cleaned > 0 {
         progress::stage(
             "store",

@@ -180,6 +180,38 @@ impl StableWorkDir {
     pub fn path(&self) -> &Path {
         &self.0
     }
+
+    /// Removes the work directories of builds that no longer run (a build
+    /// killed at any moment, even between persisting its wheel and cleaning
+    /// up): those whose wheel lock nobody holds. Returns how many.
+    pub fn clean_stale(store: &Store) -> usize {
+        let Ok(rd) = fs::read_dir(store.tmp_dir()) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(key) = name.strip_prefix("build-") else {
+                continue;
+            };
+            let lock = store.root().join("locks").join(format!("wheel-{key}.lock"));
+            let free = match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&lock)
+            {
+                Ok(f) => f.try_lock().is_ok(),
+                Err(_) => true,
+            };
+            if free {
+                crate::store::make_writable(&e.path());
+                if std::fs::remove_dir_all(e.path()).is_ok() {
+                    removed += 1;
+                }
+            }
+        }
+        removed
+    }
 }
 
 impl Drop for StableWorkDir {
