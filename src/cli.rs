@@ -19,6 +19,9 @@ pub struct Cli {
     /// Print one JSON document on stdout instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Directory of lock directories (default: `lockfiles/` beside the recipe's `recipes/` dir).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub lockfiles: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Option<Command>,
     /// `oracle-build <PIN>` is `oracle-build build <PIN>`.
@@ -156,5 +159,23 @@ pub enum Command {
     Rollback {
         /// The alias path.
         path: PathBuf,
+    },
+    /// Resolve PIN's build and runtime sets into hash-pinned lockfiles (PEP 751).
+    Lock {
+        /// The PIN.
+        pin: String,
+    },
+    /// Write everything an offline box needs to rebuild PIN's oracle into one archive.
+    Export {
+        /// The PIN.
+        pin: String,
+        /// The archive to write (.tar.gz).
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+    },
+    /// Verify an archive made by `export` and add its contents to the store.
+    Import {
+        /// The archive.
+        file: PathBuf,
     },
 }

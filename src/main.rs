@@ -21,6 +21,7 @@ mod stages;
 mod store;
 mod toolchain;
 mod uv;
+mod wheelhouse;
 
 use clap::Parser;
 
@@ -43,7 +44,9 @@ fn main() {
 fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let store = cli.store.as_deref();
     let build_args = match cli.command {
-        Some(Command::Plan { pin }) => return ops::plan::run(&pin, store, cli.json),
+        Some(Command::Plan { pin }) => {
+            return ops::plan::run(&pin, store, cli.lockfiles.as_deref(), cli.json);
+        }
         Some(Command::Advance {
             from,
             to,
@@ -103,6 +106,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             let opts = ops::doctor::DoctorOptions { venvs: venv, pin };
             return ops::doctor::run(store, &opts, cli.json);
         }
+        Some(Command::Lock { pin }) => {
+            return ops::lock::run(&pin, store, cli.lockfiles.as_deref(), cli.json);
+        }
+        Some(Command::Export { pin, output }) => {
+            return ops::bundle::export(&pin, store, cli.lockfiles.as_deref(), &output, cli.json);
+        }
+        Some(Command::Import { file }) => return ops::bundle::import(&file, store, cli.json),
         Some(Command::Build(args)) => args,
         None => cli.build,
     };
@@ -119,6 +129,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         jobs: build_args.jobs.map(|j| j as usize),
         json: cli.json,
         activate: build_args.activate,
+        lockfiles: cli.lockfiles,
     };
     ops::build::run(&opts).map(|_| ())
 }

@@ -37,6 +37,18 @@ pub struct Recipe {
     /// The smoke run that decides *gateable*.
     #[serde(default)]
     pub smoke: Smoke,
+    /// How `oracle-build lock` resolves (see `stages::lock`).
+    #[serde(default)]
+    pub lock: LockSettings,
+}
+
+/// `lock:` resolution settings for `oracle-build lock`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct LockSettings {
+    /// Upload-time cut-off (uv `--exclude-newer`): `commit` (the default: the
+    /// commit's committer time), `none` (no cut-off), or an RFC 3339 timestamp.
+    pub exclude_newer: Option<String>,
 }
 
 /// `source:` the repository, the commit and the Python distribution it builds.

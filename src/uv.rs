@@ -4,7 +4,7 @@
 //! the logs. Python downloads are always disabled: the interpreter is the one
 //! the toolchain found and recorded.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
@@ -21,15 +21,29 @@ pub struct Uv {
     pub indexes: Vec<String>,
     /// No network at all (`--offline`).
     pub offline: bool,
+    /// uv's cache (`UV_CACHE_DIR`): the store's own `<root>/uv-cache`, so
+    /// venvs can hard-link from it without touching the user's uv cache.
+    /// `None`: uv's default cache, and installs copy instead of linking.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Uv {
     fn cmd(&self, args: Vec<String>) -> duct::Expression {
-        duct::cmd(&self.tool.path, args)
+        let expr = duct::cmd(&self.tool.path, args)
             .env("UV_PYTHON_DOWNLOADS", "never")
             .env("UV_NO_PROGRESS", "1")
             .env_remove("VIRTUAL_ENV")
             .env_remove("UV_PROJECT_ENVIRONMENT")
+            .env_remove("UV_EXCLUDE_NEWER")
+            .env_remove("UV_INDEX_URL")
+            .env_remove("UV_EXTRA_INDEX_URL")
+            .env_remove("UV_FIND_LINKS");
+        match &self.cache_dir {
+            Some(dir) => expr
+                .env("UV_CACHE_DIR", dir)
+                .env("UV_LINK_MODE", "hardlink"),
+            None => expr.env("UV_LINK_MODE", "copy"),
+        }
     }
 
     fn common(&self) -> Vec<String> {
@@ -117,6 +131,58 @@ impl Uv {
             expr = expr.env(k, v);
         }
         run_logged("uv build --wheel --no-build-isolation", expr, log, progress)
+    }
+}
+
+impl Uv {
+    /// `uv pip compile <args...>` with the indexes (and `--offline` when set),
+    /// logged to `log`. The caller passes the inputs, `--format`, `-o` and
+    /// the flags that make the output byte-stable (`--no-header`, `--no-annotate`).
+    ///
+    /// Errors: resolution fails (the error quotes uv's output and names the log).
+    pub fn pip_compile(&self, args: &[String], log: &Path) -> Result<()> {
+        let mut all: Vec<String> = vec!["pip".into(), "compile".into(), "--quiet".into()];
+        all.extend(self.common());
+        all.extend(args.iter().cloned());
+        run_logged("uv pip compile", self.cmd(all), log, &Progress::new("lock"))
+    }
+
+    /// Installs exactly a hash-pinned requirements file from local files only:
+    /// `uv pip install --python <venv python> --offline --no-index
+    /// --require-hashes --find-links <links> -r <requirements> <extra...>`.
+    /// No index is consulted, whatever the recipe's indexes (the artifacts were
+    /// fetched into the wheelhouse beforehand).
+    ///
+    /// Errors: an artifact is missing from `links`, a hash differs, or the
+    /// set is incomplete (uv names the package).
+    pub fn pip_install_locked(
+        &self,
+        venv: &Path,
+        requirements: &Path,
+        links: &Path,
+        extra: &[String],
+        log: &Path,
+    ) -> Result<()> {
+        let mut all: Vec<String> = vec![
+            "pip".into(),
+            "install".into(),
+            "--python".into(),
+            venv.join("bin/python").display().to_string(),
+            "--offline".into(),
+            "--no-index".into(),
+            "--require-hashes".into(),
+            "--find-links".into(),
+            links.display().to_string(),
+            "-r".into(),
+            requirements.display().to_string(),
+        ];
+        all.extend(extra.iter().cloned());
+        run_logged(
+            "uv pip install (locked, from the wheelhouse)",
+            self.cmd(all),
+            log,
+            &Progress::new("install"),
+        )
     }
 }
 

@@ -160,12 +160,15 @@ fn sigkill_at_many_moments_never_leaves_a_partial_entry_and_the_rerun_resumes() 
     let ref_id = oracle_identity(reference["oracle"].as_str().unwrap());
 
     // Each moment: the stage message the run must have printed, then a delay
-    // after it. 9 markers x 3 delays = 27 distinct moments across toolchain,
-    // fetch, checkout, wheel build, persist, install, identity and smoke.
-    const MARKERS: [&str; 9] = [
+    // after it. 11 markers x 2 delays = 22 distinct moments across toolchain,
+    // fetch, checkout, lock, wheelhouse downloads, wheel build, persist,
+    // install, identity and smoke.
+    const MARKERS: [&str; 11] = [
         "toolchain:",
         "source: fetching",
         "source: checking out",
+        "lock:",
+        "wheelhouse:",
         "build: building",
         "build: wheel",
         "install:",
@@ -173,7 +176,7 @@ fn sigkill_at_many_moments_never_leaves_a_partial_entry_and_the_rerun_resumes() 
         "smoke: probe",
         "smoke: case",
     ];
-    const DELAYS_MS: [u64; 3] = [0, 40, 150];
+    const DELAYS_MS: [u64; 2] = [0, 60];
     let mut n = 0;
     for marker in MARKERS {
         for delay in DELAYS_MS {

@@ -35,6 +35,8 @@ pub struct BuildOptions {
     pub json: bool,
     /// `--activate PATH`: after a gateable build, point the alias PATH at the oracle.
     pub activate: Option<PathBuf>,
+    /// `--lockfiles DIR`: where lock directories live (see `stages::lock::lock_dir`).
+    pub lockfiles: Option<PathBuf>,
 }
 
 /// What `build` reports (stdout; `--json` prints it whole).
@@ -111,8 +113,23 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
     let lr = pin::resolve(&opts.pin)?;
     let r = &lr.recipe;
     let store = Store::at(&Store::default_root(opts.store.as_deref())?)?;
+    let lock_dir = crate::stages::lock::lock_dir(&lr, opts.lockfiles.as_deref());
+    if opts.offline {
+        // Name everything an offline build would miss before any work.
+        let mut problems = crate::ops::hermetic::offline_problems(&store, &lr, &lock_dir);
+        if !problems.is_empty() {
+            problems.extend(crate::ops::preflight::inspect(&store, &lr, true).problems);
+            return Err(anyhow::anyhow!(
+                "cannot build {} offline:\n  - {}\n(nothing was written to {})",
+                r.name,
+                problems.join("\n  - "),
+                store.root().display()
+            ));
+        }
+    }
     let tc = crate::ops::preflight::toolchain(&store, &lr, opts.offline)?;
-    let cleaned = store.clean_stale_staging()?;
+    let cleaned =
+        store.clean_stale_staging()? + crate::stages::hermetic::StableWorkDir::clean_stale(&store);
     if cleaned > 0 {
         progress::stage(
             "store",
@@ -126,6 +143,7 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
         tool: tc.uv.clone(),
         indexes: r.indexes.clone(),
         offline: opts.offline,
+        cache_dir: Some(store.root().join("uv-cache")),
     };
     let mut built = Vec::new();
 
@@ -145,18 +163,23 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
         built.push("source".to_string());
     }
 
+    let hermetic =
+        crate::ops::hermetic::prepare(&store, &lr, &tc, &uv, &src, &lock_dir, opts.offline, &temp)?;
     let plan = wheel::plan(&store, &lr, &tc, &src.path, opts.jobs)?;
+    let plan = crate::stages::hermetic::apply_wheel(&store, plan, hermetic.wheel);
     temp.add(&store, &plan.entry)?;
     if !plan.entry.exists() {
         disk::check(store.root(), r, Stage::Wheel)?;
     }
-    let requires = vec![src.label(), mirror.label()];
+    let mut requires = vec![src.label(), mirror.label()];
+    requires.extend(plan.hermetic.labels());
     let (record, wheel_built) = wheel::ensure(&store, &lr, &tc, &uv, &plan, &src, &requires)?;
     if wheel_built {
         built.push("wheel".to_string());
     }
 
     let vplan = venv::plan(&store, &lr, &tc, &record, &src.path);
+    let vplan = crate::stages::hermetic::apply_venv(&store, vplan, hermetic.venv);
     temp.add(&store, &vplan.entry)?;
     if !vplan.entry.exists() {
         disk::check(store.root(), r, Stage::Venv)?;

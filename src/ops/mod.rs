@@ -3,9 +3,12 @@
 pub mod activate;
 pub mod advance;
 pub mod build;
+pub mod bundle;
 pub mod doctor;
 pub mod fetch;
 pub mod gc;
+pub mod hermetic;
+pub mod lock;
 pub mod plan;
 pub mod preflight;
 pub mod smoke;

@@ -46,6 +46,26 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// Problems that would stop a build now.
     pub problems: Vec<String>,
+    /// The lock directory and its state.
+    pub lock: LockRow,
+    /// Every FetchContent source of the checkout and whether it is staged
+    /// (empty until the mirror holds the commit).
+    pub ext_sources: Vec<crate::ops::hermetic::ExtRow>,
+    /// Downloads the build would make that cannot be redirected to a staged copy.
+    pub ext_unmapped: Vec<String>,
+    /// What an `--offline` build would miss now (empty: it can run offline).
+    pub offline_missing: Vec<String>,
+}
+
+/// The lock as `plan` shows it.
+#[derive(Debug, Serialize)]
+pub struct LockRow {
+    /// The lock directory.
+    pub dir: PathBuf,
+    /// `locked`, `none` (a build resolves one), or `stale: ...`.
+    pub state: String,
+    /// The `--exclude-newer` cut-off it was made with.
+    pub exclude_newer: Option<String>,
 }
 
 fn step(stage: &str, state: &str, detail: impl Into<String>, disk: u64) -> Step {
@@ -58,16 +78,36 @@ fn step(stage: &str, state: &str, detail: impl Into<String>, disk: u64) -> Step 
 }
 
 /// Computes the plan for `pin` against the store at `store_arg`.
-pub fn plan(pin_arg: &str, store_arg: Option<&Path>) -> Result<Plan> {
+pub fn plan(pin_arg: &str, store_arg: Option<&Path>, lockfiles: Option<&Path>) -> Result<Plan> {
     let lr = pin::resolve(pin_arg)?;
     let root = Store::default_root(store_arg)?;
     let store = Store::at(&root)?;
-    Ok(compute(&lr, &store, &root))
+    let lock_dir = crate::stages::lock::lock_dir(&lr, lockfiles);
+    Ok(compute(&lr, &store, &root, &lock_dir))
 }
 
-fn compute(lr: &LoadedRecipe, store: &Store, root: &Path) -> Plan {
+fn compute(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path) -> Plan {
     let r = &lr.recipe;
-    let device = &r.build.target_device;
+    let lock = match crate::stages::lock::load(lock_dir, r) {
+        Ok(Some(l)) => LockRow {
+            dir: lock_dir.to_path_buf(),
+            state: "locked".into(),
+            exclude_newer: l.info.exclude_newer,
+        },
+        Ok(None) => LockRow {
+            dir: lock_dir.to_path_buf(),
+            state: "none (a build resolves one; `oracle-build lock` keeps it)".into(),
+            exclude_newer: None,
+        },
+        Err(e) => LockRow {
+            dir: lock_dir.to_path_buf(),
+            state: format!("stale: {e:#}"),
+            exclude_newer: None,
+        },
+    };
+    let found = crate::ops::hermetic::discover(store, lr).unwrap_or_default();
+    let ext_sources = crate::ops::hermetic::ext_rows(store, &found);
+    let offline_missing = crate::ops::hermetic::offline_problems(store, lr, lock_dir);
     let findings = crate::ops::preflight::inspect(store, lr, false);
     let mut steps = Vec::new();
     let tools = format!(
@@ -146,40 +186,50 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path) -> Plan {
                 gcc: toolchain::find_gcc(),
                 nvcc: findings.nvcc.clone(),
             };
-            match wheel::plan(store, lr, &tc, &src.path, None) {
-                Ok(p) if p.entry.exists() => {
-                    wheel_state = step("wheel", "cached", p.entry.label(), 0);
-                    if let Ok(rec) = wheel::BuildRecord::read(&p.entry.path) {
-                        let runtime = venv::runtime_requirements(&src.path, device);
-                        let (key, _) = venv::key(lr, &tc, &rec, runtime.as_deref());
-                        let e = store.entry(crate::store::Bucket::Venvs, &key);
-                        venv_state = if e.exists() {
-                            step("venv", "cached", e.label(), 0)
-                        } else {
-                            step(
-                                "venv",
-                                "to do",
-                                format!("install {} into {}", rec.wheel, e.label()),
-                                disk::needed(r, Stage::Venv),
-                            )
-                        };
-                    }
-                }
-                Ok(p) => {
-                    wheel_state = step(
-                        "wheel",
-                        "to do",
-                        format!("build {} (mode {})", p.entry.label(), r.build.mode.as_str()),
-                        disk::needed(r, Stage::Wheel),
-                    )
-                }
-                Err(e) => {
+            let known = crate::ops::hermetic::known(store, lr, &src.path, lock_dir);
+            match (wheel::plan(store, lr, &tc, &src.path, None), known) {
+                (Err(e), _) => {
                     wheel_state = step(
                         "wheel",
                         "blocked",
                         format!("{e:#}"),
                         disk::needed(r, Stage::Wheel),
                     )
+                }
+                (Ok(_), None) => {
+                    wheel_state = step(
+                        "wheel",
+                        "to do",
+                        "key known once the lock's artifacts and the external sources are in the store",
+                        disk::needed(r, Stage::Wheel),
+                    )
+                }
+                (Ok(p), Some(h)) => {
+                    let p = crate::stages::hermetic::apply_wheel(store, p, h.wheel);
+                    if !p.entry.exists() {
+                        wheel_state = step(
+                            "wheel",
+                            "to do",
+                            format!("build {} (mode {})", p.entry.label(), r.build.mode.as_str()),
+                            disk::needed(r, Stage::Wheel),
+                        );
+                    } else {
+                        wheel_state = step("wheel", "cached", p.entry.label(), 0);
+                        if let Ok(rec) = wheel::BuildRecord::read(&p.entry.path) {
+                            let vp = venv::plan(store, lr, &tc, &rec, &src.path);
+                            let e = crate::stages::hermetic::apply_venv(store, vp, h.venv).entry;
+                            venv_state = if e.exists() {
+                                step("venv", "cached", e.label(), 0)
+                            } else {
+                                step(
+                                    "venv",
+                                    "to do",
+                                    format!("install {} into {}", rec.wheel, e.label()),
+                                    disk::needed(r, Stage::Venv),
+                                )
+                            };
+                        }
+                    }
                 }
             }
         }
@@ -234,12 +284,21 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path) -> Plan {
         needed_bytes: needed,
         steps,
         problems: findings.problems,
+        lock,
+        ext_sources,
+        ext_unmapped: found.unmapped,
+        offline_missing,
     }
 }
 
 /// `plan`: prints the plan (text or `--json`). Always exits 0 unless the PIN is bad.
-pub fn run(pin_arg: &str, store_arg: Option<&Path>, json: bool) -> Result<()> {
-    let p = plan(pin_arg, store_arg)?;
+pub fn run(
+    pin_arg: &str,
+    store_arg: Option<&Path>,
+    lockfiles: Option<&Path>,
+    json: bool,
+) -> Result<()> {
+    let p = plan(pin_arg, store_arg, lockfiles)?;
     if json {
         return print_json(&p);
     }
@@ -252,6 +311,32 @@ pub fn run(pin_arg: &str, store_arg: Option<&Path>, json: bool) -> Result<()> {
             String::new()
         };
         println!("  {:<10} {:<7} {}{disk}", s.stage, s.state, s.detail);
+    }
+    println!("  {:<10} {:<7} {}", "lock", "", p.lock.dir.display());
+    println!("  {:<10} {:<7} {}", "", "", p.lock.state);
+    for e in &p.ext_sources {
+        println!(
+            "  {:<10} {:<7} {} = {} -> {}{}",
+            "ext",
+            if e.staged { "staged" } else { "to do" },
+            e.name,
+            e.origin,
+            e.variable,
+            e.subdir
+                .as_ref()
+                .map_or(String::new(), |s| format!(" (/{s})"))
+        );
+    }
+    for u in &p.ext_unmapped {
+        println!("  {:<10} {:<7} cannot redirect: {u}", "ext", "report");
+    }
+    if p.offline_missing.is_empty() {
+        println!("offline  ready: an --offline build needs nothing more");
+    } else {
+        println!("offline  not ready:");
+        for m in &p.offline_missing {
+            println!("  - {m}");
+        }
     }
     let free = p.free_bytes.map_or("unknown".into(), |f| {
         format!("{:.1} GiB", f as f64 / GIB as f64)

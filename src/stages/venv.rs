@@ -138,6 +138,8 @@ pub struct VenvPlan {
     pub entry: Entry,
     /// The checkout's runtime requirements file, if any.
     pub runtime: Option<String>,
+    /// The locked runtime set (set by [`crate::stages::hermetic::apply_venv`]).
+    pub hermetic: crate::stages::hermetic::VenvHermetic,
 }
 
 /// Computes the venv key for installing `wheel` (built from the checkout at `src`).
@@ -155,6 +157,7 @@ pub fn plan(
         key,
         inputs,
         runtime,
+        hermetic: Default::default(),
     }
 }
 
@@ -342,13 +345,34 @@ fn build(
         "--override".into(),
         overrides.display().to_string(),
     ];
-    if let Some(rel) = runtime {
-        args.extend(["-r".into(), src.path.join(rel).display().to_string()]);
+    if let Some(locked) = &plan.hermetic.runtime_lock {
+        // Exactly the locked runtime set plus the wheel, by path and sha256.
+        let wheel_line = format!(
+            "{} @ file://{} --hash=sha256:{}",
+            r.source.package,
+            wheel_path.display(),
+            wheel.sha256
+        );
+        // The lock already applied the pins; only bytecode compilation is added.
+        locked
+            .install(
+                uv,
+                &venv,
+                &scratch,
+                &[wheel_line],
+                &["--compile-bytecode".into()],
+                &log,
+            )
+            .context("installing the oracle venv from the locked runtime set")?;
+    } else {
+        if let Some(rel) = runtime {
+            args.extend(["-r".into(), src.path.join(rel).display().to_string()]);
+        }
+        args.extend(r.pins.iter().map(|(n, v)| format!("{n}=={v}")));
+        args.push(wheel_path.display().to_string());
+        uv.pip_install(&venv, &args, &log)
+            .context("installing the oracle venv")?;
     }
-    args.extend(r.pins.iter().map(|(n, v)| format!("{n}=={v}")));
-    args.push(wheel_path.display().to_string());
-    uv.pip_install(&venv, &args, &log)
-        .context("installing the oracle venv")?;
     let install_s = t0.elapsed().as_secs_f64();
 
     progress::stage("identity", "measuring the oracle's identity");
@@ -402,7 +426,9 @@ fn build(
         checks,
         smoke,
         tools: tc.clone(),
-        requires: vec![wheel_entry.label()],
+        requires: std::iter::once(wheel_entry.label())
+            .chain(plan.hermetic.runtime_lock.iter().flat_map(|l| l.labels()))
+            .collect(),
         created,
         install_s,
     };

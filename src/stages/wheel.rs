@@ -93,6 +93,9 @@ pub struct WheelPlan {
     pub max_jobs: usize,
     /// Where the build requirements come from.
     pub requirements: BuildRequirements,
+    /// Locked build set, staged external sources, compiler cache
+    /// (set by [`crate::stages::hermetic::apply_wheel`]).
+    pub hermetic: crate::stages::hermetic::WheelHermetic,
 }
 
 /// Computes the wheel key for `lr` built from the checkout at `src` with `tc`.
@@ -152,6 +155,7 @@ pub fn plan(
         arch_list,
         max_jobs,
         requirements,
+        hermetic: Default::default(),
     })
 }
 
@@ -194,6 +198,9 @@ pub struct BuildRecord {
     /// kept alive by `gc` as long as the wheel is.
     #[serde(default)]
     pub requires: Vec<String>,
+    /// The compiler cache (sccache / ccache) the build could use, if any.
+    #[serde(default)]
+    pub compiler_cache: Option<crate::toolchain::Tool>,
     /// When the build started (RFC 3339).
     pub started: String,
     /// Wall time, seconds.
@@ -259,9 +266,11 @@ pub fn ensure(
     let t0 = Instant::now();
     let staging = store.stage(&format!("wheel-{}", plan.key))?;
     let out = staging.path().join("entry");
-    let work = staging.path().join("work");
+    // A work path that is the same for every build of this key, so compiler
+    // caches (ccache/sccache) see the same command lines after a reboot.
+    let work_dir = crate::stages::hermetic::StableWorkDir::create(store, &plan.key)?;
+    let work = work_dir.path().to_path_buf();
     fs::create_dir_all(&out)?;
-    fs::create_dir_all(&work)?;
     let log = out.join("build.log");
     let tree = work.join("src");
     copy_tree(&src.path, &tree)?;
@@ -274,7 +283,13 @@ pub fn ensure(
         BuildRequirements::Pyproject(reqs) => reqs.clone(),
     };
     args.extend(["--override".into(), overrides.display().to_string()]);
-    if !args.is_empty() {
+    if let Some(locked) = &plan.hermetic.build_lock {
+        // The lock already resolved the recipe's pins (as overrides); passing
+        // them again would add unhashed requirements under --require-hashes.
+        locked
+            .install(uv, &venv, &work, &[], &[], &log)
+            .context("installing the locked build requirements from the wheelhouse")?;
+    } else if !args.is_empty() {
         uv.pip_install(&venv, &args, &log)
             .context("installing the build requirements")?;
     }
@@ -311,6 +326,10 @@ pub fn ensure(
         env.insert(var.into(), format!("{inherited} {map}").trim().to_string());
     }
     env.extend(r.build.env.clone());
+    let ext_env = plan
+        .hermetic
+        .env(&work, r.build.env.get("CMAKE_ARGS").map(String::as_str))?;
+    env.extend(ext_env);
     let scrubbed: Vec<String> = std::env::vars()
         .map(|(k, _)| k)
         .filter(|k| {
@@ -346,6 +365,11 @@ pub fn ensure(
         scrubbed_env: scrubbed,
         tools: tc.clone(),
         requires: requires.to_vec(),
+        compiler_cache: plan
+            .hermetic
+            .compiler_cache
+            .as_ref()
+            .map(|c| c.tool.clone()),
         started,
         duration_s: t0.elapsed().as_secs_f64(),
     };
