@@ -17,15 +17,23 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use fs_err as fs;
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use serde::Serialize;
 
 use crate::exit::bad_input;
+
+mod fsutil;
+mod manifest;
+
+use fsutil::sync_dir;
+pub use fsutil::{
+    copy_tree, disk_usage, make_read_only, make_writable, read_json, sha256_file, write_atomic,
+    write_json,
+};
+pub use manifest::{MANIFEST, Manifest, ManifestFile};
 
 /// The kinds of store entries; each is one directory under `<root>/store/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -531,229 +539,4 @@ pub fn enclosing_checkout(path: &Path) -> Option<PathBuf> {
     path.ancestors()
         .find(|a| a.join(".git").exists())
         .map(Path::to_path_buf)
-}
-
-fn sync_dir(dir: &Path) {
-    if let Ok(f) = File::open(dir) {
-        let _ = f.sync_all();
-    }
-}
-
-/// Clears the write bits of every file and directory under `dir` (symlinks untouched).
-pub fn make_read_only(dir: &Path) -> Result<()> {
-    set_write_bits(dir, false)
-}
-
-/// Sets the owner write bit everywhere under `dir` so it can be deleted. Best effort.
-pub fn make_writable(dir: &Path) {
-    let _ = set_write_bits(dir, true);
-}
-
-fn set_write_bits(path: &Path, writable: bool) -> Result<()> {
-    let meta = fs::symlink_metadata(path)?;
-    if meta.file_type().is_symlink() {
-        return Ok(());
-    }
-    let mode = meta.permissions().mode();
-    let new = if writable {
-        mode | 0o200
-    } else {
-        mode & !0o222
-    };
-    if writable && new != mode {
-        fs::set_permissions(path, std::fs::Permissions::from_mode(new))?;
-    }
-    if meta.is_dir() {
-        for e in fs::read_dir(path)? {
-            set_write_bits(&e?.path(), writable)?;
-        }
-    }
-    if !writable && new != mode {
-        fs::set_permissions(path, std::fs::Permissions::from_mode(new))?;
-    }
-    Ok(())
-}
-
-/// The file name of every entry's manifest.
-pub const MANIFEST: &str = "manifest.json";
-
-/// Every file of an entry with its size and sha256, and every symlink with its target.
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
-pub struct Manifest {
-    /// Regular files, paths relative to the entry, sorted.
-    pub files: Vec<ManifestFile>,
-    /// Symlinks, relative path -> link target.
-    pub symlinks: Vec<(String, String)>,
-}
-
-/// One file of a [`Manifest`].
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ManifestFile {
-    /// Path relative to the entry.
-    pub path: String,
-    /// Size in bytes.
-    pub size: u64,
-    /// Lowercase hex sha256 of the content.
-    pub sha256: String,
-}
-
-impl Manifest {
-    /// Walks `dir` and hashes every file except those named in `skip` (top-level names).
-    pub fn build(dir: &Path, skip: &[&str]) -> Result<Manifest> {
-        let mut m = Manifest::default();
-        walk(dir, dir, skip, &mut m)?;
-        m.files.sort_by(|a, b| a.path.cmp(&b.path));
-        m.symlinks.sort();
-        Ok(m)
-    }
-
-    /// Writes the manifest to `<dir>/manifest.json`.
-    pub fn write(&self, dir: &Path) -> Result<()> {
-        write_json(&dir.join(MANIFEST), self)
-    }
-
-    /// Reads `<dir>/manifest.json`.
-    pub fn read(dir: &Path) -> Result<Manifest> {
-        read_json(&dir.join(MANIFEST))
-    }
-
-    /// Total size of the files, in bytes.
-    pub fn total_size(&self) -> u64 {
-        self.files.iter().map(|f| f.size).sum()
-    }
-
-    /// Problems found by checking every file exists with its recorded size
-    /// (and, when `deep`, its sha256). Empty means intact.
-    pub fn check(&self, dir: &Path, deep: bool) -> Vec<String> {
-        let mut problems = Vec::new();
-        for f in &self.files {
-            let p = dir.join(&f.path);
-            match std::fs::metadata(&p) {
-                Err(_) => problems.push(format!("missing: {}", f.path)),
-                Ok(m) if m.len() != f.size => problems.push(format!(
-                    "changed size: {} ({} -> {} bytes)",
-                    f.path,
-                    f.size,
-                    m.len()
-                )),
-                Ok(_) if deep => match sha256_file(&p) {
-                    Ok(h) if h == f.sha256 => {}
-                    Ok(_) => problems.push(format!("changed content: {}", f.path)),
-                    Err(e) => problems.push(format!("unreadable: {}: {e}", f.path)),
-                },
-                Ok(_) => {}
-            }
-        }
-        for (path, target) in &self.symlinks {
-            match std::fs::read_link(dir.join(path)) {
-                Ok(t) if t.to_string_lossy() == *target => {}
-                Ok(_) => problems.push(format!("changed link: {path}")),
-                Err(_) => problems.push(format!("missing: {path}")),
-            }
-        }
-        problems
-    }
-}
-
-fn walk(base: &Path, dir: &Path, skip: &[&str], m: &mut Manifest) -> Result<()> {
-    for e in fs::read_dir(dir)? {
-        let e = e?;
-        let path = e.path();
-        let rel = path
-            .strip_prefix(base)
-            .unwrap_or(&path)
-            .to_string_lossy()
-            .into_owned();
-        if dir == base && skip.contains(&rel.as_str()) {
-            continue;
-        }
-        let ft = e.file_type()?;
-        if ft.is_symlink() {
-            m.symlinks
-                .push((rel, fs::read_link(&path)?.to_string_lossy().into_owned()));
-        } else if ft.is_dir() {
-            walk(base, &path, skip, m)?;
-        } else {
-            let size = e.metadata()?.len();
-            m.files.push(ManifestFile {
-                path: rel,
-                size,
-                sha256: sha256_file(&path)?,
-            });
-        }
-    }
-    Ok(())
-}
-
-/// The lowercase hex sha256 of the file at `path`.
-pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = fs::File::open(path)?;
-    let mut h = Sha256::new();
-    std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", path.display()))?;
-    Ok(hex::encode(h.finalize()))
-}
-
-/// Writes `value` as pretty JSON to `path` through a temporary file and a rename.
-pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    let text = serde_json::to_string_pretty(value)? + "\n";
-    write_atomic(path, text.as_bytes())
-}
-
-/// Writes `bytes` to `path` atomically: a sibling temporary file, fsync, rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().context("path has no parent")?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
-    tmp.write_all(bytes)?;
-    tmp.as_file()
-        .set_permissions(std::fs::Permissions::from_mode(0o644))?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
-}
-
-/// Reads JSON from `path` into `T`; errors name the path.
-pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
-    let text = fs::read_to_string(path)?;
-    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
-}
-
-/// Copies the tree at `src` to `dst` (which must not exist), files made
-/// owner-writable, symlinks kept as symlinks.
-pub fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
-    fs::create_dir_all(dst)?;
-    for e in fs::read_dir(src)? {
-        let e = e?;
-        let from = e.path();
-        let to = dst.join(e.file_name());
-        let ft = e.file_type()?;
-        if ft.is_symlink() {
-            std::os::unix::fs::symlink(fs::read_link(&from)?, &to)
-                .with_context(|| format!("creating symlink {}", to.display()))?;
-        } else if ft.is_dir() {
-            copy_tree(&from, &to)?;
-        } else {
-            fs::copy(&from, &to)?;
-            let mode = fs::metadata(&to)?.permissions().mode();
-            fs::set_permissions(&to, std::fs::Permissions::from_mode(mode | 0o200))?;
-        }
-    }
-    Ok(())
-}
-
-/// Total bytes of regular files under `path` (0 when absent).
-pub fn disk_usage(path: &Path) -> u64 {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return 0;
-    };
-    if meta.is_dir() {
-        std::fs::read_dir(path)
-            .map(|rd| rd.flatten().map(|e| disk_usage(&e.path())).sum())
-            .unwrap_or(0)
-    } else if meta.is_file() {
-        meta.len()
-    } else {
-        0
-    }
 }

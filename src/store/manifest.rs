@@ -1,0 +1,121 @@
+//! Entry manifests: every file of a store entry with its size and sha256,
+//! checked by the no-op path (sizes), `status`, `doctor` and `verify --deep` (hashes).
+
+use std::path::Path;
+
+use anyhow::Result;
+use fs_err as fs;
+use serde::{Deserialize, Serialize};
+
+use super::fsutil::{read_json, sha256_file, write_json};
+
+/// The file name of every entry's manifest.
+pub const MANIFEST: &str = "manifest.json";
+
+/// Every file of an entry with its size and sha256, and every symlink with its target.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct Manifest {
+    /// Regular files, paths relative to the entry, sorted.
+    pub files: Vec<ManifestFile>,
+    /// Symlinks, relative path -> link target.
+    pub symlinks: Vec<(String, String)>,
+}
+
+/// One file of a [`Manifest`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ManifestFile {
+    /// Path relative to the entry.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Lowercase hex sha256 of the content.
+    pub sha256: String,
+}
+
+impl Manifest {
+    /// Walks `dir` and hashes every file except those named in `skip` (top-level names).
+    pub fn build(dir: &Path, skip: &[&str]) -> Result<Manifest> {
+        let mut m = Manifest::default();
+        walk(dir, dir, skip, &mut m)?;
+        m.files.sort_by(|a, b| a.path.cmp(&b.path));
+        m.symlinks.sort();
+        Ok(m)
+    }
+
+    /// Writes the manifest to `<dir>/manifest.json`.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        write_json(&dir.join(MANIFEST), self)
+    }
+
+    /// Reads `<dir>/manifest.json`.
+    pub fn read(dir: &Path) -> Result<Manifest> {
+        read_json(&dir.join(MANIFEST))
+    }
+
+    /// Total size of the files, in bytes.
+    pub fn total_size(&self) -> u64 {
+        self.files.iter().map(|f| f.size).sum()
+    }
+
+    /// Problems found by checking every file exists with its recorded size
+    /// (and, when `deep`, its sha256). Empty means intact.
+    pub fn check(&self, dir: &Path, deep: bool) -> Vec<String> {
+        let mut problems = Vec::new();
+        for f in &self.files {
+            let p = dir.join(&f.path);
+            match std::fs::metadata(&p) {
+                Err(_) => problems.push(format!("missing: {}", f.path)),
+                Ok(m) if m.len() != f.size => problems.push(format!(
+                    "changed size: {} ({} -> {} bytes)",
+                    f.path,
+                    f.size,
+                    m.len()
+                )),
+                Ok(_) if deep => match sha256_file(&p) {
+                    Ok(h) if h == f.sha256 => {}
+                    Ok(_) => problems.push(format!("changed content: {}", f.path)),
+                    Err(e) => problems.push(format!("unreadable: {}: {e}", f.path)),
+                },
+                Ok(_) => {}
+            }
+        }
+        for (path, target) in &self.symlinks {
+            match std::fs::read_link(dir.join(path)) {
+                Ok(t) if t.to_string_lossy() == *target => {}
+                Ok(_) => problems.push(format!("changed link: {path}")),
+                Err(_) => problems.push(format!("missing: {path}")),
+            }
+        }
+        problems
+    }
+}
+
+fn walk(base: &Path, dir: &Path, skip: &[&str], m: &mut Manifest) -> Result<()> {
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        let path = e.path();
+        let rel = path
+            .strip_prefix(base)
+            .unwrap_or(&path)
+            .to_string_lossy()
+            .into_owned();
+        if dir == base && skip.contains(&rel.as_str()) {
+            continue;
+        }
+        let ft = e.file_type()?;
+        if ft.is_symlink() {
+            m.symlinks
+                .push((rel, fs::read_link(&path)?.to_string_lossy().into_owned()));
+        } else if ft.is_dir() {
+            walk(base, &path, skip, m)?;
+        } else {
+            let size = e.metadata()?.len();
+            m.files.push(ManifestFile {
+                path: rel,
+                size,
+                sha256: sha256_file(&path)?,
+            });
+        }
+    }
+    Ok(())
+}
