@@ -348,3 +348,67 @@ fn the_parity_pin_stops_early_on_this_machine_naming_what_is_missing() {
     assert!(plan["needed_bytes"].as_u64().unwrap() >= 18 << 30);
     assert_eq!(plan["recipe"], "vllm-555967922");
 }
+
+#[test]
+fn a_file_added_to_an_oracle_is_detected_and_the_entry_rebuilt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, commit) = fixture_repo(tmp.path());
+    let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, SMOKE);
+    let store = tmp.path().join("store");
+    let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
+    let out = run(tmp.path(), &["build", r, "--store", s, "--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let venv = std::path::PathBuf::from(json(&out)["oracle"].as_str().unwrap());
+
+    // A .pth file changes what the oracle runs without touching a recorded file.
+    use std::os::unix::fs::PermissionsExt;
+    let site = venv.join("lib/python3.11/site-packages");
+    std::fs::set_permissions(&site, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        site.join("zz_evil.pth"),
+        "import os; os.environ['FIXTURELLM_MODE'] = 'broken-op'\n",
+    )
+    .unwrap();
+
+    let st = json(&run(tmp.path(), &["status", "--store", s, "--json"]));
+    let row = st["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["path"] == venv.to_str().unwrap())
+        .unwrap()
+        .clone();
+    assert!(
+        row["health"]
+            .as_str()
+            .unwrap()
+            .contains("added: lib/python3.11/site-packages/zz_evil.pth"),
+        "{row}"
+    );
+    let v = run(tmp.path(), &["verify", r, "--store", s, "--deep"]);
+    assert_eq!(
+        code(&v),
+        3,
+        "verify --deep refuses an oracle with an added file: {}",
+        text(&v)
+    );
+
+    let again = run(tmp.path(), &["build", r, "--store", s, "--json"]);
+    assert_eq!(code(&again), 0, "{}", text(&again));
+    assert!(
+        text(&again).contains("is damaged (added: lib/python3.11/site-packages/zz_evil.pth"),
+        "{}",
+        text(&again)
+    );
+    assert!(
+        json(&again)["built"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b == "venv")
+    );
+    assert!(
+        !site.join("zz_evil.pth").exists(),
+        "the rebuilt oracle is clean"
+    );
+}

@@ -19,6 +19,13 @@ pub struct Manifest {
     pub files: Vec<ManifestFile>,
     /// Symlinks, relative path -> link target.
     pub symlinks: Vec<(String, String)>,
+    /// Top-level names left out on purpose (the manifest itself, `oracle.json`).
+    #[serde(default = "default_excluded")]
+    pub excluded: Vec<String>,
+}
+
+fn default_excluded() -> Vec<String> {
+    vec![MANIFEST.to_string(), "oracle.json".to_string()]
 }
 
 /// One file of a [`Manifest`].
@@ -35,7 +42,10 @@ pub struct ManifestFile {
 impl Manifest {
     /// Walks `dir` and hashes every file except those named in `skip` (top-level names).
     pub fn build(dir: &Path, skip: &[&str]) -> Result<Manifest> {
-        let mut m = Manifest::default();
+        let mut m = Manifest {
+            excluded: skip.iter().map(|s| s.to_string()).collect(),
+            ..Manifest::default()
+        };
         walk(dir, dir, skip, &mut m)?;
         m.files.sort_by(|a, b| a.path.cmp(&b.path));
         m.symlinks.sort();
@@ -58,7 +68,11 @@ impl Manifest {
     }
 
     /// Problems found by checking every file exists with its recorded size
-    /// (and, when `deep`, its sha256). Empty means intact.
+    /// (and, when `deep`, its sha256), and that no file was added: an extra
+    /// `.pth`, `sitecustomize.py` or installed package changes what the
+    /// oracle runs without changing any recorded file. Bytecode caches
+    /// (`__pycache__/*.pyc`, written by Python as it imports) are not counted.
+    /// Empty means intact.
     pub fn check(&self, dir: &Path, deep: bool) -> Vec<String> {
         let mut problems = Vec::new();
         for f in &self.files {
@@ -86,7 +100,51 @@ impl Manifest {
                 Err(_) => problems.push(format!("missing: {path}")),
             }
         }
+        let known: std::collections::HashSet<&str> = self
+            .files
+            .iter()
+            .map(|f| f.path.as_str())
+            .chain(self.symlinks.iter().map(|(p, _)| p.as_str()))
+            .collect();
+        let mut extra = Vec::new();
+        added(dir, dir, &self.excluded, &known, &mut extra);
+        extra.sort();
+        problems.extend(extra.into_iter().map(|p| format!("added: {p}")));
         problems
+    }
+}
+
+/// Files and symlinks under `dir` that `known` does not list (see [`Manifest::check`]).
+fn added(
+    base: &Path,
+    dir: &Path,
+    excluded: &[String],
+    known: &std::collections::HashSet<&str>,
+    out: &mut Vec<String>,
+) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let path = e.path();
+        let rel = path
+            .strip_prefix(base)
+            .unwrap_or(&path)
+            .to_string_lossy()
+            .into_owned();
+        if dir == base && excluded.iter().any(|x| *x == rel) {
+            continue;
+        }
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_dir() && !ft.is_symlink() {
+            added(base, &path, excluded, known, out);
+        } else if !known.contains(rel.as_str()) {
+            let pycache =
+                dir.file_name().is_some_and(|n| n == "__pycache__") && rel.ends_with(".pyc");
+            if !pycache {
+                out.push(rel);
+            }
+        }
     }
 }
 
