@@ -412,3 +412,42 @@ fn a_file_added_to_an_oracle_is_detected_and_the_entry_rebuilt() {
         "the rebuilt oracle is clean"
     );
 }
+
+#[test]
+fn a_failed_build_keeps_the_log_it_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _) = fixture_repo(tmp.path());
+    std::fs::write(repo.join("csrc/ops.c"), "this is not C;\n").unwrap();
+    git(&repo, &["commit", "-qam", "break the extension"]);
+    let broken = git(&repo, &["rev-parse", "HEAD"]);
+    let recipe = write_recipe(tmp.path(), "fx", &repo, &broken, SMOKE);
+    let store = tmp.path().join("store");
+    let out = run(
+        tmp.path(),
+        &[
+            "build",
+            recipe.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let t = text(&out);
+    let log = t
+        .split("full log: ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no log path in: {t}"));
+    let kept = std::fs::read_to_string(log).unwrap_or_else(|e| panic!("{log}: {e}"));
+    assert!(
+        kept.contains("ops.c"),
+        "the kept log has the compiler's complaint:\n{kept}"
+    );
+    assert!(std::path::Path::new(log).starts_with(store.join("logs")));
+    assert_eq!(
+        std::fs::read_dir(store.join("store/wheels"))
+            .unwrap()
+            .count(),
+        0
+    );
+}

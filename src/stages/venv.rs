@@ -327,7 +327,7 @@ fn build(
     let venv = staging.path().join("venv");
     let scratch = staging.path().join("scratch");
     fs::create_dir_all(&scratch)?;
-    let log = scratch.join("install.log");
+    let log = store.stage_log(&format!("install-{key}"))?;
     let wheel_path = wheel.wheel_path(&wheel_entry.path);
     let sha = sha256_file(&wheel_path)?;
     if sha != wheel.sha256 {
@@ -433,11 +433,13 @@ fn build(
         install_s,
     };
     // Logs and smoke results travel with the entry.
+    fs::copy(&log, scratch.join("install.log"))?;
     store::copy_tree(&scratch, &venv.join("oracle-build"))?;
     let mut record = record;
     record.smoke = relocate_logs(record.smoke, &scratch, &entry.path.join("oracle-build"));
     write_json(&venv.join(ORACLE_JSON), &record)?;
     Manifest::build(&venv, &[MANIFEST, ORACLE_JSON])?.write(&venv)?;
     store.persist(&venv, entry)?;
+    let _ = fs::remove_file(&log);
     Ok(record)
 }

@@ -271,7 +271,7 @@ pub fn ensure(
     let work_dir = crate::stages::hermetic::StableWorkDir::create(store, &plan.key)?;
     let work = work_dir.path().to_path_buf();
     fs::create_dir_all(&out)?;
-    let log = out.join("build.log");
+    let log = store.stage_log(&format!("build-{}", plan.key))?;
     let tree = work.join("src");
     copy_tree(&src.path, &tree)?;
     let venv = work.join("venv");
@@ -374,8 +374,10 @@ pub fn ensure(
         duration_s: t0.elapsed().as_secs_f64(),
     };
     write_json(&out.join("build.json"), &record)?;
+    fs::copy(&log, out.join("build.log"))?;
     Manifest::build(&out, &[crate::store::MANIFEST])?.write(&out)?;
     store.persist(&out, &plan.entry)?;
+    let _ = fs::remove_file(&log);
     progress::stage(
         "build",
         format!(

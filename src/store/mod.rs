@@ -245,6 +245,18 @@ impl Store {
         self.root.join("roots")
     }
 
+    /// A log file for a stage that may fail: `<root>/logs/<name>.log`, emptied.
+    /// It lives outside staging so that the path an error message names still
+    /// exists after the staging directory is discarded; callers copy it into
+    /// the entry on success and then remove it.
+    pub fn stage_log(&self, name: &str) -> Result<PathBuf> {
+        let dir = self.root.join("logs");
+        fs::create_dir_all(&dir)?;
+        let path = dir.join(format!("{name}.log"));
+        fs::write(&path, "")?;
+        Ok(path)
+    }
+
     /// `<root>/tmp`: staging.
     pub fn tmp_dir(&self) -> PathBuf {
         self.root.join("tmp")
