@@ -178,4 +178,10 @@ pub enum Command {
         /// The archive.
         file: PathBuf,
     },
+    /// Internal: terminate process group PGID when stdin closes (see process.rs).
+    #[command(name = "__watchdog", hide = true)]
+    Watchdog {
+        /// The process group to terminate.
+        pgid: i32,
+    },
 }

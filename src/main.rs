@@ -29,6 +29,7 @@ use cli::{Cli, Command};
 
 fn main() {
     let cli = Cli::parse();
+    process::install_signal_handlers();
     let result = dispatch(cli);
     if let Err(err) = result {
         eprintln!("error: {err:#}");
@@ -70,6 +71,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             return ops::advance::run(&opts);
         }
         Some(Command::Rollback { path }) => return ops::advance::rollback(&path, store, cli.json),
+        Some(Command::Watchdog { pgid }) => process::watchdog(pgid),
         Some(Command::Status) => return ops::status::run(store, cli.json),
         Some(Command::Gc { dry_run }) => return ops::gc::run(store, dry_run, cli.json),
         Some(Command::Keep { pin }) => return ops::gc::keep(&pin, store, true),

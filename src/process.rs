@@ -4,7 +4,9 @@
 //! commands stream their output line by line so progress can be shown.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -12,16 +14,140 @@ use fs_err as fs;
 
 use crate::progress::Progress;
 
+/// Process groups of the children running now (0: free slot), for the signal handler.
+static GROUPS: [AtomicI32; 32] = [const { AtomicI32::new(0) }; 32];
+
+/// A registered child process group; unregistered on drop.
+struct Registered {
+    slot: Option<usize>,
+    watchdog: Option<std::process::Child>,
+}
+
+impl Registered {
+    /// Registers the group led by the first of `pids` for the signal handler.
+    fn new(pids: Vec<u32>) -> Registered {
+        let Some(pid) = pids.first().and_then(|p| i32::try_from(*p).ok()) else {
+            return Registered {
+                slot: None,
+                watchdog: None,
+            };
+        };
+        let slot = GROUPS.iter().position(|g| {
+            g.compare_exchange(0, pid, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        });
+        Registered {
+            slot,
+            watchdog: None,
+        }
+    }
+
+    /// [`Registered::new`], plus a watchdog process that terminates the group
+    /// if this process dies without cleaning up (SIGKILL, OOM killer): it
+    /// waits for EOF on a pipe only this process holds open. For long
+    /// commands (wheel builds, installs, smoke cases), whose grandchildren
+    /// `PR_SET_PDEATHSIG` does not reach.
+    fn watched(pids: Vec<u32>) -> Registered {
+        let mut r = Registered::new(pids.clone());
+        if let (Some(pid), Ok(exe)) = (pids.first(), std::env::current_exe()) {
+            r.watchdog = std::process::Command::new(exe)
+                .args(["__watchdog", &pid.to_string()])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .ok();
+        }
+        r
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        if let Some(i) = self.slot {
+            GROUPS[i].store(0, Ordering::SeqCst);
+        }
+        if let Some(mut w) = self.watchdog.take() {
+            // The group is done: stop the watchdog before its pgid can be reused.
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+    }
+}
+
+/// The watchdog (`oracle-build __watchdog <pgid>`, see [`Registered::watched`]):
+/// blocks until stdin reaches EOF (its parent died), then sends SIGTERM and,
+/// two seconds later, SIGKILL to the process group `pgid`.
+pub fn watchdog(pgid: i32) -> ! {
+    let mut sink = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+    if pgid > 1 {
+        // SAFETY: signals the process group the dead parent started.
+        unsafe { libc::kill(-pgid, libc::SIGTERM) };
+        std::thread::sleep(Duration::from_secs(2));
+        // SAFETY: as above.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    }
+    std::process::exit(0)
+}
+
+/// Starts every child in a process group of its own, asks the kernel to send
+/// it SIGTERM if this process dies (`PR_SET_PDEATHSIG`, so a `kill -9` of the
+/// tool does not leave uv running), and lets the signal handler find it.
+fn isolate(expr: duct::Expression) -> duct::Expression {
+    let parent = std::process::id() as i32;
+    expr.before_spawn(move |c| {
+        c.process_group(0);
+        // SAFETY: prctl, getppid and _exit are async-signal-safe, as pre_exec requires.
+        unsafe {
+            c.pre_exec(move || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        Ok(())
+    })
+}
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    for g in &GROUPS {
+        let pgid = g.load(Ordering::SeqCst);
+        if pgid > 0 {
+            // SAFETY: kill is async-signal-safe; the group is one we started.
+            unsafe { libc::kill(-pgid, libc::SIGTERM) };
+        }
+    }
+    // SAFETY: _exit is async-signal-safe; staging left behind is removed by the next run.
+    unsafe { libc::_exit(128 + sig) };
+}
+
+/// On SIGINT, SIGTERM or SIGHUP: terminate every child process group (a
+/// wheel build's uv, setuptools, ninja, nvcc...) before exiting, so nothing
+/// keeps writing into the store's staging after the tool is gone.
+pub fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: installs a handler that only calls async-signal-safe functions.
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+}
+
 /// Runs `expr` to completion and returns its stdout (trimmed).
 ///
 /// Errors: the program cannot start, or exits non-zero; the error names the
 /// command (`what`) and ends with the last lines of its combined output.
 pub fn capture(what: &str, expr: duct::Expression) -> Result<String> {
-    let out = expr
+    let handle = isolate(expr)
         .stdout_capture()
         .stderr_capture()
         .unchecked()
-        .run()
+        .start()
+        .with_context(|| format!("cannot run {what}"))?;
+    let _group = Registered::new(handle.pids());
+    let out = handle
+        .into_output()
         .with_context(|| format!("cannot run {what}"))?;
     if !out.status.success() {
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
@@ -44,11 +170,12 @@ pub fn run_logged(
 ) -> Result<()> {
     let mut file = fs::OpenOptions::new().create(true).append(true).open(log)?;
     writeln!(file, "$ {what}")?;
-    let reader = expr
+    let reader = isolate(expr)
         .stderr_to_stdout()
         .unchecked()
         .reader()
         .with_context(|| format!("cannot run {what}"))?;
+    let _group = Registered::watched(reader.pids());
     let mut lines = BufReader::new(&reader);
     let mut kept: Vec<String> = Vec::new();
     let mut buf = Vec::new();
@@ -89,21 +216,17 @@ pub fn run_logged(
 /// whole group (the program and anything it started, such as an engine's
 /// worker processes) is killed and the message says so.
 pub fn run_with_timeout(cmd: duct::Expression, log: &Path, timeout: Duration) -> Result<bool> {
-    use std::os::unix::process::CommandExt;
     let file = fs::File::create(log)?.into_parts().0;
     let err = file
         .try_clone()
         .with_context(|| format!("opening {}", log.display()))?;
-    let handle = cmd
+    let handle = isolate(cmd)
         .stdout_file(file)
         .stderr_file(err)
         .unchecked()
-        .before_spawn(|c| {
-            c.process_group(0);
-            Ok(())
-        })
         .start()
         .context("cannot start the smoke driver")?;
+    let _group = Registered::watched(handle.pids());
     let start = Instant::now();
     loop {
         if let Some(out) = handle.try_wait().context("waiting for the smoke driver")? {

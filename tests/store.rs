@@ -451,3 +451,71 @@ fn a_full_disk_mid_stage_is_reported_and_leaves_the_store_valid() {
         .collect();
     assert!(staged.is_empty(), "partial work discarded: {staged:?}");
 }
+
+/// Processes whose command line mentions `needle` (from /proc).
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                out.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn sigterm_or_sigkill_of_the_tool_leaves_no_build_running() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _) = fixture_repo(tmp.path());
+    let setup = repo.join("setup.py");
+    let text = std::fs::read_to_string(&setup).unwrap();
+    std::fs::write(&setup, format!("import time\ntime.sleep(60)\n{text}")).unwrap();
+    git(&repo, &["commit", "-qam", "a slow build"]);
+    let slow = git(&repo, &["rev-parse", "HEAD"]);
+    let recipe = write_recipe(tmp.path(), "fx", &repo, &slow, SMOKE);
+    for (signal, code_want) in [(libc::SIGTERM, 143), (libc::SIGKILL, -1)] {
+        let store = tmp.path().join(format!("store-{signal}"));
+        let mut child = cmd(tmp.path())
+            .args([
+                "build",
+                recipe.to_str().unwrap(),
+                "--store",
+                store.to_str().unwrap(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        for line in lines.by_ref() {
+            if line.unwrap().starts_with("==> build: building") {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(
+            !processes_mentioning(store.to_str().unwrap()).is_empty(),
+            "the build is running"
+        );
+        // SAFETY: signalling the child we spawned (the tool only, not its group).
+        unsafe { libc::kill(child.id() as i32, signal) };
+        std::thread::spawn(move || lines.for_each(drop));
+        let status = child.wait().unwrap();
+        if code_want > 0 {
+            assert_eq!(status.code(), Some(code_want));
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut left = processes_mentioning(store.to_str().unwrap());
+        while !left.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            left = processes_mentioning(store.to_str().unwrap());
+        }
+        assert!(
+            left.is_empty(),
+            "after signal {signal}, still running: {left:?}"
+        );
+    }
+}

@@ -132,7 +132,7 @@ fn added(
             .unwrap_or(&path)
             .to_string_lossy()
             .into_owned();
-        if dir == base && excluded.iter().any(|x| *x == rel) {
+        if dir == base && excluded.contains(&rel) {
             continue;
         }
         let Ok(ft) = e.file_type() else { continue };
