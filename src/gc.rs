@@ -110,7 +110,11 @@ pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
                 ));
                 fs::rename(&e.path, &aside)?;
                 make_writable(&aside);
-                fs::remove_dir_all(&aside)?;
+                if aside.is_dir() {
+                    fs::remove_dir_all(&aside)?;
+                } else {
+                    fs::remove_file(&aside)?;
+                }
             }
             deleted.push(Deleted {
                 entry: e.label(),

@@ -451,3 +451,103 @@ fn a_failed_build_keeps_the_log_it_names() {
         0
     );
 }
+
+#[test]
+fn a_damaged_wheel_is_reported_and_rebuilt_when_it_is_needed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, commit) = fixture_repo(tmp.path());
+    let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, SMOKE);
+    let store = tmp.path().join("store");
+    let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
+    let out = run(tmp.path(), &["build", r, "--store", s, "--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let first = json(&out);
+    let venv = std::path::PathBuf::from(first["oracle"].as_str().unwrap());
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(venv.join("oracle.json")).unwrap()).unwrap();
+    let wheel_dir = store
+        .join("store/wheels")
+        .join(rec["wheel_key"].as_str().unwrap());
+    let wheel = std::fs::read_dir(&wheel_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .unwrap();
+
+    // One byte changed, same size.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wheel, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut bytes = std::fs::read(&wheel).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&wheel, &bytes).unwrap();
+    let st = json(&run(tmp.path(), &["status", "--store", s, "--json"]));
+    let row = st["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["path"] == wheel_dir.to_str().unwrap())
+        .unwrap()
+        .clone();
+    assert!(
+        row["health"].as_str().unwrap().contains("changed content"),
+        "{row}"
+    );
+
+    // The venv is lost (a reboot with a pruned store): the rebuild replaces the wheel.
+    force_remove(&venv);
+    let again = run(tmp.path(), &["build", r, "--store", s, "--json"]);
+    assert_eq!(code(&again), 0, "{}", text(&again));
+    assert!(text(&again).contains("is damaged"), "{}", text(&again));
+    let built = json(&again)["built"].clone();
+    assert!(
+        built.as_array().unwrap().iter().any(|b| b == "wheel"),
+        "{built}"
+    );
+    assert_eq!(
+        json(&again)["key"],
+        first["key"],
+        "the rebuilt wheel is byte-identical, so the oracle key is too"
+    );
+}
+
+#[test]
+fn a_repository_without_tags_builds_with_a_recorded_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _) = fixture_repo(tmp.path());
+    git(&repo, &["tag", "-d", "v0.1.0"]);
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let recipe = write_recipe(tmp.path(), "fx", &repo, &head, SMOKE);
+    let store = tmp.path().join("store");
+    let out = run(
+        tmp.path(),
+        &[
+            "build",
+            recipe.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("warning  no tag is reachable from") && stdout.contains("0.1.dev2+g"),
+        "{stdout}"
+    );
+    // With the tag, no warning.
+    git(&repo, &["tag", "v0.1.0", "HEAD~1"]);
+    let tagged = write_recipe(tmp.path(), "fx-tagged", &repo, &head, SMOKE);
+    let out = run(
+        tmp.path(),
+        &[
+            "build",
+            tagged.to_str().unwrap(),
+            "--store",
+            tmp.path().join("s2").to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(json(&out)["warnings"].as_array().unwrap().len(), 0);
+}

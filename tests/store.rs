@@ -519,3 +519,30 @@ fn sigterm_or_sigkill_of_the_tool_leaves_no_build_running() {
         );
     }
 }
+
+#[test]
+fn a_store_path_that_is_a_file_or_links_into_a_checkout_is_bad_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, head) = fixture_repo(tmp.path());
+    let recipe = write_recipe(tmp.path(), "fx", &repo, &head, SMOKE);
+    let r = recipe.to_str().unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let out = run(tmp.path(), &["build", r, "--store", file.to_str().unwrap()]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("is not a directory"), "{}", text(&out));
+
+    let link = tmp.path().join("linked-store");
+    std::os::unix::fs::symlink(repo.join("x"), &link).unwrap();
+    let out = run(tmp.path(), &["build", r, "--store", link.to_str().unwrap()]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains("inside the source checkout"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !repo.join("x").exists(),
+        "nothing written into the checkout"
+    );
+}

@@ -56,6 +56,8 @@ pub struct BuildReport {
     pub verdict: Verdict,
     /// Why not gateable.
     pub reasons: Vec<String>,
+    /// Warnings recorded with the oracle (see `OracleRecord::warnings`).
+    pub warnings: Vec<String>,
     /// Stages done now (the rest came from the store).
     pub built: Vec<String>,
     /// Wall time of this run, seconds.
@@ -81,6 +83,9 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
         println!("verdict  {}", report.verdict.as_str());
         for reason in &report.reasons {
             println!("  - {reason}");
+        }
+        for warning in &report.warnings {
+            println!("warning  {warning}");
         }
         let built = if report.built.is_empty() {
             "nothing (all stages found in the store)".to_string()
@@ -173,14 +178,20 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
     }
     let mut requires = vec![src.label(), mirror.label()];
     requires.extend(plan.hermetic.labels());
-    let (record, wheel_built) = wheel::ensure(&store, &lr, &tc, &uv, &plan, &src, &requires)?;
-    if wheel_built {
-        built.push("wheel".to_string());
-    }
+    let (mut record, mut wheel_built) =
+        wheel::ensure(&store, &lr, &tc, &uv, &plan, &src, &requires)?;
 
     let vplan = venv::plan(&store, &lr, &tc, &record, &src.path);
     let vplan = crate::stages::hermetic::apply_venv(&store, vplan, hermetic.venv);
     temp.add(&store, &vplan.entry)?;
+    // The wheel is about to be installed: a damaged one is rebuilt, as a
+    // damaged venv is (the build is reproducible, so the key stays valid).
+    if !vplan.entry.exists() && wheel::quarantine_if_damaged(&store, &plan.entry, &record)? {
+        (record, wheel_built) = wheel::ensure(&store, &lr, &tc, &uv, &plan, &src, &requires)?;
+    }
+    if wheel_built {
+        built.push("wheel".to_string());
+    }
     if !vplan.entry.exists() {
         disk::check(store.root(), r, Stage::Venv)?;
     }
@@ -216,6 +227,7 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
         runtime_version: rec.identity.runtime_version.clone(),
         verdict: rec.smoke.verdict,
         reasons: rec.smoke.reasons.clone(),
+        warnings: rec.warnings.clone(),
         built,
         seconds: t0.elapsed().as_secs_f64(),
         activated: None,

@@ -63,7 +63,8 @@ fn entry_health(path: &Path, bucket: Bucket) -> (u64, String) {
     match bucket {
         Bucket::Wheels | Bucket::Venvs => match Manifest::read(path) {
             Ok(m) => {
-                let problems = m.check(path, false);
+                // A wheel is one file: hash it; a venv is thousands: sizes only.
+                let problems = m.check(path, bucket == Bucket::Wheels);
                 let health = if problems.is_empty() {
                     "ok".into()
                 } else {

@@ -320,6 +320,22 @@ pub fn refs_containing(dir: &std::path::Path, commit: &str) -> Option<Vec<String
     Some(out)
 }
 
+/// The nearest tag reachable from `commit` in the repository at `dir`
+/// (`git describe --tags --abbrev=0`), or `None` when no tag is reachable.
+pub fn nearest_tag(dir: &std::path::Path, commit: &str) -> Option<String> {
+    let repo = Repository::open(dir).ok()?;
+    let obj = repo
+        .find_commit(git2::Oid::from_str(commit).ok()?)
+        .ok()?
+        .into_object();
+    let mut opts = git2::DescribeOptions::new();
+    opts.describe_tags();
+    let d = obj.describe(&opts).ok()?;
+    let mut fmt = git2::DescribeFormatOptions::new();
+    fmt.abbreviated_size(0);
+    d.format(Some(&fmt)).ok()
+}
+
 /// Names of the tags of the repository at `dir` (bare or not) that point at `commit`.
 pub fn tags_at(dir: &std::path::Path, commit: &str) -> Vec<String> {
     let Ok(repo) = Repository::open(dir) else {

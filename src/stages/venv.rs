@@ -64,6 +64,10 @@ pub struct OracleRecord {
     /// wheel requires); `gc` keeps them as long as the oracle is rooted.
     #[serde(default)]
     pub requires: Vec<String>,
+    /// Things a reviewer should know that do not refuse the oracle (e.g. no
+    /// tag reachable from the commit, so the version is setuptools-scm's fallback).
+    #[serde(default)]
+    pub warnings: Vec<String>,
     /// When the venv was made (RFC 3339).
     pub created: String,
     /// Seconds spent creating and installing the venv.
@@ -389,6 +393,20 @@ fn build(
         });
     let mut ident = identity::measure(&venv, &r.source.package, &r.source.commit, mode)?;
     ident.tags_at_commit = crate::stages::source::tags_at(&src.path, &r.source.commit);
+    let mut warnings = Vec::new();
+    if crate::stages::source::nearest_tag(&src.path, &r.source.commit).is_none() {
+        let w = format!(
+            "no tag is reachable from {} in {} (a shallow or tagless repository): setuptools-scm fell back to {}, which will not match the upstream version string",
+            r.source.commit,
+            r.source.repo,
+            ident
+                .runtime_version
+                .as_deref()
+                .unwrap_or("a 0.1.devN version")
+        );
+        progress::stage("identity", format!("warning: {w}"));
+        warnings.push(w);
+    }
     let checks = identity::checks(&ident, r);
     if checks.iter().any(|c| !c.ok) {
         return Err(mismatch(format!(
@@ -429,6 +447,7 @@ fn build(
         requires: std::iter::once(wheel_entry.label())
             .chain(plan.hermetic.runtime_lock.iter().flat_map(|l| l.labels()))
             .collect(),
+        warnings,
         created,
         install_s,
     };

@@ -219,6 +219,45 @@ impl BuildRecord {
     }
 }
 
+/// Checks the wheel entry `entry` against its manifest, hashes included
+/// (the wheel is one file, and it is about to be installed); when damaged, moves
+/// it aside to `<root>/tmp` (removed by the next run) and returns true.
+///
+/// Errors: the entry cannot be moved.
+pub fn quarantine_if_damaged(store: &Store, entry: &Entry, record: &BuildRecord) -> Result<bool> {
+    let mut problems = Manifest::read(&entry.path)
+        .map_or_else(|e| vec![format!("{e:#}")], |m| m.check(&entry.path, true));
+    if problems.is_empty()
+        && sha256_file(&record.wheel_path(&entry.path)).ok().as_deref()
+            != Some(record.sha256.as_str())
+    {
+        problems.push(format!(
+            "{} does not have the sha256 build.json records",
+            record.wheel
+        ));
+    }
+    if problems.is_empty() {
+        return Ok(false);
+    }
+    let _lock = store.lock(&format!("wheel-{}", entry.name))?;
+    let aside = store.tmp_dir().join(format!(
+        "damaged-wheel-{}.{}",
+        entry.name,
+        std::process::id()
+    ));
+    progress::stage(
+        "build",
+        format!(
+            "{} is damaged ({}); moving it to {} and rebuilding",
+            entry.label(),
+            problems.join("; "),
+            aside.display()
+        ),
+    );
+    fs::rename(&entry.path, &aside)?;
+    Ok(true)
+}
+
 /// The committer time of `commit` in the checkout at `dir`, seconds since the epoch.
 pub fn commit_time(dir: &Path, commit: &str) -> Result<i64> {
     let repo = git2::Repository::open(dir).with_context(|| format!("opening {}", dir.display()))?;

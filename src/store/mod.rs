@@ -197,7 +197,15 @@ impl Store {
     pub fn at(root: &Path) -> Result<Store> {
         let abs =
             std::path::absolute(root).with_context(|| format!("resolving {}", root.display()))?;
-        if let Some(checkout) = enclosing_checkout(&abs) {
+        if abs.exists() && !abs.is_dir() {
+            return Err(bad_input(format!(
+                "store root {} exists and is not a directory (--store or ORACLE_BUILD_HOME)",
+                abs.display()
+            )));
+        }
+        // Symlinks resolved, so a link into a checkout is caught too.
+        let real = resolve_existing(&abs);
+        if let Some(checkout) = enclosing_checkout(&real) {
             return Err(bad_input(format!(
                 "store root {} is inside the source checkout {}; choose a directory outside any checkout (--store or ORACLE_BUILD_HOME)",
                 abs.display(),
@@ -544,6 +552,38 @@ fn process_alive(pid: i32) -> bool {
     // SAFETY: kill with signal 0 only checks whether the process exists.
     let rc = unsafe { libc::kill(pid, 0) };
     rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// `path` with every symlink along it resolved, dangling ones included (so a
+/// link pointing into a checkout is seen there before the target exists):
+/// the longest existing prefix is canonicalized; a dangling link is followed
+/// by hand. At most 40 links, as the kernel allows.
+fn resolve_existing(path: &Path) -> PathBuf {
+    let mut current = path.to_path_buf();
+    for _ in 0..40 {
+        let Some((base, rest)) = current.ancestors().find_map(|a| {
+            let real = a.canonicalize().ok()?;
+            Some((
+                real,
+                current
+                    .strip_prefix(a)
+                    .unwrap_or(Path::new(""))
+                    .to_path_buf(),
+            ))
+        }) else {
+            return current;
+        };
+        let mut parts = rest.components();
+        let Some(first) = parts.next() else {
+            return base;
+        };
+        let next = base.join(first);
+        match std::fs::read_link(&next) {
+            Ok(target) => current = base.join(target).join(parts.as_path()),
+            Err(_) => return base.join(rest),
+        }
+    }
+    current
 }
 
 /// The git checkout containing `path` (the nearest ancestor with a `.git`), if any.
