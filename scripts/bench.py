@@ -168,7 +168,10 @@ def main():
     r2 = recipe(work, "bench-b", repo, c2)
     rows = []
 
-    # First build (downloads, builds the wheel): reported for context.
+    # Lock the bench recipes (hash-pinned; restores then run --offline), then
+    # the first build (downloads, builds the wheel): reported for context.
+    ob("lock", r1)
+    ob("lock", r2)
     t0 = time.perf_counter()
     first = json.loads(ob("build", r1, "--json").stdout)
     first_s = time.perf_counter() - t0
@@ -179,7 +182,7 @@ def main():
 
     # 1. Restore: delete the venv entry, rebuild from the store.
     def restore(extra=()):
-        out = json.loads(ob("build", r1, "--json", *extra).stdout)
+        out = json.loads(ob("build", r1, "--offline", "--json", *extra).stdout)
         assert out["built"] and "venv" in out["built"], out
     delete_venv = lambda: force_rmtree(venv)
     restore_s, _ = timed(restore, args.runs, delete_venv)
@@ -211,7 +214,7 @@ def main():
     pip_s, _ = timed(pip_install, args.runs, lambda: force_rmtree(work / "pip-venv"))
     uv_s, _ = timed(uv_install, args.runs, lambda: force_rmtree(work / "uv-venv"))
     uvc_s, _ = timed(lambda: uv_install("--compile-bytecode"), args.runs, lambda: force_rmtree(work / "uv-venv"))
-    rows.append(("restore: oracle venv deleted, rebuilt from the store (with smoke)",
+    rows.append(("restore: oracle venv deleted, rebuilt from the store, --offline (with smoke)",
                  f"{venv_files} files, {venv_bytes / 2**20:.0f} MiB", restore_s,
                  f"{pip_s / restore_s:.2f}x faster than pip; {uvc_s / restore_s:.2f}x uv --compile-bytecode; {uv_s / restore_s:.2f}x plain uv"))
     rows.append(("restore without smoke (`--no-smoke`)", "same", restore_ns,
@@ -221,8 +224,8 @@ def main():
     rows.append(("uv pip install, warm uv cache, fresh venv (no bytecode)", "same set", uv_s, "baseline"))
 
     # 2. No-op.
-    noop_s, _ = timed(lambda: ob("build", r1), max(args.runs, 10))
-    rows.append(("no-op: `oracle-build <PIN>`, oracle intact", "goal < 0.3 s", noop_s,
+    noop_s, _ = timed(lambda: ob("build", r1, "--offline"), max(args.runs, 10))
+    rows.append(("no-op: `oracle-build <PIN> --offline`, oracle intact", "goal < 0.3 s", noop_s,
                  "met" if noop_s < 0.3 else "missed"))
 
     # 3. Second pin of a large repository.

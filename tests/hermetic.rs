@@ -675,3 +675,81 @@ fn export_then_import_into_an_empty_store_rebuilds_the_same_oracle_offline() {
     );
     assert_eq!(identity(&rebuilt), identity(&first));
 }
+
+#[test]
+fn without_a_lockfile_the_build_keeps_its_lock_in_the_store_for_offline_rebuilds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, head) = fixture_repo(d);
+    let recipe = write_recipe(d, "fx", &repo, &head, SMOKE);
+    let store = d.join("store");
+    let first = build(&mut cmd(d), &recipe, &store, &[]);
+    assert!(
+        !d.join("lockfiles").exists(),
+        "no lockfile was written beside the recipe"
+    );
+    let locks: Vec<_> = std::fs::read_dir(store.join("store/lockfiles"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(locks.len(), 1, "the resolved lock is a store entry");
+    let rec = oracle_json(&first);
+    let wheel = read_json(
+        &store
+            .join("store/wheels")
+            .join(rec["wheel_key"].as_str().unwrap())
+            .join("build.json"),
+    );
+    let lock_label = format!("lockfiles/{}", locks[0].file_name().to_string_lossy());
+    assert!(
+        wheel["requires"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r == lock_label.as_str()),
+        "{}",
+        wheel["requires"]
+    );
+
+    // A second run resolves nothing; an offline rebuild of wheel and venv
+    // needs no network and gives the same oracle.
+    let again = cmd(d)
+        .args([
+            "build",
+            recipe.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    ok(&again);
+    assert!(
+        !String::from_utf8_lossy(&again.stderr).contains("resolving"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    delete_venvs_and_wheels(&store);
+    let offline = build(&mut offline_cmd(d), &recipe, &store, &["--offline"]);
+    assert_eq!(identity(&offline), identity(&first));
+    // gc keeps the lock: the oracle's wheel requires it.
+    let gc = run(
+        d,
+        &[
+            "gc",
+            "--dry-run",
+            "--store",
+            store.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    ok(&gc);
+    assert!(
+        !json(&gc)["deleted"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["entry"] == lock_label.as_str()),
+        "{}",
+        json(&gc)
+    );
+}

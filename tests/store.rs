@@ -96,10 +96,28 @@ fn gc_deletes_exactly_the_unrooted_entries() {
     )
     .unwrap();
     let wheel_a = format!("wheels/{}", rec_a["wheel_key"].as_str().unwrap());
+    // Pin A's own lock (resolved by its build, kept in the store) goes too;
+    // the wheelhouse artifacts it shares with B stay.
+    let build_a: Value = serde_json::from_str(
+        &std::fs::read_to_string(store.join("store").join(&wheel_a).join("build.json")).unwrap(),
+    )
+    .unwrap();
+    let lock_a: Vec<String> = build_a["requires"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| {
+            r.as_str()
+                .filter(|r| r.starts_with("lockfiles/"))
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(lock_a.len(), 1, "{}", build_a["requires"]);
     let mut expected = vec![
         format!("src/{tagged}"),
         wheel_a,
         format!("venvs/{}", ra["key"].as_str().unwrap()),
+        lock_a[0].clone(),
     ];
     expected.sort();
 
@@ -124,7 +142,7 @@ fn gc_deletes_exactly_the_unrooted_entries() {
     let real = run(tmp.path(), &["gc", "--store", s]);
     assert_eq!(code(&real), 0, "{}", text(&real));
     assert!(
-        String::from_utf8_lossy(&real.stdout).contains("deleted 3 entries"),
+        String::from_utf8_lossy(&real.stdout).contains("deleted 4 entries"),
         "{}",
         text(&real)
     );

@@ -15,7 +15,7 @@ use crate::pin;
 use crate::progress;
 use crate::stages::smoke::Verdict;
 use crate::stages::{source, venv, wheel};
-use crate::store::Store;
+use crate::store::{Entry, Store};
 use crate::uv::Uv;
 
 /// Options of `build`.
@@ -170,6 +170,7 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
 
     let hermetic =
         crate::ops::hermetic::prepare(&store, &lr, &tc, &uv, &src, &lock_dir, opts.offline, &temp)?;
+    let lock_entry = hermetic.lock_entry.clone();
     let plan = wheel::plan(&store, &lr, &tc, &src.path, opts.jobs)?;
     let plan = crate::stages::hermetic::apply_wheel(&store, plan, hermetic.wheel);
     temp.add(&store, &plan.entry)?;
@@ -178,6 +179,7 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
     }
     let mut requires = vec![src.label(), mirror.label()];
     requires.extend(plan.hermetic.labels());
+    requires.extend(lock_entry.iter().map(Entry::label));
     let (mut record, mut wheel_built) =
         wheel::ensure(&store, &lr, &tc, &uv, &plan, &src, &requires)?;
 

@@ -21,6 +21,8 @@ use crate::wheelhouse;
 /// The hermetic inputs of one build.
 #[derive(Debug, Clone)]
 pub struct Prepared {
+    /// The store entry of the lock, when it was resolved by a build (no lockfile).
+    pub lock_entry: Option<Entry>,
     /// For the wheel stage.
     pub wheel: WheelHermetic,
     /// For the venv stage.
@@ -37,6 +39,7 @@ fn installs(locked: &Locked, entries: (Vec<Entry>, Vec<Entry>)) -> Prepared {
             })
         };
     Prepared {
+        lock_entry: None,
         wheel: WheelHermetic {
             build_lock: mk(&locked.build, entries.0, locked.build_sha256()),
             ..Default::default()
@@ -68,35 +71,54 @@ pub fn prepare(
     temp: &TempRoots,
 ) -> Result<Prepared> {
     let r = &lr.recipe;
-    let staging;
+    let mut lock_entry = None;
     let locked = match lock::load(lock_dir, r)? {
         Some(l) => {
             progress::stage("lock", format!("using {}", lock_dir.display()));
             l
         }
-        None if offline => bail!(
-            "--offline: no lockfile in {}; run `oracle-build lock {}` while online, or import a bundle",
-            lock_dir.display(),
-            r.name
-        ),
         None => {
-            progress::stage(
-                "lock",
-                format!(
-                    "no lockfile in {}: resolving one for this build (`oracle-build lock {}` keeps it)",
-                    lock_dir.display(),
-                    r.name
-                ),
-            );
-            staging = store.stage("autolock")?;
-            let dir = staging.path().join(&r.name);
-            lock::resolve(store, lr, tc, uv, &src.path, &dir)?
+            // No lockfile: the lock a previous build resolved is in the store;
+            // else resolve one now and keep it there, so a rebuild needs
+            // neither the network nor a new resolution.
+            let entry = lock::auto_entry(store, r);
+            temp.add(store, &entry)?;
+            if !entry.exists() {
+                if offline {
+                    bail!(
+                        "--offline: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle",
+                        lock_dir.display(),
+                        r.name
+                    );
+                }
+                let _lock = store.lock(&format!("autolock-{}", entry.name))?;
+                if !entry.exists() {
+                    progress::stage(
+                        "lock",
+                        format!(
+                            "no lockfile in {}: resolving one into {} (`oracle-build lock {}` writes it beside the recipe)",
+                            lock_dir.display(),
+                            entry.label(),
+                            r.name
+                        ),
+                    );
+                    let staging = store.stage("autolock")?;
+                    let dir = staging.path().join("lock");
+                    lock::resolve(store, lr, tc, uv, &src.path, &dir)?;
+                    store.persist(&dir, &entry)?;
+                }
+            }
+            let l = lock::load(&entry.path, r)?
+                .ok_or_else(|| anyhow::anyhow!("{} holds no lock", entry.path.display()))?;
+            lock_entry = Some(entry);
+            l
         }
     };
     let py = &tc.python.path;
     let b = wheelhouse::ensure(store, &locked.build, &locked.dir, py, offline, Some(temp))?;
     let rt = wheelhouse::ensure(store, &locked.runtime, &locked.dir, py, offline, Some(temp))?;
     let mut prepared = installs(&locked, (b, rt));
+    prepared.lock_entry = lock_entry;
 
     let found = ext::discover_in_tree(&src.path)?;
     for line in &found.unmapped {
@@ -129,7 +151,13 @@ pub fn prepare(
 /// The same inputs as [`prepare`], computed without any network or write,
 /// when everything is already in place (for `plan`); `None` otherwise.
 pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> Option<Prepared> {
-    let locked = lock::load(lock_dir, &lr.recipe).ok()??;
+    let (locked, lock_entry) = match lock::load(lock_dir, &lr.recipe).ok()? {
+        Some(l) => (l, None),
+        None => {
+            let e = lock::auto_entry(store, &lr.recipe);
+            (lock::load(&e.path, &lr.recipe).ok()??, Some(e))
+        }
+    };
     let pick = |pkgs: &[wheelhouse::LockedPackage]| -> Option<Vec<Entry>> {
         let mut out = Vec::new();
         for p in pkgs {
@@ -149,6 +177,7 @@ pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> O
     let b = pick(&locked.build)?;
     let rt = pick(&locked.runtime)?;
     let mut prepared = installs(&locked, (b, rt));
+    prepared.lock_entry = lock_entry;
     let found = ext::discover_in_tree(src).ok()?;
     let mut staged = Vec::new();
     let mut records = Vec::new();
@@ -236,11 +265,21 @@ pub fn offline_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Ve
                 }
             }
         }
-        Ok(None) => problems.push(format!(
-            "--offline: lock stage: no lockfile in {}; run `oracle-build lock {}` while online, or import a bundle",
-            lock_dir.display(),
-            r.name
-        )),
+        Ok(None) => match lock::load(&lock::auto_entry(store, r).path, r) {
+            Ok(Some(locked)) => {
+                for (what, pkgs) in [("build venv", &locked.build), ("oracle venv", &locked.runtime)] {
+                    let missing = wheelhouse::missing(store, pkgs);
+                    if !missing.is_empty() {
+                        problems.push(format!("--offline: wheelhouse ({what} stage) lacks {}", missing.join(", ")));
+                    }
+                }
+            }
+            _ => problems.push(format!(
+                "--offline: lock stage: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle",
+                lock_dir.display(),
+                r.name
+            )),
+        },
         Err(e) => problems.push(format!("--offline: lock stage: {e:#}")),
     }
     if let Some(found) = discover(store, lr) {

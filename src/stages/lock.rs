@@ -146,6 +146,16 @@ pub fn lock_dir(lr: &LoadedRecipe, explicit: Option<&Path>) -> PathBuf {
     root.join(&lr.recipe.name)
 }
 
+/// The store entry keeping the lock resolved for a build of `r` made without
+/// a lockfile: `store/lockfiles/<key>`, keyed by [`LockInputs`] (the commit
+/// fixes the requirement files; the cut-off fixes the index state).
+pub fn auto_entry(store: &Store, r: &Recipe) -> crate::store::Entry {
+    let key = crate::key::content_key(&serde_json::json!({
+        "schema": crate::key::KEY_SCHEMA, "stage": "autolock", "inputs": LockInputs::of(r),
+    }));
+    store.entry(crate::store::Bucket::Locks, &key)
+}
+
 /// Loads the lock in `dir` for `r`: `Ok(None)` when there is none.
 ///
 /// Errors (exit 2): the lock was made for other inputs (names them), or a

@@ -50,14 +50,18 @@ pub enum Bucket {
     Wheels,
     /// `store/venvs/<key>`: an oracle venv with `oracle.json`.
     Venvs,
+    /// `store/lockfiles/<key>`: a lock resolved for a build whose recipe has
+    /// no lockfile, kept so rebuilds need neither the network nor a new resolution.
+    Locks,
 }
 
 impl Bucket {
     /// Every bucket, in pipeline order.
-    pub const ALL: [Bucket; 6] = [
+    pub const ALL: [Bucket; 7] = [
         Bucket::Git,
         Bucket::Src,
         Bucket::Ext,
+        Bucket::Locks,
         Bucket::Wheelhouse,
         Bucket::Wheels,
         Bucket::Venvs,
@@ -77,6 +81,7 @@ impl Bucket {
             Bucket::Wheelhouse => "wheelhouse",
             Bucket::Wheels => "wheels",
             Bucket::Venvs => "venvs",
+            Bucket::Locks => "lockfiles",
         }
     }
 }
