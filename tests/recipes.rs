@@ -270,3 +270,46 @@ fn build_env_errors_name_the_key() {
         &["recipes/x.yaml: line 11: field `build.env.A=B`: \"A=B\""],
     );
 }
+
+#[test]
+fn a_pin_that_is_a_stem_and_another_recipes_name_says_which_it_used() {
+    let other = "1111111222222233333334444444555555566666";
+    let tmp = dir_with(&[
+        ("alpha.yaml", good("fx-alpha", COMMIT)),
+        ("beta.yaml", good("alpha", other)),
+    ]);
+    let out = run(
+        tmp.path(),
+        &[
+            "plan",
+            "alpha",
+            "--store",
+            tmp.path().join("store").to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(json(&out)["recipe"], "fx-alpha", "the file stem wins");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("recipes/alpha.yaml") && err.contains("recipes/beta.yaml"),
+        "both origins named: {err}"
+    );
+    // No note when the name is not shared.
+    let out = run(
+        tmp.path(),
+        &[
+            "plan",
+            "beta",
+            "--store",
+            tmp.path().join("store").to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("note:"),
+        "{}",
+        text(&out)
+    );
+}
