@@ -81,11 +81,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             pin,
             case,
             record_golden,
+            force,
         }) => {
             let opts = ops::smoke::SmokeArgs {
                 pin,
                 case,
                 record_golden,
+                force,
                 json: cli.json,
             };
             return ops::smoke::run(&opts, store);
