@@ -132,6 +132,9 @@ pub enum Command {
         /// Write each case's output as its golden (JSON), then gate against it.
         #[arg(long)]
         record_golden: bool,
+        /// With --record-golden: replace goldens the new output disagrees with.
+        #[arg(long, requires = "record_golden")]
+        force: bool,
     },
     /// Build TO beside FROM, gate both alike, and write a review report.
     Advance {

@@ -74,8 +74,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Watchdog { pgid }) => process::watchdog(pgid),
         Some(Command::Status) => return ops::status::run(store, cli.json),
         Some(Command::Gc { dry_run }) => return ops::gc::run(store, dry_run, cli.json),
-        Some(Command::Keep { pin }) => return ops::gc::keep(&pin, store, true),
-        Some(Command::Unkeep { pin }) => return ops::gc::keep(&pin, store, false),
+        Some(Command::Keep { pin }) => return ops::gc::keep(&pin, store, true, cli.json),
+        Some(Command::Unkeep { pin }) => return ops::gc::keep(&pin, store, false, cli.json),
         Some(Command::Fetch { pin, offline }) => {
             return ops::fetch::run(&pin, store, offline, cli.json);
         }
@@ -83,11 +83,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             pin,
             case,
             record_golden,
+            force,
         }) => {
             let opts = ops::smoke::SmokeArgs {
                 pin,
                 case,
                 record_golden,
+                force,
                 json: cli.json,
             };
             return ops::smoke::run(&opts, store);

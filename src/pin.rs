@@ -106,6 +106,9 @@ pub fn all_recipes() -> (Vec<LoadedRecipe>, Vec<String>) {
 
 /// Resolves `pin` to one recipe.
 ///
+/// A recipe file's stem is matched before any recipe's `name:`; when `pin` is
+/// both, the file is used and a note on stderr names both origins.
+///
 /// Errors (exit 2): a path that does not exist or does not parse; a name with
 /// `/` or `..` that is not a file; no recipe of that name; a commit prefix that
 /// matches none (or several: the candidates are listed).
@@ -124,11 +127,24 @@ pub fn resolve(pin: &str) -> Result<LoadedRecipe> {
         )));
     }
     let all = candidates();
-    // 1. By name: a file stem or a `name:` field.
-    for c in &all {
-        if c.stem == pin {
-            return load(c);
+    // 1. By name: a file stem or a `name:` field; a stem wins.
+    if let Some(c) = all.iter().find(|c| c.stem == pin) {
+        let lr = load(c)?;
+        let others: Vec<&str> = all
+            .iter()
+            .filter(|o| o.origin != c.origin)
+            .filter(|o| load(o).is_ok_and(|r| r.recipe.name == pin))
+            .map(|o| o.origin.as_str())
+            .collect();
+        if !others.is_empty() {
+            eprintln!(
+                "note: {pin:?} is the file name of {} (recipe {}), used; it is also the `name:` of {}. File names win; give the path to use another.",
+                c.origin,
+                lr.recipe.name,
+                others.join(", ")
+            );
         }
+        return Ok(lr);
     }
     let parsed: Vec<(&Candidate, Option<LoadedRecipe>)> =
         all.iter().map(|c| (c, load(c).ok())).collect();

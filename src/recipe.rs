@@ -11,6 +11,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::exit::bad_input;
 
+mod errors;
+mod lines;
+mod strict;
+
+pub use lines::locate;
+
 /// One pin: a commit of a repository plus the dependency stack and the gate.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -107,7 +113,7 @@ pub struct Build {
     #[serde(default = "default_auto")]
     pub max_jobs: String,
     /// Exported as `NVCC_THREADS`.
-    #[serde(default = "default_one")]
+    #[serde(default = "default_one", deserialize_with = "strict::u32")]
     pub nvcc_threads: u32,
     /// Extra build environment, recorded in `build.json` and part of the wheel key.
     #[serde(default)]
@@ -123,13 +129,25 @@ pub struct Build {
 #[serde(deny_unknown_fields)]
 pub struct Disk {
     /// The mirror and checkout (vLLM with history: ~0.9 GiB).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "strict::opt_f64"
+    )]
     pub source_gib: Option<f64>,
     /// Building the wheel (vLLM CUDA: >= 18 GiB).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "strict::opt_f64"
+    )]
     pub wheel_gib: Option<f64>,
     /// One oracle venv (vLLM CUDA: 15-20 GiB).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "strict::opt_f64"
+    )]
     pub venv_gib: Option<f64>,
 }
 
@@ -183,7 +201,7 @@ pub struct Smoke {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Greedy batch-1 generations per case; all must agree.
-    #[serde(default = "default_runs")]
+    #[serde(default = "default_runs", deserialize_with = "strict::u32")]
     pub runs: u32,
     /// Execute one compiled custom op on the device before the cases:
     /// `true` (`<package>._custom_ops.rms_norm` against a reference), `false`,
@@ -191,15 +209,15 @@ pub struct Smoke {
     #[serde(default)]
     pub probe: Probe,
     /// Wall-clock limit per case process, in seconds.
-    #[serde(default = "default_timeout")]
+    #[serde(default = "default_timeout", deserialize_with = "strict::u64")]
     pub timeout_s: u64,
     /// A golden mismatch whose two tokens are within this many nats (natural-log
     /// probability) of each other at the first divergent step is flagged a near-tie.
-    #[serde(default = "default_near_tie_nats")]
+    #[serde(default = "default_near_tie_nats", deserialize_with = "strict::f64")]
     pub near_tie_nats: f64,
     /// Top-k log-probabilities requested per generated token
     /// (`SamplingParams(logprobs=k)`); 0 requests none (no gaps can be reported).
-    #[serde(default = "default_logprobs")]
+    #[serde(default = "default_logprobs", deserialize_with = "strict::u32")]
     pub logprobs: u32,
     /// The gate models.
     #[serde(default)]
@@ -319,10 +337,14 @@ pub struct Case {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
     /// The prompt as token ids (`{"prompt_token_ids": [...]}`), bypassing the tokenizer.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "strict::opt_vec_u32"
+    )]
     pub prompt_token_ids: Option<Vec<u32>>,
     /// `SamplingParams.max_tokens`.
-    #[serde(default = "default_max_tokens")]
+    #[serde(default = "default_max_tokens", deserialize_with = "strict::u32")]
     pub max_tokens: u32,
     /// Keyword arguments of `LLM(...)`, e.g. `enforce_eager: true`.
     #[serde(default)]
@@ -378,8 +400,8 @@ pub fn load_file(path: &Path) -> Result<LoadedRecipe> {
 ///
 /// Errors (exit 2): malformed YAML, unknown keys, wrong types, invalid values.
 pub fn parse(text: &str, origin: &str) -> Result<Recipe> {
-    let recipe: Recipe = serde_saphyr::from_str(text)
-        .map_err(|e| bad_input(format!("{origin}: invalid recipe: {e}")))?;
+    let recipe: Recipe =
+        serde_saphyr::from_str(text).map_err(|e| bad_input(errors::describe(&e, text, origin)))?;
     validate(&recipe, text, origin)?;
     Ok(recipe)
 }
@@ -445,10 +467,19 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
         ));
     }
     for (name, version) in &r.pins {
-        if version.trim().is_empty() || version.contains(char::is_whitespace) {
+        let field = format!("pins.{name}");
+        if !is_distribution_name(name) {
             return Err(fail(
-                &format!("pins.{name}"),
-                format!("{version:?} is not a version"),
+                &field,
+                format!("{name:?} is not a distribution name (letters, digits, `.`, `_`, `-`)"),
+            ));
+        }
+        if !is_exact_version(version) {
+            return Err(fail(
+                &field,
+                format!(
+                    "{version:?} is not an exact version; a pin is one PEP 440 version such as 2.13.0, 0.6.15.post1 or 2.13.0+cu130 (no operators, commas, spaces or markers)"
+                ),
             ));
         }
     }
@@ -505,10 +536,10 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
             ));
         }
     }
-    for key in b.env.keys().chain(r.smoke.env.keys()) {
-        if key.is_empty() || key.contains('=') {
+    for (section, env) in [("build.env", &b.env), ("smoke.env", &r.smoke.env)] {
+        if let Some(key) = env.keys().find(|k| !is_env_name(k)) {
             return Err(fail(
-                "env",
+                &format!("{section}.{key}"),
                 format!("{key:?} is not an environment variable name"),
             ));
         }
@@ -557,29 +588,33 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
         }
     }
     let mut seen = std::collections::BTreeSet::new();
-    for case in &r.smoke.cases {
+    for (i, case) in r.smoke.cases.iter().enumerate() {
+        let field = |f: &str| format!("smoke.cases[{i}].{f}");
         if !is_valid_name(&case.name) {
             return Err(fail(
-                "smoke.cases.name",
+                &field("name"),
                 format!("{:?} is not a valid case name", case.name),
             ));
         }
         if !seen.insert(case.name.as_str()) {
             return Err(fail(
-                "smoke.cases.name",
+                &field("name"),
                 format!("{:?} appears twice", case.name),
             ));
         }
         if case.model.trim().is_empty() {
             return Err(fail(
-                "smoke.cases.model",
+                &field("model"),
                 format!("case {:?} has an empty model", case.name),
             ));
+        }
+        if let Err(e) = env_references(&case.model) {
+            return Err(fail(&field("model"), format!("case {:?}: {e}", case.name)));
         }
         match (&case.prompt, &case.prompt_token_ids) {
             (Some(_), Some(_)) | (None, None) => {
                 return Err(fail(
-                    "smoke.cases.prompt",
+                    &field("prompt"),
                     format!(
                         "case {:?}: give exactly one of `prompt` (text) and `prompt_token_ids`",
                         case.name
@@ -588,13 +623,13 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
             }
             (Some(p), None) if p.is_empty() => {
                 return Err(fail(
-                    "smoke.cases.prompt",
+                    &field("prompt"),
                     format!("case {:?}: the prompt is empty", case.name),
                 ));
             }
             (None, Some(ids)) if ids.is_empty() => {
                 return Err(fail(
-                    "smoke.cases.prompt_token_ids",
+                    &field("prompt_token_ids"),
                     format!("case {:?}: the prompt has no token ids", case.name),
                 ));
             }
@@ -602,24 +637,22 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
         }
         if case.golden.as_deref().is_some_and(|g| g.trim().is_empty()) {
             return Err(fail(
-                "smoke.cases.golden",
+                &field("golden"),
                 format!("case {:?}: the golden path is empty", case.name),
             ));
         }
-        for key in case.env.keys() {
-            if key.is_empty() || key.contains('=') {
-                return Err(fail(
-                    "smoke.cases.env",
-                    format!(
-                        "case {:?}: {key:?} is not an environment variable name",
-                        case.name
-                    ),
-                ));
-            }
+        if let Some(key) = case.env.keys().find(|k| !is_env_name(k)) {
+            return Err(fail(
+                &field(&format!("env.{key}")),
+                format!(
+                    "case {:?}: {key:?} is not an environment variable name",
+                    case.name
+                ),
+            ));
         }
         if case.max_tokens == 0 {
             return Err(fail(
-                "smoke.cases.max_tokens",
+                &field("max_tokens"),
                 format!("case {:?}: must be at least 1", case.name),
             ));
         }
@@ -627,57 +660,80 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
     Ok(())
 }
 
-/// The 1-based line where the dotted `field` (e.g. `source.commit`) is written
-/// in `text`, found by following the keys down the indentation. `None` when absent.
-pub fn locate(text: &str, field: &str) -> Option<usize> {
-    let mut parts = field.split('.').peekable();
-    let mut want = parts.next()?;
-    let mut min_indent = 0usize;
-    let mut found = None;
-    for (i, line) in text.lines().enumerate() {
-        let trimmed = line.trim_start_matches([' ', '-']);
-        let indent = line.len() - trimmed.len();
-        if trimmed.starts_with('#') || trimmed.is_empty() {
-            continue;
+/// Whether `s` can name an environment variable: not empty, no `=`, no NUL.
+pub fn is_env_name(s: &str) -> bool {
+    !s.is_empty() && !s.contains(['=', '\0'])
+}
+
+/// Whether `s` is a valid distribution (project) name (PEP 508).
+pub fn is_distribution_name(s: &str) -> bool {
+    let ok = |c: char| c.is_ascii_alphanumeric();
+    s.starts_with(ok) && s.ends_with(ok) && s.chars().all(|c| ok(c) || "._-".contains(c))
+}
+
+/// Whether `s` is one exact PEP 440 version (`2.13.0`, `0.6.15.post1`,
+/// `1!2.0rc1.dev3`, `2.13.0+cu130`): no operators, wildcards, commas,
+/// spaces or markers.
+pub fn is_exact_version(s: &str) -> bool {
+    static PEP440: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        // packaging's VERSION_PATTERN, anchored, without surrounding spaces.
+        regex::Regex::new(
+            r"(?ix)^v?
+            (?:[0-9]+!)?
+            [0-9]+(?:\.[0-9]+)*
+            (?:[-_.]?(?:alpha|a|beta|b|preview|pre|c|rc)[-_.]?[0-9]*)?
+            (?:-[0-9]+|[-_.]?(?:post|rev|r)[-_.]?[0-9]*)?
+            (?:[-_.]?dev[-_.]?[0-9]*)?
+            (?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?$",
+        )
+        .expect("the PEP 440 pattern compiles")
+    });
+    PEP440.is_match(s)
+}
+
+/// The `${VAR}` references in `s`, in order.
+///
+/// Errors: a `${` without its `}`, or a name that is not an identifier
+/// (`[A-Za-z_][A-Za-z0-9_]*`); the message shows the reference.
+pub fn env_references(s: &str) -> Result<Vec<&str>, String> {
+    let mut out = Vec::new();
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        let after = &rest[start + 2..];
+        let end = after.find('}').ok_or_else(|| {
+            format!("{s:?} has a `${{` without its closing `}}` (write `${{NAME}}`)")
+        })?;
+        let var = &after[..end];
+        let ident = var.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ident {
+            return Err(format!(
+                "{s:?} refers to `${{{var}}}`, which is not a variable name (letters, digits and `_`, not starting with a digit)"
+            ));
         }
-        if found.is_some() && indent < min_indent {
-            break;
-        }
-        if indent >= min_indent
-            && trimmed
-                .strip_prefix(want)
-                .is_some_and(|r| r.starts_with(':'))
-        {
-            found = Some(i + 1);
-            match parts.next() {
-                Some(next) => {
-                    want = next;
-                    min_indent = indent + 1;
-                }
-                None => return found,
-            }
-        }
+        out.push(var);
+        rest = &after[end + 1..];
     }
-    found
+    Ok(out)
 }
 
 /// Expands `${VAR}` references in `s` (used only for model paths).
 ///
-/// Errors: a referenced variable is unset; the message names it.
+/// Errors: a malformed reference (see [`env_references`]), or a referenced
+/// variable is unset; the message names it.
 pub fn expand_env(s: &str) -> Result<String, String> {
+    env_references(s)?;
     let mut out = String::new();
     let mut rest = s;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let end = after
-            .find('}')
-            .ok_or_else(|| format!("unterminated ${{ in {s:?}"))?;
-        let var = &after[..end];
+    // Every `${` has its `}` (checked above).
+    while let Some((before, after)) = rest.split_once("${")
+        && let Some((var, tail)) = after.split_once('}')
+    {
+        out.push_str(before);
         let value = std::env::var(var)
             .map_err(|_| format!("{s:?} refers to ${{{var}}}, which is not set"))?;
         out.push_str(&value);
-        rest = &after[end + 1..];
+        rest = tail;
     }
     out.push_str(rest);
     Ok(out)
@@ -777,5 +833,205 @@ mod tests {
         assert_eq!(expand_env("/m/x").unwrap(), "/m/x");
         let e = expand_env("${ORACLE_BUILD_SURELY_UNSET_VAR}/m").unwrap_err();
         assert!(e.contains("ORACLE_BUILD_SURELY_UNSET_VAR"));
+    }
+
+    /// Name, source and python only: 5 lines.
+    const BASE: &str = "name: t\nsource:\n  repo: file:///x\n  commit: 5559679229bc961848b121ccdeaa8fa5d79bec98\npython: \"3.11\"\n";
+
+    /// The error text of `parse` on `BASE` plus `extra` (which starts at line 6).
+    fn error_of(extra: &str) -> String {
+        parse(&format!("{BASE}{extra}"), "r.yaml")
+            .unwrap_err()
+            .to_string()
+    }
+
+    /// Rust type names and serde-saphyr's advice must never reach the user.
+    fn assert_plain(e: &str) {
+        for internal in [
+            "u32",
+            "u64",
+            "Option<",
+            "DuplicateKeyPolicy",
+            "Options",
+            "sequence start",
+            "mapping start",
+            "deserialize",
+            "struct ",
+        ] {
+            assert!(!e.contains(internal), "{internal:?} in {e}");
+        }
+    }
+
+    #[test]
+    fn parse_errors_name_file_line_and_field_in_plain_words() {
+        let cases = [
+            (
+                "smoke:\n  runs: -1\n",
+                "r.yaml: line 7: field `smoke.runs`: -1 is negative",
+            ),
+            (
+                "indexes: \"x\"\n",
+                "r.yaml: line 6: field `indexes`: expected a list",
+            ),
+            (
+                "python: \"3.12\"\n",
+                "r.yaml: line 6: field `python`: `python` is given twice in the same mapping (first at line 5)",
+            ),
+            (
+                "colour: blue\n",
+                "r.yaml: line 6: field `colour`: unknown key `colour` (allowed keys here: name, source, python,",
+            ),
+            (
+                "smoke:\n  cases:\n    - {name: a, model: /m, prompt: x}\n    - name: b\n      model: /m\n      max_tokens: [1]\n",
+                "r.yaml: line 11: field `smoke.cases[1].max_tokens`: expected a number, found a list",
+            ),
+            (
+                "build:\n  env: {A: [1]}\n",
+                "r.yaml: line 7: field `build.env.A`: expected a text value, found a list",
+            ),
+            (
+                "pins2: {torch: 2.1, torch: 2.2}\n",
+                "r.yaml: line 6: field `pins2`: unknown key",
+            ),
+            (
+                "expect: {torch_version: 2.1, torch_version: 2.2}\n",
+                "r.yaml: line 6: field `expect.torch_version`: `torch_version` is given twice",
+            ),
+            (
+                "smoke:\n  probe: {module: a}\n",
+                "r.yaml: line 7: field `smoke.probe.function`: is required but missing",
+            ),
+            (
+                "build:\n  mode: fast\n",
+                "r.yaml: line 7: field `build.mode`: `fast` is not one of: source, precompiled",
+            ),
+        ];
+        for (extra, want) in cases {
+            let e = error_of(extra);
+            assert!(e.starts_with(want), "{extra:?}:\n{e}\nwant {want}");
+            assert_plain(&e);
+        }
+        let e = parse(
+            &GOOD.replace("  max_jobs: 6\n", "  max_jobs: 6\n  nvcc_threads:\n"),
+            "r.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("r.yaml: line 9: field `build.nvcc_threads`: has no value"),
+            "{e}"
+        );
+        let e = parse(
+            &GOOD.replace("  commit:", "  package:\n  commit:"),
+            "r.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("r.yaml: line 4: field `source.package`: has no value"),
+            "{e}"
+        );
+        assert_plain(&e);
+        let e = parse("", "r.yaml").unwrap_err().to_string();
+        assert!(e.contains("the recipe is empty"), "{e}");
+    }
+
+    #[test]
+    fn quoted_numbers_are_refused() {
+        for (extra, field) in [
+            ("smoke:\n  runs: \"3\"\n", "smoke.runs"),
+            ("smoke:\n  timeout_s: '60'\n", "smoke.timeout_s"),
+            ("smoke:\n  near_tie_nats: \"1.0\"\n", "smoke.near_tie_nats"),
+            ("build:\n  nvcc_threads: \"2\"\n", "build.nvcc_threads"),
+            (
+                "build:\n  disk: {wheel_gib: \"3\"}\n",
+                "build.disk.wheel_gib",
+            ),
+        ] {
+            let e = error_of(extra);
+            assert!(
+                e.contains(&format!("field `{field}`: ")) && e.contains("quoted string"),
+                "{e}"
+            );
+        }
+        let ids = format!("smoke:\n{CASE}      prompt_token_ids: [1, \"2\"]\n");
+        let e = error_of(&ids);
+        assert!(
+            e.contains("field `smoke.cases[0].prompt_token_ids[1]`: \"2\" is a quoted string"),
+            "{e}"
+        );
+        // Unquoted, they are numbers as before.
+        let r = with_smoke("  runs: 3\n  near_tie_nats: 0.5\n").unwrap();
+        assert_eq!((r.smoke.runs, r.smoke.near_tie_nats), (3, 0.5));
+    }
+
+    #[test]
+    fn pins_are_exact_versions() {
+        for ok in [
+            "2.13.0",
+            "0.6.15.post1",
+            "2.13.0+cu130",
+            "1!2.0rc1.dev3",
+            "5.10",
+            "2.0a1",
+        ] {
+            assert!(is_exact_version(ok), "{ok}");
+        }
+        for bad in [
+            ">=20",
+            "==20",
+            "20, 21",
+            "2.*",
+            "2.0 ; python_version<'3'",
+            "",
+            " 2.0",
+            "~=2.0",
+            "2.0,<3",
+        ] {
+            assert!(!is_exact_version(bad), "{bad}");
+        }
+        let e = error_of("pins: {packaging: \">=20\"}\n");
+        assert!(
+            e.starts_with(
+                "r.yaml: line 6: field `pins.packaging`: \">=20\" is not an exact version"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn env_errors_name_the_key() {
+        let e = error_of("build:\n  env: {\"A=B\": x}\n");
+        assert!(e.contains("field `build.env.A=B`"), "{e}");
+        let e = error_of("smoke:\n  env:\n    OK: x\n    \"=\": y\n");
+        assert!(e.contains("line 9: field `smoke.env.=`"), "{e}");
+        let two = format!(
+            "smoke:\n{CASE}      prompt: x\n    - name: d\n      model: /m\n      prompt: x\n      env: {{\"X=1\": y}}\n"
+        );
+        let e = error_of(&two);
+        assert!(e.contains("line 14: field `smoke.cases[1].env.X=1`"), "{e}");
+    }
+
+    #[test]
+    fn model_references_must_be_well_formed() {
+        for (model, why) in [
+            ("${FX_MODELS", "without its closing"),
+            ("${}/m", "not a variable name"),
+            ("${1X}/m", "not a variable name"),
+            ("/m/${A-B}", "not a variable name"),
+        ] {
+            let e = with_smoke(&format!(
+                "  cases:\n    - name: c\n      model: {model}\n      prompt: hi\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("line 12: field `smoke.cases[0].model`") && e.contains(why),
+                "{model}: {e}"
+            );
+            assert!(expand_env(model).is_err());
+        }
+        with_smoke("  cases:\n    - name: c\n      model: ${_A1}/x/${B}\n      prompt: hi\n")
+            .unwrap();
     }
 }

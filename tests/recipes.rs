@@ -180,3 +180,136 @@ fn the_builtin_parity_pin_is_the_recorded_stack() {
         );
     }
 }
+
+/// Runs `plan <file>` on a recipe of `good("x")` plus `extra` and returns
+/// the message, after asserting exit 2 and that nothing was written.
+fn plan_refuses(extra: &str) -> String {
+    let tmp = dir_with(&[("x.yaml", good("x", COMMIT) + extra)]);
+    let store = tmp.path().join("store");
+    let out = run(
+        tmp.path(),
+        &["plan", "recipes/x.yaml", "--store", store.to_str().unwrap()],
+    );
+    let t = text(&out);
+    assert_eq!(code(&out), 2, "{extra:?}: {t}");
+    assert!(!store.exists(), "{extra:?}: the store was created");
+    String::from_utf8_lossy(&out.stderr).trim().to_string()
+}
+
+#[test]
+fn parse_errors_name_line_and_field_in_plain_words() {
+    // good() has 8 lines: what is appended starts at line 9.
+    for (extra, want) in [
+        (
+            "smoke:\n  runs: -1\n",
+            "error: recipes/x.yaml: line 10: field `smoke.runs`: -1 is negative; expected a whole number (0 or more)",
+        ),
+        (
+            "indexes: \"x\"\n",
+            "error: recipes/x.yaml: line 9: field `indexes`: expected a list (`[a, b]`, or one `- item` per line), found `\"x\"`",
+        ),
+        (
+            "python: \"3.12\"\n",
+            "error: recipes/x.yaml: line 9: field `python`: `python` is given twice in the same mapping (first at line 6); keep one",
+        ),
+        (
+            "colour: blue\n",
+            "error: recipes/x.yaml: line 9: field `colour`: unknown key `colour` (allowed keys here: name, source, python, indexes, pins, build, expect, smoke, lock)",
+        ),
+        (
+            "smoke:\n  runs: \"3\"\n",
+            "error: recipes/x.yaml: line 10: field `smoke.runs`: \"3\" is a quoted string, not a number; write the number without quotes: 3",
+        ),
+        (
+            "pins: {packaging: \">=20\"}\n",
+            "error: recipes/x.yaml: line 9: field `pins.packaging`: \">=20\" is not an exact version",
+        ),
+        (
+            "build2: {}\n",
+            "error: recipes/x.yaml: line 9: field `build2`: unknown key",
+        ),
+        (
+            "smoke:\n  cases:\n    - name: c\n      model: ${FX_MODELS\n      prompt: x\n",
+            "error: recipes/x.yaml: line 12: field `smoke.cases[0].model`: case \"c\": \"${FX_MODELS\" has a `${` without its closing `}`",
+        ),
+        (
+            "smoke:\n  env: {A: \"1\", \"B=C\": \"2\"}\n",
+            "error: recipes/x.yaml: line 10: field `smoke.env.B=C`: \"B=C\" is not an environment variable name",
+        ),
+    ] {
+        let e = plan_refuses(extra);
+        assert!(e.starts_with(want), "{extra:?}:\n{e}\nwant:\n{want}");
+        for internal in ["u32", "Option<", "DuplicateKeyPolicy", "sequence start"] {
+            assert!(!e.contains(internal), "{internal:?} in {e}");
+        }
+    }
+    // An empty `package:` (a field with a default).
+    let tmp = dir_with(&[(
+        "x.yaml",
+        good("x", COMMIT).replace("  package: fixturellm\n", "  package:\n"),
+    )]);
+    let out = run(tmp.path(), &["plan", "recipes/x.yaml"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.starts_with("error: recipes/x.yaml: line 5: field `source.package`: has no value"),
+        "{e}"
+    );
+    assert!(!e.contains("Option<"), "{e}");
+}
+
+#[test]
+fn build_env_errors_name_the_key() {
+    let tmp = dir_with(&[(
+        "x.yaml",
+        good("x", COMMIT) + "  env:\n    CC: gcc\n    \"A=B\": x\n",
+    )]);
+    refused(
+        tmp.path(),
+        "recipes/x.yaml",
+        &["recipes/x.yaml: line 11: field `build.env.A=B`: \"A=B\""],
+    );
+}
+
+#[test]
+fn a_pin_that_is_a_stem_and_another_recipes_name_says_which_it_used() {
+    let other = "1111111222222233333334444444555555566666";
+    let tmp = dir_with(&[
+        ("alpha.yaml", good("fx-alpha", COMMIT)),
+        ("beta.yaml", good("alpha", other)),
+    ]);
+    let out = run(
+        tmp.path(),
+        &[
+            "plan",
+            "alpha",
+            "--store",
+            tmp.path().join("store").to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(json(&out)["recipe"], "fx-alpha", "the file stem wins");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("recipes/alpha.yaml") && err.contains("recipes/beta.yaml"),
+        "both origins named: {err}"
+    );
+    // No note when the name is not shared.
+    let out = run(
+        tmp.path(),
+        &[
+            "plan",
+            "beta",
+            "--store",
+            tmp.path().join("store").to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("note:"),
+        "{}",
+        text(&out)
+    );
+}

@@ -605,3 +605,60 @@ fn smoke_needs_a_built_oracle_and_a_known_case() {
         text(&out)
     );
 }
+
+#[test]
+fn record_golden_refuses_to_replace_a_disagreeing_golden_without_force() {
+    let fx = Fx::build(&smoke("", &[case("small", "model", "")]));
+    let (c, rec, _) = fx.smoke(&["--record-golden"]);
+    assert_eq!(c, 0, "{rec:#}");
+    let path = fx.store().join("goldens/fx/small.json");
+    let before = std::fs::read(&path).unwrap();
+
+    // Recording again from output that matches replaces it quietly.
+    let (c, again, _) = fx.smoke(&["--record-golden"]);
+    assert_eq!(c, 0, "{again:#}");
+    assert_eq!(again["smoke"]["cases"][0]["golden"], "recorded");
+    let golden_now = std::fs::read(&path).unwrap();
+    let record_before = fx.record();
+
+    // model-b flips step 7: its output disagrees with the golden.
+    fx.set_smoke(&smoke("", &[case("small", "model-b", "")]));
+    let out = fx.run(&["smoke", "fx.yaml", "--record-golden"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        path.to_str().unwrap(),
+        "case small",
+        "output position 7",
+        "--record-golden --force",
+    ] {
+        assert!(err.contains(needle), "{needle:?} missing in:\n{err}");
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        golden_now,
+        "the golden is untouched"
+    );
+    assert_eq!(
+        fx.record()["smoke"],
+        record_before["smoke"],
+        "oracle.json is untouched"
+    );
+
+    // --force replaces it, and says so.
+    let (c, forced, _) = fx.smoke(&["--record-golden", "--force"]);
+    assert_eq!(c, 0, "{forced:#}");
+    let case0 = &forced["smoke"]["cases"][0];
+    assert_eq!(case0["golden"], "recorded");
+    assert!(
+        case0["notes"].to_string().contains("replaced (--force)"),
+        "{case0}"
+    );
+    let g: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(ids(&g["output_token_ids"]), MODEL_B_IDS);
+    assert_ne!(std::fs::read(&path).unwrap(), before);
+
+    // --force means nothing without --record-golden.
+    let out = fx.run(&["smoke", "fx.yaml", "--force"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+}

@@ -1,8 +1,13 @@
 //! `oracle-build gc [--dry-run]`, `keep <PIN>` and `unkeep <PIN>`.
+//!
+//! A store that does not exist is an empty store, as for `status`: `gc` has
+//! nothing to delete and `unkeep` no root to remove (both exit 0 and say so);
+//! `keep` fails (exit 1, naming the store) because there is no oracle to root.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow};
+use serde::Serialize;
 
 use crate::gc;
 use crate::ops::print_json;
@@ -14,7 +19,16 @@ use crate::store::{Bucket, Entry, Store};
 pub fn run(store_arg: Option<&Path>, dry_run: bool, json: bool) -> Result<()> {
     let root = Store::default_root(store_arg)?;
     let Some(store) = Store::open_existing(&root) else {
-        return Err(anyhow!("no store at {}", root.display()));
+        if json {
+            return print_json(&gc::GcReport {
+                dry_run,
+                deleted: Vec::new(),
+                freed_bytes: 0,
+                kept: Vec::new(),
+            });
+        }
+        println!("no store at {}; nothing to delete", root.display());
+        return Ok(());
     };
     let report = gc::collect(&store, dry_run)?;
     if json {
@@ -63,32 +77,95 @@ pub fn newest_oracle(
     Ok(best)
 }
 
+/// What `keep` / `unkeep` did (`--json` prints it).
+#[derive(Debug, Serialize)]
+pub struct KeepOutput {
+    /// The recipe's name (also the root's name).
+    pub recipe: String,
+    /// The root symlink, `<store>/roots/<recipe>`.
+    pub root: PathBuf,
+    /// The oracle the root points (or pointed) at; null when there was none.
+    pub oracle: Option<PathBuf>,
+    /// `kept` (the root was set), `removed` (it was removed) or `absent`
+    /// (`unkeep`: there was no root).
+    pub action: &'static str,
+}
+
 /// `keep <PIN>`: roots the newest oracle of PIN as `roots/<name>`.
 /// `unkeep <PIN>`: removes that root (its entries become collectable).
-pub fn keep(pin_arg: &str, store_arg: Option<&Path>, keep: bool) -> Result<()> {
+///
+/// Errors: exit 2 for a bad PIN; exit 1 for `keep` when the store does not
+/// exist or holds no oracle of the recipe at its commit.
+pub fn keep(pin_arg: &str, store_arg: Option<&Path>, keep: bool, json: bool) -> Result<()> {
     let lr = pin::resolve(pin_arg)?;
     let r = &lr.recipe;
     let root = Store::default_root(store_arg)?;
-    let Some(store) = Store::open_existing(&root) else {
-        return Err(anyhow!("no store at {}", root.display()));
+    let link = std::path::absolute(&root)
+        .unwrap_or_else(|_| root.clone())
+        .join("roots")
+        .join(&r.name);
+    let out = match Store::open_existing(&root) {
+        None if keep => {
+            return Err(anyhow!(
+                "no store at {}: there is no oracle of {} to keep; build it first (`oracle-build {pin_arg}`)",
+                root.display(),
+                r.name
+            ));
+        }
+        None => KeepOutput {
+            recipe: r.name.clone(),
+            root: link,
+            oracle: None,
+            action: "absent",
+        },
+        Some(store) if keep => {
+            let (entry, _) =
+                newest_oracle(&store, &r.name, &r.source.commit)?.ok_or_else(|| {
+                    anyhow!(
+                        "no oracle of {} in {}; build it first (`oracle-build {pin_arg}`)",
+                        r.name,
+                        root.display()
+                    )
+                })?;
+            store.set_root(&r.name, &entry)?;
+            KeepOutput {
+                recipe: r.name.clone(),
+                root: store.roots_dir().join(&r.name),
+                oracle: Some(entry.path),
+                action: "kept",
+            }
+        }
+        Some(store) => {
+            let link = store.roots_dir().join(&r.name);
+            let target = link.canonicalize().ok();
+            let removed = store.remove_root(&r.name)?;
+            KeepOutput {
+                recipe: r.name.clone(),
+                root: link,
+                oracle: target.filter(|_| removed),
+                action: if removed { "removed" } else { "absent" },
+            }
+        }
     };
-    if keep {
-        let (entry, _) = newest_oracle(&store, &r.name, &r.source.commit)?.ok_or_else(|| {
-            anyhow!(
-                "no oracle of {} in {}; build it first (`oracle-build {pin_arg}`)",
-                r.name,
-                root.display()
-            )
-        })?;
-        store.set_root(&r.name, &entry)?;
-        println!("kept {} -> {}", r.name, entry.path.display());
-    } else if store.remove_root(&r.name)? {
-        println!(
+    if json {
+        return print_json(&out);
+    }
+    match out.action {
+        "kept" => println!(
+            "kept {} -> {}",
+            out.recipe,
+            out.oracle.as_deref().unwrap_or(Path::new("?")).display()
+        ),
+        "removed" => println!(
             "removed root {}; `oracle-build gc` can now delete what only it reached",
-            r.name
-        );
-    } else {
-        println!("{} had no root", r.name);
+            out.recipe
+        ),
+        _ if Store::open_existing(&root).is_none() => println!(
+            "{} had no root (there is no store at {})",
+            out.recipe,
+            root.display()
+        ),
+        _ => println!("{} had no root", out.recipe),
     }
     Ok(())
 }

@@ -8,7 +8,9 @@
 //!
 //! `--record-golden` writes each clean case's output as its JSON golden (see
 //! [`crate::stages::smoke::golden`] for where) and then gates against it, so
-//! `smoke --record-golden` followed by `smoke` passes on the same oracle.
+//! `smoke --record-golden` followed by `smoke` passes on the same oracle. It
+//! refuses (exit 2, writing nothing) to replace a golden the new output
+//! disagrees with, unless `--force` is given.
 //! `--case NAME` runs one case and leaves `oracle.json` as it was: the gate's
 //! record needs every case.
 
@@ -35,6 +37,8 @@ pub struct SmokeArgs {
     pub case: Option<String>,
     /// `--record-golden`.
     pub record_golden: bool,
+    /// `--force`: with `--record-golden`, replace goldens the output disagrees with.
+    pub force: bool,
     /// `--json`.
     pub json: bool,
 }
@@ -127,8 +131,9 @@ fn check_args(args: &SmokeArgs, lr: &LoadedRecipe, root: &Path) -> Result<()> {
 
 /// Runs `smoke`: gates the oracle of `args.pin` in the store at `store_arg`.
 ///
-/// Errors: exit 2 for an unknown PIN or case, or `--record-golden` onto a
-/// numpy golden; exit 1 when the store has no oracle of the recipe (build it
+/// Errors: exit 2 for an unknown PIN or case, `--record-golden` onto a
+/// numpy golden, or `--record-golden` without `--force` onto a golden the
+/// new output disagrees with (after the run; nothing is written); exit 1 when the store has no oracle of the recipe (build it
 /// first) or the oracle is damaged; exit 3 when the oracle under the root was
 /// built from another commit or package than the recipe pins; exit 4 when the
 /// run is not gateable (after printing the report).
@@ -187,7 +192,10 @@ pub fn run(args: &SmokeArgs, store_arg: Option<&Path>) -> Result<()> {
     let mut opts = smoke::Options::new(&store, &lr);
     opts.only = args.case.clone();
     if args.record_golden {
-        opts.record = Some(oracle_identity(&rec, &venv));
+        opts.record = Some(smoke::Record {
+            oracle: oracle_identity(&rec, &venv),
+            force: args.force,
+        });
     }
     let report = venv::gate_with(&store, &venv, &lr, &opts)?;
     let recorded = args.case.is_none();

@@ -213,9 +213,27 @@ pub struct Options {
     pub goldens_dir: PathBuf,
     /// Run only this case.
     pub only: Option<String>,
-    /// `--record-golden`: write each clean case's output as its golden,
-    /// stamped with this oracle identity.
-    pub record: Option<Value>,
+    /// `--record-golden`: write each clean case's output as its golden.
+    pub record: Option<Record>,
+}
+
+/// How `--record-golden` records.
+#[derive(Debug, Clone, Default)]
+pub struct Record {
+    /// The oracle identity stamped into each golden.
+    pub oracle: Value,
+    /// `--force`: replace goldens the new output disagrees with. Without it,
+    /// such a golden makes the run fail (exit 2) and no golden is written.
+    pub force: bool,
+}
+
+/// A golden to write once every case has run.
+struct Pending {
+    case: String,
+    path: PathBuf,
+    golden: golden::Golden,
+    /// Where the golden already there disagrees with this run, if it does.
+    replaces: Option<GoldenDiff>,
 }
 
 impl Options {
@@ -287,10 +305,12 @@ pub fn boot_change(before: Option<&str>, after: Option<&str>) -> Option<String> 
 
 /// Runs the probe (if enabled) and every case (or only `opts.only`) with the
 /// venv at `venv`, writing configs, results and logs under `out_dir`; with
-/// `opts.record`, writes each clean case's golden.
+/// `opts.record`, writes each clean case's golden once every case has run.
 ///
-/// Errors: only for failures of the tool itself (cannot write files, cannot
-/// start Python); everything the oracle does wrong becomes a reason in the report.
+/// Errors: failures of the tool itself (cannot write files, cannot start
+/// Python); and, when recording without `force`, exit 2 when the output of a
+/// case disagrees with the golden already there (then no golden is written).
+/// Everything the oracle does wrong becomes a reason in the report.
 pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, opts: &Options) -> Result<SmokeReport> {
     let recipe = &lr.recipe;
     let started = jiff::Timestamp::now().to_string();
@@ -342,13 +362,24 @@ pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, opts: &Options) -> Re
     let probe_ok = probe.is_null() || probe["ok"].as_bool().unwrap_or(false);
 
     let mut cases = Vec::new();
+    let mut pending = Vec::new();
     for case in recipe
         .smoke
         .cases
         .iter()
         .filter(|c| opts.only.as_deref().is_none_or(|o| o == c.name))
     {
-        let result = run_case(&python, &driver, lr, case, out_dir, timeout, opts, probe_ok)?;
+        let result = run_case(
+            &python,
+            &driver,
+            lr,
+            case,
+            out_dir,
+            timeout,
+            opts,
+            probe_ok,
+            &mut pending,
+        )?;
         for p in &result.problems {
             reasons.push(format!("case {}: {p}", result.name));
         }
@@ -359,6 +390,9 @@ pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, opts: &Options) -> Re
             Some(name) => format!("the recipe has no case named {name:?}"),
             None => "the recipe has no smoke cases: nothing shows the oracle runs a model".into(),
         });
+    }
+    if let Some(rec) = &opts.record {
+        write_goldens(pending, rec.force, &mut cases)?;
     }
     let boot_after = boot_id();
     if let Some(r) = boot_change(boot_before.as_deref(), boot_after.as_deref()) {
@@ -521,6 +555,7 @@ fn run_case(
     timeout: Duration,
     opts: &Options,
     probe_ok: bool,
+    pending: &mut Vec<Pending>,
 ) -> Result<CaseResult> {
     let recipe = &lr.recipe;
     let mut env = recipe.smoke.env.clone();
@@ -646,7 +681,7 @@ fn run_case(
     result.golden_path =
         (opts.record.is_some() || loc.explicit || loc.path.exists()).then(|| loc.path.clone());
     if opts.record.is_some() {
-        record_golden(&mut result, &loc, lr, case, opts, probe_ok)?;
+        pending.extend(record_golden(&mut result, &loc, lr, case, opts, probe_ok));
     } else if result.problems.is_empty() {
         compare_golden(&mut result, &loc, case, recipe.smoke.near_tie_nats);
     }
@@ -834,6 +869,8 @@ fn compare_golden(result: &mut CaseResult, loc: &golden::Location, case: &Case, 
     }
 }
 
+/// The golden `case` would record (see [`write_goldens`]), or `None` (with
+/// the reason in the result) when this run must not be recorded.
 fn record_golden(
     result: &mut CaseResult,
     loc: &golden::Location,
@@ -841,13 +878,13 @@ fn record_golden(
     case: &Case,
     opts: &Options,
     probe_ok: bool,
-) -> Result<()> {
+) -> Option<Pending> {
     if loc.kind == golden::Kind::Npy {
         result.problems.push(format!(
             "golden {} is a numpy golden; --record-golden writes JSON goldens only",
             loc.path.display()
         ));
-        return Ok(());
+        return None;
     }
     if !result.problems.is_empty() || !probe_ok {
         result.notes.push(format!(
@@ -859,23 +896,20 @@ fn record_golden(
                 "the probe failed"
             }
         ));
-        return Ok(());
+        return None;
     }
-    if let Ok(old) = golden::load(loc, case.prompt.as_deref(), &result.prompt_token_ids)
-        && let Some(d) = golden::diff(
-            &old.output_token_ids,
-            &old.logprobs,
-            &result.output_token_ids,
-            &result.logprobs,
-            lr.recipe.smoke.near_tie_nats,
-        )
-    {
-        result.notes.push(format!(
-            "replaced the previous golden, which {}",
-            describe_diff(&d)
-        ));
-    }
-    let g = golden::Golden {
+    let replaces = golden::load(loc, case.prompt.as_deref(), &result.prompt_token_ids)
+        .ok()
+        .and_then(|old| {
+            golden::diff(
+                &old.output_token_ids,
+                &old.logprobs,
+                &result.output_token_ids,
+                &result.logprobs,
+                lr.recipe.smoke.near_tie_nats,
+            )
+        });
+    let golden = golden::Golden {
         format: golden::FORMAT.into(),
         case: case.name.clone(),
         model: Some(result.model.clone()),
@@ -889,24 +923,70 @@ fn record_golden(
         logprobs: result.logprobs.clone(),
         engine_config: Some(result.engine_config.clone()),
         env: result.env.clone(),
-        oracle: opts.record.clone().unwrap_or(Value::Null),
+        oracle: opts
+            .record
+            .as_ref()
+            .map_or(Value::Null, |r| r.oracle.clone()),
         captured: Some(jiff::Timestamp::now().to_string()),
         host: json!({"boot_id": boot_id(), "gpus": toolchain::gpus()}),
     };
-    if let Some(dir) = loc.path.parent() {
-        fs::create_dir_all(dir)?;
+    Some(Pending {
+        case: case.name.clone(),
+        path: loc.path.clone(),
+        golden,
+        replaces,
+    })
+}
+
+/// Writes the recorded goldens, all or none: without `force`, a golden the
+/// new output disagrees with is not replaced and nothing is written (exit 2,
+/// naming each such golden, where it diverges, and the fix). A golden that
+/// matches, or none yet, is (re)written.
+fn write_goldens(pending: Vec<Pending>, force: bool, cases: &mut [CaseResult]) -> Result<()> {
+    let diverging: Vec<String> = pending
+        .iter()
+        .filter_map(|p| {
+            p.replaces.as_ref().map(|d| {
+                format!(
+                    "  case {}: golden {}: {}",
+                    p.case,
+                    p.path.display(),
+                    describe_diff(d)
+                )
+            })
+        })
+        .collect();
+    if !diverging.is_empty() && !force {
+        return Err(crate::exit::bad_input(format!(
+            "--record-golden refuses to replace {} the new output disagrees with:\n{}\nno golden was written and the recorded verdict is unchanged. If the new output is the right one, rerun with `--record-golden --force`; to see the mismatch as a gate failure, run `smoke` without --record-golden.",
+            if diverging.len() == 1 {
+                "a golden"
+            } else {
+                "goldens"
+            },
+            diverging.join("\n")
+        )));
     }
-    write_json(&loc.path, &g)
-        .with_context(|| format!("recording golden {}", loc.path.display()))?;
-    progress::stage(
-        "smoke",
-        format!(
-            "case {}: golden recorded in {}",
-            case.name,
-            loc.path.display()
-        ),
-    );
-    result.golden = "recorded".into();
+    for p in pending {
+        if let Some(dir) = p.path.parent() {
+            fs::create_dir_all(dir)?;
+        }
+        write_json(&p.path, &p.golden)
+            .with_context(|| format!("recording golden {}", p.path.display()))?;
+        progress::stage(
+            "smoke",
+            format!("case {}: golden recorded in {}", p.case, p.path.display()),
+        );
+        if let Some(result) = cases.iter_mut().find(|c| c.name == p.case) {
+            result.golden = "recorded".into();
+            if let Some(d) = &p.replaces {
+                result.notes.push(format!(
+                    "replaced (--force) the previous golden, which {}",
+                    describe_diff(d)
+                ));
+            }
+        }
+    }
     Ok(())
 }
 
