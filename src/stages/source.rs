@@ -5,8 +5,6 @@
 //! the last reachable tag (`0.23.1rc1.dev1511+g555967922`); a shallow clone
 //! yields `0.1.dev1+g...` (CONTEXT.md, failure 4).
 
-use std::path::PathBuf;
-
 use anyhow::{Context, Result, bail};
 use git2::{AutotagOption, FetchOptions, RemoteCallbacks, Repository};
 use sha2::{Digest, Sha256};
@@ -96,40 +94,50 @@ pub fn ensure_mirror(store: &Store, url: &str, commit: &str, offline: bool) -> R
             entry.path.display()
         );
     }
-    let staging;
-    let (repo, fresh_dir): (Repository, Option<PathBuf>) = if entry.exists() {
-        (
-            Repository::open_bare(&entry.path)
-                .with_context(|| format!("opening mirror {}", entry.path.display()))?,
-            None,
-        )
-    } else {
-        staging = store.stage("git")?;
-        let dir = staging.path().join("mirror.git");
-        let repo = Repository::init_bare(&dir)
-            .with_context(|| format!("creating mirror {}", dir.display()))?;
-        repo.remote_with_fetch("origin", url, MIRROR_REFSPECS[0])?;
-        repo.remote_add_fetch("origin", MIRROR_REFSPECS[1])?;
-        (repo, Some(dir))
-    };
-    progress::stage("source", format!("fetching {url} into {}", entry.label()));
-    fetch(&repo, url, MIRROR_REFSPECS)?;
-    let oid = git2::Oid::from_str(commit)?;
-    if repo.find_commit(oid).is_err() {
-        let spec = format!("+{commit}:refs/oracle-build/pins/{commit}");
-        let _ = fetch(&repo, url, &[spec.as_str()]);
-    }
-    if repo.find_commit(oid).is_err() {
-        return Err(bad_input(format!(
-            "repository {url} does not have commit {commit} (fetched all branches and tags, and asked for the commit by id)"
-        )));
-    }
-    drop(repo);
-    if let Some(dir) = fresh_dir {
-        std::fs::rename(&dir, &entry.path)
-            .with_context(|| format!("renaming {} to {}", dir.display(), entry.path.display()))?;
-    }
+    with_mirror(store, &entry, url, |repo| {
+        fetch(repo, url, MIRROR_REFSPECS)?;
+        let oid = git2::Oid::from_str(commit)?;
+        if repo.find_commit(oid).is_err() {
+            let spec = format!("+{commit}:refs/oracle-build/pins/{commit}");
+            let _ = fetch(repo, url, &[spec.as_str()]);
+        }
+        if repo.find_commit(oid).is_err() {
+            return Err(bad_input(format!(
+                "repository {url} does not have commit {commit} (fetched all branches and tags, and asked for the commit by id)"
+            )));
+        }
+        Ok(())
+    })?;
     Ok(entry)
+}
+
+/// Runs `work` (fetches) on the mirror `entry` of `url`: the existing one,
+/// updated in place (git writes objects and refs atomically), or a new one
+/// made in staging and renamed into place only when `work` succeeds.
+/// Callers hold the mirror's lock.
+fn with_mirror(
+    store: &Store,
+    entry: &Entry,
+    url: &str,
+    work: impl FnOnce(&Repository) -> Result<()>,
+) -> Result<()> {
+    if entry.exists() {
+        let repo = Repository::open_bare(&entry.path)
+            .with_context(|| format!("opening mirror {}", entry.path.display()))?;
+        progress::stage("source", format!("fetching {url} into {}", entry.label()));
+        return work(&repo);
+    }
+    let staging = store.stage("git")?;
+    let dir = staging.path().join("mirror.git");
+    let repo = Repository::init_bare(&dir)
+        .with_context(|| format!("creating mirror {}", dir.display()))?;
+    repo.remote_with_fetch("origin", url, MIRROR_REFSPECS[0])?;
+    repo.remote_add_fetch("origin", MIRROR_REFSPECS[1])?;
+    progress::stage("source", format!("fetching {url} into {}", entry.label()));
+    work(&repo)?;
+    drop(repo);
+    fs_err::rename(&dir, &entry.path)?;
+    Ok(())
 }
 
 fn fetch(repo: &Repository, url: &str, refspecs: &[&str]) -> Result<()> {
@@ -222,22 +230,7 @@ pub fn update_mirror(store: &Store, url: &str, offline: bool) -> Result<Entry> {
         }
         return Ok(entry);
     }
-    if entry.exists() {
-        let repo = Repository::open_bare(&entry.path)
-            .with_context(|| format!("opening mirror {}", entry.path.display()))?;
-        progress::stage("source", format!("updating {} from {url}", entry.label()));
-        fetch(&repo, url, MIRROR_REFSPECS)?;
-        return Ok(entry);
-    }
-    let staging = store.stage("git")?;
-    let dir = staging.path().join("mirror.git");
-    let repo = Repository::init_bare(&dir)
-        .with_context(|| format!("creating mirror {}", dir.display()))?;
-    progress::stage("source", format!("fetching {url} into {}", entry.label()));
-    fetch(&repo, url, MIRROR_REFSPECS)?;
-    drop(repo);
-    std::fs::rename(&dir, &entry.path)
-        .with_context(|| format!("renaming {} to {}", dir.display(), entry.path.display()))?;
+    with_mirror(store, &entry, url, |repo| fetch(repo, url, MIRROR_REFSPECS))?;
     Ok(entry)
 }
 
