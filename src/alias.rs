@@ -90,6 +90,48 @@ impl Registry {
         let key = normalize(path).ok()?;
         self.aliases.get(&key.display().to_string())
     }
+
+    /// The alias registered at `path` or at any symlink on the way from
+    /// `path` to what it finally points at (a link to an alias is checked as
+    /// that alias), if any.
+    pub fn find(&self, path: &Path) -> Option<&Alias> {
+        link_chain(path).iter().find_map(|hop| self.get(hop))
+    }
+}
+
+/// `path`, then each symlink target it leads to (relative targets resolved
+/// against the link's directory), up to 40 hops.
+fn link_chain(path: &Path) -> Vec<PathBuf> {
+    let mut hops = vec![path.to_path_buf()];
+    while hops.len() < 40 {
+        let Some(cur) = hops.last() else { break };
+        let Ok(t) = std::fs::read_link(cur) else {
+            break;
+        };
+        let next = match cur.parent() {
+            Some(dir) if t.is_relative() => dir.join(t),
+            _ => t,
+        };
+        hops.push(next);
+    }
+    hops
+}
+
+/// The store root that owns `path`: when `path`, symlinks resolved, lies
+/// inside `<X>/store/venvs/<key>`, X (whatever `--store` says). `verify` and
+/// `doctor` consult X's alias registry too, so an alias is checked against
+/// the recipe it was registered for even when no `--store` names its store.
+pub fn owning_root(path: &Path) -> Option<PathBuf> {
+    let canon = path.canonicalize().ok()?;
+    canon.ancestors().find_map(|a| {
+        let bucket = a.parent()?;
+        let store = bucket.parent()?;
+        (bucket.file_name()? == Bucket::Venvs.dir_name()
+            && store.file_name()? == "store"
+            && a.file_name().is_some())
+        .then(|| store.parent().map(Path::to_path_buf))
+        .flatten()
+    })
 }
 
 /// `path` made absolute with its parent directory resolved (the link itself is

@@ -66,6 +66,31 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
     let built = json(&ok(d, &["build", f, "--store", s, "--json"], 0));
     let from_oracle = PathBuf::from(built["oracle"].as_str().unwrap());
     let from_record = std::fs::read(from_oracle.join("oracle.json")).unwrap();
+    assert_eq!(built["runtime_version"], "0.1.0", "built exactly at v0.1.0");
+    // A release-tag build (no +g<sha>) is proven by the tag recorded at
+    // build time.
+    ok(d, &["verify", f, "--store", s], 0);
+
+    // A copy of that venv without oracle.json (as if installed by hand):
+    // verify --pin finds the tags at the commit in the store's mirror.
+    let copy = d.join("copied-venv");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&from_oracle)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let chmod = std::process::Command::new("chmod")
+        .args(["-R", "u+w"])
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(chmod.success());
+    std::fs::remove_file(copy.join("oracle.json")).unwrap();
+    std::fs::remove_file(copy.join("manifest.json")).unwrap();
+    let cv = copy.to_str().unwrap();
+    ok(d, &["verify", cv, "--pin", f, "--store", s], 0);
 
     let report_file = d.join("review.md");
     let out = ok(
@@ -89,12 +114,12 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
     // TO was a commit: a candidate recipe derived from FROM was written.
     let candidate = d.join("recipes").join(format!("fx-{}.yaml", &c2[..9]));
     assert_eq!(r["candidate_recipe"], candidate.to_str().unwrap());
-    let text = std::fs::read_to_string(&candidate).unwrap();
+    let yaml = std::fs::read_to_string(&candidate).unwrap();
     assert!(
-        text.contains(&c2) && text.contains("packaging: '24.1'")
-            || text.contains("packaging: \"24.1\"")
-            || text.contains("packaging: 24.1"),
-        "{text}"
+        yaml.contains(&c2) && yaml.contains("packaging: '24.1'")
+            || yaml.contains("packaging: \"24.1\"")
+            || yaml.contains("packaging: 24.1"),
+        "{yaml}"
     );
 
     // Commits: one ahead, on upstream branches/tags.
@@ -168,6 +193,27 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
     assert_eq!(
         std::fs::read(from_oracle.join("oracle.json")).unwrap(),
         from_record
+    );
+    // Checked against TO's commit (tagged v0.2.0), the copy's 0.1.0 is
+    // refused, naming the tag that is at the commit and that it does not match.
+    let t = text(&ok(
+        d,
+        &[
+            "verify",
+            cv,
+            "--pin",
+            candidate.to_str().unwrap(),
+            "--store",
+            s,
+        ],
+        3,
+    ));
+    assert!(
+        t.contains("[FAIL] commit")
+            && t.contains("tags at the commit: v0.2.0")
+            && t.contains("none matches the version")
+            && !t.contains("no tag"),
+        "{t}"
     );
     assert!(c1 != c2);
 }

@@ -552,6 +552,25 @@ fn activate_switches_the_alias_atomically_and_roots_the_rollback() {
         t.contains("[FAIL] commit") && t.contains("alias registry"),
         "{t}"
     );
+    // Without --store (and with an empty default store), the alias's own
+    // store is found from where it points (<store>/store/venvs/<key>), and
+    // its registry is consulted: still refused.
+    let xdg = d.join("xdg");
+    let bare = |args: &[&str]| {
+        cmd(d)
+            .args(args)
+            .env("XDG_DATA_HOME", &xdg)
+            .output()
+            .unwrap()
+    };
+    let out = bare(&["verify", l]);
+    assert_eq!(code(&out), 3, "{}", text(&out));
+    assert!(text(&out).contains("alias registry"), "{}", text(&out));
+    // A link to the alias is checked as the alias.
+    let link = d.join("link-to-alias");
+    std::os::unix::fs::symlink(&alias, &link).unwrap();
+    let t = text(&ok(d, &["verify", link.to_str().unwrap(), "--store", s], 3));
+    assert!(t.contains("alias registry"), "{t}");
     // The fix, as printed, heals it.
     let args: Vec<&str> = fix.trim_matches('`').split(' ').skip(1).collect();
     let mut with_store = args.clone();

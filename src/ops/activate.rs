@@ -70,7 +70,14 @@ pub fn activate(
     entry: &Entry,
     path: &Path,
 ) -> Result<Activation> {
-    let v = verify_venv(&entry.path, &lr.recipe, "its recipe", false, None)?;
+    let v = verify_venv(
+        &entry.path,
+        &lr.recipe,
+        "its recipe",
+        false,
+        None,
+        Some(store),
+    )?;
     if !v.ok {
         return Err(mismatch(format!(
             "refusing to activate {}: it is not the pin of {}:\n{}",

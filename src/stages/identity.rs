@@ -572,7 +572,10 @@ mod commit_tests {
         );
         let c = commit_check(&id("9.9.9", &[]));
         assert!(c.found.contains("no tag is known"), "{}", c.found);
-        assert_eq!(release_tag("0.2.0+cu130", &["v0.2.0".into()]), Some("v0.2.0"));
+        assert_eq!(
+            release_tag("0.2.0+cu130", &["v0.2.0".into()]),
+            Some("v0.2.0")
+        );
         assert_eq!(release_tag("", &["v".into()]), None);
     }
 }
