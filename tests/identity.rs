@@ -608,6 +608,46 @@ fn activate_switches_the_alias_atomically_and_roots_the_rollback() {
     assert!(t.contains("not a symlink"), "{t}");
     assert!(dir.is_dir());
     ok(d, &["activate", "nope", l, "--store", s], 2);
+
+    // Someone else's symlink (neither a registered alias nor into the
+    // store) is not replaced without --force.
+    let foreign = d.join("venvs/foreign");
+    std::os::unix::fs::symlink(d.join("xdg-nowhere"), &foreign).unwrap();
+    let fl = foreign.to_str().unwrap();
+    let t = text(&ok(d, &["activate", "fx-a.yaml", fl, "--store", s], 2));
+    assert!(t.contains("--force") && t.contains("neither"), "{t}");
+    assert_eq!(std::fs::read_link(&foreign).unwrap(), d.join("xdg-nowhere"));
+    ok(
+        d,
+        &["activate", "fx-a.yaml", fl, "--store", s, "--force"],
+        0,
+    );
+    assert_eq!(std::fs::read_link(&foreign).unwrap(), va);
+
+    // A corrupt registry: activate changes nothing (no link, no directory,
+    // no root).
+    let roots_before = std::fs::read_dir(store.join("roots")).unwrap().count();
+    std::fs::write(store.join("aliases.json"), "{ not json").unwrap();
+    let fresh = d.join("venvs-new/oracle");
+    let out = ok(
+        d,
+        &[
+            "activate",
+            "fx-a.yaml",
+            fresh.to_str().unwrap(),
+            "--store",
+            s,
+        ],
+        1,
+    );
+    assert!(text(&out).contains("aliases.json"), "{}", text(&out));
+    assert!(std::fs::symlink_metadata(&fresh).is_err(), "no link made");
+    assert!(!d.join("venvs-new").exists(), "no directory made");
+    assert_eq!(
+        std::fs::read_dir(store.join("roots")).unwrap().count(),
+        roots_before,
+        "no root made"
+    );
 }
 
 #[test]

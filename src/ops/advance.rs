@@ -368,7 +368,7 @@ pub fn rollback(path: &Path, store_arg: Option<&Path>, json: bool) -> Result<()>
             .map(Path::to_path_buf),
         text: rec.recipe_text.clone(),
     };
-    let switched = alias::point(&store, path, &back, &lr)?;
+    let switched = alias::point(&store, path, &back, &lr, false)?;
     if json {
         return print_json(&switched);
     }
