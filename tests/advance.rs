@@ -68,8 +68,10 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
     let from_record = std::fs::read(from_oracle.join("oracle.json")).unwrap();
     assert_eq!(built["runtime_version"], "0.1.0", "built exactly at v0.1.0");
     // A release-tag build (no +g<sha>) is proven by the tag recorded at
-    // build time.
+    // build time: verify accepts it, and so does doctor.
     ok(d, &["verify", f, "--store", s], 0);
+    let doc = json(&ok(d, &["doctor", "--store", s, "--json"], 0));
+    assert_eq!(doc["problems"].as_array().unwrap().len(), 0, "{doc}");
 
     // A copy of that venv without oracle.json (as if installed by hand):
     // verify --pin finds the tags at the commit in the store's mirror.
