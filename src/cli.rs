@@ -149,7 +149,7 @@ pub enum Command {
         /// Move the alias to TO if TO is gateable and verified (FROM becomes its rollback).
         #[arg(long, requires = "alias")]
         accept: bool,
-        /// The alias (symlink) that --accept moves.
+        /// The alias (symlink) that --accept moves (only with --accept).
         #[arg(long, value_name = "PATH")]
         alias: Option<PathBuf>,
         /// Override a pin in the candidate recipe of a commit TO (repeatable).

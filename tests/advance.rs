@@ -224,7 +224,11 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
 fn accept_moves_the_alias_only_to_a_gateable_to_and_rollback_restores_it() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    let (repo, _c1, c2, from, store) = setup(d);
+    let (repo, _c1, c2, in_recipes, store) = setup(d);
+    // FROM's recipe lives in a directory not called recipes/.
+    std::fs::create_dir(d.join("pins")).unwrap();
+    let from = d.join("pins/fx.yaml");
+    std::fs::rename(&in_recipes, &from).unwrap();
     let s = store.to_str().unwrap();
     let f = from.to_str().unwrap();
     let alias = d.join("venvs/vllm-oracle");
@@ -264,8 +268,14 @@ fn accept_moves_the_alias_only_to_a_gateable_to_and_rollback_restores_it() {
         "alias unchanged"
     );
 
-    // --accept without --alias is a usage error.
+    // --accept without --alias is a usage error; so is --alias without --accept.
     ok(d, &["advance", f, &c2[..12], "--accept", "--store", s], 2);
+    let t = text(&ok(
+        d,
+        &["advance", f, &c2[..12], "--alias", l, "--store", s],
+        2,
+    ));
+    assert!(t.contains("add --accept"), "{t}");
 
     // A gateable TO: the alias moves, FROM is kept as the rollback root.
     let r = json(&ok(
@@ -285,6 +295,14 @@ fn accept_moves_the_alias_only_to_a_gateable_to_and_rollback_restores_it() {
     ));
     let to_oracle = PathBuf::from(r["to"]["oracle"].as_str().unwrap());
     assert_ne!(to_oracle, from_oracle);
+    // The candidate recipe is written next to FROM's recipe file.
+    let name = format!("fx-{}.yaml", &c2[..9]);
+    assert_eq!(
+        r["candidate_recipe"],
+        d.join("pins").join(&name).to_str().unwrap()
+    );
+    assert!(d.join("pins").join(&name).is_file());
+    assert!(!d.join("recipes").join(&name).exists());
     assert_eq!(std::fs::read_link(&alias).unwrap(), to_oracle);
     let rollback_root = r["accepted"]["root"].as_str().unwrap().to_string() + "-rollback";
     assert_eq!(
