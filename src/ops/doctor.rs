@@ -27,7 +27,8 @@ pub struct Problem {
     /// What kind: `alias-not-pin`, `alias-dangling`, `root-dangling`,
     /// `editable`, `import-failed`, `no-compiled-extensions`, `precompiled`,
     /// `no-scm-sha`, `no-history`, `dirty-tree`, `flashinfer-mismatch`,
-    /// `files-missing`, `identity-mismatch`, `unreachable`, `broken-venv`, ...
+    /// `files-missing`, `identity-mismatch`, `unreachable`, `broken-venv`,
+    /// `alias-registry-unreadable`, `root-outside-store`, ...
     pub kind: String,
     /// What it is about: an alias path, `roots/<name>`, `<bucket>/<name>`, a venv path.
     pub subject: String,
