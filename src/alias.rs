@@ -90,6 +90,65 @@ impl Registry {
         let key = normalize(path).ok()?;
         self.aliases.get(&key.display().to_string())
     }
+
+    /// The alias registered at `path` or at any symlink on the way from
+    /// `path` to what it finally points at (a link to an alias is checked as
+    /// that alias), if any.
+    pub fn find(&self, path: &Path) -> Option<&Alias> {
+        link_chain(path).iter().find_map(|hop| self.get(hop))
+    }
+}
+
+/// `path`, then each symlink target it leads to (relative targets resolved
+/// against the link's directory), up to 40 hops.
+fn link_chain(path: &Path) -> Vec<PathBuf> {
+    let mut hops = vec![path.to_path_buf()];
+    while hops.len() < 40 {
+        let Some(cur) = hops.last() else { break };
+        let Ok(t) = std::fs::read_link(cur) else {
+            break;
+        };
+        let next = match cur.parent() {
+            Some(dir) if t.is_relative() => dir.join(t),
+            _ => t,
+        };
+        hops.push(next);
+    }
+    hops
+}
+
+/// The store root that owns `path`: when `path`, symlinks resolved, lies
+/// inside `<X>/store/venvs/<key>`, X (whatever `--store` says). `verify` and
+/// `doctor` consult X's alias registry too, so an alias is checked against
+/// the recipe it was registered for even when no `--store` names its store.
+pub fn owning_root(path: &Path) -> Option<PathBuf> {
+    let canon = path.canonicalize().ok()?;
+    canon.ancestors().find_map(|a| {
+        let bucket = a.parent()?;
+        let store = bucket.parent()?;
+        (bucket.file_name()? == Bucket::Venvs.dir_name()
+            && store.file_name()? == "store"
+            && a.file_name().is_some())
+        .then(|| store.parent().map(Path::to_path_buf))
+        .flatten()
+    })
+}
+
+/// Whether the symlink `link` points (or, dangling, pointed) into `store`'s entries.
+fn points_into(store: &Store, link: &Path) -> bool {
+    let dir = store.root().join("store");
+    let canon_dir = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+    let target = link.canonicalize().unwrap_or_else(|_| {
+        let raw = std::fs::read_link(link).unwrap_or_default();
+        let joined = match link.parent() {
+            Some(d) if raw.is_relative() => d.join(raw),
+            _ => raw,
+        };
+        std::path::absolute(&joined).unwrap_or(joined)
+    });
+    target != dir
+        && target != canon_dir
+        && (target.starts_with(&canon_dir) || target.starts_with(&dir))
 }
 
 /// `path` made absolute with its parent directory resolved (the link itself is
@@ -204,29 +263,58 @@ pub struct Switched {
 /// the atomic symlink swap, then the registry. Creates `path`'s parent
 /// directories. Callers verify the oracle first (see `ops::activate`).
 ///
+/// Everything that can be checked is checked before anything is changed: the
+/// registry is read and parsed, PATH is inspected, and the entry resolved; a
+/// failure there leaves PATH, its directory, the roots and the registry as
+/// they were.
+///
 /// Errors (exit 2): `path` exists and is not a symlink (a real venv or file is
-/// never replaced). Otherwise: the store or the link cannot be written.
-pub fn point(store: &Store, path: &Path, entry: &Entry, lr: &LoadedRecipe) -> Result<Switched> {
+/// never replaced); `path` is a symlink that is neither a registered alias
+/// nor points into this store (someone else's link), unless `force`.
+/// Otherwise (exit 1): the registry cannot be read or parsed, or the store or
+/// the link cannot be written.
+pub fn point(
+    store: &Store,
+    path: &Path,
+    entry: &Entry,
+    lr: &LoadedRecipe,
+    force: bool,
+) -> Result<Switched> {
     let abs = std::path::absolute(path)?;
-    if let Some(parent) = abs.parent() {
-        fs_err::create_dir_all(parent)?;
-    }
-    let path = normalize(&abs)?;
     let _lock = store.lock("aliases")?;
-    let previous = match std::fs::symlink_metadata(&path) {
-        Ok(m) if !m.file_type().is_symlink() => {
-            return Err(bad_input(format!(
-                "{} exists and is not a symlink; refusing to replace it (move it away first)",
-                path.display()
-            )));
-        }
-        Ok(_) => path.canonicalize().ok(),
-        Err(_) => None,
-    };
+    let mut registry = Registry::load(store)?;
     let target = entry
         .path
         .canonicalize()
         .with_context(|| format!("resolving {}", entry.path.display()))?;
+    let seen = normalize(&abs)?;
+    let previous = match std::fs::symlink_metadata(&seen) {
+        Ok(m) if !m.file_type().is_symlink() => {
+            return Err(bad_input(format!(
+                "{} exists and is not a symlink; refusing to replace it (move it away first)",
+                seen.display()
+            )));
+        }
+        Ok(_) => {
+            if !force && registry.get(&seen).is_none() && !points_into(store, &seen) {
+                let to = std::fs::read_link(&seen).unwrap_or_default();
+                return Err(bad_input(format!(
+                    "{} is a symlink to {}, which is neither an alias registered in {} nor an oracle of this store; refusing to replace someone else's link (move it away, or replace it anyway with `oracle-build activate {} {} --force`)",
+                    seen.display(),
+                    to.display(),
+                    Registry::file(store).display(),
+                    crate::ops::recipe_arg(lr),
+                    crate::ops::shell_quote(&seen.display().to_string()),
+                )));
+            }
+            seen.canonicalize().ok()
+        }
+        Err(_) => None,
+    };
+    if let Some(parent) = abs.parent() {
+        fs_err::create_dir_all(parent)?;
+    }
+    let path = normalize(&abs)?;
     let root = root_name(&path);
     let mut rollback_root = None;
     if let Some(prev) = previous.as_ref().filter(|p| **p != target)
@@ -239,7 +327,6 @@ pub fn point(store: &Store, path: &Path, entry: &Entry, lr: &LoadedRecipe) -> Re
     store.set_root(&root, entry)?;
     replace_symlink(&path, &target)?;
 
-    let mut registry = Registry::load(store)?;
     let key = path.display().to_string();
     let kept_previous = registry.aliases.get(&key).and_then(|a| a.previous.clone());
     let recipe_file = lr

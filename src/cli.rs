@@ -96,6 +96,10 @@ pub enum Command {
         pin: String,
         /// The alias to create or switch (a symlink; never a real directory).
         path: PathBuf,
+        /// Replace PATH even when it is a symlink that is neither a registered
+        /// alias nor points into the store (someone else's link).
+        #[arg(long)]
+        force: bool,
     },
     /// Find every known way an oracle goes wrong (store, aliases, named venvs) and say how to fix it.
     Doctor {
@@ -148,7 +152,7 @@ pub enum Command {
         /// Move the alias to TO if TO is gateable and verified (FROM becomes its rollback).
         #[arg(long, requires = "alias")]
         accept: bool,
-        /// The alias (symlink) that --accept moves.
+        /// The alias (symlink) that --accept moves (only with --accept).
         #[arg(long, value_name = "PATH")]
         alias: Option<PathBuf>,
         /// Override a pin in the candidate recipe of a commit TO (repeatable).

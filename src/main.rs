@@ -103,8 +103,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             };
             return ops::verify::run(&a.target, store, &opts, cli.json);
         }
-        Some(Command::Activate { pin, path }) => {
-            return ops::activate::run(&pin, &path, store, cli.json);
+        Some(Command::Activate { pin, path, force }) => {
+            return ops::activate::run(&pin, &path, force, store, cli.json);
         }
         Some(Command::Doctor { venv, pin }) => {
             let opts = ops::doctor::DoctorOptions { venvs: venv, pin };

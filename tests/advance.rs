@@ -66,6 +66,33 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
     let built = json(&ok(d, &["build", f, "--store", s, "--json"], 0));
     let from_oracle = PathBuf::from(built["oracle"].as_str().unwrap());
     let from_record = std::fs::read(from_oracle.join("oracle.json")).unwrap();
+    assert_eq!(built["runtime_version"], "0.1.0", "built exactly at v0.1.0");
+    // A release-tag build (no +g<sha>) is proven by the tag recorded at
+    // build time: verify accepts it, and so does doctor.
+    ok(d, &["verify", f, "--store", s], 0);
+    let doc = json(&ok(d, &["doctor", "--store", s, "--json"], 0));
+    assert_eq!(doc["problems"].as_array().unwrap().len(), 0, "{doc}");
+
+    // A copy of that venv without oracle.json (as if installed by hand):
+    // verify --pin finds the tags at the commit in the store's mirror.
+    let copy = d.join("copied-venv");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&from_oracle)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let chmod = std::process::Command::new("chmod")
+        .args(["-R", "u+w"])
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(chmod.success());
+    std::fs::remove_file(copy.join("oracle.json")).unwrap();
+    std::fs::remove_file(copy.join("manifest.json")).unwrap();
+    let cv = copy.to_str().unwrap();
+    ok(d, &["verify", cv, "--pin", f, "--store", s], 0);
 
     let report_file = d.join("review.md");
     let out = ok(
@@ -89,12 +116,12 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
     // TO was a commit: a candidate recipe derived from FROM was written.
     let candidate = d.join("recipes").join(format!("fx-{}.yaml", &c2[..9]));
     assert_eq!(r["candidate_recipe"], candidate.to_str().unwrap());
-    let text = std::fs::read_to_string(&candidate).unwrap();
+    let yaml = std::fs::read_to_string(&candidate).unwrap();
     assert!(
-        text.contains(&c2) && text.contains("packaging: '24.1'")
-            || text.contains("packaging: \"24.1\"")
-            || text.contains("packaging: 24.1"),
-        "{text}"
+        yaml.contains(&c2) && yaml.contains("packaging: '24.1'")
+            || yaml.contains("packaging: \"24.1\"")
+            || yaml.contains("packaging: 24.1"),
+        "{yaml}"
     );
 
     // Commits: one ahead, on upstream branches/tags.
@@ -169,6 +196,27 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
         std::fs::read(from_oracle.join("oracle.json")).unwrap(),
         from_record
     );
+    // Checked against TO's commit (tagged v0.2.0), the copy's 0.1.0 is
+    // refused, naming the tag that is at the commit and that it does not match.
+    let t = text(&ok(
+        d,
+        &[
+            "verify",
+            cv,
+            "--pin",
+            candidate.to_str().unwrap(),
+            "--store",
+            s,
+        ],
+        3,
+    ));
+    assert!(
+        t.contains("[FAIL] commit")
+            && t.contains("tags at the commit: v0.2.0")
+            && t.contains("none matches the version")
+            && !t.contains("no tag"),
+        "{t}"
+    );
     assert!(c1 != c2);
 }
 
@@ -176,7 +224,11 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
 fn accept_moves_the_alias_only_to_a_gateable_to_and_rollback_restores_it() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    let (repo, _c1, c2, from, store) = setup(d);
+    let (repo, _c1, c2, in_recipes, store) = setup(d);
+    // FROM's recipe lives in a directory not called recipes/.
+    std::fs::create_dir(d.join("pins")).unwrap();
+    let from = d.join("pins/fx.yaml");
+    std::fs::rename(&in_recipes, &from).unwrap();
     let s = store.to_str().unwrap();
     let f = from.to_str().unwrap();
     let alias = d.join("venvs/vllm-oracle");
@@ -216,8 +268,14 @@ fn accept_moves_the_alias_only_to_a_gateable_to_and_rollback_restores_it() {
         "alias unchanged"
     );
 
-    // --accept without --alias is a usage error.
+    // --accept without --alias is a usage error; so is --alias without --accept.
     ok(d, &["advance", f, &c2[..12], "--accept", "--store", s], 2);
+    let t = text(&ok(
+        d,
+        &["advance", f, &c2[..12], "--alias", l, "--store", s],
+        2,
+    ));
+    assert!(t.contains("add --accept"), "{t}");
 
     // A gateable TO: the alias moves, FROM is kept as the rollback root.
     let r = json(&ok(
@@ -237,6 +295,14 @@ fn accept_moves_the_alias_only_to_a_gateable_to_and_rollback_restores_it() {
     ));
     let to_oracle = PathBuf::from(r["to"]["oracle"].as_str().unwrap());
     assert_ne!(to_oracle, from_oracle);
+    // The candidate recipe is written next to FROM's recipe file.
+    let name = format!("fx-{}.yaml", &c2[..9]);
+    assert_eq!(
+        r["candidate_recipe"],
+        d.join("pins").join(&name).to_str().unwrap()
+    );
+    assert!(d.join("pins").join(&name).is_file());
+    assert!(!d.join("recipes").join(&name).exists());
     assert_eq!(std::fs::read_link(&alias).unwrap(), to_oracle);
     let rollback_root = r["accepted"]["root"].as_str().unwrap().to_string() + "-rollback";
     assert_eq!(

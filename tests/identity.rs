@@ -417,8 +417,12 @@ fn deep_verify_names_missing_and_changed_files_and_doctor_gives_the_fix() {
     );
     let fix = fm[0]["fix"].as_str().unwrap();
     assert!(
-        fix.contains("rm -rf") && fix.contains("oracle-build build fx"),
-        "{fix}"
+        fix.contains("rm -rf")
+            && fix.contains(&format!(
+                "`oracle-build build {}`",
+                recipe.canonicalize().unwrap().display()
+            )),
+        "the recipe file, not its name: {fix}"
     );
     let t = text(&ok(d, &["doctor", "--store", s], 1));
     assert!(t.contains("[files-missing]") && t.contains("fix: "), "{t}");
@@ -552,6 +556,29 @@ fn activate_switches_the_alias_atomically_and_roots_the_rollback() {
         t.contains("[FAIL] commit") && t.contains("alias registry"),
         "{t}"
     );
+    // Without --store (and with an empty default store), the alias's own
+    // store is found from where it points (<store>/store/venvs/<key>), and
+    // its registry is consulted: still refused, by verify and by doctor --venv.
+    let xdg = d.join("xdg");
+    let bare = |args: &[&str]| {
+        cmd(d)
+            .args(args)
+            .env("XDG_DATA_HOME", &xdg)
+            .output()
+            .unwrap()
+    };
+    let out = bare(&["verify", l]);
+    assert_eq!(code(&out), 3, "{}", text(&out));
+    assert!(text(&out).contains("alias registry"), "{}", text(&out));
+    let out = bare(&["doctor", "--venv", l, "--json"]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let ps = problems(&out);
+    assert_eq!(find(&ps, "alias-not-pin", l).len(), 1, "{:?}", kinds(&ps));
+    // A link to the alias is checked as the alias.
+    let link = d.join("link-to-alias");
+    std::os::unix::fs::symlink(&alias, &link).unwrap();
+    let t = text(&ok(d, &["verify", link.to_str().unwrap(), "--store", s], 3));
+    assert!(t.contains("alias registry"), "{t}");
     // The fix, as printed, heals it.
     let args: Vec<&str> = fix.trim_matches('`').split(' ').skip(1).collect();
     let mut with_store = args.clone();
@@ -589,6 +616,90 @@ fn activate_switches_the_alias_atomically_and_roots_the_rollback() {
     assert!(t.contains("not a symlink"), "{t}");
     assert!(dir.is_dir());
     ok(d, &["activate", "nope", l, "--store", s], 2);
+
+    // Someone else's symlink (neither a registered alias nor into the
+    // store) is not replaced without --force.
+    let foreign = d.join("venvs/foreign");
+    std::os::unix::fs::symlink(d.join("xdg-nowhere"), &foreign).unwrap();
+    let fl = foreign.to_str().unwrap();
+    let t = text(&ok(d, &["activate", "fx-a.yaml", fl, "--store", s], 2));
+    assert!(t.contains("--force") && t.contains("neither"), "{t}");
+    assert_eq!(std::fs::read_link(&foreign).unwrap(), d.join("xdg-nowhere"));
+    ok(
+        d,
+        &["activate", "fx-a.yaml", fl, "--store", s, "--force"],
+        0,
+    );
+    assert_eq!(std::fs::read_link(&foreign).unwrap(), va);
+
+    // A corrupt registry: activate changes nothing (no link, no directory,
+    // no root), and doctor reports it as one problem with its fix.
+    let roots_before = std::fs::read_dir(store.join("roots")).unwrap().count();
+    std::fs::write(store.join("aliases.json"), "{ not json").unwrap();
+    let fresh = d.join("venvs-new/oracle");
+    let out = ok(
+        d,
+        &[
+            "activate",
+            "fx-a.yaml",
+            fresh.to_str().unwrap(),
+            "--store",
+            s,
+        ],
+        1,
+    );
+    assert!(text(&out).contains("aliases.json"), "{}", text(&out));
+    assert!(std::fs::symlink_metadata(&fresh).is_err(), "no link made");
+    assert!(!d.join("venvs-new").exists(), "no directory made");
+    assert_eq!(
+        std::fs::read_dir(store.join("roots")).unwrap().count(),
+        roots_before,
+        "no root made"
+    );
+    // A root pointing outside the store is reported too.
+    std::os::unix::fs::symlink("/etc", store.join("roots/evil")).unwrap();
+    let ps = problems(&ok(d, &["doctor", "--store", s, "--json"], 1));
+    let bad = find(&ps, "alias-registry-unreadable", "aliases.json");
+    assert_eq!(bad.len(), 1, "{:?}", kinds(&ps));
+    let evil = find(&ps, "root-outside-store", "roots/evil");
+    assert_eq!(evil.len(), 1, "{:?}", kinds(&ps));
+    assert_eq!(ps.len(), 2, "{:?}", kinds(&ps));
+    // Both fixes, run as printed, heal the store.
+    for p in [bad[0], evil[0]] {
+        let fix = p["fix"].as_str().unwrap();
+        run_fix(d, fix.split('`').nth(1).unwrap(), None);
+    }
+    ok(d, &["doctor", "--store", s], 0);
+    ok(d, &["activate", "fx-a.yaml", l, "--store", s], 0);
+}
+
+/// Runs `command` (a fix as printed by doctor) with `sh -c` in `cwd`,
+/// `oracle-build` being the binary under test, with `--store STORE`
+/// appended when given; asserts success.
+fn run_fix(cwd: &Path, command: &str, store: Option<&Path>) -> Output {
+    let bin = Path::new(env!("CARGO_BIN_EXE_oracle-build"));
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let line = match store {
+        Some(s) => format!("{command} --store '{}'", s.display()),
+        None => command.to_string(),
+    };
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&line)
+        .current_dir(cwd)
+        .env("PATH", path)
+        .env("ORACLE_BUILD_TOOLS", shared_tools())
+        .env("FX_MODELS", fixture_models())
+        .env_remove("ORACLE_BUILD_HOME")
+        .env_remove("ORACLE_BUILD_RECIPES")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{line}:\n{}", text(&out));
+    out
 }
 
 #[test]
@@ -740,10 +851,10 @@ fn doctor_finds_an_editable_install_and_its_deleted_source() {
         "{msg}"
     );
     assert!(
-        ed[0]["fix"]
-            .as_str()
-            .unwrap()
-            .contains("oracle-build build fx --activate"),
+        ed[0]["fix"].as_str().unwrap().contains(&format!(
+            "oracle-build build {} --activate",
+            recipe.canonicalize().unwrap().display()
+        )),
         "{}",
         ed[0]
     );
@@ -942,10 +1053,10 @@ fn doctor_names_a_build_without_history_and_installs_without_kernels_or_sha() {
         let p = find(&ps, kind, f);
         assert_eq!(p.len(), 1, "{kind}: {:?}", kinds(&ps));
         assert!(
-            p[0]["fix"]
-                .as_str()
-                .unwrap()
-                .contains("oracle-build build fx"),
+            p[0]["fix"].as_str().unwrap().contains(&format!(
+                "oracle-build build {}",
+                recipe.canonicalize().unwrap().display()
+            )),
             "{}",
             p[0]
         );
@@ -962,4 +1073,65 @@ fn doctor_names_a_build_without_history_and_installs_without_kernels_or_sha() {
     for field in ["commit", "compiled_extensions", "build_mode"] {
         assert!(t.contains(&format!("[FAIL] {field} ")), "{field}: {t}");
     }
+}
+
+#[test]
+fn doctor_fixes_name_the_recipe_file_and_run_as_printed_from_anywhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, commit) = fixture_repo(d);
+    // A recipe and an alias in directories whose names a shell would split.
+    let pins = d.join("my pins ü");
+    std::fs::create_dir_all(&pins).unwrap();
+    let recipe = write_recipe(&pins, "fx", &repo, &commit, SMOKE);
+    let alias = d.join("my venvs ü/oracle");
+    let store = d.join("store");
+    let s = store.to_str().unwrap();
+    let (r, l) = (recipe.to_str().unwrap(), alias.to_str().unwrap());
+    ok(d, &["build", r, "--store", s, "--activate", l], 0);
+    let elsewhere = d.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+
+    // Damage the oracle: the fix deletes the entry and rebuilds from the file.
+    let venv = oracle(&store, "fx");
+    let removed = venv.join("lib/python3.11/site-packages/fixturellm/_custom_ops.py");
+    unlock(&removed);
+    std::fs::remove_file(&removed).unwrap();
+    let ps = problems(&ok(&elsewhere, &["doctor", "--store", s, "--json"], 1));
+    let fm = find(&ps, "files-missing", "venvs/");
+    assert_eq!(fm.len(), 1, "{:?}", kinds(&ps));
+    let fix = fm[0]["fix"].as_str().unwrap();
+    let quoted = format!("'{}'", recipe.canonicalize().unwrap().display());
+    let cmds: Vec<&str> = fix.split('`').skip(1).step_by(2).collect();
+    assert_eq!(
+        cmds.get(1).copied(),
+        Some(format!("oracle-build build {quoted}").as_str()),
+        "{fix}"
+    );
+    run_fix(&elsewhere, cmds[0], None);
+    assert!(!venv.exists(), "the damaged entry is deleted");
+
+    // Its alias now dangles: the fix rebuilds and re-activates it, named by
+    // the recipe's file and the alias's quoted path.
+    let ps = problems(&ok(&elsewhere, &["doctor", "--store", s, "--json"], 1));
+    let dangling = find(&ps, "alias-dangling", l);
+    assert_eq!(dangling.len(), 1, "{:?}", kinds(&ps));
+    let fix = dangling[0]["fix"].as_str().unwrap();
+    assert_eq!(
+        fix,
+        format!("`oracle-build build {quoted} --activate '{l}'`"),
+        "{fix}"
+    );
+    for p in find(&ps, "root-dangling", "roots/") {
+        let f = p["fix"].as_str().unwrap();
+        for path in [l, r] {
+            assert!(
+                f.matches(path).count() == f.matches(&format!("'{path}'")).count(),
+                "unquoted {path}: {f}"
+            );
+        }
+    }
+    run_fix(&elsewhere, fix.trim_matches('`'), Some(&store));
+    ok(&elsewhere, &["doctor", "--store", s], 0);
+    ok(&elsewhere, &["verify", l, "--store", s], 0);
 }

@@ -60,17 +60,42 @@ pub fn oracle_entry(store: &Store, lr: &LoadedRecipe) -> Result<Entry> {
 }
 
 /// Verifies the oracle `entry` against `lr`, checks it is gateable, then
-/// points the alias `path` at it.
+/// points the alias `path` at it (see [`activate_with`]; someone else's
+/// symlink at PATH is refused).
 ///
-/// Errors: exit 3 when a check fails or the verdict is not `gateable` (PATH
-/// untouched); exit 2 when PATH exists and is not a symlink.
+/// Errors: as [`activate_with`] without `force`.
 pub fn activate(
     store: &Store,
     lr: &LoadedRecipe,
     entry: &Entry,
     path: &Path,
 ) -> Result<Activation> {
-    let v = verify_venv(&entry.path, &lr.recipe, "its recipe", false, None)?;
+    activate_with(store, lr, entry, path, false)
+}
+
+/// Verifies the oracle `entry` against `lr`, checks it is gateable, then
+/// points the alias `path` at it. `force` replaces a symlink at PATH that is
+/// neither a registered alias nor points into the store.
+///
+/// Errors: exit 3 when a check fails or the verdict is not `gateable`; exit 2
+/// when PATH exists and is not a symlink, or is someone else's symlink and
+/// not `force`; exit 1 when the alias registry cannot be read. In each case
+/// PATH, the roots and the registry are untouched.
+pub fn activate_with(
+    store: &Store,
+    lr: &LoadedRecipe,
+    entry: &Entry,
+    path: &Path,
+    force: bool,
+) -> Result<Activation> {
+    let v = verify_venv(
+        &entry.path,
+        &lr.recipe,
+        "its recipe",
+        false,
+        None,
+        Some(store),
+    )?;
     if !v.ok {
         return Err(mismatch(format!(
             "refusing to activate {}: it is not the pin of {}:\n{}",
@@ -96,7 +121,7 @@ pub fn activate(
     let Switched {
         alias,
         rollback_root,
-    } = alias::point(store, path, entry, lr)?;
+    } = alias::point(store, path, entry, lr, force)?;
     Ok(Activation {
         path: alias.path,
         oracle: alias.oracle,
@@ -123,11 +148,18 @@ pub fn print(a: &Activation) {
     }
 }
 
-/// `activate PIN PATH`.
+/// `activate PIN PATH [--force]`.
 ///
-/// Errors: exit 2 for a bad PIN or PATH; exit 1 when the oracle of PIN is not
-/// built; exit 3 when it fails `verify` or is not gateable.
-pub fn run(pin: &str, path: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
+/// Errors: exit 2 for a bad PIN or PATH (someone else's symlink without
+/// `force`); exit 1 when the oracle of PIN is not built or the registry is
+/// unreadable; exit 3 when it fails `verify` or is not gateable.
+pub fn run(
+    pin: &str,
+    path: &Path,
+    force: bool,
+    store_arg: Option<&Path>,
+    json: bool,
+) -> Result<()> {
     let lr = pin::resolve(pin)?;
     let root = Store::default_root(store_arg)?;
     let store = Store::at(&root)?;
@@ -139,7 +171,7 @@ pub fn run(pin: &str, path: &Path, store_arg: Option<&Path>, json: bool) -> Resu
         ));
     }
     let entry = oracle_entry(&store, &lr)?;
-    let a = activate(&store, &lr, &entry, path)?;
+    let a = activate_with(&store, &lr, &entry, path, force)?;
     if json {
         print_json(&a)
     } else {

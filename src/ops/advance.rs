@@ -37,7 +37,7 @@ pub struct AdvanceOptions {
     pub report: Option<PathBuf>,
     /// `--accept`: move the alias to TO when TO is gateable and verified.
     pub accept: bool,
-    /// `--alias PATH` (required with `--accept`).
+    /// `--alias PATH` (required with `--accept`, and only valid with it).
     pub alias: Option<PathBuf>,
     /// `--pin NAME=VERSION` overrides for a candidate recipe.
     pub pins: Vec<String>,
@@ -50,7 +50,8 @@ pub struct AdvanceOptions {
 }
 
 /// Resolves TO: a hex commit found in FROM's mirror gives a candidate recipe
-/// (written next to FROM's, or in `./recipes/`); anything else is a PIN.
+/// (written next to FROM's recipe file, or in `./recipes/` for a built-in
+/// FROM); anything else is a PIN.
 fn resolve_to(
     store: &Store,
     from: &LoadedRecipe,
@@ -73,7 +74,8 @@ fn resolve_to(
     Ok((pin::resolve(to)?, None))
 }
 
-/// Writes `recipes/<name>.yaml`: FROM's recipe at `commit`, pins overridden by
+/// Writes `<name>.yaml` next to FROM's recipe file (any directory; for a
+/// built-in FROM, into `./recipes/`): FROM's recipe at `commit`, pins overridden by
 /// `pins` (`NAME=VERSION`), without FROM's `expect` block and golden paths
 /// (they describe FROM's oracle). Returns it loaded and its path.
 ///
@@ -105,8 +107,9 @@ fn candidate_recipe(
         r.pins.insert(name.to_string(), version.to_string());
     }
     let dir = match &from.dir {
-        Some(d) if d.file_name().is_some_and(|n| n == "recipes") => d.clone(),
-        _ => PathBuf::from("recipes"),
+        Some(d) if d.as_os_str().is_empty() => PathBuf::from("."),
+        Some(d) => d.clone(),
+        None => PathBuf::from("recipes"),
     };
     fs_err::create_dir_all(&dir)?;
     let path = dir.join(format!("{}.yaml", r.name));
@@ -216,7 +219,8 @@ fn commits(
 /// under TO's smoke configuration, writes the report, and with `--accept`
 /// moves the alias.
 ///
-/// Errors: exit 2 for bad input (`--accept` without `--alias`, a bad `--pin`);
+/// Errors: exit 2 for bad input (`--accept` without `--alias`, `--alias`
+/// without `--accept`, a bad `--pin`), before anything is built or written;
 /// exit 3 when TO fails its identity checks; exit 4 when `--accept` and TO is
 /// not gateable (the alias is unchanged).
 pub fn run(opts: &AdvanceOptions) -> Result<()> {
@@ -224,6 +228,12 @@ pub fn run(opts: &AdvanceOptions) -> Result<()> {
         return Err(bad_input(
             "--accept needs --alias PATH (the alias to move to TO)",
         ));
+    }
+    if let (false, Some(a)) = (opts.accept, &opts.alias) {
+        return Err(bad_input(format!(
+            "--alias {} does nothing without --accept: add --accept to move the alias to TO once TO is gateable and verified (or leave --alias out to only review)",
+            a.display()
+        )));
     }
     let from = pin::resolve(&opts.from)?;
     let store = Store::at(&Store::default_root(opts.store.as_deref())?)?;
@@ -368,7 +378,7 @@ pub fn rollback(path: &Path, store_arg: Option<&Path>, json: bool) -> Result<()>
             .map(Path::to_path_buf),
         text: rec.recipe_text.clone(),
     };
-    let switched = alias::point(&store, path, &back, &lr)?;
+    let switched = alias::point(&store, path, &back, &lr, false)?;
     if json {
         return print_json(&switched);
     }

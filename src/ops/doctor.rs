@@ -14,10 +14,10 @@ use serde::Serialize;
 
 use crate::alias::{self, Alias, Registry};
 use crate::dist_record;
-use crate::ops::print_json;
+use crate::ops::{print_json, recipe_arg, shell_quote};
 use crate::pin;
 use crate::recipe::{self, BuildMode, Recipe};
-use crate::stages::identity::{self, Identity, dirty_mark, lacks_history, scm_sha};
+use crate::stages::identity::{self, Identity, dirty_mark, lacks_history, release_tag, scm_sha};
 use crate::stages::venv::OracleRecord;
 use crate::store::{Bucket, MANIFEST, Manifest, Root, Store};
 
@@ -27,7 +27,8 @@ pub struct Problem {
     /// What kind: `alias-not-pin`, `alias-dangling`, `root-dangling`,
     /// `editable`, `import-failed`, `no-compiled-extensions`, `precompiled`,
     /// `no-scm-sha`, `no-history`, `dirty-tree`, `flashinfer-mismatch`,
-    /// `files-missing`, `identity-mismatch`, `unreachable`, `broken-venv`, ...
+    /// `files-missing`, `identity-mismatch`, `unreachable`, `broken-venv`,
+    /// `alias-registry-unreadable`, `root-outside-store`, ...
     pub kind: String,
     /// What it is about: an alias path, `roots/<name>`, `<bucket>/<name>`, a venv path.
     pub subject: String,
@@ -70,9 +71,39 @@ pub struct DoctorOptions {
 struct Doctor {
     problems: Vec<Problem>,
     measured: BTreeMap<PathBuf, Option<Identity>>,
+    /// Stores whose unreadable `aliases.json` was already reported.
+    bad_registries: BTreeSet<PathBuf>,
 }
 
 impl Doctor {
+    /// The alias registry of `store`; an unreadable or corrupt one is
+    /// reported (once per store) and read as empty, so the rest of the
+    /// diagnosis goes on.
+    fn registry(&mut self, store: &Store) -> Registry {
+        match Registry::load(store) {
+            Ok(r) => r,
+            Err(e) => {
+                let file = Registry::file(store);
+                if self.bad_registries.insert(file.clone()) {
+                    let f = shell_quote(&file.display().to_string());
+                    let aside = shell_quote(&format!("{}.corrupt", file.display()));
+                    self.add(
+                        "alias-registry-unreadable",
+                        &file.display().to_string(),
+                        format!(
+                            "the alias registry cannot be read, so no alias of this store is checked (and `activate` refuses to run): {}",
+                            first_line(&format!("{e:#}"))
+                        ),
+                        format!(
+                            "move it aside (`mv {f} {aside}`), then register each alias again: `oracle-build activate <PIN> <PATH>`"
+                        ),
+                    );
+                }
+                Registry::default()
+            }
+        }
+    }
+
     fn add(
         &mut self,
         kind: &str,
@@ -89,7 +120,8 @@ impl Doctor {
     }
 
     /// Measures (once) and diagnoses the venv at `venv`. `recipe` is what it
-    /// should be (if known), `pin` how to name that recipe in a fix.
+    /// should be (if known), `pin` how to name that recipe in a fix (already
+    /// shell-quoted: see [`recipe_arg`]).
     fn venv(
         &mut self,
         venv: &Path,
@@ -109,7 +141,14 @@ impl Doctor {
             _ => BuildMode::Source,
         };
         let id = match identity::measure(&canon, package, commit, mode) {
-            Ok(id) => id,
+            Ok(mut id) => {
+                // Tags at the commit were read from the checkout at build time
+                // (the evidence for a release-tag version without +g<sha>).
+                if let Some(rec) = record.as_ref().filter(|r| r.identity.commit == commit) {
+                    id.tags_at_commit = rec.identity.tags_at_commit.clone();
+                }
+                id
+            }
             Err(e) => {
                 self.add(
                     "broken-venv",
@@ -244,12 +283,19 @@ impl Doctor {
             .as_ref()
             .or(id.distribution_version.as_ref())
         {
-            if scm_sha(v).is_none() {
+            if scm_sha(v).is_none() && release_tag(v, &id.tags_at_commit).is_none() {
                 covered.insert("commit");
                 self.add(
                     "no-scm-sha",
                     subject,
-                    format!("version {v} carries no +g<sha>, so nothing ties it to a commit (a tarball, or SETUPTOOLS_SCM_PRETEND_VERSION)"),
+                    format!(
+                    "version {v} carries no +g<sha>, so nothing ties it to a commit (a tarball, or SETUPTOOLS_SCM_PRETEND_VERSION){}",
+                    if id.tags_at_commit.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; the tags at the commit ({}) do not name it", id.tags_at_commit.join(", "))
+                    }
+                ),
                     format!("rebuild from the git commit with full history: {rebuild}"),
                 );
             } else if lacks_history(v) {
@@ -326,7 +372,7 @@ impl Doctor {
         let fix = if in_store {
             format!(
                 "the entry is damaged: delete it (`chmod -R u+w {0} && rm -rf {0}`) and rebuild: `oracle-build build {pin}`",
-                venv.display()
+                shell_quote(&venv.display().to_string())
             )
         } else {
             format!("reinstall, or replace it with an oracle: `oracle-build build {pin}`")
@@ -350,13 +396,10 @@ impl Doctor {
     /// A registered alias: present, a symlink, live, and pointing at an oracle of its recipe's pin.
     fn alias(&mut self, store: &Store, a: &Alias) {
         let subject = a.path.display().to_string();
-        let pin_arg = a
-            .recipe_file
-            .as_ref()
-            .filter(|f| f.is_file())
-            .map_or_else(|| a.recipe.clone(), |f| f.display().to_string());
-        let activate = format!("`oracle-build activate {pin_arg} {subject}`");
-        let build_activate = format!("`oracle-build build {pin_arg} --activate {subject}`");
+        let pin_arg = alias_recipe_arg(a);
+        let quoted = shell_quote(&subject);
+        let activate = format!("`oracle-build activate {pin_arg} {quoted}`");
+        let build_activate = format!("`oracle-build build {pin_arg} --activate {quoted}`");
         let meta = match std::fs::symlink_metadata(&a.path) {
             Ok(m) => m,
             Err(_) => {
@@ -492,9 +535,40 @@ fn short(commit: &str) -> &str {
     &commit[..12.min(commit.len())]
 }
 
+/// How a fix names the recipe of alias `a`: the file it was activated from
+/// while it exists (absolute, shell-quoted), else the recipe's name.
+fn alias_recipe_arg(a: &Alias) -> String {
+    match a.recipe_file.as_ref().filter(|f| f.is_file()) {
+        Some(f) => shell_quote(&f.display().to_string()),
+        None => shell_quote(&a.recipe),
+    }
+}
+
+/// How a fix names the recipe an oracle was built from: its `recipe_origin`
+/// when that is a recipe file that still exists and still holds a recipe of
+/// that name (absolute, shell-quoted), else the recipe's name.
+fn record_recipe_arg(rec: &OracleRecord) -> String {
+    let origin = Path::new(&rec.recipe_origin);
+    match recipe::load_file(origin) {
+        Ok(lr) if origin.is_file() && lr.recipe.name == rec.recipe => recipe_arg(&lr),
+        _ => shell_quote(&rec.recipe),
+    }
+}
+
+/// `chmod -R u+w DIR && rm -rf DIR`, DIR shell-quoted.
+fn delete_cmd(dir: &Path) -> String {
+    format!(
+        "chmod -R u+w {0} && rm -rf {0}",
+        shell_quote(&dir.display().to_string())
+    )
+}
+
 /// The fix for a dangling root `name`.
 fn dangling_fix(root: &Root, registry: &Registry) -> String {
-    let rm = format!("remove it: `rm {}`", root.path.display());
+    let rm = format!(
+        "remove it: `rm {}`",
+        shell_quote(&root.path.display().to_string())
+    );
     if let Some(base) = root.name.strip_suffix("-rollback")
         && base.starts_with("alias-")
     {
@@ -503,18 +577,20 @@ fn dangling_fix(root: &Root, registry: &Registry) -> String {
     if let Some(a) = registry.aliases.values().find(|a| a.root == root.name) {
         return format!(
             "`oracle-build build {} --activate {}`",
-            a.recipe,
-            a.path.display()
+            alias_recipe_arg(a),
+            shell_quote(&a.path.display().to_string())
         );
     }
     let recipe = [".wheel", ".src", ".git"]
         .iter()
         .find_map(|s| root.name.strip_suffix(s))
         .unwrap_or(&root.name);
-    if pin::resolve(recipe).is_ok() {
-        format!("rebuild (it re-roots): `oracle-build build {recipe}`")
-    } else {
-        rm
+    match pin::resolve(recipe) {
+        Ok(lr) => format!(
+            "rebuild (it re-roots): `oracle-build build {}`",
+            recipe_arg(&lr)
+        ),
+        Err(_) => rm,
     }
 }
 
@@ -526,13 +602,15 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
     let mut d = Doctor {
         problems: Vec::new(),
         measured: BTreeMap::new(),
+        bad_registries: BTreeSet::new(),
     };
     let store = Store::open_existing(root);
     let (mut n_entries, mut n_roots, mut n_aliases) = (0, 0, 0);
+    let mut checked: BTreeSet<PathBuf> = BTreeSet::new();
     if let Some(store) = &store {
         let roots = store.roots()?;
         n_roots = roots.len();
-        let registry = Registry::load(store)?;
+        let registry = d.registry(store);
         n_aliases = registry.aliases.len();
         for r in roots.iter().filter(|r| !r.live) {
             d.add(
@@ -541,6 +619,24 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                 format!("points at {}, which no longer exists", r.target.display()),
                 dangling_fix(r, &registry),
             );
+        }
+        for r in roots.iter().filter(|r| r.live) {
+            let target = r.path.canonicalize().unwrap_or_else(|_| r.target.clone());
+            if store.entry_of_path(&target).is_none() {
+                d.add(
+                    "root-outside-store",
+                    &format!("roots/{}", r.name),
+                    format!(
+                        "points at {}, which is not an entry of the store {}: a GC root names a store entry (`gc` ignores this one, and it keeps nothing alive)",
+                        target.display(),
+                        store.root().join("store").display()
+                    ),
+                    format!(
+                        "remove it: `rm {}`",
+                        shell_quote(&r.path.display().to_string())
+                    ),
+                );
+            }
         }
         // Reachable through roots and the entries' `requires` (as `gc` sees it).
         let reached = crate::gc::reachable(store)?;
@@ -567,7 +663,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                         Ok(rec) => {
                             match recipe::parse(&rec.recipe_text, &format!("{label}/oracle.json")) {
                                 Ok(r) => {
-                                    d.venv(&e.path, &label, Some(&r), &r.name);
+                                    d.venv(&e.path, &label, Some(&r), &record_recipe_arg(&rec));
                                 }
                                 Err(err) => d.add(
                                     "damaged-entry",
@@ -576,10 +672,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                                         "its oracle.json recipe does not parse: {}",
                                         first_line(&format!("{err:#}"))
                                     ),
-                                    format!(
-                                        "delete it (`chmod -R u+w {0} && rm -rf {0}`) and rebuild",
-                                        e.path.display()
-                                    ),
+                                    format!("delete it (`{}`) and rebuild", delete_cmd(&e.path)),
                                 ),
                             }
                         }
@@ -590,10 +683,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                                 "no readable oracle.json: {}",
                                 first_line(&format!("{err:#}"))
                             ),
-                            format!(
-                                "delete it (`chmod -R u+w {0} && rm -rf {0}`) and rebuild",
-                                e.path.display()
-                            ),
+                            format!("delete it (`{}`) and rebuild", delete_cmd(&e.path)),
                         ),
                     },
                     Bucket::Wheels => {
@@ -605,7 +695,10 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                                 "files-missing",
                                 &label,
                                 problems.join("; "),
-                                format!("delete it (`chmod -R u+w {0} && rm -rf {0}`); the next build rebuilds it", e.path.display()),
+                                format!(
+                                    "delete it (`{}`); the next build rebuilds it",
+                                    delete_cmd(&e.path)
+                                ),
                             );
                         }
                     }
@@ -615,6 +708,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
         }
         for a in registry.aliases.values() {
             d.alias(store, a);
+            checked.insert(a.path.clone());
         }
     }
     for v in &opts.venvs {
@@ -628,14 +722,27 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
             );
             continue;
         }
-        let own = OracleRecord::read(v)
-            .ok()
-            .and_then(|rec| recipe::parse(&rec.recipe_text, &subject).ok());
-        let recipe = pinned.as_ref().map(|lr| lr.recipe.clone()).or(own);
-        let pin_name = recipe
-            .as_ref()
-            .map_or("<PIN>".to_string(), |r| r.name.clone());
+        let own = OracleRecord::read(v).ok().and_then(|rec| {
+            let r = recipe::parse(&rec.recipe_text, &subject).ok()?;
+            Some((r, record_recipe_arg(&rec)))
+        });
+        let (recipe, pin_name) = match (&pinned, own) {
+            (Some(lr), _) => (Some(lr.recipe.clone()), recipe_arg(lr)),
+            (None, Some((r, arg))) => (Some(r), arg),
+            (None, None) => (None, "<PIN>".to_string()),
+        };
         d.venv(v, &subject, recipe.as_ref(), &pin_name);
+        // An alias (or a link to one) registered in this store or in the
+        // store that owns the venv is also checked against its recipe.
+        let owner = alias::owning_root(v).and_then(|r| Store::open_existing(&r));
+        for s in store.iter().chain(owner.as_ref()) {
+            let Some(a) = d.registry(s).find(v).cloned() else {
+                continue;
+            };
+            if checked.insert(a.path.clone()) {
+                d.alias(s, &a);
+            }
+        }
     }
     // Most consequential first: aliases, then what the venvs are, their
     // files, and last the store's bookkeeping.

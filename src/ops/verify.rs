@@ -17,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result, anyhow};
 use serde::Serialize;
 
 use crate::alias::{self, Registry};
@@ -28,6 +28,7 @@ use crate::pin;
 use crate::pinfile::{self, PinRecord};
 use crate::recipe::{self, BuildMode, Recipe};
 use crate::stages::identity::{self, Check, Identity};
+use crate::stages::source;
 use crate::stages::venv::OracleRecord;
 use crate::store::{Manifest, Store};
 
@@ -86,39 +87,66 @@ struct Located {
     venv: PathBuf,
     recipe: Recipe,
     against: String,
+    /// The store that owns the venv (or whose registry named it), for the
+    /// tags at the commit when the oracle's record does not carry them.
+    store: Option<Store>,
 }
 
 /// Finds the venv and recipe for `target`: a venv directory (or a symlink to
 /// one, such as an alias) or a PIN (its root `roots/<name>` names the venv).
 ///
 /// A venv is checked against `--pin` when given, else against the recipe of
-/// the alias registered at that path, else against its own `oracle.json`.
+/// the alias registered at that path (or at any link on the way to the venv)
+/// in the store of `--store` / `$ORACLE_BUILD_HOME` / the default, or in the
+/// store that owns the venv (`<X>/store/venvs/<key>`: X's `aliases.json`),
+/// else against its own `oracle.json`.
 fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Result<Located> {
     let p = Path::new(target);
     if p.join("pyvenv.cfg").is_file() {
         let venv = p.canonicalize()?;
+        let default = Store::default_root(store_arg)?;
+        let owner = alias::owning_root(&venv).and_then(|r| Store::open_existing(&r));
         if let Some(pin_arg) = pin_arg {
             let lr = pin::resolve(pin_arg)?;
             return Ok(Located {
                 venv,
                 recipe: lr.recipe,
                 against: format!("--pin {pin_arg}"),
+                store: owner.or_else(|| Store::open_existing(&default)),
             });
         }
-        let root = Store::default_root(store_arg)?;
-        if let Some(store) = Store::open_existing(&root)
-            && let Some(a) = Registry::load(&store)?.get(p)
+        let mut stores: Vec<Store> = Store::open_existing(&default).into_iter().collect();
+        let same = |a: &Store, b: &Store| match (a.root().canonicalize(), b.root().canonicalize()) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => a.root() == b.root(),
+        };
+        if let Some(o) = owner
+            .as_ref()
+            .filter(|o| !stores.iter().any(|s| same(s, o)))
         {
-            let lr = alias::recipe_of(a)?;
-            return Ok(Located {
-                venv,
-                recipe: lr.recipe,
-                against: format!(
-                    "the alias registry ({} is an alias of recipe {})",
-                    a.path.display(),
-                    a.recipe
-                ),
-            });
+            stores.push(o.clone());
+        }
+        for store in stores {
+            let registry = Registry::load(&store).with_context(|| {
+                format!(
+                    "reading the alias registry of {} (to tell whether {} is an alias)",
+                    store.root().display(),
+                    p.display()
+                )
+            })?;
+            if let Some(a) = registry.find(p) {
+                let lr = alias::recipe_of(a)?;
+                return Ok(Located {
+                    venv,
+                    recipe: lr.recipe,
+                    against: format!(
+                        "the alias registry ({} is an alias of recipe {})",
+                        a.path.display(),
+                        a.recipe
+                    ),
+                    store: Some(store),
+                });
+            }
         }
         let rec = OracleRecord::read(&venv).map_err(|_| {
             bad_input(format!(
@@ -135,6 +163,7 @@ fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Resu
             venv,
             recipe: r,
             against: "its oracle.json".into(),
+            store: owner,
         });
     }
     if p.is_dir() {
@@ -163,6 +192,7 @@ fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Resu
         venv: link.canonicalize()?,
         recipe: lr.recipe,
         against: format!("recipe {}", lr.origin),
+        store: Store::open_existing(&root),
     })
 }
 
@@ -287,6 +317,10 @@ fn recorded_checks(rec: &OracleRecord, id: &Identity) -> Vec<Check> {
 /// Measures the venv at `venv` and checks it against `recipe` (and its own
 /// `oracle.json`, the manifest, RECORD and `pin_file` when given).
 ///
+/// The tags pointing at the recipe's commit (evidence for a release-tag
+/// version without `+g<sha>`) come from `oracle.json` when it was built from
+/// that commit, else from `store`'s mirror of the recipe's repository.
+///
 /// Errors: the venv's Python cannot be run or reports garbage (exit 1). A
 /// failed check is not an error: see [`Verification::ok`].
 pub fn verify_venv(
@@ -295,6 +329,7 @@ pub fn verify_venv(
     against: &str,
     deep: bool,
     pin_file: Option<(&Path, &PinRecord)>,
+    store: Option<&Store>,
 ) -> Result<Verification> {
     let record = OracleRecord::read(venv).ok();
     let mode = record.as_ref().map_or(BuildMode::Source, |r| {
@@ -311,6 +346,14 @@ pub fn verify_venv(
         .filter(|r| r.identity.commit == recipe.source.commit)
     {
         id.tags_at_commit = rec.identity.tags_at_commit.clone();
+    }
+    if id.tags_at_commit.is_empty()
+        && let Some(store) = store
+    {
+        let mirror = source::mirror_entry(store, &recipe.source.repo);
+        if mirror.path.is_dir() {
+            id.tags_at_commit = source::tags_at(&mirror.path, &recipe.source.commit);
+        }
     }
     let mut checks = identity::checks(&id, recipe);
     if let Some(rec) = &record {
@@ -356,6 +399,7 @@ pub fn verify(
         &loc.against,
         opts.deep,
         pin_file.as_ref().map(|(p, r)| (p.as_path(), r)),
+        loc.store.as_ref(),
     )?;
     if opts.emit_pin_block && v.ok {
         v.pin_block =

@@ -354,9 +354,25 @@ pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
     out
 }
 
+/// The tag at the commit that names `version` exactly (`v<version>` or
+/// `<version>`, ignoring a local `+...` segment), if any: the evidence that a
+/// version without `+g<sha>` is setuptools-scm's version of a build exactly at
+/// that release tag. `tags` are the tags pointing at the commit
+/// ([`Identity::tags_at_commit`]). Shared by `verify` and `doctor`.
+pub fn release_tag<'a>(version: &str, tags: &'a [String]) -> Option<&'a str> {
+    let base = version.split('+').next().unwrap_or("");
+    if base.is_empty() {
+        return None;
+    }
+    tags.iter()
+        .find(|t| *t == base || t.strip_prefix('v') == Some(base))
+        .map(String::as_str)
+}
+
 /// The `commit` check: `+g<sha>` of the runtime version is a prefix (>= 7 hex)
 /// of the commit; or, for a version with no `+g<sha>` (an exact release tag
-/// under setuptools-scm), a tag `v<version>` or `<version>` points at the commit.
+/// under setuptools-scm), a tag `v<version>` or `<version>` points at the
+/// commit (see [`release_tag`]).
 fn commit_check(id: &Identity) -> Check {
     let version = id.runtime_version.as_deref().unwrap_or("");
     match scm_sha(version) {
@@ -370,12 +386,8 @@ fn commit_check(id: &Identity) -> Check {
             id.commit.starts_with(&sha.to_ascii_lowercase()),
         ),
         None => {
+            let tagged = release_tag(version, &id.tags_at_commit).is_some();
             let base = version.split('+').next().unwrap_or("");
-            let tagged = !base.is_empty()
-                && id
-                    .tags_at_commit
-                    .iter()
-                    .any(|t| t == base || *t == format!("v{base}"));
             check(
                 "commit",
                 format!(
@@ -384,12 +396,23 @@ fn commit_check(id: &Identity) -> Check {
                 ),
                 if id.tags_at_commit.is_empty() {
                     format!(
-                        "{} (no +g<sha>; no tag points at the commit)",
+                        "{} (no +g<sha>; no tag is known to point at the commit)",
                         show(&id.runtime_version)
+                    )
+                } else if tagged {
+                    format!(
+                        "{} (release tag at the commit: {})",
+                        show(&id.runtime_version),
+                        id.tags_at_commit.join(", ")
+                    )
+                } else if base.is_empty() {
+                    format!(
+                        "(none) (no version; tags at the commit: {})",
+                        id.tags_at_commit.join(", ")
                     )
                 } else {
                     format!(
-                        "{} (tags at the commit: {})",
+                        "{} (no +g<sha>; tags at the commit: {}, none of which is v{base} or {base}, so none matches the version)",
                         show(&id.runtime_version),
                         id.tags_at_commit.join(", ")
                     )
@@ -532,5 +555,27 @@ mod commit_tests {
             "a bare version proves nothing"
         );
         assert!(!commit_check(&id("0.2.0", &["v0.1.0"])).ok);
+        assert!(!commit_check(&id("0.1.0rc1", &["v0.1.0"])).ok);
+        assert!(!commit_check(&id("1.0", &["vv1.0"])).ok);
+    }
+
+    #[test]
+    fn a_refused_tag_build_names_the_tags_and_says_none_matches() {
+        let c = commit_check(&id("9.9.9", &["v0.1.0", "release-1"]));
+        assert!(!c.ok);
+        assert!(
+            c.found.contains("tags at the commit: v0.1.0, release-1")
+                && c.found.contains("none matches the version")
+                && !c.found.contains("no tag"),
+            "{}",
+            c.found
+        );
+        let c = commit_check(&id("9.9.9", &[]));
+        assert!(c.found.contains("no tag is known"), "{}", c.found);
+        assert_eq!(
+            release_tag("0.2.0+cu130", &["v0.2.0".into()]),
+            Some("v0.2.0")
+        );
+        assert_eq!(release_tag("", &["v".into()]), None);
     }
 }
