@@ -388,10 +388,13 @@ pub fn load_file(path: &Path) -> Result<LoadedRecipe> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| bad_input(format!("cannot read recipe {}: {e}", path.display())))?;
     let recipe = parse(&text, &path.display().to_string())?;
+    // Recorded absolute (in oracle.json, aliases, reports) so it still names
+    // the file from another directory.
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     Ok(LoadedRecipe {
         recipe,
-        origin: path.display().to_string(),
-        dir: path.parent().map(Path::to_path_buf),
+        origin: abs.display().to_string(),
+        dir: abs.parent().map(Path::to_path_buf),
         text,
     })
 }

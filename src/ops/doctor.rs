@@ -581,11 +581,7 @@ fn dangling_fix(root: &Root, registry: &Registry) -> String {
             shell_quote(&a.path.display().to_string())
         );
     }
-    let recipe = [".wheel", ".src", ".git"]
-        .iter()
-        .find_map(|s| root.name.strip_suffix(s))
-        .unwrap_or(&root.name);
-    match pin::resolve(recipe) {
+    match pin::resolve(&root.name) {
         Ok(lr) => format!(
             "rebuild (it re-roots): `oracle-build build {}`",
             recipe_arg(&lr)
