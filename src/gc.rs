@@ -125,6 +125,14 @@ pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
     }
     if !dry_run {
         store.clean_stale_staging()?;
+        // Links to wheelhouse entries just deleted (see `stages::hermetic`).
+        if let Ok(rd) = fs::read_dir(store.root().join("wheelhouse-links")) {
+            for e in rd.flatten() {
+                if !e.path().exists() {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
     }
     let freed_bytes = deleted.iter().map(|d| d.bytes).sum();
     Ok(GcReport {

@@ -345,11 +345,16 @@ pub fn link_dir(entries: &[Entry], dir: &Path) -> Result<()> {
         let file = file_of(e)?;
         let name = file.file_name().context("artifact without a name")?;
         let link = dir.join(name);
-        if fs::symlink_metadata(&link).is_ok() {
-            continue;
+        match std::os::unix::fs::symlink(&file, &link) {
+            Ok(()) => {}
+            // Made by an earlier or concurrent install: fine if it names the same file.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if fs::read_link(&link)? != file {
+                    anyhow::bail!("{} already links to another artifact", link.display());
+                }
+            }
+            Err(e) => return Err(e).with_context(|| format!("linking {}", link.display())),
         }
-        std::os::unix::fs::symlink(&file, &link)
-            .with_context(|| format!("linking {}", link.display()))?;
     }
     Ok(())
 }

@@ -51,8 +51,23 @@ impl LockedInstall {
         extra_args: &[String],
         log: &Path,
     ) -> Result<()> {
-        let links = work.join("wheelhouse-links");
-        wheelhouse::link_dir(&self.entries, &links)?;
+        // One store-wide directory of links: uv keys its cache of local
+        // wheels by path, so the same wheel at the same path is unpacked once
+        // and every venv hard-links the same files (two oracles sharing their
+        // dependencies cost little more than one). A file-name clash with
+        // another artifact falls back to a private directory.
+        let shared = self
+            .entries
+            .first()
+            .and_then(|e| e.path.ancestors().nth(3).map(|root| root.join("wheelhouse-links")));
+        let links = match shared {
+            Some(dir) if wheelhouse::link_dir(&self.entries, &dir).is_ok() => dir,
+            _ => {
+                let dir = work.join("wheelhouse-links");
+                wheelhouse::link_dir(&self.entries, &dir)?;
+                dir
+            }
+        };
         let reqs = work.join("locked-requirements.txt");
         let mut text = wheelhouse::requirements_text(&self.packages);
         for l in extra_lines {
