@@ -56,10 +56,12 @@ impl LockedInstall {
         // and every venv hard-links the same files (two oracles sharing their
         // dependencies cost little more than one). A file-name clash with
         // another artifact falls back to a private directory.
-        let shared = self
-            .entries
-            .first()
-            .and_then(|e| e.path.ancestors().nth(3).map(|root| root.join("wheelhouse-links")));
+        let shared = self.entries.first().and_then(|e| {
+            e.path
+                .ancestors()
+                .nth(3)
+                .map(|root| root.join("wheelhouse-links"))
+        });
         let links = match shared {
             Some(dir) if wheelhouse::link_dir(&self.entries, &dir).is_ok() => dir,
             _ => {
