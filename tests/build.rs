@@ -195,15 +195,7 @@ fn expect_mismatch_is_refused_with_exit_3_and_nothing_is_recorded() {
     );
     let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, &extra);
     let store = tmp.path().join("store");
-    let out = run(
-        tmp.path(),
-        &[
-            "build",
-            recipe.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-        ],
-    );
+    let out = build_out(tmp.path(), &recipe, &store, &[]);
     assert_eq!(code(&out), 3, "{}", text(&out));
     let t = text(&out);
     assert!(t.contains("runtime_version") && t.contains("9.9.9"), "{t}");
@@ -422,15 +414,7 @@ fn a_failed_build_keeps_the_log_it_names() {
     let broken = git(&repo, &["rev-parse", "HEAD"]);
     let recipe = write_recipe(tmp.path(), "fx", &repo, &broken, SMOKE);
     let store = tmp.path().join("store");
-    let out = run(
-        tmp.path(),
-        &[
-            "build",
-            recipe.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-        ],
-    );
+    let out = build_out(tmp.path(), &recipe, &store, &[]);
     assert_eq!(code(&out), 1, "{}", text(&out));
     let t = text(&out);
     let log = t
@@ -520,15 +504,7 @@ fn a_repository_without_tags_builds_with_a_recorded_warning() {
     let head = git(&repo, &["rev-parse", "HEAD"]);
     let recipe = write_recipe(tmp.path(), "fx", &repo, &head, SMOKE);
     let store = tmp.path().join("store");
-    let out = run(
-        tmp.path(),
-        &[
-            "build",
-            recipe.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-        ],
-    );
+    let out = build_out(tmp.path(), &recipe, &store, &[]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -388,15 +388,7 @@ fn disk_preflight_refuses_early_naming_needed_free_and_path() {
     let extra = format!("  disk: {{wheel_gib: 100000}}\n{SMOKE}");
     let recipe = write_recipe(tmp.path(), "fx", &repo, &head, &extra);
     let store = tmp.path().join("store");
-    let out = run(
-        tmp.path(),
-        &[
-            "build",
-            recipe.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-        ],
-    );
+    let out = build_out(tmp.path(), &recipe, &store, &[]);
     assert_eq!(code(&out), 1, "{}", text(&out));
     let t = text(&out);
     assert!(
@@ -446,15 +438,7 @@ fn a_full_disk_mid_stage_is_reported_and_leaves_the_store_valid() {
     let extra = format!("  disk: {{source_gib: 0, wheel_gib: 0, venv_gib: 0}}\n{SMOKE}");
     let recipe = write_recipe(tmp.path(), "fx", &repo, &head, &extra);
     let store = mnt.join("store");
-    let out = run(
-        tmp.path(),
-        &[
-            "build",
-            recipe.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-        ],
-    );
+    let out = build_out(tmp.path(), &recipe, &store, &[]);
     assert_eq!(code(&out), 1, "{}", text(&out));
     assert!(
         text(&out).contains("the disk is full (ENOSPC)"),

@@ -159,3 +159,17 @@ pub fn force_remove(dir: &Path) {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Runs `build <recipe> --store <store> <extra...>` in `cwd`.
+pub fn build_out(cwd: &Path, recipe: &Path, store: &Path, extra: &[&str]) -> Output {
+    cmd(cwd)
+        .args([
+            "build",
+            &recipe.display().to_string(),
+            "--store",
+            &store.display().to_string(),
+        ])
+        .args(extra)
+        .output()
+        .expect("oracle-build runs")
+}
