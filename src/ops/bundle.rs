@@ -125,13 +125,17 @@ pub fn export(
     let store = Store::open_existing(&root)
         .ok_or_else(|| bad_input(format!("no store at {}", root.display())))?;
     let lock_dir = lock::lock_dir(&lr, lockfiles);
-    let locked = lock::load(&lock_dir, r)?.ok_or_else(|| {
-        bad_input(format!(
-            "no lockfile in {}: run `oracle-build lock {}` first",
-            lock_dir.display(),
-            r.name
-        ))
-    })?;
+    // The recipe's lockfile, else the lock a build kept in the store.
+    let locked = match lock::load(&lock_dir, r)? {
+        Some(l) => l,
+        None => lock::load(&lock::auto_entry(&store, r).path, r)?.ok_or_else(|| {
+            bad_input(format!(
+                "no lockfile in {} and no lock in the store: run `oracle-build lock {}` (or build it) first",
+                lock_dir.display(),
+                r.name
+            ))
+        })?,
+    };
     let mut problems = Vec::new();
     if !source::mirror_has(&store, &r.source.repo, &r.source.commit) {
         problems.push(format!(

@@ -40,7 +40,7 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
     };
     if uv.is_none() && (offline || which::which("python3").is_err() && python.is_none()) {
         problems.push(format!(
-            "uv not found on PATH or in {}, and it cannot be installed {}",
+            "uv not found on PATH or in {}, and it cannot be installed {}: put uv on PATH, set ORACLE_BUILD_UV=/path/to/uv, or copy a provisioned tools directory (`<root>/tools/` of an online store) and set ORACLE_BUILD_TOOLS to it",
             store.tools_dir().display(),
             if offline {
                 "offline"
