@@ -150,6 +150,12 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
         offline: opts.offline,
         cache_dir: Some(store.root().join("uv-cache")),
     };
+    let cx = crate::stages::Ctx {
+        store: &store,
+        lr: &lr,
+        tc: &tc,
+        uv: &uv,
+    };
     let mut built = Vec::new();
 
     // Every entry this build looks at is a temporary GC root first, so a
@@ -168,8 +174,7 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
         built.push("source".to_string());
     }
 
-    let hermetic =
-        crate::ops::hermetic::prepare(&store, &lr, &tc, &uv, &src, &lock_dir, opts.offline, &temp)?;
+    let hermetic = crate::ops::hermetic::prepare(&cx, &src, &lock_dir, opts.offline, &temp)?;
     let lock_entry = hermetic.lock_entry.clone();
     let plan = wheel::plan(&store, &lr, &tc, &src.path, opts.jobs)?;
     let plan = crate::stages::hermetic::apply_wheel(&store, plan, hermetic.wheel);
@@ -180,8 +185,7 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
     let mut requires = vec![src.label(), mirror.label()];
     requires.extend(plan.hermetic.labels());
     requires.extend(lock_entry.iter().map(Entry::label));
-    let (mut record, mut wheel_built) =
-        wheel::ensure(&store, &lr, &tc, &uv, &plan, &src, &requires)?;
+    let (mut record, mut wheel_built) = wheel::ensure(&cx, &plan, &src, &requires)?;
 
     let vplan = venv::plan(&store, &lr, &tc, &record, &src.path);
     let vplan = crate::stages::hermetic::apply_venv(&store, vplan, hermetic.venv);
@@ -189,7 +193,7 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
     // The wheel is about to be installed: a damaged one is rebuilt, as a
     // damaged venv is (the build is reproducible, so the key stays valid).
     if !vplan.entry.exists() && wheel::quarantine_if_damaged(&store, &plan.entry, &record)? {
-        (record, wheel_built) = wheel::ensure(&store, &lr, &tc, &uv, &plan, &src, &requires)?;
+        (record, wheel_built) = wheel::ensure(&cx, &plan, &src, &requires)?;
     }
     if wheel_built {
         built.push("wheel".to_string());
@@ -198,10 +202,7 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
         disk::check(store.root(), r, Stage::Venv)?;
     }
     let outcome = venv::ensure(
-        &store,
-        &lr,
-        &tc,
-        &uv,
+        &cx,
         &plan.entry,
         &record,
         &src,

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use crate::stages::Ctx;
 use anyhow::{Result, bail};
 use serde::Serialize;
 
@@ -14,8 +15,6 @@ use crate::stages::hermetic::{CompilerCache, LockedInstall, VenvHermetic, WheelH
 use crate::stages::lock::{self, Locked};
 use crate::stages::source;
 use crate::store::{Entry, Store, TempRoots, read_json};
-use crate::toolchain::Toolchain;
-use crate::uv::Uv;
 use crate::wheelhouse;
 
 /// The hermetic inputs of one build.
@@ -59,17 +58,14 @@ fn installs(locked: &Locked, entries: (Vec<Entry>, Vec<Entry>)) -> Prepared {
 ///
 /// Errors: the lock is stale; `offline` and something is missing; a
 /// download, fetch or hash check fails.
-#[allow(clippy::too_many_arguments)]
 pub fn prepare(
-    store: &Store,
-    lr: &LoadedRecipe,
-    tc: &Toolchain,
-    uv: &Uv,
+    cx: &Ctx<'_>,
     src: &Entry,
     lock_dir: &Path,
     offline: bool,
     temp: &TempRoots,
 ) -> Result<Prepared> {
+    let Ctx { store, lr, tc, .. } = *cx;
     let r = &lr.recipe;
     let mut lock_entry = None;
     let locked = match lock::load(lock_dir, r)? {
@@ -104,7 +100,7 @@ pub fn prepare(
                     );
                     let staging = store.stage("autolock")?;
                     let dir = staging.path().join("lock");
-                    lock::resolve(store, lr, tc, uv, &src.path, &dir)?;
+                    lock::resolve(cx, &src.path, &dir)?;
                     store.persist(&dir, &entry)?;
                 }
             }

@@ -75,7 +75,16 @@ pub fn run(
     let mirror = source::ensure_mirror(&store, &r.source.repo, &r.source.commit, false)?;
     let (src, _) = source::ensure_checkout(&store, &mirror, &r.source.commit)?;
     let dir = lock::lock_dir(&lr, lockfiles);
-    let locked = lock::resolve(&store, &lr, &tc, &uv, &src.path, &dir)?;
+    let locked = lock::resolve(
+        &crate::stages::Ctx {
+            store: &store,
+            lr: &lr,
+            tc: &tc,
+            uv: &uv,
+        },
+        &src.path,
+        &dir,
+    )?;
     drop(temp);
     let report = LockReport {
         recipe: r.name.clone(),

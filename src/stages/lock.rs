@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::stages::Ctx;
 use anyhow::{Context, Result};
 use fs_err as fs;
 use serde::{Deserialize, Serialize};
@@ -32,8 +33,7 @@ use crate::recipe::{LoadedRecipe, Recipe};
 use crate::stages::venv::runtime_requirements;
 use crate::stages::wheel::{BuildRequirements, build_requirements, commit_time};
 use crate::store::{Store, read_json, sha256_file, write_atomic};
-use crate::toolchain::Toolchain;
-use crate::uv::{Uv, pin_lines};
+use crate::uv::pin_lines;
 use crate::wheelhouse::{LockedPackage, parse_pylock};
 
 /// The build set's lock file.
@@ -242,14 +242,8 @@ pub fn exclude_newer(lr: &LoadedRecipe, src: &Path) -> Result<Option<String>> {
 /// `store`.
 ///
 /// Errors: uv cannot resolve (its output is quoted; the log is named).
-pub fn resolve(
-    store: &Store,
-    lr: &LoadedRecipe,
-    tc: &Toolchain,
-    uv: &Uv,
-    src: &Path,
-    dir: &Path,
-) -> Result<Locked> {
+pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path) -> Result<Locked> {
+    let Ctx { store, lr, tc, uv } = *cx;
     let r = &lr.recipe;
     let cutoff = exclude_newer(lr, src)?;
     progress::stage(

@@ -9,3 +9,22 @@ pub mod smoke;
 pub mod source;
 pub mod venv;
 pub mod wheel;
+
+use crate::recipe::LoadedRecipe;
+use crate::store::Store;
+use crate::toolchain::Toolchain;
+use crate::uv::Uv;
+
+/// What every stage of one build works with: the store, the recipe, the
+/// toolchain found by the preflight, and uv with the recipe's indexes.
+#[derive(Clone, Copy)]
+pub struct Ctx<'a> {
+    /// The store.
+    pub store: &'a Store,
+    /// The recipe being built.
+    pub lr: &'a LoadedRecipe,
+    /// Python, uv, compilers (recorded in `build.json`).
+    pub tc: &'a Toolchain,
+    /// uv, configured with the recipe's indexes and `--offline`.
+    pub uv: &'a Uv,
+}

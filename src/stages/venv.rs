@@ -12,6 +12,7 @@
 use std::path::Path;
 use std::time::Instant;
 
+use crate::stages::Ctx;
 use anyhow::{Context, Result, bail};
 use fs_err as fs;
 use serde::{Deserialize, Serialize};
@@ -28,7 +29,7 @@ use crate::store::{
     self, Bucket, Entry, MANIFEST, Manifest, Store, read_json, sha256_file, write_json,
 };
 use crate::toolchain::Toolchain;
-use crate::uv::{Uv, pin_lines};
+use crate::uv::pin_lines;
 
 /// The record file of an oracle venv.
 pub const ORACLE_JSON: &str = "oracle.json";
@@ -171,18 +172,15 @@ pub fn plan(
 ///
 /// Errors: install fails; exit 3 when the measured identity fails a check
 /// (nothing is persisted).
-#[allow(clippy::too_many_arguments)]
 pub fn ensure(
-    store: &Store,
-    lr: &LoadedRecipe,
-    tc: &Toolchain,
-    uv: &Uv,
+    cx: &Ctx<'_>,
     wheel_entry: &Entry,
     wheel: &BuildRecord,
     src: &Entry,
     plan: &VenvPlan,
     opts: Options,
 ) -> Result<Outcome> {
+    let Ctx { store, lr, .. } = *cx;
     let entry = plan.entry.clone();
     let smoke_key = smoke::smoke_key(store, lr);
     if entry.exists() {
@@ -214,7 +212,7 @@ pub fn ensure(
     if !entry.exists() {
         let _lock = store.lock(&format!("venv-{}", plan.key))?;
         if !entry.exists() {
-            let record = build(store, lr, tc, uv, wheel_entry, wheel, src, plan, opts)?;
+            let record = build(cx, wheel_entry, wheel, src, plan, opts)?;
             return Ok(Outcome {
                 entry,
                 record,
@@ -307,18 +305,15 @@ pub fn write_record(venv: &Path, record: &OracleRecord) -> Result<()> {
     res
 }
 
-#[allow(clippy::too_many_arguments)]
 fn build(
-    store: &Store,
-    lr: &LoadedRecipe,
-    tc: &Toolchain,
-    uv: &Uv,
+    cx: &Ctx<'_>,
     wheel_entry: &Entry,
     wheel: &BuildRecord,
     src: &Entry,
     plan: &VenvPlan,
     opts: Options,
 ) -> Result<OracleRecord> {
+    let Ctx { store, lr, tc, uv } = *cx;
     let r = &lr.recipe;
     let (key, entry, runtime) = (plan.key.as_str(), &plan.entry, plan.runtime.as_deref());
     progress::stage(

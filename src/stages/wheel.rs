@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::stages::Ctx;
 use anyhow::{Context, Result, bail};
 use fs_err as fs;
 use serde::{Deserialize, Serialize};
@@ -276,14 +277,12 @@ pub fn commit_time(dir: &Path, commit: &str) -> Result<i64> {
 ///
 /// Errors: any build step fails (the error quotes the log's tail and names it).
 pub fn ensure(
-    store: &Store,
-    lr: &LoadedRecipe,
-    tc: &Toolchain,
-    uv: &crate::uv::Uv,
+    cx: &Ctx<'_>,
     plan: &WheelPlan,
     src: &Entry,
     requires: &[String],
 ) -> Result<(BuildRecord, bool)> {
+    let Ctx { store, lr, tc, uv } = *cx;
     if plan.entry.exists() {
         return Ok((BuildRecord::read(&plan.entry.path)?, false));
     }
