@@ -42,7 +42,7 @@ use crate::progress;
 use crate::stages::lock;
 use crate::stages::source;
 use crate::stages::venv::OracleRecord;
-use crate::store::{Bucket, ManifestFile, Store, make_writable, sha256_file};
+use crate::store::{Bucket, Entry, ManifestFile, Store, make_writable, sha256_file};
 use crate::wheelhouse;
 
 /// The manifest's name inside a bundle.
@@ -78,6 +78,20 @@ pub struct ExportReport {
     pub files: usize,
     /// Store entries in it.
     pub entries: Vec<String>,
+}
+
+/// Adds the store entry `e` (once) to the bundle: its label to `entries`,
+/// its files to `files` under `store/<bucket>/<name>/`.
+fn add_entry(
+    e: &Entry,
+    entries: &mut Vec<String>,
+    files: &mut Vec<(String, PathBuf, bool)>,
+) -> Result<()> {
+    if entries.contains(&e.label()) {
+        return Ok(());
+    }
+    entries.push(e.label());
+    walk_files(&e.path, &e.path, &format!("store/{}", e.label()), files)
 }
 
 fn walk_files(
@@ -156,15 +170,7 @@ pub fn export(
             problems.push(format!("the wheelhouse lacks {}=={}", p.name, p.version));
         }
         for e in present {
-            if !entries.contains(&e.label()) {
-                entries.push(e.label());
-                walk_files(
-                    &e.path,
-                    &e.path,
-                    &format!("store/{}", e.label()),
-                    &mut files,
-                )?;
-            }
+            add_entry(&e, &mut entries, &mut files)?;
         }
     }
     if let Some(found) = hermetic::discover(&store, &lr) {
@@ -179,13 +185,7 @@ pub fn export(
             let e = store
                 .entry_by_label(&row.entry)
                 .context("bad ext entry label")?;
-            entries.push(e.label());
-            walk_files(
-                &e.path,
-                &e.path,
-                &format!("store/{}", e.label()),
-                &mut files,
-            )?;
+            add_entry(&e, &mut entries, &mut files)?;
         }
     }
     if !problems.is_empty() {
@@ -206,13 +206,7 @@ pub fn export(
     {
         let e = store.entry(Bucket::Wheels, &rec.wheel_key);
         if e.exists() {
-            entries.push(e.label());
-            walk_files(
-                &e.path,
-                &e.path,
-                &format!("store/{}", e.label()),
-                &mut files,
-            )?;
+            add_entry(&e, &mut entries, &mut files)?;
         }
     }
     let staging = store.stage("export")?;
