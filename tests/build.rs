@@ -11,9 +11,7 @@ use common::*;
 #[test]
 fn builds_a_gateable_oracle_then_a_second_run_is_a_no_op() {
     let tmp = tempfile::tempdir().unwrap();
-    let (repo, commit) = fixture_repo(tmp.path());
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, SMOKE);
-    let store = tmp.path().join("store");
+    let (_, commit, recipe, store) = fixture_pin(tmp.path());
     let s = store.to_str().unwrap();
     let r = recipe.to_str().unwrap();
 
@@ -216,9 +214,7 @@ fn expect_mismatch_is_refused_with_exit_3_and_nothing_is_recorded() {
 #[test]
 fn a_pretend_version_in_the_environment_cannot_relabel_the_build() {
     let tmp = tempfile::tempdir().unwrap();
-    let (repo, commit) = fixture_repo(tmp.path());
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, SMOKE);
-    let store = tmp.path().join("store");
+    let (_, commit, recipe, store) = fixture_pin(tmp.path());
     let out = cmd(tmp.path())
         .env("SETUPTOOLS_SCM_PRETEND_VERSION", "0.23.1")
         .args([
@@ -242,9 +238,7 @@ fn a_pretend_version_in_the_environment_cannot_relabel_the_build() {
 #[test]
 fn missing_model_is_built_but_not_gateable_exit_4() {
     let tmp = tempfile::tempdir().unwrap();
-    let (repo, commit) = fixture_repo(tmp.path());
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, SMOKE);
-    let store = tmp.path().join("store");
+    let (_, _, recipe, store) = fixture_pin(tmp.path());
     let out = cmd(tmp.path())
         .env("FX_MODELS", tmp.path().join("no-models"))
         .args([
@@ -344,9 +338,7 @@ fn the_parity_pin_stops_early_on_this_machine_naming_what_is_missing() {
 #[test]
 fn a_file_added_to_an_oracle_is_detected_and_the_entry_rebuilt() {
     let tmp = tempfile::tempdir().unwrap();
-    let (repo, commit) = fixture_repo(tmp.path());
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, SMOKE);
-    let store = tmp.path().join("store");
+    let (_, _, recipe, store) = fixture_pin(tmp.path());
     let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
     let out = run(tmp.path(), &["build", r, "--store", s, "--json"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
@@ -439,9 +431,7 @@ fn a_failed_build_keeps_the_log_it_names() {
 #[test]
 fn a_damaged_wheel_is_reported_and_rebuilt_when_it_is_needed() {
     let tmp = tempfile::tempdir().unwrap();
-    let (repo, commit) = fixture_repo(tmp.path());
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, SMOKE);
-    let store = tmp.path().join("store");
+    let (_, _, recipe, store) = fixture_pin(tmp.path());
     let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
     let out = run(tmp.path(), &["build", r, "--store", s, "--json"]);
     assert_eq!(code(&out), 0, "{}", text(&out));

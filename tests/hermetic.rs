@@ -199,9 +199,7 @@ fn lock_writes_hash_pinned_lockfiles_and_a_second_lock_gives_the_same_bytes() {
 #[test]
 fn offline_rebuild_from_the_store_gives_the_same_oracle() {
     let tmp = tempfile::tempdir().unwrap();
-    let (repo, commit) = fixture_repo(tmp.path());
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, SMOKE);
-    let store = tmp.path().join("store");
+    let (_, _, recipe, store) = fixture_pin(tmp.path());
     lock(tmp.path(), &recipe, &store);
     let t0 = Instant::now();
     let first = build(&mut cmd(tmp.path()), &recipe, &store, &[]);

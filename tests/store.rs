@@ -285,9 +285,7 @@ fn sigkill_at_many_moments_never_leaves_a_partial_entry_and_the_rerun_resumes() 
 #[test]
 fn four_concurrent_builds_build_once_and_gc_during_a_build_deletes_nothing_it_needs() {
     let tmp = tempfile::tempdir().unwrap();
-    let (repo, head) = fixture_repo(tmp.path());
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &head, SMOKE);
-    let store = tmp.path().join("store");
+    let (repo, _, recipe, store) = fixture_pin(tmp.path());
     let children: Vec<_> = (0..4)
         .map(|_| {
             cmd(tmp.path())

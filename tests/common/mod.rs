@@ -173,3 +173,12 @@ pub fn build_out(cwd: &Path, recipe: &Path, store: &Path, extra: &[&str]) -> Out
         .output()
         .expect("oracle-build runs")
 }
+
+/// The usual setup of a test: a fixture repository in `dir`, a recipe `fx`
+/// at its head commit with the default smoke section, and a store path.
+/// Returns (repo, commit, recipe, store).
+pub fn fixture_pin(dir: &Path) -> (PathBuf, String, PathBuf, PathBuf) {
+    let (repo, commit) = fixture_repo(dir);
+    let recipe = write_recipe(dir, "fx", &repo, &commit, SMOKE);
+    (repo, commit, recipe, dir.join("store"))
+}
