@@ -188,25 +188,7 @@ pub fn ensure(
             .map_or_else(|e| vec![format!("{e:#}")], |m| m.check(&entry.path, false));
         if !problems.is_empty() {
             let _lock = store.lock(&format!("venv-{}", plan.key))?;
-            let aside =
-                store
-                    .tmp_dir()
-                    .join(format!("damaged-{}.{}", plan.key, std::process::id()));
-            progress::stage(
-                "venv",
-                format!(
-                    "{} is damaged ({}); moving it to {} and rebuilding",
-                    entry.label(),
-                    problems
-                        .iter()
-                        .take(3)
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                    aside.display()
-                ),
-            );
-            fs::rename(&entry.path, &aside)?;
+            store.quarantine(&entry, &problems)?;
         }
     }
     if !entry.exists() {

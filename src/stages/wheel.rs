@@ -241,21 +241,7 @@ pub fn quarantine_if_damaged(store: &Store, entry: &Entry, record: &BuildRecord)
         return Ok(false);
     }
     let _lock = store.lock(&format!("wheel-{}", entry.name))?;
-    let aside = store.tmp_dir().join(format!(
-        "damaged-wheel-{}.{}",
-        entry.name,
-        std::process::id()
-    ));
-    progress::stage(
-        "build",
-        format!(
-            "{} is damaged ({}); moving it to {} and rebuilding",
-            entry.label(),
-            problems.join("; "),
-            aside.display()
-        ),
-    );
-    fs::rename(&entry.path, &aside)?;
+    store.quarantine(entry, &problems)?;
     Ok(true)
 }
 

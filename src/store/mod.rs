@@ -330,6 +330,31 @@ impl Store {
         Ok(())
     }
 
+    /// Moves the damaged entry `entry` out of the store, into
+    /// `<root>/tmp/damaged-<bucket>-<name>.<pid>` (removed by the next run's
+    /// staging cleanup), saying why on stderr; the caller rebuilds it.
+    /// Callers hold the entry's lock.
+    pub fn quarantine(&self, entry: &Entry, problems: &[String]) -> Result<()> {
+        let aside = self.tmp_dir().join(format!(
+            "damaged-{}-{}.{}",
+            entry.bucket.dir_name(),
+            entry.name,
+            std::process::id()
+        ));
+        let shown: Vec<&str> = problems.iter().take(3).map(String::as_str).collect();
+        crate::progress::stage(
+            entry.bucket.dir_name(),
+            format!(
+                "{} is damaged ({}); moving it to {} and rebuilding",
+                entry.label(),
+                shown.join("; "),
+                aside.display()
+            ),
+        );
+        fs::rename(&entry.path, &aside)?;
+        Ok(())
+    }
+
     /// Takes the exclusive lock `<root>/locks/<name>.lock`, waiting for it when
     /// another process holds it (and saying who, on stderr).
     pub fn lock(&self, name: &str) -> Result<Lock> {
