@@ -3,29 +3,11 @@
 //! `main` only parses the command line, dispatches to [`ops`], and maps errors
 //! to the exit codes of the contract (see [`exit`]).
 
-mod advance;
-mod alias;
-mod cli;
-mod disk;
-mod dist_record;
-mod exit;
-mod gc;
-mod key;
-mod ops;
-mod pin;
-mod pinfile;
-mod process;
-mod progress;
-mod recipe;
-mod stages;
-mod store;
-mod toolchain;
-mod uv;
-mod wheelhouse;
-
 use clap::Parser;
 
-use cli::{Cli, Command};
+use oracle_build::{disk, exit, ops, process};
+
+use oracle_build::cli::{Cli, Command};
 
 fn main() {
     let cli = Cli::parse();
