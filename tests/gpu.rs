@@ -116,10 +116,7 @@ fn gpu_caps() -> Result<Vec<String>, String> {
 /// `major.minor` of `python3` on PATH (the recipe's Python on the GPU box).
 fn python3_minor() -> String {
     let out = Command::new("python3")
-        .args([
-            "-c",
-            "import sys; print('%d.%d' % sys.version_info[:2])",
-        ])
+        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
         .output()
         .expect("python3 runs");
     String::from_utf8_lossy(&out.stdout).trim().to_string()
@@ -162,8 +159,16 @@ fn cuda_fixture_builds_verifies_and_smokes_on_the_gpu() {
     let mut archs: Vec<String> = caps
         .iter()
         .map(|c| {
-            let major: u32 = c.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
-            if major >= 9 { format!("{c}a") } else { c.clone() }
+            let major: u32 = c
+                .split('.')
+                .next()
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(0);
+            if major >= 9 {
+                format!("{c}a")
+            } else {
+                c.clone()
+            }
         })
         .collect();
     archs.sort();
@@ -224,7 +229,11 @@ fn cuda_fixture_builds_verifies_and_smokes_on_the_gpu() {
         let listing = String::from_utf8_lossy(&elf.stdout);
         for a in &archs {
             let sm = format!("sm_{}.cubin", a.replace('.', ""));
-            assert!(listing.contains(&sm), "no {sm} in {}:\n{listing}", so.display());
+            assert!(
+                listing.contains(&sm),
+                "no {sm} in {}:\n{listing}",
+                so.display()
+            );
         }
     } else {
         eprintln!("no cuobjdump beside {}: cubins not listed", nvcc.display());
@@ -244,14 +253,22 @@ fn cuda_fixture_builds_verifies_and_smokes_on_the_gpu() {
     assert_eq!(probe["built_arch_list"], archs.join(";"), "{probe}");
     let kernel = probe["kernel_arch"].as_str().unwrap();
     assert!(
-        archs.iter().any(|a| format!("sm_{}", a.replace('.', "")) == kernel),
+        archs
+            .iter()
+            .any(|a| format!("sm_{}", a.replace('.', "")) == kernel),
         "the kernel ran code for {kernel}, built for {archs:?}"
     );
     assert_eq!(rec["smoke"]["cases"][0]["deterministic"], true);
 
     let out = run(
         tmp.path(),
-        &["verify", "fxcuda.yaml", "--deep", "--store", store.to_str().unwrap()],
+        &[
+            "verify",
+            "fxcuda.yaml",
+            "--deep",
+            "--store",
+            store.to_str().unwrap(),
+        ],
     );
     assert_eq!(code(&out), 0, "{}", text(&out));
 
@@ -265,7 +282,13 @@ fn cuda_fixture_builds_verifies_and_smokes_on_the_gpu() {
     // The same oracle with a broken op fails its gate.
     let out = cmd(tmp.path())
         .env("FIXTURELLM_MODE", "broken-op")
-        .args(["smoke", "fxcuda.yaml", "--json", "--store", store.to_str().unwrap()])
+        .args([
+            "smoke",
+            "fxcuda.yaml",
+            "--json",
+            "--store",
+            store.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     assert_eq!(code(&out), 4, "{}", text(&out));
@@ -370,7 +393,11 @@ fn cuda_fixture_builds_for_cpu_anywhere() {
     let out = build_out(tmp.path(), &recipe, &store, &["--no-smoke", "--json"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     let venv = PathBuf::from(json(&out)["oracle"].as_str().unwrap());
-    assert!(find_so(&venv, "_C.").is_some(), "no _C in {}", venv.display());
+    assert!(
+        find_so(&venv, "_C.").is_some(),
+        "no _C in {}",
+        venv.display()
+    );
     assert!(
         find_so(&venv, "_cuda_C.").is_none(),
         "a cpu build holds _cuda_C"
