@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow};
 use serde_json::Value;
 
-use crate::advance::{self, AdvanceReport, Commits, Side};
-use crate::alias;
+use crate::pipeline::advance::{self, AdvanceReport, Commits, Side};
+use crate::store::alias;
 use crate::exit::{bad_input, not_gateable};
 use crate::ops::build::{BuildOptions, BuildReport, execute};
 use crate::ops::print_json;
-use crate::pin;
+use crate::recipe::pin;
 use crate::progress;
 use crate::recipe::{self, LoadedRecipe};
 use crate::stages::smoke::{self, SmokeReport, Verdict};

@@ -8,15 +8,15 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::disk::{self, Stage};
+use crate::host::disk::{self, Stage};
 use crate::exit::{bad_input, not_gateable};
 use crate::ops::print_json;
-use crate::pin;
+use crate::recipe::pin;
 use crate::progress;
 use crate::stages::smoke::Verdict;
 use crate::stages::{source, venv, wheel};
 use crate::store::{Entry, Store};
-use crate::uv::Uv;
+use crate::host::uv::Uv;
 
 /// Options of `build`.
 #[derive(Debug, Clone, Default)]
@@ -121,9 +121,9 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
     let lock_dir = crate::stages::lock::lock_dir(&lr, opts.lockfiles.as_deref());
     if opts.offline {
         // Name everything an offline build would miss before any work.
-        let mut problems = crate::ops::hermetic::offline_problems(&store, &lr, &lock_dir);
+        let mut problems = crate::pipeline::inputs::offline_problems(&store, &lr, &lock_dir);
         if !problems.is_empty() {
-            problems.extend(crate::ops::preflight::inspect(&store, &lr, true).problems);
+            problems.extend(crate::pipeline::preflight::inspect(&store, &lr, true).problems);
             return Err(anyhow::anyhow!(
                 "cannot build {} offline:\n  - {}\n(nothing was written to {})",
                 r.name,
@@ -132,7 +132,7 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
             ));
         }
     }
-    let tc = crate::ops::preflight::toolchain(&store, &lr, opts.offline)?;
+    let tc = crate::pipeline::preflight::toolchain(&store, &lr, opts.offline)?;
     let cleaned =
         store.clean_stale_staging()? + crate::stages::hermetic::StableWorkDir::clean_stale(&store);
     if cleaned > 0 {
@@ -174,7 +174,7 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
         built.push("source".to_string());
     }
 
-    let hermetic = crate::ops::hermetic::prepare(&cx, &src, &lock_dir, opts.offline, &temp)?;
+    let hermetic = crate::pipeline::inputs::prepare(&cx, &src, &lock_dir, opts.offline, &temp)?;
     let lock_entry = hermetic.lock_entry.clone();
     let plan = wheel::plan(&store, &lr, &tc, &src.path, opts.jobs)?;
     let plan = crate::stages::hermetic::apply_wheel(&store, plan, hermetic.wheel);

@@ -35,15 +35,16 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::exit::bad_input;
-use crate::ops::{hermetic, print_json};
-use crate::pin;
-use crate::process::capture;
+use crate::ops::print_json;
+use crate::pipeline::inputs as hermetic;
+use crate::recipe::pin;
+use crate::host::process::capture;
 use crate::progress;
 use crate::stages::lock;
 use crate::stages::source;
 use crate::stages::venv::OracleRecord;
 use crate::store::{Bucket, Entry, ManifestFile, Store, make_writable, sha256_file};
-use crate::wheelhouse;
+use crate::stages::wheelhouse;
 
 /// The manifest's name inside a bundle.
 pub const BUNDLE_MANIFEST: &str = "oracle-bundle.json";

@@ -12,10 +12,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 
-use crate::alias::{self, Alias, Registry};
-use crate::dist_record;
-use crate::ops::{print_json, recipe_arg, shell_quote};
-use crate::pin;
+use crate::store::alias::{self, Alias, Registry};
+use crate::stages::identity::record;
+use crate::ops::print_json;
+use crate::recipe::shell_arg as recipe_arg;
+use crate::shell::shell_quote;
+use crate::recipe::pin;
 use crate::recipe::{self, BuildMode, Recipe};
 use crate::stages::identity::{self, Identity, dirty_mark, lacks_history, release_tag, scm_sha};
 use crate::stages::venv::OracleRecord;
@@ -343,7 +345,7 @@ impl Doctor {
     /// Files missing or changed: the package's RECORD and, for a store entry, its manifest (sizes).
     fn files(&mut self, venv: &Path, subject: &str, package: &str, imports: bool, pin: &str) {
         let mut problems = Vec::new();
-        match dist_record::check(venv, package, false) {
+        match record::check(venv, package, false) {
             Ok(rc) => problems.extend(rc.problems.into_iter().map(|p| format!("{p} (RECORD)"))),
             Err(e) if imports => problems.push(format!("{e:#}")),
             Err(_) => {}
@@ -635,7 +637,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
             }
         }
         // Reachable through roots and the entries' `requires` (as `gc` sees it).
-        let reached = crate::gc::reachable(store)?;
+        let reached = crate::store::gc::reachable(store)?;
         for bucket in [
             Bucket::Git,
             Bucket::Src,

@@ -11,11 +11,11 @@ use anyhow::{Result, anyhow};
 use serde::Serialize;
 
 use crate::ops::print_json;
-use crate::pin;
+use crate::recipe::pin;
 use crate::stages::{lock, source};
 use crate::store::Store;
-use crate::toolchain::{self, Toolchain};
-use crate::uv::Uv;
+use crate::host::toolchain::{self, Toolchain};
+use crate::host::uv::Uv;
 
 /// What `lock` reports.
 #[derive(Debug, Serialize)]

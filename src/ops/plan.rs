@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::disk::{self, Stage};
+use crate::host::disk::{self, Stage};
 use crate::ops::print_json;
-use crate::pin;
+use crate::recipe::pin;
 use crate::recipe::{LoadedRecipe, expand_env};
 use crate::stages::{source, venv, wheel};
 use crate::store::Store;
-use crate::toolchain::{self, Toolchain};
+use crate::host::toolchain::{self, Toolchain};
 
 const GIB: u64 = 1 << 30;
 
@@ -50,7 +50,7 @@ pub struct Plan {
     pub lock: LockRow,
     /// Every FetchContent source of the checkout and whether it is staged
     /// (empty until the mirror holds the commit).
-    pub ext_sources: Vec<crate::ops::hermetic::ExtRow>,
+    pub ext_sources: Vec<crate::pipeline::inputs::ExtRow>,
     /// Downloads the build would make that cannot be redirected to a staged copy.
     pub ext_unmapped: Vec<String>,
     /// What an `--offline` build would miss now (empty: it can run offline).
@@ -105,10 +105,10 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path) -> Pl
             exclude_newer: None,
         },
     };
-    let found = crate::ops::hermetic::discover(store, lr).unwrap_or_default();
-    let ext_sources = crate::ops::hermetic::ext_rows(store, &found);
-    let offline_missing = crate::ops::hermetic::offline_problems(store, lr, lock_dir);
-    let findings = crate::ops::preflight::inspect(store, lr, false);
+    let found = crate::pipeline::inputs::discover(store, lr).unwrap_or_default();
+    let ext_sources = crate::pipeline::inputs::ext_rows(store, &found);
+    let offline_missing = crate::pipeline::inputs::offline_problems(store, lr, lock_dir);
+    let findings = crate::pipeline::preflight::inspect(store, lr, false);
     let mut steps = Vec::new();
     let tools = format!(
         "python {}: {}; uv: {}; nvcc: {}",
@@ -186,7 +186,7 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path) -> Pl
                 gcc: toolchain::find_gcc(),
                 nvcc: findings.nvcc.clone(),
             };
-            let known = crate::ops::hermetic::known(store, lr, &src.path, lock_dir);
+            let known = crate::pipeline::inputs::known(store, lr, &src.path, lock_dir);
             match (wheel::plan(store, lr, &tc, &src.path, None), known) {
                 (Err(e), _) => {
                     wheel_state = step(

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::exit::{bad_input, mismatch, not_gateable};
 use crate::ops::print_json;
-use crate::pin;
+use crate::recipe::pin;
 use crate::recipe::LoadedRecipe;
 use crate::stages::smoke::{self, CaseResult, SmokeReport, Verdict, golden};
 use crate::stages::venv::{self, OracleRecord};

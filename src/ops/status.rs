@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::gc;
+use crate::store::gc;
 use crate::ops::print_json;
-use crate::pin;
+use crate::recipe::pin;
 use crate::stages::venv::OracleRecord;
 use crate::store::{Bucket, Manifest, Root, Store, disk_usage};
 

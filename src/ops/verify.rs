@@ -20,12 +20,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow};
 use serde::Serialize;
 
-use crate::alias::{self, Registry};
-use crate::dist_record::{self, RecordCheck};
+use crate::store::alias::{self, Registry};
+use crate::stages::identity::record::{self, RecordCheck};
 use crate::exit::{bad_input, mismatch};
 use crate::ops::print_json;
-use crate::pin;
-use crate::pinfile::{self, PinRecord};
+use crate::recipe::pin;
+use crate::stages::identity::pin_block::{self, PinRecord};
 use crate::recipe::{self, BuildMode, Recipe};
 use crate::stages::identity::{self, Check, Identity};
 use crate::stages::source;
@@ -215,7 +215,7 @@ fn summarize(problems: &[String]) -> String {
 fn file_checks(venv: &Path, package: &str, deep: bool, out: &mut Vec<Check>) -> Deep {
     let mut d = Deep::default();
     let kind = if deep { "sha256" } else { "size" };
-    match dist_record::check(venv, package, deep) {
+    match record::check(venv, package, deep) {
         Ok(rc) => {
             out.push(Check {
                 field: "files (RECORD)".into(),
@@ -389,7 +389,7 @@ pub fn verify(
     opts: &VerifyOptions,
 ) -> Result<Verification> {
     let pin_file = match &opts.pin_file {
-        Some(p) => Some((p.clone(), pinfile::read(p)?)),
+        Some(p) => Some((p.clone(), pin_block::read(p)?)),
         None => None,
     };
     let loc = locate(target, opts.pin.as_deref(), store_arg)?;

@@ -15,14 +15,14 @@ use anyhow::Result;
 use fs_err as fs;
 use serde_json::Value;
 
-use crate::key::content_key;
+use crate::store::key::content_key;
 use crate::stages::ext::{ExtSource, Variable};
 use crate::stages::venv::VenvPlan;
 use crate::stages::wheel::WheelPlan;
 use crate::store::{Bucket, Entry, Store};
-use crate::toolchain::Tool;
-use crate::uv::Uv;
-use crate::wheelhouse::{self, LockedPackage};
+use crate::host::toolchain::Tool;
+use crate::host::uv::Uv;
+use crate::stages::wheelhouse::{self, LockedPackage};
 
 /// A hash-pinned install of a locked set from wheelhouse entries.
 #[derive(Debug, Clone, Default)]
@@ -111,7 +111,7 @@ impl CompilerCache {
             ("ccache", "CCACHE_DIR", "ccache"),
         ] {
             if let Ok(path) = which::which(prog)
-                && let Ok(out) = crate::process::capture(prog, duct::cmd(&path, ["--version"]))
+                && let Ok(out) = crate::host::process::capture(prog, duct::cmd(&path, ["--version"]))
             {
                 return Some(CompilerCache {
                     tool: Tool {

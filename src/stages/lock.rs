@@ -17,7 +17,7 @@
 //! was made for and the sha256 of each file). uv cannot install a pylock
 //! file from a local wheelhouse (it fetches its URLs), so builds install
 //! from a hash-pinned requirements list derived from it
-//! ([`crate::wheelhouse::requirements_text`]) with `--require-hashes`.
+//! ([`crate::stages::wheelhouse::requirements_text`]) with `--require-hashes`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,8 +33,8 @@ use crate::recipe::{LoadedRecipe, Recipe};
 use crate::stages::venv::runtime_requirements;
 use crate::stages::wheel::{BuildRequirements, build_requirements, commit_time};
 use crate::store::{Store, read_json, sha256_file, write_atomic};
-use crate::uv::pin_lines;
-use crate::wheelhouse::{LockedPackage, parse_pylock};
+use crate::host::uv::pin_lines;
+use crate::stages::wheelhouse::{LockedPackage, parse_pylock};
 
 /// The build set's lock file.
 pub const BUILD_LOCK: &str = "pylock.build.toml";
@@ -150,8 +150,8 @@ pub fn lock_dir(lr: &LoadedRecipe, explicit: Option<&Path>) -> PathBuf {
 /// a lockfile: `store/lockfiles/<key>`, keyed by [`LockInputs`] (the commit
 /// fixes the requirement files; the cut-off fixes the index state).
 pub fn auto_entry(store: &Store, r: &Recipe) -> crate::store::Entry {
-    let key = crate::key::content_key(&serde_json::json!({
-        "schema": crate::key::KEY_SCHEMA, "stage": "autolock", "inputs": LockInputs::of(r),
+    let key = crate::store::key::content_key(&serde_json::json!({
+        "schema": crate::store::key::KEY_SCHEMA, "stage": "autolock", "inputs": LockInputs::of(r),
     }));
     store.entry(crate::store::Bucket::Locks, &key)
 }

@@ -2,6 +2,7 @@
 //! recipe -> [`source`] -> [`wheel`] -> [`venv`] (install, [`identity`], [`smoke`]) -> record.
 
 pub mod ext;
+pub mod wheelhouse;
 pub mod hermetic;
 pub mod identity;
 pub mod lock;
@@ -12,8 +13,8 @@ pub mod wheel;
 
 use crate::recipe::LoadedRecipe;
 use crate::store::Store;
-use crate::toolchain::Toolchain;
-use crate::uv::Uv;
+use crate::host::toolchain::Toolchain;
+use crate::host::uv::Uv;
 
 /// What every stage of one build works with: the store, the recipe, the
 /// toolchain found by the preflight, and uv with the recipe's indexes.

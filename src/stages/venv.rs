@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::exit::mismatch;
-use crate::key::{KEY_SCHEMA, content_key};
+use crate::store::key::{KEY_SCHEMA, content_key};
 use crate::progress;
 use crate::recipe::{BuildMode, LoadedRecipe};
 use crate::stages::identity::{self, Check, Identity};
@@ -28,8 +28,8 @@ use crate::stages::wheel::BuildRecord;
 use crate::store::{
     self, Bucket, Entry, MANIFEST, Manifest, Store, read_json, sha256_file, write_json,
 };
-use crate::toolchain::Toolchain;
-use crate::uv::pin_lines;
+use crate::host::toolchain::Toolchain;
+use crate::host::uv::pin_lines;
 
 /// The record file of an oracle venv.
 pub const ORACLE_JSON: &str = "oracle.json";

@@ -15,12 +15,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::exit::bad_input;
-use crate::key::{KEY_SCHEMA, content_key};
+use crate::store::key::{KEY_SCHEMA, content_key};
 use crate::progress::{self, Progress};
 use crate::recipe::{BuildMode, LoadedRecipe};
 use crate::store::{Bucket, Entry, Manifest, Store, copy_tree, read_json, sha256_file, write_json};
-use crate::toolchain::{self, Toolchain};
-use crate::uv::pin_lines;
+use crate::host::toolchain::{self, Toolchain};
+use crate::host::uv::pin_lines;
 
 /// Environment variables removed from every build: each can silently change
 /// what is built (CONTEXT.md failures 3 and 4).
@@ -201,7 +201,7 @@ pub struct BuildRecord {
     pub requires: Vec<String>,
     /// The compiler cache (sccache / ccache) the build could use, if any.
     #[serde(default)]
-    pub compiler_cache: Option<crate::toolchain::Tool>,
+    pub compiler_cache: Option<crate::host::toolchain::Tool>,
     /// When the build started (RFC 3339).
     pub started: String,
     /// Wall time, seconds.

@@ -28,6 +28,10 @@ use crate::exit::bad_input;
 mod fsutil;
 mod manifest;
 
+pub mod alias;
+pub mod gc;
+pub mod key;
+
 use fsutil::sync_dir;
 pub use fsutil::{
     copy_tree, disk_usage, make_read_only, make_writable, read_json, sha256_file, write_atomic,

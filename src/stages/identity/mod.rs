@@ -1,16 +1,19 @@
 //! Stage 5, identity: measure what the oracle *is*, from its own Python, and
 //! check each field against its own expected value (DESIGN.md, "Identity").
 
+pub mod pin_block;
+pub mod record;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::process::capture;
+use crate::host::process::capture;
 use crate::recipe::{BuildMode, Recipe};
 
-const IDENTITY_PY: &str = include_str!("../py/identity.py");
+const IDENTITY_PY: &str = include_str!("../../py/identity.py");
 
 /// One compiled module found under the package directory.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -7,7 +7,7 @@ use crate::progress;
 use crate::recipe::LoadedRecipe;
 use crate::stages::source;
 use crate::store::Store;
-use crate::toolchain::{self, Python, Tool, Toolchain};
+use crate::host::toolchain::{self, Python, Tool, Toolchain};
 
 /// What the preflight found: the toolchain if complete, and every problem.
 #[derive(Debug, Clone)]

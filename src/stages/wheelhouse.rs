@@ -20,7 +20,7 @@ use anyhow::{Context, Result, bail};
 use fs_err as fs;
 use serde::{Deserialize, Serialize};
 
-use crate::process::capture;
+use crate::host::process::capture;
 use crate::progress;
 use crate::store::{Bucket, Entry, Manifest, Store, TempRoots, sha256_file, write_json};
 

@@ -15,7 +15,7 @@ use crate::stages::hermetic::{CompilerCache, LockedInstall, VenvHermetic, WheelH
 use crate::stages::lock::{self, Locked};
 use crate::stages::source;
 use crate::store::{Entry, Store, TempRoots, read_json};
-use crate::wheelhouse;
+use crate::stages::wheelhouse;
 
 /// The hermetic inputs of one build.
 #[derive(Debug, Clone)]

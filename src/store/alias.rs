@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::exit::bad_input;
-use crate::pin;
+use crate::recipe::pin;
 use crate::recipe::{self, LoadedRecipe};
 use crate::store::{Bucket, Entry, Store, read_json, write_json};
 
@@ -303,8 +303,8 @@ pub fn point(
                     seen.display(),
                     to.display(),
                     Registry::file(store).display(),
-                    crate::ops::recipe_arg(lr),
-                    crate::ops::shell_quote(&seen.display().to_string()),
+                    crate::recipe::shell_arg(lr),
+                    crate::shell::shell_quote(&seen.display().to_string()),
                 )));
             }
             seen.canonicalize().ok()

@@ -702,7 +702,7 @@ fn fetch_url(store: &Store, url: &str, sha256: Option<&str>, dir: &Path) -> Resu
         let curl = which::which("curl").context(
             "downloading a URL source needs `curl` on PATH (or stage it as a file:// URL)",
         )?;
-        crate::process::capture(
+        crate::host::process::capture(
             &format!("curl {url}"),
             duct::cmd(curl, ["-fsSL", "-o", &file.display().to_string(), url]),
         )?;
