@@ -16,3 +16,6 @@ pub mod recipe;
 pub mod shell;
 pub mod stages;
 pub mod store;
+
+#[cfg(test)]
+mod layering;
