@@ -208,7 +208,11 @@ fn the_source_tree_keeps_its_layers() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     source_files(&src, &src, &mut files);
-    assert!(files.len() > 20, "found only {} files under src/", files.len());
+    assert!(
+        files.len() > 20,
+        "found only {} files under src/",
+        files.len()
+    );
     let problems = violations(&files);
     assert!(
         problems.is_empty(),
@@ -229,12 +233,15 @@ fn tree(files: &[(&str, &str)]) -> Vec<(String, String)> {
 fn an_upward_reference_is_reported() {
     let files = tree(&[
         ("store/mod.rs", "use crate::exit::bad_input;"),
-        ("store/gc.rs", "use crate::stages::venv::OracleRecord;"),
+        ("store/gc.rs", "use crate::stages::oracle::OracleRecord;"),
         ("stages/venv.rs", "use crate::store::Store;"),
     ]);
     let p = violations(&files);
     assert_eq!(p.len(), 1, "{p:?}");
-    assert!(p[0].contains("store/gc.rs") && p[0].contains("points up"), "{p:?}");
+    assert!(
+        p[0].contains("store/gc.rs") && p[0].contains("points up"),
+        "{p:?}"
+    );
 }
 
 #[test]
@@ -267,13 +274,17 @@ fn a_stage_using_a_later_stage_is_reported() {
     let files = tree(&[
         ("stages/lock.rs", "use crate::stages::wheel::plan;"),
         ("stages/wheel.rs", "use crate::stages::lock::Locked;"),
-        ("stages/smoke/golden.rs", "use crate::stages::source::Range;"),
+        (
+            "stages/smoke/golden.rs",
+            "use crate::stages::source::Range;",
+        ),
         ("stages/source.rs", ""),
         ("stages/smoke/mod.rs", ""),
     ]);
     let p = violations(&files);
     assert!(
-        p.iter().any(|l| l.contains("stage `lock` uses the later stage `wheel`")),
+        p.iter()
+            .any(|l| l.contains("stage `lock` uses the later stage `wheel`")),
         "{p:?}"
     );
     assert!(p.iter().all(|l| !l.contains("golden")), "{p:?}");

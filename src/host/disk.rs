@@ -36,7 +36,7 @@ impl Stage {
 /// otherwise 0.1 / 0.5 / 1 GiB.
 pub fn needed(recipe: &Recipe, stage: Stage) -> u64 {
     let d = &recipe.build.disk;
-    let heavy = matches!(recipe.build.target_device.as_str(), "cuda" | "rocm");
+    let heavy = recipe.build.device().compiles_kernels();
     let (set, heavy_default, light_default) = match stage {
         Stage::Source => (d.source_gib, 1.0, 0.1),
         Stage::Wheel => (d.wheel_gib, 18.0, 0.5),

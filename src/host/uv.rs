@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use crate::host::process::run_logged;
-use crate::progress::Progress;
 use crate::host::toolchain::Tool;
+use crate::progress::Progress;
 
 /// uv with the recipe's package indexes.
 #[derive(Debug, Clone)]

@@ -10,15 +10,15 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 
-use crate::store::alias::{self, Switched};
 use crate::exit::mismatch;
 use crate::ops::print_json;
 use crate::ops::verify::verify_venv;
-use crate::recipe::pin;
 use crate::recipe::LoadedRecipe;
+use crate::recipe::pin;
 use crate::stages::identity;
+use crate::stages::oracle::OracleRecord;
 use crate::stages::smoke::Verdict;
-use crate::stages::venv::OracleRecord;
+use crate::store::alias::{self, Switched};
 use crate::store::{Bucket, Entry, Store};
 
 /// What `activate` did.

@@ -12,15 +12,15 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 
-use crate::store::alias::{self, Alias, Registry};
-use crate::stages::identity::record;
 use crate::ops::print_json;
-use crate::recipe::shell_arg as recipe_arg;
-use crate::shell::shell_quote;
 use crate::recipe::pin;
+use crate::recipe::shell_arg as recipe_arg;
 use crate::recipe::{self, BuildMode, Recipe};
+use crate::shell::shell_quote;
+use crate::stages::identity::record;
 use crate::stages::identity::{self, Identity, dirty_mark, lacks_history, release_tag, scm_sha};
-use crate::stages::venv::OracleRecord;
+use crate::stages::oracle::OracleRecord;
+use crate::store::alias::{self, Alias, Registry};
 use crate::store::{Bucket, MANIFEST, Manifest, Root, Store};
 
 /// One problem found, with its fix.
@@ -252,7 +252,8 @@ impl Doctor {
                 format!("rebuild it: {rebuild}"),
             );
         }
-        let wants_ext = recipe.is_none_or(|r| r.build.target_device != "empty");
+        let wants_ext =
+            recipe.is_none_or(|r| r.build.device() != crate::recipe::TargetDevice::Empty);
         if id.package_dir.is_some() && id.compiled_extensions.is_empty() && wants_ext {
             covered.insert("compiled_extensions");
             self.add(

@@ -20,16 +20,16 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow};
 use serde::Serialize;
 
-use crate::store::alias::{self, Registry};
-use crate::stages::identity::record::{self, RecordCheck};
 use crate::exit::{bad_input, mismatch};
 use crate::ops::print_json;
 use crate::recipe::pin;
-use crate::stages::identity::pin_block::{self, PinRecord};
 use crate::recipe::{self, BuildMode, Recipe};
+use crate::stages::identity::pin_block::{self, PinRecord};
+use crate::stages::identity::record::{self, RecordCheck};
 use crate::stages::identity::{self, Check, Identity};
+use crate::stages::oracle::OracleRecord;
 use crate::stages::source;
-use crate::stages::venv::OracleRecord;
+use crate::store::alias::{self, Registry};
 use crate::store::{Manifest, Store};
 
 /// What `verify` was asked to do.

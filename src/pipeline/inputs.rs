@@ -11,11 +11,13 @@ use serde::Serialize;
 use crate::progress;
 use crate::recipe::LoadedRecipe;
 use crate::stages::ext::{self, Discovery, ExtSource};
-use crate::stages::hermetic::{CompilerCache, LockedInstall, VenvHermetic, WheelHermetic};
 use crate::stages::lock::{self, Locked};
 use crate::stages::source;
-use crate::store::{Entry, Store, TempRoots, read_json};
+use crate::stages::venv::VenvHermetic;
+use crate::stages::wheel::{CompilerCache, WheelHermetic};
 use crate::stages::wheelhouse;
+use crate::stages::wheelhouse::LockedInstall;
+use crate::store::{Entry, Store, TempRoots, read_json};
 
 /// The hermetic inputs of one build.
 #[derive(Debug, Clone)]
@@ -29,14 +31,15 @@ pub struct Prepared {
 }
 
 fn installs(locked: &Locked, entries: (Vec<Entry>, Vec<Entry>)) -> Prepared {
-    let mk =
-        |packages: &Vec<wheelhouse::LockedPackage>, entries: Vec<Entry>, sha: Option<&String>| {
-            sha.map(|s| LockedInstall {
-                packages: packages.clone(),
-                entries,
-                lock_sha256: s.clone(),
-            })
-        };
+    let mk = |packages: &Vec<crate::stages::lock::pylock::LockedPackage>,
+              entries: Vec<Entry>,
+              sha: Option<&String>| {
+        sha.map(|s| LockedInstall {
+            packages: packages.clone(),
+            entries,
+            lock_sha256: s.clone(),
+        })
+    };
     Prepared {
         lock_entry: None,
         wheel: WheelHermetic {
@@ -87,7 +90,7 @@ pub fn prepare(
                         r.name
                     );
                 }
-                let _lock = store.lock(&format!("autolock-{}", entry.name))?;
+                let _lock = entry.lock()?;
                 if !entry.exists() {
                     progress::stage(
                         "lock",
@@ -154,7 +157,7 @@ pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> O
             (lock::load(&e.path, &lr.recipe).ok()??, Some(e))
         }
     };
-    let pick = |pkgs: &[wheelhouse::LockedPackage]| -> Option<Vec<Entry>> {
+    let pick = |pkgs: &[crate::stages::lock::pylock::LockedPackage]| -> Option<Vec<Entry>> {
         let mut out = Vec::new();
         for p in pkgs {
             let present: Vec<Entry> = p

@@ -369,6 +369,66 @@ fn default_max_tokens() -> u32 {
 /// Target devices vLLM's `VLLM_TARGET_DEVICE` accepts (vllm/envs.py).
 pub const TARGET_DEVICES: &[&str] = &["cuda", "rocm", "cpu", "xpu", "tpu", "empty"];
 
+/// The devices vLLM builds for: the values of `VLLM_TARGET_DEVICE` its
+/// `setup.py` accepts (vLLM `setup.py`, `envs.py`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetDevice {
+    /// NVIDIA CUDA.
+    Cuda,
+    /// AMD ROCm.
+    Rocm,
+    /// CPU only.
+    Cpu,
+    /// Intel XPU.
+    Xpu,
+    /// Google TPU.
+    Tpu,
+    /// No compiled extensions at all.
+    Empty,
+}
+
+impl TargetDevice {
+    /// Every device, in the order of [`TARGET_DEVICES`].
+    pub const ALL: [TargetDevice; 6] = [
+        TargetDevice::Cuda,
+        TargetDevice::Rocm,
+        TargetDevice::Cpu,
+        TargetDevice::Xpu,
+        TargetDevice::Tpu,
+        TargetDevice::Empty,
+    ];
+
+    /// The device named `name` (a `build.target_device` value), if any.
+    pub fn parse(name: &str) -> Option<TargetDevice> {
+        TargetDevice::ALL.into_iter().find(|d| d.as_str() == name)
+    }
+
+    /// Its `VLLM_TARGET_DEVICE` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetDevice::Cuda => "cuda",
+            TargetDevice::Rocm => "rocm",
+            TargetDevice::Cpu => "cpu",
+            TargetDevice::Xpu => "xpu",
+            TargetDevice::Tpu => "tpu",
+            TargetDevice::Empty => "empty",
+        }
+    }
+
+    /// Whether the build compiles GPU kernels (CUDA or ROCm): the heavy builds.
+    pub fn compiles_kernels(self) -> bool {
+        matches!(self, TargetDevice::Cuda | TargetDevice::Rocm)
+    }
+}
+
+impl Build {
+    /// `target_device` as a [`TargetDevice`] (validated when the recipe was
+    /// loaded; an unknown value reads as the default, `cuda`).
+    pub fn device(&self) -> TargetDevice {
+        TargetDevice::parse(&self.target_device).unwrap_or(TargetDevice::Cuda)
+    }
+}
+
 /// A recipe together with where it came from.
 #[derive(Debug, Clone)]
 pub struct LoadedRecipe {
@@ -489,7 +549,7 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
         }
     }
     let b = &r.build;
-    if !TARGET_DEVICES.contains(&b.target_device.as_str()) {
+    if TargetDevice::parse(&b.target_device).is_none() {
         return Err(fail(
             "build.target_device",
             format!(

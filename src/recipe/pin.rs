@@ -14,8 +14,10 @@ use crate::exit::bad_input;
 use crate::recipe::{self, LoadedRecipe};
 
 /// Recipes compiled into the binary: (file name, text).
-pub const BUILTIN: &[(&str, &str)] =
-    &[("555967922.yaml", include_str!("../../recipes/555967922.yaml"))];
+pub const BUILTIN: &[(&str, &str)] = &[(
+    "555967922.yaml",
+    include_str!("../../recipes/555967922.yaml"),
+)];
 
 /// Where recipes are searched, in order (existing directories only).
 pub fn search_dirs() -> Vec<PathBuf> {

@@ -13,201 +13,19 @@
 //! Wheel and venv records list the wheelhouse entries they used in
 //! `requires`, so `gc` keeps them as long as the oracle is rooted.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use fs_err as fs;
-use serde::{Deserialize, Serialize};
 
 use crate::host::process::capture;
+use crate::host::uv::Uv;
 use crate::progress;
+use crate::stages::lock::pylock::{Artifact, LockedPackage};
 use crate::store::{Bucket, Entry, Manifest, Store, TempRoots, sha256_file, write_json};
 
 /// The record file of a wheelhouse entry.
 pub const ARTIFACT_JSON: &str = "artifact.json";
-
-/// One file of a locked package (PEP 751 `[[packages.wheels]]` or `packages.sdist`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Artifact {
-    /// Normalized name of the package it belongs to.
-    pub package: String,
-    /// Its version.
-    pub version: String,
-    /// File name (`name`, else the last segment of the URL or path, percent-decoded).
-    pub filename: String,
-    /// Where it is downloaded from (`url`), if remote.
-    pub url: Option<String>,
-    /// A local path (`path`, relative to the lock file's directory), if local.
-    pub path: Option<String>,
-    /// Lowercase hex sha256 (PEP 751 requires hashes; only sha256 is used).
-    pub sha256: String,
-    /// Size in bytes, when the lock says.
-    pub size: Option<u64>,
-}
-
-/// One package of a PEP 751 lock.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LockedPackage {
-    /// Package name as written in the lock.
-    pub name: String,
-    /// Exact version.
-    pub version: String,
-    /// Environment marker, if the lock has one.
-    pub marker: Option<String>,
-    /// Its wheels (for a single-environment lock: the ones that install there).
-    pub wheels: Vec<Artifact>,
-    /// Its sdist, if any.
-    pub sdist: Option<Artifact>,
-}
-
-impl LockedPackage {
-    /// The artifacts the wheelhouse keeps for this package: its wheels, or
-    /// the sdist when it has no wheel.
-    pub fn wanted(&self) -> Vec<&Artifact> {
-        if self.wheels.is_empty() {
-            self.sdist.iter().collect()
-        } else {
-            self.wheels.iter().collect()
-        }
-    }
-
-    /// The hash-pinned requirement line uv installs it from:
-    /// `name==version [; marker] --hash=sha256:...` (every wanted artifact's hash).
-    pub fn requirement_line(&self) -> String {
-        let mut line = format!("{}=={}", self.name, self.version);
-        if let Some(m) = &self.marker {
-            line.push_str(&format!(" ; {m}"));
-        }
-        for a in self.wanted() {
-            line.push_str(&format!(" --hash=sha256:{}", a.sha256));
-        }
-        line
-    }
-}
-
-#[derive(Deserialize)]
-struct PylockFile {
-    #[serde(default)]
-    packages: Vec<PylockPackage>,
-}
-
-#[derive(Deserialize)]
-struct PylockPackage {
-    name: String,
-    version: Option<String>,
-    marker: Option<String>,
-    #[serde(default)]
-    wheels: Vec<PylockArtifact>,
-    sdist: Option<PylockArtifact>,
-    vcs: Option<toml::Value>,
-    directory: Option<toml::Value>,
-    archive: Option<toml::Value>,
-}
-
-#[derive(Deserialize)]
-struct PylockArtifact {
-    name: Option<String>,
-    url: Option<String>,
-    path: Option<String>,
-    size: Option<u64>,
-    #[serde(default)]
-    hashes: BTreeMap<String, String>,
-}
-
-/// Reads the packages of the PEP 751 lock at `path`.
-///
-/// Errors: the file does not parse; a package is a VCS, directory or archive
-/// source (not installable from a wheelhouse), has no version, or an artifact
-/// has no sha256.
-pub fn parse_pylock(path: &Path) -> Result<Vec<LockedPackage>> {
-    let text = fs::read_to_string(path)?;
-    let lock: PylockFile =
-        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-    let mut out = Vec::new();
-    for p in lock.packages {
-        if p.vcs.is_some() || p.directory.is_some() || p.archive.is_some() {
-            bail!(
-                "{}: package {} comes from a VCS, directory or archive source; only index artifacts can be kept in the wheelhouse",
-                path.display(),
-                p.name
-            );
-        }
-        let version = p
-            .version
-            .with_context(|| format!("{}: package {} has no version", path.display(), p.name))?;
-        let conv = |a: PylockArtifact| -> Result<Artifact> {
-            let sha256 = a.hashes.get("sha256").cloned().with_context(|| {
-                format!(
-                    "{}: an artifact of {} has no sha256",
-                    path.display(),
-                    p.name
-                )
-            })?;
-            let source = a.url.as_deref().or(a.path.as_deref()).unwrap_or("");
-            let filename = a
-                .name
-                .clone()
-                .unwrap_or_else(|| percent_decode(source.rsplit('/').next().unwrap_or("")));
-            if filename.is_empty() || filename.contains('/') || filename.starts_with('.') {
-                bail!(
-                    "{}: an artifact of {} has no usable file name",
-                    path.display(),
-                    p.name
-                );
-            }
-            Ok(Artifact {
-                package: p.name.clone(),
-                version: version.clone(),
-                filename,
-                url: a.url,
-                path: a.path,
-                sha256: sha256.to_ascii_lowercase(),
-                size: a.size,
-            })
-        };
-        let wheels = p.wheels.into_iter().map(conv).collect::<Result<Vec<_>>>()?;
-        let sdist = p.sdist.map(conv).transpose()?;
-        if wheels.is_empty() && sdist.is_none() {
-            bail!("{}: package {} lists no artifact", path.display(), p.name);
-        }
-        out.push(LockedPackage {
-            name: p.name,
-            version,
-            marker: p.marker,
-            wheels,
-            sdist,
-        });
-    }
-    Ok(out)
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(h) = s.get(i + 1..i + 3)
-            && let Ok(b) = u8::from_str_radix(h, 16)
-        {
-            out.push(b);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The hash-pinned requirements text for `packages` (one line each, sorted as locked).
-pub fn requirements_text(packages: &[LockedPackage]) -> String {
-    packages
-        .iter()
-        .map(|p| p.requirement_line() + "\n")
-        .collect()
-}
 
 /// The wheelhouse entry of the artifact with `sha256`.
 pub fn entry(store: &Store, sha256: &str) -> Entry {
@@ -290,7 +108,7 @@ pub fn ensure(
 
 fn fetch(store: &Store, a: &Artifact, lock_dir: &Path, python: &Path) -> Result<Entry> {
     let e = entry(store, &a.sha256);
-    let _lock = store.lock(&format!("wheelhouse-{}", a.sha256))?;
+    let _lock = e.lock()?;
     if e.exists() {
         return Ok(e);
     }
@@ -359,41 +177,63 @@ pub fn link_dir(entries: &[Entry], dir: &Path) -> Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// A hash-pinned install of a locked set from wheelhouse entries.
+#[derive(Debug, Clone, Default)]
+pub struct LockedInstall {
+    /// The locked packages.
+    pub packages: Vec<LockedPackage>,
+    /// The wheelhouse entries that hold their artifacts.
+    pub entries: Vec<Entry>,
+    /// sha256 of the lock file they come from.
+    pub lock_sha256: String,
+}
 
-    #[test]
-    fn parses_a_uv_pylock_and_writes_hash_pinned_lines() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("pylock.test.toml");
-        fs::write(
-            &p,
-            r#"lock-version = "1.0"
-created-by = "uv"
-requires-python = ">=3.11"
+impl LockedInstall {
+    /// Installs exactly the set into `venv` from the wheelhouse only (`--offline
+    /// --no-index --require-hashes --no-deps`); `extra_lines` are appended to the
+    /// requirements (e.g. the built wheel by path with its hash) and
+    /// `extra_args` to the command. Scratch files go to `work`.
+    ///
+    /// Errors: uv fails (an artifact missing, a hash mismatch, an incomplete set).
+    pub fn install(
+        &self,
+        store: &Store,
+        uv: &Uv,
+        venv: &Path,
+        work: &Path,
+        extra_lines: &[String],
+        extra_args: &[String],
+        log: &Path,
+    ) -> Result<()> {
+        // One store-wide directory of links: uv keys its cache of local
+        // wheels by path, so the same wheel at the same path is unpacked once
+        // and every venv hard-links the same files (two oracles sharing their
+        // dependencies cost little more than one). A file-name clash with
+        // another artifact falls back to a private directory.
+        let shared = store.wheelhouse_links_dir();
+        let links = if link_dir(&self.entries, &shared).is_ok() {
+            shared
+        } else {
+            let dir = work.join("wheelhouse-links");
+            link_dir(&self.entries, &dir)?;
+            dir
+        };
+        let reqs = work.join("locked-requirements.txt");
+        let mut text = crate::stages::lock::pylock::requirements_text(&self.packages);
+        for l in extra_lines {
+            text.push_str(l);
+            text.push('\n');
+        }
+        fs::write(&reqs, text)?;
+        // The lock is the complete resolution (pins applied as overrides when
+        // it was made): install exactly it, without resolving again.
+        let mut args = vec!["--no-deps".to_string()];
+        args.extend(extra_args.iter().cloned());
+        uv.pip_install_locked(venv, &reqs, &links, &args, log)
+    }
 
-[[packages]]
-name = "torch"
-version = "2.9.0+cu130"
-wheels = [{ url = "https://example.invalid/whl/torch-2.9.0%2Bcu130-cp311-cp311-manylinux_2_28_x86_64.whl", upload-time = 2024-11-23T00:18:21Z, size = 3, hashes = { sha256 = "AB12" } }]
-
-[[packages]]
-name = "onlysdist"
-version = "1.0"
-sdist = { url = "https://example.invalid/onlysdist-1.0.tar.gz", hashes = { sha256 = "cd34" } }
-"#,
-        )
-        .unwrap();
-        let pkgs = parse_pylock(&p).unwrap();
-        assert_eq!(pkgs.len(), 2);
-        assert_eq!(
-            pkgs[0].wheels[0].filename,
-            "torch-2.9.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl"
-        );
-        assert_eq!(
-            requirements_text(&pkgs),
-            "torch==2.9.0+cu130 --hash=sha256:ab12\nonlysdist==1.0 --hash=sha256:cd34\n"
-        );
+    /// The labels of its wheelhouse entries (for `requires`).
+    pub fn labels(&self) -> Vec<String> {
+        self.entries.iter().map(Entry::label).collect()
     }
 }

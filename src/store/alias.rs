@@ -281,7 +281,7 @@ pub fn point(
     force: bool,
 ) -> Result<Switched> {
     let abs = std::path::absolute(path)?;
-    let _lock = store.lock("aliases")?;
+    let _lock = store.lock(crate::store::LockName::Aliases)?;
     let mut registry = Registry::load(store)?;
     let target = entry
         .path

@@ -15,22 +15,28 @@ use anyhow::Result;
 use fs_err as fs;
 use serde::Serialize;
 
-use crate::stages::venv::OracleRecord;
-use crate::stages::wheel::BuildRecord;
-use crate::store::{Bucket, Entry, Manifest, Store, disk_usage, make_writable};
+use serde::Deserialize;
 
-/// The entries `entry` needs (from its record's `requires`).
+use crate::store::{Bucket, Entry, Manifest, Store, disk_usage, make_writable, read_json};
+
+/// The one field of an entry's record `gc` reads: the labels
+/// (`<bucket>/<name>`) of the entries it was made from. Every other field
+/// of the record is the stage's own business.
+#[derive(Debug, Default, Deserialize)]
+struct Requires {
+    #[serde(default)]
+    requires: Vec<String>,
+}
+
+/// The entries `entry` needs: its record's (see [`Bucket::record_file`])
+/// `requires`, each label that names an entry of the store. An entry without
+/// a record, or with an unreadable one, needs nothing.
 pub fn references(store: &Store, entry: &Entry) -> Vec<Entry> {
-    let labels: Vec<String> = match entry.bucket {
-        Bucket::Venvs => OracleRecord::read(&entry.path)
-            .map(|r| r.requires)
-            .unwrap_or_default(),
-        Bucket::Wheels => BuildRecord::read(&entry.path)
-            .map(|r| r.requires)
-            .unwrap_or_default(),
-        _ => Vec::new(),
+    let Some(file) = entry.bucket.record_file() else {
+        return Vec::new();
     };
-    labels
+    let rec: Requires = read_json(&entry.path.join(file)).unwrap_or_default();
+    rec.requires
         .iter()
         .filter_map(|l| store.entry_by_label(l))
         .collect()
@@ -125,8 +131,8 @@ pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
     }
     if !dry_run {
         store.clean_stale_staging()?;
-        // Links to wheelhouse entries just deleted (see `stages::hermetic`).
-        if let Ok(rd) = fs::read_dir(store.root().join("wheelhouse-links")) {
+        // Links to wheelhouse entries just deleted (see [`Store::wheelhouse_links_dir`]).
+        if let Ok(rd) = fs::read_dir(store.wheelhouse_links_dir()) {
             for e in rd.flatten() {
                 if !e.path().exists() {
                     let _ = fs::remove_file(e.path());

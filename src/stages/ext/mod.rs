@@ -552,7 +552,7 @@ pub fn ensure(store: &Store, src: &ExtSource, offline: bool) -> Result<(Entry, E
             e.path.display()
         );
     }
-    let _lock = store.lock(&format!("ext-{}", e.name))?;
+    let _lock = e.lock()?;
     if e.exists() {
         return Ok((e.clone(), read_json(&e.path.join("ext.json"))?));
     }

@@ -282,7 +282,7 @@ pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
         show(&id.package_path),
         id.package_in_venv,
     ));
-    if recipe.build.target_device != "empty" {
+    if recipe.build.device() != crate::recipe::TargetDevice::Empty {
         let names: Vec<&str> = id
             .compiled_extensions
             .iter()

@@ -22,11 +22,11 @@ use serde_json::{Value, json};
 
 pub use golden::{ConfigDiff, GoldenDiff};
 
-use crate::store::key::{KEY_SCHEMA, content_key};
+use crate::host::toolchain::{self, Gpu};
 use crate::progress;
 use crate::recipe::{Case, LoadedRecipe, Probe, expand_env};
+use crate::store::key::{KEY_SCHEMA, content_key};
 use crate::store::{Store, read_json, write_json};
-use crate::host::toolchain::{self, Gpu};
 
 const DRIVER_PY: &str = include_str!("../../py/smoke_driver.py");
 
