@@ -147,8 +147,10 @@ pub fn prepare(
     Ok(prepared)
 }
 
-/// The same inputs as [`prepare`], computed without any network or write,
-/// when everything is already in place (for `plan`); `None` otherwise.
+/// The same key inputs as [`prepare`], computed without any network or
+/// write (for `plan`): the lock (a lockfile, or one a build resolved into
+/// the store) and every external source's staged revision; `None` when
+/// either is missing. Only the wheelhouse entries already present are listed.
 pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> Option<Prepared> {
     let (locked, lock_entry) = match lock::load(lock_dir, &lr.recipe).ok()? {
         Some(l) => (l, None),
@@ -157,24 +159,18 @@ pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> O
             (lock::load(&e.path, &lr.recipe).ok()??, Some(e))
         }
     };
-    let pick = |pkgs: &[crate::stages::lock::pylock::LockedPackage]| -> Option<Vec<Entry>> {
-        let mut out = Vec::new();
-        for p in pkgs {
-            let present: Vec<Entry> = p
-                .wanted()
-                .iter()
-                .map(|a| wheelhouse::entry(store, &a.sha256))
-                .filter(Entry::exists)
-                .collect();
-            if present.is_empty() {
-                return None;
-            }
-            out.extend(present);
-        }
-        Some(out)
+    // The keys depend on the lock's sha256, not on its artifacts being
+    // downloaded: the entries present are listed, the rest are fetched by
+    // `prepare` when a build runs.
+    let pick = |pkgs: &[crate::stages::lock::pylock::LockedPackage]| -> Vec<Entry> {
+        pkgs.iter()
+            .flat_map(|p| p.wanted())
+            .map(|a| wheelhouse::entry(store, &a.sha256))
+            .filter(Entry::exists)
+            .collect()
     };
-    let b = pick(&locked.build)?;
-    let rt = pick(&locked.runtime)?;
+    let b = pick(&locked.build);
+    let rt = pick(&locked.runtime);
     let mut prepared = installs(&locked, (b, rt));
     prepared.lock_entry = lock_entry;
     let found = ext::discover_in_tree(src).ok()?;

@@ -323,7 +323,7 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path) -> P
                     wheel_state = step(
                         "wheel",
                         StepState::ToDo,
-                        "key known once the lock's artifacts and the external sources are in the store",
+                        "key known once there is a lock and the external sources are staged",
                         disk::needed(r, Stage::Wheel),
                     )
                 }

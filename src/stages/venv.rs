@@ -6,7 +6,7 @@
 //! requirements file and the runtime lock's sha256); [`install`] makes the
 //! venv in a staging directory. The identity check, the gate and the record
 //! that turn it into the entry `store/venvs/<key>/` are
-//! [`crate::stages::oracle`]'s.
+//! the oracle stage's (`stages::oracle`, which runs after this one).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

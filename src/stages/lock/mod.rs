@@ -17,7 +17,7 @@
 //! was made for and the sha256 of each file). uv cannot install a pylock
 //! file from a local wheelhouse (it fetches its URLs), so builds install
 //! from a hash-pinned requirements list derived from it
-//! ([`crate::stages::wheelhouse::requirements_text`]) with `--require-hashes`.
+//! ([`pylock::requirements_text`]) with `--require-hashes`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
