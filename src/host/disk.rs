@@ -32,7 +32,7 @@ impl Stage {
 }
 
 /// Bytes `stage` needs for `recipe`: `build.disk.<stage>_gib` when set, else
-/// by target device: cuda/rocm 1 / 18 / 20 GiB (CONTEXT.md "Costs"),
+/// by target device: cuda/rocm 1 / 18 / 20 GiB (measured vLLM CUDA builds),
 /// otherwise 0.1 / 0.5 / 1 GiB.
 pub fn needed(recipe: &Recipe, stage: Stage) -> u64 {
     let d = &recipe.build.disk;

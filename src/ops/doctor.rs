@@ -1,5 +1,5 @@
 //! `oracle-build doctor [--venv PATH]... [--pin PIN]`: find every known way
-//! an oracle goes wrong (CONTEXT.md, failures 1-4) and say how to fix each.
+//! an oracle goes wrong (README.md, "`doctor`") and say how to fix each.
 //!
 //! Inspects the store (roots, entries, their files), every alias in the
 //! registry, and every venv named with `--venv` (built by this tool or not).

@@ -1,4 +1,4 @@
-//! Recipes: the human-written YAML description of one pin (DESIGN.md, "Recipe").
+//! Recipes: the human-written YAML description of one pin (README.md, "Recipes").
 //!
 //! A [`Recipe`] is parsed strictly (unknown keys are errors) and then validated;
 //! every error names the file, the line and the field, and maps to exit code 2.
@@ -126,7 +126,7 @@ pub struct Build {
 }
 
 /// `build.disk:` free space each stage needs before it starts, in GiB.
-/// Absent fields default by target device (vLLM CUDA: CONTEXT.md "Costs").
+/// Absent fields default by target device (see `host::disk::needed`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Disk {
@@ -177,7 +177,7 @@ impl Default for Build {
     }
 }
 
-/// `expect:` identity fields a correct oracle must report (DESIGN.md "Identity").
+/// `expect:` identity fields a correct oracle must report (README.md, "The identity gate").
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Expect {
@@ -195,7 +195,7 @@ pub struct Expect {
     pub torch_version: Option<String>,
 }
 
-/// `smoke:` the gate run (DESIGN.md "Smoke and the gate").
+/// `smoke:` the gate run (README.md, "The gate: `oracle-build smoke`").
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Smoke {

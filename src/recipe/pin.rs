@@ -1,4 +1,4 @@
-//! Resolving a PIN argument to a recipe (DESIGN.md, "Recipe": PIN).
+//! Resolving a PIN argument to a recipe (README.md, "Recipes").
 //!
 //! A PIN is a path to a recipe file, a recipe name (file stem or `name:`), or
 //! a hex commit prefix of at least 7 digits matching exactly one recipe.

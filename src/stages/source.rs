@@ -3,7 +3,7 @@
 //!
 //! Full history matters: setuptools-scm derives `<package>.__version__` from
 //! the last reachable tag (`0.23.1rc1.dev1511+g555967922`); a shallow clone
-//! yields `0.1.dev1+g...` (CONTEXT.md, failure 4).
+//! yields `0.1.dev1+g...` (setuptools-scm's fallback version, see its docs "Version number construction").
 
 use anyhow::{Context, Result, bail};
 use git2::{AutotagOption, FetchOptions, RemoteCallbacks, Repository};

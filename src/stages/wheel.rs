@@ -1,5 +1,5 @@
 //! Stage 3, wheel: build the package's wheel from the checkout, without build
-//! isolation, against pinned build dependencies (CONTEXT.md, "vLLM build facts").
+//! isolation, against pinned build dependencies (vLLM `setup.py`, `requirements/build.txt`).
 //!
 //! The entry `store/wheels/<key>/` holds the wheel, `build.json` (inputs,
 //! tools, environment, sha256, duration) and `build.log`.
@@ -27,7 +27,8 @@ use crate::store::key::{KEY_SCHEMA, content_key};
 use crate::store::{Bucket, Entry, Manifest, Store, copy_tree, read_json, sha256_file, write_json};
 
 /// Environment variables removed from every build: each can silently change
-/// what is built (CONTEXT.md failures 3 and 4).
+/// what is built (vLLM `setup.py` reads the `VLLM_*` variables; setuptools-scm reads
+/// `SETUPTOOLS_SCM_PRETEND_VERSION*`).
 pub const SCRUBBED_ENV: &[&str] = &[
     "SETUPTOOLS_SCM_PRETEND_VERSION",
     "VLLM_USE_PRECOMPILED",

@@ -3,8 +3,8 @@
 //! fetched ahead of the build into `store/ext/<name>-<rev>/` and handed to
 //! the build through the variables the checkout itself reads.
 //!
-//! Everything is read from the checkout (CONTEXT.md: "never from a
-//! hard-coded table"): `CMakeLists.txt` and `cmake/external_projects/*.cmake`
+//! Everything is read from the checkout (never from a
+//! hard-coded table): `CMakeLists.txt` and `cmake/external_projects/*.cmake`
 //! are scanned for `FetchContent_Declare(<name> GIT_REPOSITORY .. GIT_TAG ..)`
 //! and `(<name> URL .. URL_HASH SHA256=..)`, with `${VAR}` expanded from the
 //! files' `set(VAR value)`. The variable a source is passed through is found

@@ -1,6 +1,6 @@
 //! The users' pin record: a fenced ```` ```parity-pin ```` block of
-//! `key = value` lines kept in their sync notes (CONTEXT.md, "The pin record
-//! users already keep"; DESIGN.md, "Identity": `verify --pin-file`).
+//! `key = value` lines kept in their sync notes (README.md, "`--pin-file FILE` and
+//! `--emit-pin-block`: the users' pin record").
 //!
 //! ```text
 //! ```parity-pin
