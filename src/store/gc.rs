@@ -148,3 +148,59 @@ pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
         kept,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry_with(store: &Store, bucket: Bucket, name: &str, requires: &[&str]) -> Entry {
+        let e = store.entry(bucket, name);
+        fs::create_dir_all(&e.path).unwrap();
+        if let Some(file) = bucket.record_file() {
+            // Only `requires` is read: the rest of the record is the stage's.
+            let rec = serde_json::json!({"key": name, "other": {"x": 1}, "requires": requires});
+            fs::write(e.path.join(file), rec.to_string()).unwrap();
+        }
+        e
+    }
+
+    #[test]
+    fn what_a_root_reaches_through_requires_is_kept_and_the_rest_collected() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(dir.path()).unwrap();
+        store.init().unwrap();
+        let src = entry_with(&store, Bucket::Src, "c1", &[]);
+        let git = entry_with(&store, Bucket::Git, "r.git", &[]);
+        let wheel = entry_with(&store, Bucket::Wheels, "w1", &["src/c1", "git/r.git"]);
+        let venv = entry_with(&store, Bucket::Venvs, "v1", &["wheels/w1", "nobucket/x"]);
+        let stray = entry_with(&store, Bucket::Wheels, "w2", &["src/c1"]);
+        store.set_root("fx", &venv).unwrap();
+        assert_eq!(references(&store, &wheel), vec![src.clone(), git.clone()]);
+        let live = reachable(&store).unwrap();
+        for e in [&src, &git, &wheel, &venv] {
+            assert!(live.contains(&e.label()), "{} is reachable", e.label());
+        }
+        assert!(!live.contains(&stray.label()));
+
+        let dry = collect(&store, true).unwrap();
+        assert_eq!(dry.deleted.len(), 1);
+        assert!(stray.exists(), "a dry run deletes nothing");
+        let report = collect(&store, false).unwrap();
+        assert_eq!(report.deleted[0].entry, "wheels/w2");
+        assert!(!stray.exists());
+        assert!(venv.exists() && wheel.exists() && src.exists());
+    }
+
+    #[test]
+    fn an_entry_without_a_readable_record_requires_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(dir.path()).unwrap();
+        store.init().unwrap();
+        let v = store.entry(Bucket::Venvs, "v");
+        fs::create_dir_all(&v.path).unwrap();
+        fs::write(v.path.join("oracle.json"), "not json").unwrap();
+        assert!(references(&store, &v).is_empty());
+        let src = entry_with(&store, Bucket::Src, "c", &[]);
+        assert!(references(&store, &src).is_empty());
+    }
+}

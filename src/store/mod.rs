@@ -769,3 +769,107 @@ pub fn enclosing_checkout(path: &Path) -> Option<PathBuf> {
         .find(|a| a.join(".git").exists())
         .map(Path::to_path_buf)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(&dir.path().join("root")).unwrap();
+        store.init().unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn a_persisted_entry_appears_whole_and_read_only_and_staging_is_gone() {
+        let (_d, store) = store();
+        let e = store.entry(Bucket::Wheels, "k1");
+        let staging = store.stage("wheel-k1").unwrap();
+        let out = staging.path().join("entry");
+        fs::create_dir_all(&out).unwrap();
+        fs::write(out.join("build.json"), "{}").unwrap();
+        assert!(!e.exists());
+        store.persist(&out, &e).unwrap();
+        assert!(e.path.join("build.json").is_file());
+        let mode = std::fs::metadata(e.path.join("build.json"))
+            .unwrap()
+            .permissions();
+        assert!(mode.readonly(), "persisted files are read-only");
+        let staged = staging.path().to_path_buf();
+        drop(staging);
+        assert!(!staged.exists(), "dropping the staging removes it");
+        // A second persist of the same entry is refused: it already exists.
+        let again = store.stage("wheel-k1").unwrap();
+        let out2 = again.path().join("entry");
+        fs::create_dir_all(&out2).unwrap();
+        assert!(store.persist(&out2, &e).is_err());
+    }
+
+    #[test]
+    fn a_quarantined_entry_leaves_the_store() {
+        let (_d, store) = store();
+        let e = store.entry(Bucket::Venvs, "v1");
+        fs::create_dir_all(&e.path).unwrap();
+        store.quarantine(&e, &["changed".to_string()]).unwrap();
+        assert!(!e.exists());
+        assert!(store.entries(Bucket::Venvs).unwrap().is_empty());
+    }
+
+    #[test]
+    fn entry_locks_have_typed_names_and_exclude_each_other() {
+        let (_d, store) = store();
+        let w = store.entry(Bucket::Wheels, "abc");
+        assert_eq!(w.lock_name().file_name(), "wheel-abc.lock");
+        assert_eq!(
+            store.entry(Bucket::Locks, "x").lock_name().file_name(),
+            "autolock-x.lock"
+        );
+        assert_eq!(LockName::Aliases.file_name(), "aliases.lock");
+        assert!(!w.is_locked());
+        let held = w.lock().unwrap();
+        assert!(store.locks_dir().join("wheel-abc.lock").is_file());
+        assert!(w.is_locked(), "a held lock is seen as held");
+        assert!(!store.entry(Bucket::Wheels, "other").is_locked());
+        drop(held);
+        assert!(!w.is_locked(), "dropping the lock releases it");
+    }
+
+    #[test]
+    fn roots_point_at_entries_and_labels_round_trip() {
+        let (_d, store) = store();
+        let e = store.entry(Bucket::Venvs, "v1");
+        fs::create_dir_all(&e.path).unwrap();
+        store.set_root("fx", &e).unwrap();
+        store.set_root("fx", &e).unwrap();
+        let roots = store.roots().unwrap();
+        assert_eq!(roots.len(), 1);
+        assert_eq!(roots[0].name, "fx");
+        assert!(roots[0].live);
+        let target = roots[0].path.canonicalize().unwrap();
+        assert_eq!(store.entry_of_path(&target), Some(e.clone()));
+        assert_eq!(store.entry_by_label(&e.label()), Some(e.clone()));
+        assert_eq!(store.entry_by_label("venvs/.."), None);
+        assert_eq!(store.entry_by_label("nobucket/x"), None);
+        assert!(store.remove_root("fx").unwrap());
+        assert!(!store.remove_root("fx").unwrap());
+    }
+
+    #[test]
+    fn every_folder_is_under_the_root() {
+        let (_d, store) = store();
+        let root = store.root().to_path_buf();
+        for (dir, name) in [
+            (store.logs_dir(), "logs"),
+            (store.reports_dir(), "reports"),
+            (store.uv_cache_dir(), "uv-cache"),
+            (store.wheelhouse_links_dir(), "wheelhouse-links"),
+            (store.locks_dir(), "locks"),
+            (store.imported_dir(), "imported"),
+        ] {
+            assert_eq!(dir, root.join(name));
+        }
+        let log = store.stage_log("build-x").unwrap();
+        assert_eq!(log, root.join("logs/build-x.log"));
+    }
+}

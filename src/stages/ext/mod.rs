@@ -886,4 +886,57 @@ ExternalProject_Add(ep GIT_REPOSITORY https://example.invalid/ep.git)
         assert!(d.unmapped[1].contains("ExternalProject_Add(ep)"));
         assert!(c.entry_name().starts_with("cutlass-v9.9.9-"));
     }
+
+    #[test]
+    fn a_variable_set_in_one_file_expands_in_a_declaration_and_comments_are_ignored() {
+        let d = parse(&[(
+            "CMakeLists.txt".into(),
+            r#"set(LIB_TAG v1.2.3)
+# FetchContent_Declare(commented GIT_REPOSITORY https://example.invalid/c.git GIT_TAG x)
+FetchContent_Declare(
+  lib
+  GIT_REPOSITORY https://example.invalid/lib.git
+  GIT_TAG ${LIB_TAG}
+)
+"#
+            .into(),
+        )]);
+        assert_eq!(d.sources.len(), 1, "{:?}", d.sources);
+        assert_eq!(
+            d.sources[0].origin,
+            Origin::Git {
+                repo: "https://example.invalid/lib.git".into(),
+                tag: "v1.2.3".into()
+            }
+        );
+        assert!(d.unmapped.is_empty(), "{:?}", d.unmapped);
+    }
+
+    #[test]
+    fn no_cmake_files_means_no_sources() {
+        let d = parse(&[]);
+        assert!(d.sources.is_empty() && d.unmapped.is_empty());
+        let d = parse(&[("CMakeLists.txt".into(), "project(x)\n".into())]);
+        assert!(d.sources.is_empty() && d.unmapped.is_empty());
+    }
+
+    #[test]
+    fn entry_names_differ_by_origin_and_are_path_safe() {
+        let src = |repo: &str, tag: &str| ExtSource {
+            name: "lib".into(),
+            file: "CMakeLists.txt".into(),
+            origin: Origin::Git {
+                repo: repo.into(),
+                tag: tag.into(),
+            },
+            submodules: false,
+            variable: Variable::Env("X".into()),
+            subdir: None,
+        };
+        let a = src("https://a.invalid/lib.git", "release/1.0").entry_name();
+        let b = src("https://b.invalid/lib.git", "release/1.0").entry_name();
+        assert_ne!(a, b);
+        assert!(!a.contains('/'), "{a}");
+        assert!(a.starts_with("lib-"), "{a}");
+    }
 }

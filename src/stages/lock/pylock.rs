@@ -232,4 +232,34 @@ sdist = { url = "https://example.invalid/onlysdist-1.0.tar.gz", hashes = { sha25
             "torch==2.9.0+cu130 --hash=sha256:ab12\nonlysdist==1.0 --hash=sha256:cd34\n"
         );
     }
+
+    #[test]
+    fn a_package_without_a_version_or_a_sha256_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pylock.bad.toml");
+        fs::write(
+            &p,
+            r#"lock-version = "1.0"
+[[packages]]
+name = "nover"
+wheels = [{ url = "https://example.invalid/nover-1-py3-none-any.whl", hashes = { sha256 = "ab" } }]
+"#,
+        )
+        .unwrap();
+        let e = format!("{:#}", parse_pylock(&p).unwrap_err());
+        assert!(e.contains("nover") && e.contains("no version"), "{e}");
+        fs::write(
+            &p,
+            r#"lock-version = "1.0"
+[[packages]]
+name = "nohash"
+version = "1"
+wheels = [{ url = "https://example.invalid/nohash-1-py3-none-any.whl", hashes = { md5 = "ab" } }]
+"#,
+        )
+        .unwrap();
+        let e = format!("{:#}", parse_pylock(&p).unwrap_err());
+        assert!(e.contains("nohash"), "{e}");
+        assert!(e.contains("sha256"), "{e}");
+    }
 }
