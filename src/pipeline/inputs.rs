@@ -30,7 +30,7 @@ pub struct Prepared {
     pub venv: VenvHermetic,
 }
 
-fn installs(locked: &Locked, entries: (Vec<Entry>, Vec<Entry>)) -> Prepared {
+fn installs(store: &Store, locked: &Locked, entries: (Vec<Entry>, Vec<Entry>)) -> Prepared {
     let mk = |packages: &Vec<crate::stages::lock::pylock::LockedPackage>,
               entries: Vec<Entry>,
               sha: Option<&String>| {
@@ -38,6 +38,7 @@ fn installs(locked: &Locked, entries: (Vec<Entry>, Vec<Entry>)) -> Prepared {
             packages: packages.clone(),
             entries,
             lock_sha256: s.clone(),
+            links: store.wheelhouse_links_dir(),
         })
     };
     Prepared {
@@ -116,7 +117,7 @@ pub fn prepare(
     let py = &tc.python.path;
     let b = wheelhouse::ensure(store, &locked.build, &locked.dir, py, offline, Some(temp))?;
     let rt = wheelhouse::ensure(store, &locked.runtime, &locked.dir, py, offline, Some(temp))?;
-    let mut prepared = installs(&locked, (b, rt));
+    let mut prepared = installs(store, &locked, (b, rt));
     prepared.lock_entry = lock_entry;
 
     let found = ext::discover_in_tree(&src.path)?;
@@ -171,7 +172,7 @@ pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> O
     };
     let b = pick(&locked.build);
     let rt = pick(&locked.runtime);
-    let mut prepared = installs(&locked, (b, rt));
+    let mut prepared = installs(store, &locked, (b, rt));
     prepared.lock_entry = lock_entry;
     let found = ext::discover_in_tree(src).ok()?;
     let mut staged = Vec::new();

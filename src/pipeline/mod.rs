@@ -202,7 +202,7 @@ pub struct LockRow {
 fn step(stage: &str, state: StepState, detail: impl Into<String>, disk: u64) -> Step {
     Step {
         stage: stage.into(),
-        state: state.into(),
+        state,
         detail: detail.into(),
         disk_bytes: disk,
     }

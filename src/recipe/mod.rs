@@ -804,6 +804,24 @@ pub fn expand_env(s: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// How a printed command names the recipe `lr`: its file, absolute and
+/// shell-quoted, when it was read from one (so the command runs from any
+/// directory); else (a built-in recipe) its name.
+pub fn shell_arg(lr: &LoadedRecipe) -> String {
+    use crate::shell::shell_quote;
+    match &lr.dir {
+        Some(_) => {
+            let file = std::path::Path::new(&lr.origin);
+            let abs = file
+                .canonicalize()
+                .or_else(|_| std::path::absolute(file))
+                .unwrap_or_else(|_| file.to_path_buf());
+            shell_quote(&abs.display().to_string())
+        }
+        None => shell_quote(&lr.recipe.name),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1098,23 +1116,5 @@ mod tests {
         }
         with_smoke("  cases:\n    - name: c\n      model: ${_A1}/x/${B}\n      prompt: hi\n")
             .unwrap();
-    }
-}
-
-/// How a printed command names the recipe `lr`: its file, absolute and
-/// shell-quoted, when it was read from one (so the command runs from any
-/// directory); else (a built-in recipe) its name.
-pub fn shell_arg(lr: &LoadedRecipe) -> String {
-    use crate::shell::shell_quote;
-    match &lr.dir {
-        Some(_) => {
-            let file = std::path::Path::new(&lr.origin);
-            let abs = file
-                .canonicalize()
-                .or_else(|_| std::path::absolute(file))
-                .unwrap_or_else(|_| file.to_path_buf());
-            shell_quote(&abs.display().to_string())
-        }
-        None => shell_quote(&lr.recipe.name),
     }
 }

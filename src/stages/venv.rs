@@ -153,7 +153,6 @@ pub fn install(
         // The lock already applied the pins; only bytecode compilation is added.
         locked
             .install(
-                store,
                 uv,
                 &venv,
                 &scratch,

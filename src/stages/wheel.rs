@@ -438,7 +438,7 @@ pub fn ensure(
         // The lock already resolved the recipe's pins (as overrides); passing
         // them again would add unhashed requirements under --require-hashes.
         locked
-            .install(store, uv, &venv, &work, &[], &[], &log)
+            .install(uv, &venv, &work, &[], &[], &log)
             .context("installing the locked build requirements from the wheelhouse")?;
     } else if !args.is_empty() {
         uv.pip_install(&venv, &args, &log)

@@ -186,6 +186,9 @@ pub struct LockedInstall {
     pub entries: Vec<Entry>,
     /// sha256 of the lock file they come from.
     pub lock_sha256: String,
+    /// The store-wide directory of links to wheelhouse files
+    /// ([`Store::wheelhouse_links_dir`]).
+    pub links: PathBuf,
 }
 
 impl LockedInstall {
@@ -197,7 +200,6 @@ impl LockedInstall {
     /// Errors: uv fails (an artifact missing, a hash mismatch, an incomplete set).
     pub fn install(
         &self,
-        store: &Store,
         uv: &Uv,
         venv: &Path,
         work: &Path,
@@ -210,7 +212,7 @@ impl LockedInstall {
         // and every venv hard-links the same files (two oracles sharing their
         // dependencies cost little more than one). A file-name clash with
         // another artifact falls back to a private directory.
-        let shared = store.wheelhouse_links_dir();
+        let shared = self.links.clone();
         let links = if link_dir(&self.entries, &shared).is_ok() {
             shared
         } else {
