@@ -1,5 +1,5 @@
 //! Stage 6, smoke: run the probe and the gate cases in the oracle venv and
-//! decide *gateable* (DESIGN.md, "Smoke and the gate").
+//! decide *gateable* (README.md, "The gate: `oracle-build smoke`").
 //!
 //! One process per case, each under a timeout (its whole process group is
 //! killed when it runs over), with the embedded driver `py/smoke_driver.py`.
@@ -22,13 +22,13 @@ use serde_json::{Value, json};
 
 pub use golden::{ConfigDiff, GoldenDiff};
 
-use crate::key::{KEY_SCHEMA, content_key};
+use crate::host::toolchain::{self, Gpu};
 use crate::progress;
 use crate::recipe::{Case, LoadedRecipe, Probe, expand_env};
+use crate::store::key::{KEY_SCHEMA, content_key};
 use crate::store::{Store, read_json, write_json};
-use crate::toolchain::{self, Gpu};
 
-const DRIVER_PY: &str = include_str!("../py/smoke_driver.py");
+const DRIVER_PY: &str = include_str!("../../py/smoke_driver.py");
 
 /// The gate's decision.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -488,9 +488,9 @@ fn run_driver(
     for (k, v) in env {
         cmd = cmd.env(k, v);
     }
-    let outcome = crate::process::run_with_timeout(cmd, &log, timeout);
+    let outcome = crate::host::process::run_with_timeout(cmd, &log, timeout);
     let log_tail: Vec<String> =
-        crate::process::tail(&std::fs::read_to_string(&log).unwrap_or_default(), 8)
+        crate::host::process::tail(&std::fs::read_to_string(&log).unwrap_or_default(), 8)
             .lines()
             .map(str::to_string)
             .collect();

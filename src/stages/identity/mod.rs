@@ -1,5 +1,8 @@
 //! Stage 5, identity: measure what the oracle *is*, from its own Python, and
-//! check each field against its own expected value (DESIGN.md, "Identity").
+//! check each field against its own expected value (README.md, "The identity gate").
+
+pub mod pin_block;
+pub mod record;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -7,10 +10,10 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::process::capture;
+use crate::host::process::capture;
 use crate::recipe::{BuildMode, Recipe};
 
-const IDENTITY_PY: &str = include_str!("../py/identity.py");
+const IDENTITY_PY: &str = include_str!("../../py/identity.py");
 
 /// One compiled module found under the package directory.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -279,7 +282,7 @@ pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
         show(&id.package_path),
         id.package_in_venv,
     ));
-    if recipe.build.target_device != "empty" {
+    if recipe.build.device() != crate::recipe::TargetDevice::Empty {
         let names: Vec<&str> = id
             .compiled_extensions
             .iter()

@@ -1,15 +1,15 @@
 //! The users' pin record: a fenced ```` ```parity-pin ```` block of
-//! `key = value` lines kept in their sync notes (CONTEXT.md, "The pin record
-//! users already keep"; DESIGN.md, "Identity": `verify --pin-file`).
+//! `key = value` lines kept in their sync notes (README.md, "`--pin-file FILE` and
+//! `--emit-pin-block`: the users' pin record").
 //!
-//! ```text
+//! ````text
 //! ```parity-pin
 //! vllm_commit = 5559679229bc961848b121ccdeaa8fa5d79bec98
 //! vllm_runtime_version = 0.23.1rc1.dev1511+g555967922
 //! vllm_distribution_version = 0.23.1rc1.dev1511+g555967922.cu130
 //! flashinfer_version = 0.6.15.post1
 //! ```
-//! ```
+//! ````
 //!
 //! Exactly one such block must be in the file, with exactly these four keys.
 //! `flashinfer_version = none` records an oracle without FlashInfer
