@@ -129,6 +129,10 @@ pub struct CaseResult {
     pub tokens_per_s: Option<f64>,
     /// The engine configuration read back from the engine.
     pub engine_config: Value,
+    /// Engine arguments the case set that the driver could not read back
+    /// from the engine (absent from `engine_config`), each with the reason.
+    #[serde(default)]
+    pub unread_engine_args: Vec<UnreadKnob>,
     /// The environment the case ran with (`smoke.env` + the case's `env`).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -151,6 +155,15 @@ pub struct CaseResult {
     pub error: Option<Value>,
     /// The driver's log file.
     pub log: PathBuf,
+}
+
+/// An engine argument that could not be read back from the engine.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct UnreadKnob {
+    /// The engine argument, as the case names it.
+    pub knob: String,
+    /// Why it could not be read back (e.g. no attribute of vLLM's config has it).
+    pub reason: String,
 }
 
 /// The whole smoke run, as recorded in `oracle.json` `"smoke"`.
@@ -543,6 +556,8 @@ struct DriverCase {
     load_s: Option<f64>,
     #[serde(default)]
     engine_config: Value,
+    #[serde(default)]
+    unread_engine_args: Vec<UnreadKnob>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -578,6 +593,7 @@ fn run_case(
         load_s: None,
         tokens_per_s: None,
         engine_config: Value::Null,
+        unread_engine_args: Vec::new(),
         env: env.clone(),
         // Until compared: "not compared" when a golden exists.
         golden: if loc.path.exists() {
@@ -650,6 +666,14 @@ fn run_case(
     }
     result.load_s = res.load_s;
     result.engine_config = res.engine_config;
+    for u in &res.unread_engine_args {
+        result.notes.push(format!(
+            "engine argument {} was set but cannot be read back from the engine ({}); \
+             the recorded engine configuration lacks it",
+            u.knob, u.reason
+        ));
+    }
+    result.unread_engine_args = res.unread_engine_args;
     let runs = res.runs;
     result.runs = runs.len();
     if let Some(first) = runs.first() {
