@@ -1,7 +1,6 @@
 //! The store: GC roots and `gc`, crash safety under SIGKILL, concurrent
 //! builds, and the disk preflight.
 
-mod common;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -9,7 +8,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use serde_json::Value;
 
 fn build_json(dir: &Path, recipe: &Path, store: &Path) -> Value {

@@ -2,13 +2,12 @@
 //! FetchContent sources, `--offline`, and export/import bundles, with the
 //! real binary, git, uv and python.
 
-mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
 
-use common::*;
+use crate::support::*;
 use serde_json::Value;
 
 /// A port on this machine nothing listens on (bound, then released).

@@ -1,10 +1,9 @@
 //! Pin advance under review: the report, accept, rollback, and forks.
 
-mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::support::*;
 use serde_json::Value;
 
 /// Two cases: `a` on `model`, `b` on `model-b`.

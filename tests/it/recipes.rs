@@ -1,10 +1,9 @@
 //! Bad input exits 2 with a message naming the problem, and writes nothing.
 
-mod common;
 
 use std::path::Path;
 
-use common::*;
+use crate::support::*;
 
 const COMMIT: &str = "5559679229bc961848b121ccdeaa8fa5d79bec98";
 

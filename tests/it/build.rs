@@ -1,12 +1,11 @@
 //! The main job end to end, with the real binary, git, uv, python and a real
 //! wheel build of the fixture package.
 
-mod common;
 
 use std::path::Path;
 use std::process::Command;
 
-use common::*;
+use crate::support::*;
 
 #[test]
 fn builds_a_gateable_oracle_then_a_second_run_is_a_no_op() {

@@ -2,12 +2,11 @@
 //! oracle venv of the fixture package (built by the real binary with real
 //! git and uv), whose `LLM` runs the fixture models in the fixture's modes.
 
-mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::*;
+use crate::support::*;
 use serde_json::Value;
 
 /// What `model` generates for the canonical prompt (tests/fixture/README.md).

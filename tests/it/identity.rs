@@ -5,7 +5,6 @@
 //! source is deleted, an alias left on (or moved to) another oracle, a venv
 //! with files removed, a build without tags, a foreign install without kernels.
 
-mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -13,7 +12,7 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use common::*;
+use crate::support::*;
 
 /// The fixture repository with three commits: tagged `v0.1.0`, then `c1`, then `c2`.
 fn repo_with_two_commits(dir: &Path) -> (PathBuf, String, String) {

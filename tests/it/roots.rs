@@ -1,11 +1,10 @@
 //! `keep`, `unkeep` and `gc` as commands: `--json` output, and a store that
 //! does not exist (an empty store, as for `status`).
 
-mod common;
 
 use std::path::Path;
 
-use common::*;
+use crate::support::*;
 
 fn run_in(dir: &Path, store: &Path, args: &[&str]) -> std::process::Output {
     cmd(dir)
