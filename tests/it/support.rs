@@ -1,10 +1,13 @@
-//! Shared helpers of the integration tests: a real git repository of the
-//! fixture package (made with the real `git`), recipes pointing at it, and
-//! the real `oracle-build` binary.
+//! The fixture and setup helpers every integration test shares: a real git
+//! repository of the fixture package (made with the real `git`), recipes
+//! pointing at it, a store, and the real `oracle-build` binary run with that
+//! store already passed ([`Fx`]), plus readers of its stdout, stderr and JSON.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use serde_json::Value;
 
 /// The fixture package source, committed under tests/fixture/pkg.
 pub fn fixture_pkg() -> PathBuf {
@@ -92,16 +95,27 @@ pub fn write_recipe(dir: &Path, name: &str, repo: &Path, commit: &str, extra: &s
     path
 }
 
-/// The `oracle-build` binary with the test environment: shared tools, the
-/// fixture models, no inherited store or recipe settings, cwd `cwd`.
-pub fn cmd(cwd: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_oracle-build"));
-    c.current_dir(cwd)
-        .env("ORACLE_BUILD_TOOLS", shared_tools())
+/// The `oracle-build` binary under test.
+pub fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_oracle-build"))
+}
+
+/// Gives `c` the test environment: shared tools, the fixture models, no
+/// inherited store, recipe or Python settings. Everything a test runs that
+/// runs the binary gets it from here (each child its own environment: the
+/// tests share one process, so nothing is set with `std::env::set_var`).
+pub fn test_env(c: &mut Command) -> &mut Command {
+    c.env("ORACLE_BUILD_TOOLS", shared_tools())
         .env("FX_MODELS", fixture_models())
         .env_remove("ORACLE_BUILD_HOME")
         .env_remove("ORACLE_BUILD_RECIPES")
-        .env_remove("ORACLE_BUILD_PYTHON");
+        .env_remove("ORACLE_BUILD_PYTHON")
+}
+
+/// The `oracle-build` binary with the test environment ([`test_env`]), cwd `cwd`.
+pub fn cmd(cwd: &Path) -> Command {
+    let mut c = Command::new(bin());
+    test_env(c.current_dir(cwd));
     c
 }
 
@@ -125,7 +139,7 @@ pub fn code(out: &Output) -> i32 {
 }
 
 /// Parses stdout as JSON.
-pub fn json(out: &Output) -> serde_json::Value {
+pub fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", text(out)))
 }
@@ -160,25 +174,128 @@ pub fn force_remove(dir: &Path) {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-/// Runs `build <recipe> --store <store> <extra...>` in `cwd`.
-pub fn build_out(cwd: &Path, recipe: &Path, store: &Path, extra: &[&str]) -> Output {
-    cmd(cwd)
-        .args([
-            "build",
-            &recipe.display().to_string(),
-            "--store",
-            &store.display().to_string(),
-        ])
-        .args(extra)
-        .output()
-        .expect("oracle-build runs")
+/// Parses the JSON file at `path` (panics naming the path).
+pub fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The usual setup of a test: a fixture repository in `dir`, a recipe `fx`
-/// at its head commit with the default smoke section, and a store path.
-/// Returns (repo, commit, recipe, store).
-pub fn fixture_pin(dir: &Path) -> (PathBuf, String, PathBuf, PathBuf) {
-    let (repo, commit) = fixture_repo(dir);
-    let recipe = write_recipe(dir, "fx", &repo, &commit, SMOKE);
-    (repo, commit, recipe, dir.join("store"))
+/// `oracle.json` of the venv at `venv`.
+pub fn record(venv: &Path) -> Value {
+    read_json(&venv.join("oracle.json"))
+}
+
+/// A test's own temporary directory (deleted when dropped), the store in it
+/// (`<dir>/store`, made by the binary when it needs one), and the real binary
+/// run there with `--store <dir>/store` already passed.
+pub struct Fx {
+    tmp: tempfile::TempDir,
+    store: PathBuf,
+}
+
+impl Fx {
+    /// A fresh, empty test directory.
+    pub fn new() -> Fx {
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let store = tmp.path().join("store");
+        Fx { tmp, store }
+    }
+
+    /// The test directory: the binary's working directory.
+    pub fn dir(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// The store passed as `--store`.
+    pub fn store(&self) -> &Path {
+        &self.store
+    }
+
+    /// The store's path as text.
+    pub fn s(&self) -> &str {
+        self.store.to_str().expect("a UTF-8 temporary path")
+    }
+
+    /// A fixture repository at `<dir>/repo` (see [`fixture_repo`]): (path, head commit).
+    pub fn repo(&self) -> (PathBuf, String) {
+        fixture_repo(self.dir())
+    }
+
+    /// Writes the recipe `<dir>/<name>.yaml` (see [`write_recipe`]) and returns its path.
+    pub fn recipe(&self, name: &str, repo: &Path, commit: &str, extra: &str) -> PathBuf {
+        write_recipe(self.dir(), name, repo, commit, extra)
+    }
+
+    /// The usual setup: a fixture repository and the recipe `fx.yaml` at its
+    /// head commit with the default smoke section. Returns (repo, commit, recipe).
+    pub fn pin(&self) -> (PathBuf, String, PathBuf) {
+        let (repo, commit) = self.repo();
+        let recipe = self.recipe("fx", &repo, &commit, SMOKE);
+        (repo, commit, recipe)
+    }
+
+    /// `oracle-build <args> --store <store>` in the test directory, not yet run
+    /// (to add environment, stdio or another working directory).
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        self.cmd_at(&self.store, args)
+    }
+
+    /// `oracle-build <args> --store <store>` for another store than the test's own.
+    pub fn cmd_at(&self, store: &Path, args: &[&str]) -> Command {
+        let mut c = cmd(self.dir());
+        c.args(args).arg("--store").arg(store);
+        c
+    }
+
+    /// Runs `oracle-build <args> --store <store>` in the test directory.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("oracle-build runs")
+    }
+
+    /// Runs `oracle-build <args> --store <store>` for another store than the test's own.
+    pub fn run_at(&self, store: &Path, args: &[&str]) -> Output {
+        self.cmd_at(store, args)
+            .output()
+            .expect("oracle-build runs")
+    }
+
+    /// Runs `oracle-build <args> --store <store>` and asserts it exits `want`.
+    pub fn exits(&self, args: &[&str], want: i32) -> Output {
+        let out = self.run(args);
+        assert_eq!(code(&out), want, "oracle-build {args:?}:\n{}", text(&out));
+        out
+    }
+
+    /// Runs `oracle-build <args> --store <store>`, asserts exit 0 and returns stdout as JSON.
+    pub fn json(&self, args: &[&str]) -> Value {
+        json(&self.exits(args, 0))
+    }
+
+    /// Runs `build <recipe> <extra...> --store <store>`.
+    pub fn build(&self, recipe: &Path, extra: &[&str]) -> Output {
+        let mut args = vec!["build", recipe.to_str().expect("a UTF-8 recipe path")];
+        args.extend_from_slice(extra);
+        self.run(&args)
+    }
+
+    /// Runs `build <recipe> --json` for `store`, asserts exit 0 and returns the report.
+    pub fn build_json(&self, store: &Path, recipe: &Path) -> Value {
+        let out = self.run_at(
+            store,
+            &[
+                "build",
+                recipe.to_str().expect("a UTF-8 recipe path"),
+                "--json",
+            ],
+        );
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        json(&out)
+    }
+
+    /// The oracle venv of recipe `name`: the target of `<store>/roots/<name>`.
+    pub fn oracle(&self, name: &str) -> PathBuf {
+        let root = self.store.join("roots").join(name);
+        root.canonicalize()
+            .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+    }
 }
