@@ -35,8 +35,7 @@ fn builds_a_gateable_oracle_then_a_second_run_is_a_no_op() {
     );
 
     // oracle.json holds every identity field of the contract.
-    let rec: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(venv.join("oracle.json")).unwrap()).unwrap();
+    let rec = record(venv);
     let id = &rec["identity"];
     for field in [
         "commit",
@@ -99,16 +98,12 @@ fn builds_a_gateable_oracle_then_a_second_run_is_a_no_op() {
 
     // The built wheel and its record.
     let wheel_key = rec["wheel_key"].as_str().unwrap();
-    let build: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            store
-                .join("store/wheels")
-                .join(wheel_key)
-                .join("build.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let build = read_json(
+        &store
+            .join("store/wheels")
+            .join(wheel_key)
+            .join("build.json"),
+    );
     assert_eq!(build["env"]["VLLM_TARGET_DEVICE"], "cpu");
     assert_eq!(build["env"]["VLLM_USE_PRECOMPILED"], "0");
     assert!(
@@ -191,7 +186,7 @@ fn expect_mismatch_is_refused_with_exit_3_and_nothing_is_recorded() {
     );
     let recipe = fx.recipe("fx", &repo, &commit, &extra);
     let store = fx.store();
-    let out = fx.build(&recipe, &[]);
+    let out = fx.build(&recipe);
     assert_eq!(code(&out), 3, "{}", text(&out));
     let t = text(&out);
     assert!(t.contains("runtime_version") && t.contains("9.9.9"), "{t}");
@@ -372,7 +367,7 @@ fn a_failed_build_keeps_the_log_it_names() {
     let broken = git(&repo, &["rev-parse", "HEAD"]);
     let recipe = fx.recipe("fx", &repo, &broken, SMOKE);
     let store = fx.store();
-    let out = fx.build(&recipe, &[]);
+    let out = fx.build(&recipe);
     assert_eq!(code(&out), 1, "{}", text(&out));
     let t = text(&out);
     let log = t
@@ -404,8 +399,7 @@ fn a_damaged_wheel_is_reported_and_rebuilt_when_it_is_needed() {
     assert_eq!(code(&out), 0, "{}", text(&out));
     let first = json(&out);
     let venv = std::path::PathBuf::from(first["oracle"].as_str().unwrap());
-    let rec: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(venv.join("oracle.json")).unwrap()).unwrap();
+    let rec = record(&venv);
     let wheel_dir = store
         .join("store/wheels")
         .join(rec["wheel_key"].as_str().unwrap());
@@ -460,7 +454,7 @@ fn a_repository_without_tags_builds_with_a_recorded_warning() {
     git(&repo, &["tag", "-d", "v0.1.0"]);
     let head = git(&repo, &["rev-parse", "HEAD"]);
     let recipe = fx.recipe("fx", &repo, &head, SMOKE);
-    let out = fx.build(&recipe, &[]);
+    let out = fx.build(&recipe);
     assert_eq!(code(&out), 0, "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(

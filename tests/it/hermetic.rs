@@ -40,8 +40,9 @@ fn ok(out: &Output) {
     assert_eq!(code(out), 0, "{}", text(out));
 }
 
+/// `oracle.json` of the oracle a `build --json` report names.
 fn oracle_json(report: &Value) -> Value {
-    read_json(&Path::new(report["oracle"].as_str().unwrap()).join("oracle.json"))
+    record(Path::new(report["oracle"].as_str().unwrap()))
 }
 
 /// The identity fields that must survive a rebuild, plus the wheel's sha256.

@@ -361,9 +361,7 @@ fn activate_switches_the_alias_atomically_and_roots_the_rollback() {
     let root = act["root"].as_str().unwrap().to_string();
     assert!(root.starts_with("alias-vllm-oracle-"), "{root}");
     assert_eq!(store.join("roots").join(&root).canonicalize().unwrap(), va);
-    let reg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(store.join("aliases.json")).unwrap())
-            .unwrap();
+    let reg = read_json(&store.join("aliases.json"));
     assert_eq!(reg["aliases"][l]["recipe"], "fx-a", "{reg}");
 
     let act = fx.json(&["activate", "fx-b.yaml", l, "--json"]);

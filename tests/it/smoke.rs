@@ -213,7 +213,7 @@ fn record_golden_then_smoke_passes_and_a_changed_golden_makes_build_regate() {
         rec["smoke"]["cases"][0]["golden_path"],
         path.to_str().unwrap()
     );
-    let g: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let g = read_json(&path);
     assert_eq!(ids(&g["prompt_token_ids"]), [2, 3, 4, 5, 6, 7, 8, 9, 2]);
     assert_eq!(ids(&g["output_token_ids"]), MODEL_IDS);
     assert!(g["text"].as_str().unwrap().contains("river where"));
@@ -634,7 +634,7 @@ fn record_golden_refuses_to_replace_a_disagreeing_golden_without_force() {
         case0["notes"].to_string().contains("replaced (--force)"),
         "{case0}"
     );
-    let g: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let g = read_json(&path);
     assert_eq!(ids(&g["output_token_ids"]), MODEL_B_IDS);
     assert_ne!(std::fs::read(&path).unwrap(), before);
 

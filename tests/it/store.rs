@@ -11,10 +11,7 @@ use crate::support::*;
 use serde_json::Value;
 
 fn oracle_identity(venv: &str) -> Value {
-    let rec: Value = serde_json::from_str(
-        &std::fs::read_to_string(Path::new(venv).join("oracle.json")).unwrap(),
-    )
-    .unwrap();
+    let rec = record(Path::new(venv));
     let id = &rec["identity"];
     serde_json::json!({
         "runtime_version": id["runtime_version"], "distribution_version": id["distribution_version"],
@@ -73,18 +70,11 @@ fn gc_deletes_exactly_the_unrooted_entries() {
 
     let un = fx.run(&["unkeep", a.to_str().unwrap()]);
     assert_eq!(code(&un), 0, "{}", text(&un));
-    let rec_a: Value = serde_json::from_str(
-        &std::fs::read_to_string(Path::new(ra["oracle"].as_str().unwrap()).join("oracle.json"))
-            .unwrap(),
-    )
-    .unwrap();
+    let rec_a = record(Path::new(ra["oracle"].as_str().unwrap()));
     let wheel_a = format!("wheels/{}", rec_a["wheel_key"].as_str().unwrap());
     // Pin A's own lock (resolved by its build, kept in the store) goes too;
     // the wheelhouse artifacts it shares with B stay.
-    let build_a: Value = serde_json::from_str(
-        &std::fs::read_to_string(store.join("store").join(&wheel_a).join("build.json")).unwrap(),
-    )
-    .unwrap();
+    let build_a = read_json(&store.join("store").join(&wheel_a).join("build.json"));
     let lock_a: Vec<String> = build_a["requires"]
         .as_array()
         .unwrap()
@@ -334,7 +324,7 @@ fn disk_preflight_refuses_early_naming_needed_free_and_path() {
     let extra = format!("  disk: {{wheel_gib: 100000}}\n{SMOKE}");
     let recipe = fx.recipe("fx", &repo, &head, &extra);
     let store = fx.store();
-    let out = fx.build(&recipe, &[]);
+    let out = fx.build(&recipe);
     assert_eq!(code(&out), 1, "{}", text(&out));
     let t = text(&out);
     assert!(

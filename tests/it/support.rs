@@ -2,7 +2,6 @@
 //! repository of the fixture package (made with the real `git`), recipes
 //! pointing at it, a store, and the real `oracle-build` binary run with that
 //! store already passed ([`Fx`]), plus readers of its stdout, stderr and JSON.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -211,11 +210,6 @@ impl Fx {
         &self.store
     }
 
-    /// The store's path as text.
-    pub fn s(&self) -> &str {
-        self.store.to_str().expect("a UTF-8 temporary path")
-    }
-
     /// A fixture repository at `<dir>/repo` (see [`fixture_repo`]): (path, head commit).
     pub fn repo(&self) -> (PathBuf, String) {
         fixture_repo(self.dir())
@@ -271,11 +265,9 @@ impl Fx {
         json(&self.exits(args, 0))
     }
 
-    /// Runs `build <recipe> <extra...> --store <store>`.
-    pub fn build(&self, recipe: &Path, extra: &[&str]) -> Output {
-        let mut args = vec!["build", recipe.to_str().expect("a UTF-8 recipe path")];
-        args.extend_from_slice(extra);
-        self.run(&args)
+    /// Runs `build <recipe> --store <store>` (the text report, the smoke gate included).
+    pub fn build(&self, recipe: &Path) -> Output {
+        self.run(&["build", recipe.to_str().expect("a UTF-8 recipe path")])
     }
 
     /// Runs `build <recipe> --json` for `store`, asserts exit 0 and returns the report.
