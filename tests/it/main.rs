@@ -7,8 +7,10 @@ mod support;
 
 mod advance;
 mod build;
+mod gpu;
 mod hermetic;
 mod identity;
+mod pipeline_keys;
 mod recipes;
 mod roots;
 mod smoke;

@@ -665,7 +665,7 @@ fn flat_logprobs_and_positions_without_logprobs_read_like_vllms_list_layout() {
             )
         })
         .collect();
-    let fx = Fx::build(&smoke("", &cases));
+    let fx = Built::with_smoke(&smoke("", &cases));
     let (c, report, _) = fx.smoke(&[]);
     assert_eq!(c, 0, "{report:#}");
     let cases = report["smoke"]["cases"].as_array().unwrap();
@@ -698,7 +698,7 @@ fn flat_logprobs_and_positions_without_logprobs_read_like_vllms_list_layout() {
 #[test]
 fn engine_knobs_are_read_back_under_vllms_names_and_one_that_cannot_be_is_reported() {
     let args = "{enforce_eager: true, max_model_len: 256, max_num_seqs: 1, enable_chunked_prefill: false, kv_cache_dtype: auto, swap_space: 2}";
-    let fx = Fx::build(&smoke(
+    let fx = Built::with_smoke(&smoke(
         "",
         &[
             // vLLM's VllmConfig sections: no chunked_prefill_enabled, and
