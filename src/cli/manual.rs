@@ -15,12 +15,32 @@ use crate::store::write_atomic;
 /// The name the binary is installed under (`[[bin]]` in Cargo.toml).
 pub const BIN: &str = "oracle-build";
 
+/// The command line of [`crate::cli::Cli`] without its hidden commands
+/// (`__watchdog`), which clap_complete would otherwise offer: the same name
+/// ([`BIN`]), about, version (the crate's, as `#[command(version)]`), global
+/// arguments and visible commands, clap's own definitions cloned.
+fn visible_command() -> clap::Command {
+    let full = crate::cli::Cli::command();
+    let mut cmd = clap::Command::new(BIN)
+        .about(full.get_about().cloned().unwrap_or_default())
+        .version(env!("CARGO_PKG_VERSION"))
+        .args_conflicts_with_subcommands(true)
+        .subcommand_negates_reqs(true);
+    for a in full.get_arguments() {
+        cmd = cmd.arg(a.clone());
+    }
+    for s in full.get_subcommands().filter(|s| !s.is_hide_set()) {
+        cmd = cmd.subcommand(s.clone());
+    }
+    cmd
+}
+
 /// Writes the completion script of `shell` (bash, zsh, fish, elvish,
 /// powershell) for every command and option to `out`.
 ///
 /// Errors: writing to `out` fails.
 pub fn completions(shell: Shell, out: &mut dyn Write) -> Result<()> {
-    let mut cmd = crate::cli::Cli::command();
+    let mut cmd = visible_command();
     clap_complete::generate(shell, &mut cmd, BIN, out);
     out.flush().context("writing the completion script")?;
     Ok(())
@@ -114,12 +134,32 @@ mod tests {
             .collect()
     }
 
+    /// The completions' command line has every visible command and global
+    /// argument of the real one, and nothing hidden.
+    #[test]
+    fn completions_see_the_visible_command_line() {
+        let v = visible_command();
+        let subs: Vec<String> = v
+            .get_subcommands()
+            .map(|s| s.get_name().to_string())
+            .collect();
+        assert_eq!(subs, commands());
+        let full = crate::cli::Cli::command();
+        let ids = |c: &clap::Command| -> Vec<String> {
+            c.get_arguments().map(|a| a.get_id().to_string()).collect()
+        };
+        assert_eq!(ids(&v), ids(&full));
+        assert_eq!(v.get_name(), full.get_name());
+    }
+
     #[test]
     fn one_page_per_command() {
         let names: Vec<String> = pages().unwrap().into_iter().map(|(n, _)| n).collect();
         assert_eq!(names[0], "oracle-build.1");
         let cmds = commands();
-        assert!(cmds.len() >= 20, "{cmds:?}");
+        for want in ["build", "verify", "demo", "completions", "man"] {
+            assert!(cmds.iter().any(|c| c == want), "{want} not in {cmds:?}");
+        }
         for c in &cmds {
             assert!(
                 names.contains(&format!("oracle-build-{c}.1")),

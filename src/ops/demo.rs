@@ -247,7 +247,7 @@ fn recipe_text(repo: &Path, commit: &str, python: &str, model: &Path) -> Result<
 
 /// Parses a Python `major.minor` of 3.10 or later (`"3.12"`), returning it.
 fn parse_minor(v: &str) -> Result<String, String> {
-    let bad = || format!("not a Python `major.minor` of 3.10 or later (e.g. 3.12)");
+    let bad = || "not a Python `major.minor` of 3.10 or later (e.g. 3.12)".to_string();
     let (major, minor) = v.split_once('.').ok_or_else(bad)?;
     let (major, minor) = (
         major.parse::<u32>().map_err(|_| bad())?,

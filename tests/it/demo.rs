@@ -43,7 +43,10 @@ fn demo_builds_verifies_and_gates_then_a_second_run_builds_nothing() {
         .iter()
         .filter_map(|v| v.as_str())
         .collect();
-    assert!(built.contains(&"wheel") && built.contains(&"venv"), "{built:?}");
+    assert!(
+        built.contains(&"wheel") && built.contains(&"venv"),
+        "{built:?}"
+    );
     let version = build["runtime_version"].as_str().unwrap();
     assert!(
         version.starts_with("0.1.1.dev1+g") && DEMO_COMMIT.starts_with(&version[12..]),
@@ -179,14 +182,17 @@ fn bash_completions_name_every_command_and_load_in_bash() {
         "{}",
         text(&loaded)
     );
-    // The other shells get a script too; --json is refused.
+    // The other shells get a script too; none offers the internal command.
+    assert!(!script.contains("__watchdog"), "bash offers __watchdog");
     for shell in ["zsh", "fish", "elvish", "powershell"] {
         let out = run(tmp.path(), &["completions", shell]);
         assert_eq!(code(&out), 0, "{shell}: {}", text(&out));
+        let s = String::from_utf8_lossy(&out.stdout);
         assert!(
-            String::from_utf8_lossy(&out.stdout).contains("verify"),
+            s.contains("verify") && s.contains("emit-pin-block"),
             "{shell}"
         );
+        assert!(!s.contains("__watchdog"), "{shell} offers __watchdog");
     }
     assert_eq!(code(&run(tmp.path(), &["completions", "tcsh"])), 2);
     assert_eq!(
@@ -212,7 +218,10 @@ fn man_page_names_every_command_and_out_dir_writes_one_page_each() {
         let name = format!("oracle\\-build\\-{}(1)", c.replace('-', "\\-"));
         assert!(subcommands.contains(&name), "{name} not in:\n{subcommands}");
     }
-    assert!(!page.contains("__watchdog"), "the internal command is listed");
+    assert!(
+        !page.contains("__watchdog"),
+        "the internal command is listed"
+    );
 
     let dir = tmp.path().join("man1");
     let out = run(tmp.path(), &["man", "--out-dir", dir.to_str().unwrap()]);
