@@ -16,7 +16,7 @@ use crate::alias::{self, Alias, Registry};
 use crate::dist_record;
 use crate::ops::{print_json, recipe_arg, shell_quote};
 use crate::pin;
-use crate::recipe::{self, BuildMode, Recipe};
+use crate::recipe::{self, Recipe};
 use crate::stages::identity::{self, Identity, dirty_mark, lacks_history, release_tag, scm_sha};
 use crate::stages::venv::OracleRecord;
 use crate::store::{Bucket, MANIFEST, Manifest, Root, Store};
@@ -136,19 +136,10 @@ impl Doctor {
         let record = OracleRecord::read(&canon).ok();
         let package = recipe.map_or("vllm", |r| r.source.package.as_str());
         let commit = recipe.map_or("", |r| r.source.commit.as_str());
-        let mode = match record.as_ref().map(|r| r.identity.build_mode.as_str()) {
-            Some("precompiled") => BuildMode::Precompiled,
-            _ => BuildMode::Source,
-        };
-        let id = match identity::measure(&canon, package, commit, mode) {
-            Ok(mut id) => {
-                // Tags at the commit were read from the checkout at build time
-                // (the evidence for a release-tag version without +g<sha>).
-                if let Some(rec) = record.as_ref().filter(|r| r.identity.commit == commit) {
-                    id.tags_at_commit = rec.identity.tags_at_commit.clone();
-                }
-                id
-            }
+        // Tags at the commit (the evidence for a release-tag version without
+        // +g<sha>) and the history's version were recorded at build time.
+        let id = match crate::stages::venv::measure_oracle(&canon, package, commit, record.as_ref()) {
+            Ok(id) => id,
             Err(e) => {
                 self.add(
                     "broken-venv",

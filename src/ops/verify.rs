@@ -26,10 +26,10 @@ use crate::exit::{bad_input, mismatch};
 use crate::ops::print_json;
 use crate::pin;
 use crate::pinfile::{self, PinRecord};
-use crate::recipe::{self, BuildMode, Recipe};
+use crate::recipe::{self, Recipe};
 use crate::stages::identity::{self, Check, Identity};
 use crate::stages::source;
-use crate::stages::venv::OracleRecord;
+use crate::stages::venv::{self, OracleRecord};
 use crate::store::{Manifest, Store};
 
 /// What `verify` was asked to do.
@@ -332,21 +332,14 @@ pub fn verify_venv(
     store: Option<&Store>,
 ) -> Result<Verification> {
     let record = OracleRecord::read(venv).ok();
-    let mode = record.as_ref().map_or(BuildMode::Source, |r| {
-        if r.identity.build_mode == "precompiled" {
-            BuildMode::Precompiled
-        } else {
-            BuildMode::Source
-        }
-    });
-    let mut id = identity::measure(venv, &recipe.source.package, &recipe.source.commit, mode)?;
-    // Tags at the commit were read from the checkout when the oracle was built.
-    if let Some(rec) = record
-        .as_ref()
-        .filter(|r| r.identity.commit == recipe.source.commit)
-    {
-        id.tags_at_commit = rec.identity.tags_at_commit.clone();
-    }
+    // Tags at the commit and the history's version were recorded when the
+    // oracle was built; the build mode is measured with the wheel's own record.
+    let mut id = venv::measure_oracle(
+        venv,
+        &recipe.source.package,
+        &recipe.source.commit,
+        record.as_ref(),
+    )?;
     if id.tags_at_commit.is_empty()
         && let Some(store) = store
     {

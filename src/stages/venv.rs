@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use crate::exit::mismatch;
 use crate::key::{KEY_SCHEMA, content_key};
 use crate::progress;
-use crate::recipe::{BuildMode, LoadedRecipe};
+use crate::recipe::LoadedRecipe;
 use crate::stages::identity::{self, Check, Identity};
 use crate::stages::smoke::{self, SmokeReport};
 use crate::stages::wheel::BuildRecord;
@@ -80,10 +80,50 @@ impl OracleRecord {
     pub fn read(venv: &Path) -> Result<OracleRecord> {
         read_json(&venv.join(ORACLE_JSON))
     }
+
+    /// The record of the wheel this oracle was installed from:
+    /// `store/wheels/<wheel_key>/build.json` of the store owning `venv`
+    /// (`<X>/store/venvs/<key>`), if it can be read.
+    pub fn wheel_record(&self, venv: &Path) -> Option<BuildRecord> {
+        let root = crate::alias::owning_root(venv)?;
+        let store = Store::open_existing(&root)?;
+        BuildRecord::read(&store.entry(Bucket::Wheels, &self.wheel_key).path).ok()
+    }
 }
 
-/// The venv key: Python identity, package, the wheel's sha256, the pins and
-/// indexes, and the runtime requirements file used.
+/// Measures the venv at `venv` as the oracle of `commit` ([`identity::measure`]),
+/// with what the build recorded: the build mode evidence of the wheel it was
+/// installed from (its `build.json`, found through `record`), and, when
+/// `record` was built from `commit`, the tags at the commit and the version
+/// the commit's history gives. Shared by `verify`, `activate` and `doctor`.
+///
+/// Errors: the venv's Python cannot be run or reports garbage.
+pub fn measure_oracle(
+    venv: &Path,
+    package: &str,
+    commit: &str,
+    record: Option<&OracleRecord>,
+) -> Result<Identity> {
+    let wheel = record.and_then(|r| r.wheel_record(venv));
+    let mut id = identity::measure(venv, package, commit, wheel.as_ref().map(|w| &w.env))?;
+    if let Some(rec) = record.filter(|r| r.identity.commit == commit) {
+        id.tags_at_commit = rec.identity.tags_at_commit.clone();
+        id.history_version = rec
+            .identity
+            .history_version
+            .clone()
+            .or_else(|| wheel.and_then(|w| w.history_version));
+    }
+    Ok(id)
+}
+
+/// The venv key: every input that can change the oracle (the venv and its
+/// record): Python identity, package, the recipe's name (the oracle's record
+/// and root belong to it), the wheel's key (which covers the build mode,
+/// device, build environment and toolchain) and sha256, the build mode
+/// itself, the pins and indexes, and the runtime requirements file used.
+/// Two recipes that differ only in `build.mode` never share a venv, even
+/// when their wheels are byte-identical.
 pub fn key(
     lr: &LoadedRecipe,
     tc: &Toolchain,
@@ -96,7 +136,10 @@ pub fn key(
         "stage": "venv",
         "python": {"version": tc.python.version, "implementation": tc.python.implementation, "platform": tc.python.platform},
         "package": r.source.package,
+        "recipe": r.name,
         "commit": r.source.commit,
+        "mode": r.build.mode.as_str(),
+        "wheel_key": wheel.key,
         "wheel_sha256": wheel.sha256,
         "pins": r.pins,
         "indexes": r.indexes,
@@ -357,19 +400,14 @@ fn build(
     let install_s = t0.elapsed().as_secs_f64();
 
     progress::stage("identity", "measuring the oracle's identity");
-    let mode = wheel
-        .inputs
-        .get("mode")
-        .and_then(Value::as_str)
-        .map_or(r.build.mode, |m| {
-            if m == "precompiled" {
-                BuildMode::Precompiled
-            } else {
-                BuildMode::Source
-            }
-        });
-    let mut ident = identity::measure(&venv, &r.source.package, &r.source.commit, mode)?;
+    let mut ident = identity::measure(
+        &venv,
+        &r.source.package,
+        &r.source.commit,
+        Some(&wheel.env),
+    )?;
     ident.tags_at_commit = crate::stages::source::tags_at(&src.path, &r.source.commit);
+    ident.history_version = wheel.history_version.clone();
     let mut warnings = Vec::new();
     if crate::stages::source::nearest_tag(&src.path, &r.source.commit).is_none() {
         let w = format!(
