@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::alias::{self, Switched};
 use crate::exit::mismatch;
 use crate::ops::print_json;
-use crate::ops::verify::verify_venv;
+use crate::ops::verify::{Depth, verify_venv};
 use crate::pin;
 use crate::recipe::LoadedRecipe;
 use crate::stages::identity;
@@ -88,11 +88,12 @@ pub fn activate_with(
     path: &Path,
     force: bool,
 ) -> Result<Activation> {
+    // Content, not only sizes: a same-size edit of any file is refused.
     let v = verify_venv(
         &entry.path,
         &lr.recipe,
         "its recipe",
-        false,
+        Depth::Content,
         None,
         Some(store),
     )?;

@@ -331,19 +331,21 @@ impl Doctor {
         covered
     }
 
-    /// Files missing or changed: the package's RECORD and, for a store entry, its manifest (sizes).
+    /// Files missing or changed, by content (sha256): for a store entry its
+    /// manifest (every file of the venv, hashed) and the package's RECORD by
+    /// size; for any other venv the RECORD by hash.
     fn files(&mut self, venv: &Path, subject: &str, package: &str, imports: bool, pin: &str) {
         let mut problems = Vec::new();
-        match dist_record::check(venv, package, false) {
+        let in_store = venv.join(MANIFEST).is_file();
+        match dist_record::check(venv, package, !in_store) {
             Ok(rc) => problems.extend(rc.problems.into_iter().map(|p| format!("{p} (RECORD)"))),
             Err(e) if imports => problems.push(format!("{e:#}")),
             Err(_) => {}
         }
-        let in_store = venv.join(MANIFEST).is_file();
         if in_store {
             match Manifest::read(venv) {
                 Ok(m) => problems.extend(
-                    m.check(venv, false)
+                    m.check(venv, true)
                         .into_iter()
                         .map(|p| format!("{p} (manifest)")),
                 ),
@@ -675,7 +677,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                     },
                     Bucket::Wheels => {
                         let problems = Manifest::read(&e.path)
-                            .map(|m| m.check(&e.path, false))
+                            .map(|m| m.check(&e.path, true))
                             .unwrap_or_else(|err| vec![format!("unreadable manifest: {err:#}")]);
                         if !problems.is_empty() {
                             d.add(

@@ -315,16 +315,25 @@ fn relocate_logs(mut report: SmokeReport, from: &Path, to: &Path) -> SmokeReport
     report
 }
 
-/// Replaces `<venv>/oracle.json` atomically (the entry's top directory is
-/// opened for writing only for the rename).
+/// Replaces `<venv>/oracle.json` atomically, then the entry's manifest with
+/// the new record's size and sha256 (each file by an atomic rename; the
+/// entry's top directory is opened for writing only for the renames). A run
+/// killed between the two leaves a record the manifest does not match: the
+/// entry reads as damaged and is rebuilt, never trusted.
 pub fn write_record(venv: &Path, record: &OracleRecord) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let mode = fs::metadata(venv)?.permissions().mode();
     fs::set_permissions(venv, std::fs::Permissions::from_mode(mode | 0o200))?;
-    let res = write_json(&venv.join(ORACLE_JSON), record);
-    if let Ok(meta) = fs::metadata(venv.join(ORACLE_JSON)) {
-        let m = meta.permissions().mode() & !0o222;
-        let _ = fs::set_permissions(venv.join(ORACLE_JSON), std::fs::Permissions::from_mode(m));
+    let res = write_json(&venv.join(ORACLE_JSON), record).and_then(|()| {
+        let mut m = Manifest::read(venv)?;
+        m.refresh(venv, ORACLE_JSON)?;
+        m.write(venv)
+    });
+    for name in [ORACLE_JSON, MANIFEST] {
+        if let Ok(meta) = fs::metadata(venv.join(name)) {
+            let m = meta.permissions().mode() & !0o222;
+            let _ = fs::set_permissions(venv.join(name), std::fs::Permissions::from_mode(m));
+        }
     }
     fs::set_permissions(venv, std::fs::Permissions::from_mode(mode))?;
     res
@@ -472,7 +481,8 @@ fn build(
     let mut record = record;
     record.smoke = relocate_logs(record.smoke, &scratch, &entry.path.join("oracle-build"));
     write_json(&venv.join(ORACLE_JSON), &record)?;
-    Manifest::build(&venv, &[MANIFEST, ORACLE_JSON])?.write(&venv)?;
+    // The record is covered too: an edited or corrupt oracle.json is damage.
+    Manifest::build(&venv, &[MANIFEST])?.write(&venv)?;
     store.persist(&venv, entry)?;
     let _ = fs::remove_file(&log);
     Ok(record)
