@@ -44,11 +44,12 @@ pub struct Activation {
 
 /// The oracle venv entry of recipe `lr`: the target of `roots/<name>`.
 ///
-/// Errors: it was never built (or its root dangles).
+/// Errors: it was never built (or its root dangles); exit 2 when it belongs
+/// to another recipe of the same name (see `venv::check_owner`).
 pub fn oracle_entry(store: &Store, lr: &LoadedRecipe) -> Result<Entry> {
     let name = &lr.recipe.name;
     let root = store.roots_dir().join(name);
-    alias::entry_at(store, &root)
+    let entry = alias::entry_at(store, &root)
         .filter(|e| e.bucket == Bucket::Venvs)
         .ok_or_else(|| {
             anyhow!(
@@ -56,7 +57,11 @@ pub fn oracle_entry(store: &Store, lr: &LoadedRecipe) -> Result<Entry> {
                 store.root().display(),
                 lr.origin
             )
-        })
+        })?;
+    // The oracle under roots/<name> is another recipe's when a recipe of the
+    // same name in another file built it (exit 2).
+    crate::stages::venv::check_owner(lr, &entry.path)?;
+    Ok(entry)
 }
 
 /// Verifies the oracle `entry` against `lr`, checks it is gateable, then

@@ -118,6 +118,8 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
     let lr = pin::resolve(&opts.pin)?;
     let r = &lr.recipe;
     let store = Store::at(&Store::default_root(opts.store.as_deref())?)?;
+    // roots/<name> and its oracle belong to the recipe that built it.
+    venv::check_root_owner(&store, &lr)?;
     let lock_dir = crate::stages::lock::lock_dir(&lr, opts.lockfiles.as_deref());
     if opts.offline {
         // Name everything an offline build would miss before any work.

@@ -91,6 +91,70 @@ impl OracleRecord {
     }
 }
 
+/// Whether two recipe origins (a file path, or `<builtin>/<file>`) name the same recipe file.
+fn same_origin(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    match (Path::new(a).canonicalize(), Path::new(b).canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// The other recipe that owns the oracle record `record`: its origin, when
+/// `record` was written for a recipe of `lr`'s name read from another file
+/// (or built-in), and that recipe still exists there under that name.
+/// `None` when `lr` owns it (same file: its content may have been edited
+/// since), or when the owner is gone (removed, moved, or renamed: ownership lapses).
+///
+/// A recipe's identity is its file (path) and its text: the record holds
+/// both (`recipe_origin`, `recipe_text`), and the oracle's root
+/// `roots/<name>` and record belong to it.
+pub fn foreign_owner(lr: &LoadedRecipe, record: &OracleRecord) -> Option<String> {
+    if record.recipe != lr.recipe.name || same_origin(&record.recipe_origin, &lr.origin) {
+        return None;
+    }
+    let origin = &record.recipe_origin;
+    let alive = match origin.strip_prefix("<builtin>/") {
+        Some(file) => crate::pin::BUILTIN.iter().any(|(f, text)| {
+            *f == file
+                && crate::recipe::parse(text, origin).is_ok_and(|r| r.name == lr.recipe.name)
+        }),
+        None => Path::new(origin).is_file()
+            && crate::recipe::load_file(Path::new(origin))
+                .is_ok_and(|o| o.recipe.name == lr.recipe.name),
+    };
+    alive.then(|| origin.clone())
+}
+
+/// Refuses (exit 2) to let `lr` touch the oracle at `venv` (rewrite its
+/// record, point its root) when its record belongs to another recipe of the
+/// same name (see [`foreign_owner`]). An unreadable record belongs to no one.
+pub fn check_owner(lr: &LoadedRecipe, venv: &Path) -> Result<()> {
+    let Ok(record) = OracleRecord::read(venv) else {
+        return Ok(());
+    };
+    match foreign_owner(lr, &record) {
+        None => Ok(()),
+        Some(owner) => Err(crate::exit::bad_input(format!(
+            "{}: recipe name {:?} belongs to the recipe {owner}, whose oracle {} (root roots/{}) is not this recipe's to touch; give one of the two recipes another `name:` (nothing was changed)",
+            lr.origin,
+            lr.recipe.name,
+            venv.display(),
+            lr.recipe.name
+        ))),
+    }
+}
+
+/// [`check_owner`] for the oracle the root `roots/<name>` of `lr` points at, if any.
+pub fn check_root_owner(store: &Store, lr: &LoadedRecipe) -> Result<()> {
+    match store.roots_dir().join(&lr.recipe.name).canonicalize() {
+        Ok(venv) if venv.join(ORACLE_JSON).is_file() => check_owner(lr, &venv),
+        _ => Ok(()),
+    }
+}
+
 /// Measures the venv at `venv` as the oracle of `commit` ([`identity::measure`]),
 /// with what the build recorded: the build mode evidence of the wheel it was
 /// installed from (its `build.json`, found through `record`), and, when
@@ -246,6 +310,8 @@ pub fn ensure(
             });
         }
     }
+    // Shared by key, but its record (and verdict) is another recipe's.
+    check_owner(lr, &entry.path)?;
     let mut record = OracleRecord::read(&entry.path)?;
     if opts.no_smoke || record.smoke.key == smoke_key {
         return Ok(Outcome {
