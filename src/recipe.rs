@@ -1055,6 +1055,33 @@ mod tests {
     }
 
     #[test]
+    fn build_env_may_not_set_what_the_tool_controls() {
+        for (key, names) in [
+            ("SETUPTOOLS_SCM_PRETEND_VERSION", "source.commit"),
+            ("SETUPTOOLS_SCM_PRETEND_VERSION_FOR_VLLM", "source.commit"),
+            ("VLLM_VERSION_OVERRIDE", "source.commit"),
+            ("VLLM_USE_PRECOMPILED", "build.mode"),
+            ("VLLM_TARGET_DEVICE", "build.target_device"),
+            ("NVCC_THREADS", "build.nvcc_threads"),
+            ("TORCH_CUDA_ARCH_LIST", "build.cuda_arch_list"),
+        ] {
+            let e = error_of(&format!("build:\n  env: {{{key}: \"1\"}}\n"));
+            assert!(
+                e.contains(&format!("line 7: field `build.env.{key}`")) && e.contains(names),
+                "{e}"
+            );
+        }
+        assert!(parse(&format!("{BASE}build:\n  env: {{CC: gcc}}\n"), "r.yaml").is_ok());
+    }
+
+    #[test]
+    fn names_of_alias_roots_are_reserved() {
+        let text = BASE.replacen("name: ", "name: alias-", 1);
+        let e = parse(&text, "r.yaml").unwrap_err().to_string();
+        assert!(e.contains("field `name`") && e.contains("reserved"), "{e}");
+    }
+
+    #[test]
     fn env_errors_name_the_key() {
         let e = error_of("build:\n  env: {\"A=B\": x}\n");
         assert!(e.contains("field `build.env.A=B`"), "{e}");
