@@ -435,9 +435,7 @@ pub fn controlled_build_var(key: &str) -> Option<&'static str> {
         "MAX_JOBS" => "set `build.max_jobs` (or `--jobs N`)",
         "NVCC_THREADS" => "set `build.nvcc_threads`",
         "TORCH_CUDA_ARCH_LIST" => "set `build.cuda_arch_list`",
-        "SOURCE_DATE_EPOCH" => {
-            "it is the committer time of `source.commit` (reproducible builds)"
-        }
+        "SOURCE_DATE_EPOCH" => "it is the committer time of `source.commit` (reproducible builds)",
         "PYTHONPATH" | "PYTHONHOME" | "PIP_CONSTRAINT" => {
             "it is removed from every build: the build venv holds exactly the build requirements"
         }
@@ -592,7 +590,10 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
             ));
         }
     }
-    if let Some((key, owner)) = b.env.keys().find_map(|k| controlled_build_var(k).map(|o| (k, o)))
+    if let Some((key, owner)) = b
+        .env
+        .keys()
+        .find_map(|k| controlled_build_var(k).map(|o| (k, o)))
     {
         return Err(fail(
             &format!("build.env.{key}"),

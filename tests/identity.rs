@@ -1170,8 +1170,16 @@ fn build_env_may_not_set_the_version_or_what_the_tool_controls() {
     let store = d.join("store");
     let pretend = format!("9.9.9+g{}", sha9(&commit));
     for (key, value, names) in [
-        ("SETUPTOOLS_SCM_PRETEND_VERSION", pretend.as_str(), "source.commit"),
-        ("SETUPTOOLS_SCM_PRETEND_VERSION_FOR_FIXTURELLM", pretend.as_str(), "source.commit"),
+        (
+            "SETUPTOOLS_SCM_PRETEND_VERSION",
+            pretend.as_str(),
+            "source.commit",
+        ),
+        (
+            "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_FIXTURELLM",
+            pretend.as_str(),
+            "source.commit",
+        ),
         ("VLLM_USE_PRECOMPILED", "1", "build.mode"),
         ("VLLM_TARGET_DEVICE", "cuda", "build.target_device"),
         ("MAX_JOBS", "64", "build.max_jobs"),
@@ -1210,7 +1218,12 @@ fn a_hand_coded_version_with_the_right_sha_builds_but_the_history_refuses_it() {
     let store = d.join("store");
     let out = ok(
         d,
-        &["build", recipe.to_str().unwrap(), "--store", store.to_str().unwrap()],
+        &[
+            "build",
+            recipe.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ],
         3,
     );
     let t = text(&out);
@@ -1219,13 +1232,17 @@ fn a_hand_coded_version_with_the_right_sha_builds_but_the_history_refuses_it() {
     // The wheel was built (the version carries the right sha) ...
     assert!(t.contains(&format!("fixturellm-{found}")), "{t}");
     // ... and the gate names the field, what the history gives and what was found.
-    for field in ["runtime_version (history)", "distribution_version (history)"] {
+    for field in [
+        "runtime_version (history)",
+        "distribution_version (history)",
+    ] {
         let line = t
             .lines()
             .find(|l| l.trim_start().starts_with(field))
             .unwrap_or_else(|| panic!("no {field} failure: {t}"));
         assert!(
-            line.contains(&format!("expected {history}")) && line.contains(&format!("found {found}")),
+            line.contains(&format!("expected {history}"))
+                && line.contains(&format!("found {found}")),
             "{line}"
         );
     }
@@ -1249,12 +1266,19 @@ fn the_build_mode_is_measured_and_a_precompiled_recipe_gets_its_own_oracle() {
     build(d, &pre, &store);
     let (v_src, v_pre) = (oracle(&store, "fx"), oracle(&store, "fx-pre"));
     // The fixture ignores VLLM_USE_PRECOMPILED: the two wheels are the same bytes ...
-    assert_eq!(record(&v_src)["wheel_sha256"], record(&v_pre)["wheel_sha256"]);
+    assert_eq!(
+        record(&v_src)["wheel_sha256"],
+        record(&v_pre)["wheel_sha256"]
+    );
     // ... but the oracles are not the same venv, and each says what it is.
     assert_ne!(v_src, v_pre);
     assert_eq!(record(&v_src)["identity"]["build_mode"], "source");
     assert_eq!(record(&v_pre)["identity"]["build_mode"], "precompiled");
-    let v = json(&ok(d, &["verify", "fx-pre.yaml", "--store", s, "--json"], 0));
+    let v = json(&ok(
+        d,
+        &["verify", "fx-pre.yaml", "--store", s, "--json"],
+        0,
+    ));
     let mode = v["checks"]
         .as_array()
         .unwrap()
@@ -1263,14 +1287,23 @@ fn the_build_mode_is_measured_and_a_precompiled_recipe_gets_its_own_oracle() {
         .unwrap()
         .clone();
     assert!(
-        mode["found"].as_str().unwrap().contains("VLLM_USE_PRECOMPILED=1"),
+        mode["found"]
+            .as_str()
+            .unwrap()
+            .contains("VLLM_USE_PRECOMPILED=1"),
         "measured from the wheel's build record: {mode}"
     );
     ok(d, &["verify", "fx.yaml", "--store", s], 0);
     let alias = d.join("venvs/pre");
     ok(
         d,
-        &["activate", "fx-pre.yaml", alias.to_str().unwrap(), "--store", s],
+        &[
+            "activate",
+            "fx-pre.yaml",
+            alias.to_str().unwrap(),
+            "--store",
+            s,
+        ],
         0,
     );
     assert_eq!(std::fs::read_link(&alias).unwrap(), v_pre);
@@ -1315,7 +1348,10 @@ fn a_recipe_sharing_the_name_cannot_touch_the_other_recipes_oracle() {
         );
     }
     // The production oracle, its record, root and alias are as they were.
-    assert_eq!(std::fs::read_to_string(venv.join("oracle.json")).unwrap(), before);
+    assert_eq!(
+        std::fs::read_to_string(venv.join("oracle.json")).unwrap(),
+        before
+    );
     assert_eq!(oracle(&store, "fx"), venv);
     assert_eq!(std::fs::read_link(&alias).unwrap(), venv);
     assert_eq!(record(&venv)["smoke"]["verdict"], "gateable");
@@ -1334,12 +1370,19 @@ fn no_recipe_name_can_take_an_alias_root() {
     let venv = oracle(&store, "fx");
     let act = json(&ok(
         d,
-        &["activate", "fx.yaml", d.join("o").to_str().unwrap(), "--store", s, "--json"],
+        &[
+            "activate",
+            "fx.yaml",
+            d.join("o").to_str().unwrap(),
+            "--store",
+            s,
+            "--json",
+        ],
         0,
     ));
     let root = act["root"].as_str().unwrap().to_string();
     assert!(root.starts_with("alias-o-"), "{root}");
-    let evil = write_recipe(d, "evil", &repo, &commit, &format!("{SMOKE}"));
+    let evil = write_recipe(d, "evil", &repo, &commit, SMOKE);
     std::fs::write(
         &evil,
         std::fs::read_to_string(&evil)
@@ -1355,9 +1398,15 @@ fn no_recipe_name_can_take_an_alias_root() {
             "{cmd}: {t}"
         );
     }
-    assert_eq!(store.join("roots").join(&root).canonicalize().unwrap(), venv);
+    assert_eq!(
+        store.join("roots").join(&root).canonicalize().unwrap(),
+        venv
+    );
     ok(d, &["gc", "--store", s], 0);
-    assert!(venv.join("bin/python").exists(), "gc kept the alias's oracle");
+    assert!(
+        venv.join("bin/python").exists(),
+        "gc kept the alias's oracle"
+    );
 }
 
 #[test]
@@ -1388,7 +1437,11 @@ fn a_corrupt_or_edited_record_is_damage_verify_and_status_report() {
     let created = text0.find("\"created\": \"").unwrap() + "\"created\": \"".len();
     let digit = &text0[created..created + 1];
     let other = if digit == "1" { "2" } else { "1" };
-    same_size_edit(&rec, &format!("\"created\": \"{digit}"), &format!("\"created\": \"{other}"));
+    same_size_edit(
+        &rec,
+        &format!("\"created\": \"{digit}"),
+        &format!("\"created\": \"{other}"),
+    );
     let out = ok(d, &["verify", "fx.yaml", "--store", s], 3);
     assert!(
         text(&out).contains("[FAIL] files (manifest)") && text(&out).contains("oracle.json"),
@@ -1433,14 +1486,16 @@ fn activate_and_doctor_compare_content_not_only_sizes() {
             && !t.contains(".pyc"),
         "{t}"
     );
-    assert!(std::fs::symlink_metadata(&alias).is_err(), "the alias was not made");
+    assert!(
+        std::fs::symlink_metadata(&alias).is_err(),
+        "the alias was not made"
+    );
     let ps = problems(&ok(d, &["doctor", "--store", s, "--json"], 1));
     let hits = find(&ps, "files-missing", "venvs/");
     assert!(
-        hits.iter().any(|p| p["message"]
-            .as_str()
-            .unwrap()
-            .contains("changed content: lib/python3.11/site-packages/fixturellm/sampling_params.py")),
+        hits.iter().any(|p| p["message"].as_str().unwrap().contains(
+            "changed content: lib/python3.11/site-packages/fixturellm/sampling_params.py"
+        )),
         "{}",
         kinds(&ps).join("\n")
     );

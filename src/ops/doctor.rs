@@ -138,7 +138,8 @@ impl Doctor {
         let commit = recipe.map_or("", |r| r.source.commit.as_str());
         // Tags at the commit (the evidence for a release-tag version without
         // +g<sha>) and the history's version were recorded at build time.
-        let id = match crate::stages::venv::measure_oracle(&canon, package, commit, record.as_ref()) {
+        let id = match crate::stages::venv::measure_oracle(&canon, package, commit, record.as_ref())
+        {
             Ok(id) => id,
             Err(e) => {
                 self.add(

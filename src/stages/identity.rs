@@ -125,7 +125,10 @@ pub fn measured_mode(
         ("distribution version", &id.distribution_version),
         ("runtime version", &id.runtime_version),
     ] {
-        if let Some(v) = v.as_deref().filter(|v| local_labels(v).any(|l| l == "precompiled")) {
+        if let Some(v) = v
+            .as_deref()
+            .filter(|v| local_labels(v).any(|l| l == "precompiled"))
+        {
             marks.push(format!("{what} {v} carries the precompiled label"));
         }
     }

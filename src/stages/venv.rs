@@ -118,12 +118,13 @@ pub fn foreign_owner(lr: &LoadedRecipe, record: &OracleRecord) -> Option<String>
     let origin = &record.recipe_origin;
     let alive = match origin.strip_prefix("<builtin>/") {
         Some(file) => crate::pin::BUILTIN.iter().any(|(f, text)| {
-            *f == file
-                && crate::recipe::parse(text, origin).is_ok_and(|r| r.name == lr.recipe.name)
+            *f == file && crate::recipe::parse(text, origin).is_ok_and(|r| r.name == lr.recipe.name)
         }),
-        None => Path::new(origin).is_file()
-            && crate::recipe::load_file(Path::new(origin))
-                .is_ok_and(|o| o.recipe.name == lr.recipe.name),
+        None => {
+            Path::new(origin).is_file()
+                && crate::recipe::load_file(Path::new(origin))
+                    .is_ok_and(|o| o.recipe.name == lr.recipe.name)
+        }
     };
     alive.then(|| origin.clone())
 }
@@ -475,12 +476,8 @@ fn build(
     let install_s = t0.elapsed().as_secs_f64();
 
     progress::stage("identity", "measuring the oracle's identity");
-    let mut ident = identity::measure(
-        &venv,
-        &r.source.package,
-        &r.source.commit,
-        Some(&wheel.env),
-    )?;
+    let mut ident =
+        identity::measure(&venv, &r.source.package, &r.source.commit, Some(&wheel.env))?;
     ident.tags_at_commit = crate::stages::source::tags_at(&src.path, &r.source.commit);
     ident.history_version = wheel.history_version.clone();
     let mut warnings = Vec::new();
