@@ -1,6 +1,6 @@
 //! `oracle-build verify <PIN|VENV> [--pin PIN] [--pin-file FILE] [--deep] [--emit-pin-block]`:
 //! measure the identity now and check each field against its own expected
-//! value (DESIGN.md, "Identity").
+//! value (README.md, "The identity gate").
 //!
 //! Expected values come from, each in its own check:
 //! - the recipe: commit (`+g<sha>` prefix), clean tree, non-editable, imported
@@ -20,16 +20,16 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow};
 use serde::Serialize;
 
-use crate::alias::{self, Registry};
-use crate::dist_record::{self, RecordCheck};
 use crate::exit::{bad_input, mismatch};
 use crate::ops::print_json;
-use crate::pin;
-use crate::pinfile::{self, PinRecord};
+use crate::recipe::pin;
 use crate::recipe::{self, Recipe};
+use crate::stages::identity::pin_block::{self, PinRecord};
+use crate::stages::identity::record::{self, RecordCheck};
 use crate::stages::identity::{self, Check, Identity};
+use crate::stages::oracle::{self, ORACLE_JSON, OracleRecord};
 use crate::stages::source;
-use crate::stages::venv::{self, OracleRecord};
+use crate::store::alias::{self, Registry};
 use crate::store::{Manifest, Store};
 
 /// What `verify` was asked to do.
@@ -163,7 +163,7 @@ fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Resu
             }
         }
         let rec = OracleRecord::read(&venv).map_err(|e| {
-            if venv.join(venv::ORACLE_JSON).exists() {
+            if venv.join(ORACLE_JSON).exists() {
                 bad_input(format!(
                     "{} has an oracle.json that cannot be read ({}): the record is damaged, so name the recipe to check it against: `oracle-build verify {} --pin PIN`",
                     p.display(),
@@ -248,7 +248,7 @@ pub fn file_checks(venv: &Path, package: &str, depth: Depth, out: &mut Vec<Check
         Depth::Deep => (true, true),
     };
     let kind = if record_deep { "sha256" } else { "size" };
-    match dist_record::check(venv, package, record_deep) {
+    match record::check(venv, package, record_deep) {
         Ok(rc) => {
             out.push(Check {
                 field: "files (RECORD)".into(),
@@ -349,8 +349,7 @@ fn recorded_checks(rec: &OracleRecord, id: &Identity) -> Vec<Check> {
 }
 
 /// Measures the venv at `venv` and checks it against `recipe` (and its own
-/// `oracle.json`, the manifest, RECORD and `pin_file` when given); files are
-/// compared as `depth` says.
+/// `oracle.json`, the manifest, RECORD and `pin_file` when given).
 ///
 /// The tags pointing at the recipe's commit (evidence for a release-tag
 /// version without `+g<sha>`) come from `oracle.json` when it was built from
@@ -368,12 +367,12 @@ pub fn verify_venv(
 ) -> Result<Verification> {
     let (record, record_error) = match OracleRecord::read(venv) {
         Ok(r) => (Some(r), None),
-        Err(_) if !venv.join(venv::ORACLE_JSON).exists() => (None, None),
+        Err(_) if !venv.join(ORACLE_JSON).exists() => (None, None),
         Err(e) => (None, Some(e)),
     };
     // Tags at the commit and the history's version were recorded when the
     // oracle was built; the build mode is measured with the wheel's own record.
-    let mut id = venv::measure_oracle(
+    let mut id = oracle::measure_oracle(
         venv,
         &recipe.source.package,
         &recipe.source.commit,
@@ -431,7 +430,7 @@ pub fn verify(
     opts: &VerifyOptions,
 ) -> Result<Verification> {
     let pin_file = match &opts.pin_file {
-        Some(p) => Some((p.clone(), pinfile::read(p)?)),
+        Some(p) => Some((p.clone(), pin_block::read(p)?)),
         None => None,
     };
     let loc = locate(target, opts.pin.as_deref(), store_arg)?;
