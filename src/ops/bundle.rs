@@ -442,9 +442,19 @@ fn open_archive(file: &Path) -> Result<tar::Archive<flate2::read::GzDecoder<fs::
     Ok(tar::Archive::new(flate2::read::GzDecoder::new(f)))
 }
 
+/// Checks a bundle without writing anything: reads the gzip-compressed tar
+/// from `reader`, refuses hostile members (absolute or `..` paths, links out
+/// of the archive, devices, duplicates, members under a symlink), then checks
+/// the members against `oracle-bundle.json`. This is the pure first half of
+/// [`import`] (and what the `bundle` fuzz targets run).
+///
+/// Returns the manifest. Errors: why the bundle is refused, as one sentence.
+pub fn check_archive<R: Read>(reader: R) -> Result<BundleManifest, String> {
+    check(&scan(tar::Archive::new(flate2::read::GzDecoder::new(reader)))?)
+}
+
 /// The first pass: reads every member, writes nothing.
-fn scan(file: &Path) -> Result<Scanned, String> {
-    let mut ar = open_archive(file).map_err(|e| format!("{e:#}"))?;
+fn scan<R: Read>(mut ar: tar::Archive<R>) -> Result<Scanned, String> {
     let mut out = Scanned {
         manifest: None,
         files: BTreeMap::new(),
@@ -596,8 +606,8 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
             file.display()
         ))
     };
-    let scanned = scan(file).map_err(refuse)?;
-    let m = check(&scanned).map_err(refuse)?;
+    let f = fs::File::open(file).map_err(|e| refuse(e.to_string()))?;
+    let m = check_archive(f).map_err(refuse)?;
 
     store.init()?;
     let staging = store.stage("import")?;
