@@ -140,11 +140,19 @@ fn header(path: &str, link: Option<&str>, kind: tar::EntryType, size: u64) -> Op
 
 fn plain(p: &str) -> bool {
     let p = p.trim_end_matches('/');
-    !p.is_empty() && !p.starts_with('/') && Path::new(p).components().all(|c| matches!(c, Component::Normal(_)))
+    !p.is_empty()
+        && !p.starts_with('/')
+        && Path::new(p)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)))
 }
 
 fuzz_target!(|input: Input| {
-    let recipe = if input.recipe.is_empty() { RECIPE.to_string() } else { input.recipe.clone() };
+    let recipe = if input.recipe.is_empty() {
+        RECIPE.to_string()
+    } else {
+        input.recipe.clone()
+    };
     let mut tar = tar::Builder::new(Vec::new());
     let mut files: BTreeMap<String, (u64, String)> = BTreeMap::new();
     let mut links: BTreeMap<String, String> = BTreeMap::new();
@@ -152,26 +160,49 @@ fuzz_target!(|input: Input| {
     for m in &input.members {
         let path = render(&m.path, &recipe);
         let (h, data, link) = match &m.kind {
-            Kind::File(d) => (header(&path, None, tar::EntryType::Regular, d.len() as u64), d.clone(), None),
-            Kind::Dir => (header(&path, None, tar::EntryType::Directory, 0), Vec::new(), None),
+            Kind::File(d) => (
+                header(&path, None, tar::EntryType::Regular, d.len() as u64),
+                d.clone(),
+                None,
+            ),
+            Kind::Dir => (
+                header(&path, None, tar::EntryType::Directory, 0),
+                Vec::new(),
+                None,
+            ),
             Kind::Symlink(t) => {
                 let t = render(t, &recipe);
-                (header(&path, Some(&t), tar::EntryType::Symlink, 0), Vec::new(), Some(t))
+                (
+                    header(&path, Some(&t), tar::EntryType::Symlink, 0),
+                    Vec::new(),
+                    Some(t),
+                )
             }
             Kind::Hardlink(t) => {
                 let t = render(t, &recipe);
-                (header(&path, Some(&t), tar::EntryType::Link, 0), Vec::new(), Some(t))
+                (
+                    header(&path, Some(&t), tar::EntryType::Link, 0),
+                    Vec::new(),
+                    Some(t),
+                )
             }
-            Kind::Other(b) => (header(&path, None, tar::EntryType::new(*b), 0), Vec::new(), None),
+            Kind::Other(b) => (
+                header(&path, None, tar::EntryType::new(*b), 0),
+                Vec::new(),
+                None,
+            ),
         };
-        let Some(mut h) = h else { continue };
-        if tar.append(&mut h, &data[..]).is_err() {
+        let Some(h) = h else { continue };
+        if tar.append(&h, &data[..]).is_err() {
             return;
         }
         let key = path.trim_end_matches('/').to_string();
         match &m.kind {
             Kind::File(d) => {
-                files.insert(key.clone(), (d.len() as u64, hex::encode(Sha256::digest(d))));
+                files.insert(
+                    key.clone(),
+                    (d.len() as u64, hex::encode(Sha256::digest(d))),
+                );
             }
             Kind::Symlink(_) => {
                 links.insert(key.clone(), link.clone().unwrap_or_default());
@@ -228,7 +259,10 @@ fuzz_target!(|input: Input| {
             }
             Edit::ExtraLink(p, t) => {
                 let (p, t) = (render(p, &recipe), render(t, &recipe));
-                manifest["symlinks"].as_array_mut().unwrap().push(serde_json::json!([p, t]));
+                manifest["symlinks"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(serde_json::json!([p, t]));
             }
             Edit::Format(f) => manifest["format"] = (*f).into(),
             Edit::Recipe(r) => manifest["recipe"] = r.clone().into(),
@@ -238,9 +272,18 @@ fuzz_target!(|input: Input| {
         }
     }
     if with_manifest {
-        let bytes = raw.map(String::into_bytes).unwrap_or_else(|| serde_json::to_vec(&manifest).unwrap());
-        let Some(mut h) = header("oracle-bundle.json", None, tar::EntryType::Regular, bytes.len() as u64) else { return };
-        if tar.append(&mut h, &bytes[..]).is_err() {
+        let bytes = raw
+            .map(String::into_bytes)
+            .unwrap_or_else(|| serde_json::to_vec(&manifest).unwrap());
+        let Some(h) = header(
+            "oracle-bundle.json",
+            None,
+            tar::EntryType::Regular,
+            bytes.len() as u64,
+        ) else {
+            return;
+        };
+        if tar.append(&h, &bytes[..]).is_err() {
             return;
         }
     }
@@ -252,7 +295,10 @@ fuzz_target!(|input: Input| {
         for (path, link) in &written {
             assert!(plain(path), "accepted member path {path:?}");
             if let Some(l) = link {
-                assert!(!l.starts_with('/') && !l.is_empty(), "accepted link {path:?} -> {l:?}");
+                assert!(
+                    !l.starts_with('/') && !l.is_empty(),
+                    "accepted link {path:?} -> {l:?}"
+                );
             }
         }
     }

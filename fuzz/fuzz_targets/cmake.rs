@@ -18,7 +18,10 @@ fuzz_target!(|data: &[u8]| {
     for s in &d.sources {
         // The entry name becomes a directory name in the store.
         let name = s.entry_name();
-        assert!(!name.contains('/') && !name.starts_with('.') && name != "..", "{name:?}");
+        assert!(
+            !name.contains('/') && !name.starts_with('.') && name != "..",
+            "{name:?}"
+        );
         let _ = ext::describe(&s.origin);
     }
 });

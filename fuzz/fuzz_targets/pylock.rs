@@ -13,7 +13,10 @@ fuzz_target!(|data: &[u8]| {
             for a in p.wanted() {
                 // The file name becomes a file name inside a store entry.
                 let f = &a.filename;
-                assert!(!f.is_empty() && !f.contains('/') && f != "." && f != "..", "{f:?}");
+                assert!(
+                    !f.is_empty() && !f.contains('/') && f != "." && f != "..",
+                    "{f:?}"
+                );
             }
         }
         let _ = wheelhouse::requirements_text(&pkgs);

@@ -453,7 +453,9 @@ fn open_archive(file: &Path) -> Result<tar::Archive<flate2::read::GzDecoder<fs::
 ///
 /// Returns the manifest. Errors: why the bundle is refused, as one sentence.
 pub fn check_archive<R: Read>(reader: R) -> Result<BundleManifest, String> {
-    check(&scan(tar::Archive::new(flate2::read::GzDecoder::new(reader)))?)
+    check(&scan(tar::Archive::new(flate2::read::GzDecoder::new(
+        reader,
+    )))?)
 }
 
 /// The first pass: reads every member, writes nothing.
@@ -485,11 +487,10 @@ fn scan<R: Read>(mut ar: tar::Archive<R>) -> Result<Scanned, String> {
                     let n = (&mut entry)
                         .take(MAX_MANIFEST_BYTES + 1)
                         .read_to_end(&mut buf)
-                        .map_err(|e| format!("reading {path}: {e}"))? as u64;
+                        .map_err(|e| format!("reading {path}: {e}"))?
+                        as u64;
                     if n > MAX_MANIFEST_BYTES {
-                        return Err(format!(
-                            "{path} is larger than {MAX_MANIFEST_BYTES} bytes"
-                        ));
+                        return Err(format!("{path} is larger than {MAX_MANIFEST_BYTES} bytes"));
                     }
                     n
                 } else {
