@@ -5,10 +5,10 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data)
-        && let Ok(pin) = oracle_build::pinfile::parse(text, "fuzz.md")
+        && let Ok(pin) = oracle_build::stages::identity::pin_block::parse(text, "fuzz.md")
     {
         // What parses renders back to a block that parses to the same record.
-        let again = oracle_build::pinfile::parse(&pin.render(), "render")
+        let again = oracle_build::stages::identity::pin_block::parse(&pin.render(), "render")
             .expect("a rendered pin block parses");
         assert_eq!(again, pin);
     }

@@ -2,7 +2,7 @@
 //! The PEP 751 lock reader: `wheelhouse::parse_pylock_str` (TOML, then the
 //! artifacts the wheelhouse keeps and the hash-pinned requirement lines).
 use libfuzzer_sys::fuzz_target;
-use oracle_build::wheelhouse;
+use oracle_build::stages::lock::pylock as wheelhouse;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
