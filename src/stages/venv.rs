@@ -256,3 +256,44 @@ pub fn install(
         known,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+    use sha2::{Digest, Sha256};
+
+    fn b64(data: &[u8]) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(data))
+    }
+
+    #[test]
+    fn record_hashes_trust_only_hard_links_of_the_recorded_size() {
+        let tmp = tempfile::tempdir().unwrap();
+        let venv = tmp.path().join("venv");
+        let site = venv.join("lib/python3.11/site-packages");
+        std::fs::create_dir_all(site.join("pkg")).unwrap();
+        std::fs::create_dir_all(site.join("pkg-1.0.dist-info")).unwrap();
+        let cache = tmp.path().join("cache.py");
+        std::fs::write(&cache, b"x = 1\n").unwrap();
+        std::fs::hard_link(&cache, site.join("pkg/linked.py")).unwrap();
+        std::fs::write(site.join("pkg/copied.py"), b"y = 2\n").unwrap();
+        let other = tmp.path().join("other.py");
+        std::fs::write(&other, b"z = 33\n").unwrap();
+        std::fs::hard_link(&other, site.join("pkg/resized.py")).unwrap();
+        let record = format!(
+            "pkg/linked.py,sha256={},6\npkg/copied.py,sha256={},6\npkg/resized.py,sha256={},6\n../../bin/x,sha256={},6\npkg-1.0.dist-info/RECORD,,\n",
+            b64(b"x = 1\n"),
+            b64(b"y = 2\n"),
+            b64(b"z = 33\n"),
+            b64(b"x = 1\n"),
+        );
+        std::fs::write(site.join("pkg-1.0.dist-info/RECORD"), record).unwrap();
+        let got = record_hashes(&venv).unwrap();
+        assert_eq!(
+            got.get("lib/python3.11/site-packages/pkg/linked.py"),
+            Some(&hex::encode(Sha256::digest(b"x = 1\n")))
+        );
+        assert_eq!(got.len(), 1, "{got:?}");
+    }
+}
