@@ -71,6 +71,24 @@ pub struct OracleRecord {
     pub created: String,
     /// Seconds spent creating and installing the venv.
     pub install_s: f64,
+    /// Where the time of making this venv went.
+    #[serde(default)]
+    pub timings: Timings,
+}
+
+/// Seconds spent in each part of making an oracle venv (`oracle.json`'s `timings`).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct Timings {
+    /// Creating the venv and linking its files (uv).
+    pub link_s: f64,
+    /// Its bytecode, linked from the store's pool or compiled.
+    pub bytecode_s: f64,
+    /// Measuring and checking the identity.
+    pub identity_s: f64,
+    /// The smoke gate (0 with `--no-smoke`).
+    pub smoke_s: f64,
+    /// Building the manifest.
+    pub manifest_s: f64,
 }
 
 impl OracleRecord {
@@ -350,8 +368,12 @@ fn build(
         log,
         created,
         install_s,
+        link_s,
+        bytecode_s,
+        known,
     } = venv::install(cx, wheel_entry, wheel, src, plan, staging.path())?;
 
+    let t_identity = std::time::Instant::now();
     progress::stage("identity", "measuring the oracle's identity");
     // The build mode from what the wheel's own record says the build got.
     let mut ident =
@@ -380,6 +402,8 @@ fn build(
             identity::describe_failures(&checks)
         )));
     }
+    let identity_s = t_identity.elapsed().as_secs_f64();
+    let t_smoke = std::time::Instant::now();
     let smoke = if opts.no_smoke {
         SmokeReport::skipped(smoke::smoke_key(store, lr))
     } else {
@@ -390,6 +414,7 @@ fn build(
             &smoke::Options::new(store, lr),
         )?
     };
+    let smoke_s = t_smoke.elapsed().as_secs_f64();
     // Paths were measured in staging; record the final ones.
     let staged = venv.display().to_string();
     let fin = entry.path.display().to_string();
@@ -415,15 +440,27 @@ fn build(
         warnings,
         created,
         install_s,
+        timings: Timings {
+            link_s,
+            bytecode_s,
+            identity_s,
+            smoke_s,
+            manifest_s: 0.0,
+        },
     };
     // Logs and smoke results travel with the entry.
     fs::copy(&log, scratch.join("install.log"))?;
     store::copy_tree(&scratch, &venv.join("oracle-build"))?;
     let mut record = record;
     record.smoke = relocate_logs(record.smoke, &scratch, &entry.path.join("oracle-build"));
-    write_json(&venv.join(ORACLE_JSON), &record)?;
     // The record is covered too: an edited or corrupt oracle.json is damage.
-    Manifest::build(&venv, &[MANIFEST])?.write(&venv)?;
+    let t_manifest = std::time::Instant::now();
+    write_json(&venv.join(ORACLE_JSON), &record)?;
+    let mut manifest = Manifest::build_known(&venv, &[MANIFEST], &known)?;
+    record.timings.manifest_s = t_manifest.elapsed().as_secs_f64();
+    write_json(&venv.join(ORACLE_JSON), &record)?;
+    manifest.refresh(&venv, ORACLE_JSON)?;
+    manifest.write(&venv)?;
     store.persist(&venv, entry)?;
     let _ = fs::remove_file(&log);
     Ok(record)

@@ -1,6 +1,7 @@
 //! Entry manifests: every file of a store entry with its size and sha256,
 //! checked by the no-op path (sizes), `status`, `doctor` and `verify --deep` (hashes).
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::Result;
@@ -47,11 +48,24 @@ pub struct ManifestFile {
 impl Manifest {
     /// Walks `dir` and hashes every file except those named in `skip` (top-level names).
     pub fn build(dir: &Path, skip: &[&str]) -> Result<Manifest> {
+        Self::build_known(dir, skip, &HashMap::new())
+    }
+
+    /// [`Manifest::build`], taking the sha256 of the files in `known` (paths
+    /// relative to `dir`) as given instead of reading them. Callers put there
+    /// only hashes they can vouch for (a wheel's RECORD for a hard link of the
+    /// hash-checked cache file; the bytecode pool's own record): a wrong one
+    /// can only make `verify --deep` report a file as changed, never hide a change.
+    pub fn build_known(
+        dir: &Path,
+        skip: &[&str],
+        known: &HashMap<String, String>,
+    ) -> Result<Manifest> {
         let mut m = Manifest {
             excluded: skip.iter().map(|s| s.to_string()).collect(),
             ..Manifest::default()
         };
-        walk(dir, dir, skip, &mut m)?;
+        walk(dir, dir, skip, known, &mut m)?;
         m.files.sort_by(|a, b| a.path.cmp(&b.path));
         m.symlinks.sort();
         Ok(m)
@@ -179,7 +193,13 @@ fn added(
     }
 }
 
-fn walk(base: &Path, dir: &Path, skip: &[&str], m: &mut Manifest) -> Result<()> {
+fn walk(
+    base: &Path,
+    dir: &Path,
+    skip: &[&str],
+    known: &HashMap<String, String>,
+    m: &mut Manifest,
+) -> Result<()> {
     for e in fs::read_dir(dir)? {
         let e = e?;
         let path = e.path();
@@ -196,13 +216,17 @@ fn walk(base: &Path, dir: &Path, skip: &[&str], m: &mut Manifest) -> Result<()> 
             m.symlinks
                 .push((rel, fs::read_link(&path)?.to_string_lossy().into_owned()));
         } else if ft.is_dir() {
-            walk(base, &path, skip, m)?;
+            walk(base, &path, skip, known, m)?;
         } else {
             let size = e.metadata()?.len();
+            let sha256 = match known.get(&rel) {
+                Some(h) => h.clone(),
+                None => sha256_file(&path)?,
+            };
             m.files.push(ManifestFile {
                 path: rel,
                 size,
-                sha256: sha256_file(&path)?,
+                sha256,
             });
         }
     }

@@ -434,6 +434,13 @@ impl Store {
         self.root.join("uv-cache")
     }
 
+    /// `<root>/bytecode`: the bytecode pool, one `.pyc` per (Python cache
+    /// tag, source file of the uv cache), hard-linked into every venv that
+    /// links the same source (see `host::bytecode`).
+    pub fn bytecode_dir(&self) -> PathBuf {
+        self.root.join("bytecode")
+    }
+
     /// `<root>/wheelhouse-links`: one directory of links to wheelhouse files
     /// that every locked install shares (uv keys its cache of local wheels by
     /// path, so the same wheel is unpacked once).

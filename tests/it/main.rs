@@ -8,6 +8,7 @@ mod support;
 mod advance;
 mod build;
 mod demo;
+mod bytecode;
 mod gpu;
 mod hermetic;
 mod identity;
