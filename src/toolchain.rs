@@ -148,19 +148,51 @@ fn probe_tool(path: &Path, args: &[&str]) -> Option<Tool> {
     })
 }
 
-/// Finds uv: `$ORACLE_BUILD_UV`, else `uv` on PATH, else the pinned uv in the
-/// tools directory (`$ORACLE_BUILD_TOOLS` or `<root>/tools`), provisioning it
-/// there with `pip install --target` using `python` when it is missing.
+/// The environment variable that lets a uv of another version than
+/// [`UV_VERSION`] (from `ORACLE_BUILD_UV` or PATH) build: `1`.
+pub const UV_UNPINNED_ENV: &str = "ORACLE_BUILD_UV_UNPINNED";
+
+/// The version number a `uv --version` line reports (`uv 0.13.9 (...)` -> `0.13.9`).
+pub fn uv_version_number(version_line: &str) -> &str {
+    version_line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or(version_line)
+}
+
+fn unpinned_allowed() -> bool {
+    std::env::var(UV_UNPINNED_ENV).is_ok_and(|v| v == "1")
+}
+
+/// Finds uv, the pinned version ([`UV_VERSION`]) unless the user asks for
+/// another one: `$ORACLE_BUILD_UV`, else `uv` on PATH, each used only when
+/// it is the pinned version or `ORACLE_BUILD_UV_UNPINNED=1` is set; else the
+/// pinned uv in the tools directory (`$ORACLE_BUILD_TOOLS` or `<root>/tools`),
+/// provisioning it there with `pip install --target` using `python` when it
+/// is missing (and `provision`).
 ///
-/// Errors: nothing works and provisioning fails (the message says how to get uv).
+/// Errors: `ORACLE_BUILD_UV` does not run or is another version (without
+/// `ORACLE_BUILD_UV_UNPINNED=1`); nothing works and provisioning fails (the
+/// message says how to get uv).
 pub fn find_uv(store: &Store, python: Option<&Python>, provision: bool) -> Result<Tool> {
+    let pinned = |t: &Tool| uv_version_number(&t.version) == UV_VERSION || unpinned_allowed();
     if let Some(explicit) = std::env::var_os("ORACLE_BUILD_UV").filter(|v| !v.is_empty()) {
         let path = PathBuf::from(explicit);
-        return probe_tool(&path, &["--version"])
-            .with_context(|| format!("ORACLE_BUILD_UV={} does not run", path.display()));
+        let tool = probe_tool(&path, &["--version"])
+            .with_context(|| format!("ORACLE_BUILD_UV={} does not run", path.display()))?;
+        if !pinned(&tool) {
+            anyhow::bail!(
+                "ORACLE_BUILD_UV={} is {}, not the pinned uv {UV_VERSION}: unset it to use the pinned uv, or set {UV_UNPINNED_ENV}=1 to build with it anyway (the uv version is part of the wheel and venv keys)",
+                path.display(),
+                tool.version
+            );
+        }
+        return Ok(tool);
     }
     for path in which::which_all("uv").into_iter().flatten() {
-        if let Some(tool) = probe_tool(&path, &["--version"]) {
+        if let Some(tool) = probe_tool(&path, &["--version"])
+            && pinned(&tool)
+        {
             return Ok(tool);
         }
     }

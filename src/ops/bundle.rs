@@ -35,14 +35,16 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::exit::bad_input;
-use crate::ops::{hermetic, print_json};
+use crate::ops::print_json;
 use crate::pin;
+use crate::platform::Platform;
 use crate::process::capture;
 use crate::progress;
-use crate::stages::lock;
-use crate::stages::source;
+use crate::stages::smoke::golden;
 use crate::stages::venv::OracleRecord;
-use crate::store::{Bucket, Entry, ManifestFile, Store, make_writable, sha256_file};
+use crate::stages::{Ctx, ext, lock, source};
+use crate::store::{Bucket, Entry, ManifestFile, Store, TempRoots, make_writable, sha256_file};
+use crate::toolchain::{self, Toolchain, UV_VERSION};
 use crate::wheelhouse;
 
 /// The manifest's name inside a bundle.
@@ -65,6 +67,21 @@ pub struct BundleManifest {
     pub files: Vec<ManifestFile>,
     /// Every symlink: path, target.
     pub symlinks: Vec<(String, String)>,
+    /// The platform the bundle was prepared for (uv's `--python-platform`).
+    #[serde(default)]
+    pub platform: Option<String>,
+    /// The pinned uv it carries: the wheelhouse entry of its wheel.
+    #[serde(default)]
+    pub uv: Option<BundledUv>,
+}
+
+/// The uv a bundle carries for the offline box.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BundledUv {
+    /// Its version ([`UV_VERSION`] of the exporting tool).
+    pub version: String,
+    /// The sha256 of its wheel: the name of its `store/wheelhouse/` entry.
+    pub sha256: String,
 }
 
 /// What `export` reports.
@@ -78,6 +95,10 @@ pub struct ExportReport {
     pub files: usize,
     /// Store entries in it.
     pub entries: Vec<String>,
+    /// The platform it was prepared for.
+    pub platform: String,
+    /// The cases whose goldens it carries.
+    pub goldens: Vec<String>,
 }
 
 /// Adds the store entry `e` (once) to the bundle: its label to `entries`,
@@ -122,80 +143,241 @@ fn walk_files(
     Ok(())
 }
 
-/// Writes the bundle of `pin_arg` to `output` (through a temporary file and a rename).
+/// Options of `export`.
+#[derive(Debug, Clone)]
+pub struct ExportOptions {
+    /// `--lockfiles DIR`.
+    pub lockfiles: Option<PathBuf>,
+    /// `-o FILE`.
+    pub output: PathBuf,
+    /// `--platform P` (default: this host).
+    pub platform: Option<String>,
+    /// `--json`.
+    pub json: bool,
+}
+
+/// The lock to bundle for `target` (`None`: this host): the recipe's
+/// lockfile when it fits the platform, else the store's lock for it, else
+/// one resolved now into the store (for another platform with `uv pip
+/// compile --python-platform`, needing no interpreter of it).
 ///
-/// Errors (exit 2): no lockfile, or the store lacks the mirror, a locked
-/// artifact or a staged source (each named). Errors: git fails.
-pub fn export(
-    pin_arg: &str,
-    store_arg: Option<&Path>,
-    lockfiles: Option<&Path>,
-    output: &Path,
-    json: bool,
-) -> Result<()> {
-    let lr = pin::resolve(pin_arg)?;
+/// Errors (exit 2): the recipe's lockfile is stale. Errors: uv cannot resolve.
+fn lock_for(
+    cx: &Ctx<'_>,
+    src: &Entry,
+    lock_dir: &Path,
+    target: Option<&Platform>,
+    temp: &TempRoots,
+) -> Result<lock::Locked> {
+    let Ctx { store, lr, tc, .. } = *cx;
     let r = &lr.recipe;
-    let root = Store::default_root(store_arg)?;
-    let store = Store::open_existing(&root)
-        .ok_or_else(|| bad_input(format!("no store at {}", root.display())))?;
-    let lock_dir = lock::lock_dir(&lr, lockfiles);
-    // The recipe's lockfile, else the lock a build kept in the store.
-    let locked = match lock::load(&lock_dir, r)? {
-        Some(l) => l,
-        None => lock::load(&lock::auto_entry(&store, r).path, r)?.ok_or_else(|| {
-            bad_input(format!(
-                "no lockfile in {} and no lock in the store: run `oracle-build lock {}` (or build it) first",
-                lock_dir.display(),
-                r.name
-            ))
-        })?,
+    if let Some(recorded) = lock::recorded_platform(lock_dir)?
+        && lock::platform_fits(recorded.as_deref(), target).is_ok()
+        && let Some(l) = lock::load_for(lock_dir, r, target)?
+    {
+        progress::stage("lock", format!("using {}", lock_dir.display()));
+        return Ok(l);
+    }
+    let entry = match target {
+        None => lock::auto_entry(store, r),
+        Some(p) => lock::platform_entry(store, r, p),
     };
-    let mut problems = Vec::new();
-    if !source::mirror_has(&store, &r.source.repo, &r.source.commit) {
-        problems.push(format!(
-            "the mirror lacks commit {} of {}",
-            r.source.commit, r.source.repo
+    temp.add(store, &entry)?;
+    if let Ok(Some(l)) = lock::load_for(&entry.path, r, target) {
+        return Ok(l);
+    }
+    if target.is_none() && !tc.python.version.starts_with(&format!("{}.", r.python)) {
+        return Err(anyhow!(
+            "cannot lock {} for this host: Python {} not found (found {} at {}); install it, or export with --platform to resolve without it",
+            r.name,
+            r.python,
+            tc.python.version,
+            tc.python.path.display()
         ));
     }
+    let _lock = store.lock(&format!("autolock-{}", entry.name))?;
+    if !entry.exists() {
+        let staging = store.stage("autolock")?;
+        let dir = staging.path().join("lock");
+        lock::resolve_for(cx, &src.path, &dir, target)?;
+        store.persist(&dir, &entry)?;
+    }
+    lock::load_for(&entry.path, r, target)?
+        .ok_or_else(|| anyhow!("{} holds no lock", entry.path.display()))
+}
+
+/// The pinned uv's wheel for `platform`, from the package index, in the
+/// wheelhouse: resolved with `uv pip compile --python-platform` (so its
+/// sha256 comes from the index, as every locked artifact's), the lock kept
+/// in the store (`store/lockfiles/<key>/pylock.tools.toml`), one wheel of it
+/// downloaded and hash-checked like every artifact.
+///
+/// Errors: uv cannot resolve it; the download or hash check fails.
+fn uv_wheel(
+    cx: &Ctx<'_>,
+    platform: &Platform,
+    temp: &TempRoots,
+) -> Result<(Entry, wheelhouse::Artifact)> {
+    let Ctx { store, lr, tc, uv } = *cx;
+    let key = crate::key::content_key(&serde_json::json!({
+        "schema": crate::key::KEY_SCHEMA, "stage": "tools-lock", "uv": UV_VERSION,
+        "platform": platform.spelled, "python": lr.recipe.python,
+    }));
+    let entry = store.entry(Bucket::Locks, &key);
+    temp.add(store, &entry)?;
+    let file = "pylock.tools.toml";
+    {
+        let _lock = store.lock(&format!("autolock-{key}"))?;
+        if !entry.exists() {
+            let staging = store.stage("tools-lock")?;
+            let dir = staging.path().join("lock");
+            fs::create_dir_all(&dir)?;
+            let input = staging.path().join("tools.in");
+            fs::write(&input, format!("uv=={UV_VERSION}\n"))?;
+            // The recipe's indexes serve its stack, not the tool.
+            let plain = crate::uv::Uv {
+                indexes: Vec::new(),
+                ..uv.clone()
+            };
+            let args: Vec<String> = vec![
+                "--format".into(),
+                "pylock.toml".into(),
+                "--generate-hashes".into(),
+                "--no-header".into(),
+                "--no-annotate".into(),
+                "--python-version".into(),
+                lr.recipe.python.clone(),
+                "--python-platform".into(),
+                platform.spelled.clone(),
+                "-o".into(),
+                dir.join(file).display().to_string(),
+                input.display().to_string(),
+            ];
+            progress::stage(
+                "export",
+                format!("locking uv {UV_VERSION} for {platform}"),
+            );
+            plain
+                .pip_compile(&args, &staging.path().join("tools.log"))
+                .with_context(|| format!("locking uv {UV_VERSION} for {platform}"))?;
+            store.persist(&dir, &entry)?;
+        }
+    }
+    let pkgs = wheelhouse::parse_pylock(&entry.path.join(file))?;
+    let mut pkg = pkgs
+        .into_iter()
+        .find(|p| p.name == "uv" && p.version == UV_VERSION)
+        .ok_or_else(|| anyhow!("the index has no uv {UV_VERSION} for {platform}"))?;
+    let wheel = pkg
+        .wheels
+        .first()
+        .cloned()
+        .ok_or_else(|| anyhow!("the index has no uv {UV_VERSION} wheel for {platform}"))?;
+    pkg.wheels = vec![wheel.clone()];
+    let got = wheelhouse::ensure(
+        store,
+        std::slice::from_ref(&pkg),
+        &entry.path,
+        &tc.python.path,
+        false,
+        Some(temp),
+    )?;
+    let e = got
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow!("uv's wheel is not in the wheelhouse"))?;
+    Ok((e, wheel))
+}
+
+/// Writes the bundle of `pin_arg` to `opts.output` (through a temporary
+/// file and a rename), preparing it without building: fetches the source
+/// with its history, reads or resolves the lock for the target platform,
+/// downloads every artifact of it and the pinned uv's wheel into the
+/// wheelhouse, stages every external source the checkout's build
+/// configures, and adds the recorded goldens. No compiler, nvcc or GPU is
+/// needed. The built wheel goes in too when the store has one built from
+/// exactly the bundled build lock.
+///
+/// Errors (exit 2): a bad `--platform`, a stale lockfile. Errors: the
+/// source cannot be fetched; uv cannot resolve; a download or hash check
+/// fails; git fails.
+pub fn export(pin_arg: &str, store_arg: Option<&Path>, opts: &ExportOptions) -> Result<()> {
+    let lr = pin::resolve(pin_arg)?;
+    let r = &lr.recipe;
+    let target = opts.platform.as_deref().map(Platform::parse).transpose()?;
+    let platform = match &target {
+        Some(p) => p.clone(),
+        None => Platform::host().ok_or_else(|| {
+            bad_input("this host is not a glibc x86_64/aarch64 Linux: name the target with --platform")
+        })?,
+    };
+    let output = opts.output.as_path();
+    let root = Store::default_root(store_arg)?;
+    let store = Store::at(&root)?;
+    let found_uv = toolchain::find_uv(&store, None, false).ok();
+    // The recipe's Python resolves a lock for this host; any Python does
+    // for another platform (uv needs none) and for the downloads.
+    let python = match toolchain::find_python(&r.python, found_uv.as_ref()) {
+        Ok(p) => p,
+        Err(e) => which::which("python3")
+            .ok()
+            .and_then(|p| toolchain::probe_python(&p).ok())
+            .ok_or_else(|| anyhow!("cannot export {}: {e}", r.name))?,
+    };
+    store.init()?;
+    let uv_tool = match found_uv {
+        Some(u) => u,
+        None => toolchain::find_uv(&store, Some(&python), true)?,
+    };
+    let tc = Toolchain {
+        python,
+        uv: uv_tool.clone(),
+        git: toolchain::find_git(),
+        libgit2: toolchain::libgit2_version(),
+        gcc: None,
+        nvcc: None,
+    };
+    let uv = crate::uv::Uv {
+        tool: uv_tool,
+        indexes: r.indexes.clone(),
+        offline: false,
+        cache_dir: Some(store.root().join("uv-cache")),
+    };
+    let cx = Ctx {
+        store: &store,
+        lr: &lr,
+        tc: &tc,
+        uv: &uv,
+    };
+    let temp = store.temp_roots()?;
+    temp.add(&store, &source::mirror_entry(&store, &r.source.repo))?;
+    temp.add(&store, &source::checkout_entry(&store, &r.source.commit))?;
+    let mirror = source::ensure_mirror(&store, &r.source.repo, &r.source.commit, false)?;
+    let (src, _) = source::ensure_checkout(&store, &mirror, &r.source.commit)?;
+    let lock_dir = lock::lock_dir(&lr, opts.lockfiles.as_deref());
+    let locked = lock_for(&cx, &src, &lock_dir, target.as_ref(), &temp)?;
+
     let mut files: Vec<(String, PathBuf, bool)> = Vec::new();
     let mut entries = Vec::new();
-    for p in locked.build.iter().chain(&locked.runtime) {
-        let present: Vec<_> = p
-            .wanted()
-            .iter()
-            .map(|a| wheelhouse::entry(&store, &a.sha256))
-            .filter(|e| e.exists())
-            .collect();
-        if present.is_empty() {
-            problems.push(format!("the wheelhouse lacks {}=={}", p.name, p.version));
-        }
-        for e in present {
+    let py = tc.python.path.clone();
+    for pkgs in [&locked.build, &locked.runtime] {
+        for e in wheelhouse::ensure(&store, pkgs, &locked.dir, &py, false, Some(&temp))? {
             add_entry(&e, &mut entries, &mut files)?;
         }
     }
-    if let Some(found) = hermetic::discover(&store, &lr) {
-        for row in hermetic::ext_rows(&store, &found) {
-            if !row.staged {
-                problems.push(format!(
-                    "{} ({}) is not staged in {}",
-                    row.name, row.origin, row.entry
-                ));
-                continue;
-            }
-            let e = store
-                .entry_by_label(&row.entry)
-                .context("bad ext entry label")?;
-            add_entry(&e, &mut entries, &mut files)?;
-        }
+    let found = ext::discover_in_tree(&src.path)?;
+    for line in &found.unmapped {
+        progress::stage("ext", format!("cannot redirect (the offline build would download): {line}"));
     }
-    if !problems.is_empty() {
-        return Err(bad_input(format!(
-            "cannot export {}: the store is incomplete (build it online first):\n  - {}",
-            r.name,
-            problems.join("\n  - ")
-        )));
+    for s in &found.sources {
+        temp.add(&store, &ext::entry(&store, s))?;
+        let (e, _) = ext::ensure(&store, s, false)?;
+        add_entry(&e, &mut entries, &mut files)?;
     }
-    // The built wheel of the pin's oracle, when there is one.
+    let (uv_entry, uv_artifact) = uv_wheel(&cx, &platform, &temp)?;
+    add_entry(&uv_entry, &mut entries, &mut files)?;
+
+    // The built wheel of the pin's oracle, when it was built from this very build lock.
     if let Some(root_link) = store
         .roots()?
         .into_iter()
@@ -205,8 +387,27 @@ pub fn export(
         && rec.identity.commit == r.source.commit
     {
         let e = store.entry(Bucket::Wheels, &rec.wheel_key);
-        if e.exists() {
+        let built_from: Option<String> = crate::store::read_json::<serde_json::Value>(
+            &e.path.join("build.json"),
+        )
+        .ok()
+        .and_then(|b| b["inputs"]["build_lock"].as_str().map(str::to_string));
+        if e.exists() && built_from.as_ref() == locked.build_sha256() {
             add_entry(&e, &mut entries, &mut files)?;
+        }
+    }
+    // Recorded JSON goldens, beside the recipe or in the store.
+    let mut goldens = Vec::new();
+    let gdirs = golden::dirs(store.root(), &lr);
+    for c in &r.smoke.cases {
+        let loc = golden::locate(&lr, &gdirs, c);
+        if loc.kind == golden::Kind::Json && loc.path.is_file() {
+            files.push((
+                format!("goldens/{}/{}.json", r.name, c.name),
+                loc.path.clone(),
+                false,
+            ));
+            goldens.push(c.name.clone());
         }
     }
     let staging = store.stage("export")?;
@@ -233,6 +434,11 @@ pub fn export(
         repo: r.source.repo.clone(),
         files: Vec::new(),
         symlinks: Vec::new(),
+        platform: Some(platform.spelled.clone()),
+        uv: Some(BundledUv {
+            version: UV_VERSION.into(),
+            sha256: uv_artifact.sha256.clone(),
+        }),
     };
     for (arc, path, link) in &files {
         if *link {
@@ -312,15 +518,20 @@ pub fn export(
         bytes: fs::metadata(output)?.len(),
         files: files.len() + 1,
         entries,
+        platform: platform.spelled.clone(),
+        goldens,
     };
-    if json {
+    drop(temp);
+    if opts.json {
         return print_json(&report);
     }
     println!(
-        "exported {} ({} files, {} store entries, {:.1} MiB) to {}",
+        "exported {} for {} ({} files, {} store entries, {} golden(s), {:.1} MiB) to {}",
         r.name,
+        report.platform,
         report.files,
         report.entries.len(),
+        report.goldens.len(),
         report.bytes as f64 / (1u64 << 20) as f64,
         report.file.display()
     );

@@ -77,16 +77,29 @@ fn step(stage: &str, state: &str, detail: impl Into<String>, disk: u64) -> Step 
     }
 }
 
-/// Computes the plan for `pin` against the store at `store_arg`.
-pub fn plan(pin_arg: &str, store_arg: Option<&Path>, lockfiles: Option<&Path>) -> Result<Plan> {
+/// Computes the plan for `pin` against the store at `store_arg`; `offline`:
+/// the plan of `build --offline` (no reachability check of the repository,
+/// and what an offline build would miss counts as a problem).
+pub fn plan(
+    pin_arg: &str,
+    store_arg: Option<&Path>,
+    lockfiles: Option<&Path>,
+    offline: bool,
+) -> Result<Plan> {
     let lr = pin::resolve(pin_arg)?;
     let root = Store::default_root(store_arg)?;
     let store = Store::at(&root)?;
     let lock_dir = crate::stages::lock::lock_dir(&lr, lockfiles);
-    Ok(compute(&lr, &store, &root, &lock_dir))
+    Ok(compute(&lr, &store, &root, &lock_dir, offline))
 }
 
-fn compute(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path) -> Plan {
+fn compute(
+    lr: &LoadedRecipe,
+    store: &Store,
+    root: &Path,
+    lock_dir: &Path,
+    offline: bool,
+) -> Plan {
     let r = &lr.recipe;
     let lock = match crate::stages::lock::load(lock_dir, r) {
         Ok(Some(l)) => LockRow {
@@ -108,7 +121,10 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path) -> Pl
     let found = crate::ops::hermetic::discover(store, lr).unwrap_or_default();
     let ext_sources = crate::ops::hermetic::ext_rows(store, &found);
     let offline_missing = crate::ops::hermetic::offline_problems(store, lr, lock_dir);
-    let findings = crate::ops::preflight::inspect(store, lr, false);
+    let mut findings = crate::ops::preflight::inspect(store, lr, offline);
+    if offline {
+        findings.problems.extend(offline_missing.iter().cloned());
+    }
     let mut steps = Vec::new();
     let tools = format!(
         "python {}: {}; uv: {}; nvcc: {}",
@@ -296,9 +312,10 @@ pub fn run(
     pin_arg: &str,
     store_arg: Option<&Path>,
     lockfiles: Option<&Path>,
+    offline: bool,
     json: bool,
 ) -> Result<()> {
-    let p = plan(pin_arg, store_arg, lockfiles)?;
+    let p = plan(pin_arg, store_arg, lockfiles, offline)?;
     if json {
         return print_json(&p);
     }

@@ -95,6 +95,7 @@ pub fn key(
         "schema": KEY_SCHEMA,
         "stage": "venv",
         "python": {"version": tc.python.version, "implementation": tc.python.implementation, "platform": tc.python.platform},
+        "uv": crate::toolchain::uv_version_number(&tc.uv.version),
         "package": r.source.package,
         "commit": r.source.commit,
         "wheel_sha256": wheel.sha256,

@@ -146,6 +146,7 @@ pub fn plan(
         "toolchain": {
             "python": tc.python.version, "implementation": tc.python.implementation, "platform": tc.python.platform,
             "gcc": tc.gcc.as_ref().map(|t| &t.version), "nvcc": tc.nvcc.as_ref().map(|t| &t.version),
+            "uv": crate::toolchain::uv_version_number(&tc.uv.version),
         },
     });
     let key = content_key(&inputs);
