@@ -107,12 +107,10 @@ pub fn check_artifact_name(file: &str) -> Result<(PackageName, Version), String>
 
 /// The value of header `key` in core metadata / WHEEL text (RFC 822 style).
 fn header<'a>(text: &'a str, key: &str) -> Option<&'a str> {
-    text.lines()
-        .take_while(|l| !l.is_empty())
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.trim().eq_ignore_ascii_case(key).then(|| v.trim())
-        })
+    text.lines().take_while(|l| !l.is_empty()).find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(key).then(|| v.trim())
+    })
 }
 
 /// Opens the wheel at `path` and checks that its `.dist-info` (the one
@@ -206,7 +204,10 @@ mod tests {
     #[test]
     fn sdist_names_and_artifacts() {
         let (n, v) = parse_sdist("setuptools-scm-8.0.tar.gz").unwrap();
-        assert_eq!((n.as_ref(), v.to_string().as_str()), ("setuptools-scm", "8.0"));
+        assert_eq!(
+            (n.as_ref(), v.to_string().as_str()),
+            ("setuptools-scm", "8.0")
+        );
         assert!(check_artifact_name("pkg.tar.gz").is_err());
         assert!(check_artifact_name("pkg-1.0.egg").is_err());
         assert!(check_artifact_name("pkg-1.0-py3-none-any.whl").is_ok());

@@ -43,7 +43,9 @@ use crate::progress;
 use crate::stages::smoke::golden;
 use crate::stages::venv::OracleRecord;
 use crate::stages::{Ctx, ext, lock, source};
-use crate::store::{Bucket, Entry, ManifestFile, Store, TempRoots, make_writable, sha256_file};
+use crate::store::{
+    Bucket, Entry, MANIFEST, ManifestFile, Store, TempRoots, make_writable, sha256_file,
+};
 use crate::toolchain::{self, Toolchain, UV_VERSION};
 use crate::wheelhouse;
 
@@ -253,10 +255,7 @@ fn uv_wheel(
                 dir.join(file).display().to_string(),
                 input.display().to_string(),
             ];
-            progress::stage(
-                "export",
-                format!("locking uv {UV_VERSION} for {platform}"),
-            );
+            progress::stage("export", format!("locking uv {UV_VERSION} for {platform}"));
             plain
                 .pip_compile(&args, &staging.path().join("tools.log"))
                 .with_context(|| format!("locking uv {UV_VERSION} for {platform}"))?;
@@ -308,7 +307,9 @@ pub fn export(pin_arg: &str, store_arg: Option<&Path>, opts: &ExportOptions) -> 
     let platform = match &target {
         Some(p) => p.clone(),
         None => Platform::host().ok_or_else(|| {
-            bad_input("this host is not a glibc x86_64/aarch64 Linux: name the target with --platform")
+            bad_input(
+                "this host is not a glibc x86_64/aarch64 Linux: name the target with --platform",
+            )
         })?,
     };
     let output = opts.output.as_path();
@@ -367,7 +368,10 @@ pub fn export(pin_arg: &str, store_arg: Option<&Path>, opts: &ExportOptions) -> 
     }
     let found = ext::discover_in_tree(&src.path)?;
     for line in &found.unmapped {
-        progress::stage("ext", format!("cannot redirect (the offline build would download): {line}"));
+        progress::stage(
+            "ext",
+            format!("cannot redirect (the offline build would download): {line}"),
+        );
     }
     for s in &found.sources {
         temp.add(&store, &ext::entry(&store, s))?;
@@ -387,11 +391,10 @@ pub fn export(pin_arg: &str, store_arg: Option<&Path>, opts: &ExportOptions) -> 
         && rec.identity.commit == r.source.commit
     {
         let e = store.entry(Bucket::Wheels, &rec.wheel_key);
-        let built_from: Option<String> = crate::store::read_json::<serde_json::Value>(
-            &e.path.join("build.json"),
-        )
-        .ok()
-        .and_then(|b| b["inputs"]["build_lock"].as_str().map(str::to_string));
+        let built_from: Option<String> =
+            crate::store::read_json::<serde_json::Value>(&e.path.join("build.json"))
+                .ok()
+                .and_then(|b| b["inputs"]["build_lock"].as_str().map(str::to_string));
         if e.exists() && built_from.as_ref() == locked.build_sha256() {
             add_entry(&e, &mut entries, &mut files)?;
         }
@@ -767,16 +770,159 @@ fn check(scanned: &Scanned) -> Result<BundleManifest, String> {
             || (parts.len() >= 4
                 && parts[0] == "store"
                 && matches!(parts[1], "wheelhouse" | "ext" | "wheels"))
+            || (parts.len() == 3
+                && parts[0] == "goldens"
+                && parts[1] == m.recipe
+                && parts[2].ends_with(".json"))
     };
     for p in scanned.files.keys().chain(scanned.symlinks.keys()) {
         if !ok_place(p) {
             return Err(format!("{p} is not a place a bundle may write to"));
         }
     }
+    for p in scanned.files.keys().chain(scanned.symlinks.keys()) {
+        check_artifact_place(p)?;
+    }
+    if let Some(uv) = &m.uv {
+        let prefix = format!("store/wheelhouse/{}/", uv.sha256);
+        if !scanned.files.keys().any(|p| p.starts_with(&prefix)) {
+            return Err(format!(
+                "the manifest names uv {}'s wheel {}, which the bundle does not hold",
+                uv.version, uv.sha256
+            ));
+        }
+    }
     if !scanned.files.contains_key(SOURCE_BUNDLE) {
         return Err(format!("no {SOURCE_BUNDLE}"));
     }
     Ok(m)
+}
+
+/// Refuses a wheelhouse or wheel member whose name is not an artifact's:
+/// in `store/wheelhouse/<sha256>/` only `artifact.json`, `manifest.json` and
+/// one file named as a wheel (PEP 427) or an sdist; in `store/wheels/<key>/`
+/// every `*.whl` named as a wheel.
+fn check_artifact_place(p: &str) -> Result<(), String> {
+    let parts: Vec<&str> = p.split('/').collect();
+    let file = parts.last().copied().unwrap_or("");
+    let named = |r: Result<(), String>| {
+        r.map_err(|why| format!("{p}: {file:?} is not a valid wheel file name: {why}"))
+    };
+    match parts.as_slice() {
+        ["store", "wheelhouse", _, f] if *f == wheelhouse::ARTIFACT_JSON || *f == MANIFEST => {
+            Ok(())
+        }
+        ["store", "wheelhouse", _, _] => {
+            named(crate::wheelname::check_artifact_name(file).map(|_| ()))
+        }
+        ["store", "wheelhouse", ..] => Err(format!("{p} is not an artifact of a wheelhouse entry")),
+        ["store", "wheels", _, f] if f.ends_with(".whl") => {
+            named(crate::wheelname::parse_wheel(file).map(|_| ()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// After extraction, before anything is stored: every wheel's own metadata
+/// (`.dist-info/WHEEL`, `METADATA` name and version) agrees with its file
+/// name, and every wheelhouse entry's `artifact.json` names the file it
+/// holds, its package and version agreeing with the file name.
+fn check_artifacts(x: &Path, m: &BundleManifest) -> Result<(), String> {
+    for f in &m.files {
+        let parts: Vec<&str> = f.path.split('/').collect();
+        let path = x.join(&f.path);
+        match parts.as_slice() {
+            ["store", "wheelhouse", _, file]
+                if *file != wheelhouse::ARTIFACT_JSON && *file != MANIFEST =>
+            {
+                let dir = path.parent().unwrap_or(x);
+                let a: wheelhouse::Artifact =
+                    crate::store::read_json(&dir.join(wheelhouse::ARTIFACT_JSON))
+                        .map_err(|e| format!("{}: {e:#}", f.path))?;
+                if a.filename != *file {
+                    return Err(format!(
+                        "{}: artifact.json names {:?}, the entry holds {file:?}",
+                        f.path, a.filename
+                    ));
+                }
+                let (name, version) = crate::wheelname::check_artifact_name(file)
+                    .map_err(|why| format!("{}: not a valid wheel file name: {why}", f.path))?;
+                let same_name = a.package.parse::<pep508_rs::PackageName>().ok() == Some(name);
+                let same_version = a.version.parse::<pep440_rs::Version>().ok() == Some(version);
+                if !same_name || !same_version {
+                    return Err(format!(
+                        "{}: the file name disagrees with artifact.json ({} {})",
+                        f.path, a.package, a.version
+                    ));
+                }
+                if file.ends_with(".whl") {
+                    crate::wheelname::check_wheel_metadata(&path)
+                        .map_err(|why| format!("{}: {why}", f.path))?;
+                }
+            }
+            ["store", "wheels", _, file] if file.ends_with(".whl") => {
+                crate::wheelname::check_wheel_metadata(&path)
+                    .map_err(|why| format!("{}: {why}", f.path))?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// When the recipe `lr` is not the one a bundle imported under its name
+/// into the store at `root`: a line naming the imported file and every
+/// differing field (dotted paths); `None` when none was imported or it is
+/// the same recipe.
+pub fn imported_differs(root: &Path, lr: &crate::recipe::LoadedRecipe) -> Option<String> {
+    let name = &lr.recipe.name;
+    let file = root
+        .join("imported")
+        .join(name)
+        .join("recipes")
+        .join(format!("{name}.yaml"));
+    let text = std::fs::read_to_string(&file).ok()?;
+    if text == lr.text {
+        return None;
+    }
+    let theirs = crate::recipe::parse(&text, &file.display().to_string()).ok()?;
+    let a = serde_json::to_value(&theirs).ok()?;
+    let b = serde_json::to_value(&lr.recipe).ok()?;
+    let mut fields = Vec::new();
+    diff_fields("", &a, &b, &mut fields);
+    if fields.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "recipe {} differs from the one imported from a bundle ({}) in: {}; build that file, or export this recipe on a box with network",
+        lr.origin,
+        file.display(),
+        fields.join(", ")
+    ))
+}
+
+fn diff_fields(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+    match (a, b) {
+        (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let p = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                let null = serde_json::Value::Null;
+                diff_fields(
+                    &p,
+                    x.get(k).unwrap_or(&null),
+                    y.get(k).unwrap_or(&null),
+                    out,
+                );
+            }
+        }
+        _ if a != b => out.push(prefix.to_string()),
+        _ => {}
+    }
 }
 
 /// What `import` reports.
@@ -792,6 +938,16 @@ pub struct ImportReport {
     pub recipe_file: PathBuf,
     /// The lock directory.
     pub lockfiles: PathBuf,
+    /// The platform the bundle was prepared for.
+    pub platform: Option<String>,
+    /// The uv installed into the tools directory, if the bundle carries one.
+    pub uv: Option<PathBuf>,
+    /// The store entry that now holds the lock for this host's builds by PIN.
+    pub lock_entry: Option<String>,
+    /// Goldens copied into `<root>/goldens/<recipe>/`.
+    pub goldens: Vec<PathBuf>,
+    /// Anything the import could not do (the rest was done).
+    pub notes: Vec<String>,
 }
 
 /// Verifies the bundle `file` and adds it to the store (see the module docs).
@@ -858,6 +1014,19 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
         }
     }
 
+    check_artifacts(&x, &m).map_err(refuse)?;
+    let recipe_text = fs::read_to_string(x.join("recipe").join(format!("{}.yaml", m.recipe)))?;
+    let recipe = crate::recipe::parse(
+        &recipe_text,
+        &format!("{} (recipe/{}.yaml)", file.display(), m.recipe),
+    )
+    .map_err(|e| refuse(format!("its recipe does not parse: {e:#}")))?;
+    if recipe.name != m.recipe || recipe.source.commit != m.commit || recipe.source.repo != m.repo {
+        return Err(refuse(
+            "its recipe is not the one the manifest names".into(),
+        ));
+    }
+
     // The source: fetch the git bundle into the mirror.
     let git = which::which("git").context("import needs the git command line (git bundle)")?;
     let mirror = source::mirror_entry(&store, &m.repo);
@@ -906,6 +1075,94 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
         store.persist(&x.join("store").join(bucket).join(name), &e)?;
         added.push(e.label());
     }
+    let mut notes = Vec::new();
+    // The pinned uv, into the tools directory, when it runs here.
+    let mut uv_installed = None;
+    if let Some(u) = &m.uv {
+        let e = store.entry(Bucket::Wheelhouse, &u.sha256);
+        let fits = m
+            .platform
+            .as_deref()
+            .is_none_or(|p| lock::platform_fits(Some(p), None).is_ok());
+        if u.version != UV_VERSION {
+            notes.push(format!(
+                "the bundle carries uv {}, not the pinned {UV_VERSION}; not installed",
+                u.version
+            ));
+        } else if !fits {
+            notes.push(format!(
+                "the bundle was prepared for {}, which this host cannot run; uv not installed",
+                m.platform.as_deref().unwrap_or("?")
+            ));
+        } else {
+            let tool = toolchain::install_uv_wheel(&store, &wheelhouse::file_of(&e)?)?;
+            uv_installed = Some(tool.path);
+        }
+    }
+    // The lock, also as the store's lock for builds of this recipe by its
+    // usual PIN (the built-in recipe, its name, or the same file anywhere).
+    let lock_src = x.join("lockfiles").join(&m.recipe);
+    let mut lock_entry = None;
+    match lock::load(&lock_src, &recipe) {
+        Ok(Some(_)) => {
+            let e = lock::auto_entry(&store, &recipe);
+            let _lock = store.lock(&format!("autolock-{}", e.name))?;
+            if !e.exists() {
+                let copy = staging.path().join("autolock");
+                crate::store::copy_tree(&lock_src, &copy)?;
+                store.persist(&copy, &e)?;
+                added.push(e.label());
+            } else if lock::load(&e.path, &recipe)
+                .ok()
+                .flatten()
+                .is_some_and(|l| {
+                    Some(&l.info.files)
+                        != lock::load(&lock_src, &recipe)
+                            .ok()
+                            .flatten()
+                            .map(|k| k.info.files)
+                            .as_ref()
+                })
+            {
+                notes.push(format!(
+                    "the store already keeps another lock for {} ({}); builds by PIN use that one",
+                    m.recipe,
+                    e.label()
+                ));
+            }
+            lock_entry = Some(e.label());
+        }
+        Ok(None) => notes.push("the bundle carries no lock".into()),
+        Err(e) => notes.push(format!("its lock cannot be used on this host: {e:#}")),
+    }
+    // Goldens: the store keeps a copy (an existing one is kept).
+    let mut goldens = Vec::new();
+    let gsrc = x.join("goldens").join(&m.recipe);
+    if gsrc.is_dir() {
+        let gdst = golden::default_dir(&root, &m.recipe);
+        fs::create_dir_all(&gdst)?;
+        let mut names: Vec<_> = fs::read_dir(&gsrc)?
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        names.sort();
+        for n in names {
+            let dst = gdst.join(&n);
+            let bytes = fs::read(gsrc.join(&n))?;
+            if dst.exists() {
+                if fs::read(&dst)? != bytes {
+                    notes.push(format!(
+                        "kept the golden already at {} (the bundle's differs)",
+                        dst.display()
+                    ));
+                }
+                continue;
+            }
+            crate::store::write_atomic(&dst, &bytes)?;
+            goldens.push(dst);
+        }
+    }
+
     // The recipe and its lock, beside each other as `lock` expects.
     let dest = root.join("imported").join(&m.recipe);
     let new = staging.path().join("imported");
@@ -919,6 +1176,10 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
         x.join("lockfiles").join(&m.recipe),
         new.join("lockfiles").join(&m.recipe),
     )?;
+    if gsrc.is_dir() {
+        fs::create_dir_all(new.join("goldens"))?;
+        fs::rename(&gsrc, new.join("goldens").join(&m.recipe))?;
+    }
     fs::create_dir_all(root.join("imported"))?;
     if dest.exists() {
         let aside = staging.path().join("old");
@@ -932,6 +1193,11 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
         present,
         recipe_file: dest.join("recipes").join(format!("{}.yaml", m.recipe)),
         lockfiles: dest.join("lockfiles").join(&m.recipe),
+        platform: m.platform.clone(),
+        uv: uv_installed,
+        lock_entry,
+        goldens,
+        notes,
     };
     if json {
         return print_json(&report);
@@ -942,9 +1208,18 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
         report.added.len(),
         report.present.len()
     );
+    if let Some(uv) = &report.uv {
+        println!("uv       {}", uv.display());
+    }
+    for g in &report.goldens {
+        println!("golden   {}", g.display());
+    }
+    for n in &report.notes {
+        println!("note     {n}");
+    }
     println!(
-        "build it offline with: oracle-build build {} --offline --store {}",
-        report.recipe_file.display(),
+        "build it offline with: oracle-build build {} --offline --store {} (or by its usual PIN: the recipe's name or the same recipe file)",
+        report.recipe,
         root.display()
     );
     Ok(())

@@ -82,9 +82,10 @@ pub fn prepare(
             if !entry.exists() {
                 if offline {
                     bail!(
-                        "--offline: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle",
+                        "--offline: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle{}",
                         lock_dir.display(),
-                        r.name
+                        r.name,
+                        imported_note(store, lr)
                     );
                 }
                 let _lock = store.lock(&format!("autolock-{}", entry.name))?;
@@ -188,6 +189,13 @@ pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> O
     Some(prepared)
 }
 
+/// `"; <why>"` when a bundle imported another recipe of this name (see
+/// [`crate::ops::bundle::imported_differs`]), else empty.
+fn imported_note(store: &Store, lr: &LoadedRecipe) -> String {
+    crate::ops::bundle::imported_differs(store.root(), lr)
+        .map_or(String::new(), |why| format!("; {why}"))
+}
+
 /// One external source as `plan` lists it.
 #[derive(Debug, Serialize)]
 pub struct ExtRow {
@@ -271,9 +279,10 @@ pub fn offline_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Ve
                 }
             }
             _ => problems.push(format!(
-                "--offline: lock stage: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle",
+                "--offline: lock stage: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle{}",
                 lock_dir.display(),
-                r.name
+                r.name,
+                imported_note(store, lr)
             )),
         },
         Err(e) => problems.push(format!("--offline: lock stage: {e:#}")),

@@ -93,13 +93,7 @@ pub fn plan(
     Ok(compute(&lr, &store, &root, &lock_dir, offline))
 }
 
-fn compute(
-    lr: &LoadedRecipe,
-    store: &Store,
-    root: &Path,
-    lock_dir: &Path,
-    offline: bool,
-) -> Plan {
+fn compute(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offline: bool) -> Plan {
     let r = &lr.recipe;
     let lock = match crate::stages::lock::load(lock_dir, r) {
         Ok(Some(l)) => LockRow {

@@ -370,10 +370,7 @@ pub fn resolve_for(
             p.spelled.clone(),
         ]),
     }
-    common.extend([
-        "--override".into(),
-        overrides.display().to_string(),
-    ]);
+    common.extend(["--override".into(), overrides.display().to_string()]);
     if let Some(ts) = &cutoff {
         common.extend(["--exclude-newer".into(), ts.clone()]);
     }
@@ -433,10 +430,7 @@ pub fn resolve_for(
         build_requirements: build_reqs,
         runtime_requirements: runtime,
         uv: tc.uv.version.clone(),
-        platform: platform
-            .cloned()
-            .or_else(Platform::host)
-            .map(|p| p.spelled),
+        platform: platform.cloned().or_else(Platform::host).map(|p| p.spelled),
         files,
     };
     crate::store::write_json(&dir.join(LOCK_JSON), &info)?;

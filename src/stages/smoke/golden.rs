@@ -138,7 +138,8 @@ pub fn default_dir(root: &Path, recipe: &str) -> PathBuf {
 pub fn recipe_dir(lr: &LoadedRecipe) -> Option<PathBuf> {
     let d = lr.dir.as_ref()?;
     let base = if d.file_name().is_some_and(|n| n == "recipes") {
-        d.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+        d.parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
     } else {
         d.clone()
     };
