@@ -171,6 +171,17 @@ pub fn check_wheel_metadata(path: &Path) -> Result<WheelName, String> {
             w.name, w.version
         ));
     }
+    // The directory is `{name}-{version}.dist-info` (binary distribution format).
+    let named = di
+        .strip_suffix(".dist-info")
+        .and_then(|s| s.rsplit_once('-'))
+        .and_then(|(n, v)| Some((PackageName::from_str(n).ok()?, Version::from_str(v).ok()?)));
+    if named != Some((w.name.clone(), w.version.clone())) {
+        return Err(format!(
+            "its file name says {} {}, but its metadata directory is {di}",
+            w.name, w.version
+        ));
+    }
     Ok(w)
 }
 

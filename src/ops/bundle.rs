@@ -1,29 +1,34 @@
-//! `oracle-build export <PIN> -o FILE.tar.gz` and `oracle-build import FILE`:
-//! move everything needed to rebuild an oracle to a box without network.
+//! `oracle-build export <PIN> -o FILE.tar.gz [--platform P]` and
+//! `oracle-build import FILE`: move everything needed to rebuild an oracle
+//! to a box without network, prepared on a box that need not build it.
 //!
 //! A bundle is a gzip'd tar (the `tar` and `flate2` crates) holding
 //!
 //! ```text
-//! oracle-bundle.json               format, recipe, commit, repo; every file with size and sha256
+//! oracle-bundle.json               format, recipe, commit, repo, platform, uv; every file with size and sha256
 //! source.bundle                    `git bundle` of the commit, its history and the tags in it
 //! recipe/<name>.yaml               the recipe's exact text
-//! lockfiles/<name>/...             lock.json and the pylock files
-//! store/wheelhouse/<sha256>/...    every locked artifact
+//! lockfiles/<name>/...             lock.json and the pylock files, for the bundle's platform
+//! goldens/<name>/<case>.json       the recorded goldens
+//! store/wheelhouse/<sha256>/...    every locked artifact, and the pinned uv's wheel
 //! store/ext/<name>-<rev>/...       every staged external source
-//! store/wheels/<key>/...           the built wheel, when the pin's oracle has one
+//! store/wheels/<key>/...           the built wheel, when built from the bundled build lock
 //! ```
 //!
-//! `import` reads the archive twice. The first pass writes nothing: it
-//! refuses absolute paths, `..`, entries other than files, directories and
-//! symlinks, symlinks whose target leaves the archive, paths through a
-//! symlink, duplicates, and any file whose sha256 or size differs from the
-//! manifest (or that the manifest does not list). Only then is the archive
-//! extracted into `<root>/tmp/`, hashed again, and each store entry moved
+//! `export` builds nothing: it fetches, locks (for `--platform`), downloads
+//! and stages (see [`export`]). `import` reads the archive twice. The first
+//! pass writes nothing: it refuses absolute paths, `..`, entries other than
+//! files, directories and symlinks, symlinks whose target leaves the
+//! archive, paths through a symlink, duplicates, any file whose sha256 or
+//! size differs from the manifest (or that the manifest does not list), and
+//! wheelhouse or wheel files not named as wheels (PEP 427) or sdists. Only
+//! then is the archive extracted into `<root>/tmp/`, hashed again, each
+//! wheel's metadata checked against its name, and each store entry moved
 //! into place by rename (entries already present are kept). The git bundle
-//! is fetched into the repository's mirror; the recipe and lockfiles go to
-//! `<root>/imported/<name>/{recipes,lockfiles}/`, so
-//! `oracle-build build <root>/imported/<name>/recipes/<name>.yaml --offline`
-//! finds its lock there.
+//! is fetched into the repository's mirror; the uv goes to the tools
+//! directory; the lock becomes the store's lock of the recipe (so it builds
+//! by its usual PIN); goldens go to `<root>/goldens/<name>/`; recipe,
+//! lockfiles and goldens also to `<root>/imported/<name>/`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
