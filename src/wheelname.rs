@@ -30,6 +30,14 @@ pub struct WheelName {
     pub tags: [String; 3],
 }
 
+/// A PEP 508 distribution name (`pep508_rs` accepts the empty string; a file name may not).
+fn package_name(name: &str) -> Result<PackageName, String> {
+    if name.is_empty() {
+        return Err("the distribution name is empty".into());
+    }
+    PackageName::from_str(name).map_err(|e| format!("{name:?} is not a distribution name ({e})"))
+}
+
 fn is_tag(s: &str) -> bool {
     !s.is_empty()
         && s.split('.')
@@ -54,8 +62,7 @@ pub fn parse_wheel(file: &str) -> Result<WheelName, String> {
             ));
         }
     };
-    let pname = PackageName::from_str(name)
-        .map_err(|e| format!("{name:?} is not a distribution name ({e})"))?;
+    let pname = package_name(name)?;
     let ver = Version::from_str(version)
         .map_err(|e| format!("{version:?} is not a PEP 440 version ({e})"))?;
     if let Some(b) = build
@@ -85,8 +92,7 @@ pub fn parse_sdist(file: &str) -> Result<(PackageName, Version), String> {
     let (name, version) = stem
         .rsplit_once('-')
         .ok_or_else(|| "an sdist's name is {name}-{version}.tar.gz".to_string())?;
-    let pname = PackageName::from_str(name)
-        .map_err(|e| format!("{name:?} is not a distribution name ({e})"))?;
+    let pname = package_name(name)?;
     let ver = Version::from_str(version)
         .map_err(|e| format!("{version:?} is not a PEP 440 version ({e})"))?;
     Ok((pname, ver))
@@ -175,7 +181,7 @@ pub fn check_wheel_metadata(path: &Path) -> Result<WheelName, String> {
     let named = di
         .strip_suffix(".dist-info")
         .and_then(|s| s.rsplit_once('-'))
-        .and_then(|(n, v)| Some((PackageName::from_str(n).ok()?, Version::from_str(v).ok()?)));
+        .and_then(|(n, v)| Some((package_name(n).ok()?, Version::from_str(v).ok()?)));
     if named != Some((w.name.clone(), w.version.clone())) {
         return Err(format!(
             "its file name says {} {}, but its metadata directory is {di}",
@@ -221,6 +227,7 @@ mod tests {
         );
         assert!(check_artifact_name("pkg.tar.gz").is_err());
         assert!(check_artifact_name("pkg-1.0.egg").is_err());
+        assert!(check_artifact_name("-1.0.tar.gz").is_err());
         assert!(check_artifact_name("pkg-1.0-py3-none-any.whl").is_ok());
     }
 }
