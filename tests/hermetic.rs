@@ -793,6 +793,28 @@ fn members(path: &Path) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+/// Writes the bundle's `source.bundle` (from `members`) into `dir` and returns its path.
+fn bundle_dir_file(members: &[(String, Vec<u8>)], dir: &Path) -> PathBuf {
+    let path = dir.join("source.bundle");
+    let bytes = &members.iter().find(|(n, _)| n == "source.bundle").unwrap().1;
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// Copies the files under `src` over `dst` (replacing those of the same path).
+fn overlay(src: &Path, dst: &Path) {
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&to).unwrap();
+            overlay(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}
+
 #[test]
 fn export_of_a_cuda_pin_for_another_platform_prepares_everything_without_building() {
     let tmp = tempfile::tempdir().unwrap();
@@ -811,14 +833,18 @@ fn export_of_a_cuda_pin_for_another_platform_prepares_everything_without_buildin
         ),
     )
     .unwrap();
-    std::fs::write(repo.join("requirements/cuda.txt"), "packaging\n").unwrap();
+    // The CUDA fixture: tests/fixture/cuda over the CPU fixture (nvcc kernel).
+    overlay(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixture/cuda"),
+        &repo,
+    );
     git(&repo, &["add", "-A"]);
     git(
         &repo,
         &[
             "commit",
             "-qm",
-            "cuda requirements and a FetchContent source",
+            "the CUDA fixture and a FetchContent source",
         ],
     );
     let commit = git(&repo, &["rev-parse", "HEAD"]);
@@ -926,8 +952,17 @@ fn export_of_a_cuda_pin_for_another_platform_prepares_everything_without_buildin
     );
     use sha2::Digest;
     assert_eq!(hex::encode(sha2::Sha256::digest(get(uv_wheel))), uv_sha);
-    // The sources: the commit's history and the staged FetchContent source.
+    // The sources: the commit (the CUDA fixture) with its history, and the
+    // staged FetchContent source.
     assert!(names.contains(&"source.bundle"));
+    assert!(store.join("store/src").join(&commit).join("csrc/cuda_ops.cu").is_file());
+    let heads = Command::new("git")
+        .args(["bundle", "list-heads"])
+        .arg(&bundle_dir_file(&m, d))
+        .output()
+        .unwrap();
+    let heads = String::from_utf8_lossy(&heads.stdout).into_owned();
+    assert!(heads.contains(&commit) && heads.contains("refs/tags/v0.1.0"), "{heads}");
     assert!(
         names
             .iter()
@@ -1187,4 +1222,63 @@ fn an_imported_bundle_builds_offline_by_its_usual_pin_with_no_uv_anywhere_and_it
         "{}",
         text(&out)
     );
+}
+
+#[test]
+fn a_uv_of_another_version_is_used_only_when_asked_for_and_keys_the_build() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, store) = fixture_pin(d);
+    // A uv on PATH that is not the pinned version (it says so and can do nothing else).
+    let other = d.join("other-uv");
+    std::fs::create_dir_all(&other).unwrap();
+    let stub = other.join("uv");
+    std::fs::write(
+        &stub,
+        "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'uv 0.11.15 (x86_64-unknown-linux-gnu)'; exit 0; }\necho 'the unpinned uv was used' >&2; exit 97\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        other.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    // Named explicitly without asking for an unpinned uv: refused before any work.
+    let out = cmd(d)
+        .env("ORACLE_BUILD_UV", &stub)
+        .args(["build", recipe.to_str().unwrap(), "--store", store.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_ne!(code(&out), 0, "{}", text(&out));
+    assert!(
+        text(&out).contains("not the pinned uv 0.13.9") && text(&out).contains("ORACLE_BUILD_UV_UNPINNED=1"),
+        "{}",
+        text(&out)
+    );
+
+    // On PATH: skipped; the pinned uv builds, and its version keys wheel and venv.
+    let built = build(cmd(d).env("PATH", &path), &recipe, &store, &[]);
+    let rec = oracle_json(&built);
+    assert!(rec["tools"]["uv"]["version"].as_str().unwrap().starts_with("uv 0.13.9"), "{}", rec["tools"]);
+    assert_eq!(rec["inputs"]["uv"], "0.13.9", "{}", rec["inputs"]);
+    let wheel = read_json(
+        &store
+            .join("store/wheels")
+            .join(rec["wheel_key"].as_str().unwrap())
+            .join("build.json"),
+    );
+    assert_eq!(wheel["inputs"]["toolchain"]["uv"], "0.13.9", "{}", wheel["inputs"]);
+
+    // Asked for explicitly, the other uv is used (and fails here, as it can do nothing).
+    let out = cmd(d)
+        .env("PATH", &path)
+        .env("ORACLE_BUILD_UV_UNPINNED", "1")
+        .args(["build", recipe.to_str().unwrap(), "--store", store.to_str().unwrap(), "--no-smoke"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(text(&out).contains("uv 0.11.15"), "{}", text(&out));
 }

@@ -1223,9 +1223,12 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
         println!("note     {n}");
     }
     println!(
-        "build it offline with: oracle-build build {} --offline --store {} (or by its usual PIN: the recipe's name or the same recipe file)",
-        report.recipe,
+        "build it offline with: oracle-build build {} --offline --store {}",
+        report.recipe_file.display(),
         root.display()
+    );
+    println!(
+        "  (or by its usual PIN: the same recipe file anywhere, its name when the recipe is in ./recipes/, $ORACLE_BUILD_RECIPES or built in)"
     );
     Ok(())
 }
