@@ -40,19 +40,19 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::exit::bad_input;
+use crate::host::platform::Platform;
+use crate::host::process::capture;
+use crate::host::toolchain::{self, Toolchain, UV_VERSION};
 use crate::ops::print_json;
-use crate::pin;
-use crate::platform::Platform;
-use crate::process::capture;
 use crate::progress;
+use crate::recipe::pin;
+use crate::stages::oracle::OracleRecord;
 use crate::stages::smoke::golden;
-use crate::stages::venv::OracleRecord;
+use crate::stages::wheelhouse;
 use crate::stages::{Ctx, ext, lock, source};
 use crate::store::{
     Bucket, Entry, MANIFEST, ManifestFile, Store, TempRoots, make_writable, sha256_file,
 };
-use crate::toolchain::{self, Toolchain, UV_VERSION};
-use crate::wheelhouse;
 
 /// The manifest's name inside a bundle.
 pub const BUNDLE_MANIFEST: &str = "oracle-bundle.json";
@@ -202,7 +202,7 @@ fn lock_for(
             tc.python.path.display()
         ));
     }
-    let _lock = store.lock(&format!("autolock-{}", entry.name))?;
+    let _lock = entry.lock()?;
     if !entry.exists() {
         let staging = store.stage("autolock")?;
         let dir = staging.path().join("lock");
@@ -224,17 +224,17 @@ fn uv_wheel(
     cx: &Ctx<'_>,
     platform: &Platform,
     temp: &TempRoots,
-) -> Result<(Entry, wheelhouse::Artifact)> {
+) -> Result<(Entry, lock::pylock::Artifact)> {
     let Ctx { store, lr, tc, uv } = *cx;
-    let key = crate::key::content_key(&serde_json::json!({
-        "schema": crate::key::KEY_SCHEMA, "stage": "tools-lock", "uv": UV_VERSION,
+    let key = crate::store::key::content_key(&serde_json::json!({
+        "schema": crate::store::key::KEY_SCHEMA, "stage": "tools-lock", "uv": UV_VERSION,
         "platform": platform.spelled, "python": lr.recipe.python,
     }));
     let entry = store.entry(Bucket::Locks, &key);
     temp.add(store, &entry)?;
     let file = "pylock.tools.toml";
     {
-        let _lock = store.lock(&format!("autolock-{key}"))?;
+        let _lock = entry.lock()?;
         if !entry.exists() {
             let staging = store.stage("tools-lock")?;
             let dir = staging.path().join("lock");
@@ -242,7 +242,7 @@ fn uv_wheel(
             let input = staging.path().join("tools.in");
             fs::write(&input, format!("uv=={UV_VERSION}\n"))?;
             // The recipe's indexes serve its stack, not the tool.
-            let plain = crate::uv::Uv {
+            let plain = crate::host::uv::Uv {
                 indexes: Vec::new(),
                 ..uv.clone()
             };
@@ -267,7 +267,7 @@ fn uv_wheel(
             store.persist(&dir, &entry)?;
         }
     }
-    let pkgs = wheelhouse::parse_pylock(&entry.path.join(file))?;
+    let pkgs = lock::pylock::parse_pylock(&entry.path.join(file))?;
     let mut pkg = pkgs
         .into_iter()
         .find(|p| p.name == "uv" && p.version == UV_VERSION)
@@ -343,7 +343,7 @@ pub fn export(pin_arg: &str, store_arg: Option<&Path>, opts: &ExportOptions) -> 
         gcc: None,
         nvcc: None,
     };
-    let uv = crate::uv::Uv {
+    let uv = crate::host::uv::Uv {
         tool: uv_tool,
         indexes: r.indexes.clone(),
         offline: false,
@@ -571,7 +571,7 @@ fn append_file<W: Write, R: Read>(
 fn git_bundle(store: &Store, repo_url: &str, commit: &str, out: &Path) -> Result<()> {
     let git = which::which("git").context("export needs the git command line (git bundle)")?;
     let mirror = source::mirror_entry(store, repo_url);
-    let _lock = store.lock(&format!("git-{}", mirror.name))?;
+    let _lock = mirror.lock()?;
     let pin_ref = format!("refs/oracle-build/pins/{commit}");
     {
         let repo = git2::Repository::open_bare(&mirror.path)?;
@@ -818,11 +818,11 @@ fn check_artifact_place(p: &str) -> Result<(), String> {
             Ok(())
         }
         ["store", "wheelhouse", _, _] => {
-            named(crate::wheelname::check_artifact_name(file).map(|_| ()))
+            named(crate::store::wheelname::check_artifact_name(file).map(|_| ()))
         }
         ["store", "wheelhouse", ..] => Err(format!("{p} is not an artifact of a wheelhouse entry")),
         ["store", "wheels", _, f] if f.ends_with(".whl") => {
-            named(crate::wheelname::parse_wheel(file).map(|_| ()))
+            named(crate::store::wheelname::parse_wheel(file).map(|_| ()))
         }
         _ => Ok(()),
     }
@@ -841,7 +841,7 @@ fn check_artifacts(x: &Path, m: &BundleManifest) -> Result<(), String> {
                 if *file != wheelhouse::ARTIFACT_JSON && *file != MANIFEST =>
             {
                 let dir = path.parent().unwrap_or(x);
-                let a: wheelhouse::Artifact =
+                let a: lock::pylock::Artifact =
                     crate::store::read_json(&dir.join(wheelhouse::ARTIFACT_JSON))
                         .map_err(|e| format!("{}: {e:#}", f.path))?;
                 if a.filename != *file {
@@ -850,7 +850,7 @@ fn check_artifacts(x: &Path, m: &BundleManifest) -> Result<(), String> {
                         f.path, a.filename
                     ));
                 }
-                let (name, version) = crate::wheelname::check_artifact_name(file)
+                let (name, version) = crate::store::wheelname::check_artifact_name(file)
                     .map_err(|why| format!("{}: not a valid wheel file name: {why}", f.path))?;
                 let same_name = a.package.parse::<pep508_rs::PackageName>().ok() == Some(name);
                 let same_version = a.version.parse::<pep440_rs::Version>().ok() == Some(version);
@@ -861,73 +861,18 @@ fn check_artifacts(x: &Path, m: &BundleManifest) -> Result<(), String> {
                     ));
                 }
                 if file.ends_with(".whl") {
-                    crate::wheelname::check_wheel_metadata(&path)
+                    crate::store::wheelname::check_wheel_metadata(&path)
                         .map_err(|why| format!("{}: {why}", f.path))?;
                 }
             }
             ["store", "wheels", _, file] if file.ends_with(".whl") => {
-                crate::wheelname::check_wheel_metadata(&path)
+                crate::store::wheelname::check_wheel_metadata(&path)
                     .map_err(|why| format!("{}: {why}", f.path))?;
             }
             _ => {}
         }
     }
     Ok(())
-}
-
-/// When the recipe `lr` is not the one a bundle imported under its name
-/// into the store at `root`: a line naming the imported file and every
-/// differing field (dotted paths); `None` when none was imported or it is
-/// the same recipe.
-pub fn imported_differs(root: &Path, lr: &crate::recipe::LoadedRecipe) -> Option<String> {
-    let name = &lr.recipe.name;
-    let file = root
-        .join("imported")
-        .join(name)
-        .join("recipes")
-        .join(format!("{name}.yaml"));
-    let text = std::fs::read_to_string(&file).ok()?;
-    if text == lr.text {
-        return None;
-    }
-    let theirs = crate::recipe::parse(&text, &file.display().to_string()).ok()?;
-    let a = serde_json::to_value(&theirs).ok()?;
-    let b = serde_json::to_value(&lr.recipe).ok()?;
-    let mut fields = Vec::new();
-    diff_fields("", &a, &b, &mut fields);
-    if fields.is_empty() {
-        return None;
-    }
-    Some(format!(
-        "recipe {} differs from the one imported from a bundle ({}) in: {}; build that file, or export this recipe on a box with network",
-        lr.origin,
-        file.display(),
-        fields.join(", ")
-    ))
-}
-
-fn diff_fields(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
-    match (a, b) {
-        (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
-            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
-            for k in keys {
-                let p = if prefix.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{prefix}.{k}")
-                };
-                let null = serde_json::Value::Null;
-                diff_fields(
-                    &p,
-                    x.get(k).unwrap_or(&null),
-                    y.get(k).unwrap_or(&null),
-                    out,
-                );
-            }
-        }
-        _ if a != b => out.push(prefix.to_string()),
-        _ => {}
-    }
 }
 
 /// What `import` reports.
@@ -1036,7 +981,7 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
     let git = which::which("git").context("import needs the git command line (git bundle)")?;
     let mirror = source::mirror_entry(&store, &m.repo);
     {
-        let _lock = store.lock(&format!("git-{}", mirror.name))?;
+        let _lock = mirror.lock()?;
         let bundle = x.join(SOURCE_BUNDLE).display().to_string();
         let fetch = |dir: &Path| {
             capture(
@@ -1072,7 +1017,7 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
     for (bucket, name) in &tops {
         let b = Bucket::from_dir_name(bucket).ok_or_else(|| anyhow!("unknown bucket {bucket}"))?;
         let e = store.entry(b, name);
-        let _lock = store.lock(&format!("{bucket}-{name}"))?;
+        let _lock = e.lock()?;
         if e.exists() {
             present.push(e.label());
             continue;
@@ -1111,7 +1056,7 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
     match lock::load(&lock_src, &recipe) {
         Ok(Some(_)) => {
             let e = lock::auto_entry(&store, &recipe);
-            let _lock = store.lock(&format!("autolock-{}", e.name))?;
+            let _lock = e.lock()?;
             if !e.exists() {
                 let copy = staging.path().join("autolock");
                 crate::store::copy_tree(&lock_src, &copy)?;

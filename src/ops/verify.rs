@@ -1,6 +1,6 @@
 //! `oracle-build verify <PIN|VENV> [--pin PIN] [--pin-file FILE] [--deep] [--emit-pin-block]`:
 //! measure the identity now and check each field against its own expected
-//! value (DESIGN.md, "Identity").
+//! value (README.md, "The identity gate").
 //!
 //! Expected values come from, each in its own check:
 //! - the recipe: commit (`+g<sha>` prefix), clean tree, non-editable, imported
@@ -20,16 +20,16 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow};
 use serde::Serialize;
 
-use crate::alias::{self, Registry};
-use crate::dist_record::{self, RecordCheck};
 use crate::exit::{bad_input, mismatch};
 use crate::ops::print_json;
-use crate::pin;
-use crate::pinfile::{self, PinRecord};
+use crate::recipe::pin;
 use crate::recipe::{self, BuildMode, Recipe};
+use crate::stages::identity::pin_block::{self, PinRecord};
+use crate::stages::identity::record::{self, RecordCheck};
 use crate::stages::identity::{self, Check, Identity};
+use crate::stages::oracle::OracleRecord;
 use crate::stages::source;
-use crate::stages::venv::OracleRecord;
+use crate::store::alias::{self, Registry};
 use crate::store::{Manifest, Store};
 
 /// What `verify` was asked to do.
@@ -215,7 +215,7 @@ fn summarize(problems: &[String]) -> String {
 fn file_checks(venv: &Path, package: &str, deep: bool, out: &mut Vec<Check>) -> Deep {
     let mut d = Deep::default();
     let kind = if deep { "sha256" } else { "size" };
-    match dist_record::check(venv, package, deep) {
+    match record::check(venv, package, deep) {
         Ok(rc) => {
             out.push(Check {
                 field: "files (RECORD)".into(),
@@ -389,7 +389,7 @@ pub fn verify(
     opts: &VerifyOptions,
 ) -> Result<Verification> {
     let pin_file = match &opts.pin_file {
-        Some(p) => Some((p.clone(), pinfile::read(p)?)),
+        Some(p) => Some((p.clone(), pin_block::read(p)?)),
         None => None,
     };
     let loc = locate(target, opts.pin.as_deref(), store_arg)?;
