@@ -114,6 +114,8 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
     }
     let lr = pin::resolve(&opts.pin)?;
     let store = Store::at(&Store::default_root(opts.store.as_deref())?)?;
+    // roots/<name> and its oracle belong to the recipe that built it.
+    crate::stages::oracle::check_root_owner(&store, &lr)?;
     let lock_dir = pipeline::lock_dir(&lr, opts.lockfiles.as_deref());
     let done = pipeline::run(pipeline::RunOptions {
         lr: &lr,

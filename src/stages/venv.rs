@@ -2,7 +2,7 @@
 //! relocatable venv (uv's `--relocatable`), in staging.
 //!
 //! [`plan`] computes the venv key once from complete inputs (Python, package,
-//! commit, the wheel's sha256, pins, indexes, the checkout's runtime
+//! recipe name, commit, build mode, the wheel's key and sha256, pins, indexes, the checkout's runtime
 //! requirements file and the runtime lock's sha256); [`install`] makes the
 //! venv in a staging directory. The identity check, the gate and the record
 //! that turn it into the entry `store/venvs/<key>/` are
@@ -67,7 +67,15 @@ pub fn plan(
         "python": {"version": tc.python.version, "implementation": tc.python.implementation, "platform": tc.python.platform},
         "uv": crate::host::toolchain::uv_version_number(&tc.uv.version),
         "package": r.source.package,
+        // The oracle's record and root belong to the recipe of this name.
+        "recipe": r.name,
         "commit": r.source.commit,
+        // Every input that can change the oracle: the wheel's key covers the
+        // build mode, device, build environment and toolchain; the mode is
+        // named too, so a precompiled recipe never shares a source venv even
+        // when the two wheels are byte-identical.
+        "mode": r.build.mode.as_str(),
+        "wheel_key": wheel.key,
         "wheel_sha256": wheel.sha256,
         "pins": r.pins,
         "indexes": r.indexes,
