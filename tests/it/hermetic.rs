@@ -1097,6 +1097,34 @@ fn an_imported_bundle_builds_offline_by_its_usual_pin_with_no_uv_anywhere_and_it
         "{imported}"
     );
 
+    // A recipe that differs from the imported one is told so, naming the field
+    // (before any build: no root of the name exists yet).
+    let other = b.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let changed = other.join("fx.yaml");
+    std::fs::write(
+        &changed,
+        std::fs::read_to_string(&recipe).unwrap() + "pins: {packaging: \"24.0\"}\n",
+    )
+    .unwrap();
+    let out = bare_offline_cmd(&b)
+        .args([
+            "build",
+            changed.to_str().unwrap(),
+            "--store",
+            store_b.to_str().unwrap(),
+            "--offline",
+        ])
+        .output()
+        .unwrap();
+    assert_ne!(code(&out), 0, "{}", text(&out));
+    assert!(
+        text(&out).contains("differs from the one imported")
+            && text(&out).contains("in: pins.packaging"),
+        "{}",
+        text(&out)
+    );
+
     // (a) the original recipe file, copied anywhere.
     let a = build(&mut bare_offline_cmd(&b), &same, &store_b, &["--offline"]);
     assert_eq!(a["verdict"], "gateable", "{a}");
@@ -1131,33 +1159,6 @@ fn an_imported_bundle_builds_offline_by_its_usual_pin_with_no_uv_anywhere_and_it
     let by_name = json(&out);
     assert_eq!(by_name["verdict"], "gateable");
     assert_eq!(identity(&by_name), identity(&a));
-
-    // A recipe that differs from the imported one is told so, naming the field.
-    let other = b.join("other");
-    std::fs::create_dir_all(&other).unwrap();
-    let changed = other.join("fx.yaml");
-    std::fs::write(
-        &changed,
-        std::fs::read_to_string(&recipe).unwrap() + "pins: {packaging: \"24.0\"}\n",
-    )
-    .unwrap();
-    let out = bare_offline_cmd(&b)
-        .args([
-            "build",
-            changed.to_str().unwrap(),
-            "--store",
-            store_b.to_str().unwrap(),
-            "--offline",
-        ])
-        .output()
-        .unwrap();
-    assert_ne!(code(&out), 0, "{}", text(&out));
-    assert!(
-        text(&out).contains("differs from the one imported")
-            && text(&out).contains("in: pins.packaging"),
-        "{}",
-        text(&out)
-    );
 }
 
 #[test]
