@@ -452,6 +452,11 @@ impl Store {
         self.root.join("imported")
     }
 
+    /// `<root>/demo`: the repository, model and recipe of `oracle-build demo`.
+    pub fn demo_dir(&self) -> PathBuf {
+        self.root.join("demo")
+    }
+
     /// `<root>/tmp`: staging.
     pub fn tmp_dir(&self) -> PathBuf {
         self.root.join("tmp")

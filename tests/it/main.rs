@@ -7,6 +7,7 @@ mod support;
 
 mod advance;
 mod build;
+mod demo;
 mod gpu;
 mod hermetic;
 mod identity;
