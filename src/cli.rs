@@ -79,6 +79,9 @@ pub enum Command {
     Plan {
         /// The PIN.
         pin: String,
+        /// Plan an `--offline` build: no network check; what it would miss is a problem.
+        #[arg(long)]
+        offline: bool,
     },
     /// Recipes, store entries, roots and their health.
     Status,
@@ -181,6 +184,10 @@ pub enum Command {
         /// The archive to write (.tar.gz).
         #[arg(short, long, value_name = "FILE")]
         output: PathBuf,
+        /// The platform of the box that will build it (uv's `--python-platform`
+        /// value, e.g. x86_64-manylinux_2_28, aarch64-manylinux_2_28; default: this host).
+        #[arg(long, value_name = "P")]
+        platform: Option<String>,
     },
     /// Verify an archive made by `export` and add its contents to the store.
     Import {

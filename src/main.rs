@@ -28,8 +28,8 @@ fn main() {
 fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let store = cli.store.as_deref();
     let build_args = match cli.command {
-        Some(Command::Plan { pin }) => {
-            return ops::plan::run(&pin, store, cli.lockfiles.as_deref(), cli.json);
+        Some(Command::Plan { pin, offline }) => {
+            return ops::plan::run(&pin, store, cli.lockfiles.as_deref(), offline, cli.json);
         }
         Some(Command::Advance {
             from,
@@ -96,8 +96,18 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Lock { pin }) => {
             return ops::lock::run(&pin, store, cli.lockfiles.as_deref(), cli.json);
         }
-        Some(Command::Export { pin, output }) => {
-            return ops::bundle::export(&pin, store, cli.lockfiles.as_deref(), &output, cli.json);
+        Some(Command::Export {
+            pin,
+            output,
+            platform,
+        }) => {
+            let opts = ops::bundle::ExportOptions {
+                lockfiles: cli.lockfiles.clone(),
+                output,
+                platform,
+                json: cli.json,
+            };
+            return ops::bundle::export(&pin, store, &opts);
         }
         Some(Command::Import { file }) => return ops::bundle::import(&file, store, cli.json),
         Some(Command::Demo { python }) => {

@@ -6,6 +6,7 @@
 
 pub mod bytecode;
 pub mod disk;
+pub mod platform;
 pub mod process;
 pub mod toolchain;
 pub mod uv;

@@ -148,19 +148,51 @@ fn probe_tool(path: &Path, args: &[&str]) -> Option<Tool> {
     })
 }
 
-/// Finds uv: `$ORACLE_BUILD_UV`, else `uv` on PATH, else the pinned uv in the
-/// tools directory (`$ORACLE_BUILD_TOOLS` or `<root>/tools`), provisioning it
-/// there with `pip install --target` using `python` when it is missing.
+/// The environment variable that lets a uv of another version than
+/// [`UV_VERSION`] (from `ORACLE_BUILD_UV` or PATH) build: `1`.
+pub const UV_UNPINNED_ENV: &str = "ORACLE_BUILD_UV_UNPINNED";
+
+/// The version number a `uv --version` line reports (`uv 0.13.9 (...)` -> `0.13.9`).
+pub fn uv_version_number(version_line: &str) -> &str {
+    version_line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or(version_line)
+}
+
+fn unpinned_allowed() -> bool {
+    std::env::var(UV_UNPINNED_ENV).is_ok_and(|v| v == "1")
+}
+
+/// Finds uv, the pinned version ([`UV_VERSION`]) unless the user asks for
+/// another one: `$ORACLE_BUILD_UV`, else `uv` on PATH, each used only when
+/// it is the pinned version or `ORACLE_BUILD_UV_UNPINNED=1` is set; else the
+/// pinned uv in the tools directory (`$ORACLE_BUILD_TOOLS` or `<root>/tools`),
+/// provisioning it there with `pip install --target` using `python` when it
+/// is missing (and `provision`).
 ///
-/// Errors: nothing works and provisioning fails (the message says how to get uv).
+/// Errors: `ORACLE_BUILD_UV` does not run or is another version (without
+/// `ORACLE_BUILD_UV_UNPINNED=1`); nothing works and provisioning fails (the
+/// message says how to get uv).
 pub fn find_uv(store: &Store, python: Option<&Python>, provision: bool) -> Result<Tool> {
+    let pinned = |t: &Tool| uv_version_number(&t.version) == UV_VERSION || unpinned_allowed();
     if let Some(explicit) = std::env::var_os("ORACLE_BUILD_UV").filter(|v| !v.is_empty()) {
         let path = PathBuf::from(explicit);
-        return probe_tool(&path, &["--version"])
-            .with_context(|| format!("ORACLE_BUILD_UV={} does not run", path.display()));
+        let tool = probe_tool(&path, &["--version"])
+            .with_context(|| format!("ORACLE_BUILD_UV={} does not run", path.display()))?;
+        if !pinned(&tool) {
+            anyhow::bail!(
+                "ORACLE_BUILD_UV={} is {}, not the pinned uv {UV_VERSION}: unset it to use the pinned uv, or set {UV_UNPINNED_ENV}=1 to build with it anyway (the uv version is part of the wheel and venv keys)",
+                path.display(),
+                tool.version
+            );
+        }
+        return Ok(tool);
     }
     for path in which::which_all("uv").into_iter().flatten() {
-        if let Some(tool) = probe_tool(&path, &["--version"]) {
+        if let Some(tool) = probe_tool(&path, &["--version"])
+            && pinned(&tool)
+        {
             return Ok(tool);
         }
     }
@@ -223,10 +255,89 @@ pub fn find_uv(store: &Store, python: Option<&Python>, provision: bool) -> Resul
         .with_context(|| format!("provisioned uv at {} does not run", bin.display()))
 }
 
-fn tools_dir(store: &Store) -> PathBuf {
+/// The tools directory: `$ORACLE_BUILD_TOOLS`, else `<root>/tools`.
+pub fn tools_dir(store: &Store) -> PathBuf {
     std::env::var_os("ORACLE_BUILD_TOOLS")
         .filter(|v| !v.is_empty())
         .map_or_else(|| store.tools_dir(), PathBuf::from)
+}
+
+/// Installs the uv of the wheel at `wheel` (its `uv-<version>.data/scripts/`
+/// programs, as `pip install --target` lays them out) into the tools
+/// directory as the pinned uv `uv-<UV_VERSION>/bin/uv`, staged and renamed
+/// into place, unless a working one is there. Returns it, proven to run.
+///
+/// Errors: the wheel is not the pinned uv's or lacks its program; it does
+/// not run on this host (another platform's wheel).
+pub fn install_uv_wheel(store: &Store, wheel: &Path) -> Result<Tool> {
+    use std::io::Read;
+    let dir = tools_dir(store).join(format!("uv-{UV_VERSION}"));
+    let bin = dir.join("bin/uv");
+    if let Some(tool) = probe_tool(&bin, &["--version"]) {
+        return Ok(tool);
+    }
+    let tools = dir.parent().context("tools dir")?;
+    fs::create_dir_all(tools)?;
+    let lock = fs::File::create(tools.join(format!(".uv-{UV_VERSION}.lock")))?
+        .into_parts()
+        .0;
+    lock.lock().context("locking the tools directory")?;
+    if let Some(tool) = probe_tool(&bin, &["--version"]) {
+        return Ok(tool);
+    }
+    let staging = tempfile::Builder::new()
+        .prefix(".uv-staging.")
+        .tempdir_in(tools)?;
+    let target = staging.path().join("uv");
+    fs::create_dir_all(target.join("bin"))?;
+    let f = fs::File::open(wheel)?;
+    let mut zip = zip::ZipArchive::new(f)
+        .with_context(|| format!("{} is not a zip archive", wheel.display()))?;
+    let prefix = format!("uv-{UV_VERSION}.data/scripts/");
+    let mut found = false;
+    for i in 0..zip.len() {
+        let mut member = zip.by_index(i)?;
+        let name = member.name()?.to_string();
+        let Some(prog) = name.strip_prefix(&prefix) else {
+            continue;
+        };
+        if prog.is_empty() || prog.contains('/') {
+            continue;
+        }
+        let mut bytes = Vec::new();
+        member.read_to_end(&mut bytes)?;
+        let out = target.join("bin").join(prog);
+        fs::write(&out, bytes)?;
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&out, std::fs::Permissions::from_mode(0o755))?;
+        found |= prog == "uv";
+    }
+    if !found {
+        anyhow::bail!(
+            "{} holds no {prefix}uv: it is not the wheel of uv {UV_VERSION}",
+            wheel.display()
+        );
+    }
+    let probe = probe_tool(&target.join("bin/uv"), &["--version"]).with_context(|| {
+        format!(
+            "the uv of {} does not run on this host (a wheel for another platform?)",
+            wheel.display()
+        )
+    })?;
+    if uv_version_number(&probe.version) != UV_VERSION {
+        anyhow::bail!(
+            "{} is {}, not uv {UV_VERSION}",
+            wheel.display(),
+            probe.version
+        );
+    }
+    fs::rename(&target, &dir)?;
+    progress::stage(
+        "import",
+        format!("installed uv {UV_VERSION} into {}", dir.display()),
+    );
+    probe_tool(&bin, &["--version"])
+        .with_context(|| format!("installed uv at {} does not run", bin.display()))
 }
 
 /// `nvcc`, from `$CUDA_HOME/bin`, PATH, or `/usr/local/cuda/bin`; version is

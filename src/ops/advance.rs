@@ -273,7 +273,7 @@ pub fn run(opts: &AdvanceOptions) -> Result<()> {
         &shared,
         &scratch.path().join("smoke"),
         &smoke::Options {
-            goldens_dir: no_goldens,
+            goldens_dirs: vec![no_goldens],
             only: None,
             record: None,
         },

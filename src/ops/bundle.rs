@@ -1,29 +1,34 @@
-//! `oracle-build export <PIN> -o FILE.tar.gz` and `oracle-build import FILE`:
-//! move everything needed to rebuild an oracle to a box without network.
+//! `oracle-build export <PIN> -o FILE.tar.gz [--platform P]` and
+//! `oracle-build import FILE`: move everything needed to rebuild an oracle
+//! to a box without network, prepared on a box that need not build it.
 //!
 //! A bundle is a gzip'd tar (the `tar` and `flate2` crates) holding
 //!
 //! ```text
-//! oracle-bundle.json               format, recipe, commit, repo; every file with size and sha256
+//! oracle-bundle.json               format, recipe, commit, repo, platform, uv; every file with size and sha256
 //! source.bundle                    `git bundle` of the commit, its history and the tags in it
 //! recipe/<name>.yaml               the recipe's exact text
-//! lockfiles/<name>/...             lock.json and the pylock files
-//! store/wheelhouse/<sha256>/...    every locked artifact
+//! lockfiles/<name>/...             lock.json and the pylock files, for the bundle's platform
+//! goldens/<name>/<case>.json       the recorded goldens
+//! store/wheelhouse/<sha256>/...    every locked artifact, and the pinned uv's wheel
 //! store/ext/<name>-<rev>/...       every staged external source
-//! store/wheels/<key>/...           the built wheel, when the pin's oracle has one
+//! store/wheels/<key>/...           the built wheel, when built from the bundled build lock
 //! ```
 //!
-//! `import` reads the archive twice. The first pass writes nothing: it
-//! refuses absolute paths, `..`, entries other than files, directories and
-//! symlinks, symlinks whose target leaves the archive, paths through a
-//! symlink, duplicates, and any file whose sha256 or size differs from the
-//! manifest (or that the manifest does not list). Only then is the archive
-//! extracted into `<root>/tmp/`, hashed again, and each store entry moved
+//! `export` builds nothing: it fetches, locks (for `--platform`), downloads
+//! and stages (see [`export`]). `import` reads the archive twice. The first
+//! pass writes nothing: it refuses absolute paths, `..`, entries other than
+//! files, directories and symlinks, symlinks whose target leaves the
+//! archive, paths through a symlink, duplicates, any file whose sha256 or
+//! size differs from the manifest (or that the manifest does not list), and
+//! wheelhouse or wheel files not named as wheels (PEP 427) or sdists. Only
+//! then is the archive extracted into `<root>/tmp/`, hashed again, each
+//! wheel's metadata checked against its name, and each store entry moved
 //! into place by rename (entries already present are kept). The git bundle
-//! is fetched into the repository's mirror; the recipe and lockfiles go to
-//! `<root>/imported/<name>/{recipes,lockfiles}/`, so
-//! `oracle-build build <root>/imported/<name>/recipes/<name>.yaml --offline`
-//! finds its lock there.
+//! is fetched into the repository's mirror; the uv goes to the tools
+//! directory; the lock becomes the store's lock of the recipe (so it builds
+//! by its usual PIN); goldens go to `<root>/goldens/<name>/`; recipe,
+//! lockfiles and goldens also to `<root>/imported/<name>/`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -35,16 +40,19 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::exit::bad_input;
+use crate::host::platform::Platform;
 use crate::host::process::capture;
+use crate::host::toolchain::{self, Toolchain, UV_VERSION};
 use crate::ops::print_json;
-use crate::pipeline::inputs as hermetic;
 use crate::progress;
 use crate::recipe::pin;
-use crate::stages::lock;
 use crate::stages::oracle::OracleRecord;
-use crate::stages::source;
+use crate::stages::smoke::golden;
 use crate::stages::wheelhouse;
-use crate::store::{Bucket, Entry, ManifestFile, Store, make_writable, sha256_file};
+use crate::stages::{Ctx, ext, lock, source};
+use crate::store::{
+    Bucket, Entry, MANIFEST, ManifestFile, Store, TempRoots, make_writable, sha256_file,
+};
 
 /// The manifest's name inside a bundle.
 pub const BUNDLE_MANIFEST: &str = "oracle-bundle.json";
@@ -69,6 +77,21 @@ pub struct BundleManifest {
     pub files: Vec<ManifestFile>,
     /// Every symlink: path, target.
     pub symlinks: Vec<(String, String)>,
+    /// The platform the bundle was prepared for (uv's `--python-platform`).
+    #[serde(default)]
+    pub platform: Option<String>,
+    /// The pinned uv it carries: the wheelhouse entry of its wheel.
+    #[serde(default)]
+    pub uv: Option<BundledUv>,
+}
+
+/// The uv a bundle carries for the offline box.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BundledUv {
+    /// Its version ([`UV_VERSION`] of the exporting tool).
+    pub version: String,
+    /// The sha256 of its wheel: the name of its `store/wheelhouse/` entry.
+    pub sha256: String,
 }
 
 /// What `export` reports.
@@ -82,6 +105,10 @@ pub struct ExportReport {
     pub files: usize,
     /// Store entries in it.
     pub entries: Vec<String>,
+    /// The platform it was prepared for.
+    pub platform: String,
+    /// The cases whose goldens it carries.
+    pub goldens: Vec<String>,
 }
 
 /// Adds the store entry `e` (once) to the bundle: its label to `entries`,
@@ -126,80 +153,243 @@ fn walk_files(
     Ok(())
 }
 
-/// Writes the bundle of `pin_arg` to `output` (through a temporary file and a rename).
+/// Options of `export`.
+#[derive(Debug, Clone)]
+pub struct ExportOptions {
+    /// `--lockfiles DIR`.
+    pub lockfiles: Option<PathBuf>,
+    /// `-o FILE`.
+    pub output: PathBuf,
+    /// `--platform P` (default: this host).
+    pub platform: Option<String>,
+    /// `--json`.
+    pub json: bool,
+}
+
+/// The lock to bundle for `target` (`None`: this host): the recipe's
+/// lockfile when it fits the platform, else the store's lock for it, else
+/// one resolved now into the store (for another platform with `uv pip
+/// compile --python-platform`, needing no interpreter of it).
 ///
-/// Errors (exit 2): no lockfile, or the store lacks the mirror, a locked
-/// artifact or a staged source (each named). Errors: git fails.
-pub fn export(
-    pin_arg: &str,
-    store_arg: Option<&Path>,
-    lockfiles: Option<&Path>,
-    output: &Path,
-    json: bool,
-) -> Result<()> {
-    let lr = pin::resolve(pin_arg)?;
+/// Errors (exit 2): the recipe's lockfile is stale. Errors: uv cannot resolve.
+fn lock_for(
+    cx: &Ctx<'_>,
+    src: &Entry,
+    lock_dir: &Path,
+    target: Option<&Platform>,
+    temp: &TempRoots,
+) -> Result<lock::Locked> {
+    let Ctx { store, lr, tc, .. } = *cx;
     let r = &lr.recipe;
-    let root = Store::default_root(store_arg)?;
-    let store = Store::open_existing(&root)
-        .ok_or_else(|| bad_input(format!("no store at {}", root.display())))?;
-    let lock_dir = lock::lock_dir(&lr, lockfiles);
-    // The recipe's lockfile, else the lock a build kept in the store.
-    let locked = match lock::load(&lock_dir, r)? {
-        Some(l) => l,
-        None => lock::load(&lock::auto_entry(&store, r).path, r)?.ok_or_else(|| {
-            bad_input(format!(
-                "no lockfile in {} and no lock in the store: run `oracle-build lock {}` (or build it) first",
-                lock_dir.display(),
-                r.name
-            ))
-        })?,
+    if let Some(recorded) = lock::recorded_platform(lock_dir)?
+        && lock::platform_fits(recorded.as_deref(), target).is_ok()
+        && let Some(l) = lock::load_for(lock_dir, r, target)?
+    {
+        progress::stage("lock", format!("using {}", lock_dir.display()));
+        return Ok(l);
+    }
+    let entry = match target {
+        None => lock::auto_entry(store, r),
+        Some(p) => lock::platform_entry(store, r, p),
     };
-    let mut problems = Vec::new();
-    if !source::mirror_has(&store, &r.source.repo, &r.source.commit) {
-        problems.push(format!(
-            "the mirror lacks commit {} of {}",
-            r.source.commit, r.source.repo
+    temp.add(store, &entry)?;
+    if let Ok(Some(l)) = lock::load_for(&entry.path, r, target) {
+        return Ok(l);
+    }
+    if target.is_none() && !tc.python.version.starts_with(&format!("{}.", r.python)) {
+        return Err(anyhow!(
+            "cannot lock {} for this host: Python {} not found (found {} at {}); install it, or export with --platform to resolve without it",
+            r.name,
+            r.python,
+            tc.python.version,
+            tc.python.path.display()
         ));
     }
+    let _lock = entry.lock()?;
+    if !entry.exists() {
+        let staging = store.stage("autolock")?;
+        let dir = staging.path().join("lock");
+        lock::resolve_for(cx, &src.path, &dir, target)?;
+        store.persist(&dir, &entry)?;
+    }
+    lock::load_for(&entry.path, r, target)?
+        .ok_or_else(|| anyhow!("{} holds no lock", entry.path.display()))
+}
+
+/// The pinned uv's wheel for `platform`, from the package index, in the
+/// wheelhouse: resolved with `uv pip compile --python-platform` (so its
+/// sha256 comes from the index, as every locked artifact's), the lock kept
+/// in the store (`store/lockfiles/<key>/pylock.tools.toml`), one wheel of it
+/// downloaded and hash-checked like every artifact.
+///
+/// Errors: uv cannot resolve it; the download or hash check fails.
+fn uv_wheel(
+    cx: &Ctx<'_>,
+    platform: &Platform,
+    temp: &TempRoots,
+) -> Result<(Entry, lock::pylock::Artifact)> {
+    let Ctx { store, lr, tc, uv } = *cx;
+    let key = crate::store::key::content_key(&serde_json::json!({
+        "schema": crate::store::key::KEY_SCHEMA, "stage": "tools-lock", "uv": UV_VERSION,
+        "platform": platform.spelled, "python": lr.recipe.python,
+    }));
+    let entry = store.entry(Bucket::Locks, &key);
+    temp.add(store, &entry)?;
+    let file = "pylock.tools.toml";
+    {
+        let _lock = entry.lock()?;
+        if !entry.exists() {
+            let staging = store.stage("tools-lock")?;
+            let dir = staging.path().join("lock");
+            fs::create_dir_all(&dir)?;
+            let input = staging.path().join("tools.in");
+            fs::write(&input, format!("uv=={UV_VERSION}\n"))?;
+            // The recipe's indexes serve its stack, not the tool.
+            let plain = crate::host::uv::Uv {
+                indexes: Vec::new(),
+                ..uv.clone()
+            };
+            let args: Vec<String> = vec![
+                "--format".into(),
+                "pylock.toml".into(),
+                "--generate-hashes".into(),
+                "--no-header".into(),
+                "--no-annotate".into(),
+                "--python-version".into(),
+                lr.recipe.python.clone(),
+                "--python-platform".into(),
+                platform.spelled.clone(),
+                "-o".into(),
+                dir.join(file).display().to_string(),
+                input.display().to_string(),
+            ];
+            progress::stage("export", format!("locking uv {UV_VERSION} for {platform}"));
+            plain
+                .pip_compile(&args, &staging.path().join("tools.log"))
+                .with_context(|| format!("locking uv {UV_VERSION} for {platform}"))?;
+            store.persist(&dir, &entry)?;
+        }
+    }
+    let pkgs = lock::pylock::parse_pylock(&entry.path.join(file))?;
+    let mut pkg = pkgs
+        .into_iter()
+        .find(|p| p.name == "uv" && p.version == UV_VERSION)
+        .ok_or_else(|| anyhow!("the index has no uv {UV_VERSION} for {platform}"))?;
+    let wheel = pkg
+        .wheels
+        .first()
+        .cloned()
+        .ok_or_else(|| anyhow!("the index has no uv {UV_VERSION} wheel for {platform}"))?;
+    pkg.wheels = vec![wheel.clone()];
+    let got = wheelhouse::ensure(
+        store,
+        std::slice::from_ref(&pkg),
+        &entry.path,
+        &tc.python.path,
+        false,
+        Some(temp),
+    )?;
+    let e = got
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow!("uv's wheel is not in the wheelhouse"))?;
+    Ok((e, wheel))
+}
+
+/// Writes the bundle of `pin_arg` to `opts.output` (through a temporary
+/// file and a rename), preparing it without building: fetches the source
+/// with its history, reads or resolves the lock for the target platform,
+/// downloads every artifact of it and the pinned uv's wheel into the
+/// wheelhouse, stages every external source the checkout's build
+/// configures, and adds the recorded goldens. No compiler, nvcc or GPU is
+/// needed. The built wheel goes in too when the store has one built from
+/// exactly the bundled build lock.
+///
+/// Errors (exit 2): a bad `--platform`, a stale lockfile. Errors: the
+/// source cannot be fetched; uv cannot resolve; a download or hash check
+/// fails; git fails.
+pub fn export(pin_arg: &str, store_arg: Option<&Path>, opts: &ExportOptions) -> Result<()> {
+    let lr = pin::resolve(pin_arg)?;
+    let r = &lr.recipe;
+    let target = opts.platform.as_deref().map(Platform::parse).transpose()?;
+    let platform = match &target {
+        Some(p) => p.clone(),
+        None => Platform::host().ok_or_else(|| {
+            bad_input(
+                "this host is not a glibc x86_64/aarch64 Linux: name the target with --platform",
+            )
+        })?,
+    };
+    let output = opts.output.as_path();
+    let root = Store::default_root(store_arg)?;
+    let store = Store::at(&root)?;
+    let found_uv = toolchain::find_uv(&store, None, false).ok();
+    // The recipe's Python resolves a lock for this host; any Python does
+    // for another platform (uv needs none) and for the downloads.
+    let python = match toolchain::find_python(&r.python, found_uv.as_ref()) {
+        Ok(p) => p,
+        Err(e) => which::which("python3")
+            .ok()
+            .and_then(|p| toolchain::probe_python(&p).ok())
+            .ok_or_else(|| anyhow!("cannot export {}: {e}", r.name))?,
+    };
+    store.init()?;
+    let uv_tool = match found_uv {
+        Some(u) => u,
+        None => toolchain::find_uv(&store, Some(&python), true)?,
+    };
+    let tc = Toolchain {
+        python,
+        uv: uv_tool.clone(),
+        git: toolchain::find_git(),
+        libgit2: toolchain::libgit2_version(),
+        gcc: None,
+        nvcc: None,
+    };
+    let uv = crate::host::uv::Uv {
+        tool: uv_tool,
+        indexes: r.indexes.clone(),
+        offline: false,
+        cache_dir: Some(store.root().join("uv-cache")),
+    };
+    let cx = Ctx {
+        store: &store,
+        lr: &lr,
+        tc: &tc,
+        uv: &uv,
+    };
+    let temp = store.temp_roots()?;
+    temp.add(&store, &source::mirror_entry(&store, &r.source.repo))?;
+    temp.add(&store, &source::checkout_entry(&store, &r.source.commit))?;
+    let mirror = source::ensure_mirror(&store, &r.source.repo, &r.source.commit, false)?;
+    let (src, _) = source::ensure_checkout(&store, &mirror, &r.source.commit)?;
+    let lock_dir = lock::lock_dir(&lr, opts.lockfiles.as_deref());
+    let locked = lock_for(&cx, &src, &lock_dir, target.as_ref(), &temp)?;
+
     let mut files: Vec<(String, PathBuf, bool)> = Vec::new();
     let mut entries = Vec::new();
-    for p in locked.build.iter().chain(&locked.runtime) {
-        let present: Vec<_> = p
-            .wanted()
-            .iter()
-            .map(|a| wheelhouse::entry(&store, &a.sha256))
-            .filter(|e| e.exists())
-            .collect();
-        if present.is_empty() {
-            problems.push(format!("the wheelhouse lacks {}=={}", p.name, p.version));
-        }
-        for e in present {
+    let py = tc.python.path.clone();
+    for pkgs in [&locked.build, &locked.runtime] {
+        for e in wheelhouse::ensure(&store, pkgs, &locked.dir, &py, false, Some(&temp))? {
             add_entry(&e, &mut entries, &mut files)?;
         }
     }
-    if let Some(found) = hermetic::discover(&store, &lr) {
-        for row in hermetic::ext_rows(&store, &found) {
-            if !row.staged {
-                problems.push(format!(
-                    "{} ({}) is not staged in {}",
-                    row.name, row.origin, row.entry
-                ));
-                continue;
-            }
-            let e = store
-                .entry_by_label(&row.entry)
-                .context("bad ext entry label")?;
-            add_entry(&e, &mut entries, &mut files)?;
-        }
+    let found = ext::discover_in_tree(&src.path)?;
+    for line in &found.unmapped {
+        progress::stage(
+            "ext",
+            format!("cannot redirect (the offline build would download): {line}"),
+        );
     }
-    if !problems.is_empty() {
-        return Err(bad_input(format!(
-            "cannot export {}: the store is incomplete (build it online first):\n  - {}",
-            r.name,
-            problems.join("\n  - ")
-        )));
+    for s in &found.sources {
+        temp.add(&store, &ext::entry(&store, s))?;
+        let (e, _) = ext::ensure(&store, s, false)?;
+        add_entry(&e, &mut entries, &mut files)?;
     }
-    // The built wheel of the pin's oracle, when there is one.
+    let (uv_entry, uv_artifact) = uv_wheel(&cx, &platform, &temp)?;
+    add_entry(&uv_entry, &mut entries, &mut files)?;
+
+    // The built wheel of the pin's oracle, when it was built from this very build lock.
     if let Some(root_link) = store
         .roots()?
         .into_iter()
@@ -209,8 +399,26 @@ pub fn export(
         && rec.identity.commit == r.source.commit
     {
         let e = store.entry(Bucket::Wheels, &rec.wheel_key);
-        if e.exists() {
+        let built_from: Option<String> =
+            crate::store::read_json::<serde_json::Value>(&e.path.join("build.json"))
+                .ok()
+                .and_then(|b| b["inputs"]["build_lock"].as_str().map(str::to_string));
+        if e.exists() && built_from.as_ref() == locked.build_sha256() {
             add_entry(&e, &mut entries, &mut files)?;
+        }
+    }
+    // Recorded JSON goldens, beside the recipe or in the store.
+    let mut goldens = Vec::new();
+    let gdirs = golden::dirs(store.root(), &lr);
+    for c in &r.smoke.cases {
+        let loc = golden::locate(&lr, &gdirs, c);
+        if loc.kind == golden::Kind::Json && loc.path.is_file() {
+            files.push((
+                format!("goldens/{}/{}.json", r.name, c.name),
+                loc.path.clone(),
+                false,
+            ));
+            goldens.push(c.name.clone());
         }
     }
     let staging = store.stage("export")?;
@@ -237,6 +445,11 @@ pub fn export(
         repo: r.source.repo.clone(),
         files: Vec::new(),
         symlinks: Vec::new(),
+        platform: Some(platform.spelled.clone()),
+        uv: Some(BundledUv {
+            version: UV_VERSION.into(),
+            sha256: uv_artifact.sha256.clone(),
+        }),
     };
     for (arc, path, link) in &files {
         if *link {
@@ -316,15 +529,20 @@ pub fn export(
         bytes: fs::metadata(output)?.len(),
         files: files.len() + 1,
         entries,
+        platform: platform.spelled.clone(),
+        goldens,
     };
-    if json {
+    drop(temp);
+    if opts.json {
         return print_json(&report);
     }
     println!(
-        "exported {} ({} files, {} store entries, {:.1} MiB) to {}",
+        "exported {} for {} ({} files, {} store entries, {} golden(s), {:.1} MiB) to {}",
         r.name,
+        report.platform,
         report.files,
         report.entries.len(),
+        report.goldens.len(),
         report.bytes as f64 / (1u64 << 20) as f64,
         report.file.display()
     );
@@ -580,16 +798,104 @@ fn check(scanned: &Scanned) -> Result<BundleManifest, String> {
             || (parts.len() >= 4
                 && parts[0] == "store"
                 && matches!(parts[1], "wheelhouse" | "ext" | "wheels"))
+            || (parts.len() == 3
+                && parts[0] == "goldens"
+                && parts[1] == m.recipe
+                && parts[2].ends_with(".json"))
     };
     for p in scanned.files.keys().chain(scanned.symlinks.keys()) {
         if !ok_place(p) {
             return Err(format!("{p} is not a place a bundle may write to"));
         }
     }
+    for p in scanned.files.keys().chain(scanned.symlinks.keys()) {
+        check_artifact_place(p)?;
+    }
+    if let Some(uv) = &m.uv {
+        let prefix = format!("store/wheelhouse/{}/", uv.sha256);
+        if !scanned.files.keys().any(|p| p.starts_with(&prefix)) {
+            return Err(format!(
+                "the manifest names uv {}'s wheel {}, which the bundle does not hold",
+                uv.version, uv.sha256
+            ));
+        }
+    }
     if !scanned.files.contains_key(SOURCE_BUNDLE) {
         return Err(format!("no {SOURCE_BUNDLE}"));
     }
     Ok(m)
+}
+
+/// Refuses a wheelhouse or wheel member whose name is not an artifact's:
+/// in `store/wheelhouse/<sha256>/` only `artifact.json`, `manifest.json` and
+/// one file named as a wheel (PEP 427) or an sdist; in `store/wheels/<key>/`
+/// every `*.whl` named as a wheel.
+fn check_artifact_place(p: &str) -> Result<(), String> {
+    let parts: Vec<&str> = p.split('/').collect();
+    let file = parts.last().copied().unwrap_or("");
+    let named = |r: Result<(), String>| {
+        r.map_err(|why| format!("{p}: {file:?} is not a valid wheel file name: {why}"))
+    };
+    match parts.as_slice() {
+        ["store", "wheelhouse", _, f] if *f == wheelhouse::ARTIFACT_JSON || *f == MANIFEST => {
+            Ok(())
+        }
+        ["store", "wheelhouse", _, _] => {
+            named(crate::store::wheelname::check_artifact_name(file).map(|_| ()))
+        }
+        ["store", "wheelhouse", ..] => Err(format!("{p} is not an artifact of a wheelhouse entry")),
+        ["store", "wheels", _, f] if f.ends_with(".whl") => {
+            named(crate::store::wheelname::parse_wheel(file).map(|_| ()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// After extraction, before anything is stored: every wheel's own metadata
+/// (`.dist-info/WHEEL`, `METADATA` name and version) agrees with its file
+/// name, and every wheelhouse entry's `artifact.json` names the file it
+/// holds, its package and version agreeing with the file name.
+fn check_artifacts(x: &Path, m: &BundleManifest) -> Result<(), String> {
+    for f in &m.files {
+        let parts: Vec<&str> = f.path.split('/').collect();
+        let path = x.join(&f.path);
+        match parts.as_slice() {
+            ["store", "wheelhouse", _, file]
+                if *file != wheelhouse::ARTIFACT_JSON && *file != MANIFEST =>
+            {
+                let dir = path.parent().unwrap_or(x);
+                let a: lock::pylock::Artifact =
+                    crate::store::read_json(&dir.join(wheelhouse::ARTIFACT_JSON))
+                        .map_err(|e| format!("{}: {e:#}", f.path))?;
+                if a.filename != *file {
+                    return Err(format!(
+                        "{}: artifact.json names {:?}, the entry holds {file:?}",
+                        f.path, a.filename
+                    ));
+                }
+                let (name, version) = crate::store::wheelname::check_artifact_name(file)
+                    .map_err(|why| format!("{}: not a valid wheel file name: {why}", f.path))?;
+                let same_name = a.package.parse::<pep508_rs::PackageName>().ok() == Some(name);
+                let same_version = a.version.parse::<pep440_rs::Version>().ok() == Some(version);
+                if !same_name || !same_version {
+                    return Err(format!(
+                        "{}: the file name disagrees with artifact.json ({} {})",
+                        f.path, a.package, a.version
+                    ));
+                }
+                if file.ends_with(".whl") {
+                    crate::store::wheelname::check_wheel_metadata(&path)
+                        .map_err(|why| format!("{}: {why}", f.path))?;
+                }
+            }
+            ["store", "wheels", _, file] if file.ends_with(".whl") => {
+                crate::store::wheelname::check_wheel_metadata(&path)
+                    .map_err(|why| format!("{}: {why}", f.path))?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// What `import` reports.
@@ -605,6 +911,16 @@ pub struct ImportReport {
     pub recipe_file: PathBuf,
     /// The lock directory.
     pub lockfiles: PathBuf,
+    /// The platform the bundle was prepared for.
+    pub platform: Option<String>,
+    /// The uv installed into the tools directory, if the bundle carries one.
+    pub uv: Option<PathBuf>,
+    /// The store entry that now holds the lock for this host's builds by PIN.
+    pub lock_entry: Option<String>,
+    /// Goldens copied into `<root>/goldens/<recipe>/`.
+    pub goldens: Vec<PathBuf>,
+    /// Anything the import could not do (the rest was done).
+    pub notes: Vec<String>,
 }
 
 /// Verifies the bundle `file` and adds it to the store (see the module docs).
@@ -671,6 +987,19 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
         }
     }
 
+    check_artifacts(&x, &m).map_err(refuse)?;
+    let recipe_text = fs::read_to_string(x.join("recipe").join(format!("{}.yaml", m.recipe)))?;
+    let recipe = crate::recipe::parse(
+        &recipe_text,
+        &format!("{} (recipe/{}.yaml)", file.display(), m.recipe),
+    )
+    .map_err(|e| refuse(format!("its recipe does not parse: {e:#}")))?;
+    if recipe.name != m.recipe || recipe.source.commit != m.commit || recipe.source.repo != m.repo {
+        return Err(refuse(
+            "its recipe is not the one the manifest names".into(),
+        ));
+    }
+
     // The source: fetch the git bundle into the mirror.
     let git = which::which("git").context("import needs the git command line (git bundle)")?;
     let mirror = source::mirror_entry(&store, &m.repo);
@@ -719,6 +1048,94 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
         store.persist(&x.join("store").join(bucket).join(name), &e)?;
         added.push(e.label());
     }
+    let mut notes = Vec::new();
+    // The pinned uv, into the tools directory, when it runs here.
+    let mut uv_installed = None;
+    if let Some(u) = &m.uv {
+        let e = store.entry(Bucket::Wheelhouse, &u.sha256);
+        let fits = m
+            .platform
+            .as_deref()
+            .is_none_or(|p| lock::platform_fits(Some(p), None).is_ok());
+        if u.version != UV_VERSION {
+            notes.push(format!(
+                "the bundle carries uv {}, not the pinned {UV_VERSION}; not installed",
+                u.version
+            ));
+        } else if !fits {
+            notes.push(format!(
+                "the bundle was prepared for {}, which this host cannot run; uv not installed",
+                m.platform.as_deref().unwrap_or("?")
+            ));
+        } else {
+            let tool = toolchain::install_uv_wheel(&store, &wheelhouse::file_of(&e)?)?;
+            uv_installed = Some(tool.path);
+        }
+    }
+    // The lock, also as the store's lock for builds of this recipe by its
+    // usual PIN (the built-in recipe, its name, or the same file anywhere).
+    let lock_src = x.join("lockfiles").join(&m.recipe);
+    let mut lock_entry = None;
+    match lock::load(&lock_src, &recipe) {
+        Ok(Some(_)) => {
+            let e = lock::auto_entry(&store, &recipe);
+            let _lock = e.lock()?;
+            if !e.exists() {
+                let copy = staging.path().join("autolock");
+                crate::store::copy_tree(&lock_src, &copy)?;
+                store.persist(&copy, &e)?;
+                added.push(e.label());
+            } else if lock::load(&e.path, &recipe)
+                .ok()
+                .flatten()
+                .is_some_and(|l| {
+                    Some(&l.info.files)
+                        != lock::load(&lock_src, &recipe)
+                            .ok()
+                            .flatten()
+                            .map(|k| k.info.files)
+                            .as_ref()
+                })
+            {
+                notes.push(format!(
+                    "the store already keeps another lock for {} ({}); builds by PIN use that one",
+                    m.recipe,
+                    e.label()
+                ));
+            }
+            lock_entry = Some(e.label());
+        }
+        Ok(None) => notes.push("the bundle carries no lock".into()),
+        Err(e) => notes.push(format!("its lock cannot be used on this host: {e:#}")),
+    }
+    // Goldens: the store keeps a copy (an existing one is kept).
+    let mut goldens = Vec::new();
+    let gsrc = x.join("goldens").join(&m.recipe);
+    if gsrc.is_dir() {
+        let gdst = golden::default_dir(&root, &m.recipe);
+        fs::create_dir_all(&gdst)?;
+        let mut names: Vec<_> = fs::read_dir(&gsrc)?
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        names.sort();
+        for n in names {
+            let dst = gdst.join(&n);
+            let bytes = fs::read(gsrc.join(&n))?;
+            if dst.exists() {
+                if fs::read(&dst)? != bytes {
+                    notes.push(format!(
+                        "kept the golden already at {} (the bundle's differs)",
+                        dst.display()
+                    ));
+                }
+                continue;
+            }
+            crate::store::write_atomic(&dst, &bytes)?;
+            goldens.push(dst);
+        }
+    }
+
     // The recipe and its lock, beside each other as `lock` expects.
     let dest = root.join("imported").join(&m.recipe);
     let new = staging.path().join("imported");
@@ -732,6 +1149,10 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
         x.join("lockfiles").join(&m.recipe),
         new.join("lockfiles").join(&m.recipe),
     )?;
+    if gsrc.is_dir() {
+        fs::create_dir_all(new.join("goldens"))?;
+        fs::rename(&gsrc, new.join("goldens").join(&m.recipe))?;
+    }
     fs::create_dir_all(root.join("imported"))?;
     if dest.exists() {
         let aside = staging.path().join("old");
@@ -745,6 +1166,11 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
         present,
         recipe_file: dest.join("recipes").join(format!("{}.yaml", m.recipe)),
         lockfiles: dest.join("lockfiles").join(&m.recipe),
+        platform: m.platform.clone(),
+        uv: uv_installed,
+        lock_entry,
+        goldens,
+        notes,
     };
     if json {
         return print_json(&report);
@@ -755,10 +1181,22 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
         report.added.len(),
         report.present.len()
     );
+    if let Some(uv) = &report.uv {
+        println!("uv       {}", uv.display());
+    }
+    for g in &report.goldens {
+        println!("golden   {}", g.display());
+    }
+    for n in &report.notes {
+        println!("note     {n}");
+    }
     println!(
         "build it offline with: oracle-build build {} --offline --store {}",
         report.recipe_file.display(),
         root.display()
+    );
+    println!(
+        "  (or by its usual PIN: the same recipe file anywhere, its name when the recipe is in ./recipes/, $ORACLE_BUILD_RECIPES or built in)"
     );
     Ok(())
 }

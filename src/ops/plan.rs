@@ -14,15 +14,26 @@ use crate::store::Store;
 
 const GIB: u64 = 1 << 30;
 
-/// Computes the plan for `pin` against the store at `store_arg`.
+/// Computes the plan for `pin` against the store at `store_arg`; `offline`:
+/// the plan of `build --offline` (no reachability check of the repository,
+/// and what an offline build would miss counts as a problem).
 ///
 /// Errors (exit 2): the PIN or the store root is bad.
-pub fn plan(pin_arg: &str, store_arg: Option<&Path>, lockfiles: Option<&Path>) -> Result<Plan> {
+pub fn plan(
+    pin_arg: &str,
+    store_arg: Option<&Path>,
+    lockfiles: Option<&Path>,
+    offline: bool,
+) -> Result<Plan> {
     let lr = pin::resolve(pin_arg)?;
     let root = Store::default_root(store_arg)?;
     let store = Store::at(&root)?;
     let lock_dir = pipeline::lock_dir(&lr, lockfiles);
-    Ok(pipeline::plan(&lr, &store, &root, &lock_dir))
+    let mut p = pipeline::plan(&lr, &store, &root, &lock_dir, offline);
+    if offline {
+        p.problems.extend(p.offline_missing.iter().cloned());
+    }
+    Ok(p)
 }
 
 /// `plan`: prints the plan (text or `--json`). Always exits 0 unless the PIN is bad.
@@ -30,9 +41,10 @@ pub fn run(
     pin_arg: &str,
     store_arg: Option<&Path>,
     lockfiles: Option<&Path>,
+    offline: bool,
     json: bool,
 ) -> Result<()> {
-    let p = plan(pin_arg, store_arg, lockfiles)?;
+    let p = plan(pin_arg, store_arg, lockfiles, offline)?;
     if json {
         return print_json(&p);
     }

@@ -100,7 +100,11 @@ fn check_args(args: &SmokeArgs, lr: &LoadedRecipe, root: &Path) -> Result<()> {
         )));
     }
     if args.record_golden {
-        let dir = golden::default_dir(root, &lr.recipe.name);
+        // Recorded goldens go to the first directory (beside the recipe).
+        let dir = golden::dirs(root, lr)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| golden::default_dir(root, &lr.recipe.name));
         let store_dir = std::path::absolute(root.join("store")).unwrap_or(root.join("store"));
         for c in cases
             .iter()

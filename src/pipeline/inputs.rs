@@ -86,9 +86,10 @@ pub fn prepare(
             if !entry.exists() {
                 if offline {
                     bail!(
-                        "--offline: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle",
+                        "--offline: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle{}",
                         lock_dir.display(),
-                        r.name
+                        r.name,
+                        imported_note(store, lr)
                     );
                 }
                 let _lock = entry.lock()?;
@@ -188,6 +189,67 @@ pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> O
     Some(prepared)
 }
 
+/// `"; <why>"` when a bundle imported another recipe of this name (see
+/// [`imported_differs`]), else empty.
+fn imported_note(store: &Store, lr: &LoadedRecipe) -> String {
+    imported_differs(store.root(), lr).map_or(String::new(), |why| format!("; {why}"))
+}
+
+/// When the recipe `lr` is not the one a bundle imported under its name
+/// into the store at `root`: a line naming the imported file and every
+/// differing field (dotted paths); `None` when none was imported or it is
+/// the same recipe.
+pub fn imported_differs(root: &Path, lr: &crate::recipe::LoadedRecipe) -> Option<String> {
+    let name = &lr.recipe.name;
+    let file = root
+        .join("imported")
+        .join(name)
+        .join("recipes")
+        .join(format!("{name}.yaml"));
+    let text = std::fs::read_to_string(&file).ok()?;
+    if text == lr.text {
+        return None;
+    }
+    let theirs = crate::recipe::parse(&text, &file.display().to_string()).ok()?;
+    let a = serde_json::to_value(&theirs).ok()?;
+    let b = serde_json::to_value(&lr.recipe).ok()?;
+    let mut fields = Vec::new();
+    diff_fields("", &a, &b, &mut fields);
+    if fields.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "recipe {} differs from the one imported from a bundle ({}) in: {}; build that file, or export this recipe on a box with network",
+        lr.origin,
+        file.display(),
+        fields.join(", ")
+    ))
+}
+
+fn diff_fields(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+    match (a, b) {
+        (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let p = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                let null = serde_json::Value::Null;
+                diff_fields(
+                    &p,
+                    x.get(k).unwrap_or(&null),
+                    y.get(k).unwrap_or(&null),
+                    out,
+                );
+            }
+        }
+        _ if a != b => out.push(prefix.to_string()),
+        _ => {}
+    }
+}
+
 /// One external source as `plan` lists it.
 #[derive(Debug, Serialize)]
 pub struct ExtRow {
@@ -271,9 +333,10 @@ pub fn offline_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Ve
                 }
             }
             _ => problems.push(format!(
-                "--offline: lock stage: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle",
+                "--offline: lock stage: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle{}",
                 lock_dir.display(),
-                r.name
+                r.name,
+                imported_note(store, lr)
             )),
         },
         Err(e) => problems.push(format!("--offline: lock stage: {e:#}")),

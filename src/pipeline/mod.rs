@@ -210,9 +210,10 @@ fn step(stage: &str, state: StepState, detail: impl Into<String>, disk: u64) -> 
 
 /// The plan of building `lr` against `store` (at `root`) with the lock in
 /// `lock_dir`: each stage cached, to do or blocked, the disk it needs, and
-/// every key that can be known without doing work. Writes nothing: no
-/// fetch, no store directory created.
-pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path) -> Plan {
+/// every key that can be known without doing work; `offline`: as for a
+/// `build --offline` (the repository's reachability is not checked). Writes
+/// nothing: no fetch, no store directory created.
+pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offline: bool) -> Plan {
     let r = &lr.recipe;
     let lock = match lock::load(lock_dir, r) {
         Ok(Some(l)) => LockRow {
@@ -234,7 +235,7 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path) -> P
     let found = inputs::discover(store, lr).unwrap_or_default();
     let ext_sources = inputs::ext_rows(store, &found);
     let offline_missing = inputs::offline_problems(store, lr, lock_dir);
-    let findings = preflight::inspect(store, lr, false);
+    let findings = preflight::inspect(store, lr, offline);
     let mut steps = Vec::new();
     let tools = format!(
         "python {}: {}; uv: {}; nvcc: {}",

@@ -67,6 +67,7 @@ pub fn plan(
         "schema": KEY_SCHEMA,
         "stage": "venv",
         "python": {"version": tc.python.version, "implementation": tc.python.implementation, "platform": tc.python.platform},
+        "uv": crate::host::toolchain::uv_version_number(&tc.uv.version),
         "package": r.source.package,
         // The oracle's record and root belong to the recipe of this name.
         "recipe": r.name,

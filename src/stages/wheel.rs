@@ -203,6 +203,7 @@ pub fn plan(
         "toolchain": {
             "python": tc.python.version, "implementation": tc.python.implementation, "platform": tc.python.platform,
             "gcc": tc.gcc.as_ref().map(|t| &t.version), "nvcc": tc.nvcc.as_ref().map(|t| &t.version),
+            "uv": crate::host::toolchain::uv_version_number(&tc.uv.version),
         },
         "build_lock": hermetic.build_lock.as_ref().map(|l| l.lock_sha256.clone()),
     });

@@ -43,6 +43,7 @@ pub mod alias;
 
 pub mod gc;
 pub mod key;
+pub mod wheelname;
 
 use fsutil::sync_dir;
 pub use fsutil::{

@@ -646,3 +646,599 @@ fn without_a_lockfile_the_build_keeps_its_lock_in_the_store_for_offline_rebuilds
         json(&gc)
     );
 }
+
+/// [`cmd`] with every network path closed ([`offline`]).
+fn offline_cmd(cwd: &Path) -> Command {
+    let mut c = cmd(cwd);
+    offline(&mut c);
+    c
+}
+
+/// A fixture repository in `dir`, the recipe `fx` at its head, and a store
+/// path: (repo, commit, recipe, store).
+fn fixture_pin(dir: &Path) -> (PathBuf, String, PathBuf, PathBuf) {
+    let (repo, commit) = fixture_repo(dir);
+    let recipe = write_recipe(dir, "fx", &repo, &commit, SMOKE);
+    (repo, commit, recipe, dir.join("store"))
+}
+
+/// `c` with `build <recipe> --store <store> --json <extra...>`: exit 0, the report.
+fn build(c: &mut Command, recipe: &Path, store: &Path, extra: &[&str]) -> Value {
+    c.args([
+        "build",
+        recipe.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+        "--json",
+    ])
+    .args(extra);
+    report(c)
+}
+
+/// `PATH` without any directory that holds a `uv`.
+fn path_without_uv() -> String {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|d| !d.join("uv").exists())
+        .collect();
+    std::env::join_paths(dirs)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The binary on a box with no network and no uv anywhere: [`offline_cmd`],
+/// PATH without uv, no `ORACLE_BUILD_UV`, no `ORACLE_BUILD_TOOLS`, the
+/// package index unreachable.
+fn bare_offline_cmd(cwd: &Path) -> Command {
+    let mut c = offline_cmd(cwd);
+    c.env("PATH", path_without_uv())
+        .env("UV_INDEX_URL", "http://127.0.0.1:9/")
+        .env_remove("ORACLE_BUILD_UV")
+        .env_remove("ORACLE_BUILD_TOOLS")
+        .env_remove("ORACLE_BUILD_UV_UNPINNED");
+    c
+}
+
+/// Every member of the `.tar.gz` at `path` with its bytes.
+fn members(path: &Path) -> Vec<(String, Vec<u8>)> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).unwrap();
+    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(f));
+    let mut out = Vec::new();
+    for e in ar.entries().unwrap() {
+        let mut e = e.unwrap();
+        let name = e.path().unwrap().to_string_lossy().into_owned();
+        let mut bytes = Vec::new();
+        e.read_to_end(&mut bytes).unwrap();
+        out.push((name, bytes));
+    }
+    out
+}
+
+/// Writes the bundle's `source.bundle` (from `members`) into `dir` and returns its path.
+fn bundle_dir_file(members: &[(String, Vec<u8>)], dir: &Path) -> PathBuf {
+    let path = dir.join("source.bundle");
+    let bytes = &members
+        .iter()
+        .find(|(n, _)| n == "source.bundle")
+        .unwrap()
+        .1;
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// Copies the files under `src` over `dst` (replacing those of the same path).
+fn overlay(src: &Path, dst: &Path) {
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&to).unwrap();
+            overlay(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}
+
+#[test]
+fn export_of_a_cuda_pin_for_another_platform_prepares_everything_without_building() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let kernels = make_repo(
+        &d.join("upstream/kernels"),
+        &[("fixture-ext.txt", "kernels at a commit\n")],
+        None,
+    );
+    let (repo, _) = fixture_repo(d);
+    std::fs::write(
+        repo.join("CMakeLists.txt"),
+        format!(
+            "cmake_minimum_required(VERSION 3.26)\nFetchContent_Declare(\n  kernels\n  GIT_REPOSITORY file://{}\n  GIT_TAG {kernels}\n)\nFetchContent_MakeAvailable(kernels)\n",
+            d.join("upstream/kernels").display()
+        ),
+    )
+    .unwrap();
+    // The CUDA fixture: tests/fixture/cuda over the CPU fixture (nvcc kernel).
+    overlay(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixture/cuda"),
+        &repo,
+    );
+    git(&repo, &["add", "-A"]);
+    git(
+        &repo,
+        &[
+            "commit",
+            "-qm",
+            "the CUDA fixture and a FetchContent source",
+        ],
+    );
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    let yaml = recipe_text("fxcuda", &repo, &commit, SMOKE).replace(
+        "target_device: cpu",
+        "target_device: cuda\n  cuda_arch_list: auto",
+    );
+    let recipe = d.join("fxcuda.yaml");
+    std::fs::write(&recipe, yaml).unwrap();
+    let store = d.join("store");
+    let bundle = d.join("fxcuda.tar.gz");
+
+    // A bad platform is refused before anything is written.
+    let out = run(
+        d,
+        &[
+            "export",
+            recipe.to_str().unwrap(),
+            "-o",
+            bundle.to_str().unwrap(),
+            "--platform",
+            "arm64-linux",
+            "--store",
+            store.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("arm64-linux"), "{}", text(&out));
+    assert!(!store.exists() && !bundle.exists());
+
+    // This box has network, no nvcc and no GPU: export prepares, builds nothing.
+    let out = run(
+        d,
+        &[
+            "export",
+            recipe.to_str().unwrap(),
+            "-o",
+            bundle.to_str().unwrap(),
+            "--platform",
+            "aarch64-manylinux_2_28",
+            "--store",
+            store.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    ok(&out);
+    let report = json(&out);
+    assert_eq!(report["platform"], "aarch64-manylinux_2_28");
+    for b in ["wheels", "venvs"] {
+        assert_eq!(
+            tree(&store.join("store").join(b)).len(),
+            0,
+            "{b}: nothing was built"
+        );
+    }
+
+    let m = members(&bundle);
+    let names: Vec<&str> = m.iter().map(|(n, _)| n.as_str()).collect();
+    let get = |n: &str| {
+        &m.iter()
+            .find(|(k, _)| k == n)
+            .unwrap_or_else(|| panic!("{n} not in {names:?}"))
+            .1
+    };
+    let lock: Value = serde_json::from_slice(get("lockfiles/fxcuda/lock.json")).unwrap();
+    assert_eq!(lock["platform"], "aarch64-manylinux_2_28", "{lock}");
+    assert_eq!(lock["inputs"]["target_device"], "cuda");
+    let build_lock = String::from_utf8(get("lockfiles/fxcuda/pylock.build.toml").clone()).unwrap();
+    assert!(build_lock.contains("name = \"setuptools\""), "{build_lock}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("store/wheels/")),
+        "{names:?}"
+    );
+    // The wheelhouse: every locked artifact, downloaded and named by its sha256.
+    for pkg in build_lock
+        .lines()
+        .filter_map(|l| l.strip_prefix("name = "))
+        .map(|n| n.trim_matches('"').replace('-', "_"))
+    {
+        assert!(
+            names.iter().any(|n| n.starts_with("store/wheelhouse/")
+                && n.rsplit('/')
+                    .next()
+                    .unwrap()
+                    .starts_with(&format!("{pkg}-"))),
+            "{pkg} not in the wheelhouse: {names:?}"
+        );
+    }
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("store/wheelhouse/") && n.contains("/packaging-"))
+    );
+    // The pinned uv for the target platform, hash-named like every artifact.
+    let manifest: Value = serde_json::from_slice(get("oracle-bundle.json")).unwrap();
+    assert_eq!(manifest["platform"], "aarch64-manylinux_2_28");
+    let uv_sha = manifest["uv"]["sha256"].as_str().unwrap();
+    let uv_wheel = names
+        .iter()
+        .find(|n| n.starts_with(&format!("store/wheelhouse/{uv_sha}/")) && n.ends_with(".whl"))
+        .unwrap_or_else(|| panic!("no uv wheel: {names:?}"));
+    assert!(
+        uv_wheel.contains("uv-0.13.9-") && uv_wheel.contains("aarch64"),
+        "{uv_wheel}"
+    );
+    use sha2::Digest;
+    assert_eq!(hex::encode(sha2::Sha256::digest(get(uv_wheel))), uv_sha);
+    // The sources: the commit (the CUDA fixture) with its history, and the
+    // staged FetchContent source.
+    assert!(names.contains(&"source.bundle"));
+    assert!(
+        store
+            .join("store/src")
+            .join(&commit)
+            .join("csrc/cuda_ops.cu")
+            .is_file()
+    );
+    let heads = Command::new("git")
+        .args(["bundle", "list-heads"])
+        .arg(bundle_dir_file(&m, d))
+        .output()
+        .unwrap();
+    let heads = String::from_utf8_lossy(&heads.stdout).into_owned();
+    assert!(
+        heads.contains(&commit) && heads.contains("refs/tags/v0.1.0"),
+        "{heads}"
+    );
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with(&format!("store/ext/kernels-{kernels}-"))
+                && n.ends_with("fixture-ext.txt")),
+        "{names:?}"
+    );
+}
+
+/// Rewrites the bundle `src` into `dst`, renaming the wheelhouse wheel of
+/// `package` to `new_name` (and its artifact.json and the manifest with it,
+/// so that only the name is wrong).
+fn rename_wheel(src: &Path, dst: &Path, package: &str, new_name: &str, new_version: &str) {
+    let script = r#"
+import hashlib, io, json, sys, tarfile
+src, dst, pkg, new, ver = sys.argv[1:6]
+with tarfile.open(src, "r:gz") as t:
+    members = [(m, t.extractfile(m).read() if m.isfile() else None) for m in t.getmembers()]
+entry = None
+for m, data in members:
+    parts = m.name.split("/")
+    if len(parts) == 4 and parts[1] == "wheelhouse" and parts[3].startswith(pkg + "-") and parts[3].endswith(".whl"):
+        entry, old = parts[2], parts[3]
+assert entry, "no wheel of " + pkg
+out = []
+for m, data in members:
+    if m.name == "store/wheelhouse/%s/%s" % (entry, old):
+        m.name = "store/wheelhouse/%s/%s" % (entry, new)
+    elif m.name == "store/wheelhouse/%s/artifact.json" % entry:
+        a = json.loads(data); a["filename"] = new; a["version"] = ver
+        data = json.dumps(a).encode(); m.size = len(data)
+    out.append((m, data))
+man = json.loads(dict((m.name, d) for m, d in out)["oracle-bundle.json"])
+man["files"] = sorted(
+    [{"path": m.name, "size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
+     for m, d in out if m.isfile() and m.name != "oracle-bundle.json"], key=lambda f: f["path"])
+with tarfile.open(dst, "w:gz") as t:
+    for m, d in out:
+        if m.name == "oracle-bundle.json":
+            d = json.dumps(man).encode(); m.size = len(d)
+        t.addfile(m, io.BytesIO(d) if d is not None else None)
+"#;
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            script,
+            src.to_str().unwrap(),
+            dst.to_str().unwrap(),
+            package,
+            new_name,
+            new_version,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn an_imported_bundle_builds_offline_by_its_usual_pin_with_no_uv_anywhere_and_its_golden_gates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, _, recipe, store_a) = fixture_pin(d);
+    // The online box: build, record the golden (beside the recipe, copied
+    // into the store), export for this host.
+    build(&mut cmd(d), &recipe, &store_a, &[]);
+    let out = run(
+        d,
+        &[
+            "smoke",
+            recipe.to_str().unwrap(),
+            "--store",
+            store_a.to_str().unwrap(),
+            "--record-golden",
+            "--json",
+        ],
+    );
+    ok(&out);
+    let beside = d.join("goldens/fx/small.json");
+    assert_eq!(
+        json(&out)["smoke"]["cases"][0]["golden_path"],
+        beside.to_str().unwrap()
+    );
+    assert_eq!(
+        std::fs::read(&beside).unwrap(),
+        std::fs::read(store_a.join("goldens/fx/small.json")).unwrap(),
+        "the store keeps a copy"
+    );
+    let bundle = d.join("fx.tar.gz");
+    let out = run(
+        d,
+        &[
+            "export",
+            recipe.to_str().unwrap(),
+            "-o",
+            bundle.to_str().unwrap(),
+            "--store",
+            store_a.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    ok(&out);
+    assert_eq!(json(&out)["goldens"], serde_json::json!(["small"]));
+    force_remove(&repo);
+
+    // A misnamed wheel, and a wheel whose name disagrees with its metadata:
+    // refused with exit 2, nothing written.
+    let bad = d.join("misnamed.tar.gz");
+    rename_wheel(
+        &bundle,
+        &bad,
+        "packaging",
+        "tinyoracle-latest.whl",
+        "latest",
+    );
+    let store_x = d.join("store-x");
+    let out = bare_offline_cmd(d)
+        .args([
+            "import",
+            bad.to_str().unwrap(),
+            "--store",
+            store_x.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains("\"tinyoracle-latest.whl\" is not a valid wheel file name"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        tree(&store_x).iter().all(|p| p.is_dir()),
+        "{:?}",
+        tree(&store_x)
+    );
+    rename_wheel(
+        &bundle,
+        &bad,
+        "packaging",
+        "packaging-99.0-py3-none-any.whl",
+        "99.0",
+    );
+    let out = bare_offline_cmd(d)
+        .args([
+            "import",
+            bad.to_str().unwrap(),
+            "--store",
+            store_x.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains("METADATA says packaging"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        tree(&store_x).iter().all(|p| p.is_dir()),
+        "{:?}",
+        tree(&store_x)
+    );
+
+    // The offline box: no network, no uv, an empty store.
+    let b = d.join("box-b");
+    let elsewhere = b.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let same = elsewhere.join("fx.yaml");
+    std::fs::copy(&recipe, &same).unwrap();
+    let store_b = b.join("store");
+    let out = bare_offline_cmd(&b)
+        .args([
+            "import",
+            bundle.to_str().unwrap(),
+            "--store",
+            store_b.to_str().unwrap(),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    ok(&out);
+    let imported = json(&out);
+    assert!(
+        imported["uv"]
+            .as_str()
+            .unwrap()
+            .starts_with(store_b.join("tools").to_str().unwrap()),
+        "{imported}"
+    );
+    assert!(
+        store_b.join("goldens/fx/small.json").is_file(),
+        "{imported}"
+    );
+
+    // A recipe that differs from the imported one is told so, naming the field
+    // (before any build: no root of the name exists yet).
+    let other = b.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let changed = other.join("fx.yaml");
+    std::fs::write(
+        &changed,
+        std::fs::read_to_string(&recipe).unwrap() + "pins: {packaging: \"24.0\"}\n",
+    )
+    .unwrap();
+    let out = bare_offline_cmd(&b)
+        .args([
+            "build",
+            changed.to_str().unwrap(),
+            "--store",
+            store_b.to_str().unwrap(),
+            "--offline",
+        ])
+        .output()
+        .unwrap();
+    assert_ne!(code(&out), 0, "{}", text(&out));
+    assert!(
+        text(&out).contains("differs from the one imported")
+            && text(&out).contains("in: pins.packaging"),
+        "{}",
+        text(&out)
+    );
+
+    // (a) the original recipe file, copied anywhere.
+    let a = build(&mut bare_offline_cmd(&b), &same, &store_b, &["--offline"]);
+    assert_eq!(a["verdict"], "gateable", "{a}");
+    let rec = oracle_json(&a);
+    assert_eq!(
+        rec["smoke"]["cases"][0]["golden"], "matched",
+        "{}",
+        rec["smoke"]
+    );
+    assert!(
+        rec["tools"]["uv"]["path"]
+            .as_str()
+            .unwrap()
+            .starts_with(store_b.to_str().unwrap())
+    );
+
+    // (b) the recipe's name, found through ORACLE_BUILD_RECIPES (venv rebuilt).
+    force_remove(Path::new(a["oracle"].as_str().unwrap()));
+    let out = bare_offline_cmd(&b)
+        .env("ORACLE_BUILD_RECIPES", &elsewhere)
+        .args([
+            "build",
+            "fx",
+            "--store",
+            store_b.to_str().unwrap(),
+            "--offline",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    ok(&out);
+    let by_name = json(&out);
+    assert_eq!(by_name["verdict"], "gateable");
+    assert_eq!(identity(&by_name), identity(&a));
+}
+
+#[test]
+fn a_uv_of_another_version_is_used_only_when_asked_for_and_keys_the_build() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, store) = fixture_pin(d);
+    // A uv on PATH that is not the pinned version (it says so and can do nothing else).
+    let other = d.join("other-uv");
+    std::fs::create_dir_all(&other).unwrap();
+    let stub = other.join("uv");
+    std::fs::write(
+        &stub,
+        "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'uv 0.11.15 (x86_64-unknown-linux-gnu)'; exit 0; }\necho 'the unpinned uv was used' >&2; exit 97\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        other.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    // Named explicitly without asking for an unpinned uv: refused before any work.
+    let out = cmd(d)
+        .env("ORACLE_BUILD_UV", &stub)
+        .args([
+            "build",
+            recipe.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_ne!(code(&out), 0, "{}", text(&out));
+    assert!(
+        text(&out).contains("not the pinned uv 0.13.9")
+            && text(&out).contains("ORACLE_BUILD_UV_UNPINNED=1"),
+        "{}",
+        text(&out)
+    );
+
+    // On PATH: skipped; the pinned uv builds, and its version keys wheel and venv.
+    let built = build(cmd(d).env("PATH", &path), &recipe, &store, &[]);
+    let rec = oracle_json(&built);
+    assert!(
+        rec["tools"]["uv"]["version"]
+            .as_str()
+            .unwrap()
+            .starts_with("uv 0.13.9"),
+        "{}",
+        rec["tools"]
+    );
+    assert_eq!(rec["inputs"]["uv"], "0.13.9", "{}", rec["inputs"]);
+    let wheel = read_json(
+        &store
+            .join("store/wheels")
+            .join(rec["wheel_key"].as_str().unwrap())
+            .join("build.json"),
+    );
+    assert_eq!(
+        wheel["inputs"]["toolchain"]["uv"], "0.13.9",
+        "{}",
+        wheel["inputs"]
+    );
+
+    // Asked for explicitly, the other uv is used (and fails here, as it can do nothing).
+    let out = cmd(d)
+        .env("PATH", &path)
+        .env("ORACLE_BUILD_UV_UNPINNED", "1")
+        .args([
+            "build",
+            recipe.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+            "--no-smoke",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(text(&out).contains("uv 0.11.15"), "{}", text(&out));
+}

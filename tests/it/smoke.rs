@@ -207,11 +207,16 @@ fn record_golden_then_smoke_passes_and_a_changed_golden_makes_build_regate() {
     assert_eq!(c, 0, "{rec:#}");
     assert_eq!(rec["smoke"]["cases"][0]["golden"], "recorded");
 
-    // Default location: <store>/goldens/<recipe>/<case>.json, outside the read-only entries.
-    let path = fx.store().join("goldens/fx/small.json");
+    // Default location: goldens/<recipe>/<case>.json beside the recipe (to
+    // be committed), and a copy in <store>/goldens/, outside the read-only entries.
+    let path = fx.dir().join("goldens/fx/small.json");
     assert_eq!(
         rec["smoke"]["cases"][0]["golden_path"],
         path.to_str().unwrap()
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        std::fs::read(fx.store().join("goldens/fx/small.json")).unwrap()
     );
     let g = read_json(&path);
     assert_eq!(ids(&g["prompt_token_ids"]), [2, 3, 4, 5, 6, 7, 8, 9, 2]);
@@ -278,6 +283,7 @@ fn probe_failure_fails_the_gate_with_the_reason_and_records_no_golden() {
     assert_eq!(s["cases"][0]["deterministic"], true);
     assert_ne!(s["cases"][0]["golden"], "recorded");
     assert!(!fx.store().join("goldens/fx/small.json").exists());
+    assert!(!fx.dir().join("goldens/fx/small.json").exists());
     assert_eq!(fx.record()["smoke"]["verdict"], "not-gateable");
 }
 
@@ -591,7 +597,7 @@ fn record_golden_refuses_to_replace_a_disagreeing_golden_without_force() {
     let fx = Built::with_smoke(&smoke("", &[case("small", "model", "")]));
     let (c, rec, _) = fx.smoke(&["--record-golden"]);
     assert_eq!(c, 0, "{rec:#}");
-    let path = fx.store().join("goldens/fx/small.json");
+    let path = fx.dir().join("goldens/fx/small.json");
     let before = std::fs::read(&path).unwrap();
 
     // Recording again from output that matches replaces it quietly.

@@ -30,6 +30,7 @@ use fs_err as fs;
 use serde::{Deserialize, Serialize};
 
 use crate::exit::bad_input;
+use crate::host::platform::Platform;
 use crate::host::uv::pin_lines;
 use crate::progress;
 use crate::recipe::{LoadedRecipe, Recipe};
@@ -98,6 +99,12 @@ pub struct LockInfo {
     pub runtime_requirements: Option<String>,
     /// The uv that resolved it.
     pub uv: String,
+    /// The platform it was resolved for (uv's `--python-platform` value; for
+    /// a lock resolved with this host's interpreter, the host's own, see
+    /// [`Platform::host`]). Absent in locks written before it was recorded:
+    /// those are taken to be for the host that reads them.
+    #[serde(default)]
+    pub platform: Option<String>,
     /// File name -> sha256 of each lock file.
     pub files: BTreeMap<String, String>,
 }
@@ -159,16 +166,87 @@ pub fn auto_entry(store: &Store, r: &Recipe) -> crate::store::Entry {
     store.entry(crate::store::Bucket::Locks, &key)
 }
 
-/// Loads the lock in `dir` for `r`: `Ok(None)` when there is none.
+/// The store entry keeping the lock `export --platform P` resolved for
+/// another box: like [`auto_entry`], keyed by the platform as well, so it
+/// never stands in for this host's own lock.
+pub fn platform_entry(store: &Store, r: &Recipe, platform: &Platform) -> crate::store::Entry {
+    let key = crate::store::key::content_key(&serde_json::json!({
+        "schema": crate::store::key::KEY_SCHEMA, "stage": "autolock", "inputs": LockInputs::of(r),
+        "platform": platform.spelled,
+    }));
+    store.entry(crate::store::Bucket::Locks, &key)
+}
+
+/// The platform recorded in the lock in `dir`: `Ok(None)` when there is no
+/// lock, `Ok(Some(None))` for a lock that records none.
 ///
-/// Errors (exit 2): the lock was made for other inputs (names them), or a
-/// lock file no longer has the sha256 recorded in `lock.json`.
-pub fn load(dir: &Path, r: &Recipe) -> Result<Option<Locked>> {
+/// Errors: `lock.json` does not parse.
+pub fn recorded_platform(dir: &Path) -> Result<Option<Option<String>>> {
     let json = dir.join(LOCK_JSON);
     if !json.is_file() {
         return Ok(None);
     }
     let info: LockInfo = read_json(&json)?;
+    Ok(Some(info.platform))
+}
+
+/// Whether a lock recording `recorded` may be used for `target`:
+/// `None` (this host) accepts an unrecorded platform and any platform the
+/// host runs ([`Platform::runs`]); an explicit target accepts only a lock
+/// made for a platform it runs.
+pub fn platform_fits(recorded: Option<&str>, target: Option<&Platform>) -> Result<(), String> {
+    let host = Platform::host();
+    let (want, label) = match target {
+        Some(t) => (Some(t.clone()), format!("platform {t}")),
+        None => (
+            host.clone(),
+            format!(
+                "this host ({})",
+                host.as_ref().map_or("unknown".into(), |h| h.to_string())
+            ),
+        ),
+    };
+    match (recorded, want) {
+        (None, _) if target.is_none() => Ok(()),
+        (None, _) => Err(format!(
+            "it records no platform (it was resolved for the box that made it), not {label}"
+        )),
+        (Some(p), Some(w)) => match Platform::parse(p) {
+            Ok(lp) if w.runs(&lp) => Ok(()),
+            _ => Err(format!("it was resolved for platform {p}, not for {label}")),
+        },
+        (Some(p), None) => Err(format!(
+            "it was resolved for platform {p}, and this host's platform is unknown"
+        )),
+    }
+}
+
+/// Loads the lock in `dir` for `r`: `Ok(None)` when there is none.
+///
+/// Errors (exit 2): the lock was made for other inputs (names them), or a
+/// lock file no longer has the sha256 recorded in `lock.json`.
+pub fn load(dir: &Path, r: &Recipe) -> Result<Option<Locked>> {
+    load_for(dir, r, None)
+}
+
+/// [`load`] for a build on `target` (`None`: this host).
+///
+/// Errors (exit 2): as [`load`], and a lock made for a platform `target`
+/// does not run ([`platform_fits`]).
+pub fn load_for(dir: &Path, r: &Recipe, target: Option<&Platform>) -> Result<Option<Locked>> {
+    let json = dir.join(LOCK_JSON);
+    if !json.is_file() {
+        return Ok(None);
+    }
+    let info: LockInfo = read_json(&json)?;
+    if let Err(why) = platform_fits(info.platform.as_deref(), target) {
+        return Err(bad_input(format!(
+            "the lock in {} cannot be used here: {why}; lock it for this platform (`oracle-build lock {}`, or `oracle-build export {} --platform <P>` on a box with network)",
+            dir.display(),
+            r.name,
+            r.name
+        )));
+    }
     let want = LockInputs::of(r);
     if info.inputs != want {
         let a = serde_json::to_value(&info.inputs).unwrap_or_default();
@@ -246,15 +324,31 @@ pub fn exclude_newer(lr: &LoadedRecipe, src: &Path) -> Result<Option<String>> {
 ///
 /// Errors: uv cannot resolve (its output is quoted; the log is named).
 pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path) -> Result<Locked> {
+    resolve_for(cx, src, dir, None)
+}
+
+/// [`resolve`] for `platform` (`None`: this host, with the toolchain's
+/// interpreter). For another platform uv resolves with `--python-version
+/// <recipe python> --python-platform <P>` and needs no interpreter of it.
+/// The platform is recorded in `lock.json`.
+///
+/// Errors: as [`resolve`].
+pub fn resolve_for(
+    cx: &Ctx<'_>,
+    src: &Path,
+    dir: &Path,
+    platform: Option<&Platform>,
+) -> Result<Locked> {
     let Ctx { store, lr, tc, uv } = *cx;
     let r = &lr.recipe;
     let cutoff = exclude_newer(lr, src)?;
     progress::stage(
         "lock",
         format!(
-            "resolving {} for Python {} (uploads up to {})",
+            "resolving {} for Python {} on {} (uploads up to {})",
             r.name,
-            tc.python.version,
+            platform.map_or(tc.python.version.clone(), |_| r.python.clone()),
+            platform.map_or("this host".to_string(), |p| p.to_string()),
             cutoff.as_deref().unwrap_or("now: no cut-off")
         ),
     );
@@ -269,11 +363,17 @@ pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path) -> Result<Locked> {
         "--generate-hashes".into(),
         "--no-header".into(),
         "--no-annotate".into(),
-        "--python".into(),
-        tc.python.path.display().to_string(),
-        "--override".into(),
-        overrides.display().to_string(),
     ];
+    match platform {
+        None => common.extend(["--python".into(), tc.python.path.display().to_string()]),
+        Some(p) => common.extend([
+            "--python-version".into(),
+            r.python.clone(),
+            "--python-platform".into(),
+            p.spelled.clone(),
+        ]),
+    }
+    common.extend(["--override".into(), overrides.display().to_string()]);
     if let Some(ts) = &cutoff {
         common.extend(["--exclude-newer".into(), ts.clone()]);
     }
@@ -333,10 +433,11 @@ pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path) -> Result<Locked> {
         build_requirements: build_reqs,
         runtime_requirements: runtime,
         uv: tc.uv.version.clone(),
+        platform: platform.cloned().or_else(Platform::host).map(|p| p.spelled),
         files,
     };
     crate::store::write_json(&dir.join(LOCK_JSON), &info)?;
-    load(dir, r)?.context("the lock just written cannot be read back")
+    load_for(dir, r, platform)?.context("the lock just written cannot be read back")
 }
 
 /// Where the build requirements come from, in the order they are looked for.

@@ -12,10 +12,13 @@
 //!   (`prompts`: texts, or `prompt_token_ids`: id lists) and under which
 //!   engine arguments it was captured (`engine_args` or `engine_config`).
 //!
-//! Where a case's golden lives ([`location`]): the case's `golden:` path,
+//! Where a case's golden lives ([`locate`]): the case's `golden:` path,
 //! relative to the recipe file's directory (for recipes compiled into the
 //! binary: relative to `<store>/goldens/<recipe>/`); without one,
-//! `<store>/goldens/<recipe>/<case>.json`. Goldens are never written inside
+//! `goldens/<recipe>/<case>.json` beside the recipe ([`recipe_dir`]: next to
+//! its `recipes/` and `lockfiles/`, to be committed and reviewed), else the
+//! store's copy `<store>/goldens/<recipe>/<case>.json` (kept by every
+//! recording, and carried by bundles). Goldens are never written inside
 //! `<store>/store/`, whose entries are read-only.
 
 use std::collections::BTreeMap;
@@ -125,6 +128,46 @@ impl Location {
 /// `<root>/goldens/<recipe>`: where goldens of `recipe` live when its cases name none.
 pub fn default_dir(root: &Path, recipe: &str) -> PathBuf {
     root.join("goldens").join(recipe)
+}
+
+/// `goldens/<recipe name>` beside the recipe file, by the rule of lock
+/// directories ([`crate::stages::lock::lock_dir`]): a recipe in
+/// `<repo>/recipes/x.yaml` keeps its goldens in `<repo>/goldens/<name>/`,
+/// one elsewhere in `goldens/<name>/` of its own directory. `None` for the
+/// recipes compiled into the binary (their goldens live in the store).
+pub fn recipe_dir(lr: &LoadedRecipe) -> Option<PathBuf> {
+    let d = lr.dir.as_ref()?;
+    let base = if d.file_name().is_some_and(|n| n == "recipes") {
+        d.parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+    } else {
+        d.clone()
+    };
+    Some(base.join("goldens").join(&lr.recipe.name))
+}
+
+/// The directories the golden of a case without `golden:` is looked up in,
+/// in order: beside the recipe ([`recipe_dir`]) when it has a file, then the
+/// store's copy ([`default_dir`]). Recording writes the first and copies
+/// into the others.
+pub fn dirs(root: &Path, lr: &LoadedRecipe) -> Vec<PathBuf> {
+    recipe_dir(lr)
+        .into_iter()
+        .chain([default_dir(root, &lr.recipe.name)])
+        .collect()
+}
+
+/// [`location`] over several directories: a case's `golden:` path, else the
+/// first of `dirs` holding `<case>.json`, else the first of `dirs`.
+pub fn locate(lr: &LoadedRecipe, dirs: &[PathBuf], case: &Case) -> Location {
+    let first = dirs.first().cloned().unwrap_or_default();
+    if case.golden.is_some() {
+        return location(lr, &first, case);
+    }
+    dirs.iter()
+        .map(|d| location(lr, d, case))
+        .find(|l| l.path.is_file())
+        .unwrap_or_else(|| location(lr, &first, case))
 }
 
 /// Where `case`'s golden is: its `golden:` path (relative to the recipe's

@@ -221,9 +221,10 @@ impl SmokeReport {
 /// How a smoke run is made.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// Where goldens of cases without a `golden:` path live
-    /// (`<store>/goldens/<recipe>`, see [`golden::default_dir`]).
-    pub goldens_dir: PathBuf,
+    /// Where goldens of cases without a `golden:` path are looked up, in
+    /// order (see [`golden::dirs`]); recording writes the first and copies
+    /// into the others.
+    pub goldens_dirs: Vec<PathBuf>,
     /// Run only this case.
     pub only: Option<String>,
     /// `--record-golden`: write each clean case's output as its golden.
@@ -247,13 +248,15 @@ struct Pending {
     golden: golden::Golden,
     /// Where the golden already there disagrees with this run, if it does.
     replaces: Option<GoldenDiff>,
+    /// Where copies go (the store's copy of a golden kept beside the recipe).
+    copies: Vec<PathBuf>,
 }
 
 impl Options {
     /// Compare with goldens (none recorded), every case, goldens of `lr` in `store`.
     pub fn new(store: &Store, lr: &LoadedRecipe) -> Options {
         Options {
-            goldens_dir: golden::default_dir(store.root(), &lr.recipe.name),
+            goldens_dirs: golden::dirs(store.root(), lr),
             only: None,
             record: None,
         }
@@ -263,20 +266,20 @@ impl Options {
 /// The content key of the smoke inputs for the oracle of `lr` in `store`:
 /// see [`smoke_key_in`].
 pub fn smoke_key(store: &Store, lr: &LoadedRecipe) -> String {
-    smoke_key_in(lr, &golden::default_dir(store.root(), &lr.recipe.name))
+    smoke_key_in(lr, &golden::dirs(store.root(), lr))
 }
 
 /// The content key of everything that can change the gate's outcome: the
 /// smoke section (env, runs, probe, timeout, near-tie threshold, logprobs),
 /// every case with its model path expanded, every golden's location and
 /// content (manifest included), and the driver's text.
-pub fn smoke_key_in(lr: &LoadedRecipe, goldens_dir: &Path) -> String {
+pub fn smoke_key_in(lr: &LoadedRecipe, goldens_dirs: &[PathBuf]) -> String {
     let s = &lr.recipe.smoke;
     let cases: Vec<Value> = s
         .cases
         .iter()
         .map(|c| {
-            let loc = golden::location(lr, goldens_dir, c);
+            let loc = golden::locate(lr, goldens_dirs, c);
             json!({
                 "case": c,
                 "model": expand_env(&c.model).unwrap_or_else(|e| format!("unset: {e}")),
@@ -413,7 +416,7 @@ pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, opts: &Options) -> Re
     }
     Ok(SmokeReport {
         // Computed last: recording goldens changes it.
-        key: smoke_key_in(lr, &opts.goldens_dir),
+        key: smoke_key_in(lr, &opts.goldens_dirs),
         verdict: if reasons.is_empty() {
             Verdict::Gateable
         } else {
@@ -575,7 +578,7 @@ fn run_case(
     let recipe = &lr.recipe;
     let mut env = recipe.smoke.env.clone();
     env.extend(case.env.clone());
-    let loc = golden::location(lr, &opts.goldens_dir, case);
+    let loc = golden::locate(lr, &opts.goldens_dirs, case);
     let mut result = CaseResult {
         name: case.name.clone(),
         model: case.model.clone(),
@@ -954,11 +957,26 @@ fn record_golden(
         captured: Some(jiff::Timestamp::now().to_string()),
         host: json!({"boot_id": boot_id(), "gpus": toolchain::gpus()}),
     };
+    // A golden found only in the store's copy is recorded beside the recipe
+    // again; the store keeps a copy of every JSON golden.
+    let file = format!("{}.json", case.name);
+    let path = match (loc.explicit, opts.goldens_dirs.first()) {
+        (false, Some(d)) => d.join(&file),
+        _ => loc.path.clone(),
+    };
+    let copies = opts
+        .goldens_dirs
+        .iter()
+        .map(|d| d.join(&file))
+        .filter(|p| *p != path)
+        .collect();
+    result.golden_path = Some(path.clone());
     Some(Pending {
         case: case.name.clone(),
-        path: loc.path.clone(),
+        path,
         golden,
         replaces,
+        copies,
     })
 }
 
@@ -992,11 +1010,13 @@ fn write_goldens(pending: Vec<Pending>, force: bool, cases: &mut [CaseResult]) -
         )));
     }
     for p in pending {
-        if let Some(dir) = p.path.parent() {
-            fs::create_dir_all(dir)?;
+        for path in std::iter::once(&p.path).chain(&p.copies) {
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir)?;
+            }
+            write_json(path, &p.golden)
+                .with_context(|| format!("recording golden {}", path.display()))?;
         }
-        write_json(&p.path, &p.golden)
-            .with_context(|| format!("recording golden {}", p.path.display()))?;
         progress::stage(
             "smoke",
             format!("case {}: golden recorded in {}", p.case, p.path.display()),
