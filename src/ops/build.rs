@@ -199,6 +199,26 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
         built.push("wheel".to_string());
     }
     if !vplan.entry.exists() {
+        // The runtime set is what the built wheel declares: refuse a lock
+        // that misses or contradicts it before anything is installed.
+        let lock_file = lock_entry
+            .as_ref()
+            .map_or_else(|| lock_dir.clone(), |e| e.path.clone())
+            .join(crate::stages::lock::RUNTIME_LOCK);
+        let locked = vplan
+            .hermetic
+            .runtime_lock
+            .as_ref()
+            .map_or(&[][..], |l| l.packages.as_slice());
+        crate::stages::requires::check_built_wheel(
+            &store,
+            &tc.python.path,
+            &record.wheel_path(&plan.entry.path),
+            locked,
+            &r.pins,
+            &lock_file,
+            &r.name,
+        )?;
         disk::check(store.root(), r, Stage::Venv)?;
     }
     let outcome = venv::ensure(

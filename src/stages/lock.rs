@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::exit::bad_input;
 use crate::progress;
 use crate::recipe::{LoadedRecipe, Recipe};
-use crate::stages::venv::runtime_requirements;
+use crate::stages::requires::{self, RuntimeSource};
 use crate::stages::wheel::{BuildRequirements, build_requirements, commit_time};
 use crate::store::{Store, read_json, sha256_file, write_atomic};
 use crate::uv::pin_lines;
@@ -93,6 +93,10 @@ pub struct LockInfo {
     pub build_requirements: BuildRequirements,
     /// The runtime requirements file of the checkout, if any.
     pub runtime_requirements: Option<String>,
+    /// Where the runtime set came from: the tree's metadata (PEP 517 hook)
+    /// or, where the hook cannot run here, the requirement files.
+    #[serde(default)]
+    pub runtime_source: RuntimeSource,
     /// The uv that resolved it.
     pub uv: String,
     /// File name -> sha256 of each lock file.
@@ -243,7 +247,7 @@ pub fn exclude_newer(lr: &LoadedRecipe, src: &Path) -> Result<Option<String>> {
 ///
 /// Errors: uv cannot resolve (its output is quoted; the log is named).
 pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path) -> Result<Locked> {
-    let Ctx { store, lr, tc, uv } = *cx;
+    let Ctx { store, lr, tc, .. } = *cx;
     let r = &lr.recipe;
     let cutoff = exclude_newer(lr, src)?;
     progress::stage(
@@ -287,33 +291,56 @@ pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path) -> Result<Locked> {
             reqs.iter().map(|l| format!("{l}\n")).collect::<String>(),
         )?,
     }
-    let runtime = runtime_requirements(src, &r.build.target_device);
+    let build_in_text = fs::read_to_string(&build_in)?;
+    fs::create_dir_all(dir)?;
+    let runtime;
     let mut runtime_in = String::new();
-    if let Some(rel) = &runtime {
-        runtime_in.push_str(&format!("-r {}\n", src.join(rel).display()));
+    let runtime_source;
+    {
+        // The build set first: the runtime set is asked of the tree in it.
+        let name = BUILD_LOCK;
+        let asked = if build_in_text.trim().is_empty() {
+            Err(anyhow::anyhow!("the tree declares no build requirements"))
+        } else {
+            compile(cx, &common, work, name, &build_in_text, &log)?;
+            let bytes = fs::read(work.join(name))?;
+            write_atomic(&dir.join(name), &bytes)?;
+            files.insert(name.to_string(), sha256_file(&dir.join(name))?);
+            metadata_runtime(cx, src, work, &dir.join(name), dir)
+        };
+        match asked {
+            Ok(reqs) => {
+                for l in &reqs {
+                    runtime_in.push_str(l);
+                    runtime_in.push('\n');
+                }
+                runtime = None;
+                runtime_source = RuntimeSource::Metadata { requires_dist: reqs };
+            }
+            Err(why) => {
+                let reason = format!("{why:#}")
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                let files = fallback_files(src, &r.build.target_device);
+                for rel in &files {
+                    runtime_in.push_str(&format!("-r {}\n", src.join(rel).display()));
+                }
+                runtime = files.first().cloned();
+                runtime_source = RuntimeSource::Files { files, reason };
+            }
+        }
+        progress::stage("lock", format!("runtime set from {}", runtime_source.describe()));
     }
     runtime_in.push_str(&pin_lines(&r.pins));
-    let sets = [
-        (BUILD_LOCK, fs::read_to_string(&build_in)?),
-        (RUNTIME_LOCK, runtime_in),
-    ];
-    fs::create_dir_all(dir)?;
+    let sets = [(RUNTIME_LOCK, runtime_in)];
     for (name, input) in sets {
         if input.trim().is_empty() {
             continue;
         }
-        let inp = work.join(format!("{name}.in"));
-        fs::write(&inp, &input)?;
-        let out = work.join(name);
-        let mut args = common.clone();
-        args.extend([
-            "-o".into(),
-            out.display().to_string(),
-            inp.display().to_string(),
-        ]);
-        uv.pip_compile(&args, &log)
-            .with_context(|| format!("resolving {name} for {}", r.name))?;
-        let bytes = fs::read(&out)?;
+        compile(cx, &common, work, name, &input, &log)?;
+        let bytes = fs::read(work.join(name))?;
         write_atomic(&dir.join(name), &bytes)?;
         files.insert(name.to_string(), sha256_file(&dir.join(name))?);
     }
@@ -329,9 +356,95 @@ pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path) -> Result<Locked> {
         exclude_newer: cutoff,
         build_requirements: build_reqs,
         runtime_requirements: runtime,
+        runtime_source,
         uv: tc.uv.version.clone(),
         files,
     };
     crate::store::write_json(&dir.join(LOCK_JSON), &info)?;
     load(dir, r)?.context("the lock just written cannot be read back")
+}
+
+/// `uv pip compile` of `input` into `<work>/<name>` with the shared arguments.
+fn compile(
+    cx: &Ctx<'_>,
+    common: &[String],
+    work: &Path,
+    name: &str,
+    input: &str,
+    log: &Path,
+) -> Result<()> {
+    let inp = work.join(format!("{name}.in"));
+    fs::write(&inp, input)?;
+    let mut args = common.to_vec();
+    args.extend([
+        "-o".into(),
+        work.join(name).display().to_string(),
+        inp.display().to_string(),
+    ]);
+    cx.uv
+        .pip_compile(&args, log)
+        .with_context(|| format!("resolving {name} for {}", cx.lr.recipe.name))
+}
+
+/// The requirement files the tree's setup.py reads for `device` when its
+/// metadata cannot be asked: `requirements/<device>.txt`, else (vLLM's
+/// `empty`, which has no file of its own) `requirements/common.txt`.
+pub fn fallback_files(src: &Path, device: &str) -> Vec<String> {
+    [format!("requirements/{device}.txt"), "requirements/common.txt".into()]
+        .into_iter()
+        .find(|rel| src.join(rel).is_file())
+        .into_iter()
+        .collect()
+}
+
+/// The active `Requires-Dist` of the tree at `src`, asked through the PEP 517
+/// hook `prepare_metadata_for_build_wheel` in a venv holding exactly the
+/// locked build set `build_lock` (fetched into the wheelhouse), with the
+/// build's `VLLM_TARGET_DEVICE` and the recipe's `build.env`. Markers are
+/// evaluated for the recipe's Python.
+///
+/// Errors: the build set cannot be installed, the backend has no hook, or
+/// the hook fails (vLLM's cuda metadata needs nvcc): the caller falls back.
+fn metadata_runtime(
+    cx: &Ctx<'_>,
+    src: &Path,
+    work: &Path,
+    build_lock: &Path,
+    lock_dir: &Path,
+) -> Result<Vec<String>> {
+    let Ctx { store, lr, tc, uv } = *cx;
+    let r = &lr.recipe;
+    let packages = parse_pylock(build_lock)?;
+    let entries = crate::wheelhouse::ensure(store, &packages, lock_dir, &tc.python.path, false, None)?;
+    let venv = work.join("meta-venv");
+    let log = work.join("meta.log");
+    uv.venv(&tc.python.path, &venv, false, &log)?;
+    crate::stages::hermetic::LockedInstall {
+        packages,
+        entries,
+        lock_sha256: String::new(),
+    }
+    .install(uv, &venv, work, &[], &[], &log)
+    .context("installing the locked build set to read the metadata")?;
+    let tree = work.join("meta-src");
+    crate::store::copy_tree(src, &tree)?;
+    let mut env: Vec<(String, String)> = vec![(
+        "VLLM_TARGET_DEVICE".into(),
+        r.build.target_device.clone(),
+    )];
+    env.extend(r.build.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let meta = requires::hook_metadata(
+        &venv.join("bin/python"),
+        &tree,
+        &work.join("meta-out"),
+        &env,
+        crate::stages::wheel::SCRUBBED_ENV,
+    )?
+    .context("the build backend has no prepare_metadata_for_build_wheel hook")?;
+    let reqs = requires::requires_dist(&meta, "the tree's METADATA")?;
+    let target = requires::marker_env(&tc.python.path)?;
+    Ok(requires::active(&reqs, &target, &[])
+        .iter()
+        .map(ToString::to_string)
+        .collect())
 }

@@ -5,6 +5,7 @@ pub mod ext;
 pub mod hermetic;
 pub mod identity;
 pub mod lock;
+pub mod requires;
 pub mod smoke;
 pub mod source;
 pub mod venv;
