@@ -1,0 +1,266 @@
+//! vLLM-shaped trees end to end: the runtime set is what the built wheel
+//! declares (for `empty` and `cpu`), a lock that misses a declared
+//! requirement is refused before install, with the real binary, git, uv and
+//! python.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::*;
+use serde_json::Value;
+
+fn ok(out: &Output) {
+    assert_eq!(code(out), 0, "{}", text(out));
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// The binary where any network use fails (proxies and indexes point at a
+/// closed local port).
+fn offline_cmd(cwd: &Path) -> Command {
+    let dead = format!("http://127.0.0.1:{}", closed_port());
+    let mut c = cmd(cwd);
+    for v in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        c.env(v, &dead);
+    }
+    c.env("NO_PROXY", "")
+        .env("no_proxy", "")
+        .env("UV_INDEX_URL", format!("{dead}/simple"))
+        .env("UV_DEFAULT_INDEX", format!("{dead}/simple"))
+        .env("PIP_INDEX_URL", format!("{dead}/simple"));
+    c
+}
+
+/// A fixture recipe `name` for `device`, without smoke cases.
+fn device_recipe(dir: &Path, name: &str, repo: &Path, commit: &str, device: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.yaml"));
+    let text = recipe_text(name, repo, commit, "")
+        .replace("target_device: cpu", &format!("target_device: {device}"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn with_store(c: &mut Command, args: &[&str], store: &Path) -> Output {
+    c.args(args)
+        .args(["--store", store.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap()
+}
+
+/// In the oracle venv: every installed distribution, and the closure of
+/// `fixturellm`'s Requires-Dist (markers evaluated there, extras followed),
+/// both computed by the venv's own importlib.metadata and packaging.
+const CLOSURE_PY: &str = r#"
+import json, importlib.metadata as md
+import packaging, idna, fixturellm
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name as c
+installed = {c(d.metadata["Name"]): d.version for d in md.distributions()}
+seen, todo = set(), [("fixturellm", ())]
+while todo:
+    name, extras = todo.pop()
+    key = (c(name), tuple(sorted(extras)))
+    if key in seen:
+        continue
+    seen.add(key)
+    for line in md.requires(name) or []:
+        r = Requirement(line)
+        envs = [{"extra": x} for x in extras] or [{"extra": ""}]
+        if r.marker is None or any(r.marker.evaluate(e) for e in envs):
+            assert c(r.name) in installed, (line, "not installed")
+            assert r.specifier.contains(installed[c(r.name)], prereleases=True), (line, installed[c(r.name)])
+            todo.append((r.name, tuple(r.extras)))
+print(json.dumps({"installed": sorted(installed), "closure": sorted({n for n, _ in seen}),
+                  "version": md.version("fixturellm"), "imports": [packaging.__name__, idna.__name__]}))
+"#;
+
+fn venv_closure(oracle: &Path) -> Value {
+    let out = Command::new(oracle.join("bin/python"))
+        .args(["-c", CLOSURE_PY])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn locked_names(lock_file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(lock_file).unwrap();
+    let mut names: Vec<String> = text
+        .split("[[packages]]")
+        .skip(1)
+        .filter_map(|p| {
+            let l = p.lines().find(|l| l.starts_with("name = "))?;
+            Some(l.trim_start_matches("name = ").trim_matches('"').to_lowercase())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+fn empty_or_cpu_oracle_is_the_wheels_requires_dist_closure(device: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, commit) = fixture_repo(d);
+    let recipe = device_recipe(d, "fx", &repo, &commit, device);
+    let store = d.join("store-a");
+
+    // `lock` asks the tree (PEP 517 hook in the locked build venv) and says so.
+    let out = with_store(&mut cmd(d), &["lock", recipe.to_str().unwrap()], &store);
+    ok(&out);
+    let lock_dir = d.join("lockfiles/fx");
+    let info = read_json(&lock_dir.join("lock.json"));
+    assert_eq!(info["runtime_source"]["kind"], "metadata", "{info}");
+    assert_eq!(
+        info["runtime_source"]["requires_dist"],
+        serde_json::json!(["packaging", "idna"]),
+        "{info}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("prepare_metadata_for_build_wheel"),
+        "{}",
+        text(&out)
+    );
+
+    let out = with_store(
+        &mut cmd(d),
+        &["build", recipe.to_str().unwrap(), "--no-smoke"],
+        &store,
+    );
+    ok(&out);
+    let first = json(&out);
+    let oracle = PathBuf::from(first["oracle"].as_str().unwrap());
+    let got = venv_closure(&oracle);
+    // Exactly the closure is installed, and exactly the lock plus the wheel.
+    assert_eq!(got["installed"], got["closure"], "{got}");
+    let mut want = locked_names(&lock_dir.join("pylock.runtime.toml"));
+    want.push("fixturellm".into());
+    want.sort();
+    assert_eq!(got["installed"], serde_json::json!(want), "{got}");
+    let version = got["version"].as_str().unwrap();
+    assert_eq!(
+        version.ends_with(".empty"),
+        device == "empty",
+        "vLLM's empty suffix: {version}"
+    );
+    // Every runtime distribution came from the wheelhouse.
+    let rec = read_json(&oracle.join("oracle.json"));
+    let wheelhouse = rec["requires"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r.as_str().unwrap().starts_with("wheelhouse/"))
+        .count();
+    assert_eq!(wheelhouse, want.len() - 1, "{rec}");
+
+    // Export, then an --offline build in a fresh store gives the same venv key.
+    let bundle = d.join("fx.tar.gz");
+    let out = with_store(
+        &mut cmd(d),
+        &[
+            "export",
+            recipe.to_str().unwrap(),
+            "-o",
+            bundle.to_str().unwrap(),
+        ],
+        &store,
+    );
+    ok(&out);
+    let store_b = d.join("store-b");
+    let out = with_store(
+        &mut cmd(d),
+        &["import", bundle.to_str().unwrap()],
+        &store_b,
+    );
+    ok(&out);
+    let recipe_b = PathBuf::from(json(&out)["recipe_file"].as_str().unwrap().to_string());
+    let out = with_store(
+        &mut offline_cmd(d),
+        &[
+            "build",
+            recipe_b.to_str().unwrap(),
+            "--offline",
+            "--no-smoke",
+        ],
+        &store_b,
+    );
+    ok(&out);
+    assert_eq!(json(&out)["key"], first["key"]);
+}
+
+#[test]
+fn an_empty_oracle_installs_exactly_its_wheels_requires_dist_closure() {
+    empty_or_cpu_oracle_is_the_wheels_requires_dist_closure("empty");
+}
+
+#[test]
+fn a_cpu_oracle_installs_exactly_its_wheels_requires_dist_closure() {
+    empty_or_cpu_oracle_is_the_wheels_requires_dist_closure("cpu");
+}
+
+fn sha256(path: &Path) -> String {
+    let out = Command::new("sha256sum").arg(path).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_committed_lock_missing_a_declared_requirement_is_refused_before_install() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, commit) = fixture_repo(d);
+    let recipe = device_recipe(d, "fx", &repo, &commit, "empty");
+    let store = d.join("store");
+    ok(&with_store(
+        &mut cmd(d),
+        &["lock", recipe.to_str().unwrap()],
+        &store,
+    ));
+    // A hand-edited lock: idna dropped, lock.json updated to match.
+    let lock_dir = d.join("lockfiles/fx");
+    let file = lock_dir.join("pylock.runtime.toml");
+    let text_before = std::fs::read_to_string(&file).unwrap();
+    let mut parts: Vec<&str> = text_before.split("[[packages]]").collect();
+    let before = parts.len();
+    parts.retain(|p| !p.contains("name = \"idna\""));
+    assert_eq!(parts.len() + 1, before, "{text_before}");
+    std::fs::write(&file, parts.join("[[packages]]")).unwrap();
+    let json_path = lock_dir.join("lock.json");
+    let mut info = read_json(&json_path);
+    info["files"]["pylock.runtime.toml"] = Value::String(sha256(&file));
+    std::fs::write(&json_path, serde_json::to_string_pretty(&info).unwrap()).unwrap();
+
+    let out = with_store(
+        &mut cmd(d),
+        &["build", recipe.to_str().unwrap(), "--no-smoke"],
+        &store,
+    );
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("  - idna (lock: no such package in the lock)"), "{err}");
+    assert!(err.contains(&file.display().to_string()), "{err}");
+    assert!(err.contains("`oracle-build lock fx`"), "{err}");
+    // Nothing was installed.
+    let venvs = store.join("store/venvs");
+    let n = std::fs::read_dir(&venvs).map_or(0, |r| r.count());
+    assert_eq!(n, 0, "a venv was made in {}", venvs.display());
+}
