@@ -116,7 +116,10 @@ pub fn prepare(
     let mut prepared = installs(&locked, (b, rt));
     prepared.lock_entry = lock_entry;
 
-    let found = ext::discover_in_tree(&src.path)?;
+    let found = ext::discover_in_tree(&src.path, &r.build.target_device)?;
+    if let Some(why) = &found.no_cmake {
+        progress::stage("ext", why.clone());
+    }
     for line in &found.unmapped {
         progress::stage("ext", format!("cannot redirect: {line}"));
     }
@@ -174,7 +177,7 @@ pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> O
     let rt = pick(&locked.runtime)?;
     let mut prepared = installs(&locked, (b, rt));
     prepared.lock_entry = lock_entry;
-    let found = ext::discover_in_tree(src).ok()?;
+    let found = ext::discover_in_tree(src, &lr.recipe.build.target_device).ok()?;
     let mut staged = Vec::new();
     let mut records = Vec::new();
     for s in &found.sources {
@@ -205,6 +208,9 @@ pub struct ExtRow {
     pub entry: String,
     /// Whether that entry exists.
     pub staged: bool,
+    /// The conditions it is declared under that the tool cannot evaluate
+    /// (it is staged anyway), if any.
+    pub condition: Option<String>,
 }
 
 /// The external sources of `commit`, read from the checkout when it exists,
@@ -213,10 +219,10 @@ pub fn discover(store: &Store, lr: &LoadedRecipe) -> Option<Discovery> {
     let r = &lr.recipe;
     let src = source::checkout_entry(store, &r.source.commit);
     if src.exists() {
-        return ext::discover_in_tree(&src.path).ok();
+        return ext::discover_in_tree(&src.path, &r.build.target_device).ok();
     }
     let mirror = source::mirror_entry(store, &r.source.repo);
-    ext::discover_in_mirror(&mirror.path, &r.source.commit).ok()
+    ext::discover_in_mirror(&mirror.path, &r.source.commit, &r.build.target_device).ok()
 }
 
 /// Rows for `plan`.
@@ -234,6 +240,7 @@ pub fn ext_rows(store: &Store, found: &Discovery) -> Vec<ExtRow> {
                 subdir: s.subdir.clone(),
                 entry: e.label(),
                 staged: e.exists(),
+                condition: s.condition.clone(),
             }
         })
         .collect()

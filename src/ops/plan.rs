@@ -53,6 +53,8 @@ pub struct Plan {
     pub ext_sources: Vec<crate::ops::hermetic::ExtRow>,
     /// Downloads the build would make that cannot be redirected to a staged copy.
     pub ext_unmapped: Vec<String>,
+    /// Why no external source is read (a target whose build runs no CMake).
+    pub ext_no_cmake: Option<String>,
     /// What an `--offline` build would miss now (empty: it can run offline).
     pub offline_missing: Vec<String>,
 }
@@ -287,6 +289,7 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path) -> Pl
         lock,
         ext_sources,
         ext_unmapped: found.unmapped,
+        ext_no_cmake: found.no_cmake,
         offline_missing,
     }
 }
@@ -326,6 +329,15 @@ pub fn run(
                 .as_ref()
                 .map_or(String::new(), |s| format!(" (/{s})"))
         );
+        if let Some(c) = &e.condition {
+            println!(
+                "  {:<10} {:<7} staged although declared under a condition not evaluated here: {c}",
+                "", ""
+            );
+        }
+    }
+    if let Some(why) = &p.ext_no_cmake {
+        println!("  {:<10} {:<7} {why}", "ext", "none");
     }
     for u in &p.ext_unmapped {
         println!("  {:<10} {:<7} cannot redirect: {u}", "ext", "report");

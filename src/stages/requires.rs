@@ -474,6 +474,6 @@ Requires-Dist: pytest; extra == \"test\"\n\nRequires-Dist: body-not-a-header\n";
         let meta = |p: &LockedPackage| (p.name == "idna").then(|| idna.to_string());
         let unmet = check(&reqs, &env(), &lock, &BTreeMap::new(), &meta);
         assert_eq!(unmet.len(), 1, "{unmet:?}");
-        assert_eq!(unmet[0].requirement, "idna[all]: codec>=2");
+        assert!(unmet[0].requirement.starts_with("idna[all]: codec>=2"), "{unmet:?}");
     }
 }
