@@ -264,3 +264,87 @@ fn a_committed_lock_missing_a_declared_requirement_is_refused_before_install() {
     let n = std::fs::read_dir(&venvs).map_or(0, |r| r.count());
     assert_eq!(n, 0, "a venv was made in {}", venvs.display());
 }
+
+#[test]
+fn a_fork_only_commit_builds_with_a_warning_and_pinned_commits_survive_gc() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, head) = fixture_repo(d);
+    // A commit only a pull-request ref reaches (its branch is gone).
+    git(&repo, &["checkout", "-qb", "pr"]);
+    std::fs::write(repo.join("PR.md"), "from a fork\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "fork-only"]);
+    let fork = git(&repo, &["rev-parse", "HEAD"]);
+    git(&repo, &["update-ref", "refs/pull/7/head", &fork]);
+    git(&repo, &["checkout", "-q", "--detach", &head]);
+    git(&repo, &["branch", "-qD", "pr"]);
+    let store = d.join("store");
+
+    let recipe = device_recipe(d, "fork", &repo, &fork, "empty");
+    let out = with_store(
+        &mut cmd(d),
+        &["build", recipe.to_str().unwrap(), "--no-smoke"],
+        &store,
+    );
+    ok(&out);
+    let report = json(&out);
+    let warned = |v: &Value| {
+        v.as_array().unwrap().iter().any(|w| {
+            let w = w.as_str().unwrap();
+            w.contains(&fork) && w.contains("refs/pull/7/head") && w.contains("fork-only")
+        })
+    };
+    assert!(warned(&report["warnings"]), "{report}");
+    let oracle = PathBuf::from(report["oracle"].as_str().unwrap());
+    let rec = read_json(&oracle.join("oracle.json"));
+    assert!(warned(&rec["warnings"]), "{rec}");
+    // Plain text on stdout too, and `verify` shows it.
+    let out = cmd(d)
+        .args(["build", recipe.to_str().unwrap(), "--no-smoke", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    ok(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("warning") && stdout.contains("refs/pull/7/head"), "{stdout}");
+    let out = cmd(d)
+        .args(["verify", recipe.to_str().unwrap(), "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    ok(&out);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("refs/pull/7/head"),
+        "{}",
+        text(&out)
+    );
+
+    // A second pin, on a branch, in the same mirror.
+    let main = device_recipe(d, "main", &repo, &head, "empty");
+    let out = with_store(&mut cmd(d), &["fetch", main.to_str().unwrap()], &store);
+    ok(&out);
+
+    // The pull-request ref goes away; gc prunes everything unreferenced.
+    let mirrors: Vec<PathBuf> = std::fs::read_dir(store.join("store/git"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(mirrors.len(), 1, "{mirrors:?}");
+    let m = &mirrors[0];
+    let pins = git(m, &["for-each-ref", "--format=%(refname)", "refs/oracle-build/pins/"]);
+    assert!(pins.contains(&format!("refs/oracle-build/pins/{fork}")), "{pins}");
+    assert!(pins.contains(&format!("refs/oracle-build/pins/{head}")), "{pins}");
+    make_writable_tree(m);
+    git(m, &["update-ref", "-d", "refs/pull/7/head"]);
+    git(m, &["reflog", "expire", "--expire=now", "--all"]);
+    git(m, &["gc", "--prune=now", "--quiet"]);
+    for c in [&fork, &head] {
+        git(m, &["cat-file", "-e", &format!("{c}^{{commit}}")]);
+    }
+}
+
+/// Mirrors are updated in place, but make sure git may write everywhere.
+fn make_writable_tree(dir: &Path) {
+    let _ = Command::new("chmod").args(["-R", "u+w"]).arg(dir).status();
+}

@@ -170,6 +170,10 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
     }
     let mirror = source::ensure_mirror(&store, &r.source.repo, &r.source.commit, opts.offline)?;
     let (src, src_built) = source::ensure_checkout(&store, &mirror, &r.source.commit)?;
+    let fork_warning = source::fork_only_warning(&mirror.path, &r.source.repo, &r.source.commit);
+    if let Some(w) = &fork_warning {
+        progress::stage("source", format!("warning: {w}"));
+    }
     if src_built {
         built.push("source".to_string());
     }
@@ -188,7 +192,10 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
     let (mut record, mut wheel_built) = wheel::ensure(&cx, &plan, &src, &requires)?;
 
     let vplan = venv::plan(&store, &lr, &tc, &record, &src.path);
-    let vplan = crate::stages::hermetic::apply_venv(&store, vplan, hermetic.venv);
+    let mut vplan = crate::stages::hermetic::apply_venv(&store, vplan, hermetic.venv);
+    if let Some(w) = &fork_warning {
+        vplan.source_warnings.push(w.clone());
+    }
     temp.add(&store, &vplan.entry)?;
     // The wheel is about to be installed: a damaged one is rebuilt, as a
     // damaged venv is (the build is reproducible, so the key stays valid).

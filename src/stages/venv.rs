@@ -145,6 +145,8 @@ pub struct VenvPlan {
     pub runtime: Option<String>,
     /// The locked runtime set (set by [`crate::stages::hermetic::apply_venv`]).
     pub hermetic: crate::stages::hermetic::VenvHermetic,
+    /// Warnings about the source (a fork-only commit), recorded with the oracle.
+    pub source_warnings: Vec<String>,
 }
 
 /// Computes the venv key for installing `wheel` (built from the checkout at `src`).
@@ -163,6 +165,7 @@ pub fn plan(
         inputs,
         runtime,
         hermetic: Default::default(),
+        source_warnings: Vec::new(),
     }
 }
 
@@ -370,7 +373,7 @@ fn build(
         });
     let mut ident = identity::measure(&venv, &r.source.package, &r.source.commit, mode)?;
     ident.tags_at_commit = crate::stages::source::tags_at(&src.path, &r.source.commit);
-    let mut warnings = Vec::new();
+    let mut warnings = plan.source_warnings.clone();
     if crate::stages::source::nearest_tag(&src.path, &r.source.commit).is_none() {
         let w = format!(
             "no tag is reachable from {} in {} (a shallow or tagless repository): setuptools-scm fell back to {}, which will not match the upstream version string",
