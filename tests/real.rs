@@ -348,3 +348,157 @@ fn a_fork_only_commit_builds_with_a_warning_and_pinned_commits_survive_gc() {
 fn make_writable_tree(dir: &Path) {
     let _ = Command::new("chmod").args(["-R", "u+w"]).arg(dir).status();
 }
+
+/// Writes a PEP 503 simple index under `root/simple` holding one pure wheel
+/// per (name, version), made at test time with the stdlib.
+const MAKE_INDEX_PY: &str = r#"
+import base64, hashlib, os, sys, zipfile
+root = sys.argv[1]
+pkgs = {}
+for spec in sys.argv[2:]:
+    name, version = spec.split("==")
+    d = os.path.join(root, "simple", name)
+    os.makedirs(d, exist_ok=True)
+    fn = "%s-%s-py3-none-any.whl" % (name, version)
+    di = "%s-%s.dist-info" % (name, version)
+    files = {name + "/__init__.py": "__version__ = %r\n" % version,
+             di + "/METADATA": "Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (name, version),
+             di + "/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    rec = []
+    for p, t in files.items():
+        h = base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b"=").decode()
+        rec.append("%s,sha256=%s,%d" % (p, h, len(t)))
+    files[di + "/RECORD"] = "\n".join(rec + [di + "/RECORD,,"]) + "\n"
+    with zipfile.ZipFile(os.path.join(d, fn), "w") as z:
+        for p, t in files.items():
+            z.writestr(zipfile.ZipInfo(p, (2020, 1, 1, 0, 0, 0)), t)
+    sha = hashlib.sha256(open(os.path.join(d, fn), "rb").read()).hexdigest()
+    pkgs.setdefault(name, []).append('<a href="%s#sha256=%s">%s</a>' % (fn, sha, fn))
+for name, links in pkgs.items():
+    with open(os.path.join(root, "simple", name, "index.html"), "w") as f:
+        f.write("<html><body>%s</body></html>\n" % "".join(links))
+with open(os.path.join(root, "simple", "index.html"), "w") as f:
+    f.write("<html><body>%s</body></html>\n" % "".join('<a href="%s/">%s</a>' % (n, n) for n in pkgs))
+"#;
+
+/// `python3 -m http.server --bind 127.0.0.1` serving a directory, stopped
+/// (by its pid) when dropped.
+struct Server {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Server {
+    fn start(dir: &Path) -> Server {
+        let port = closed_port();
+        let child = Command::new("python3")
+            .args(["-m", "http.server", "--bind", "127.0.0.1", &port.to_string()])
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Ready once it accepts a connection.
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Server {
+            child,
+            url: format!("http://127.0.0.1:{port}/simple"),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+fn make_index(root: &Path, specs: &[&str]) {
+    let out = Command::new("python3")
+        .args(["-c", MAKE_INDEX_PY])
+        .arg(root)
+        .args(specs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// The `[[packages]]` block of `name` in a pylock file: (version, urls).
+fn locked(lock: &str, name: &str) -> (String, Vec<String>) {
+    let block = lock
+        .split("[[packages]]")
+        .find(|b| b.lines().any(|l| l == format!("name = \"{name}\"")))
+        .unwrap_or_else(|| panic!("{name} not locked:\n{lock}"));
+    let version = block
+        .lines()
+        .find_map(|l| l.strip_prefix("version = "))
+        .unwrap()
+        .trim_matches('"')
+        .to_string();
+    let urls = block
+        .split("url = \"")
+        .skip(1)
+        .map(|u| u.split('"').next().unwrap().to_string())
+        .collect();
+    (version, urls)
+}
+
+#[test]
+fn each_package_comes_from_the_index_meant_for_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    // The first index: a torch-like `a`, and an old `fxcommon`.
+    make_index(&d.join("one"), &["a==1.0", "fxcommon==1.0"]);
+    // The second: the `fxcommon` the tree should get, and a decoy `a`.
+    make_index(&d.join("two"), &["fxcommon==2.0", "a==9.0"]);
+    let one = Server::start(&d.join("one"));
+    let two = Server::start(&d.join("two"));
+
+    let (repo, _) = fixture_repo(d);
+    let common = repo.join("requirements/common.txt");
+    let mut reqs = std::fs::read_to_string(&common).unwrap();
+    reqs.push_str("a\nfxcommon\n");
+    std::fs::write(&common, reqs).unwrap();
+    git(&repo, &["commit", "-qam", "needs a and fxcommon"]);
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    // Local files carry no upload time, so no --exclude-newer cut-off here.
+    let extra = format!(
+        "indexes:\n  - name: torchlike\n    url: {}\n    packages: [a]\n  - {}\nlock:\n  exclude_newer: none\n",
+        one.url, two.url
+    );
+    let path = d.join("idx.yaml");
+    std::fs::write(
+        &path,
+        recipe_text("idx", &repo, &commit, &extra).replace("target_device: cpu", "target_device: empty"),
+    )
+    .unwrap();
+    let store = d.join("store");
+    let out = with_store(&mut cmd(d), &["lock", path.to_str().unwrap()], &store);
+    ok(&out);
+    let lock = std::fs::read_to_string(d.join("lockfiles/idx/pylock.runtime.toml")).unwrap();
+    let (va, ua) = locked(&lock, "a");
+    assert_eq!(va, "1.0", "{lock}");
+    assert!(ua.iter().all(|u| u.starts_with(&one.url)), "{ua:?}");
+    let (vb, ub) = locked(&lock, "fxcommon");
+    assert_eq!(vb, "2.0", "{lock}");
+    assert!(ub.iter().all(|u| u.starts_with(&two.url)), "{ub:?}");
+    let (_, ui) = locked(&lock, "idna");
+    assert!(ui.iter().all(|u| !u.starts_with("http://127.0.0.1")), "{ui:?}");
+    // The lock records each artifact's index.
+    let info = read_json(&d.join("lockfiles/idx/lock.json"));
+    let idx = &info["artifact_index"];
+    assert_eq!(idx["a-1.0-py3-none-any.whl"], "torchlike", "{info}");
+    assert_eq!(idx["fxcommon-2.0-py3-none-any.whl"], two.url.as_str(), "{info}");
+    assert!(
+        idx.as_object()
+            .unwrap()
+            .iter()
+            .any(|(f, i)| f.starts_with("idna-") && i == "default"),
+        "{info}"
+    );
+}

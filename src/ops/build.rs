@@ -146,7 +146,7 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
     }
     let uv = Uv {
         tool: tc.uv.clone(),
-        indexes: r.indexes.clone(),
+        indexes: crate::uv::plain_indexes(&r.indexes),
         offline: opts.offline,
         cache_dir: Some(store.root().join("uv-cache")),
     };

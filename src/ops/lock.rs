@@ -65,7 +65,7 @@ pub fn run(
     };
     let uv = Uv {
         tool: uv_tool,
-        indexes: r.indexes.clone(),
+        indexes: crate::uv::plain_indexes(&r.indexes),
         offline: false,
         cache_dir: Some(store.root().join("uv-cache")),
     };

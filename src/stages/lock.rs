@@ -55,7 +55,7 @@ pub struct LockInputs {
     /// The recipe's pins.
     pub pins: BTreeMap<String, String>,
     /// The recipe's indexes, in order.
-    pub indexes: Vec<String>,
+    pub indexes: Vec<crate::recipe::Index>,
     /// `lock.exclude_newer` as written (`commit` when absent).
     pub exclude_newer: String,
 }
@@ -99,6 +99,10 @@ pub struct LockInfo {
     pub runtime_source: RuntimeSource,
     /// The uv that resolved it.
     pub uv: String,
+    /// Artifact file name -> the index it comes from (an explicit index's
+    /// name, a plain index's URL, or `default`), see [`crate::uv::index_of`].
+    #[serde(default)]
+    pub artifact_index: BTreeMap<String, String>,
     /// File name -> sha256 of each lock file.
     pub files: BTreeMap<String, String>,
 }
@@ -278,6 +282,13 @@ pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path) -> Result<Locked> {
     if let Some(ts) = &cutoff {
         common.extend(["--exclude-newer".into(), ts.clone()]);
     }
+    // Packages of explicit indexes come only from them.
+    if let Some(project) = crate::uv::explicit_project(&r.indexes) {
+        let dir = work.join("explicit-indexes");
+        fs::create_dir_all(&dir)?;
+        fs::write(dir.join("pyproject.toml"), project)?;
+        common.push(dir.join("pyproject.toml").display().to_string());
+    }
     let mut files = BTreeMap::new();
 
     let build_reqs = build_requirements(src, &r.build.target_device)?;
@@ -349,7 +360,18 @@ pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path) -> Result<Locked> {
             fs::remove_file(dir.join(stale))?;
         }
     }
+    let mut artifact_index = BTreeMap::new();
+    for name in files.keys() {
+        for p in parse_pylock(&dir.join(name))? {
+            for a in p.wheels.iter().chain(p.sdist.iter()) {
+                if let Some(url) = &a.url {
+                    artifact_index.insert(a.filename.clone(), crate::uv::index_of(&r.indexes, url));
+                }
+            }
+        }
+    }
     let info = LockInfo {
+        artifact_index,
         schema: 1,
         recipe: r.name.clone(),
         inputs: LockInputs::of(r),
