@@ -502,3 +502,157 @@ fn each_package_comes_from_the_index_meant_for_it() {
         "{info}"
     );
 }
+
+/// A git repository at `dir` with `files`, committed and tagged `v1.0`.
+fn ext_repo(dir: &Path, files: &[(&str, &str)]) {
+    for (rel, text) in files {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    if !dir.join(".git").exists() {
+        git(dir, &["init", "-q"]);
+    }
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-qm", "ext"]);
+    git(dir, &["tag", "v1.0"]);
+}
+
+/// The fixture with the CMake overlay (tests/fixture/cmake), its four
+/// FetchContent sources made as git repositories under `dir/ext`.
+fn cmake_fixture(dir: &Path) -> (PathBuf, String) {
+    let ext = dir.join("ext");
+    ext_repo(&ext.join("fxenv"), &[("fixture-ext.txt", "fxenv v1.0\n")]);
+    ext_repo(&ext.join("fxplain"), &[("fixture-ext.txt", "fxplain v1.0\n")]);
+    ext_repo(
+        &ext.join("fxsub"),
+        &[("python/kernels/fixture-ext.txt", "fxsub v1.0 (subdir)\n")],
+    );
+    ext_repo(&ext.join("inner"), &[("fixture-ext.txt", "inner, a submodule\n")]);
+    let sm = ext.join("fxsm");
+    std::fs::create_dir_all(&sm).unwrap();
+    git(&sm, &["init", "-q"]);
+    let url = format!("file://{}", ext.join("inner").display());
+    git(
+        &sm,
+        &["-c", "protocol.file.allow=always", "submodule", "add", "-q", &url, "third-party/inner"],
+    );
+    ext_repo(&sm, &[("README", "with a submodule\n")]);
+
+    let (repo, _) = fixture_repo(dir);
+    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixture/cmake");
+    let st = Command::new("cp")
+        .arg("-rT")
+        .arg(&overlay)
+        .arg(&repo)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for f in ["CMakeLists.txt", "cmake/external_projects/fxenv.cmake", "cmake/external_projects/fxplain.cmake",
+              "cmake/external_projects/fxsub.cmake", "cmake/external_projects/fxsm.cmake"] {
+        let p = repo.join(f);
+        let t = std::fs::read_to_string(&p).unwrap();
+        std::fs::write(&p, t.replace("@EXT@", &ext.display().to_string())).unwrap();
+    }
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "build with CMake and FetchContent"]);
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    (repo, commit)
+}
+
+fn cmake_sources(oracle: &Path) -> Value {
+    let out = Command::new(oracle.join("bin/python"))
+        .args(["-c", "import json, fixturellm._C, fixturellm._cmake_sources as s; print(json.dumps(s.SOURCES, sort_keys=True))"])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn cmake_fetchcontent_builds_offline_fully_disconnected_and_an_unstaged_source_is_named_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, commit) = cmake_fixture(d);
+    let recipe = device_recipe(d, "fx", &repo, &commit, "cpu");
+    let store = d.join("store");
+    let out = with_store(&mut cmd(d), &["lock", recipe.to_str().unwrap()], &store);
+    ok(&out);
+    let out = with_store(
+        &mut cmd(d),
+        &["build", recipe.to_str().unwrap(), "--no-smoke"],
+        &store,
+    );
+    ok(&out);
+    let first = json(&out);
+    let want = serde_json::json!({
+        "fxenv": "fxenv v1.0", "fxplain": "fxplain v1.0",
+        "fxsm": "inner, a submodule", "fxsub": "fxsub v1.0 (subdir)",
+    });
+    assert_eq!(cmake_sources(Path::new(first["oracle"].as_str().unwrap())), want);
+
+    // Real ninja output: the [n/m] lines parse and count up to m.
+    let wheels: Vec<PathBuf> = std::fs::read_dir(store.join("store/wheels"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let log = std::fs::read_to_string(wheels[0].join("build.log")).unwrap();
+    let steps: Vec<(u64, u64)> = log
+        .lines()
+        .filter_map(oracle_build::progress::parse_ninja)
+        .collect();
+    assert!(!steps.is_empty(), "no ninja status line in:\n{log}");
+    let (n, m) = *steps.last().unwrap();
+    assert_eq!(n, m, "{steps:?}");
+    assert!(steps.iter().all(|&(a, b)| a >= 1 && a <= b && b == m), "{steps:?}");
+
+    // Offline from the store: CMake runs fully disconnected and passes.
+    for b in ["venvs", "wheels"] {
+        for e in std::fs::read_dir(store.join("store").join(b)).unwrap() {
+            force_remove(&e.unwrap().path());
+        }
+    }
+    let out = with_store(
+        &mut offline_cmd(d),
+        &["build", recipe.to_str().unwrap(), "--offline", "--no-smoke"],
+        &store,
+    );
+    ok(&out);
+    let again = json(&out);
+    assert_eq!(again["key"], first["key"]);
+    assert_eq!(cmake_sources(Path::new(again["oracle"].as_str().unwrap())), want);
+    let wheel = std::fs::read_dir(store.join("store/wheels")).unwrap().next().unwrap().unwrap().path();
+    let rec = read_json(&wheel.join("build.json"));
+    let args = rec["env"]["CMAKE_ARGS"].as_str().unwrap();
+    assert!(args.contains("-DFETCHCONTENT_FULLY_DISCONNECTED=ON"), "{args}");
+    assert!(args.contains("-DFETCHCONTENT_SOURCE_DIR_FXPLAIN="), "{args}");
+
+    // A new declaration the tool never staged: refused offline, naming it,
+    // before CMake runs.
+    ext_repo(&d.join("ext/fxextra"), &[("fixture-ext.txt", "extra\n")]);
+    let plain = repo.join("cmake/external_projects/fxplain.cmake");
+    let mut t = std::fs::read_to_string(&plain).unwrap();
+    t.push_str(&format!(
+        "FetchContent_Declare(fxextra GIT_REPOSITORY file://{}/ext/fxextra GIT_TAG v1.0)\nFetchContent_MakeAvailable(fxextra)\n",
+        d.display()
+    ));
+    std::fs::write(&plain, t).unwrap();
+    git(&repo, &["commit", "-qam", "one more source"]);
+    let c2 = git(&repo, &["rev-parse", "HEAD"]);
+    let recipe2 = device_recipe(d, "fx2", &repo, &c2, "cpu");
+    ok(&with_store(&mut cmd(d), &["fetch", recipe2.to_str().unwrap()], &store));
+    let out = with_store(
+        &mut offline_cmd(d),
+        &["build", recipe2.to_str().unwrap(), "--offline", "--no-smoke"],
+        &store,
+    );
+    assert_ne!(code(&out), 0, "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("ext stage: fxextra") && err.contains("is not staged"),
+        "{err}"
+    );
+    assert!(!err.contains("-- Configuring"), "CMake ran: {err}");
+    assert_eq!(std::fs::read_dir(store.join("store/wheels")).unwrap().count(), 1);
+}
