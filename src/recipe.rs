@@ -501,7 +501,10 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
             }
             index_names.push(name.clone());
             if packages.is_empty() {
-                return Err(fail(&field, "an explicit index names the packages it serves (`packages: [...]`)".into()));
+                return Err(fail(
+                    &field,
+                    "an explicit index names the packages it serves (`packages: [...]`)".into(),
+                ));
             }
             for pkg in packages {
                 if pep508_rs::PackageName::new(pkg.clone()).is_err() {

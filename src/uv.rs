@@ -216,7 +216,12 @@ pub fn explicit_project(indexes: &[crate::recipe::Index]) -> Option<String> {
     let mut idx = Vec::new();
     let mut sources = Table::new();
     for i in indexes {
-        if let crate::recipe::Index::Explicit { name, url, packages } = i {
+        if let crate::recipe::Index::Explicit {
+            name,
+            url,
+            packages,
+        } = i
+        {
             let mut t = Table::new();
             t.insert("name".into(), Value::String(name.clone()));
             t.insert("url".into(), Value::String(url.clone()));
@@ -234,7 +239,10 @@ pub fn explicit_project(indexes: &[crate::recipe::Index]) -> Option<String> {
         return None;
     }
     let mut project = Table::new();
-    project.insert("name".into(), Value::String("oracle-build-locked-set".into()));
+    project.insert(
+        "name".into(),
+        Value::String("oracle-build-locked-set".into()),
+    );
     project.insert("version".into(), Value::String("0".into()));
     project.insert("dependencies".into(), Value::Array(deps));
     let mut uv = Table::new();

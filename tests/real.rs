@@ -107,7 +107,11 @@ fn locked_names(lock_file: &Path) -> Vec<String> {
         .skip(1)
         .filter_map(|p| {
             let l = p.lines().find(|l| l.starts_with("name = "))?;
-            Some(l.trim_start_matches("name = ").trim_matches('"').to_lowercase())
+            Some(
+                l.trim_start_matches("name = ")
+                    .trim_matches('"')
+                    .to_lowercase(),
+            )
         })
         .collect();
     names.sort();
@@ -183,11 +187,7 @@ fn empty_or_cpu_oracle_is_the_wheels_requires_dist_closure(device: &str) {
     );
     ok(&out);
     let store_b = d.join("store-b");
-    let out = with_store(
-        &mut cmd(d),
-        &["import", bundle.to_str().unwrap()],
-        &store_b,
-    );
+    let out = with_store(&mut cmd(d), &["import", bundle.to_str().unwrap()], &store_b);
     ok(&out);
     let recipe_b = PathBuf::from(json(&out)["recipe_file"].as_str().unwrap().to_string());
     let out = with_store(
@@ -256,7 +256,10 @@ fn a_committed_lock_missing_a_declared_requirement_is_refused_before_install() {
     );
     assert_eq!(code(&out), 2, "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("  - idna (lock: no such package in the lock)"), "{err}");
+    assert!(
+        err.contains("  - idna (lock: no such package in the lock)"),
+        "{err}"
+    );
     assert!(err.contains(&file.display().to_string()), "{err}");
     assert!(err.contains("`oracle-build lock fx`"), "{err}");
     // Nothing was installed.
@@ -307,7 +310,10 @@ fn a_fork_only_commit_builds_with_a_warning_and_pinned_commits_survive_gc() {
         .unwrap();
     ok(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("warning") && stdout.contains("refs/pull/7/head"), "{stdout}");
+    assert!(
+        stdout.contains("warning") && stdout.contains("refs/pull/7/head"),
+        "{stdout}"
+    );
     let out = cmd(d)
         .args(["verify", recipe.to_str().unwrap(), "--store"])
         .arg(&store)
@@ -332,9 +338,22 @@ fn a_fork_only_commit_builds_with_a_warning_and_pinned_commits_survive_gc() {
         .collect();
     assert_eq!(mirrors.len(), 1, "{mirrors:?}");
     let m = &mirrors[0];
-    let pins = git(m, &["for-each-ref", "--format=%(refname)", "refs/oracle-build/pins/"]);
-    assert!(pins.contains(&format!("refs/oracle-build/pins/{fork}")), "{pins}");
-    assert!(pins.contains(&format!("refs/oracle-build/pins/{head}")), "{pins}");
+    let pins = git(
+        m,
+        &[
+            "for-each-ref",
+            "--format=%(refname)",
+            "refs/oracle-build/pins/",
+        ],
+    );
+    assert!(
+        pins.contains(&format!("refs/oracle-build/pins/{fork}")),
+        "{pins}"
+    );
+    assert!(
+        pins.contains(&format!("refs/oracle-build/pins/{head}")),
+        "{pins}"
+    );
     make_writable_tree(m);
     git(m, &["update-ref", "-d", "refs/pull/7/head"]);
     git(m, &["reflog", "expire", "--expire=now", "--all"]);
@@ -392,7 +411,13 @@ impl Server {
     fn start(dir: &Path) -> Server {
         let port = closed_port();
         let child = Command::new("python3")
-            .args(["-m", "http.server", "--bind", "127.0.0.1", &port.to_string()])
+            .args([
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                &port.to_string(),
+            ])
             .current_dir(dir)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -474,7 +499,8 @@ fn each_package_comes_from_the_index_meant_for_it() {
     let path = d.join("idx.yaml");
     std::fs::write(
         &path,
-        recipe_text("idx", &repo, &commit, &extra).replace("target_device: cpu", "target_device: empty"),
+        recipe_text("idx", &repo, &commit, &extra)
+            .replace("target_device: cpu", "target_device: empty"),
     )
     .unwrap();
     let store = d.join("store");
@@ -488,12 +514,19 @@ fn each_package_comes_from_the_index_meant_for_it() {
     assert_eq!(vb, "2.0", "{lock}");
     assert!(ub.iter().all(|u| u.starts_with(&two.url)), "{ub:?}");
     let (_, ui) = locked(&lock, "idna");
-    assert!(ui.iter().all(|u| !u.starts_with("http://127.0.0.1")), "{ui:?}");
+    assert!(
+        ui.iter().all(|u| !u.starts_with("http://127.0.0.1")),
+        "{ui:?}"
+    );
     // The lock records each artifact's index.
     let info = read_json(&d.join("lockfiles/idx/lock.json"));
     let idx = &info["artifact_index"];
     assert_eq!(idx["a-1.0-py3-none-any.whl"], "torchlike", "{info}");
-    assert_eq!(idx["fxcommon-2.0-py3-none-any.whl"], two.url.as_str(), "{info}");
+    assert_eq!(
+        idx["fxcommon-2.0-py3-none-any.whl"],
+        two.url.as_str(),
+        "{info}"
+    );
     assert!(
         idx.as_object()
             .unwrap()
@@ -523,19 +556,33 @@ fn ext_repo(dir: &Path, files: &[(&str, &str)]) {
 fn cmake_fixture(dir: &Path) -> (PathBuf, String) {
     let ext = dir.join("ext");
     ext_repo(&ext.join("fxenv"), &[("fixture-ext.txt", "fxenv v1.0\n")]);
-    ext_repo(&ext.join("fxplain"), &[("fixture-ext.txt", "fxplain v1.0\n")]);
+    ext_repo(
+        &ext.join("fxplain"),
+        &[("fixture-ext.txt", "fxplain v1.0\n")],
+    );
     ext_repo(
         &ext.join("fxsub"),
         &[("python/kernels/fixture-ext.txt", "fxsub v1.0 (subdir)\n")],
     );
-    ext_repo(&ext.join("inner"), &[("fixture-ext.txt", "inner, a submodule\n")]);
+    ext_repo(
+        &ext.join("inner"),
+        &[("fixture-ext.txt", "inner, a submodule\n")],
+    );
     let sm = ext.join("fxsm");
     std::fs::create_dir_all(&sm).unwrap();
     git(&sm, &["init", "-q"]);
     let url = format!("file://{}", ext.join("inner").display());
     git(
         &sm,
-        &["-c", "protocol.file.allow=always", "submodule", "add", "-q", &url, "third-party/inner"],
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            &url,
+            "third-party/inner",
+        ],
     );
     ext_repo(&sm, &[("README", "with a submodule\n")]);
 
@@ -548,14 +595,22 @@ fn cmake_fixture(dir: &Path) -> (PathBuf, String) {
         .status()
         .unwrap();
     assert!(st.success());
-    for f in ["CMakeLists.txt", "cmake/external_projects/fxenv.cmake", "cmake/external_projects/fxplain.cmake",
-              "cmake/external_projects/fxsub.cmake", "cmake/external_projects/fxsm.cmake"] {
+    for f in [
+        "CMakeLists.txt",
+        "cmake/external_projects/fxenv.cmake",
+        "cmake/external_projects/fxplain.cmake",
+        "cmake/external_projects/fxsub.cmake",
+        "cmake/external_projects/fxsm.cmake",
+    ] {
         let p = repo.join(f);
         let t = std::fs::read_to_string(&p).unwrap();
         std::fs::write(&p, t.replace("@EXT@", &ext.display().to_string())).unwrap();
     }
     git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-qm", "build with CMake and FetchContent"]);
+    git(
+        &repo,
+        &["commit", "-qm", "build with CMake and FetchContent"],
+    );
     let commit = git(&repo, &["rev-parse", "HEAD"]);
     (repo, commit)
 }
@@ -590,7 +645,10 @@ fn cmake_fetchcontent_builds_offline_fully_disconnected_and_an_unstaged_source_i
         "fxenv": "fxenv v1.0", "fxplain": "fxplain v1.0",
         "fxsm": "inner, a submodule", "fxsub": "fxsub v1.0 (subdir)",
     });
-    assert_eq!(cmake_sources(Path::new(first["oracle"].as_str().unwrap())), want);
+    assert_eq!(
+        cmake_sources(Path::new(first["oracle"].as_str().unwrap())),
+        want
+    );
 
     // Real ninja output: the [n/m] lines parse and count up to m.
     let wheels: Vec<PathBuf> = std::fs::read_dir(store.join("store/wheels"))
@@ -605,7 +663,10 @@ fn cmake_fetchcontent_builds_offline_fully_disconnected_and_an_unstaged_source_i
     assert!(!steps.is_empty(), "no ninja status line in:\n{log}");
     let (n, m) = *steps.last().unwrap();
     assert_eq!(n, m, "{steps:?}");
-    assert!(steps.iter().all(|&(a, b)| a >= 1 && a <= b && b == m), "{steps:?}");
+    assert!(
+        steps.iter().all(|&(a, b)| a >= 1 && a <= b && b == m),
+        "{steps:?}"
+    );
 
     // Offline from the store: CMake runs fully disconnected and passes.
     for b in ["venvs", "wheels"] {
@@ -621,12 +682,26 @@ fn cmake_fetchcontent_builds_offline_fully_disconnected_and_an_unstaged_source_i
     ok(&out);
     let again = json(&out);
     assert_eq!(again["key"], first["key"]);
-    assert_eq!(cmake_sources(Path::new(again["oracle"].as_str().unwrap())), want);
-    let wheel = std::fs::read_dir(store.join("store/wheels")).unwrap().next().unwrap().unwrap().path();
+    assert_eq!(
+        cmake_sources(Path::new(again["oracle"].as_str().unwrap())),
+        want
+    );
+    let wheel = std::fs::read_dir(store.join("store/wheels"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
     let rec = read_json(&wheel.join("build.json"));
     let args = rec["env"]["CMAKE_ARGS"].as_str().unwrap();
-    assert!(args.contains("-DFETCHCONTENT_FULLY_DISCONNECTED=ON"), "{args}");
-    assert!(args.contains("-DFETCHCONTENT_SOURCE_DIR_FXPLAIN="), "{args}");
+    assert!(
+        args.contains("-DFETCHCONTENT_FULLY_DISCONNECTED=ON"),
+        "{args}"
+    );
+    assert!(
+        args.contains("-DFETCHCONTENT_SOURCE_DIR_FXPLAIN="),
+        "{args}"
+    );
 
     // A new declaration the tool never staged: refused offline, naming it,
     // before CMake runs.
@@ -641,10 +716,19 @@ fn cmake_fetchcontent_builds_offline_fully_disconnected_and_an_unstaged_source_i
     git(&repo, &["commit", "-qam", "one more source"]);
     let c2 = git(&repo, &["rev-parse", "HEAD"]);
     let recipe2 = device_recipe(d, "fx2", &repo, &c2, "cpu");
-    ok(&with_store(&mut cmd(d), &["fetch", recipe2.to_str().unwrap()], &store));
+    ok(&with_store(
+        &mut cmd(d),
+        &["fetch", recipe2.to_str().unwrap()],
+        &store,
+    ));
     let out = with_store(
         &mut offline_cmd(d),
-        &["build", recipe2.to_str().unwrap(), "--offline", "--no-smoke"],
+        &[
+            "build",
+            recipe2.to_str().unwrap(),
+            "--offline",
+            "--no-smoke",
+        ],
         &store,
     );
     assert_ne!(code(&out), 0, "{}", text(&out));
@@ -654,5 +738,10 @@ fn cmake_fetchcontent_builds_offline_fully_disconnected_and_an_unstaged_source_i
         "{err}"
     );
     assert!(!err.contains("-- Configuring"), "CMake ran: {err}");
-    assert_eq!(std::fs::read_dir(store.join("store/wheels")).unwrap().count(), 1);
+    assert_eq!(
+        std::fs::read_dir(store.join("store/wheels"))
+            .unwrap()
+            .count(),
+        1
+    );
 }

@@ -368,7 +368,10 @@ pub fn verify_venv(
         checks.extend(pf.checks(&id, built));
     }
     let ok = checks.iter().all(|c| c.ok);
-    let warnings = record.as_ref().map(|r| r.warnings.clone()).unwrap_or_default();
+    let warnings = record
+        .as_ref()
+        .map(|r| r.warnings.clone())
+        .unwrap_or_default();
     Ok(Verification {
         warnings,
         venv: venv.to_path_buf(),

@@ -450,6 +450,13 @@ fn eval_condition(args: &[String], known: &BTreeMap<String, String>) -> Truth {
         .fold(Truth::False, Truth::or)
 }
 
+/// A reader of checkout-relative paths.
+type Reader<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Walked files: each file's calls in order, with the conditions each sits
+/// under that could not be evaluated.
+type Walked = Vec<(String, Vec<(Call, Vec<String>)>)>;
+
 /// One open `if()` block while walking a file.
 struct Frame {
     /// Whether the branch being walked is taken.
@@ -466,11 +473,11 @@ struct Frame {
 /// (when a reader is given), branches known not to be taken are skipped, and
 /// a `return()` known to be reached ends the file.
 struct Walk<'a> {
-    read: Option<&'a dyn Fn(&str) -> Option<String>>,
+    read: Option<Reader<'a>>,
     known: BTreeMap<String, String>,
     /// File -> its calls in order, each with the conditions it sits under
     /// that could not be evaluated.
-    out: Vec<(String, Vec<(Call, Vec<String>)>)>,
+    out: Walked,
     notes: Vec<String>,
     visited: Vec<String>,
     module_path: Vec<String>,
@@ -550,7 +557,11 @@ impl Walk<'_> {
             );
             match c.name.as_str() {
                 "return" if act == Truth::True => break,
-                "list" if c.args.len() >= 3 && c.args[0] == "APPEND" && c.args[1] == "CMAKE_MODULE_PATH" => {
+                "list"
+                    if c.args.len() >= 3
+                        && c.args[0] == "APPEND"
+                        && c.args[1] == "CMAKE_MODULE_PATH" =>
+                {
                     for m in &c.args[2..] {
                         if let Some(p) = self.resolve_dir(m, &dir) {
                             self.module_path.push(p);
@@ -581,7 +592,11 @@ impl Walk<'_> {
     fn resolve_dir(&self, arg: &str, dir: &str) -> Option<String> {
         let mut vars = self.known.clone();
         vars.insert("CMAKE_CURRENT_LIST_DIR".into(), format!("/{dir}"));
-        for v in ["CMAKE_SOURCE_DIR", "CMAKE_CURRENT_SOURCE_DIR", "PROJECT_SOURCE_DIR"] {
+        for v in [
+            "CMAKE_SOURCE_DIR",
+            "CMAKE_CURRENT_SOURCE_DIR",
+            "PROJECT_SOURCE_DIR",
+        ] {
             vars.insert(v.into(), "/".into());
         }
         normalize(&expand(arg, &vars)?)
@@ -610,7 +625,8 @@ impl Walk<'_> {
             }
             if let Some(text) = read(&cand) {
                 if depth >= 32 {
-                    self.notes.push(format!("{rel}: include({arg}): nested too deeply"));
+                    self.notes
+                        .push(format!("{rel}: include({arg}): nested too deeply"));
                     return;
                 }
                 self.file(&cand, &text, conds, depth + 1);
@@ -647,7 +663,7 @@ pub fn parse(files: &[(String, String)]) -> Discovery {
 }
 
 /// The sources declared in the walked calls, in the order CMake reads them.
-fn parse_calls(per_file: &[(String, Vec<(Call, Vec<String>)>)]) -> Discovery {
+fn parse_calls(per_file: &Walked) -> Discovery {
     let mut vars: BTreeMap<String, String> = BTreeMap::new();
     let mut env_backed: Vec<String> = Vec::new();
     for (_, cs) in per_file {
@@ -767,8 +783,12 @@ fn parse_calls(per_file: &[(String, Vec<(Call, Vec<String>)>)]) -> Discovery {
                 .filter(|c| !c.contains(src.variable.name()))
                 .collect();
             let src = ExtSource {
-                condition: (!own.is_empty())
-                    .then(|| own.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(" and ")),
+                condition: (!own.is_empty()).then(|| {
+                    own.iter()
+                        .map(|c| c.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" and ")
+                }),
                 ..src
             };
             if let Some(prev) = d
@@ -1210,9 +1230,13 @@ include(cmake/external_projects/missing.cmake)
 
     #[test]
     fn follows_includes_and_evaluates_the_device_conditions_it_can() {
-        let names = |d: &Discovery| -> Vec<String> { d.sources.iter().map(|s| s.name.clone()).collect() };
+        let names =
+            |d: &Discovery| -> Vec<String> { d.sources.iter().map(|s| s.name.clone()).collect() };
         let empty = discover_with(&vllm_tree, "empty");
-        assert!(empty.sources.is_empty() && empty.no_cmake.is_some(), "{empty:?}");
+        assert!(
+            empty.sources.is_empty() && empty.no_cmake.is_some(),
+            "{empty:?}"
+        );
 
         let cpu = discover_with(&vllm_tree, "cpu");
         assert_eq!(names(&cpu), ["oneDNN"], "{cpu:?}");
@@ -1226,14 +1250,22 @@ include(cmake/external_projects/missing.cmake)
         assert_eq!(names(&cuda), ["cutlass", "flashmla"], "{cuda:?}");
         // The override's own branch is not a condition; the GPU language is.
         assert_eq!(cuda.sources[0].condition, None);
-        assert_eq!(cuda.sources[0].variable, Variable::Env("VLLM_CUTLASS_SRC_DIR".into()));
+        assert_eq!(
+            cuda.sources[0].variable,
+            Variable::Env("VLLM_CUTLASS_SRC_DIR".into())
+        );
         assert_eq!(
             cuda.sources[1].condition.as_deref(),
             Some("CMakeLists.txt: if(VLLM_GPU_LANG STREQUAL CUDA)")
         );
-        assert_eq!(cuda.sources[1].file, "cmake/external_projects/flashmla.cmake");
+        assert_eq!(
+            cuda.sources[1].file,
+            "cmake/external_projects/flashmla.cmake"
+        );
         assert!(
-            cuda.unmapped.iter().any(|u| u.contains("missing.cmake") && u.contains("not in the checkout")),
+            cuda.unmapped
+                .iter()
+                .any(|u| u.contains("missing.cmake") && u.contains("not in the checkout")),
             "{:?}",
             cuda.unmapped
         );
@@ -1243,14 +1275,32 @@ include(cmake/external_projects/missing.cmake)
     fn conditions_follow_cmake_precedence() {
         let k = known_vars("cpu");
         let a = |s: &str| -> Vec<String> { s.split(' ').map(String::from).collect() };
-        assert_eq!(eval_condition(&a("VLLM_TARGET_DEVICE STREQUAL cpu"), &k), Truth::True);
-        assert_eq!(eval_condition(&a("NOT VLLM_TARGET_DEVICE STREQUAL cpu"), &k), Truth::False);
         assert_eq!(
-            eval_condition(&a("VLLM_TARGET_DEVICE STREQUAL cuda OR VLLM_TARGET_DEVICE STREQUAL cpu"), &k),
+            eval_condition(&a("VLLM_TARGET_DEVICE STREQUAL cpu"), &k),
             Truth::True
         );
-        assert_eq!(eval_condition(&a("X STREQUAL cpu AND VLLM_TARGET_DEVICE STREQUAL cuda"), &k), Truth::False);
-        assert_eq!(eval_condition(&a("X STREQUAL cpu OR VLLM_TARGET_DEVICE STREQUAL cuda"), &k), Truth::Unknown);
+        assert_eq!(
+            eval_condition(&a("NOT VLLM_TARGET_DEVICE STREQUAL cpu"), &k),
+            Truth::False
+        );
+        assert_eq!(
+            eval_condition(
+                &a("VLLM_TARGET_DEVICE STREQUAL cuda OR VLLM_TARGET_DEVICE STREQUAL cpu"),
+                &k
+            ),
+            Truth::True
+        );
+        assert_eq!(
+            eval_condition(
+                &a("X STREQUAL cpu AND VLLM_TARGET_DEVICE STREQUAL cuda"),
+                &k
+            ),
+            Truth::False
+        );
+        assert_eq!(
+            eval_condition(&a("X STREQUAL cpu OR VLLM_TARGET_DEVICE STREQUAL cuda"), &k),
+            Truth::Unknown
+        );
         assert_eq!(eval_condition(&a("DEFINED ENV{X}"), &k), Truth::Unknown);
     }
 }

@@ -326,7 +326,9 @@ pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path) -> Result<Locked> {
                     runtime_in.push('\n');
                 }
                 runtime = None;
-                runtime_source = RuntimeSource::Metadata { requires_dist: reqs };
+                runtime_source = RuntimeSource::Metadata {
+                    requires_dist: reqs,
+                };
             }
             Err(why) => {
                 let reason = format!("{why:#}")
@@ -342,7 +344,10 @@ pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path) -> Result<Locked> {
                 runtime_source = RuntimeSource::Files { files, reason };
             }
         }
-        progress::stage("lock", format!("runtime set from {}", runtime_source.describe()));
+        progress::stage(
+            "lock",
+            format!("runtime set from {}", runtime_source.describe()),
+        );
     }
     runtime_in.push_str(&pin_lines(&r.pins));
     let sets = [(RUNTIME_LOCK, runtime_in)];
@@ -412,11 +417,14 @@ fn compile(
 /// metadata cannot be asked: `requirements/<device>.txt`, else (vLLM's
 /// `empty`, which has no file of its own) `requirements/common.txt`.
 pub fn fallback_files(src: &Path, device: &str) -> Vec<String> {
-    [format!("requirements/{device}.txt"), "requirements/common.txt".into()]
-        .into_iter()
-        .find(|rel| src.join(rel).is_file())
-        .into_iter()
-        .collect()
+    [
+        format!("requirements/{device}.txt"),
+        "requirements/common.txt".into(),
+    ]
+    .into_iter()
+    .find(|rel| src.join(rel).is_file())
+    .into_iter()
+    .collect()
 }
 
 /// The active `Requires-Dist` of the tree at `src`, asked through the PEP 517
@@ -437,7 +445,8 @@ fn metadata_runtime(
     let Ctx { store, lr, tc, uv } = *cx;
     let r = &lr.recipe;
     let packages = parse_pylock(build_lock)?;
-    let entries = crate::wheelhouse::ensure(store, &packages, lock_dir, &tc.python.path, false, None)?;
+    let entries =
+        crate::wheelhouse::ensure(store, &packages, lock_dir, &tc.python.path, false, None)?;
     let venv = work.join("meta-venv");
     let log = work.join("meta.log");
     uv.venv(&tc.python.path, &venv, false, &log)?;
@@ -450,10 +459,8 @@ fn metadata_runtime(
     .context("installing the locked build set to read the metadata")?;
     let tree = work.join("meta-src");
     crate::store::copy_tree(src, &tree)?;
-    let mut env: Vec<(String, String)> = vec![(
-        "VLLM_TARGET_DEVICE".into(),
-        r.build.target_device.clone(),
-    )];
+    let mut env: Vec<(String, String)> =
+        vec![("VLLM_TARGET_DEVICE".into(), r.build.target_device.clone())];
     env.extend(r.build.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let meta = requires::hook_metadata(
         &venv.join("bin/python"),

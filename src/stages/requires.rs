@@ -207,7 +207,11 @@ pub fn requires_dist(metadata: &str, origin: &str) -> Result<Vec<Requirement>> {
 /// The requirements of `reqs` that apply in `env` with the extras `extras`
 /// requested (PEP 508 marker evaluation; `extra == "x"` is true only for a
 /// requested extra).
-pub fn active(reqs: &[Requirement], env: &MarkerEnvironment, extras: &[ExtraName]) -> Vec<Requirement> {
+pub fn active(
+    reqs: &[Requirement],
+    env: &MarkerEnvironment,
+    extras: &[ExtraName],
+) -> Vec<Requirement> {
     reqs.iter()
         .filter(|r| r.evaluate_markers(env, extras))
         .cloned()
@@ -289,8 +293,10 @@ pub fn check(
         .collect();
     let mut unmet = Vec::new();
     let mut followed: BTreeSet<(PackageName, ExtraName)> = BTreeSet::new();
-    let mut queue: Vec<(Requirement, Option<String>)> =
-        active(reqs, env, &[]).into_iter().map(|r| (r, None)).collect();
+    let mut queue: Vec<(Requirement, Option<String>)> = active(reqs, env, &[])
+        .into_iter()
+        .map(|r| (r, None))
+        .collect();
     while let Some((req, via)) = queue.pop() {
         let shown = match &via {
             Some(v) => format!("{v}: {req}"),
@@ -357,7 +363,10 @@ pub fn check(
 }
 
 fn join_extras(x: &[ExtraName]) -> String {
-    x.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+    x.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Holds the runtime lock `locked` (read from `lock_file`) against the built
@@ -459,7 +468,11 @@ Requires-Dist: pytest; extra == \"test\"\n\nRequires-Dist: body-not-a-header\n";
         assert!(shown[1].starts_with("six==1.17.0"), "{unmet:?}");
         assert_eq!(unmet[1].found, "six 1.16.0");
         // A pin replaces the declared specifier (and must be what is locked).
-        let lock = vec![pkg("packaging", "22.0"), pkg("Six", "1.17.0"), pkg("idna", "3.7")];
+        let lock = vec![
+            pkg("packaging", "22.0"),
+            pkg("Six", "1.17.0"),
+            pkg("idna", "3.7"),
+        ];
         let pins = BTreeMap::from([("packaging".to_string(), "22.0".to_string())]);
         assert!(check(&reqs, &env(), &lock, &pins, &none).is_empty());
         let pins = BTreeMap::from([("packaging".to_string(), "25.0".to_string())]);
@@ -469,11 +482,18 @@ Requires-Dist: pytest; extra == \"test\"\n\nRequires-Dist: body-not-a-header\n";
     #[test]
     fn extras_are_followed_through_the_locked_package_metadata() {
         let reqs = requires_dist(META, "METADATA").unwrap();
-        let lock = vec![pkg("packaging", "24.1"), pkg("six", "1.17.0"), pkg("idna", "3.7")];
+        let lock = vec![
+            pkg("packaging", "24.1"),
+            pkg("six", "1.17.0"),
+            pkg("idna", "3.7"),
+        ];
         let idna = "Name: idna\nRequires-Dist: codec>=2; extra == \"all\"\nRequires-Dist: other; extra == \"x\"\n";
         let meta = |p: &LockedPackage| (p.name == "idna").then(|| idna.to_string());
         let unmet = check(&reqs, &env(), &lock, &BTreeMap::new(), &meta);
         assert_eq!(unmet.len(), 1, "{unmet:?}");
-        assert!(unmet[0].requirement.starts_with("idna[all]: codec>=2"), "{unmet:?}");
+        assert!(
+            unmet[0].requirement.starts_with("idna[all]: codec>=2"),
+            "{unmet:?}"
+        );
     }
 }

@@ -359,7 +359,10 @@ pub fn ensure(
         // redirected to a staged copy (CMake docs, FetchContent).
         let args = env.get("CMAKE_ARGS").cloned().unwrap_or_default();
         let flag = "-DFETCHCONTENT_FULLY_DISCONNECTED=ON";
-        env.insert("CMAKE_ARGS".into(), format!("{args} {flag}").trim().to_string());
+        env.insert(
+            "CMAKE_ARGS".into(),
+            format!("{args} {flag}").trim().to_string(),
+        );
     }
     let scrubbed: Vec<String> = std::env::vars()
         .map(|(k, _)| k)
