@@ -688,6 +688,14 @@ fn parse_calls(per_file: &Walked) -> Discovery {
                 continue;
             }
             if let Some(dir) = kw.get("SOURCE_DIR").and_then(|v| v.first()) {
+                // `SOURCE_DIR $ENV{X}` (vLLM's triton_kernels) reads X directly.
+                if let Some(var) = dir.strip_prefix("$ENV{").and_then(|d| d.strip_suffix('}')) {
+                    overrides.insert(
+                        name.clone(),
+                        (var.to_string(), kw.contains_key("SOURCE_SUBDIR")),
+                    );
+                    continue;
+                }
                 let var = dir.trim_start_matches("${").trim_end_matches('}');
                 if dir.starts_with("${") && env_backed.iter().any(|e| e == var) {
                     overrides.insert(
@@ -1218,7 +1226,7 @@ include(cmake/external_projects/missing.cmake)
                 "include(FetchContent)\nFetchContent_Declare(oneDNN GIT_REPOSITORY https://example.invalid/onednn.git GIT_TAG v3)\n"
             }
             "cmake/external_projects/flashmla.cmake" => {
-                "FetchContent_Declare(flashmla GIT_REPOSITORY https://example.invalid/flashmla.git GIT_TAG abc)\n"
+                "if (DEFINED ENV{FLASH_MLA_SRC_DIR})\n  FetchContent_Declare(flashmla SOURCE_DIR $ENV{FLASH_MLA_SRC_DIR})\nelse()\n  FetchContent_Declare(flashmla GIT_REPOSITORY https://example.invalid/flashmla.git GIT_TAG abc)\nendif()\n"
             }
             "cmake/external_projects/unused.cmake" => {
                 "FetchContent_Declare(unused GIT_REPOSITORY https://example.invalid/u.git GIT_TAG a)\n"
