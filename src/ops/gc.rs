@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 
-use crate::gc;
 use crate::ops::print_json;
-use crate::pin;
-use crate::stages::venv::OracleRecord;
+use crate::recipe::pin;
+use crate::stages::oracle::OracleRecord;
+use crate::store::gc;
 use crate::store::{Bucket, Entry, Store};
 
 /// `gc`: deletes (or lists) unreachable entries and the bytes freed.
@@ -127,6 +127,8 @@ pub fn keep(pin_arg: &str, store_arg: Option<&Path>, keep: bool, json: bool) -> 
                         root.display()
                     )
                 })?;
+            crate::stages::oracle::check_root_owner(&store, &lr)?;
+            crate::stages::oracle::check_owner(&lr, &entry.path)?;
             store.set_root(&r.name, &entry)?;
             KeepOutput {
                 recipe: r.name.clone(),
@@ -136,6 +138,7 @@ pub fn keep(pin_arg: &str, store_arg: Option<&Path>, keep: bool, json: bool) -> 
             }
         }
         Some(store) => {
+            crate::stages::oracle::check_root_owner(&store, &lr)?;
             let link = store.roots_dir().join(&r.name);
             let target = link.canonicalize().ok();
             let removed = store.remove_root(&r.name)?;

@@ -24,8 +24,7 @@ use anyhow::{Context, Result, bail};
 use pep508_rs::{ExtraName, MarkerEnvironment, PackageName, Requirement, VersionOrUrl};
 use serde::{Deserialize, Serialize};
 
-use crate::process::capture;
-use crate::wheelhouse::LockedPackage;
+use crate::host::process::capture;
 
 /// PEP 508's sample code for the marker environment, printed as JSON with
 /// the keys `pep508_rs::MarkerEnvironment` deserializes.
@@ -166,7 +165,7 @@ pub fn hook_metadata(
             "prepare_metadata_for_build_wheel in {} failed ({}):\n{}",
             tree.display(),
             res.status,
-            crate::process::tail(&text, 20)
+            crate::host::process::tail(&text, 20)
         );
     }
     match stdout.split_once("\n----- METADATA -----\n") {
@@ -260,6 +259,16 @@ impl RuntimeSource {
     }
 }
 
+/// One locked package as [`check`] sees it: its name and version (PEP 751
+/// `[[packages]]` `name`, `version`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockedVersion {
+    /// The package name as locked.
+    pub name: String,
+    /// The locked version (PEP 440).
+    pub version: String,
+}
+
 /// A declared requirement the lock does not meet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Unmet {
@@ -279,11 +288,11 @@ pub struct Unmet {
 pub fn check(
     reqs: &[Requirement],
     env: &MarkerEnvironment,
-    locked: &[LockedPackage],
+    locked: &[LockedVersion],
     pins: &BTreeMap<String, String>,
-    metadata_of: &dyn Fn(&LockedPackage) -> Option<String>,
+    metadata_of: &dyn Fn(&LockedVersion) -> Option<String>,
 ) -> Vec<Unmet> {
-    let by_name: BTreeMap<PackageName, &LockedPackage> = locked
+    let by_name: BTreeMap<PackageName, &LockedVersion> = locked
         .iter()
         .filter_map(|p| PackageName::from_str(&p.name).ok().map(|n| (n, p)))
         .collect();
@@ -369,51 +378,6 @@ fn join_extras(x: &[ExtraName]) -> String {
         .join(",")
 }
 
-/// Holds the runtime lock `locked` (read from `lock_file`) against the built
-/// wheel at `wheel` before anything is installed: every `Requires-Dist` of
-/// the wheel that applies to the recipe's Python (`python`) must be met by
-/// a locked version, the recipe's `pins` acting as overrides; extras are
-/// followed through the locked packages' wheels in the wheelhouse of `store`.
-///
-/// Errors (exit 2): a requirement is missing from the lock or contradicted by
-/// it; the message names each one, the lock file and `oracle-build lock <recipe>`.
-#[allow(clippy::too_many_arguments)]
-pub fn check_built_wheel(
-    store: &crate::store::Store,
-    python: &Path,
-    wheel: &Path,
-    locked: &[LockedPackage],
-    pins: &BTreeMap<String, String>,
-    lock_file: &Path,
-    recipe: &str,
-) -> Result<()> {
-    let name = wheel
-        .file_name()
-        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-    let meta = wheel_metadata(python, wheel)?;
-    let reqs = requires_dist(&meta, &name)?;
-    let env = marker_env(python)?;
-    let metadata_of = |p: &LockedPackage| -> Option<String> {
-        let a = p.wheels.first()?;
-        let e = crate::wheelhouse::entry(store, &a.sha256);
-        let f = crate::wheelhouse::file_of(&e).ok()?;
-        wheel_metadata(python, &f).ok()
-    };
-    let unmet = check(&reqs, &env, locked, pins, &metadata_of);
-    if unmet.is_empty() {
-        return Ok(());
-    }
-    let lines: Vec<String> = unmet
-        .iter()
-        .map(|u| format!("  - {} (lock: {})", u.requirement, u.found))
-        .collect();
-    Err(crate::exit::bad_input(format!(
-        "the runtime lock {} does not meet what the built wheel {name} declares (Requires-Dist); nothing was installed:\n{}\nre-lock with `oracle-build lock {recipe}`",
-        lock_file.display(),
-        lines.join("\n")
-    )))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,13 +393,10 @@ mod tests {
         .unwrap()
     }
 
-    fn pkg(name: &str, version: &str) -> LockedPackage {
-        LockedPackage {
+    fn pkg(name: &str, version: &str) -> LockedVersion {
+        LockedVersion {
             name: name.into(),
             version: version.into(),
-            marker: None,
-            wheels: vec![],
-            sdist: None,
         }
     }
 
@@ -459,7 +420,7 @@ Requires-Dist: pytest; extra == \"test\"\n\nRequires-Dist: body-not-a-header\n";
     #[test]
     fn a_missing_or_contradicting_lock_is_named_and_pins_override() {
         let reqs = requires_dist(META, "METADATA").unwrap();
-        let none = |_: &LockedPackage| None;
+        let none = |_: &LockedVersion| None;
         let lock = vec![pkg("packaging", "24.1"), pkg("six", "1.16.0")];
         let unmet = check(&reqs, &env(), &lock, &BTreeMap::new(), &none);
         let shown: Vec<&str> = unmet.iter().map(|u| u.requirement.as_str()).collect();
@@ -488,7 +449,7 @@ Requires-Dist: pytest; extra == \"test\"\n\nRequires-Dist: body-not-a-header\n";
             pkg("idna", "3.7"),
         ];
         let idna = "Name: idna\nRequires-Dist: codec>=2; extra == \"all\"\nRequires-Dist: other; extra == \"x\"\n";
-        let meta = |p: &LockedPackage| (p.name == "idna").then(|| idna.to_string());
+        let meta = |p: &LockedVersion| (p.name == "idna").then(|| idna.to_string());
         let unmet = check(&reqs, &env(), &lock, &BTreeMap::new(), &meta);
         assert_eq!(unmet.len(), 1, "{unmet:?}");
         assert!(

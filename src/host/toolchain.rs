@@ -1,0 +1,371 @@
+//! The toolchain: Python, uv, and the native compilers, found and proven to run.
+//!
+//! Every tool is run once to prove it works (version managers leave shims on
+//! PATH that fail) and its path and version are recorded in `build.json`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use fs_err as fs;
+use serde::{Deserialize, Serialize};
+
+use crate::host::process::capture;
+use crate::progress;
+use crate::store::Store;
+
+/// The uv version provisioned into `<root>/tools/` when none is on PATH.
+pub const UV_VERSION: &str = "0.13.9";
+
+/// A tool that ran: where it is and what version it reported.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Tool {
+    /// Absolute path of the program.
+    pub path: PathBuf,
+    /// The version it reported, e.g. `3.12.1`, `uv 0.13.9`, `12.2.0`.
+    pub version: String,
+}
+
+/// A Python interpreter, identified by running it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Python {
+    /// `sys.executable`, resolved.
+    pub path: PathBuf,
+    /// `platform.python_version()`, e.g. `3.12.1`.
+    pub version: String,
+    /// `sys.implementation.name`, e.g. `cpython`.
+    pub implementation: String,
+    /// `sysconfig.get_platform()`, e.g. `linux-x86_64`.
+    pub platform: String,
+}
+
+const PROBE: &str = "import sys,platform,sysconfig,os;print(os.path.realpath(sys.executable));print(platform.python_version());print(sys.implementation.name);print(sysconfig.get_platform())";
+
+/// Runs `candidate` and reads its identity. Errors: it does not run (a broken shim).
+pub fn probe_python(candidate: &Path) -> Result<Python> {
+    let out = capture(
+        &format!("{} (probe)", candidate.display()),
+        duct::cmd(candidate, ["-I", "-c", PROBE]),
+    )?;
+    let mut lines = out.lines();
+    let mut next = || {
+        lines
+            .next()
+            .map(str::to_string)
+            .context("python printed too little")
+    };
+    Ok(Python {
+        path: PathBuf::from(next()?),
+        version: next()?,
+        implementation: next()?,
+        platform: next()?,
+    })
+}
+
+/// Finds a working Python `minor` (e.g. `"3.12"`): `$ORACLE_BUILD_PYTHON` if
+/// set, else `python3.12`, `python3`, `python` on PATH, else `uv python find`.
+///
+/// Errors: none works; the message lists every candidate tried and why it failed.
+pub fn find_python(minor: &str, uv: Option<&Tool>) -> Result<Python, String> {
+    let mut tried = Vec::new();
+    let matches = |p: &Python| p.version == minor || p.version.starts_with(&format!("{minor}."));
+    if let Some(explicit) = std::env::var_os("ORACLE_BUILD_PYTHON").filter(|v| !v.is_empty()) {
+        let path = PathBuf::from(explicit);
+        return match probe_python(&path) {
+            Ok(p) if matches(&p) => Ok(p),
+            Ok(p) => Err(format!(
+                "ORACLE_BUILD_PYTHON={} is Python {}, not {minor}",
+                path.display(),
+                p.version
+            )),
+            Err(e) => Err(format!(
+                "ORACLE_BUILD_PYTHON={} does not run: {}",
+                path.display(),
+                first_line(&e)
+            )),
+        };
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for name in [format!("python{minor}"), "python3".into(), "python".into()] {
+        for path in which::which_all(&name).into_iter().flatten() {
+            if !seen.insert(path.canonicalize().unwrap_or_else(|_| path.clone())) {
+                continue;
+            }
+            match probe_python(&path) {
+                Ok(p) if matches(&p) => return Ok(p),
+                Ok(p) => tried.push(format!("{} is {}", path.display(), p.version)),
+                Err(e) => tried.push(format!(
+                    "{} does not run ({})",
+                    path.display(),
+                    first_line(&e)
+                )),
+            }
+        }
+    }
+    if let Some(uv) = uv {
+        let found = capture(
+            "uv python find",
+            duct::cmd(&uv.path, ["python", "find", "--no-python-downloads", minor]),
+        );
+        match found {
+            Ok(path) => match probe_python(Path::new(&path)) {
+                Ok(p) if matches(&p) => return Ok(p),
+                Ok(p) => tried.push(format!("uv found {path}, which is {}", p.version)),
+                Err(e) => tried.push(format!(
+                    "uv found {path}, which does not run ({})",
+                    first_line(&e)
+                )),
+            },
+            Err(_) => tried.push("`uv python find` found none".into()),
+        }
+    }
+    Err(format!(
+        "Python {minor} not found (tried: {}); install it (e.g. `uv python install {minor}`), put python{minor} on PATH, or set ORACLE_BUILD_PYTHON",
+        if tried.is_empty() {
+            "nothing on PATH".to_string()
+        } else {
+            tried.join("; ")
+        }
+    ))
+}
+
+/// The first line of a failed command's output (after the `... failed` line).
+fn first_line(e: &anyhow::Error) -> String {
+    let text = format!("{e:#}");
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines
+        .get(1)
+        .or(lines.first())
+        .unwrap_or(&"")
+        .trim()
+        .to_string()
+}
+
+fn probe_tool(path: &Path, args: &[&str]) -> Option<Tool> {
+    let out = capture(&path.display().to_string(), duct::cmd(path, args)).ok()?;
+    Some(Tool {
+        path: path.to_path_buf(),
+        version: out.lines().next().unwrap_or("").trim().to_string(),
+    })
+}
+
+/// Finds uv: `$ORACLE_BUILD_UV`, else `uv` on PATH, else the pinned uv in the
+/// tools directory (`$ORACLE_BUILD_TOOLS` or `<root>/tools`), provisioning it
+/// there with `pip install --target` using `python` when it is missing.
+///
+/// Errors: nothing works and provisioning fails (the message says how to get uv).
+pub fn find_uv(store: &Store, python: Option<&Python>, provision: bool) -> Result<Tool> {
+    if let Some(explicit) = std::env::var_os("ORACLE_BUILD_UV").filter(|v| !v.is_empty()) {
+        let path = PathBuf::from(explicit);
+        return probe_tool(&path, &["--version"])
+            .with_context(|| format!("ORACLE_BUILD_UV={} does not run", path.display()));
+    }
+    for path in which::which_all("uv").into_iter().flatten() {
+        if let Some(tool) = probe_tool(&path, &["--version"]) {
+            return Ok(tool);
+        }
+    }
+    let dir = tools_dir(store).join(format!("uv-{UV_VERSION}"));
+    let bin = dir.join("bin/uv");
+    if let Some(tool) = probe_tool(&bin, &["--version"]) {
+        return Ok(tool);
+    }
+    if !provision {
+        anyhow::bail!(
+            "uv not found on PATH and not yet provisioned in {}",
+            dir.display()
+        );
+    }
+    let python = match python {
+        Some(p) => p.path.clone(),
+        None => which::which("python3")
+            .context("uv is not on PATH and no python3 is available to install it")?,
+    };
+    // The tools directory may be shared by several stores: lock and stage inside it.
+    let tools = dir.parent().context("tools dir")?;
+    fs::create_dir_all(tools)?;
+    let lock = fs::File::create(tools.join(format!(".uv-{UV_VERSION}.lock")))?
+        .into_parts()
+        .0;
+    lock.lock().context("locking the tools directory")?;
+    if let Some(tool) = probe_tool(&bin, &["--version"]) {
+        return Ok(tool);
+    }
+    progress::stage(
+        "toolchain",
+        format!("provisioning uv {UV_VERSION} into {}", dir.display()),
+    );
+    let staging = tempfile::Builder::new()
+        .prefix(".uv-staging.")
+        .tempdir_in(tools)?;
+    let target = staging.path().join("uv");
+    capture(
+        "pip install uv",
+        duct::cmd(
+            &python,
+            [
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-warn-script-location",
+                "--quiet",
+                "--target",
+                &target.display().to_string(),
+                &format!("uv=={UV_VERSION}"),
+            ],
+        ),
+    )
+    .context(
+        "provisioning uv: install it yourself (https://docs.astral.sh/uv/) or set ORACLE_BUILD_UV",
+    )?;
+    fs::rename(&target, &dir)?;
+    probe_tool(&bin, &["--version"])
+        .with_context(|| format!("provisioned uv at {} does not run", bin.display()))
+}
+
+fn tools_dir(store: &Store) -> PathBuf {
+    std::env::var_os("ORACLE_BUILD_TOOLS")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| store.tools_dir(), PathBuf::from)
+}
+
+/// `nvcc`, from `$CUDA_HOME/bin`, PATH, or `/usr/local/cuda/bin`; version is
+/// the `release X.Y` it reports.
+pub fn find_nvcc() -> Option<Tool> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(home) = std::env::var_os("CUDA_HOME") {
+        candidates.push(PathBuf::from(home).join("bin/nvcc"));
+    }
+    candidates.extend(which::which_all("nvcc").into_iter().flatten());
+    candidates.push(PathBuf::from("/usr/local/cuda/bin/nvcc"));
+    candidates.into_iter().find_map(|p| {
+        let out = capture("nvcc --version", duct::cmd(&p, ["--version"])).ok()?;
+        let release = out
+            .lines()
+            .find_map(|l| l.split("release ").nth(1))
+            .map(|r| r.split(',').next().unwrap_or(r).to_string());
+        Some(Tool {
+            path: p,
+            version: release.unwrap_or(out),
+        })
+    })
+}
+
+/// `gcc` on PATH with `-dumpfullversion`.
+pub fn find_gcc() -> Option<Tool> {
+    let path = which::which("gcc").ok()?;
+    probe_tool(&path, &["-dumpfullversion"])
+}
+
+/// The git command line (setuptools-scm calls it to compute versions).
+pub fn find_git() -> Option<Tool> {
+    let path = which::which("git").ok()?;
+    probe_tool(&path, &["--version"])
+}
+
+/// The linked libgit2 version, e.g. `libgit2 1.9.0`.
+pub fn libgit2_version() -> String {
+    let (a, b, c) = git2::Version::get().libgit2_version();
+    format!("libgit2 {a}.{b}.{c}")
+}
+
+/// One GPU as reported by `nvidia-smi`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Gpu {
+    /// e.g. `NVIDIA GB10`.
+    pub name: String,
+    /// Compute capability, e.g. `12.1`.
+    pub compute_cap: String,
+    /// Driver version.
+    pub driver: String,
+    /// Free memory as reported, e.g. `119000 MiB`.
+    pub memory_free: String,
+}
+
+/// The GPUs `nvidia-smi` lists; empty when it is absent or fails.
+pub fn gpus() -> Vec<Gpu> {
+    let Ok(path) = which::which("nvidia-smi") else {
+        return Vec::new();
+    };
+    let Ok(out) = capture(
+        "nvidia-smi",
+        duct::cmd(
+            path,
+            [
+                "--query-gpu=name,compute_cap,driver_version,memory.free",
+                "--format=csv,noheader",
+            ],
+        ),
+    ) else {
+        return Vec::new();
+    };
+    out.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').map(str::trim).collect();
+            (f.len() == 4).then(|| Gpu {
+                name: f[0].into(),
+                compute_cap: f[1].into(),
+                driver: f[2].into(),
+                memory_free: f[3].into(),
+            })
+        })
+        .collect()
+}
+
+/// `TORCH_CUDA_ARCH_LIST` for the given compute capabilities: `9.0` becomes
+/// `9.0a`, `12.1` becomes `12.1a` (arch-specific features from sm_90 on, as
+/// vLLM's CMakeLists.txt builds them), older ones stay as they are. Sorted, unique.
+pub fn arch_list_for(caps: &[String]) -> String {
+    let mut archs: Vec<String> = caps
+        .iter()
+        .map(|c| {
+            let major: u32 = c
+                .split('.')
+                .next()
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(0);
+            if major >= 9 {
+                format!("{c}a")
+            } else {
+                c.clone()
+            }
+        })
+        .collect();
+    archs.sort();
+    archs.dedup();
+    archs.join(";")
+}
+
+/// The number of CPUs, used for `max_jobs: auto`.
+pub fn cpu_count() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn arch_list_marks_arch_specific() {
+        assert_eq!(super::arch_list_for(&["12.1".into()]), "12.1a");
+        assert_eq!(
+            super::arch_list_for(&["9.0".into(), "8.0".into(), "9.0".into()]),
+            "8.0;9.0a"
+        );
+    }
+}
+
+/// Every tool a build used, recorded in `build.json` and `oracle.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Toolchain {
+    /// The recipe's Python.
+    pub python: Python,
+    /// uv (resolver, venvs, installs, build frontend).
+    pub uv: Tool,
+    /// The git command line (setuptools-scm uses it), when present.
+    pub git: Option<Tool>,
+    /// The libgit2 linked into this tool (mirrors and checkouts).
+    pub libgit2: String,
+    /// gcc, when present.
+    pub gcc: Option<Tool>,
+    /// nvcc, when present.
+    pub nvcc: Option<Tool>,
+}

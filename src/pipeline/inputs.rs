@@ -1,0 +1,363 @@
+//! The hermetic inputs of a build, gathered for `build`, `plan` and the
+//! `--offline` preflight: the lock (or one resolved now), its artifacts in
+//! the wheelhouse, the staged external sources and the compiler cache.
+
+use std::path::Path;
+
+use crate::stages::Ctx;
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+
+use crate::progress;
+use crate::recipe::LoadedRecipe;
+use crate::stages::ext::{self, Discovery, ExtSource};
+use crate::stages::lock::pylock::parse_pylock;
+use crate::stages::lock::{self, Locked};
+use crate::stages::requires;
+use crate::stages::source;
+use crate::stages::venv::VenvHermetic;
+use crate::stages::wheel::{CompilerCache, SCRUBBED_ENV, WheelHermetic, is_scrubbed};
+use crate::stages::wheelhouse;
+use crate::stages::wheelhouse::LockedInstall;
+use crate::store::{Entry, Store, TempRoots, read_json};
+
+/// The hermetic inputs of one build.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The store entry of the lock, when it was resolved by a build (no lockfile).
+    pub lock_entry: Option<Entry>,
+    /// For the wheel stage.
+    pub wheel: WheelHermetic,
+    /// For the venv stage.
+    pub venv: VenvHermetic,
+}
+
+fn installs(store: &Store, locked: &Locked, entries: (Vec<Entry>, Vec<Entry>)) -> Prepared {
+    let mk = |packages: &Vec<crate::stages::lock::pylock::LockedPackage>,
+              entries: Vec<Entry>,
+              sha: Option<&String>| {
+        sha.map(|s| LockedInstall {
+            packages: packages.clone(),
+            entries,
+            lock_sha256: s.clone(),
+            links: store.wheelhouse_links_dir(),
+        })
+    };
+    Prepared {
+        lock_entry: None,
+        wheel: WheelHermetic {
+            build_lock: mk(&locked.build, entries.0, locked.build_sha256()),
+            ..Default::default()
+        },
+        venv: VenvHermetic {
+            runtime_lock: mk(&locked.runtime, entries.1, locked.runtime_sha256()),
+        },
+    }
+}
+
+/// The active `Requires-Dist` of the tree at `src`, asked through the PEP 517
+/// hook `prepare_metadata_for_build_wheel` in a venv holding exactly the
+/// locked build set `build_lock` (its artifacts fetched into the wheelhouse),
+/// with the build's `VLLM_TARGET_DEVICE` and the recipe's `build.env`, and
+/// the variables every build scrubs removed. Markers are evaluated for the
+/// recipe's Python. Scratch files go to `work`. This is how
+/// `stages::lock::resolve` asks the tree for its runtime set (vLLM's
+/// `setup.py` computes `install_requires` from `VLLM_TARGET_DEVICE`).
+///
+/// Errors: the build set cannot be installed, the backend has no hook, or
+/// the hook fails (vLLM's cuda metadata needs nvcc): the caller falls back.
+pub fn metadata_runtime(
+    cx: &Ctx<'_>,
+    src: &Path,
+    build_lock: &Path,
+    work: &Path,
+) -> Result<Vec<String>> {
+    let Ctx { store, lr, tc, uv } = *cx;
+    let r = &lr.recipe;
+    let lock_dir = build_lock.parent().unwrap_or(work);
+    let packages = parse_pylock(build_lock)?;
+    let entries = wheelhouse::ensure(store, &packages, lock_dir, &tc.python.path, false, None)?;
+    let venv = work.join("meta-venv");
+    let log = work.join("meta.log");
+    uv.venv(&tc.python.path, &venv, false, &log)?;
+    LockedInstall {
+        packages,
+        entries,
+        lock_sha256: String::new(),
+        links: store.wheelhouse_links_dir(),
+    }
+    .install(uv, &venv, work, &[], &[], &log)
+    .context("installing the locked build set to read the metadata")?;
+    let tree = work.join("meta-src");
+    crate::store::copy_tree(src, &tree)?;
+    let mut env: Vec<(String, String)> =
+        vec![("VLLM_TARGET_DEVICE".into(), r.build.target_device.clone())];
+    env.extend(r.build.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let mut remove: Vec<String> = SCRUBBED_ENV.iter().map(|k| k.to_string()).collect();
+    remove.extend(std::env::vars().map(|(k, _)| k).filter(|k| is_scrubbed(k)));
+    let remove: Vec<&str> = remove.iter().map(String::as_str).collect();
+    let meta = requires::hook_metadata(
+        &venv.join("bin/python"),
+        &tree,
+        &work.join("meta-out"),
+        &env,
+        &remove,
+    )?
+    .context("the build backend has no prepare_metadata_for_build_wheel hook")?;
+    let reqs = requires::requires_dist(&meta, "the tree's METADATA")?;
+    let target = requires::marker_env(&tc.python.path)?;
+    Ok(requires::active(&reqs, &target, &[])
+        .iter()
+        .map(ToString::to_string)
+        .collect())
+}
+
+/// Gathers the hermetic inputs for building `lr` from the checkout `src`:
+/// the lock from `lock_dir` (or, online and without one, a lock resolved
+/// now into staging, the same way `oracle-build lock` would), every locked
+/// artifact in the wheelhouse (downloaded unless `offline`), and every
+/// FetchContent source staged in `store/ext` (fetched unless `offline`).
+/// Every entry used is registered in `temp` first.
+///
+/// Errors: the lock is stale; `offline` and something is missing; a
+/// download, fetch or hash check fails.
+pub fn prepare(
+    cx: &Ctx<'_>,
+    src: &Entry,
+    lock_dir: &Path,
+    offline: bool,
+    temp: &TempRoots,
+) -> Result<Prepared> {
+    let Ctx { store, lr, tc, .. } = *cx;
+    let r = &lr.recipe;
+    let mut lock_entry = None;
+    let locked = match lock::load(lock_dir, r)? {
+        Some(l) => {
+            progress::stage("lock", format!("using {}", lock_dir.display()));
+            l
+        }
+        None => {
+            // No lockfile: the lock a previous build resolved is in the store;
+            // else resolve one now and keep it there, so a rebuild needs
+            // neither the network nor a new resolution.
+            let entry = lock::auto_entry(store, r);
+            temp.add(store, &entry)?;
+            if !entry.exists() {
+                if offline {
+                    bail!(
+                        "--offline: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle",
+                        lock_dir.display(),
+                        r.name
+                    );
+                }
+                let _lock = entry.lock()?;
+                if !entry.exists() {
+                    progress::stage(
+                        "lock",
+                        format!(
+                            "no lockfile in {}: resolving one into {} (`oracle-build lock {}` writes it beside the recipe)",
+                            lock_dir.display(),
+                            entry.label(),
+                            r.name
+                        ),
+                    );
+                    let staging = store.stage("autolock")?;
+                    let dir = staging.path().join("lock");
+                    lock::resolve(cx, &src.path, &dir, &|b, w| {
+                        metadata_runtime(cx, &src.path, b, w)
+                    })?;
+                    store.persist(&dir, &entry)?;
+                }
+            }
+            let l = lock::load(&entry.path, r)?
+                .ok_or_else(|| anyhow::anyhow!("{} holds no lock", entry.path.display()))?;
+            lock_entry = Some(entry);
+            l
+        }
+    };
+    let py = &tc.python.path;
+    let b = wheelhouse::ensure(store, &locked.build, &locked.dir, py, offline, Some(temp))?;
+    let rt = wheelhouse::ensure(store, &locked.runtime, &locked.dir, py, offline, Some(temp))?;
+    let mut prepared = installs(store, &locked, (b, rt));
+    prepared.lock_entry = lock_entry;
+
+    let found = ext::discover_in_tree(&src.path, &r.build.target_device)?;
+    if let Some(why) = &found.no_cmake {
+        progress::stage("ext", why.clone());
+    }
+    for line in &found.unmapped {
+        progress::stage("ext", format!("cannot redirect: {line}"));
+    }
+    let mut staged = Vec::new();
+    let mut records = Vec::new();
+    for s in &found.sources {
+        temp.add(store, &ext::entry(store, s))?;
+        let (e, rec) = ext::ensure(store, s, offline)?;
+        staged.push((s.clone(), e));
+        records.push((s.clone(), rec));
+    }
+    prepared.wheel.ext = staged;
+    prepared.wheel.ext_key = ext::key_inputs(&records);
+    prepared.wheel.compiler_cache = CompilerCache::find(store);
+    if !prepared.wheel.ext.is_empty() {
+        progress::stage(
+            "ext",
+            format!(
+                "{} staged source(s) passed as {}",
+                prepared.wheel.ext.len(),
+                prepared.wheel.variables().join(", ")
+            ),
+        );
+    }
+    Ok(prepared)
+}
+
+/// The same key inputs as [`prepare`], computed without any network or
+/// write (for `plan`): the lock (a lockfile, or one a build resolved into
+/// the store) and every external source's staged revision; `None` when
+/// either is missing. Only the wheelhouse entries already present are listed.
+pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> Option<Prepared> {
+    let (locked, lock_entry) = match lock::load(lock_dir, &lr.recipe).ok()? {
+        Some(l) => (l, None),
+        None => {
+            let e = lock::auto_entry(store, &lr.recipe);
+            (lock::load(&e.path, &lr.recipe).ok()??, Some(e))
+        }
+    };
+    // The keys depend on the lock's sha256, not on its artifacts being
+    // downloaded: the entries present are listed, the rest are fetched by
+    // `prepare` when a build runs.
+    let pick = |pkgs: &[crate::stages::lock::pylock::LockedPackage]| -> Vec<Entry> {
+        pkgs.iter()
+            .flat_map(|p| p.wanted())
+            .map(|a| wheelhouse::entry(store, &a.sha256))
+            .filter(Entry::exists)
+            .collect()
+    };
+    let b = pick(&locked.build);
+    let rt = pick(&locked.runtime);
+    let mut prepared = installs(store, &locked, (b, rt));
+    prepared.lock_entry = lock_entry;
+    let found = ext::discover_in_tree(src, &lr.recipe.build.target_device).ok()?;
+    let mut staged = Vec::new();
+    let mut records = Vec::new();
+    for s in &found.sources {
+        let e = ext::entry(store, s);
+        let rec: ext::ExtRecord = read_json(&e.path.join("ext.json")).ok()?;
+        staged.push((s.clone(), e));
+        records.push((s.clone(), rec));
+    }
+    prepared.wheel.ext = staged;
+    prepared.wheel.ext_key = ext::key_inputs(&records);
+    Some(prepared)
+}
+
+/// One external source as `plan` lists it.
+#[derive(Debug, Serialize)]
+pub struct ExtRow {
+    /// FetchContent name.
+    pub name: String,
+    /// The declaring CMake file.
+    pub file: String,
+    /// `repo @ tag` or URL.
+    pub origin: String,
+    /// The variable it is passed through.
+    pub variable: String,
+    /// Where the variable points inside the source, if not at its root.
+    pub subdir: Option<String>,
+    /// `store/ext/<name>-<rev>`.
+    pub entry: String,
+    /// Whether that entry exists.
+    pub staged: bool,
+    /// The conditions it is declared under that the tool cannot evaluate
+    /// (it is staged anyway), if any.
+    pub condition: Option<String>,
+}
+
+/// The external sources of `commit`, read from the checkout when it exists,
+/// else from the mirror; `None` when neither holds the commit.
+pub fn discover(store: &Store, lr: &LoadedRecipe) -> Option<Discovery> {
+    let r = &lr.recipe;
+    let src = source::checkout_entry(store, &r.source.commit);
+    if src.exists() {
+        return ext::discover_in_tree(&src.path, &r.build.target_device).ok();
+    }
+    let mirror = source::mirror_entry(store, &r.source.repo);
+    ext::discover_in_mirror(&mirror.path, &r.source.commit, &r.build.target_device).ok()
+}
+
+/// Rows for `plan`.
+pub fn ext_rows(store: &Store, found: &Discovery) -> Vec<ExtRow> {
+    found
+        .sources
+        .iter()
+        .map(|s: &ExtSource| {
+            let e = ext::entry(store, s);
+            ExtRow {
+                name: s.name.clone(),
+                file: s.file.clone(),
+                origin: ext::describe(&s.origin),
+                variable: s.variable.name().to_string(),
+                subdir: s.subdir.clone(),
+                entry: e.label(),
+                staged: e.exists(),
+                condition: s.condition.clone(),
+            }
+        })
+        .collect()
+}
+
+/// Everything an `--offline` build of `lr` would miss, one line each naming
+/// the stage: no lockfile (or a stale one), locked artifacts not in the
+/// wheelhouse, FetchContent sources not staged or not redirectable. The
+/// source mirror itself is checked by the preflight.
+pub fn offline_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Vec<String> {
+    let r = &lr.recipe;
+    let mut problems = Vec::new();
+    match lock::load(lock_dir, r) {
+        Ok(Some(locked)) => {
+            for (what, pkgs) in [
+                ("build venv", &locked.build),
+                ("oracle venv", &locked.runtime),
+            ] {
+                let missing = wheelhouse::missing(store, pkgs);
+                if !missing.is_empty() {
+                    problems.push(format!(
+                        "--offline: wheelhouse ({what} stage) lacks {}",
+                        missing.join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(None) => match lock::load(&lock::auto_entry(store, r).path, r) {
+            Ok(Some(locked)) => {
+                for (what, pkgs) in [("build venv", &locked.build), ("oracle venv", &locked.runtime)] {
+                    let missing = wheelhouse::missing(store, pkgs);
+                    if !missing.is_empty() {
+                        problems.push(format!("--offline: wheelhouse ({what} stage) lacks {}", missing.join(", ")));
+                    }
+                }
+            }
+            _ => problems.push(format!(
+                "--offline: lock stage: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle",
+                lock_dir.display(),
+                r.name
+            )),
+        },
+        Err(e) => problems.push(format!("--offline: lock stage: {e:#}")),
+    }
+    if let Some(found) = discover(store, lr) {
+        for row in ext_rows(store, &found).iter().filter(|r| !r.staged) {
+            problems.push(format!(
+                "--offline: ext stage: {} ({}, from {}) is not staged in {}",
+                row.name, row.origin, row.file, row.entry
+            ));
+        }
+        for line in &found.unmapped {
+            problems.push(format!(
+                "--offline: ext stage: the build would download: {line}"
+            ));
+        }
+    }
+    problems
+}

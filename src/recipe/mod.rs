@@ -1,0 +1,1261 @@
+//! Recipes: the human-written YAML description of one pin (README.md, "Recipes").
+//!
+//! A [`Recipe`] is parsed strictly (unknown keys are errors) and then validated;
+//! every error names the file, the line and the field, and maps to exit code 2.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::exit::bad_input;
+
+mod errors;
+mod lines;
+mod strict;
+
+pub mod pin;
+
+pub use lines::locate;
+
+/// One pin: a commit of a repository plus the dependency stack and the gate.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Recipe {
+    /// Unique name, `[a-z0-9._-]+`; also the name of the oracle's GC root.
+    pub name: String,
+    /// Where the source comes from.
+    pub source: Source,
+    /// Python `major.minor` the oracle runs on, e.g. `"3.12"`.
+    pub python: String,
+    /// Extra package indexes, highest priority first (uv `--index`): a URL,
+    /// or an explicit index `{name, url, packages}` that serves only the
+    /// packages it names, which come only from it (uv's `[[tool.uv.index]]
+    /// explicit = true` with `[tool.uv.sources]`).
+    #[serde(default)]
+    pub indexes: Vec<Index>,
+    /// Exact versions that override whatever the checkout asks for
+    /// (distribution name -> version), e.g. `torch: 2.13.0`.
+    #[serde(default)]
+    pub pins: BTreeMap<String, String>,
+    /// How the wheel is built.
+    #[serde(default)]
+    pub build: Build,
+    /// The identity a correct build must report; absent fields are not checked.
+    #[serde(default)]
+    pub expect: Expect,
+    /// The smoke run that decides *gateable*.
+    #[serde(default)]
+    pub smoke: Smoke,
+    /// How `oracle-build lock` resolves (see `stages::lock`).
+    #[serde(default)]
+    pub lock: LockSettings,
+}
+
+/// One entry of `indexes:`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Index {
+    /// An extra index, searched before the default one for every package.
+    Url(String),
+    /// An index that serves only `packages`; they come only from it.
+    Explicit {
+        /// Its name (`[a-z0-9-]+`), recorded in the lock.
+        name: String,
+        /// Its simple-API URL.
+        url: String,
+        /// The distributions it serves.
+        packages: Vec<String>,
+    },
+}
+
+impl Index {
+    /// The index's URL.
+    pub fn url(&self) -> &str {
+        match self {
+            Index::Url(u) | Index::Explicit { url: u, .. } => u,
+        }
+    }
+}
+
+/// `lock:` resolution settings for `oracle-build lock`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct LockSettings {
+    /// Upload-time cut-off (uv `--exclude-newer`): `commit` (the default: the
+    /// commit's committer time), `none` (no cut-off), or an RFC 3339 timestamp.
+    pub exclude_newer: Option<String>,
+}
+
+/// `source:` the repository, the commit and the Python distribution it builds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Source {
+    /// Any URL git understands (`https://`, `file://`, a local path).
+    pub repo: String,
+    /// Full 40-hex commit id.
+    pub commit: String,
+    /// Distribution and import name (default `vllm`).
+    #[serde(default = "default_package")]
+    pub package: String,
+}
+
+fn default_package() -> String {
+    "vllm".into()
+}
+
+/// Whether native code is compiled from the checkout or taken from a prebuilt wheel.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BuildMode {
+    /// Compile every extension from the checkout (`VLLM_USE_PRECOMPILED=0`).
+    #[default]
+    Source,
+    /// vLLM's `VLLM_USE_PRECOMPILED=1`: kernels from a prebuilt wheel. Flagged everywhere.
+    Precompiled,
+}
+
+impl BuildMode {
+    /// `"source"` or `"precompiled"`, as written in recipes and identities.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BuildMode::Source => "source",
+            BuildMode::Precompiled => "precompiled",
+        }
+    }
+}
+
+/// `build:` how the wheel is built (vLLM's `setup.py` environment variables).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Build {
+    /// `source` or `precompiled`.
+    #[serde(default)]
+    pub mode: BuildMode,
+    /// Exported as `VLLM_TARGET_DEVICE`: cuda | rocm | cpu | xpu | tpu | empty.
+    #[serde(default = "default_device")]
+    pub target_device: String,
+    /// `auto` (from `nvidia-smi` compute capability) or a `TORCH_CUDA_ARCH_LIST`
+    /// value such as `"9.0a;12.1a"`. Only used for `cuda`.
+    #[serde(default = "default_auto")]
+    pub cuda_arch_list: String,
+    /// `auto` (the number of CPUs) or a positive integer; exported as `MAX_JOBS`.
+    #[serde(default = "default_auto")]
+    pub max_jobs: String,
+    /// Exported as `NVCC_THREADS`.
+    #[serde(default = "default_one", deserialize_with = "strict::u32")]
+    pub nvcc_threads: u32,
+    /// Extra build environment, recorded in `build.json` and part of the wheel key.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Disk each stage needs, for the preflight; defaults by target device.
+    #[serde(default)]
+    pub disk: Disk,
+}
+
+/// `build.disk:` free space each stage needs before it starts, in GiB.
+/// Absent fields default by target device (see `host::disk::needed`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Disk {
+    /// The mirror and checkout (vLLM with history: ~0.9 GiB).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "strict::opt_f64"
+    )]
+    pub source_gib: Option<f64>,
+    /// Building the wheel (vLLM CUDA: >= 18 GiB).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "strict::opt_f64"
+    )]
+    pub wheel_gib: Option<f64>,
+    /// One oracle venv (vLLM CUDA: 15-20 GiB).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "strict::opt_f64"
+    )]
+    pub venv_gib: Option<f64>,
+}
+
+fn default_device() -> String {
+    "cuda".into()
+}
+fn default_auto() -> String {
+    "auto".into()
+}
+fn default_one() -> u32 {
+    1
+}
+
+impl Default for Build {
+    fn default() -> Self {
+        Build {
+            mode: BuildMode::Source,
+            target_device: default_device(),
+            cuda_arch_list: default_auto(),
+            max_jobs: default_auto(),
+            nvcc_threads: 1,
+            env: BTreeMap::new(),
+            disk: Disk::default(),
+        }
+    }
+}
+
+/// `expect:` identity fields a correct oracle must report (README.md, "The identity gate").
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// `<package>.__version__`, e.g. `0.23.1rc1.dev1511+g555967922`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime_version: Option<String>,
+    /// `importlib.metadata.version(<package>)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distribution_version: Option<String>,
+    /// `flashinfer.__version__`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flashinfer_version: Option<String>,
+    /// `torch.__version__`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub torch_version: Option<String>,
+}
+
+/// `smoke:` the gate run (README.md, "The gate: `oracle-build smoke`").
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Smoke {
+    /// Environment for every case, e.g. `VLLM_ENABLE_V1_MULTIPROCESSING: "0"`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Greedy batch-1 generations per case; all must agree.
+    #[serde(default = "default_runs", deserialize_with = "strict::u32")]
+    pub runs: u32,
+    /// Execute one compiled custom op on the device before the cases:
+    /// `true` (`<package>._custom_ops.rms_norm` against a reference), `false`,
+    /// or `{module: ..., function: ...}` naming another probe.
+    #[serde(default)]
+    pub probe: Probe,
+    /// Wall-clock limit per case process, in seconds.
+    #[serde(default = "default_timeout", deserialize_with = "strict::u64")]
+    pub timeout_s: u64,
+    /// A golden mismatch whose two tokens are within this many nats (natural-log
+    /// probability) of each other at the first divergent step is flagged a near-tie.
+    #[serde(default = "default_near_tie_nats", deserialize_with = "strict::f64")]
+    pub near_tie_nats: f64,
+    /// Top-k log-probabilities requested per generated token
+    /// (`SamplingParams(logprobs=k)`); 0 requests none (no gaps can be reported).
+    #[serde(default = "default_logprobs", deserialize_with = "strict::u32")]
+    pub logprobs: u32,
+    /// The gate models.
+    #[serde(default)]
+    pub cases: Vec<Case>,
+}
+
+fn default_runs() -> u32 {
+    5
+}
+fn default_timeout() -> u64 {
+    1800
+}
+fn default_near_tie_nats() -> f64 {
+    1.0
+}
+fn default_logprobs() -> u32 {
+    5
+}
+
+/// The most log-probabilities per step a recipe may request (vLLM's default
+/// `max_logprobs` is 20).
+pub const MAX_LOGPROBS: u32 = 20;
+
+/// `smoke.probe`: which compiled op, if any, is executed before the cases.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum Probe {
+    /// `true`: the built-in probe, `<package>._custom_ops.rms_norm` against a
+    /// torch (or pure Python) reference; `false`: no probe.
+    Builtin(bool),
+    /// Another probe: `function(device)` of `module`, run in the oracle venv.
+    Custom(CustomProbe),
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Probe::Builtin(true)
+    }
+}
+
+impl<'de> Deserialize<'de> for Probe {
+    /// `true`/`false`, or a map that must be a [`CustomProbe`] (its own
+    /// errors, unknown keys included, pass through unchanged).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Probe;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("true, false, or {module: ..., function: ...}")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Probe, E> {
+                Ok(Probe::Builtin(v))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Probe, A::Error> {
+                CustomProbe::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(Probe::Custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Probe {
+    /// The dotted name of what the probe executes, given the recipe's package
+    /// (e.g. `vllm._custom_ops.rms_norm`); `None` when disabled.
+    pub fn describe(&self, package: &str) -> Option<String> {
+        match self {
+            Probe::Builtin(false) => None,
+            Probe::Builtin(true) => Some(format!("{package}._custom_ops.rms_norm")),
+            Probe::Custom(c) => Some(format!("{}.{}", c.module, c.function)),
+        }
+    }
+}
+
+/// `probe: {module: ..., function: ...}`: a probe the recipe names.
+///
+/// The driver imports `module` in the oracle venv and calls
+/// `function(device)` with the recipe's `build.target_device`. It passes when
+/// the call returns a true value, or a dict whose `"ok"` is true (the dict is
+/// recorded); it fails when it returns a false value or raises.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CustomProbe {
+    /// Importable module, e.g. `vllm._custom_ops` or `mylab.probes`.
+    pub module: String,
+    /// Function of that module, called with the device name.
+    pub function: String,
+}
+
+impl Default for Smoke {
+    fn default() -> Self {
+        Smoke {
+            env: BTreeMap::new(),
+            runs: default_runs(),
+            probe: Probe::default(),
+            timeout_s: default_timeout(),
+            near_tie_nats: default_near_tie_nats(),
+            logprobs: default_logprobs(),
+            cases: Vec::new(),
+        }
+    }
+}
+
+/// One gate model run: `LLM(model, revision, **engine_args).generate(prompt)`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    /// Case name, `[a-z0-9._-]+`, unique in the recipe.
+    pub name: String,
+    /// Model directory; `${VAR}` references are expanded at run time.
+    pub model: String,
+    /// Hub revision of the model, recorded and passed as `revision=`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// Raw prompt text (no chat template). Exactly one of `prompt` and
+    /// `prompt_token_ids` is given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// The prompt as token ids (`{"prompt_token_ids": [...]}`), bypassing the tokenizer.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "strict::opt_vec_u32"
+    )]
+    pub prompt_token_ids: Option<Vec<u32>>,
+    /// `SamplingParams.max_tokens`.
+    #[serde(default = "default_max_tokens", deserialize_with = "strict::u32")]
+    pub max_tokens: u32,
+    /// Keyword arguments of `LLM(...)`, e.g. `enforce_eager: true`.
+    #[serde(default)]
+    pub engine_args: BTreeMap<String, serde_json::Value>,
+    /// Extra environment for this case, over `smoke.env`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Golden output, relative to the recipe's directory: a JSON golden (as
+    /// written by `smoke --record-golden`, or at least `{"output_token_ids": [...]}`),
+    /// or a numpy golden (`greedy_ids.npy`, or a directory holding it, with
+    /// `manifest.json` beside it). Unset: `<store>/goldens/<recipe>/<case>.json`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub golden: Option<String>,
+}
+
+fn default_max_tokens() -> u32 {
+    16
+}
+
+/// Target devices vLLM's `VLLM_TARGET_DEVICE` accepts (vllm/envs.py).
+pub const TARGET_DEVICES: &[&str] = &["cuda", "rocm", "cpu", "xpu", "tpu", "empty"];
+
+/// The devices vLLM builds for: the values of `VLLM_TARGET_DEVICE` its
+/// `setup.py` accepts (vLLM `setup.py`, `envs.py`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetDevice {
+    /// NVIDIA CUDA.
+    Cuda,
+    /// AMD ROCm.
+    Rocm,
+    /// CPU only.
+    Cpu,
+    /// Intel XPU.
+    Xpu,
+    /// Google TPU.
+    Tpu,
+    /// No compiled extensions at all.
+    Empty,
+}
+
+impl TargetDevice {
+    /// Every device, in the order of [`TARGET_DEVICES`].
+    pub const ALL: [TargetDevice; 6] = [
+        TargetDevice::Cuda,
+        TargetDevice::Rocm,
+        TargetDevice::Cpu,
+        TargetDevice::Xpu,
+        TargetDevice::Tpu,
+        TargetDevice::Empty,
+    ];
+
+    /// The device named `name` (a `build.target_device` value), if any.
+    pub fn parse(name: &str) -> Option<TargetDevice> {
+        TargetDevice::ALL.into_iter().find(|d| d.as_str() == name)
+    }
+
+    /// Its `VLLM_TARGET_DEVICE` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetDevice::Cuda => "cuda",
+            TargetDevice::Rocm => "rocm",
+            TargetDevice::Cpu => "cpu",
+            TargetDevice::Xpu => "xpu",
+            TargetDevice::Tpu => "tpu",
+            TargetDevice::Empty => "empty",
+        }
+    }
+
+    /// Whether the build compiles GPU kernels (CUDA or ROCm): the heavy builds.
+    pub fn compiles_kernels(self) -> bool {
+        matches!(self, TargetDevice::Cuda | TargetDevice::Rocm)
+    }
+}
+
+impl Build {
+    /// `target_device` as a [`TargetDevice`] (validated when the recipe was
+    /// loaded; an unknown value reads as the default, `cuda`).
+    pub fn device(&self) -> TargetDevice {
+        TargetDevice::parse(&self.target_device).unwrap_or(TargetDevice::Cuda)
+    }
+}
+
+/// A recipe together with where it came from.
+#[derive(Debug, Clone)]
+pub struct LoadedRecipe {
+    /// The parsed, validated recipe.
+    pub recipe: Recipe,
+    /// Where it was read: a file path, or `<builtin>/<file>` for compiled-in recipes.
+    pub origin: String,
+    /// Directory that relative paths (goldens) resolve against; `None` for built-ins.
+    pub dir: Option<PathBuf>,
+    /// The exact text, recorded in `oracle.json`.
+    pub text: String,
+}
+
+/// Reads and validates the recipe at `path`.
+///
+/// Errors (exit 2): the file is missing or unreadable, the YAML is malformed,
+/// a key is unknown, or a field fails validation; each names the file.
+pub fn load_file(path: &Path) -> Result<LoadedRecipe> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad_input(format!("cannot read recipe {}: {e}", path.display())))?;
+    let recipe = parse(&text, &path.display().to_string())?;
+    // Recorded absolute (in oracle.json, aliases, reports) so it still names
+    // the file from another directory.
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    Ok(LoadedRecipe {
+        recipe,
+        origin: abs.display().to_string(),
+        dir: abs.parent().map(Path::to_path_buf),
+        text,
+    })
+}
+
+/// Parses and validates recipe `text`; `origin` names it in errors.
+///
+/// Errors (exit 2): malformed YAML, unknown keys, wrong types, invalid values.
+pub fn parse(text: &str, origin: &str) -> Result<Recipe> {
+    let recipe: Recipe =
+        serde_saphyr::from_str(text).map_err(|e| bad_input(errors::describe(&e, text, origin)))?;
+    validate(&recipe, text, origin)?;
+    Ok(recipe)
+}
+
+/// The prefix of the GC roots of aliases (`roots/alias-<name>-<hash>`, see
+/// `alias::root_name`); no recipe name may start with it, so a recipe's root
+/// `roots/<name>` can never be an alias's root.
+pub const ALIAS_ROOT_PREFIX: &str = "alias-";
+
+/// When `key` is a build variable oracle-build controls, what sets it instead
+/// (the recipe field, or where its value comes from); `None` for any other variable.
+///
+/// Source: the wheel stage's environment (`stages::wheel`), and vLLM's
+/// `setup.py` / `envs.py` (`VLLM_USE_PRECOMPILED`, `VLLM_PRECOMPILED_WHEEL_LOCATION`,
+/// `VLLM_SKIP_PRECOMPILED_VERSION_SUFFIX`, `VLLM_VERSION_OVERRIDE`), and
+/// setuptools-scm's `SETUPTOOLS_SCM_PRETEND_VERSION[_FOR_<DIST>]`.
+pub fn controlled_build_var(key: &str) -> Option<&'static str> {
+    if key.starts_with("SETUPTOOLS_SCM_PRETEND") || key == "VLLM_VERSION_OVERRIDE" {
+        return Some(
+            "the version comes from the history of `source.commit` (a hand-set version is what the identity gate refuses)",
+        );
+    }
+    Some(match key {
+        "VLLM_TARGET_DEVICE" => "set `build.target_device`",
+        "VLLM_USE_PRECOMPILED"
+        | "VLLM_PRECOMPILED_WHEEL_LOCATION"
+        | "VLLM_SKIP_PRECOMPILED_VERSION_SUFFIX" => "set `build.mode`",
+        "MAX_JOBS" => "set `build.max_jobs` (or `--jobs N`)",
+        "NVCC_THREADS" => "set `build.nvcc_threads`",
+        "TORCH_CUDA_ARCH_LIST" => "set `build.cuda_arch_list`",
+        "SOURCE_DATE_EPOCH" => "it is the committer time of `source.commit` (reproducible builds)",
+        "PYTHONPATH" | "PYTHONHOME" | "PIP_CONSTRAINT" => {
+            "it is removed from every build: the build venv holds exactly the build requirements"
+        }
+        _ => return None,
+    })
+}
+
+/// Whether `s` is a valid recipe or case name: `[a-z0-9._-]+`, not `.` or `..`.
+pub fn is_valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s != "."
+        && s != ".."
+        && !s.contains("..")
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
+}
+
+/// Whether `s` is a full lowercase 40-hex git commit id.
+pub fn is_full_commit(s: &str) -> bool {
+    s.len() == 40
+        && s.chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+}
+
+fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
+    let fail = |field: &str, msg: String| -> anyhow::Error {
+        let line = locate(text, field).map_or(String::new(), |l| format!("line {l}: "));
+        bad_input(format!("{origin}: {line}field `{field}`: {msg}"))
+    };
+    if !is_valid_name(&r.name) {
+        return Err(fail(
+            "name",
+            format!(
+                "{:?} is not a valid name (use [a-z0-9._-], no `/` or `..`)",
+                r.name
+            ),
+        ));
+    }
+    if r.name.starts_with(ALIAS_ROOT_PREFIX) {
+        return Err(fail(
+            "name",
+            format!(
+                "{:?} starts with {ALIAS_ROOT_PREFIX:?}, which is reserved for the GC roots of aliases (roots/{ALIAS_ROOT_PREFIX}<name>-<hash>); choose another name",
+                r.name
+            ),
+        ));
+    }
+    if !is_full_commit(&r.source.commit) {
+        return Err(fail(
+            "source.commit",
+            format!(
+                "{:?} is not a full 40-hex lowercase commit id",
+                r.source.commit
+            ),
+        ));
+    }
+    if r.source.repo.trim().is_empty() {
+        return Err(fail("source.repo", "must not be empty".into()));
+    }
+    let mut index_names = Vec::new();
+    for (i, idx) in r.indexes.iter().enumerate() {
+        let field = format!("indexes[{i}]");
+        if idx.url().trim().is_empty() {
+            return Err(fail(&field, "the index URL must not be empty".into()));
+        }
+        if let Index::Explicit { name, packages, .. } = idx {
+            let ok = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && name != "default";
+            if !ok || index_names.contains(name) {
+                return Err(fail(
+                    &field,
+                    format!("name {name:?} must be [a-z0-9-]+, not `default`, and unique"),
+                ));
+            }
+            index_names.push(name.clone());
+            if packages.is_empty() {
+                return Err(fail(
+                    &field,
+                    "an explicit index names the packages it serves (`packages: [...]`)".into(),
+                ));
+            }
+            for pkg in packages {
+                if pep508_rs::PackageName::new(pkg.clone()).is_err() {
+                    return Err(fail(&field, format!("{pkg:?} is not a distribution name")));
+                }
+            }
+        }
+    }
+    let pkg = &r.source.package;
+    if pkg.is_empty() || !pkg.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(fail(
+            "source.package",
+            format!("{pkg:?} is not an importable package name"),
+        ));
+    }
+    let py_ok = r
+        .python
+        .split_once('.')
+        .is_some_and(|(a, b)| a == "3" && !b.is_empty() && b.chars().all(|c| c.is_ascii_digit()));
+    if !py_ok {
+        return Err(fail(
+            "python",
+            format!("{:?} is not a Python version like \"3.12\"", r.python),
+        ));
+    }
+    for (name, version) in &r.pins {
+        let field = format!("pins.{name}");
+        if !is_distribution_name(name) {
+            return Err(fail(
+                &field,
+                format!("{name:?} is not a distribution name (letters, digits, `.`, `_`, `-`)"),
+            ));
+        }
+        if !is_exact_version(version) {
+            return Err(fail(
+                &field,
+                format!(
+                    "{version:?} is not an exact version; a pin is one PEP 440 version such as 2.13.0, 0.6.15.post1 or 2.13.0+cu130 (no operators, commas, spaces or markers)"
+                ),
+            ));
+        }
+    }
+    let b = &r.build;
+    if TargetDevice::parse(&b.target_device).is_none() {
+        return Err(fail(
+            "build.target_device",
+            format!(
+                "{:?} is not one of {}",
+                b.target_device,
+                TARGET_DEVICES.join(", ")
+            ),
+        ));
+    }
+    if b.max_jobs != "auto" && b.max_jobs.parse::<u32>().map_or(true, |n| n == 0) {
+        return Err(fail(
+            "build.max_jobs",
+            format!("{:?} is not `auto` or a positive integer", b.max_jobs),
+        ));
+    }
+    if b.nvcc_threads == 0 {
+        return Err(fail("build.nvcc_threads", "must be at least 1".into()));
+    }
+    let arch_ok = b.cuda_arch_list == "auto"
+        || b.cuda_arch_list
+            .split([';', ' '])
+            .filter(|s| !s.is_empty())
+            .all(|a| {
+                let a = a.trim_end_matches("+PTX").trim_end_matches(['a', 'f']);
+                a.split_once('.').is_some_and(|(x, y)| {
+                    !x.is_empty()
+                        && x.chars().all(|c| c.is_ascii_digit())
+                        && y.chars().all(|c| c.is_ascii_digit())
+                })
+            });
+    if !arch_ok {
+        return Err(fail(
+            "build.cuda_arch_list",
+            format!(
+                "{:?} is not `auto` or a list like \"9.0a;12.1a\"",
+                b.cuda_arch_list
+            ),
+        ));
+    }
+    for (field, v) in [
+        ("source_gib", b.disk.source_gib),
+        ("wheel_gib", b.disk.wheel_gib),
+        ("venv_gib", b.disk.venv_gib),
+    ] {
+        if v.is_some_and(|v| !(v >= 0.0 && v.is_finite())) {
+            return Err(fail(
+                &format!("build.disk.{field}"),
+                format!("{v:?} is not a size in GiB"),
+            ));
+        }
+    }
+    for (section, env) in [("build.env", &b.env), ("smoke.env", &r.smoke.env)] {
+        if let Some(key) = env.keys().find(|k| !is_env_name(k)) {
+            return Err(fail(
+                &format!("{section}.{key}"),
+                format!("{key:?} is not an environment variable name"),
+            ));
+        }
+    }
+    if let Some((key, owner)) = b
+        .env
+        .keys()
+        .find_map(|k| controlled_build_var(k).map(|o| (k, o)))
+    {
+        return Err(fail(
+            &format!("build.env.{key}"),
+            format!("{key} is set by oracle-build itself, not by the recipe: {owner}"),
+        ));
+    }
+    if r.smoke.runs == 0 {
+        return Err(fail("smoke.runs", "must be at least 1".into()));
+    }
+    if r.smoke.timeout_s == 0 {
+        return Err(fail("smoke.timeout_s", "must be at least 1".into()));
+    }
+    if !(r.smoke.near_tie_nats.is_finite() && r.smoke.near_tie_nats > 0.0) {
+        return Err(fail(
+            "smoke.near_tie_nats",
+            format!("{} is not a positive number of nats", r.smoke.near_tie_nats),
+        ));
+    }
+    if r.smoke.logprobs > MAX_LOGPROBS {
+        return Err(fail(
+            "smoke.logprobs",
+            format!(
+                "{} is more than {MAX_LOGPROBS} (vLLM's max_logprobs)",
+                r.smoke.logprobs
+            ),
+        ));
+    }
+    if let Probe::Custom(p) = &r.smoke.probe {
+        let dotted = |s: &str| {
+            !s.is_empty()
+                && s.split('.').all(|part| {
+                    !part.is_empty()
+                        && !part.starts_with(|c: char| c.is_ascii_digit())
+                        && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                })
+        };
+        if !dotted(&p.module) {
+            return Err(fail(
+                "smoke.probe.module",
+                format!("{:?} is not an importable module name", p.module),
+            ));
+        }
+        if !dotted(&p.function) || p.function.contains('.') {
+            return Err(fail(
+                "smoke.probe.function",
+                format!("{:?} is not a function name", p.function),
+            ));
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, case) in r.smoke.cases.iter().enumerate() {
+        let field = |f: &str| format!("smoke.cases[{i}].{f}");
+        if !is_valid_name(&case.name) {
+            return Err(fail(
+                &field("name"),
+                format!("{:?} is not a valid case name", case.name),
+            ));
+        }
+        if !seen.insert(case.name.as_str()) {
+            return Err(fail(
+                &field("name"),
+                format!("{:?} appears twice", case.name),
+            ));
+        }
+        if case.model.trim().is_empty() {
+            return Err(fail(
+                &field("model"),
+                format!("case {:?} has an empty model", case.name),
+            ));
+        }
+        if let Err(e) = env_references(&case.model) {
+            return Err(fail(&field("model"), format!("case {:?}: {e}", case.name)));
+        }
+        match (&case.prompt, &case.prompt_token_ids) {
+            (Some(_), Some(_)) | (None, None) => {
+                return Err(fail(
+                    &field("prompt"),
+                    format!(
+                        "case {:?}: give exactly one of `prompt` (text) and `prompt_token_ids`",
+                        case.name
+                    ),
+                ));
+            }
+            (Some(p), None) if p.is_empty() => {
+                return Err(fail(
+                    &field("prompt"),
+                    format!("case {:?}: the prompt is empty", case.name),
+                ));
+            }
+            (None, Some(ids)) if ids.is_empty() => {
+                return Err(fail(
+                    &field("prompt_token_ids"),
+                    format!("case {:?}: the prompt has no token ids", case.name),
+                ));
+            }
+            _ => {}
+        }
+        if case.golden.as_deref().is_some_and(|g| g.trim().is_empty()) {
+            return Err(fail(
+                &field("golden"),
+                format!("case {:?}: the golden path is empty", case.name),
+            ));
+        }
+        if let Some(key) = case.env.keys().find(|k| !is_env_name(k)) {
+            return Err(fail(
+                &field(&format!("env.{key}")),
+                format!(
+                    "case {:?}: {key:?} is not an environment variable name",
+                    case.name
+                ),
+            ));
+        }
+        if case.max_tokens == 0 {
+            return Err(fail(
+                &field("max_tokens"),
+                format!("case {:?}: must be at least 1", case.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `s` can name an environment variable: not empty, no `=`, no NUL.
+pub fn is_env_name(s: &str) -> bool {
+    !s.is_empty() && !s.contains(['=', '\0'])
+}
+
+/// Whether `s` is a valid distribution (project) name (PEP 508).
+pub fn is_distribution_name(s: &str) -> bool {
+    let ok = |c: char| c.is_ascii_alphanumeric();
+    s.starts_with(ok) && s.ends_with(ok) && s.chars().all(|c| ok(c) || "._-".contains(c))
+}
+
+/// Whether `s` is one exact PEP 440 version (`2.13.0`, `0.6.15.post1`,
+/// `1!2.0rc1.dev3`, `2.13.0+cu130`): no operators, wildcards, commas,
+/// spaces or markers.
+pub fn is_exact_version(s: &str) -> bool {
+    static PEP440: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        // packaging's VERSION_PATTERN, anchored, without surrounding spaces.
+        regex::Regex::new(
+            r"(?ix)^v?
+            (?:[0-9]+!)?
+            [0-9]+(?:\.[0-9]+)*
+            (?:[-_.]?(?:alpha|a|beta|b|preview|pre|c|rc)[-_.]?[0-9]*)?
+            (?:-[0-9]+|[-_.]?(?:post|rev|r)[-_.]?[0-9]*)?
+            (?:[-_.]?dev[-_.]?[0-9]*)?
+            (?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?$",
+        )
+        .expect("the PEP 440 pattern compiles")
+    });
+    PEP440.is_match(s)
+}
+
+/// The `${VAR}` references in `s`, in order.
+///
+/// Errors: a `${` without its `}`, or a name that is not an identifier
+/// (`[A-Za-z_][A-Za-z0-9_]*`); the message shows the reference.
+pub fn env_references(s: &str) -> Result<Vec<&str>, String> {
+    let mut out = Vec::new();
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        let after = &rest[start + 2..];
+        let end = after.find('}').ok_or_else(|| {
+            format!("{s:?} has a `${{` without its closing `}}` (write `${{NAME}}`)")
+        })?;
+        let var = &after[..end];
+        let ident = var.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ident {
+            return Err(format!(
+                "{s:?} refers to `${{{var}}}`, which is not a variable name (letters, digits and `_`, not starting with a digit)"
+            ));
+        }
+        out.push(var);
+        rest = &after[end + 1..];
+    }
+    Ok(out)
+}
+
+/// Expands `${VAR}` references in `s` (used only for model paths).
+///
+/// Errors: a malformed reference (see [`env_references`]), or a referenced
+/// variable is unset; the message names it.
+pub fn expand_env(s: &str) -> Result<String, String> {
+    env_references(s)?;
+    let mut out = String::new();
+    let mut rest = s;
+    // Every `${` has its `}` (checked above).
+    while let Some((before, after)) = rest.split_once("${")
+        && let Some((var, tail)) = after.split_once('}')
+    {
+        out.push_str(before);
+        let value = std::env::var(var)
+            .map_err(|_| format!("{s:?} refers to ${{{var}}}, which is not set"))?;
+        out.push_str(&value);
+        rest = tail;
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// How a printed command names the recipe `lr`: its file, absolute and
+/// shell-quoted, when it was read from one (so the command runs from any
+/// directory); else (a built-in recipe) its name.
+pub fn shell_arg(lr: &LoadedRecipe) -> String {
+    use crate::shell::shell_quote;
+    match &lr.dir {
+        Some(_) => {
+            let file = std::path::Path::new(&lr.origin);
+            let abs = file
+                .canonicalize()
+                .or_else(|_| std::path::absolute(file))
+                .unwrap_or_else(|_| file.to_path_buf());
+            shell_quote(&abs.display().to_string())
+        }
+        None => shell_quote(&lr.recipe.name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "name: t\nsource:\n  repo: file:///x\n  commit: 5559679229bc961848b121ccdeaa8fa5d79bec98\npython: \"3.11\"\npins: {torch: 2.13.0, transformers: 5.10}\nbuild:\n  max_jobs: 6\n";
+
+    #[test]
+    fn parses_versions_as_written() {
+        let r = parse(GOOD, "t.yaml").unwrap();
+        assert_eq!(r.pins["torch"], "2.13.0");
+        assert_eq!(r.pins["transformers"], "5.10");
+        assert_eq!(r.build.max_jobs, "6");
+        assert_eq!(r.source.package, "vllm");
+    }
+
+    #[test]
+    fn short_commit_names_line_and_field() {
+        let text = GOOD.replace("5559679229bc961848b121ccdeaa8fa5d79bec98", "abc123");
+        let e = parse(&text, "t.yaml").unwrap_err().to_string();
+        assert!(e.contains("t.yaml: line 4: field `source.commit`"), "{e}");
+    }
+
+    #[test]
+    fn unknown_key_is_an_error() {
+        let e = parse(&format!("{GOOD}colour: blue\n"), "t.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("colour"), "{e}");
+    }
+
+    fn with_smoke(smoke: &str) -> Result<Recipe> {
+        parse(&format!("{GOOD}smoke:\n{smoke}"), "t.yaml")
+    }
+
+    const CASE: &str = "  cases:\n    - name: c\n      model: /m\n";
+
+    #[test]
+    fn smoke_defaults_and_probe_forms() {
+        let r = with_smoke(&format!("  runs: 2\n{CASE}      prompt: hi\n")).unwrap();
+        assert_eq!(r.smoke.probe, Probe::Builtin(true));
+        assert_eq!(r.smoke.near_tie_nats, 1.0);
+        assert_eq!(r.smoke.logprobs, 5);
+        assert_eq!(
+            r.smoke.probe.describe("vllm").as_deref(),
+            Some("vllm._custom_ops.rms_norm")
+        );
+        let off = with_smoke("  probe: false\n").unwrap();
+        assert_eq!(off.smoke.probe.describe("vllm"), None);
+        let custom = with_smoke("  probe: {module: lab.probes, function: gemm}\n").unwrap();
+        assert_eq!(
+            custom.smoke.probe.describe("vllm").as_deref(),
+            Some("lab.probes.gemm")
+        );
+    }
+
+    #[test]
+    fn bad_smoke_settings_name_the_field() {
+        let e = with_smoke("  probe: {module: lab.probes, colour: red}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("colour"), "{e}");
+        let e = with_smoke("  probe: {module: \"lab probes\", function: f}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("smoke.probe.module"), "{e}");
+        let e = with_smoke("  near_tie_nats: -1\n").unwrap_err().to_string();
+        assert!(e.contains("smoke.near_tie_nats"), "{e}");
+        let e = with_smoke("  logprobs: 50\n").unwrap_err().to_string();
+        assert!(e.contains("smoke.logprobs"), "{e}");
+        let both = format!("{CASE}      prompt: hi\n      prompt_token_ids: [1, 2]\n");
+        let e = with_smoke(&both).unwrap_err().to_string();
+        assert!(e.contains("exactly one of `prompt`"), "{e}");
+        let e = with_smoke(CASE).unwrap_err().to_string();
+        assert!(e.contains("exactly one of `prompt`"), "{e}");
+        let ids = format!("{CASE}      prompt_token_ids: [2, 3]\n");
+        assert_eq!(
+            with_smoke(&ids).unwrap().smoke.cases[0].prompt_token_ids,
+            Some(vec![2, 3])
+        );
+    }
+
+    #[test]
+    fn names_reject_traversal() {
+        assert!(!is_valid_name("../x"));
+        assert!(!is_valid_name("a/b"));
+        assert!(!is_valid_name(".."));
+        assert!(is_valid_name("vllm-555967922"));
+    }
+
+    #[test]
+    fn expands_only_set_variables() {
+        assert_eq!(expand_env("/m/x").unwrap(), "/m/x");
+        let e = expand_env("${ORACLE_BUILD_SURELY_UNSET_VAR}/m").unwrap_err();
+        assert!(e.contains("ORACLE_BUILD_SURELY_UNSET_VAR"));
+    }
+
+    /// Name, source and python only: 5 lines.
+    const BASE: &str = "name: t\nsource:\n  repo: file:///x\n  commit: 5559679229bc961848b121ccdeaa8fa5d79bec98\npython: \"3.11\"\n";
+
+    /// The error text of `parse` on `BASE` plus `extra` (which starts at line 6).
+    fn error_of(extra: &str) -> String {
+        parse(&format!("{BASE}{extra}"), "r.yaml")
+            .unwrap_err()
+            .to_string()
+    }
+
+    /// Rust type names and serde-saphyr's advice must never reach the user.
+    fn assert_plain(e: &str) {
+        for internal in [
+            "u32",
+            "u64",
+            "Option<",
+            "DuplicateKeyPolicy",
+            "Options",
+            "sequence start",
+            "mapping start",
+            "deserialize",
+            "struct ",
+        ] {
+            assert!(!e.contains(internal), "{internal:?} in {e}");
+        }
+    }
+
+    #[test]
+    fn parse_errors_name_file_line_and_field_in_plain_words() {
+        let cases = [
+            (
+                "smoke:\n  runs: -1\n",
+                "r.yaml: line 7: field `smoke.runs`: -1 is negative",
+            ),
+            (
+                "indexes: \"x\"\n",
+                "r.yaml: line 6: field `indexes`: expected a list",
+            ),
+            (
+                "python: \"3.12\"\n",
+                "r.yaml: line 6: field `python`: `python` is given twice in the same mapping (first at line 5)",
+            ),
+            (
+                "colour: blue\n",
+                "r.yaml: line 6: field `colour`: unknown key `colour` (allowed keys here: name, source, python,",
+            ),
+            (
+                "smoke:\n  cases:\n    - {name: a, model: /m, prompt: x}\n    - name: b\n      model: /m\n      max_tokens: [1]\n",
+                "r.yaml: line 11: field `smoke.cases[1].max_tokens`: expected a number, found a list",
+            ),
+            (
+                "build:\n  env: {A: [1]}\n",
+                "r.yaml: line 7: field `build.env.A`: expected a text value, found a list",
+            ),
+            (
+                "pins2: {torch: 2.1, torch: 2.2}\n",
+                "r.yaml: line 6: field `pins2`: unknown key",
+            ),
+            (
+                "expect: {torch_version: 2.1, torch_version: 2.2}\n",
+                "r.yaml: line 6: field `expect.torch_version`: `torch_version` is given twice",
+            ),
+            (
+                "smoke:\n  probe: {module: a}\n",
+                "r.yaml: line 7: field `smoke.probe.function`: is required but missing",
+            ),
+            (
+                "build:\n  mode: fast\n",
+                "r.yaml: line 7: field `build.mode`: `fast` is not one of: source, precompiled",
+            ),
+        ];
+        for (extra, want) in cases {
+            let e = error_of(extra);
+            assert!(e.starts_with(want), "{extra:?}:\n{e}\nwant {want}");
+            assert_plain(&e);
+        }
+        let e = parse(
+            &GOOD.replace("  max_jobs: 6\n", "  max_jobs: 6\n  nvcc_threads:\n"),
+            "r.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("r.yaml: line 9: field `build.nvcc_threads`: has no value"),
+            "{e}"
+        );
+        let e = parse(
+            &GOOD.replace("  commit:", "  package:\n  commit:"),
+            "r.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("r.yaml: line 4: field `source.package`: has no value"),
+            "{e}"
+        );
+        assert_plain(&e);
+        let e = parse("", "r.yaml").unwrap_err().to_string();
+        assert!(e.contains("the recipe is empty"), "{e}");
+    }
+
+    #[test]
+    fn quoted_numbers_are_refused() {
+        for (extra, field) in [
+            ("smoke:\n  runs: \"3\"\n", "smoke.runs"),
+            ("smoke:\n  timeout_s: '60'\n", "smoke.timeout_s"),
+            ("smoke:\n  near_tie_nats: \"1.0\"\n", "smoke.near_tie_nats"),
+            ("build:\n  nvcc_threads: \"2\"\n", "build.nvcc_threads"),
+            (
+                "build:\n  disk: {wheel_gib: \"3\"}\n",
+                "build.disk.wheel_gib",
+            ),
+        ] {
+            let e = error_of(extra);
+            assert!(
+                e.contains(&format!("field `{field}`: ")) && e.contains("quoted string"),
+                "{e}"
+            );
+        }
+        let ids = format!("smoke:\n{CASE}      prompt_token_ids: [1, \"2\"]\n");
+        let e = error_of(&ids);
+        assert!(
+            e.contains("field `smoke.cases[0].prompt_token_ids[1]`: \"2\" is a quoted string"),
+            "{e}"
+        );
+        // Unquoted, they are numbers as before.
+        let r = with_smoke("  runs: 3\n  near_tie_nats: 0.5\n").unwrap();
+        assert_eq!((r.smoke.runs, r.smoke.near_tie_nats), (3, 0.5));
+    }
+
+    #[test]
+    fn pins_are_exact_versions() {
+        for ok in [
+            "2.13.0",
+            "0.6.15.post1",
+            "2.13.0+cu130",
+            "1!2.0rc1.dev3",
+            "5.10",
+            "2.0a1",
+        ] {
+            assert!(is_exact_version(ok), "{ok}");
+        }
+        for bad in [
+            ">=20",
+            "==20",
+            "20, 21",
+            "2.*",
+            "2.0 ; python_version<'3'",
+            "",
+            " 2.0",
+            "~=2.0",
+            "2.0,<3",
+        ] {
+            assert!(!is_exact_version(bad), "{bad}");
+        }
+        let e = error_of("pins: {packaging: \">=20\"}\n");
+        assert!(
+            e.starts_with(
+                "r.yaml: line 6: field `pins.packaging`: \">=20\" is not an exact version"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn build_env_may_not_set_what_the_tool_controls() {
+        for (key, names) in [
+            ("SETUPTOOLS_SCM_PRETEND_VERSION", "source.commit"),
+            ("SETUPTOOLS_SCM_PRETEND_VERSION_FOR_VLLM", "source.commit"),
+            ("VLLM_VERSION_OVERRIDE", "source.commit"),
+            ("VLLM_USE_PRECOMPILED", "build.mode"),
+            ("VLLM_TARGET_DEVICE", "build.target_device"),
+            ("NVCC_THREADS", "build.nvcc_threads"),
+            ("TORCH_CUDA_ARCH_LIST", "build.cuda_arch_list"),
+        ] {
+            let e = error_of(&format!("build:\n  env: {{{key}: \"1\"}}\n"));
+            assert!(
+                e.contains(&format!("line 7: field `build.env.{key}`")) && e.contains(names),
+                "{e}"
+            );
+        }
+        assert!(parse(&format!("{BASE}build:\n  env: {{CC: gcc}}\n"), "r.yaml").is_ok());
+    }
+
+    #[test]
+    fn names_of_alias_roots_are_reserved() {
+        let text = BASE.replacen("name: ", "name: alias-", 1);
+        let e = parse(&text, "r.yaml").unwrap_err().to_string();
+        assert!(e.contains("field `name`") && e.contains("reserved"), "{e}");
+    }
+
+    #[test]
+    fn env_errors_name_the_key() {
+        let e = error_of("build:\n  env: {\"A=B\": x}\n");
+        assert!(e.contains("field `build.env.A=B`"), "{e}");
+        let e = error_of("smoke:\n  env:\n    OK: x\n    \"=\": y\n");
+        assert!(e.contains("line 9: field `smoke.env.=`"), "{e}");
+        let two = format!(
+            "smoke:\n{CASE}      prompt: x\n    - name: d\n      model: /m\n      prompt: x\n      env: {{\"X=1\": y}}\n"
+        );
+        let e = error_of(&two);
+        assert!(e.contains("line 14: field `smoke.cases[1].env.X=1`"), "{e}");
+    }
+
+    #[test]
+    fn model_references_must_be_well_formed() {
+        for (model, why) in [
+            ("${FX_MODELS", "without its closing"),
+            ("${}/m", "not a variable name"),
+            ("${1X}/m", "not a variable name"),
+            ("/m/${A-B}", "not a variable name"),
+        ] {
+            let e = with_smoke(&format!(
+                "  cases:\n    - name: c\n      model: {model}\n      prompt: hi\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("line 12: field `smoke.cases[0].model`") && e.contains(why),
+                "{model}: {e}"
+            );
+            assert!(expand_env(model).is_err());
+        }
+        with_smoke("  cases:\n    - name: c\n      model: ${_A1}/x/${B}\n      prompt: hi\n")
+            .unwrap();
+    }
+}

@@ -1,0 +1,494 @@
+//! Stage "lock deps": resolve, with uv, the build set and the runtime set of
+//! a pin into PEP 751 lock files with a sha256 for every artifact.
+//!
+//! - build set: the checkout's build requirements (`requirements/build/<device>.txt`,
+//!   `requirements/build.txt`, or `pyproject.toml [build-system].requires`);
+//! - runtime set: `requirements/<device>.txt` plus the recipe's pins;
+//!
+//! both with the recipe's pins as overrides (as the venv stage installs them)
+//! and its indexes in order, for the recipe's Python, and cut off at the
+//! commit's committer time (`--exclude-newer`) unless the recipe's
+//! `lock.exclude_newer` says otherwise, so a lock made today and one made in
+//! a year agree. Output is `uv pip compile --format pylock.toml
+//! --generate-hashes --no-header --no-annotate`: no timestamps, no paths.
+//!
+//! The lock directory of a recipe (see [`lock_dir`]) holds
+//! `pylock.build.toml`, `pylock.runtime.toml` and `lock.json` (the inputs it
+//! was made for and the sha256 of each file). uv cannot install a pylock
+//! file from a local wheelhouse (it fetches its URLs), so builds install
+//! from a hash-pinned requirements list derived from it
+//! ([`pylock::requirements_text`]) with `--require-hashes`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::bail;
+
+use crate::stages::Ctx;
+use anyhow::{Context, Result};
+use fs_err as fs;
+use serde::{Deserialize, Serialize};
+
+use crate::exit::bad_input;
+use crate::host::uv::pin_lines;
+use crate::progress;
+use crate::recipe::{LoadedRecipe, Recipe};
+use crate::stages::requires::RuntimeSource;
+use crate::stages::source::commit_time;
+use crate::store::{Store, read_json, sha256_file, write_atomic};
+pub mod pylock;
+
+use crate::stages::lock::pylock::{LockedPackage, parse_pylock};
+
+/// The build set's lock file.
+pub const BUILD_LOCK: &str = "pylock.build.toml";
+/// The runtime set's lock file.
+pub const RUNTIME_LOCK: &str = "pylock.runtime.toml";
+/// The lock's record: inputs and file hashes.
+pub const LOCK_JSON: &str = "lock.json";
+
+/// What a lock was made for; a lock whose inputs differ from the recipe's is stale.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LockInputs {
+    /// The pinned commit.
+    pub commit: String,
+    /// The recipe's Python (`major.minor`).
+    pub python: String,
+    /// `build.target_device`.
+    pub target_device: String,
+    /// The recipe's pins.
+    pub pins: BTreeMap<String, String>,
+    /// The recipe's indexes, in order.
+    pub indexes: Vec<crate::recipe::Index>,
+    /// `lock.exclude_newer` as written (`commit` when absent).
+    pub exclude_newer: String,
+}
+
+impl LockInputs {
+    /// The inputs `r` asks for.
+    pub fn of(r: &Recipe) -> LockInputs {
+        LockInputs {
+            commit: r.source.commit.clone(),
+            python: r.python.clone(),
+            target_device: r.build.target_device.clone(),
+            pins: r.pins.clone(),
+            indexes: r.indexes.clone(),
+            exclude_newer: r
+                .lock
+                .exclude_newer
+                .clone()
+                .unwrap_or_else(|| "commit".into()),
+        }
+    }
+}
+
+/// `lock.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LockInfo {
+    /// Format version.
+    pub schema: u32,
+    /// Recipe name.
+    pub recipe: String,
+    /// What it was made for.
+    pub inputs: LockInputs,
+    /// The cut-off passed to uv (`--exclude-newer`), if any.
+    pub exclude_newer: Option<String>,
+    /// Where the build set came from.
+    pub build_requirements: BuildRequirements,
+    /// The runtime requirements file of the checkout, if any.
+    pub runtime_requirements: Option<String>,
+    /// Where the runtime set came from: the tree's metadata (PEP 517 hook)
+    /// or, where the hook cannot run here, the requirement files.
+    #[serde(default)]
+    pub runtime_source: RuntimeSource,
+    /// The uv that resolved it.
+    pub uv: String,
+    /// Artifact file name -> the index it comes from (an explicit index's
+    /// name, a plain index's URL, or `default`), see [`crate::host::uv::index_of`].
+    #[serde(default)]
+    pub artifact_index: BTreeMap<String, String>,
+    /// File name -> sha256 of each lock file.
+    pub files: BTreeMap<String, String>,
+}
+
+/// A loaded, verified lock.
+#[derive(Debug, Clone)]
+pub struct Locked {
+    /// The lock directory.
+    pub dir: PathBuf,
+    /// Its record.
+    pub info: LockInfo,
+    /// The build set.
+    pub build: Vec<LockedPackage>,
+    /// The runtime set.
+    pub runtime: Vec<LockedPackage>,
+}
+
+impl Locked {
+    /// sha256 of `pylock.build.toml`.
+    pub fn build_sha256(&self) -> Option<&String> {
+        self.info.files.get(BUILD_LOCK)
+    }
+    /// sha256 of `pylock.runtime.toml`.
+    pub fn runtime_sha256(&self) -> Option<&String> {
+        self.info.files.get(RUNTIME_LOCK)
+    }
+}
+
+/// The lock directory of `lr`: `<lockfiles>/<recipe name>/`, where
+/// `<lockfiles>` is `explicit` (`--lockfiles`), else `$ORACLE_BUILD_LOCKFILES`,
+/// else `lockfiles/` beside the recipe's `recipes/` directory (a recipe in
+/// `<repo>/recipes/x.yaml` locks into `<repo>/lockfiles/`), else `lockfiles/`
+/// in the recipe file's directory, else (built-in recipes) `./lockfiles`.
+pub fn lock_dir(lr: &LoadedRecipe, explicit: Option<&Path>) -> PathBuf {
+    let root = explicit
+        .map(Path::to_path_buf)
+        .or_else(|| {
+            std::env::var_os("ORACLE_BUILD_LOCKFILES")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| match &lr.dir {
+            Some(d) if d.file_name().is_some_and(|n| n == "recipes") => d
+                .parent()
+                .map_or_else(|| PathBuf::from("lockfiles"), |p| p.join("lockfiles")),
+            Some(d) => d.join("lockfiles"),
+            None => PathBuf::from("lockfiles"),
+        });
+    root.join(&lr.recipe.name)
+}
+
+/// The store entry keeping the lock resolved for a build of `r` made without
+/// a lockfile: `store/lockfiles/<key>`, keyed by [`LockInputs`] (the commit
+/// fixes the requirement files; the cut-off fixes the index state).
+pub fn auto_entry(store: &Store, r: &Recipe) -> crate::store::Entry {
+    let key = crate::store::key::content_key(&serde_json::json!({
+        "schema": crate::store::key::KEY_SCHEMA, "stage": "autolock", "inputs": LockInputs::of(r),
+    }));
+    store.entry(crate::store::Bucket::Locks, &key)
+}
+
+/// Loads the lock in `dir` for `r`: `Ok(None)` when there is none.
+///
+/// Errors (exit 2): the lock was made for other inputs (names them), or a
+/// lock file no longer has the sha256 recorded in `lock.json`.
+pub fn load(dir: &Path, r: &Recipe) -> Result<Option<Locked>> {
+    let json = dir.join(LOCK_JSON);
+    if !json.is_file() {
+        return Ok(None);
+    }
+    let info: LockInfo = read_json(&json)?;
+    let want = LockInputs::of(r);
+    if info.inputs != want {
+        let a = serde_json::to_value(&info.inputs).unwrap_or_default();
+        let b = serde_json::to_value(&want).unwrap_or_default();
+        let diff: Vec<String> = b
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, v)| a.get(k.as_str()) != Some(v))
+            .map(|(k, v)| format!("{k}: lock has {}, recipe has {v}", a[k.as_str()]))
+            .collect();
+        return Err(bad_input(format!(
+            "the lock in {} is stale ({}); run `oracle-build lock {}`",
+            dir.display(),
+            diff.join("; "),
+            r.name
+        )));
+    }
+    for (name, sha) in &info.files {
+        let got = sha256_file(&dir.join(name))?;
+        if &got != sha {
+            return Err(bad_input(format!(
+                "{} changed since it was locked (sha256 {got}, lock.json says {sha}); run `oracle-build lock {}`",
+                dir.join(name).display(),
+                r.name
+            )));
+        }
+    }
+    let read = |name: &str| -> Result<Vec<LockedPackage>> {
+        if info.files.contains_key(name) {
+            parse_pylock(&dir.join(name))
+        } else {
+            Ok(Vec::new())
+        }
+    };
+    Ok(Some(Locked {
+        dir: dir.to_path_buf(),
+        build: read(BUILD_LOCK)?,
+        runtime: read(RUNTIME_LOCK)?,
+        info,
+    }))
+}
+
+/// The `--exclude-newer` cut-off for `lr` whose checkout is `src`: the
+/// commit's committer time (RFC 3339, UTC) unless `lock.exclude_newer` says
+/// `none` or gives a timestamp.
+///
+/// Errors (exit 2): `lock.exclude_newer` is neither `commit`, `none` nor RFC 3339.
+pub fn exclude_newer(lr: &LoadedRecipe, src: &Path) -> Result<Option<String>> {
+    let r = &lr.recipe;
+    match r.lock.exclude_newer.as_deref().unwrap_or("commit") {
+        "commit" => {
+            let t = commit_time(src, &r.source.commit)?;
+            let ts = jiff::Timestamp::from_second(t)
+                .with_context(|| format!("commit time {t} out of range"))?;
+            Ok(Some(ts.to_string()))
+        }
+        "none" => Ok(None),
+        other => other
+            .parse::<jiff::Timestamp>()
+            .map(|t| Some(t.to_string()))
+            .map_err(|e| {
+                bad_input(format!(
+                    "{}: field `lock.exclude_newer`: {other:?} is not `commit`, `none` or an RFC 3339 timestamp ({e})",
+                    lr.origin
+                ))
+            }),
+    }
+}
+
+/// How [`resolve`] asks the tree for its runtime set: called with the build
+/// lock just written (`pylock.build.toml`, in the lock directory) and a
+/// scratch directory, it returns the active `Requires-Dist` of the tree's
+/// metadata (PEP 517 `prepare_metadata_for_build_wheel`, run in a venv that
+/// holds exactly that build set). The pipeline layer supplies it, as it
+/// alone may use the wheelhouse and wheel stages that this needs. An error
+/// makes [`resolve`] fall back to the requirement files
+/// ([`fallback_files`]), naming the reason in `lock.json`.
+pub type AskRuntime<'a> = &'a dyn Fn(&Path, &Path) -> Result<Vec<String>>;
+
+/// Resolves the build and runtime sets of `lr` (checkout at `src`) with uv
+/// and writes them, then `lock.json`, into `dir` (each file replaced
+/// atomically; `lock.json` last). Scratch files go to a staging directory of
+/// `store`.
+///
+/// Errors: uv cannot resolve (its output is quoted; the log is named).
+pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path, ask: AskRuntime<'_>) -> Result<Locked> {
+    let Ctx { store, lr, tc, .. } = *cx;
+    let r = &lr.recipe;
+    let cutoff = exclude_newer(lr, src)?;
+    progress::stage(
+        "lock",
+        format!(
+            "resolving {} for Python {} (uploads up to {})",
+            r.name,
+            tc.python.version,
+            cutoff.as_deref().unwrap_or("now: no cut-off")
+        ),
+    );
+    let staging = store.stage("lock")?;
+    let work = staging.path();
+    let log = work.join("lock.log");
+    let overrides = work.join("overrides.txt");
+    fs::write(&overrides, pin_lines(&r.pins))?;
+    let mut common: Vec<String> = vec![
+        "--format".into(),
+        "pylock.toml".into(),
+        "--generate-hashes".into(),
+        "--no-header".into(),
+        "--no-annotate".into(),
+        "--python".into(),
+        tc.python.path.display().to_string(),
+        "--override".into(),
+        overrides.display().to_string(),
+    ];
+    if let Some(ts) = &cutoff {
+        common.extend(["--exclude-newer".into(), ts.clone()]);
+    }
+    // Packages of explicit indexes come only from them.
+    if let Some(project) = crate::host::uv::explicit_project(&r.indexes) {
+        let dir = work.join("explicit-indexes");
+        fs::create_dir_all(&dir)?;
+        fs::write(dir.join("pyproject.toml"), project)?;
+        common.push(dir.join("pyproject.toml").display().to_string());
+    }
+    let mut files = BTreeMap::new();
+
+    let build_reqs = build_requirements(src, &r.build.target_device)?;
+    let build_in = work.join("build.in");
+    match &build_reqs {
+        BuildRequirements::File(rel) => {
+            fs::write(&build_in, format!("-r {}\n", src.join(rel).display()))?
+        }
+        BuildRequirements::Pyproject(reqs) => fs::write(
+            &build_in,
+            reqs.iter().map(|l| format!("{l}\n")).collect::<String>(),
+        )?,
+    }
+    let build_in_text = fs::read_to_string(&build_in)?;
+    fs::create_dir_all(dir)?;
+    let runtime;
+    let mut runtime_in = String::new();
+    let runtime_source;
+    {
+        // The build set first: the runtime set is asked of the tree in it.
+        let name = BUILD_LOCK;
+        let asked = if build_in_text.trim().is_empty() {
+            Err(anyhow::anyhow!("the tree declares no build requirements"))
+        } else {
+            compile(cx, &common, work, name, &build_in_text, &log)?;
+            let bytes = fs::read(work.join(name))?;
+            write_atomic(&dir.join(name), &bytes)?;
+            files.insert(name.to_string(), sha256_file(&dir.join(name))?);
+            ask(&dir.join(name), work)
+        };
+        match asked {
+            Ok(reqs) => {
+                for l in &reqs {
+                    runtime_in.push_str(l);
+                    runtime_in.push('\n');
+                }
+                runtime = None;
+                runtime_source = RuntimeSource::Metadata {
+                    requires_dist: reqs,
+                };
+            }
+            Err(why) => {
+                let reason = format!("{why:#}")
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                let files = fallback_files(src, &r.build.target_device);
+                for rel in &files {
+                    runtime_in.push_str(&format!("-r {}\n", src.join(rel).display()));
+                }
+                runtime = files.first().cloned();
+                runtime_source = RuntimeSource::Files { files, reason };
+            }
+        }
+        progress::stage(
+            "lock",
+            format!("runtime set from {}", runtime_source.describe()),
+        );
+    }
+    runtime_in.push_str(&pin_lines(&r.pins));
+    let sets = [(RUNTIME_LOCK, runtime_in)];
+    for (name, input) in sets {
+        if input.trim().is_empty() {
+            continue;
+        }
+        compile(cx, &common, work, name, &input, &log)?;
+        let bytes = fs::read(work.join(name))?;
+        write_atomic(&dir.join(name), &bytes)?;
+        files.insert(name.to_string(), sha256_file(&dir.join(name))?);
+    }
+    for stale in [BUILD_LOCK, RUNTIME_LOCK] {
+        if !files.contains_key(stale) && dir.join(stale).exists() {
+            fs::remove_file(dir.join(stale))?;
+        }
+    }
+    let mut artifact_index = BTreeMap::new();
+    for name in files.keys() {
+        for p in parse_pylock(&dir.join(name))? {
+            for a in p.wheels.iter().chain(p.sdist.iter()) {
+                if let Some(url) = &a.url {
+                    artifact_index.insert(a.filename.clone(), crate::host::uv::index_of(&r.indexes, url));
+                }
+            }
+        }
+    }
+    let info = LockInfo {
+        artifact_index,
+        schema: 1,
+        recipe: r.name.clone(),
+        inputs: LockInputs::of(r),
+        exclude_newer: cutoff,
+        build_requirements: build_reqs,
+        runtime_requirements: runtime,
+        runtime_source,
+        uv: tc.uv.version.clone(),
+        files,
+    };
+    crate::store::write_json(&dir.join(LOCK_JSON), &info)?;
+    load(dir, r)?.context("the lock just written cannot be read back")
+}
+
+/// `uv pip compile` of `input` into `<work>/<name>` with the shared arguments.
+fn compile(
+    cx: &Ctx<'_>,
+    common: &[String],
+    work: &Path,
+    name: &str,
+    input: &str,
+    log: &Path,
+) -> Result<()> {
+    let inp = work.join(format!("{name}.in"));
+    fs::write(&inp, input)?;
+    let mut args = common.to_vec();
+    args.extend([
+        "-o".into(),
+        work.join(name).display().to_string(),
+        inp.display().to_string(),
+    ]);
+    cx.uv
+        .pip_compile(&args, log)
+        .with_context(|| format!("resolving {name} for {}", cx.lr.recipe.name))
+}
+
+/// The requirement files the tree's setup.py reads for `device` when its
+/// metadata cannot be asked: `requirements/<device>.txt`, else (vLLM's
+/// `empty`, which has no file of its own) `requirements/common.txt`.
+pub fn fallback_files(src: &Path, device: &str) -> Vec<String> {
+    [
+        format!("requirements/{device}.txt"),
+        "requirements/common.txt".into(),
+    ]
+    .into_iter()
+    .find(|rel| src.join(rel).is_file())
+    .into_iter()
+    .collect()
+}
+
+/// Where the build requirements come from, in the order they are looked for.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub enum BuildRequirements {
+    /// A requirements file of the checkout (path relative to it).
+    File(String),
+    /// `pyproject.toml` `[build-system].requires`.
+    Pyproject(Vec<String>),
+}
+
+/// Finds the build requirements of the checkout at `src` for `device`:
+/// `requirements/build/<device>.txt`, else `requirements/build.txt`, else
+/// `pyproject.toml` `[build-system].requires`.
+///
+/// Errors: none of them exists, or `pyproject.toml` does not parse.
+pub fn build_requirements(src: &Path, device: &str) -> Result<BuildRequirements> {
+    for rel in [
+        format!("requirements/build/{device}.txt"),
+        "requirements/build.txt".into(),
+    ] {
+        if src.join(&rel).is_file() {
+            return Ok(BuildRequirements::File(rel));
+        }
+    }
+    let pyproject = src.join("pyproject.toml");
+    if pyproject.is_file() {
+        let doc: toml::Table = toml::from_str(&fs::read_to_string(&pyproject)?)
+            .with_context(|| format!("parsing {}", pyproject.display()))?;
+        let reqs = doc
+            .get("build-system")
+            .and_then(|b| b.get("requires"))
+            .and_then(|r| r.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        return Ok(BuildRequirements::Pyproject(reqs));
+    }
+    bail!(
+        "{} has no requirements/build*.txt and no pyproject.toml: cannot tell its build dependencies",
+        src.display()
+    )
+}
+
+/// The checkout's runtime requirements file for `device`
+/// (`requirements/<device>.txt`, vLLM's layout), relative to `src`, if present.
+pub fn runtime_requirements(src: &Path, device: &str) -> Option<String> {
+    let rel = format!("requirements/{device}.txt");
+    src.join(&rel).is_file().then_some(rel)
+}

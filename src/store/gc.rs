@@ -1,0 +1,206 @@
+//! Garbage collection of the store, Nix-style: delete every entry that no
+//! root reaches, never anything a running build uses.
+//!
+//! Roots are the symlinks under `<root>/roots/` (pins, `keep`s, aliases) and
+//! the temporary roots of running builds (`<root>/locks/build-<pid>.roots`).
+//! Entries reference what they were made from: an oracle venv its wheel
+//! (`oracle.json` `requires`), a wheel its checkout and mirror (`build.json`
+//! `requires`). `gc` holds the store's gc lock exclusively from mark to sweep;
+//! builds take it shared to register a temporary root before they look an entry up.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use fs_err as fs;
+use serde::Serialize;
+
+use serde::Deserialize;
+
+use crate::store::{Bucket, Entry, Manifest, Store, disk_usage, make_writable, read_json};
+
+/// The one field of an entry's record `gc` reads: the labels
+/// (`<bucket>/<name>`) of the entries it was made from. Every other field
+/// of the record is the stage's own business.
+#[derive(Debug, Default, Deserialize)]
+struct Requires {
+    #[serde(default)]
+    requires: Vec<String>,
+}
+
+/// The entries `entry` needs: its record's (see [`Bucket::record_file`])
+/// `requires`, each label that names an entry of the store. An entry without
+/// a record, or with an unreadable one, needs nothing.
+pub fn references(store: &Store, entry: &Entry) -> Vec<Entry> {
+    let Some(file) = entry.bucket.record_file() else {
+        return Vec::new();
+    };
+    let rec: Requires = read_json(&entry.path.join(file)).unwrap_or_default();
+    rec.requires
+        .iter()
+        .filter_map(|l| store.entry_by_label(l))
+        .collect()
+}
+
+/// The labels of every entry reachable from a root or a running build.
+pub fn reachable(store: &Store) -> Result<BTreeSet<String>> {
+    let mut todo: Vec<Entry> = Vec::new();
+    for root in store.roots()? {
+        if let Some(e) = root
+            .path
+            .canonicalize()
+            .ok()
+            .and_then(|t| store.entry_of_path(&t))
+        {
+            todo.push(e);
+        }
+    }
+    todo.extend(store.live_temp_roots()?);
+    let mut seen = BTreeSet::new();
+    while let Some(e) = todo.pop() {
+        if seen.insert(e.label()) {
+            todo.extend(references(store, &e));
+        }
+    }
+    Ok(seen)
+}
+
+/// One entry deleted (or that would be).
+#[derive(Debug, Serialize)]
+pub struct Deleted {
+    /// `<bucket>/<name>`.
+    pub entry: String,
+    /// Its path.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub bytes: u64,
+}
+
+/// What a `gc` did.
+#[derive(Debug, Serialize)]
+pub struct GcReport {
+    /// Whether this was a dry run (nothing deleted).
+    pub dry_run: bool,
+    /// Entries deleted (or that would be).
+    pub deleted: Vec<Deleted>,
+    /// Bytes freed (or that would be).
+    pub freed_bytes: u64,
+    /// Entries kept because a root reaches them.
+    pub kept: Vec<String>,
+}
+
+/// Deletes (or with `dry_run` lists) every entry no root reaches.
+///
+/// Each deleted entry is first renamed into `<root>/tmp/` (it vanishes from
+/// the store atomically) and then removed.
+pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
+    let _gc = store.gc_lock(true)?;
+    let live = reachable(store)?;
+    let mut deleted = Vec::new();
+    let mut kept = Vec::new();
+    for bucket in Bucket::ALL {
+        for e in store.entries(bucket)? {
+            if live.contains(&e.label()) {
+                kept.push(e.label());
+                continue;
+            }
+            let bytes = Manifest::read(&e.path)
+                .map(|m| m.total_size())
+                .unwrap_or_else(|_| disk_usage(&e.path));
+            if !dry_run {
+                let aside = store.tmp_dir().join(format!(
+                    "gc-{}-{}.{}",
+                    bucket.dir_name(),
+                    e.name,
+                    std::process::id()
+                ));
+                fs::rename(&e.path, &aside)?;
+                make_writable(&aside);
+                if aside.is_dir() {
+                    fs::remove_dir_all(&aside)?;
+                } else {
+                    fs::remove_file(&aside)?;
+                }
+            }
+            deleted.push(Deleted {
+                entry: e.label(),
+                path: e.path.clone(),
+                bytes,
+            });
+        }
+    }
+    if !dry_run {
+        store.clean_stale_staging()?;
+        // Links to wheelhouse entries just deleted (see [`Store::wheelhouse_links_dir`]).
+        if let Ok(rd) = fs::read_dir(store.wheelhouse_links_dir()) {
+            for e in rd.flatten() {
+                if !e.path().exists() {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+    let freed_bytes = deleted.iter().map(|d| d.bytes).sum();
+    Ok(GcReport {
+        dry_run,
+        deleted,
+        freed_bytes,
+        kept,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry_with(store: &Store, bucket: Bucket, name: &str, requires: &[&str]) -> Entry {
+        let e = store.entry(bucket, name);
+        fs::create_dir_all(&e.path).unwrap();
+        if let Some(file) = bucket.record_file() {
+            // Only `requires` is read: the rest of the record is the stage's.
+            let rec = serde_json::json!({"key": name, "other": {"x": 1}, "requires": requires});
+            fs::write(e.path.join(file), rec.to_string()).unwrap();
+        }
+        e
+    }
+
+    #[test]
+    fn what_a_root_reaches_through_requires_is_kept_and_the_rest_collected() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(dir.path()).unwrap();
+        store.init().unwrap();
+        let src = entry_with(&store, Bucket::Src, "c1", &[]);
+        let git = entry_with(&store, Bucket::Git, "r.git", &[]);
+        let wheel = entry_with(&store, Bucket::Wheels, "w1", &["src/c1", "git/r.git"]);
+        let venv = entry_with(&store, Bucket::Venvs, "v1", &["wheels/w1", "nobucket/x"]);
+        let stray = entry_with(&store, Bucket::Wheels, "w2", &["src/c1"]);
+        store.set_root("fx", &venv).unwrap();
+        assert_eq!(references(&store, &wheel), vec![src.clone(), git.clone()]);
+        let live = reachable(&store).unwrap();
+        for e in [&src, &git, &wheel, &venv] {
+            assert!(live.contains(&e.label()), "{} is reachable", e.label());
+        }
+        assert!(!live.contains(&stray.label()));
+
+        let dry = collect(&store, true).unwrap();
+        assert_eq!(dry.deleted.len(), 1);
+        assert!(stray.exists(), "a dry run deletes nothing");
+        let report = collect(&store, false).unwrap();
+        assert_eq!(report.deleted[0].entry, "wheels/w2");
+        assert!(!stray.exists());
+        assert!(venv.exists() && wheel.exists() && src.exists());
+    }
+
+    #[test]
+    fn an_entry_without_a_readable_record_requires_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(dir.path()).unwrap();
+        store.init().unwrap();
+        let v = store.entry(Bucket::Venvs, "v");
+        fs::create_dir_all(&v.path).unwrap();
+        fs::write(v.path.join("oracle.json"), "not json").unwrap();
+        assert!(references(&store, &v).is_empty());
+        let src = entry_with(&store, Bucket::Src, "c", &[]);
+        assert!(references(&store, &src).is_empty());
+    }
+}

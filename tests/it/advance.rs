@@ -1,0 +1,332 @@
+//! Pin advance under review: the report, accept, rollback, and forks.
+
+use std::path::{Path, PathBuf};
+
+use crate::support::*;
+use serde_json::Value;
+
+/// Two cases: `a` on `model`, `b` on `model-b`.
+const TWO_CASES: &str = "smoke:\n  runs: 2\n  cases:\n    - name: a\n      model: ${FX_MODELS}/model\n      prompt: \"The capital of France is Paris, and the\"\n      max_tokens: 16\n      engine_args: {max_model_len: 256, max_num_seqs: 1}\n    - name: b\n      model: ${FX_MODELS}/model-b\n      prompt: \"The capital of France is Paris, and the\"\n      max_tokens: 16\n      engine_args: {max_model_len: 256, max_num_seqs: 1}\n";
+
+/// The fixture at v0.1.0 and, tagged v0.2.0, a commit that biases the token
+/// after "river" towards " that": case `a` (model) flips at output position 7
+/// (a near-tie), case `b` (model-b already says " that") is unchanged.
+fn two_tagged_commits(dir: &Path) -> (PathBuf, String, String) {
+    let (repo, _) = fixture_repo(dir);
+    let c1 = git(&repo, &["rev-parse", "v0.1.0"]);
+    git(&repo, &["checkout", "-q", "-b", "release", "v0.1.0"]);
+    let model = repo.join("fixturellm/model.py");
+    let text = std::fs::read_to_string(&model).unwrap();
+    let old =
+        "        return _C.log_softmax(_C.next_logits(self.table, self.vocab_size, prev_token))";
+    assert!(
+        text.contains(old),
+        "fixture model.py changed; update this test"
+    );
+    let new = "        logits = _C.next_logits(self.table, self.vocab_size, prev_token)\n        if prev_token == 15:  # \"river\": prefer \" that\"\n            logits[25] += 2.0\n        return _C.log_softmax(logits)";
+    std::fs::write(&model, text.replace(old, new)).unwrap();
+    git(&repo, &["commit", "-qam", "bias after river"]);
+    git(&repo, &["tag", "v0.2.0"]);
+    let c2 = git(&repo, &["rev-parse", "HEAD"]);
+    (repo, c1, c2)
+}
+
+/// [`two_tagged_commits`] in `fx`'s directory, and FROM: the recipe
+/// `recipes/fx.yaml` at v0.1.0. Returns (repo, c1, c2, from).
+fn setup(fx: &Fx) -> (PathBuf, String, String, PathBuf) {
+    let dir = fx.dir();
+    let (repo, c1, c2) = two_tagged_commits(dir);
+    std::fs::create_dir(dir.join("recipes")).unwrap();
+    let from = write_recipe(&dir.join("recipes"), "fx", &repo, &c1, TWO_CASES);
+    (repo, c1, c2, from)
+}
+
+fn case<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap()
+}
+
+#[test]
+fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one() {
+    let fx = Fx::new();
+    let d = fx.dir();
+    let (_repo, c1, c2, from) = setup(&fx);
+    let f = from.to_str().unwrap();
+    let built = fx.json(&["build", f, "--json"]);
+    let from_oracle = PathBuf::from(built["oracle"].as_str().unwrap());
+    let from_record = std::fs::read(from_oracle.join("oracle.json")).unwrap();
+    assert_eq!(built["runtime_version"], "0.1.0", "built exactly at v0.1.0");
+    // A release-tag build (no +g<sha>) is proven by the tag recorded at
+    // build time: verify accepts it, and so does doctor.
+    fx.exits(&["verify", f], 0);
+    let doc = fx.json(&["doctor", "--json"]);
+    assert_eq!(doc["problems"].as_array().unwrap().len(), 0, "{doc}");
+
+    // A copy of that venv without oracle.json (as if installed by hand):
+    // verify --pin finds the tags at the commit in the store's mirror.
+    let copy = d.join("copied-venv");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&from_oracle)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let chmod = std::process::Command::new("chmod")
+        .args(["-R", "u+w"])
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(chmod.success());
+    std::fs::remove_file(copy.join("oracle.json")).unwrap();
+    std::fs::remove_file(copy.join("manifest.json")).unwrap();
+    let cv = copy.to_str().unwrap();
+    fx.exits(&["verify", cv, "--pin", f], 0);
+
+    let report_file = d.join("review.md");
+    let out = fx.exits(
+        &[
+            "advance",
+            f,
+            &c2[..10],
+            "--pin",
+            "packaging=24.1",
+            "--report",
+            report_file.to_str().unwrap(),
+            "--json",
+        ],
+        0,
+    );
+    let r = json(&out);
+
+    // TO was a commit: a candidate recipe derived from FROM was written.
+    let candidate = d.join("recipes").join(format!("fx-{}.yaml", &c2[..9]));
+    assert_eq!(r["candidate_recipe"], candidate.to_str().unwrap());
+    let yaml = std::fs::read_to_string(&candidate).unwrap();
+    assert!(
+        yaml.contains(&c2) && yaml.contains("packaging: '24.1'")
+            || yaml.contains("packaging: \"24.1\"")
+            || yaml.contains("packaging: 24.1"),
+        "{yaml}"
+    );
+
+    // Commits: one ahead, on upstream branches/tags.
+    assert_eq!(r["commits"]["counts"]["ahead"], 1);
+    assert_eq!(r["commits"]["counts"]["descends"], true);
+    assert!(r["commits"]["flag"].is_null(), "{}", r["commits"]);
+
+    // Identity delta: the version moved from the v0.1.0 tag to v0.2.0.
+    let rv = r["identity"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["field"] == "runtime_version")
+        .unwrap();
+    assert_eq!(
+        (
+            rv["from"].as_str(),
+            rv["to"].as_str(),
+            rv["changed"].as_bool()
+        ),
+        (Some("0.1.0"), Some("0.2.0"), Some(true))
+    );
+
+    // Lock delta: the package itself and the overridden pin.
+    let changed: Vec<String> = r["package_delta"]["changed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c[0].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        changed.contains(&"fixturellm".to_string()) && changed.contains(&"packaging".to_string()),
+        "{changed:?}"
+    );
+    assert!(
+        r["recipe_delta"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["field"] == "pins.packaging"),
+        "{}",
+        r["recipe_delta"]
+    );
+
+    // Case a drifted at position 7 (a near-tie), case b identical.
+    let a = case(&r, "a");
+    assert_eq!(a["status"], "drifted", "{a}");
+    assert_eq!(a["divergence"]["position"], 7);
+    assert_eq!(a["divergence"]["golden_token"], 16);
+    assert_eq!(a["divergence"]["token"], 25);
+    assert_eq!(a["divergence"]["near_tie"], true);
+    assert_eq!(case(&r, "b")["status"], "identical");
+    assert_eq!(r["from"]["verdict"], "gateable");
+    assert_eq!(r["to"]["verdict"], "gateable");
+
+    // The Markdown report says the same, and what it does not establish.
+    let md = std::fs::read_to_string(&report_file).unwrap();
+    for needle in [
+        "## Identity",
+        "**changed**",
+        "| fixturellm | 0.1.0 | 0.2.0 |",
+        "**drifted**",
+        "first divergent position 7",
+        "near-tie",
+        "**identical**",
+        "does not establish",
+    ] {
+        assert!(md.contains(needle), "report lacks {needle:?}:\n{md}");
+    }
+    // FROM was not touched.
+    assert_eq!(
+        std::fs::read(from_oracle.join("oracle.json")).unwrap(),
+        from_record
+    );
+    // Checked against TO's commit (tagged v0.2.0), the copy's 0.1.0 is
+    // refused, naming the tag that is at the commit and that it does not match.
+    let t = text(&fx.exits(&["verify", cv, "--pin", candidate.to_str().unwrap()], 3));
+    assert!(
+        t.contains("[FAIL] commit")
+            && t.contains("tags at the commit: v0.2.0")
+            && t.contains("none matches the version")
+            && !t.contains("no tag"),
+        "{t}"
+    );
+    assert!(c1 != c2);
+}
+
+#[test]
+fn accept_moves_the_alias_only_to_a_gateable_to_and_rollback_restores_it() {
+    let fx = Fx::new();
+    let d = fx.dir();
+    let store = fx.store();
+    let (repo, _c1, c2, in_recipes) = setup(&fx);
+    // FROM's recipe lives in a directory not called recipes/.
+    std::fs::create_dir(d.join("pins")).unwrap();
+    let from = d.join("pins/fx.yaml");
+    std::fs::rename(&in_recipes, &from).unwrap();
+    let f = from.to_str().unwrap();
+    let alias = d.join("venvs/vllm-oracle");
+    let l = alias.to_str().unwrap();
+    let built = fx.json(&["build", f, "--activate", l, "--json"]);
+    let from_oracle = PathBuf::from(built["oracle"].as_str().unwrap());
+    assert_eq!(std::fs::read_link(&alias).unwrap(), from_oracle);
+
+    // A TO that crashes is built but not gateable: --accept exits 4, the alias stays.
+    let bad = TWO_CASES.replace(
+        "  runs: 2\n",
+        "  runs: 2\n  env: {FIXTURELLM_MODE: crash}\n",
+    );
+    let to_bad = write_recipe(d, "fx-bad", &repo, &c2, &bad);
+    let out = fx.exits(
+        &[
+            "advance",
+            f,
+            to_bad.to_str().unwrap(),
+            "--accept",
+            "--alias",
+            l,
+        ],
+        4,
+    );
+    assert!(text(&out).contains("refusing to accept"), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_link(&alias).unwrap(),
+        from_oracle,
+        "alias unchanged"
+    );
+
+    // --accept without --alias is a usage error; so is --alias without --accept.
+    fx.exits(&["advance", f, &c2[..12], "--accept"], 2);
+    let t = text(&fx.exits(&["advance", f, &c2[..12], "--alias", l], 2));
+    assert!(t.contains("add --accept"), "{t}");
+
+    // A gateable TO: the alias moves, FROM is kept as the rollback root.
+    let r = fx.json(&["advance", f, &c2[..12], "--accept", "--alias", l, "--json"]);
+    let to_oracle = PathBuf::from(r["to"]["oracle"].as_str().unwrap());
+    assert_ne!(to_oracle, from_oracle);
+    // The candidate recipe is written next to FROM's recipe file.
+    let name = format!("fx-{}.yaml", &c2[..9]);
+    assert_eq!(
+        r["candidate_recipe"],
+        d.join("pins").join(&name).to_str().unwrap()
+    );
+    assert!(d.join("pins").join(&name).is_file());
+    assert!(!d.join("recipes").join(&name).exists());
+    assert_eq!(std::fs::read_link(&alias).unwrap(), to_oracle);
+    let rollback_root = r["accepted"]["root"].as_str().unwrap().to_string() + "-rollback";
+    assert_eq!(
+        store
+            .join("roots")
+            .join(&rollback_root)
+            .canonicalize()
+            .unwrap(),
+        from_oracle
+    );
+
+    // rollback swaps back atomically; the oracle it leaves stays rooted.
+    fx.exits(&["rollback", l], 0);
+    assert_eq!(std::fs::read_link(&alias).unwrap(), from_oracle);
+    assert_eq!(
+        store
+            .join("roots")
+            .join(&rollback_root)
+            .canonicalize()
+            .unwrap(),
+        to_oracle
+    );
+    let dry = fx.json(&["gc", "--dry-run", "--json"]);
+    let doomed: Vec<&str> = dry["deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["entry"].as_str().unwrap())
+        .collect();
+    assert!(
+        !doomed.iter().any(|e| e.starts_with("venvs/")
+            && (to_oracle.ends_with(&e[6..]) || from_oracle.ends_with(&e[6..]))),
+        "{doomed:?}"
+    );
+}
+
+#[test]
+fn a_to_that_exists_only_on_a_fork_is_flagged() {
+    let fx = Fx::new();
+    let d = fx.dir();
+    let (repo, _c1, _c2, from) = setup(&fx);
+    let fork = d.join("fork");
+    git(
+        d,
+        &[
+            "clone",
+            "-q",
+            repo.to_str().unwrap(),
+            fork.to_str().unwrap(),
+        ],
+    );
+    git(&fork, &["checkout", "-q", "v0.1.0"]);
+    std::fs::write(fork.join("FORK.md"), "a fork-only change\n").unwrap();
+    git(&fork, &["add", "-A"]);
+    git(&fork, &["commit", "-qm", "fork only"]);
+    let c3 = git(&fork, &["rev-parse", "HEAD"]);
+    let to = write_recipe(d, "fx-fork", &fork, &c3, TWO_CASES);
+    let r = fx.json(&[
+        "advance",
+        from.to_str().unwrap(),
+        to.to_str().unwrap(),
+        "--json",
+    ]);
+    let flag = r["commits"]["flag"].as_str().unwrap_or("");
+    assert!(
+        flag.contains("not in the upstream repository") && flag.contains("fork"),
+        "{}",
+        r["commits"]
+    );
+    let md = std::fs::read_to_string(r["report_file"].as_str().unwrap()).unwrap();
+    assert!(md.contains("**FLAG:**"), "{md}");
+    assert_eq!(case(&r, "a")["status"], "identical");
+}

@@ -1,0 +1,20 @@
+//! The integration tests, as one binary (one link instead of one per file):
+//! each module runs the real `oracle-build` binary against real git
+//! repositories, uv, venvs and CMake made at test time; `support` holds the
+//! fixture and setup helpers they share.
+
+mod support;
+
+mod advance;
+mod build;
+mod demo;
+mod bytecode;
+mod gpu;
+mod hermetic;
+mod identity;
+mod pipeline_keys;
+mod real;
+mod recipes;
+mod roots;
+mod smoke;
+mod store;
