@@ -22,7 +22,9 @@
 //! 6. Plan the wheel from complete inputs ([`wheel_plan`]: one key) and
 //!    ensure it (`stages::wheel`): built in staging, persisted by rename.
 //! 7. Plan the venv from the wheel's record ([`venv_plan`]); a damaged wheel
-//!    about to be installed is quarantined and rebuilt.
+//!    about to be installed is quarantined and rebuilt; a runtime lock that
+//!    misses or contradicts the wheel's `Requires-Dist` is refused
+//!    (`stages::venv::check_requires`) before anything is installed.
 //! 8. Ensure the oracle (`stages::oracle`): install the venv
 //!    (`stages::venv`), check its identity (`stages::identity`), run the gate
 //!    (`stages::smoke`), record `oracle.json`, persist.

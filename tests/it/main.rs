@@ -7,8 +7,8 @@ mod support;
 
 mod advance;
 mod build;
-mod demo;
 mod bytecode;
+mod demo;
 mod gpu;
 mod hermetic;
 mod identity;

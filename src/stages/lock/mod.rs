@@ -384,7 +384,10 @@ pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path, ask: AskRuntime<'_>) -> Res
         for p in parse_pylock(&dir.join(name))? {
             for a in p.wheels.iter().chain(p.sdist.iter()) {
                 if let Some(url) = &a.url {
-                    artifact_index.insert(a.filename.clone(), crate::host::uv::index_of(&r.indexes, url));
+                    artifact_index.insert(
+                        a.filename.clone(),
+                        crate::host::uv::index_of(&r.indexes, url),
+                    );
                 }
             }
         }
