@@ -23,6 +23,7 @@ const LAYERS: &[(&str, &[&str])] = &[
 /// The stages in the order a build runs them.
 const STAGE_ORDER: &[&str] = &[
     "source",
+    "requires",
     "lock",
     "wheelhouse",
     "ext",

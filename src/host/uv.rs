@@ -190,3 +190,86 @@ impl Uv {
 pub fn pin_lines(pins: &std::collections::BTreeMap<String, String>) -> String {
     pins.iter().map(|(n, v)| format!("{n}=={v}\n")).collect()
 }
+
+/// The URLs of the recipe's plain indexes, in order (`--index <url>`);
+/// explicit indexes are given to uv through a generated project instead
+/// (see [`explicit_project`]).
+pub fn plain_indexes(indexes: &[crate::recipe::Index]) -> Vec<String> {
+    indexes
+        .iter()
+        .filter_map(|i| match i {
+            crate::recipe::Index::Url(u) => Some(u.clone()),
+            crate::recipe::Index::Explicit { .. } => None,
+        })
+        .collect()
+}
+
+/// A `pyproject.toml` that makes uv take each package of an explicit index
+/// only from it: the packages as dependencies, one `[[tool.uv.index]]`
+/// (`explicit = true`) per index and a `[tool.uv.sources]` entry per package
+/// (uv docs, "Package indexes": pinning a package to an index). `None` when
+/// the recipe has no explicit index. Passed as an input to `uv pip compile`,
+/// it adds those packages to the locked set, as a pin does.
+pub fn explicit_project(indexes: &[crate::recipe::Index]) -> Option<String> {
+    use toml::{Table, Value};
+    let mut deps = Vec::new();
+    let mut idx = Vec::new();
+    let mut sources = Table::new();
+    for i in indexes {
+        if let crate::recipe::Index::Explicit {
+            name,
+            url,
+            packages,
+        } = i
+        {
+            let mut t = Table::new();
+            t.insert("name".into(), Value::String(name.clone()));
+            t.insert("url".into(), Value::String(url.clone()));
+            t.insert("explicit".into(), Value::Boolean(true));
+            idx.push(Value::Table(t));
+            for p in packages {
+                deps.push(Value::String(p.clone()));
+                let mut src = Table::new();
+                src.insert("index".into(), Value::String(name.clone()));
+                sources.insert(p.clone(), Value::Table(src));
+            }
+        }
+    }
+    if idx.is_empty() {
+        return None;
+    }
+    let mut project = Table::new();
+    project.insert(
+        "name".into(),
+        Value::String("oracle-build-locked-set".into()),
+    );
+    project.insert("version".into(), Value::String("0".into()));
+    project.insert("dependencies".into(), Value::Array(deps));
+    let mut uv = Table::new();
+    uv.insert("index".into(), Value::Array(idx));
+    uv.insert("sources".into(), Value::Table(sources));
+    let mut tool = Table::new();
+    tool.insert("uv".into(), Value::Table(uv));
+    let mut doc = Table::new();
+    doc.insert("project".into(), Value::Table(project));
+    doc.insert("tool".into(), Value::Table(tool));
+    toml::to_string(&doc).ok()
+}
+
+/// The index an artifact URL was served from: the name of the explicit
+/// index (or the URL of the plain index) whose URL, without a trailing
+/// `/simple` and `/`, starts it; else `default` (the default index, whose
+/// files live on another host, e.g. files.pythonhosted.org for PyPI).
+pub fn index_of(indexes: &[crate::recipe::Index], artifact_url: &str) -> String {
+    for i in indexes {
+        let base = i.url().trim_end_matches('/');
+        let base = base.strip_suffix("/simple").unwrap_or(base);
+        if !base.is_empty() && artifact_url.starts_with(base) {
+            return match i {
+                crate::recipe::Index::Explicit { name, .. } => name.clone(),
+                crate::recipe::Index::Url(u) => u.clone(),
+            };
+        }
+    }
+    "default".into()
+}

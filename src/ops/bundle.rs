@@ -209,7 +209,9 @@ fn lock_for(
     if !entry.exists() {
         let staging = store.stage("autolock")?;
         let dir = staging.path().join("lock");
-        lock::resolve_for(cx, &src.path, &dir, target)?;
+        lock::resolve_for(cx, &src.path, &dir, target, &|b, w| {
+            crate::pipeline::inputs::metadata_runtime(cx, &src.path, b, w)
+        })?;
         store.persist(&dir, &entry)?;
     }
     lock::load_for(&entry.path, r, target)?
@@ -348,7 +350,7 @@ pub fn export(pin_arg: &str, store_arg: Option<&Path>, opts: &ExportOptions) -> 
     };
     let uv = crate::host::uv::Uv {
         tool: uv_tool,
-        indexes: r.indexes.clone(),
+        indexes: crate::host::uv::plain_indexes(&r.indexes),
         offline: false,
         cache_dir: Some(store.root().join("uv-cache")),
     };
@@ -374,7 +376,7 @@ pub fn export(pin_arg: &str, store_arg: Option<&Path>, opts: &ExportOptions) -> 
             add_entry(&e, &mut entries, &mut files)?;
         }
     }
-    let found = ext::discover_in_tree(&src.path)?;
+    let found = ext::discover_in_tree(&src.path, &r.build.target_device)?;
     for line in &found.unmapped {
         progress::stage(
             "ext",

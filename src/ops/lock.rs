@@ -65,7 +65,7 @@ pub fn run(
     };
     let uv = Uv {
         tool: uv_tool,
-        indexes: r.indexes.clone(),
+        indexes: crate::host::uv::plain_indexes(&r.indexes),
         offline: false,
         cache_dir: Some(store.root().join("uv-cache")),
     };
@@ -75,16 +75,15 @@ pub fn run(
     let mirror = source::ensure_mirror(&store, &r.source.repo, &r.source.commit, false)?;
     let (src, _) = source::ensure_checkout(&store, &mirror, &r.source.commit)?;
     let dir = lock::lock_dir(&lr, lockfiles);
-    let locked = lock::resolve(
-        &crate::stages::Ctx {
-            store: &store,
-            lr: &lr,
-            tc: &tc,
-            uv: &uv,
-        },
-        &src.path,
-        &dir,
-    )?;
+    let cx = crate::stages::Ctx {
+        store: &store,
+        lr: &lr,
+        tc: &tc,
+        uv: &uv,
+    };
+    let locked = lock::resolve(&cx, &src.path, &dir, &|b, w| {
+        crate::pipeline::inputs::metadata_runtime(&cx, &src.path, b, w)
+    })?;
     drop(temp);
     let report = LockReport {
         recipe: r.name.clone(),

@@ -99,6 +99,15 @@ fn render(p: &Plan) -> String {
                 .as_ref()
                 .map_or(String::new(), |s| format!(" (/{s})"))
         ));
+        if let Some(c) = &e.condition {
+            line(format!(
+                "  {:<10} {:<7} staged although declared under a condition not evaluated here: {c}",
+                "", ""
+            ));
+        }
+    }
+    if let Some(why) = &p.ext_no_cmake {
+        line(format!("  {:<10} {:<7} {why}", "ext", "none"));
     }
     for u in &p.ext_unmapped {
         line(format!(

@@ -89,6 +89,9 @@ pub struct Verification {
     /// The pin file compared with.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pin_file: Option<PathBuf>,
+    /// Warnings recorded with the oracle when it was built (a fork-only
+    /// commit, a tagless history).
+    pub warnings: Vec<String>,
     /// Whether all passed.
     pub ok: bool,
     /// `--emit-pin-block`: the block measured from this oracle (only when `ok`).
@@ -406,7 +409,12 @@ pub fn verify_venv(
         checks.extend(pf.checks(&id, built));
     }
     let ok = checks.iter().all(|c| c.ok);
+    let warnings = record
+        .as_ref()
+        .map(|r| r.warnings.clone())
+        .unwrap_or_default();
     Ok(Verification {
+        warnings,
         venv: venv.to_path_buf(),
         recipe: recipe.name.clone(),
         checked_against: against.to_string(),
@@ -465,6 +473,9 @@ pub fn print_checks(v: &Verification, to_stderr: bool) {
             c.expected,
             c.found
         ));
+    }
+    for w in &v.warnings {
+        lines.push(format!("  warning (recorded at build): {w}"));
     }
     let failed = v.checks.iter().filter(|c| !c.ok).count();
     lines.push(if failed == 0 {

@@ -5,16 +5,18 @@
 use std::path::Path;
 
 use crate::stages::Ctx;
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use crate::progress;
 use crate::recipe::LoadedRecipe;
 use crate::stages::ext::{self, Discovery, ExtSource};
+use crate::stages::lock::pylock::parse_pylock;
 use crate::stages::lock::{self, Locked};
+use crate::stages::requires;
 use crate::stages::source;
 use crate::stages::venv::VenvHermetic;
-use crate::stages::wheel::{CompilerCache, WheelHermetic};
+use crate::stages::wheel::{CompilerCache, SCRUBBED_ENV, WheelHermetic, is_scrubbed};
 use crate::stages::wheelhouse;
 use crate::stages::wheelhouse::LockedInstall;
 use crate::store::{Entry, Store, TempRoots, read_json};
@@ -51,6 +53,63 @@ fn installs(store: &Store, locked: &Locked, entries: (Vec<Entry>, Vec<Entry>)) -
             runtime_lock: mk(&locked.runtime, entries.1, locked.runtime_sha256()),
         },
     }
+}
+
+/// The active `Requires-Dist` of the tree at `src`, asked through the PEP 517
+/// hook `prepare_metadata_for_build_wheel` in a venv holding exactly the
+/// locked build set `build_lock` (its artifacts fetched into the wheelhouse),
+/// with the build's `VLLM_TARGET_DEVICE` and the recipe's `build.env`, and
+/// the variables every build scrubs removed. Markers are evaluated for the
+/// recipe's Python. Scratch files go to `work`. This is how
+/// `stages::lock::resolve` asks the tree for its runtime set (vLLM's
+/// `setup.py` computes `install_requires` from `VLLM_TARGET_DEVICE`).
+///
+/// Errors: the build set cannot be installed, the backend has no hook, or
+/// the hook fails (vLLM's cuda metadata needs nvcc): the caller falls back.
+pub fn metadata_runtime(
+    cx: &Ctx<'_>,
+    src: &Path,
+    build_lock: &Path,
+    work: &Path,
+) -> Result<Vec<String>> {
+    let Ctx { store, lr, tc, uv } = *cx;
+    let r = &lr.recipe;
+    let lock_dir = build_lock.parent().unwrap_or(work);
+    let packages = parse_pylock(build_lock)?;
+    let entries = wheelhouse::ensure(store, &packages, lock_dir, &tc.python.path, false, None)?;
+    let venv = work.join("meta-venv");
+    let log = work.join("meta.log");
+    uv.venv(&tc.python.path, &venv, false, &log)?;
+    LockedInstall {
+        packages,
+        entries,
+        lock_sha256: String::new(),
+        links: store.wheelhouse_links_dir(),
+    }
+    .install(uv, &venv, work, &[], &[], &log)
+    .context("installing the locked build set to read the metadata")?;
+    let tree = work.join("meta-src");
+    crate::store::copy_tree(src, &tree)?;
+    let mut env: Vec<(String, String)> =
+        vec![("VLLM_TARGET_DEVICE".into(), r.build.target_device.clone())];
+    env.extend(r.build.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let mut remove: Vec<String> = SCRUBBED_ENV.iter().map(|k| k.to_string()).collect();
+    remove.extend(std::env::vars().map(|(k, _)| k).filter(|k| is_scrubbed(k)));
+    let remove: Vec<&str> = remove.iter().map(String::as_str).collect();
+    let meta = requires::hook_metadata(
+        &venv.join("bin/python"),
+        &tree,
+        &work.join("meta-out"),
+        &env,
+        &remove,
+    )?
+    .context("the build backend has no prepare_metadata_for_build_wheel hook")?;
+    let reqs = requires::requires_dist(&meta, "the tree's METADATA")?;
+    let target = requires::marker_env(&tc.python.path)?;
+    Ok(requires::active(&reqs, &target, &[])
+        .iter()
+        .map(ToString::to_string)
+        .collect())
 }
 
 /// Gathers the hermetic inputs for building `lr` from the checkout `src`:
@@ -105,7 +164,9 @@ pub fn prepare(
                     );
                     let staging = store.stage("autolock")?;
                     let dir = staging.path().join("lock");
-                    lock::resolve(cx, &src.path, &dir)?;
+                    lock::resolve(cx, &src.path, &dir, &|b, w| {
+                        metadata_runtime(cx, &src.path, b, w)
+                    })?;
                     store.persist(&dir, &entry)?;
                 }
             }
@@ -121,7 +182,10 @@ pub fn prepare(
     let mut prepared = installs(store, &locked, (b, rt));
     prepared.lock_entry = lock_entry;
 
-    let found = ext::discover_in_tree(&src.path)?;
+    let found = ext::discover_in_tree(&src.path, &r.build.target_device)?;
+    if let Some(why) = &found.no_cmake {
+        progress::stage("ext", why.clone());
+    }
     for line in &found.unmapped {
         progress::stage("ext", format!("cannot redirect: {line}"));
     }
@@ -175,7 +239,7 @@ pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> O
     let rt = pick(&locked.runtime);
     let mut prepared = installs(store, &locked, (b, rt));
     prepared.lock_entry = lock_entry;
-    let found = ext::discover_in_tree(src).ok()?;
+    let found = ext::discover_in_tree(src, &lr.recipe.build.target_device).ok()?;
     let mut staged = Vec::new();
     let mut records = Vec::new();
     for s in &found.sources {
@@ -267,6 +331,9 @@ pub struct ExtRow {
     pub entry: String,
     /// Whether that entry exists.
     pub staged: bool,
+    /// The conditions it is declared under that the tool cannot evaluate
+    /// (it is staged anyway), if any.
+    pub condition: Option<String>,
 }
 
 /// The external sources of `commit`, read from the checkout when it exists,
@@ -275,10 +342,10 @@ pub fn discover(store: &Store, lr: &LoadedRecipe) -> Option<Discovery> {
     let r = &lr.recipe;
     let src = source::checkout_entry(store, &r.source.commit);
     if src.exists() {
-        return ext::discover_in_tree(&src.path).ok();
+        return ext::discover_in_tree(&src.path, &r.build.target_device).ok();
     }
     let mirror = source::mirror_entry(store, &r.source.repo);
-    ext::discover_in_mirror(&mirror.path, &r.source.commit).ok()
+    ext::discover_in_mirror(&mirror.path, &r.source.commit, &r.build.target_device).ok()
 }
 
 /// Rows for `plan`.
@@ -296,6 +363,7 @@ pub fn ext_rows(store: &Store, found: &Discovery) -> Vec<ExtRow> {
                 subdir: s.subdir.clone(),
                 entry: e.label(),
                 staged: e.exists(),
+                condition: s.condition.clone(),
             }
         })
         .collect()

@@ -22,7 +22,9 @@
 //! 6. Plan the wheel from complete inputs ([`wheel_plan`]: one key) and
 //!    ensure it (`stages::wheel`): built in staging, persisted by rename.
 //! 7. Plan the venv from the wheel's record ([`venv_plan`]); a damaged wheel
-//!    about to be installed is quarantined and rebuilt.
+//!    about to be installed is quarantined and rebuilt; a runtime lock that
+//!    misses or contradicts the wheel's `Requires-Dist` is refused
+//!    (`stages::venv::check_requires`) before anything is installed.
 //! 8. Ensure the oracle (`stages::oracle`): install the venv
 //!    (`stages::venv`), check its identity (`stages::identity`), run the gate
 //!    (`stages::smoke`), record `oracle.json`, persist.
@@ -182,6 +184,8 @@ pub struct Plan {
     pub ext_sources: Vec<inputs::ExtRow>,
     /// Downloads the build would make that cannot be redirected to a staged copy.
     pub ext_unmapped: Vec<String>,
+    /// Why no external source is read (a target whose build runs no CMake).
+    pub ext_no_cmake: Option<String>,
     /// What an `--offline` build would miss now (empty: it can run offline).
     pub offline_missing: Vec<String>,
     /// The keys a build would use now (see [`Keys`]).
@@ -418,6 +422,7 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         lock,
         ext_sources,
         ext_unmapped: found.unmapped,
+        ext_no_cmake: found.no_cmake,
         offline_missing,
         keys,
     }
@@ -497,7 +502,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     }
     let uv = Uv {
         tool: tc.uv.clone(),
-        indexes: r.indexes.clone(),
+        indexes: crate::host::uv::plain_indexes(&r.indexes),
         offline: o.offline,
         cache_dir: Some(store.uv_cache_dir()),
     };
@@ -520,6 +525,10 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     }
     let mirror = source::ensure_mirror(store, &r.source.repo, &r.source.commit, o.offline)?;
     let (src, src_built) = source::ensure_checkout(store, &mirror, &r.source.commit)?;
+    let fork_warning = source::fork_only_warning(&mirror.path, &r.source.repo, &r.source.commit);
+    if let Some(w) = &fork_warning {
+        progress::stage("source", format!("warning: {w}"));
+    }
     if src_built {
         built.push("source".to_string());
     }
@@ -542,7 +551,8 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     // 7. Venv plan; the wheel is about to be installed: a damaged one is
     // rebuilt, as a damaged venv is (the build is reproducible, so the key
     // stays valid).
-    let vplan = venv_plan(store, lr, &tc, &record, &src.path, hermetic.venv);
+    let mut vplan = venv_plan(store, lr, &tc, &record, &src.path, hermetic.venv);
+    vplan.source_warnings.extend(fork_warning);
     temp.add(store, &vplan.entry)?;
     if !vplan.entry.exists() && wheel::quarantine_if_damaged(store, &plan.entry, &record)? {
         (record, wheel_built) = wheel::ensure(&cx, &plan, &src, &requires)?;
@@ -551,6 +561,26 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         built.push("wheel".to_string());
     }
     if !vplan.entry.exists() {
+        // The runtime set is what the built wheel declares: refuse a lock
+        // that misses or contradicts it before anything is installed.
+        let lock_file = lock_entry
+            .as_ref()
+            .map_or_else(|| o.lock_dir.to_path_buf(), |e| e.path.clone())
+            .join(lock::RUNTIME_LOCK);
+        let locked = vplan
+            .hermetic
+            .runtime_lock
+            .as_ref()
+            .map_or(&[][..], |l| l.packages.as_slice());
+        venv::check_requires(
+            store,
+            &tc.python.path,
+            &record.wheel_path(&plan.entry.path),
+            locked,
+            &r.pins,
+            &lock_file,
+            &r.name,
+        )?;
         disk::check(store.root(), r, Stage::Venv)?;
     }
 

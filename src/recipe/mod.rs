@@ -29,9 +29,12 @@ pub struct Recipe {
     pub source: Source,
     /// Python `major.minor` the oracle runs on, e.g. `"3.12"`.
     pub python: String,
-    /// Extra package indexes, highest priority first (uv `--index`).
+    /// Extra package indexes, highest priority first (uv `--index`): a URL,
+    /// or an explicit index `{name, url, packages}` that serves only the
+    /// packages it names, which come only from it (uv's `[[tool.uv.index]]
+    /// explicit = true` with `[tool.uv.sources]`).
     #[serde(default)]
-    pub indexes: Vec<String>,
+    pub indexes: Vec<Index>,
     /// Exact versions that override whatever the checkout asks for
     /// (distribution name -> version), e.g. `torch: 2.13.0`.
     #[serde(default)]
@@ -48,6 +51,32 @@ pub struct Recipe {
     /// How `oracle-build lock` resolves (see `stages::lock`).
     #[serde(default)]
     pub lock: LockSettings,
+}
+
+/// One entry of `indexes:`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Index {
+    /// An extra index, searched before the default one for every package.
+    Url(String),
+    /// An index that serves only `packages`; they come only from it.
+    Explicit {
+        /// Its name (`[a-z0-9-]+`), recorded in the lock.
+        name: String,
+        /// Its simple-API URL.
+        url: String,
+        /// The distributions it serves.
+        packages: Vec<String>,
+    },
+}
+
+impl Index {
+    /// The index's URL.
+    pub fn url(&self) -> &str {
+        match self {
+            Index::Url(u) | Index::Explicit { url: u, .. } => u,
+        }
+    }
 }
 
 /// `lock:` resolution settings for `oracle-build lock`.
@@ -556,6 +585,38 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
     }
     if r.source.repo.trim().is_empty() {
         return Err(fail("source.repo", "must not be empty".into()));
+    }
+    let mut index_names = Vec::new();
+    for (i, idx) in r.indexes.iter().enumerate() {
+        let field = format!("indexes[{i}]");
+        if idx.url().trim().is_empty() {
+            return Err(fail(&field, "the index URL must not be empty".into()));
+        }
+        if let Index::Explicit { name, packages, .. } = idx {
+            let ok = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && name != "default";
+            if !ok || index_names.contains(name) {
+                return Err(fail(
+                    &field,
+                    format!("name {name:?} must be [a-z0-9-]+, not `default`, and unique"),
+                ));
+            }
+            index_names.push(name.clone());
+            if packages.is_empty() {
+                return Err(fail(
+                    &field,
+                    "an explicit index names the packages it serves (`packages: [...]`)".into(),
+                ));
+            }
+            for pkg in packages {
+                if pep508_rs::PackageName::new(pkg.clone()).is_err() {
+                    return Err(fail(&field, format!("{pkg:?} is not a distribution name")));
+                }
+            }
+        }
     }
     let pkg = &r.source.package;
     if pkg.is_empty() || !pkg.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {

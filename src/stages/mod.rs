@@ -5,6 +5,7 @@ pub mod ext;
 pub mod identity;
 pub mod lock;
 pub mod oracle;
+pub mod requires;
 pub mod smoke;
 pub mod source;
 pub mod venv;

@@ -380,7 +380,7 @@ fn build(
         identity::measure(&venv, &r.source.package, &r.source.commit, Some(&wheel.env))?;
     ident.tags_at_commit = crate::stages::source::tags_at(&src.path, &r.source.commit);
     ident.history_version = wheel.history_version.clone();
-    let mut warnings = Vec::new();
+    let mut warnings = plan.source_warnings.clone();
     if crate::stages::source::nearest_tag(&src.path, &r.source.commit).is_none() {
         let w = format!(
             "no tag is reachable from {} in {} (a shallow or tagless repository): setuptools-scm fell back to {}, which will not match the upstream version string",

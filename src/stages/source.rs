@@ -87,6 +87,7 @@ pub fn ensure_mirror(store: &Store, url: &str, commit: &str, offline: bool) -> R
     let entry = mirror_entry(store, url);
     let _lock = entry.lock()?;
     if mirror_has(store, url, commit) {
+        keep_pin(&entry.path, commit)?;
         return Ok(entry);
     }
     if offline {
@@ -98,18 +99,103 @@ pub fn ensure_mirror(store: &Store, url: &str, commit: &str, offline: bool) -> R
     with_mirror(store, &entry, url, |repo| {
         fetch(repo, url, MIRROR_REFSPECS)?;
         let oid = git2::Oid::from_str(commit)?;
+        if !reached_by_branch_or_tag(repo, oid) {
+            // A fork-only commit: GitHub keeps pull requests under refs/pull/*.
+            let _ = fetch(repo, url, &[PULL_REFSPEC]);
+        }
         if repo.find_commit(oid).is_err() {
-            let spec = format!("+{commit}:refs/oracle-build/pins/{commit}");
+            let spec = format!("+{commit}:{PIN_REFS}{commit}");
             let _ = fetch(repo, url, &[spec.as_str()]);
         }
         if repo.find_commit(oid).is_err() {
             return Err(bad_input(format!(
-                "repository {url} does not have commit {commit} (fetched all branches and tags, and asked for the commit by id)"
+                "repository {url} does not have commit {commit} (fetched all branches, tags and pull requests, and asked for the commit by id)"
             )));
         }
         Ok(())
     })?;
+    keep_pin(&entry.path, commit)?;
     Ok(entry)
+}
+
+/// The refs under which every pinned commit is kept in its mirror:
+/// `refs/oracle-build/pins/<sha>`, so `git gc --prune=now` never drops one.
+pub const PIN_REFS: &str = "refs/oracle-build/pins/";
+
+/// Pull-request refs (GitHub: `refs/pull/<n>/head`), fetched when the
+/// branches and tags do not reach a pinned commit.
+const PULL_REFSPEC: &str = "+refs/pull/*:refs/pull/*";
+
+/// Whether a branch or tag of `repo` reaches `oid`.
+fn reached_by_branch_or_tag(repo: &Repository, oid: git2::Oid) -> bool {
+    let Ok(refs) = repo.references() else {
+        return false;
+    };
+    refs.flatten().any(|r| {
+        let named = r
+            .name()
+            .is_some_and(|n| n.starts_with("refs/heads/") || n.starts_with("refs/tags/"));
+        named
+            && r.peel_to_commit().is_ok_and(|tip| {
+                tip.id() == oid || repo.graph_descendant_of(tip.id(), oid).unwrap_or(false)
+            })
+    })
+}
+
+/// Points `refs/oracle-build/pins/<commit>` of the bare mirror at `mirror`
+/// at `commit` (callers hold the mirror's lock).
+///
+/// Errors: the mirror cannot be opened, lacks the commit, or the ref cannot be written.
+pub fn keep_pin(mirror: &std::path::Path, commit: &str) -> Result<()> {
+    let repo = Repository::open_bare(mirror)
+        .with_context(|| format!("opening mirror {}", mirror.display()))?;
+    let oid = git2::Oid::from_str(commit)?;
+    let name = format!("{PIN_REFS}{commit}");
+    if repo.find_reference(&name).ok().and_then(|r| r.target()) == Some(oid) {
+        return Ok(());
+    }
+    repo.reference(&name, oid, true, "oracle-build: pinned commit")
+        .with_context(|| format!("writing {name} in {}", mirror.display()))?;
+    Ok(())
+}
+
+/// How `commit` is reached in the mirror at `mirror`, when no branch or tag
+/// of the repository reaches it (a fork-only commit): one warning naming the
+/// refs it was found through (`refs/pull/<n>/head`), or saying it is held
+/// only by its pin ref. `None` when a branch or tag reaches it.
+pub fn fork_only_warning(mirror: &std::path::Path, url: &str, commit: &str) -> Option<String> {
+    let repo = Repository::open_bare(mirror).ok()?;
+    let oid = git2::Oid::from_str(commit).ok()?;
+    repo.find_commit(oid).ok()?;
+    let mut through = Vec::new();
+    for r in repo.references().ok()?.flatten() {
+        let Some(name) = r.name().map(str::to_string) else {
+            continue;
+        };
+        if name.starts_with(PIN_REFS) {
+            continue;
+        }
+        let Ok(tip) = r.peel_to_commit() else {
+            continue;
+        };
+        let reaches = tip.id() == oid || repo.graph_descendant_of(tip.id(), oid).unwrap_or(false);
+        if !reaches {
+            continue;
+        }
+        if name.starts_with("refs/heads/") || name.starts_with("refs/tags/") {
+            return None;
+        }
+        through.push(name);
+    }
+    through.sort();
+    let how = if through.is_empty() {
+        "no branch, tag or pull request reaches it; it is held only by its pin ref".to_string()
+    } else {
+        format!("it was found through {}", through.join(", "))
+    };
+    Some(format!(
+        "commit {commit} is reachable from no branch or tag of {url} (a fork-only commit): {how}; kept in the mirror as {PIN_REFS}{commit}"
+    ))
 }
 
 /// Runs `work` (fetches) on the mirror `entry` of `url`: the existing one,

@@ -8,7 +8,7 @@
 //! that turn it into the entry `store/venvs/<key>/` are
 //! the oracle stage's (`stages::oracle`, which runs after this one).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -22,8 +22,11 @@ use crate::host::uv::pin_lines;
 use crate::progress;
 use crate::recipe::LoadedRecipe;
 use crate::stages::Ctx;
+use crate::stages::lock::pylock::LockedPackage;
 use crate::stages::lock::runtime_requirements;
+use crate::stages::requires::{self, LockedVersion};
 use crate::stages::wheel::BuildRecord;
+use crate::stages::wheelhouse;
 use crate::stages::wheelhouse::LockedInstall;
 use crate::store::key::{KEY_SCHEMA, content_key};
 use crate::store::{Bucket, Entry, Store, sha256_file};
@@ -48,6 +51,8 @@ pub struct VenvPlan {
     pub runtime: Option<String>,
     /// The locked runtime set.
     pub hermetic: VenvHermetic,
+    /// Warnings about the source (a fork-only commit), recorded with the oracle.
+    pub source_warnings: Vec<String>,
 }
 
 /// The venv plan for installing `wheel` (built from the checkout at `src`)
@@ -91,6 +96,7 @@ pub fn plan(
         inputs,
         runtime,
         hermetic,
+        source_warnings: Vec::new(),
     }
 }
 
@@ -264,6 +270,60 @@ pub fn install(
         bytecode_s,
         known,
     })
+}
+
+/// Holds the runtime lock `locked` (read from `lock_file`) against the built
+/// wheel at `wheel` before anything is installed: every `Requires-Dist` of
+/// the wheel that applies to the recipe's Python (`python`) must be met by
+/// a locked version, the recipe's `pins` acting as overrides; extras are
+/// followed through the locked packages' wheels in the wheelhouse of `store`
+/// (core metadata `Requires-Dist`, PEP 508 markers, PEP 440 versions: see
+/// [`requires::check`]).
+///
+/// Errors (exit 2): a requirement is missing from the lock or contradicted by
+/// it; the message names each one, the lock file and `oracle-build lock <recipe>`.
+/// The wheel's metadata cannot be read (exit 1).
+pub fn check_requires(
+    store: &Store,
+    python: &Path,
+    wheel: &Path,
+    locked: &[LockedPackage],
+    pins: &BTreeMap<String, String>,
+    lock_file: &Path,
+    recipe: &str,
+) -> Result<()> {
+    let name = wheel
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let meta = requires::wheel_metadata(python, wheel)?;
+    let reqs = requires::requires_dist(&meta, &name)?;
+    let env = requires::marker_env(python)?;
+    let versions: Vec<LockedVersion> = locked
+        .iter()
+        .map(|p| LockedVersion {
+            name: p.name.clone(),
+            version: p.version.clone(),
+        })
+        .collect();
+    let metadata_of = |v: &LockedVersion| -> Option<String> {
+        let p = locked.iter().find(|p| p.name == v.name)?;
+        let a = p.wheels.first()?;
+        let f = wheelhouse::file_of(&wheelhouse::entry(store, &a.sha256)).ok()?;
+        requires::wheel_metadata(python, &f).ok()
+    };
+    let unmet = requires::check(&reqs, &env, &versions, pins, &metadata_of);
+    if unmet.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = unmet
+        .iter()
+        .map(|u| format!("  - {} (lock: {})", u.requirement, u.found))
+        .collect();
+    Err(crate::exit::bad_input(format!(
+        "the runtime lock {} does not meet what the built wheel {name} declares (Requires-Dist); nothing was installed:\n{}\nre-lock with `oracle-build lock {recipe}`",
+        lock_file.display(),
+        lines.join("\n")
+    )))
 }
 
 #[cfg(test)]

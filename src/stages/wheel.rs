@@ -557,6 +557,16 @@ pub fn ensure(
         .hermetic
         .env(&work, r.build.env.get("CMAKE_ARGS").map(String::as_str))?;
     env.extend(ext_env);
+    if uv.offline && crate::stages::ext::runs_cmake(&r.build.target_device) {
+        // Offline, CMake itself must fail on any source that was not
+        // redirected to a staged copy (CMake docs, FetchContent).
+        let args = env.get("CMAKE_ARGS").cloned().unwrap_or_default();
+        let flag = "-DFETCHCONTENT_FULLY_DISCONNECTED=ON";
+        env.insert(
+            "CMAKE_ARGS".into(),
+            format!("{args} {flag}").trim().to_string(),
+        );
+    }
     let scrubbed: Vec<String> = std::env::vars()
         .map(|(k, _)| k)
         .filter(|k| is_scrubbed(k))

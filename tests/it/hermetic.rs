@@ -319,6 +319,10 @@ fn fetchcontent_sources_are_staged_passed_to_the_build_and_used_offline() {
         repo.join("CMakeLists.txt"),
         format!(
             r#"cmake_minimum_required(VERSION 3.26)
+project(fixturellm LANGUAGES C)
+include(FetchContent)
+find_package(Python3 REQUIRED COMPONENTS Interpreter Development.Module)
+Python3_add_library(_C MODULE WITH_SOABI csrc/ops.c)
 set(CUTLASS_REVISION "v1.0" CACHE STRING "CUTLASS revision to use")
 if (DEFINED ENV{{VLLM_CUTLASS_SRC_DIR}})
   set(VLLM_CUTLASS_SRC_DIR $ENV{{VLLM_CUTLASS_SRC_DIR}})
@@ -346,6 +350,14 @@ include(cmake/external_projects/kernels.cmake)
             "FetchContent_Declare(\n  kernels\n  GIT_REPOSITORY file://{}\n  GIT_TAG {kernels}\n)\nFetchContent_MakeAvailable(kernels)\n",
             ext.join("kernels").display()
         ),
+    )
+    .unwrap();
+    // setup.py now drives this CMakeLists.txt (as vLLM's does): cmake and
+    // ninja join the build requirements, as in tests/fixture/cmake.
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixture/cmake/requirements/build/cpu.txt"),
+        repo.join("requirements/build/cpu.txt"),
     )
     .unwrap();
     git(&repo, &["add", "-A"]);

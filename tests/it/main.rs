@@ -7,12 +7,13 @@ mod support;
 
 mod advance;
 mod build;
-mod demo;
 mod bytecode;
+mod demo;
 mod gpu;
 mod hermetic;
 mod identity;
 mod pipeline_keys;
+mod real;
 mod recipes;
 mod roots;
 mod smoke;

@@ -94,6 +94,10 @@ pub struct ExtSource {
     pub variable: Variable,
     /// A path inside the source that the variable must point at.
     pub subdir: Option<String>,
+    /// The `if()` conditions it is declared under that cannot be evaluated
+    /// here (file and branch each): it is staged anyway (conservative).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
 }
 
 impl ExtSource {
@@ -139,85 +143,80 @@ pub struct Discovery {
     pub sources: Vec<ExtSource>,
     /// What cannot be staged or passed, one line each (file: what and why).
     pub unmapped: Vec<String>,
+    /// Why nothing was read (a target whose build runs no CMake).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_cmake: Option<String>,
 }
 
-/// The CMake files scanned, relative to the checkout: `CMakeLists.txt` and
-/// `cmake/external_projects/*.cmake`, sorted.
-fn is_scanned(rel: &str) -> bool {
-    rel == "CMakeLists.txt"
-        || (rel.starts_with("cmake/external_projects/")
-            && rel.ends_with(".cmake")
-            && rel.matches('/').count() == 2)
+/// Whether a build for `device` runs CMake at all: vLLM's `setup.py` builds
+/// no extension for `empty` (`ext_modules = []`), so nothing is staged for it.
+pub fn runs_cmake(device: &str) -> bool {
+    device != "empty"
 }
 
-/// Discovers the sources of the checkout at `src`.
+/// The variables a condition may be evaluated with: `VLLM_TARGET_DEVICE`,
+/// which vLLM's `setup.py` passes to CMake as `-DVLLM_TARGET_DEVICE=<device>`.
+pub fn known_vars(device: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([("VLLM_TARGET_DEVICE".to_string(), device.to_string())])
+}
+
+/// Discovers the sources of the checkout at `src` for `device`: every CMake
+/// file reached from `CMakeLists.txt` through `include()` is read.
 ///
-/// Errors: a scanned file cannot be read.
-pub fn discover_in_tree(src: &Path) -> Result<Discovery> {
-    let mut files = Vec::new();
-    if src.join("CMakeLists.txt").is_file() {
-        files.push((
-            "CMakeLists.txt".to_string(),
-            fs::read_to_string(src.join("CMakeLists.txt"))?,
-        ));
-    }
-    let dir = src.join("cmake/external_projects");
-    if dir.is_dir() {
-        let mut names: Vec<String> = fs::read_dir(&dir)?
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        for n in names {
-            let rel = format!("cmake/external_projects/{n}");
-            if is_scanned(&rel) {
-                files.push((rel.clone(), fs::read_to_string(src.join(&rel))?));
-            }
-        }
-    }
-    Ok(parse(&files))
+/// Errors: none (a file that cannot be read is reported in `unmapped`).
+pub fn discover_in_tree(src: &Path, device: &str) -> Result<Discovery> {
+    let read = |rel: &str| -> Option<String> {
+        let p = src.join(rel);
+        p.is_file().then(|| fs::read_to_string(&p).ok()).flatten()
+    };
+    Ok(discover_with(&read, device))
 }
 
 /// Discovers the sources of `commit` from the bare mirror at `mirror`
 /// without checking it out (for `plan` and the `--offline` preflight).
 ///
 /// Errors: the mirror cannot be opened or lacks the commit.
-pub fn discover_in_mirror(mirror: &Path, commit: &str) -> Result<Discovery> {
+pub fn discover_in_mirror(mirror: &Path, commit: &str, device: &str) -> Result<Discovery> {
     let repo = Repository::open_bare(mirror)
         .with_context(|| format!("opening mirror {}", mirror.display()))?;
     let tree = repo
         .find_commit(git2::Oid::from_str(commit)?)
         .with_context(|| format!("commit {commit} is not in {}", mirror.display()))?
         .tree()?;
-    let mut files = Vec::new();
-    let blob = |rel: &str| -> Option<String> {
+    let read = |rel: &str| -> Option<String> {
         let e = tree.get_path(Path::new(rel)).ok()?;
         let b = repo.find_blob(e.id()).ok()?;
         Some(String::from_utf8_lossy(b.content()).into_owned())
     };
-    if let Some(t) = blob("CMakeLists.txt") {
-        files.push(("CMakeLists.txt".to_string(), t));
-    }
-    if let Ok(e) = tree.get_path(Path::new("cmake/external_projects"))
-        && let Ok(sub) = repo.find_tree(e.id())
-    {
-        let mut names: Vec<String> = sub
-            .iter()
-            .filter_map(|e| e.name().map(str::to_string))
-            .collect();
-        names.sort();
-        for n in names {
-            let rel = format!("cmake/external_projects/{n}");
-            if is_scanned(&rel)
-                && let Some(t) = blob(&rel)
-            {
-                files.push((rel, t));
-            }
-        }
-    }
-    Ok(parse(&files))
+    Ok(discover_with(&read, device))
 }
 
+/// [`discover_in_tree`] over any reader of checkout-relative paths.
+pub fn discover_with(read: &dyn Fn(&str) -> Option<String>, device: &str) -> Discovery {
+    if !runs_cmake(device) {
+        return Discovery {
+            no_cmake: Some(format!(
+                "target_device {device} builds no extension (vLLM's setup.py runs no CMake for it): nothing is staged"
+            )),
+            ..Default::default()
+        };
+    }
+    let Some(root) = read("CMakeLists.txt") else {
+        return Discovery::default();
+    };
+    let mut w = Walk {
+        read: Some(read),
+        known: known_vars(device),
+        out: Vec::new(),
+        notes: Vec::new(),
+        visited: Vec::new(),
+        module_path: Vec::new(),
+    };
+    w.file("CMakeLists.txt", &root, &[], 0);
+    let mut d = parse_calls(&w.out);
+    d.unmapped.extend(w.notes);
+    d
+}
 /// One CMake command call: its name (lowercased) and arguments.
 struct Call {
     name: String,
@@ -379,14 +378,296 @@ fn expand(value: &str, vars: &BTreeMap<String, String>) -> Option<String> {
     None
 }
 
-/// Finds the sources declared in `files` (relative path, text), in file order.
+/// Kleene truth of a CMake condition as far as this reader can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Truth {
+    True,
+    False,
+    Unknown,
+}
+
+impl Truth {
+    fn not(self) -> Truth {
+        match self {
+            Truth::True => Truth::False,
+            Truth::False => Truth::True,
+            Truth::Unknown => Truth::Unknown,
+        }
+    }
+    fn and(self, o: Truth) -> Truth {
+        match (self, o) {
+            (Truth::False, _) | (_, Truth::False) => Truth::False,
+            (Truth::True, Truth::True) => Truth::True,
+            _ => Truth::Unknown,
+        }
+    }
+    fn or(self, o: Truth) -> Truth {
+        self.not().and(o.not()).not()
+    }
+}
+
+/// Evaluates an `if()` condition: `<VAR> STREQUAL <value>` over the known
+/// variables, combined with `NOT`, `AND`, `OR` (CMake's precedence);
+/// anything else (parentheses, `DEFINED`, `MATCHES`, unknown variables) is
+/// `Unknown`.
+fn eval_condition(args: &[String], known: &BTreeMap<String, String>) -> Truth {
+    if args.is_empty() || args.iter().any(|a| a.contains('(') || a.contains(')')) {
+        return Truth::Unknown;
+    }
+    let value = |x: &str, lhs: bool| -> Option<String> {
+        if let Some(v) = known.get(x) {
+            return Some(v.clone());
+        }
+        if x.contains("${") {
+            return expand(x, known);
+        }
+        (!lhs).then(|| x.to_string())
+    };
+    let term = |t: &[String]| -> Truth {
+        let nots = t.iter().take_while(|a| a.as_str() == "NOT").count();
+        let rest = &t[nots..];
+        let base = match rest {
+            [a, op, b] if op == "STREQUAL" => match (value(a, true), value(b, false)) {
+                (Some(x), Some(y)) => {
+                    if x == y {
+                        Truth::True
+                    } else {
+                        Truth::False
+                    }
+                }
+                _ => Truth::Unknown,
+            },
+            _ => Truth::Unknown,
+        };
+        (0..nots).fold(base, |t, _| t.not())
+    };
+    args.split(|a| a == "OR")
+        .map(|ors| {
+            ors.split(|a| a == "AND")
+                .map(term)
+                .fold(Truth::True, Truth::and)
+        })
+        .fold(Truth::False, Truth::or)
+}
+
+/// A reader of checkout-relative paths.
+type Reader<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Walked files: each file's calls in order, with the conditions each sits
+/// under that could not be evaluated.
+type Walked = Vec<(String, Vec<(Call, Vec<String>)>)>;
+
+/// One open `if()` block while walking a file.
+struct Frame {
+    /// Whether the branch being walked is taken.
+    active: Truth,
+    /// Whether an earlier branch of the block was taken.
+    taken: Truth,
+    /// The branch as written, e.g. `if(VLLM_GPU_LANG STREQUAL CUDA)`.
+    text: String,
+    /// The block's `if()` as written (for `else()`).
+    head: String,
+}
+
+/// Walks CMake files in the order CMake reads them: `include()` is followed
+/// (when a reader is given), branches known not to be taken are skipped, and
+/// a `return()` known to be reached ends the file.
+struct Walk<'a> {
+    read: Option<Reader<'a>>,
+    known: BTreeMap<String, String>,
+    /// File -> its calls in order, each with the conditions it sits under
+    /// that could not be evaluated.
+    out: Walked,
+    notes: Vec<String>,
+    visited: Vec<String>,
+    module_path: Vec<String>,
+}
+
+fn show(name: &str, args: &[String]) -> String {
+    format!("{name}({})", args.join(" "))
+}
+
+/// `a/./b/../c` -> `a/c`; `None` when it leaves the checkout.
+fn normalize(path: &str) -> Option<String> {
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            p => parts.push(p),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+impl Walk<'_> {
+    fn file(&mut self, rel: &str, text: &str, outer: &[String], depth: usize) {
+        self.visited.push(rel.to_string());
+        let dir = rel.rsplit_once('/').map_or("", |(d, _)| d).to_string();
+        let mut stack: Vec<Frame> = Vec::new();
+        let mut mine: Vec<(Call, Vec<String>)> = Vec::new();
+        for c in calls(text) {
+            match c.name.as_str() {
+                "if" => {
+                    let t = eval_condition(&c.args, &self.known);
+                    let text = show("if", &c.args);
+                    stack.push(Frame {
+                        active: t,
+                        taken: t,
+                        text: text.clone(),
+                        head: text,
+                    });
+                    continue;
+                }
+                "elseif" => {
+                    if let Some(f) = stack.last_mut() {
+                        let t = eval_condition(&c.args, &self.known);
+                        f.active = f.taken.not().and(t);
+                        f.taken = f.taken.or(t);
+                        f.text = format!("{} of {}", show("elseif", &c.args), f.head);
+                    }
+                    continue;
+                }
+                "else" => {
+                    if let Some(f) = stack.last_mut() {
+                        f.active = f.taken.not();
+                        f.taken = Truth::True;
+                        f.text = format!("else() of {}", f.head);
+                    }
+                    continue;
+                }
+                "endif" => {
+                    stack.pop();
+                    continue;
+                }
+                _ => {}
+            }
+            let act = stack.iter().fold(Truth::True, |t, f| t.and(f.active));
+            if act == Truth::False {
+                continue;
+            }
+            let mut conds: Vec<String> = outer.to_vec();
+            conds.extend(
+                stack
+                    .iter()
+                    .filter(|f| f.active == Truth::Unknown)
+                    .map(|f| format!("{rel}: {}", f.text)),
+            );
+            match c.name.as_str() {
+                "return" if act == Truth::True => break,
+                "list"
+                    if c.args.len() >= 3
+                        && c.args[0] == "APPEND"
+                        && c.args[1] == "CMAKE_MODULE_PATH" =>
+                {
+                    for m in &c.args[2..] {
+                        if let Some(p) = self.resolve_dir(m, &dir) {
+                            self.module_path.push(p);
+                        }
+                    }
+                }
+                "set" if c.args.len() >= 2 && c.args[0] == "CMAKE_MODULE_PATH" => {
+                    self.module_path = c.args[1..]
+                        .iter()
+                        .filter_map(|m| self.resolve_dir(m, &dir))
+                        .collect();
+                }
+                "include" if self.read.is_some() => {
+                    if let Some(arg) = c.args.first() {
+                        self.out.push((rel.to_string(), std::mem::take(&mut mine)));
+                        self.include(rel, arg, &dir, &conds, depth);
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            mine.push((c, conds));
+        }
+        self.out.push((rel.to_string(), mine));
+    }
+
+    /// A directory argument (`${CMAKE_CURRENT_LIST_DIR}/cmake`) relative to the checkout.
+    fn resolve_dir(&self, arg: &str, dir: &str) -> Option<String> {
+        let mut vars = self.known.clone();
+        vars.insert("CMAKE_CURRENT_LIST_DIR".into(), format!("/{dir}"));
+        for v in [
+            "CMAKE_SOURCE_DIR",
+            "CMAKE_CURRENT_SOURCE_DIR",
+            "PROJECT_SOURCE_DIR",
+        ] {
+            vars.insert(v.into(), "/".into());
+        }
+        normalize(&expand(arg, &vars)?)
+    }
+
+    fn include(&mut self, rel: &str, arg: &str, dir: &str, conds: &[String], depth: usize) {
+        let Some(path) = self.resolve_dir(arg, dir) else {
+            self.notes.push(format!(
+                "{rel}: include({arg}): the path cannot be resolved from the CMake files; its FetchContent declarations are not read"
+            ));
+            return;
+        };
+        let candidates: Vec<String> = if arg.contains('/') || arg.ends_with(".cmake") {
+            vec![path]
+        } else {
+            // A module: searched in CMAKE_MODULE_PATH, else one of CMake's own.
+            self.module_path
+                .iter()
+                .map(|m| normalize(&format!("{m}/{arg}.cmake")).unwrap_or_default())
+                .collect()
+        };
+        let Some(read) = self.read else { return };
+        for cand in candidates {
+            if self.visited.contains(&cand) {
+                return;
+            }
+            if let Some(text) = read(&cand) {
+                if depth >= 32 {
+                    self.notes
+                        .push(format!("{rel}: include({arg}): nested too deeply"));
+                    return;
+                }
+                self.file(&cand, &text, conds, depth + 1);
+                return;
+            }
+        }
+        if arg.contains('/') || arg.ends_with(".cmake") {
+            self.notes.push(format!(
+                "{rel}: include({arg}): {} is not in the checkout",
+                normalize(&self.resolve_dir(arg, dir).unwrap_or_default()).unwrap_or_default()
+            ));
+        }
+    }
+}
+
+/// Finds the sources declared in `files` (relative path, text), each read in
+/// the order given, without following `include()` (the files are all
+/// there) and without known variables: every condition is recorded.
 pub fn parse(files: &[(String, String)]) -> Discovery {
+    let mut w = Walk {
+        read: None,
+        known: BTreeMap::new(),
+        out: Vec::new(),
+        notes: Vec::new(),
+        visited: Vec::new(),
+        module_path: Vec::new(),
+    };
+    for (rel, text) in files {
+        w.file(rel, text, &[], 0);
+    }
+    let mut d = parse_calls(&w.out);
+    d.unmapped.extend(w.notes);
+    d
+}
+
+/// The sources declared in the walked calls, in the order CMake reads them.
+fn parse_calls(per_file: &Walked) -> Discovery {
     let mut vars: BTreeMap<String, String> = BTreeMap::new();
     let mut env_backed: Vec<String> = Vec::new();
-    let mut per_file: Vec<(String, Vec<Call>)> = Vec::new();
-    for (rel, text) in files {
-        let cs = calls(text);
-        for c in &cs {
+    for (_, cs) in per_file {
+        for (c, _) in cs {
             if c.name == "set" && c.args.len() >= 2 {
                 let (name, value) = (&c.args[0], &c.args[1]);
                 if value.trim() == format!("$ENV{{{name}}}") {
@@ -396,18 +677,25 @@ pub fn parse(files: &[(String, String)]) -> Discovery {
                 }
             }
         }
-        per_file.push((rel.clone(), cs));
     }
     // Overrides: FetchContent_Declare(<name> SOURCE_DIR ${X}) with X from $ENV{X}.
     let mut overrides: BTreeMap<String, (String, bool)> = BTreeMap::new();
-    for (_, cs) in &per_file {
-        for c in cs.iter().filter(|c| c.name == "fetchcontent_declare") {
+    for (_, cs) in per_file {
+        for (c, _) in cs.iter().filter(|(c, _)| c.name == "fetchcontent_declare") {
             let Some(name) = c.args.first() else { continue };
             let kw = keyword_args(&c.args[1..]);
             if kw.contains_key("GIT_REPOSITORY") || kw.contains_key("URL") {
                 continue;
             }
             if let Some(dir) = kw.get("SOURCE_DIR").and_then(|v| v.first()) {
+                // `SOURCE_DIR $ENV{X}` (vLLM's triton_kernels) reads X directly.
+                if let Some(var) = dir.strip_prefix("$ENV{").and_then(|d| d.strip_suffix('}')) {
+                    overrides.insert(
+                        name.clone(),
+                        (var.to_string(), kw.contains_key("SOURCE_SUBDIR")),
+                    );
+                    continue;
+                }
                 let var = dir.trim_start_matches("${").trim_end_matches('}');
                 if dir.starts_with("${") && env_backed.iter().any(|e| e == var) {
                     overrides.insert(
@@ -419,8 +707,8 @@ pub fn parse(files: &[(String, String)]) -> Discovery {
         }
     }
     let mut d = Discovery::default();
-    for (rel, cs) in &per_file {
-        for c in cs {
+    for (rel, cs) in per_file {
+        for (c, conds) in cs {
             let Some(name) = c.args.first() else { continue };
             let kw = keyword_args(&c.args[1..]);
             let fetches = kw.contains_key("GIT_REPOSITORY") || kw.contains_key("URL");
@@ -494,6 +782,22 @@ pub fn parse(files: &[(String, String)]) -> Discovery {
                 submodules,
                 variable,
                 subdir,
+                condition: None,
+            };
+            // The branch that tests the source's own override variable is
+            // the redirect itself, not a condition of the build.
+            let own: Vec<&String> = conds
+                .iter()
+                .filter(|c| !c.contains(src.variable.name()))
+                .collect();
+            let src = ExtSource {
+                condition: (!own.is_empty()).then(|| {
+                    own.iter()
+                        .map(|c| c.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" and ")
+                }),
+                ..src
             };
             if let Some(prev) = d
                 .sources
@@ -887,6 +1191,127 @@ ExternalProject_Add(ep GIT_REPOSITORY https://example.invalid/ep.git)
         assert!(c.entry_name().starts_with("cutlass-v9.9.9-"));
     }
 
+    /// vLLM's layout: a device block that includes the CPU file and returns,
+    /// GPU files included under a condition on a variable set at configure time.
+    fn vllm_tree(rel: &str) -> Option<String> {
+        let t = match rel {
+            "CMakeLists.txt" => {
+                r#"include(${CMAKE_CURRENT_LIST_DIR}/cmake/utils.cmake)
+if (NOT VLLM_TARGET_DEVICE STREQUAL "cuda" AND
+    NOT VLLM_TARGET_DEVICE STREQUAL "rocm")
+    if (VLLM_TARGET_DEVICE STREQUAL "cpu")
+        include(${CMAKE_CURRENT_LIST_DIR}/cmake/cpu_extension.cmake)
+    else()
+        return()
+    endif()
+    return()
+endif()
+include(FetchContent)
+if (DEFINED ENV{VLLM_CUTLASS_SRC_DIR})
+  set(VLLM_CUTLASS_SRC_DIR $ENV{VLLM_CUTLASS_SRC_DIR})
+endif()
+if(VLLM_CUTLASS_SRC_DIR)
+  FetchContent_Declare(cutlass SOURCE_DIR ${VLLM_CUTLASS_SRC_DIR})
+else()
+  FetchContent_Declare(cutlass GIT_REPOSITORY https://example.invalid/cutlass.git GIT_TAG v4)
+endif()
+if(VLLM_GPU_LANG STREQUAL "CUDA")
+    include(cmake/external_projects/flashmla.cmake)
+endif()
+include(cmake/external_projects/missing.cmake)
+"#
+            }
+            "cmake/utils.cmake" => "macro(x)\nendmacro()\n",
+            "cmake/cpu_extension.cmake" => {
+                "include(FetchContent)\nFetchContent_Declare(oneDNN GIT_REPOSITORY https://example.invalid/onednn.git GIT_TAG v3)\n"
+            }
+            "cmake/external_projects/flashmla.cmake" => {
+                "if (DEFINED ENV{FLASH_MLA_SRC_DIR})\n  FetchContent_Declare(flashmla SOURCE_DIR $ENV{FLASH_MLA_SRC_DIR})\nelse()\n  FetchContent_Declare(flashmla GIT_REPOSITORY https://example.invalid/flashmla.git GIT_TAG abc)\nendif()\n"
+            }
+            "cmake/external_projects/unused.cmake" => {
+                "FetchContent_Declare(unused GIT_REPOSITORY https://example.invalid/u.git GIT_TAG a)\n"
+            }
+            _ => return None,
+        };
+        Some(t.to_string())
+    }
+
+    #[test]
+    fn follows_includes_and_evaluates_the_device_conditions_it_can() {
+        let names =
+            |d: &Discovery| -> Vec<String> { d.sources.iter().map(|s| s.name.clone()).collect() };
+        let empty = discover_with(&vllm_tree, "empty");
+        assert!(
+            empty.sources.is_empty() && empty.no_cmake.is_some(),
+            "{empty:?}"
+        );
+
+        let cpu = discover_with(&vllm_tree, "cpu");
+        assert_eq!(names(&cpu), ["oneDNN"], "{cpu:?}");
+        assert_eq!(cpu.sources[0].file, "cmake/cpu_extension.cmake");
+        assert_eq!(cpu.sources[0].condition, None);
+
+        let tpu = discover_with(&vllm_tree, "tpu");
+        assert!(tpu.sources.is_empty(), "{tpu:?}");
+
+        let cuda = discover_with(&vllm_tree, "cuda");
+        assert_eq!(names(&cuda), ["cutlass", "flashmla"], "{cuda:?}");
+        // The override's own branch is not a condition; the GPU language is.
+        assert_eq!(cuda.sources[0].condition, None);
+        assert_eq!(
+            cuda.sources[0].variable,
+            Variable::Env("VLLM_CUTLASS_SRC_DIR".into())
+        );
+        assert_eq!(
+            cuda.sources[1].condition.as_deref(),
+            Some("CMakeLists.txt: if(VLLM_GPU_LANG STREQUAL CUDA)")
+        );
+        assert_eq!(
+            cuda.sources[1].file,
+            "cmake/external_projects/flashmla.cmake"
+        );
+        assert!(
+            cuda.unmapped
+                .iter()
+                .any(|u| u.contains("missing.cmake") && u.contains("not in the checkout")),
+            "{:?}",
+            cuda.unmapped
+        );
+    }
+
+    #[test]
+    fn conditions_follow_cmake_precedence() {
+        let k = known_vars("cpu");
+        let a = |s: &str| -> Vec<String> { s.split(' ').map(String::from).collect() };
+        assert_eq!(
+            eval_condition(&a("VLLM_TARGET_DEVICE STREQUAL cpu"), &k),
+            Truth::True
+        );
+        assert_eq!(
+            eval_condition(&a("NOT VLLM_TARGET_DEVICE STREQUAL cpu"), &k),
+            Truth::False
+        );
+        assert_eq!(
+            eval_condition(
+                &a("VLLM_TARGET_DEVICE STREQUAL cuda OR VLLM_TARGET_DEVICE STREQUAL cpu"),
+                &k
+            ),
+            Truth::True
+        );
+        assert_eq!(
+            eval_condition(
+                &a("X STREQUAL cpu AND VLLM_TARGET_DEVICE STREQUAL cuda"),
+                &k
+            ),
+            Truth::False
+        );
+        assert_eq!(
+            eval_condition(&a("X STREQUAL cpu OR VLLM_TARGET_DEVICE STREQUAL cuda"), &k),
+            Truth::Unknown
+        );
+        assert_eq!(eval_condition(&a("DEFINED ENV{X}"), &k), Truth::Unknown);
+    }
+
     #[test]
     fn a_variable_set_in_one_file_expands_in_a_declaration_and_comments_are_ignored() {
         let d = parse(&[(
@@ -932,6 +1357,7 @@ FetchContent_Declare(
             submodules: false,
             variable: Variable::Env("X".into()),
             subdir: None,
+            condition: None,
         };
         let a = src("https://a.invalid/lib.git", "release/1.0").entry_name();
         let b = src("https://b.invalid/lib.git", "release/1.0").entry_name();

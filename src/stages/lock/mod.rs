@@ -34,6 +34,7 @@ use crate::host::platform::Platform;
 use crate::host::uv::pin_lines;
 use crate::progress;
 use crate::recipe::{LoadedRecipe, Recipe};
+use crate::stages::requires::RuntimeSource;
 use crate::stages::source::commit_time;
 use crate::store::{Store, read_json, sha256_file, write_atomic};
 pub mod pylock;
@@ -59,7 +60,7 @@ pub struct LockInputs {
     /// The recipe's pins.
     pub pins: BTreeMap<String, String>,
     /// The recipe's indexes, in order.
-    pub indexes: Vec<String>,
+    pub indexes: Vec<crate::recipe::Index>,
     /// `lock.exclude_newer` as written (`commit` when absent).
     pub exclude_newer: String,
 }
@@ -97,6 +98,10 @@ pub struct LockInfo {
     pub build_requirements: BuildRequirements,
     /// The runtime requirements file of the checkout, if any.
     pub runtime_requirements: Option<String>,
+    /// Where the runtime set came from: the tree's metadata (PEP 517 hook)
+    /// or, where the hook cannot run here, the requirement files.
+    #[serde(default)]
+    pub runtime_source: RuntimeSource,
     /// The uv that resolved it.
     pub uv: String,
     /// The platform it was resolved for (uv's `--python-platform` value; for
@@ -105,6 +110,10 @@ pub struct LockInfo {
     /// those are taken to be for the host that reads them.
     #[serde(default)]
     pub platform: Option<String>,
+    /// Artifact file name -> the index it comes from (an explicit index's
+    /// name, a plain index's URL, or `default`), see [`crate::host::uv::index_of`].
+    #[serde(default)]
+    pub artifact_index: BTreeMap<String, String>,
     /// File name -> sha256 of each lock file.
     pub files: BTreeMap<String, String>,
 }
@@ -317,14 +326,24 @@ pub fn exclude_newer(lr: &LoadedRecipe, src: &Path) -> Result<Option<String>> {
     }
 }
 
+/// How [`resolve`] asks the tree for its runtime set: called with the build
+/// lock just written (`pylock.build.toml`, in the lock directory) and a
+/// scratch directory, it returns the active `Requires-Dist` of the tree's
+/// metadata (PEP 517 `prepare_metadata_for_build_wheel`, run in a venv that
+/// holds exactly that build set). The pipeline layer supplies it, as it
+/// alone may use the wheelhouse and wheel stages that this needs. An error
+/// makes [`resolve`] fall back to the requirement files
+/// ([`fallback_files`]), naming the reason in `lock.json`.
+pub type AskRuntime<'a> = &'a dyn Fn(&Path, &Path) -> Result<Vec<String>>;
+
 /// Resolves the build and runtime sets of `lr` (checkout at `src`) with uv
 /// and writes them, then `lock.json`, into `dir` (each file replaced
 /// atomically; `lock.json` last). Scratch files go to a staging directory of
 /// `store`.
 ///
 /// Errors: uv cannot resolve (its output is quoted; the log is named).
-pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path) -> Result<Locked> {
-    resolve_for(cx, src, dir, None)
+pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path, ask: AskRuntime<'_>) -> Result<Locked> {
+    resolve_for(cx, src, dir, None, ask)
 }
 
 /// [`resolve`] for `platform` (`None`: this host, with the toolchain's
@@ -338,8 +357,9 @@ pub fn resolve_for(
     src: &Path,
     dir: &Path,
     platform: Option<&Platform>,
+    ask: AskRuntime<'_>,
 ) -> Result<Locked> {
-    let Ctx { store, lr, tc, uv } = *cx;
+    let Ctx { store, lr, tc, .. } = *cx;
     let r = &lr.recipe;
     let cutoff = exclude_newer(lr, src)?;
     progress::stage(
@@ -377,6 +397,13 @@ pub fn resolve_for(
     if let Some(ts) = &cutoff {
         common.extend(["--exclude-newer".into(), ts.clone()]);
     }
+    // Packages of explicit indexes come only from them.
+    if let Some(project) = crate::host::uv::explicit_project(&r.indexes) {
+        let dir = work.join("explicit-indexes");
+        fs::create_dir_all(&dir)?;
+        fs::write(dir.join("pyproject.toml"), project)?;
+        common.push(dir.join("pyproject.toml").display().to_string());
+    }
     let mut files = BTreeMap::new();
 
     let build_reqs = build_requirements(src, &r.build.target_device)?;
@@ -390,33 +417,61 @@ pub fn resolve_for(
             reqs.iter().map(|l| format!("{l}\n")).collect::<String>(),
         )?,
     }
-    let runtime = runtime_requirements(src, &r.build.target_device);
+    let build_in_text = fs::read_to_string(&build_in)?;
+    fs::create_dir_all(dir)?;
+    let runtime;
     let mut runtime_in = String::new();
-    if let Some(rel) = &runtime {
-        runtime_in.push_str(&format!("-r {}\n", src.join(rel).display()));
+    let runtime_source;
+    {
+        // The build set first: the runtime set is asked of the tree in it.
+        let name = BUILD_LOCK;
+        let asked = if build_in_text.trim().is_empty() {
+            Err(anyhow::anyhow!("the tree declares no build requirements"))
+        } else {
+            compile(cx, &common, work, name, &build_in_text, &log)?;
+            let bytes = fs::read(work.join(name))?;
+            write_atomic(&dir.join(name), &bytes)?;
+            files.insert(name.to_string(), sha256_file(&dir.join(name))?);
+            ask(&dir.join(name), work)
+        };
+        match asked {
+            Ok(reqs) => {
+                for l in &reqs {
+                    runtime_in.push_str(l);
+                    runtime_in.push('\n');
+                }
+                runtime = None;
+                runtime_source = RuntimeSource::Metadata {
+                    requires_dist: reqs,
+                };
+            }
+            Err(why) => {
+                let reason = format!("{why:#}")
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                let files = fallback_files(src, &r.build.target_device);
+                for rel in &files {
+                    runtime_in.push_str(&format!("-r {}\n", src.join(rel).display()));
+                }
+                runtime = files.first().cloned();
+                runtime_source = RuntimeSource::Files { files, reason };
+            }
+        }
+        progress::stage(
+            "lock",
+            format!("runtime set from {}", runtime_source.describe()),
+        );
     }
     runtime_in.push_str(&pin_lines(&r.pins));
-    let sets = [
-        (BUILD_LOCK, fs::read_to_string(&build_in)?),
-        (RUNTIME_LOCK, runtime_in),
-    ];
-    fs::create_dir_all(dir)?;
+    let sets = [(RUNTIME_LOCK, runtime_in)];
     for (name, input) in sets {
         if input.trim().is_empty() {
             continue;
         }
-        let inp = work.join(format!("{name}.in"));
-        fs::write(&inp, &input)?;
-        let out = work.join(name);
-        let mut args = common.clone();
-        args.extend([
-            "-o".into(),
-            out.display().to_string(),
-            inp.display().to_string(),
-        ]);
-        uv.pip_compile(&args, &log)
-            .with_context(|| format!("resolving {name} for {}", r.name))?;
-        let bytes = fs::read(&out)?;
+        compile(cx, &common, work, name, &input, &log)?;
+        let bytes = fs::read(work.join(name))?;
         write_atomic(&dir.join(name), &bytes)?;
         files.insert(name.to_string(), sha256_file(&dir.join(name))?);
     }
@@ -425,19 +480,70 @@ pub fn resolve_for(
             fs::remove_file(dir.join(stale))?;
         }
     }
+    let mut artifact_index = BTreeMap::new();
+    for name in files.keys() {
+        for p in parse_pylock(&dir.join(name))? {
+            for a in p.wheels.iter().chain(p.sdist.iter()) {
+                if let Some(url) = &a.url {
+                    artifact_index.insert(
+                        a.filename.clone(),
+                        crate::host::uv::index_of(&r.indexes, url),
+                    );
+                }
+            }
+        }
+    }
     let info = LockInfo {
+        artifact_index,
         schema: 1,
         recipe: r.name.clone(),
         inputs: LockInputs::of(r),
         exclude_newer: cutoff,
         build_requirements: build_reqs,
         runtime_requirements: runtime,
+        runtime_source,
         uv: tc.uv.version.clone(),
         platform: platform.cloned().or_else(Platform::host).map(|p| p.spelled),
         files,
     };
     crate::store::write_json(&dir.join(LOCK_JSON), &info)?;
     load_for(dir, r, platform)?.context("the lock just written cannot be read back")
+}
+
+/// `uv pip compile` of `input` into `<work>/<name>` with the shared arguments.
+fn compile(
+    cx: &Ctx<'_>,
+    common: &[String],
+    work: &Path,
+    name: &str,
+    input: &str,
+    log: &Path,
+) -> Result<()> {
+    let inp = work.join(format!("{name}.in"));
+    fs::write(&inp, input)?;
+    let mut args = common.to_vec();
+    args.extend([
+        "-o".into(),
+        work.join(name).display().to_string(),
+        inp.display().to_string(),
+    ]);
+    cx.uv
+        .pip_compile(&args, log)
+        .with_context(|| format!("resolving {name} for {}", cx.lr.recipe.name))
+}
+
+/// The requirement files the tree's setup.py reads for `device` when its
+/// metadata cannot be asked: `requirements/<device>.txt`, else (vLLM's
+/// `empty`, which has no file of its own) `requirements/common.txt`.
+pub fn fallback_files(src: &Path, device: &str) -> Vec<String> {
+    [
+        format!("requirements/{device}.txt"),
+        "requirements/common.txt".into(),
+    ]
+    .into_iter()
+    .find(|rel| src.join(rel).is_file())
+    .into_iter()
+    .collect()
 }
 
 /// Where the build requirements come from, in the order they are looked for.
