@@ -227,7 +227,7 @@ fn a_pretend_version_in_the_environment_cannot_relabel_the_build() {
         ])
         .output()
         .unwrap();
-    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(code(&out), 4, "{}", text(&out));
     let version = json(&out)["runtime_version"].as_str().unwrap().to_string();
     assert!(
         version.contains(&format!("+g{}", &commit[..7])),

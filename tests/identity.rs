@@ -796,7 +796,7 @@ fn doctor_finds_an_editable_install_and_its_deleted_source() {
         2,
     ));
     assert!(t.contains("--no-smoke"), "{t}");
-    ok(d, &["build", r, "--store", s, "--no-smoke"], 0);
+    ok(d, &["build", r, "--store", s, "--no-smoke"], 4);
     let t = text(&ok(d, &["activate", r, l, "--store", s], 3));
     assert!(t.contains("unsmoked"), "{t}");
     assert!(std::fs::symlink_metadata(&alias).is_err(), "PATH untouched");

@@ -24,7 +24,7 @@ fn keep_and_unkeep_print_one_json_document() {
     let r = recipe.to_str().unwrap();
     let store = tmp.path().join("store");
     let b = run_in(tmp.path(), &store, &["build", r, "--no-smoke", "--json"]);
-    assert_eq!(code(&b), 0, "{}", text(&b));
+    assert_eq!(code(&b), 4, "{}", text(&b));
     let oracle = json(&b)["oracle"].as_str().unwrap().to_string();
     let root = store.join("roots/fx");
 

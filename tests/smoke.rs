@@ -48,7 +48,8 @@ impl Fx {
         let fx = Fx { tmp, repo, commit };
         fx.set_smoke(smoke_yaml);
         let out = fx.run(&["build", "fx.yaml", "--no-smoke"]);
-        assert_eq!(code(&out), 0, "{}", text(&out));
+        // Built, not smoked: not gateable (exit 4).
+        assert_eq!(code(&out), 4, "{}", text(&out));
         fx
     }
 

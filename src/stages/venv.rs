@@ -204,7 +204,10 @@ pub fn ensure(
         }
     }
     let mut record = OracleRecord::read(&entry.path)?;
-    if opts.no_smoke || record.smoke.key == smoke_key {
+    // An unsmoked oracle (built with --no-smoke) is gated by the first build
+    // that does not skip the gate, whatever its smoke key.
+    let unsmoked = record.smoke.verdict == smoke::Verdict::Unsmoked;
+    if opts.no_smoke || (record.smoke.key == smoke_key && !unsmoked) {
         return Ok(Outcome {
             entry,
             record,
@@ -215,7 +218,11 @@ pub fn ensure(
     let _lock = store.lock(&format!("venv-{}", plan.key))?;
     progress::stage(
         "smoke",
-        "the smoke configuration changed since this oracle was gated; re-running the gate",
+        if unsmoked {
+            "this oracle was built with --no-smoke; running the gate now"
+        } else {
+            "the smoke configuration changed since this oracle was gated; re-running the gate"
+        },
     );
     record.smoke = gate(store, &entry.path, lr)?;
     write_record(&entry.path, &record)?;
