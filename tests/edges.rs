@@ -1,0 +1,172 @@
+//! The edges a real user hits (issue 16, items 7-17): each gets a clear
+//! answer, with the contract's exit code, and leaves the store valid.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+/// `git rev-parse HEAD~1` of `repo`: the tagged first commit of the fixture.
+fn first_commit(repo: &Path) -> String {
+    git(repo, &["rev-parse", "HEAD~1"])
+}
+
+// Item 7: an unsmoked oracle is not gateable (exit 4, verdict `unsmoked`),
+// and a later build without --no-smoke runs the gate on it, so
+// `build --activate` then creates the alias.
+#[test]
+fn no_smoke_exits_4_and_a_later_build_gates_and_activates_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, store) = fixture_pin(d);
+    let out = build_out(d, &recipe, &store, &["--no-smoke", "--json"]);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    assert_eq!(json(&out)["verdict"], "unsmoked", "{}", text(&out));
+    assert!(text(&out).contains("not smoked"), "{}", text(&out));
+
+    let alias = d.join("venvs/oracle");
+    let out = build_out(
+        d,
+        &recipe,
+        &store,
+        &["--activate", alias.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let j = json(&out);
+    assert_eq!(j["verdict"], "gateable", "{j}");
+    assert!(j["built"].to_string().contains("smoke"), "{j}");
+    assert!(!j["built"].to_string().contains("wheel"), "{j}");
+    assert!(
+        std::fs::symlink_metadata(&alias)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        alias.canonicalize().unwrap(),
+        Path::new(j["oracle"].as_str().unwrap())
+    );
+}
+
+// Item 8: --emit-pin-block prints only the block, and only when every check
+// passes; the same block appended twice stays a valid record;
+// --write-pin-block replaces the block in place.
+#[test]
+fn pin_block_goes_to_stdout_only_when_verified_and_can_be_replaced_in_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, commit, recipe, store) = fixture_pin(d);
+    let s = store.to_str().unwrap();
+    let r = recipe.to_str().unwrap();
+    let out = build_out(d, &recipe, &store, &[]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+
+    let out = run(d, &["verify", r, "--store", s, "--emit-pin-block"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let block = String::from_utf8(out.stdout.clone()).unwrap();
+    assert!(block.starts_with("```parity-pin\n"), "{block}");
+    assert!(block.ends_with("```\n"), "{block}");
+    assert_eq!(block.lines().count(), 6, "only the block on stdout: {block}");
+    assert!(block.contains(&commit));
+
+    // `>> SYNC.md` twice: still one record.
+    let sync = d.join("SYNC.md");
+    std::fs::write(&sync, format!("# sync notes\n\n{block}{block}")).unwrap();
+    let sf = sync.to_str().unwrap();
+    let out = run(d, &["verify", r, "--store", s, "--pin-file", sf]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+
+    // Checked against another commit, checks fail: stdout stays empty.
+    let old = write_recipe(d, "fx-old", &repo, &first_commit(&repo), SMOKE);
+    let venv = store.join("roots/fx").canonicalize().unwrap();
+    let v = venv.to_str().unwrap();
+    let o = old.to_str().unwrap();
+    let out = run(
+        d,
+        &["verify", v, "--pin", o, "--store", s, "--emit-pin-block"],
+    );
+    assert_eq!(code(&out), 3, "{}", text(&out));
+    assert!(out.stdout.is_empty(), "nothing on stdout: {}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("[FAIL]"));
+
+    // --write-pin-block: two differing blocks become the measured one; the rest stays.
+    let stale = block.replace(&commit, &first_commit(&repo));
+    let before = format!("# sync notes\n\n{stale}\nkeep me\n\n{block}");
+    std::fs::write(&sync, &before).unwrap();
+    let out = run(d, &["verify", r, "--store", s, "--pin-file", sf]);
+    assert_eq!(code(&out), 2, "differing blocks are refused: {}", text(&out));
+    let out = run(
+        d,
+        &["verify", v, "--pin", o, "--store", s, "--write-pin-block", sf],
+    );
+    assert_eq!(code(&out), 3, "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(&sync).unwrap(), before, "untouched");
+    let out = run(d, &["verify", r, "--store", s, "--write-pin-block", sf]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(&sync).unwrap(),
+        format!("# sync notes\n\n{block}\nkeep me\n\n")
+    );
+    let out = run(d, &["verify", r, "--store", s, "--pin-file", sf]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+}
+
+// Item 9: --record-golden never overwrites a file at the `golden:` path
+// that is not a golden (here: a model's config.json), even with --force.
+#[test]
+fn record_golden_refuses_to_overwrite_a_file_that_is_not_a_golden() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, commit) = fixture_repo(d);
+    let model = d.join("mymodel");
+    std::fs::create_dir_all(&model).unwrap();
+    for f in ["config.json", "vocab.json", "weights.json"] {
+        std::fs::copy(fixture_models().join("model").join(f), model.join(f)).unwrap();
+    }
+    let smoke = SMOKE.replace("${FX_MODELS}/model", model.to_str().unwrap())
+        + "      golden: mymodel/config.json\n";
+    let recipe = write_recipe(d, "fx", &repo, &commit, &smoke);
+    let store = d.join("store");
+    let out = build_out(d, &recipe, &store, &["--no-smoke"]);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let config = std::fs::read(model.join("config.json")).unwrap();
+    for extra in [&["--record-golden"][..], &["--record-golden", "--force"][..]] {
+        let out = cmd(d)
+            .args(["smoke", recipe.to_str().unwrap(), "--store"])
+            .arg(&store)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 2, "{}", text(&out));
+        assert!(text(&out).contains("not a golden"), "{}", text(&out));
+        assert_eq!(std::fs::read(model.join("config.json")).unwrap(), config);
+    }
+}
+
+// Item 11: --json prints one JSON document on stdout when a command fails,
+// usage errors included.
+#[test]
+fn json_failures_print_one_error_document_on_stdout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let store = d.join("store");
+    let s = store.to_str().unwrap();
+    let out = run(d, &["verify", "no-such-pin", "--store", s, "--json"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let j = json(&out);
+    assert_eq!(j["exit"], 2, "{j}");
+    assert!(j["error"].as_str().unwrap().contains("no-such-pin"), "{j}");
+
+    let out = run(d, &["build", "x", "--jobs", "0", "--json"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let j = json(&out);
+    assert_eq!(j["exit"], 2, "{j}");
+    assert!(j["error"].as_str().unwrap().contains("--jobs"), "{j}");
+
+    // A failure after the document was printed: still exactly one document.
+    let (_, _, recipe, store) = fixture_pin(d);
+    let out = build_out(d, &recipe, &store, &["--no-smoke", "--json"]);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    assert_eq!(json(&out)["verdict"], "unsmoked");
+}
