@@ -157,6 +157,80 @@ pub fn capture(what: &str, expr: duct::Expression) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// [`capture`] with a wall-clock `timeout`: past it the whole process group
+/// (the program and anything it started) is killed.
+///
+/// Errors: as [`capture`], or the program ran past `timeout` (the message
+/// names the command, the limit and how to raise it: `limit_hint`).
+pub fn capture_within(
+    what: &str,
+    expr: duct::Expression,
+    timeout: Duration,
+    limit_hint: &str,
+) -> Result<String> {
+    let handle = isolate(expr)
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .start()
+        .with_context(|| format!("cannot run {what}"))?;
+    let _group = Registered::watched(handle.pids());
+    let start = Instant::now();
+    loop {
+        if handle
+            .try_wait()
+            .with_context(|| format!("waiting for {what}"))?
+            .is_some()
+        {
+            break;
+        }
+        if start.elapsed() >= timeout {
+            kill_groups(&handle.pids());
+            let _ = handle.kill();
+            bail!(
+                "{what} did not finish within {} s and was killed ({limit_hint})",
+                timeout.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = handle
+        .into_output()
+        .with_context(|| format!("cannot run {what}"))?;
+    if !out.status.success() {
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        bail!("{what} failed ({}):\n{}", out.status, tail(&text, 30));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Sends SIGKILL to the process group each of `pids` leads.
+fn kill_groups(pids: &[u32]) {
+    for pid in pids {
+        if let Ok(pid) = i32::try_from(*pid) {
+            // SAFETY: signals the process group the child leads (it was
+            // started with process_group(0), so its pgid is its pid).
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// A timeout in seconds from the environment variable `var`, else `default`.
+///
+/// Errors (exit 2): the variable is set but is not a whole number of seconds > 0.
+pub fn timeout_from_env(var: &str, default: Duration) -> Result<Duration> {
+    match std::env::var(var) {
+        Err(_) => Ok(default),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Duration::from_secs(n)),
+            _ => Err(crate::exit::bad_input(format!(
+                "${var} must be a whole number of seconds > 0, found {v:?}"
+            ))),
+        },
+    }
+}
+
 /// Runs `expr` with stdout and stderr merged, appending every line to `log`
 /// and feeding it to `progress` (which parses ninja's `[n/m]`).
 ///
@@ -233,13 +307,7 @@ pub fn run_with_timeout(cmd: duct::Expression, log: &Path, timeout: Duration) ->
             return Ok(out.status.success());
         }
         if start.elapsed() >= timeout {
-            for pid in handle.pids() {
-                if let Ok(pid) = i32::try_from(pid) {
-                    // SAFETY: signals the process group the child leads (it was
-                    // started with process_group(0), so its pgid is its pid).
-                    unsafe { libc::kill(-pid, libc::SIGKILL) };
-                }
-            }
+            kill_groups(&handle.pids());
             let _ = handle.kill();
             bail!("timed out after {} s and was killed", timeout.as_secs());
         }

@@ -170,3 +170,95 @@ fn json_failures_print_one_error_document_on_stdout() {
     assert_eq!(code(&out), 4, "{}", text(&out));
     assert_eq!(json(&out)["verdict"], "unsmoked");
 }
+
+/// Runs `c` to completion; panics (after killing it) if it is still running
+/// after `secs` seconds: a guard against a hang, not a timing assertion.
+fn output_or_hang(c: &mut std::process::Command, secs: u64) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed().as_secs() > secs {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("hung for {secs} s:\n{}", text(&out));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Whether process `pid` still runs (a zombie counts as gone).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Waits (up to `secs` s) until `pid` is gone; returns whether it is.
+fn gone_within(pid: i32, secs: u64) -> bool {
+    let start = std::time::Instant::now();
+    while alive(pid) {
+        if start.elapsed().as_secs() > secs {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    true
+}
+
+// Item 12: a venv whose Python hangs makes verify and doctor fail (exit 1,
+// naming the probe and the limit), and the hung process dies with them.
+#[test]
+fn a_hanging_python_makes_verify_and_doctor_fail_instead_of_hanging() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let venv = d.join("hung");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    let pidfile = d.join("python.pid");
+    let python = venv.join("bin/python");
+    std::fs::write(
+        &python,
+        format!(
+            "#!/bin/sh\necho $$ > '{}'\nexec sleep 1000\n",
+            pidfile.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let recipe = write_recipe(d, "fx", d, &"a".repeat(40), SMOKE);
+    let (v, r) = (venv.to_str().unwrap(), recipe.to_str().unwrap());
+    let store = d.join("store");
+    let s = store.to_str().unwrap();
+    for args in [
+        vec!["verify", v, "--pin", r, "--store", s],
+        vec!["doctor", "--venv", v, "--pin", r, "--store", s],
+    ] {
+        let _ = std::fs::remove_file(&pidfile);
+        let out = output_or_hang(
+            cmd(d).args(&args).env("ORACLE_BUILD_PROBE_TIMEOUT", "2"),
+            300,
+        );
+        let t = text(&out);
+        assert!(
+            t.contains("did not finish within 2 s") && t.contains("ORACLE_BUILD_PROBE_TIMEOUT"),
+            "{args:?}: {t}"
+        );
+        assert_ne!(code(&out), 0, "{args:?}: {t}");
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(gone_within(pid, 30), "the hung probe was killed");
+    }
+}
