@@ -262,3 +262,92 @@ fn a_hanging_python_makes_verify_and_doctor_fail_instead_of_hanging() {
         assert!(gone_within(pid, 30), "the hung probe was killed");
     }
 }
+
+/// The first `` `oracle-build ...` `` command printed in `text` that starts with `prefix`.
+fn printed_command(text: &str, prefix: &str) -> String {
+    let start = text
+        .find(&format!("`{prefix}"))
+        .unwrap_or_else(|| panic!("no `{prefix}...` in:\n{text}"));
+    let rest = &text[start + 1..];
+    rest[..rest.find('`').unwrap()].to_string()
+}
+
+/// Runs a printed `oracle-build ...` command line with a POSIX shell.
+fn run_printed(cwd: &Path, line: &str) -> std::process::Output {
+    let bin = Path::new(env!("CARGO_BIN_EXE_oracle-build"));
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut c = cmd(cwd);
+    c.env("PATH", path);
+    let mut sh = std::process::Command::new("sh");
+    sh.current_dir(cwd)
+        .args(["-c", line])
+        .envs(c.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))))
+        .env_remove("ORACLE_BUILD_HOME");
+    sh.output().unwrap()
+}
+
+// Item 16: hints run as printed (the lock hint for a recipe outside
+// ./recipes, from another directory); verify of a dangling alias says what
+// happened and how to fix it; plan says "to do" for a uv still to be
+// installed and exits 1 when a build would stop.
+#[test]
+fn hints_run_as_printed_and_plan_tells_blocked_from_cached() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, commit, recipe, store) = fixture_pin(d);
+    let elsewhere = d.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let alias = d.join("venvs/oracle");
+    let out = build_out(
+        &elsewhere,
+        &recipe,
+        &store,
+        &["--activate", alias.to_str().unwrap()],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let lock = printed_command(&text(&out), "oracle-build lock ");
+    let out = run_printed(&elsewhere, &lock);
+    assert_eq!(code(&out), 0, "`{lock}` runs as printed: {}", text(&out));
+    assert!(d.join("lockfiles/fx/lock.json").is_file(), "{}", text(&out));
+
+    // The oracle is deleted under the alias.
+    force_remove(&alias.canonicalize().unwrap());
+    let s = store.to_str().unwrap();
+    let out = run(d, &["verify", alias.to_str().unwrap(), "--store", s]);
+    let t = text(&out);
+    assert_eq!(code(&out), 1, "{t}");
+    assert!(t.contains("does not exist") && !t.contains("recipe file"), "{t}");
+    let fix = printed_command(&t, "oracle-build build ");
+    assert!(fix.contains("--activate"), "{fix}");
+    let out = run_printed(&elsewhere, &fix);
+    assert_eq!(code(&out), 0, "`{fix}` runs as printed: {}", text(&out));
+    let out = run(d, &["verify", alias.to_str().unwrap(), "--store", s]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+
+    // plan: uv still to be provisioned is "to do", not "cached".
+    let no_tools = d.join("no-tools");
+    let out = cmd(d)
+        .env("ORACLE_BUILD_TOOLS", &no_tools)
+        .args(["plan", recipe.to_str().unwrap(), "--store", s, "--json"])
+        .output()
+        .unwrap();
+    let j = json(&out);
+    assert_eq!(code(&out), plan_exit(&out), "{j}");
+    assert_eq!(j["steps"][0]["stage"], "toolchain", "{j}");
+    assert_eq!(j["steps"][0]["state"], "to do", "{j}");
+    assert!(!no_tools.exists(), "plan installed nothing");
+    // ...and a Python that is not there blocks: exit 1.
+    let bad = write_recipe(d, "fx-py", &repo, &commit, SMOKE);
+    let text_py = std::fs::read_to_string(&bad)
+        .unwrap()
+        .replace("python: \"3.11\"", "python: \"3.99\"");
+    std::fs::write(&bad, text_py).unwrap();
+    let out = run(d, &["plan", bad.to_str().unwrap(), "--store", s, "--json"]);
+    let j = json(&out);
+    assert_eq!(j["steps"][0]["state"], "blocked", "{j}");
+    assert_eq!(code(&out), 1, "{}", text(&out));
+}

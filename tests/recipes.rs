@@ -117,7 +117,7 @@ fn pins_resolve_by_name_stem_and_unique_prefix_from_any_directory() {
                 "--json",
             ],
         );
-        assert_eq!(code(&out), 0, "{pin}: {}", text(&out));
+        assert_eq!(code(&out), plan_exit(&out), "{pin}: {}", text(&out));
         let name = json(&out)["recipe"].as_str().unwrap().to_string();
         let want = if pin.starts_with('5') {
             "vllm-555967922"
@@ -139,7 +139,7 @@ fn pins_resolve_by_name_stem_and_unique_prefix_from_any_directory() {
         ])
         .output()
         .unwrap();
-    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(code(&out), plan_exit(&out), "{}", text(&out));
     assert!(!tmp.path().join("store").exists(), "plan wrote nothing");
 }
 
@@ -156,7 +156,7 @@ fn the_builtin_parity_pin_is_the_recorded_stack() {
             "--json",
         ],
     );
-    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(code(&out), plan_exit(&out), "{}", text(&out));
     let text = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/555967922.yaml"),
     )
@@ -288,7 +288,7 @@ fn a_pin_that_is_a_stem_and_another_recipes_name_says_which_it_used() {
             "--json",
         ],
     );
-    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(code(&out), plan_exit(&out), "{}", text(&out));
     assert_eq!(json(&out)["recipe"], "fx-alpha", "the file stem wins");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -306,7 +306,7 @@ fn a_pin_that_is_a_stem_and_another_recipes_name_says_which_it_used() {
             "--json",
         ],
     );
-    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(code(&out), plan_exit(&out), "{}", text(&out));
     assert!(
         !String::from_utf8_lossy(&out.stderr).contains("note:"),
         "{}",

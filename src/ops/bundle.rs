@@ -146,7 +146,7 @@ pub fn export(
             bad_input(format!(
                 "no lockfile in {} and no lock in the store: run `oracle-build lock {}` (or build it) first",
                 lock_dir.display(),
-                r.name
+                crate::ops::recipe_arg(&lr)
             ))
         })?,
     };

@@ -84,7 +84,7 @@ pub fn prepare(
                     bail!(
                         "--offline: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle",
                         lock_dir.display(),
-                        r.name
+                        crate::ops::recipe_arg(cx.lr)
                     );
                 }
                 let _lock = store.lock(&format!("autolock-{}", entry.name))?;
@@ -95,7 +95,7 @@ pub fn prepare(
                             "no lockfile in {}: resolving one into {} (`oracle-build lock {}` writes it beside the recipe)",
                             lock_dir.display(),
                             entry.label(),
-                            r.name
+                            crate::ops::recipe_arg(cx.lr)
                         ),
                     );
                     let staging = store.stage("autolock")?;
@@ -273,7 +273,7 @@ pub fn offline_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Ve
             _ => problems.push(format!(
                 "--offline: lock stage: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle",
                 lock_dir.display(),
-                r.name
+                crate::ops::recipe_arg(lr)
             )),
         },
         Err(e) => problems.push(format!("--offline: lock stage: {e:#}")),

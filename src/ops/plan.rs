@@ -132,12 +132,16 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path) -> Pl
             .as_ref()
             .map_or("not found".into(), |n| n.version.clone()),
     );
+    // Cached only when nothing is left to find or install: a uv still to be
+    // provisioned is work (and a download), a missing Python blocks the build.
     steps.push(step(
         "toolchain",
-        if findings.python.is_some() {
-            "cached"
-        } else {
+        if findings.python.is_none() {
             "blocked"
+        } else if findings.uv.is_none() {
+            "to do"
+        } else {
+            "cached"
         },
         tools,
         0,
@@ -291,7 +295,22 @@ fn compute(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path) -> Pl
     }
 }
 
-/// `plan`: prints the plan (text or `--json`). Always exits 0 unless the PIN is bad.
+/// The error `plan` exits with when a build now would stop before any work
+/// (exit 1, as that build would), naming each problem.
+fn blocked(p: &Plan) -> Result<()> {
+    if p.problems.is_empty() {
+        return Ok(());
+    }
+    Err(anyhow::anyhow!(
+        "a build of {} now would stop:\n  - {}",
+        p.recipe,
+        p.problems.join("\n  - ")
+    ))
+}
+
+/// `plan`: prints the plan (text or `--json`). Exits 0 when a build could
+/// run now, 1 when it would stop before any work (the problems are listed),
+/// 2 when the PIN is bad. Changes nothing either way.
 pub fn run(
     pin_arg: &str,
     store_arg: Option<&Path>,
@@ -300,7 +319,8 @@ pub fn run(
 ) -> Result<()> {
     let p = plan(pin_arg, store_arg, lockfiles)?;
     if json {
-        return print_json(&p);
+        print_json(&p)?;
+        return blocked(&p);
     }
     println!("plan for {} ({})", p.recipe, p.origin);
     println!("store    {}", p.store.display());
@@ -351,5 +371,5 @@ pub fn run(
             println!("  - {problem}");
         }
     }
-    Ok(())
+    blocked(&p)
 }

@@ -174,6 +174,11 @@ fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Resu
             p.display()
         )));
     }
+    if let Ok(to) = std::fs::read_link(p)
+        && !p.exists()
+    {
+        return Err(dangling(p, &to, store_arg));
+    }
     if pin_arg.is_some() {
         return Err(bad_input(
             "--pin names the recipe to check a venv against; with a PIN target, leave it out",
@@ -196,6 +201,37 @@ fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Resu
         against: format!("recipe {}", lr.origin),
         store: Store::open_existing(&root),
     })
+}
+
+/// The error for `verify PATH` of a symlink whose target is gone (exit 1):
+/// names the link, its target and, for a registered alias, how to rebuild
+/// and re-activate it.
+fn dangling(p: &Path, to: &Path, store_arg: Option<&Path>) -> anyhow::Error {
+    let alias = Store::default_root(store_arg)
+        .ok()
+        .and_then(|r| Store::open_existing(&r))
+        .and_then(|store| {
+            let registry = Registry::load(&store).ok()?;
+            let a = registry.find(p)?;
+            Some((store, a.recipe.clone(), a.recipe_file.clone()))
+        });
+    let fix = match alias {
+        Some((store, recipe, file)) => {
+            let pin = file.map_or(recipe.clone(), |f| f.display().to_string());
+            format!(
+                "it is the alias of recipe {recipe}: rebuild and point it at the new oracle with `oracle-build build {} --store {} --activate {}`",
+                crate::ops::shell_quote(&pin),
+                crate::ops::shell_quote(&store.root().display().to_string()),
+                crate::ops::shell_quote(&p.display().to_string())
+            )
+        }
+        None => "rebuild the oracle it named, or remove the link".to_string(),
+    };
+    anyhow!(
+        "{} is a symlink to {}, which does not exist (its oracle was deleted); there is nothing to verify: {fix}",
+        p.display(),
+        to.display()
+    )
 }
 
 fn summarize(problems: &[String]) -> String {
