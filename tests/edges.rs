@@ -312,7 +312,11 @@ fn hints_run_as_printed_and_plan_tells_blocked_from_cached() {
     let lock = printed_command(&text(&out), "oracle-build lock ");
     let out = run_printed(&elsewhere, &lock);
     assert_eq!(code(&out), 0, "`{lock}` runs as printed: {}", text(&out));
-    assert!(d.join("lockfiles/fx/lock.json").is_file(), "{}", text(&out));
+    let lock_json = std::fs::read_to_string(d.join("lockfiles/fx/lock.json")).unwrap();
+    assert!(
+        !lock_json.contains("\"File\"") && !lock_json.contains("\"Pyproject\""),
+        "no Rust variant names in lock.json: {lock_json}"
+    );
 
     // The oracle is deleted under the alias.
     force_remove(&alias.canonicalize().unwrap());
@@ -350,4 +354,45 @@ fn hints_run_as_printed_and_plan_tells_blocked_from_cached() {
     let j = json(&out);
     assert_eq!(j["steps"][0]["state"], "blocked", "{j}");
     assert_eq!(code(&out), 1, "{}", text(&out));
+}
+
+// Item 17: values that passed validation and failed later (or leaked
+// internals) are refused at parse time: exit 2, file, line, field and value
+// in plain words, nothing written.
+#[test]
+fn recipe_values_are_validated_up_front_in_plain_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let store = d.join("store");
+    let good = |name: &str, package: &str, extra: &str| {
+        format!(
+            "name: {name}\nsource:\n  repo: file:///nonexistent\n  commit: {}\n  package: {package}\npython: \"3.11\"\nbuild:\n  target_device: cpu\n{extra}",
+            "a".repeat(40)
+        )
+    };
+    let long = "a".repeat(245);
+    let many = format!("indexes: [{}]\n", vec!["a"; 300_000].join(","));
+    let cases: Vec<(String, &str)> = vec![
+        (good(&long, "fixturellm", ""), "line 1: field `name`: is 245 characters long; a name is at most 128"),
+        (good("x", "fixturellm", "smoke:\n  runs: 1e9\n"), "line 10: field `smoke.runs`: 1000000000 is written as a decimal or exponent number"),
+        (good("x", "fixturellm", "smoke:\n  runs: 4000000000\n"), "line 10: field `smoke.runs`: 4000000000 is more than 1000"),
+        (good("x", "5", ""), "line 5: field `source.package`: \"5\" is not an importable package name"),
+        (good("x", "fixturellm", "  env:\n    FOO: \"a\\0b\"\n"), "line 10: field `build.env.FOO`: \"a\\0b\" holds a NUL character"),
+        (good("x", "fixturellm", "  disk: {source_gib: -1}\n"), "line 9: field `build.disk.source_gib`: -1 is not a size in GiB"),
+        (good("x", "fixturellm", "lock:\n  exclude_newer: garbage\n"), "line 10: field `lock.exclude_newer`: \"garbage\" is not `commit`, `none` or an RFC 3339 timestamp"),
+        (good("[bad", "fixturellm", ""), "line 1: field `name`: expected a text value, found `[bad`, which YAML reads as the start of a list that is never closed"),
+        (good("x", "fixturellm", &many), "the YAML is too large, too deeply nested or expands too many aliases"),
+    ];
+    for (text, want) in cases {
+        let f = d.join("x.yaml");
+        std::fs::write(&f, &text).unwrap();
+        let out = run(d, &["plan", f.to_str().unwrap(), "--store", store.to_str().unwrap()]);
+        let e = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(code(&out), 2, "{want}: {e}");
+        assert!(e.contains(&format!("x.yaml: {want}")) || e.contains(want), "{want}:\n{e}");
+        for leak in ["Some(", "Nodes {", "budget breached", "Option<"] {
+            assert!(!e.contains(leak), "{leak} leaked: {e}");
+        }
+        assert!(!store.exists(), "nothing written");
+    }
 }

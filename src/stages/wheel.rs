@@ -35,6 +35,7 @@ pub const SCRUBBED_ENV: &[&str] = &[
 
 /// Where the build requirements come from, in the order they are looked for.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
 pub enum BuildRequirements {
     /// A requirements file of the checkout (path relative to it).
     File(String),
