@@ -396,3 +396,76 @@ fn recipe_values_are_validated_up_front_in_plain_words() {
         assert!(!store.exists(), "nothing written");
     }
 }
+
+/// Whether this machine lets an unprivileged user namespace mount (to make a
+/// directory read-only for root, which ignores permission bits).
+fn can_unshare() -> bool {
+    std::process::Command::new("unshare")
+        .args(["-rm", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `oracle-build args...` in a mount namespace where each of `ro` is a
+/// read-only bind mount of itself.
+fn run_with_read_only(cwd: &Path, ro: &[&Path], args: &[&str]) -> std::process::Output {
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+    let mut script = String::from("set -e\n");
+    for d in ro {
+        let d = quote(d.to_str().unwrap());
+        script += &format!("mount --bind {d} {d}\nmount -o remount,bind,ro {d}\n");
+    }
+    script += "exec \"$@\"\n";
+    let c = cmd(cwd);
+    let mut u = std::process::Command::new("unshare");
+    u.current_dir(cwd)
+        .args(["-rm", "sh", "-c", &script, "sh", env!("CARGO_BIN_EXE_oracle-build")])
+        .args(args)
+        .envs(c.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))))
+        .env_remove("ORACLE_BUILD_HOME");
+    u.output().unwrap()
+}
+
+// Item 10: activate into a read-only alias directory fails (exit 1) and
+// changes nothing: no new root, no registry entry, no link.
+#[test]
+fn activate_that_cannot_write_the_alias_changes_nothing() {
+    if !can_unshare() {
+        eprintln!("SKIPPED: no unprivileged mount namespaces here (unshare -rm)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, store) = fixture_pin(d);
+    let out = build_out(d, &recipe, &store, &[]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let venvs = d.join("venvs");
+    std::fs::create_dir_all(&venvs).unwrap();
+    let alias = venvs.join("oracle");
+    let roots = |s: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(s.join("roots"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = roots(&store);
+    let args = [
+        "activate",
+        recipe.to_str().unwrap(),
+        alias.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ];
+    let out = run_with_read_only(d, &[&venvs], &args);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(text(&out).contains("Read-only file system"), "{}", text(&out));
+    assert_eq!(roots(&store), before, "no orphan root");
+    assert!(!store.join("aliases.json").exists(), "nothing registered");
+    assert!(std::fs::read_dir(&venvs).unwrap().next().is_none(), "no link");
+    // Writable again, the same command works.
+    let out = run(d, &args);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(roots(&store).len() > before.len());
+}
