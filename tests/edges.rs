@@ -469,3 +469,38 @@ fn activate_that_cannot_write_the_alias_changes_nothing() {
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert!(roots(&store).len() > before.len());
 }
+
+// Item 14: a home directory (so the default store) whose path holds a space
+// and a quote builds, verifies and is gateable.
+#[test]
+fn a_store_path_with_a_space_and_a_quote_builds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, _) = fixture_pin(d);
+    let home = d.join("my home's");
+    std::fs::create_dir_all(&home).unwrap();
+    let r = recipe.to_str().unwrap();
+    let out = cmd(d)
+        .env("HOME", &home)
+        .env_remove("XDG_DATA_HOME")
+        .args(["build", r, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let j = json(&out);
+    assert_eq!(j["verdict"], "gateable", "{j}");
+    assert!(
+        j["oracle"]
+            .as_str()
+            .unwrap()
+            .starts_with(home.join(".local/share/oracle-build").to_str().unwrap()),
+        "{j}"
+    );
+    let out = cmd(d)
+        .env("HOME", &home)
+        .env_remove("XDG_DATA_HOME")
+        .args(["verify", r])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+}
