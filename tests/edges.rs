@@ -504,3 +504,40 @@ fn a_store_path_with_a_space_and_a_quote_builds() {
         .unwrap();
     assert_eq!(code(&out), 0, "{}", text(&out));
 }
+
+// Item 15: a read-only store serves the read-only commands: gc --dry-run,
+// export, verify and a no-op build (exit 0); a command that must write
+// fails (exit 1) and the store stays as it was.
+#[test]
+fn a_read_only_store_serves_read_only_commands() {
+    if !can_unshare() {
+        eprintln!("SKIPPED: no unprivileged mount namespaces here (unshare -rm)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, store) = fixture_pin(d);
+    let out = build_out(d, &recipe, &store, &[]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
+    let bundle = d.join("fx.tar.gz");
+    let before = tree(&store);
+    for args in [
+        vec!["gc", "--dry-run", "--store", s],
+        vec!["export", r, "-o", bundle.to_str().unwrap(), "--store", s],
+        vec!["verify", r, "--store", s],
+        vec!["build", r, "--store", s],
+        vec!["status", "--store", s],
+    ] {
+        let out = run_with_read_only(d, &[&store], &args);
+        assert_eq!(code(&out), 0, "{args:?}: {}", text(&out));
+        assert!(!text(&out).contains("os error 30"), "{args:?}: {}", text(&out));
+    }
+    assert!(bundle.is_file());
+    let out = run_with_read_only(d, &[&store], &["unkeep", r, "--store", s]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert_eq!(tree(&store), before, "the store is as it was");
+    // The bundle is whole: it imports into a fresh store.
+    let out = run(d, &["import", bundle.to_str().unwrap(), "--store", d.join("s2").to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+}

@@ -143,13 +143,15 @@ impl Drop for Staging {
 /// An exclusive OS file lock under `<root>/locks/`; released on drop.
 #[derive(Debug)]
 pub struct Lock {
-    _file: File,
+    /// None in a read-only store (see [`Store::read_only`]): nothing to guard.
+    _file: Option<File>,
 }
 
 /// A running build's temporary GC roots (see [`Store::temp_roots`]).
 #[derive(Debug)]
 pub struct TempRoots {
-    file: File,
+    /// None in a read-only store: no `gc` can run there, so nothing to record.
+    file: Option<File>,
     path: PathBuf,
 }
 
@@ -157,8 +159,10 @@ impl TempRoots {
     /// Registers `entry` as used by this build, under the shared gc lock, so a
     /// concurrent `gc` either sees it or finished before it was looked up.
     pub fn add(&self, store: &Store, entry: &Entry) -> Result<()> {
+        let Some(mut f) = self.file.as_ref() else {
+            return Ok(());
+        };
         let _gc = store.gc_lock(false)?;
-        let mut f = &self.file;
         writeln!(f, "{}", entry.label())
             .with_context(|| format!("writing {}", self.path.display()))?;
         Ok(())
@@ -167,7 +171,9 @@ impl TempRoots {
 
 impl Drop for TempRoots {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if self.file.is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -243,6 +249,34 @@ impl Store {
         &self.root
     }
 
+    /// Whether the store exists but this process cannot write it (a
+    /// read-only mount, or another user's store): `access(2)` with `W_OK`,
+    /// which reports `EROFS` even for root. Then locks and temporary roots
+    /// are skipped (no process can change the store under a reader: nobody
+    /// can write it, or it is not ours to lock), staging goes to the system's
+    /// temporary directory, and read-only commands (`gc --dry-run`, `export`,
+    /// `verify`, a no-op `build`) work; anything that must write fails
+    /// naming the store as read-only.
+    pub fn read_only(&self) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        if !self.root.is_dir() {
+            return false;
+        }
+        let Ok(c) = std::ffi::CString::new(self.root.as_os_str().as_bytes()) else {
+            return false;
+        };
+        // SAFETY: access only reads the NUL-terminated path.
+        unsafe { libc::access(c.as_ptr(), libc::W_OK) != 0 }
+    }
+
+    /// The error for a write a read-only store refuses: names the store and `what`.
+    fn read_only_error(&self, what: &str) -> anyhow::Error {
+        anyhow::anyhow!(
+            "the store {} is read-only (not writable by this user, or a read-only file system): cannot {what}",
+            self.root.display()
+        )
+    }
+
     /// `<root>/store/<bucket>`.
     pub fn bucket_dir(&self, bucket: Bucket) -> PathBuf {
         self.root.join("store").join(bucket.dir_name())
@@ -300,13 +334,18 @@ impl Store {
 
     /// A fresh staging directory `<root>/tmp/<label>.<pid>.<random>`.
     pub fn stage(&self, label: &str) -> Result<Staging> {
+        let tmp = if self.read_only() {
+            std::env::temp_dir()
+        } else {
+            self.tmp_dir()
+        };
         let dir = tempfile::Builder::new()
             .prefix(&format!("{label}.{}.", std::process::id()))
-            .tempdir_in(self.tmp_dir())
+            .tempdir_in(&tmp)
             .with_context(|| {
                 format!(
                     "creating a staging directory in {}",
-                    self.tmp_dir().display()
+                    tmp.display()
                 )
             })?;
         Ok(Staging { dir: Some(dir) })
@@ -358,6 +397,9 @@ impl Store {
     /// Takes the exclusive lock `<root>/locks/<name>.lock`, waiting for it when
     /// another process holds it (and saying who, on stderr).
     pub fn lock(&self, name: &str) -> Result<Lock> {
+        if self.read_only() {
+            return Ok(Lock { _file: None });
+        }
         let path = self.root.join("locks").join(format!("{name}.lock"));
         let mut file = fs::OpenOptions::new()
             .create(true)
@@ -394,7 +436,7 @@ impl Store {
             std::process::id(),
             std::env::args().collect::<Vec<_>>().join(" ")
         );
-        Ok(Lock { _file: file })
+        Ok(Lock { _file: Some(file) })
     }
 
     /// The entry named by a label `<bucket>/<name>` (as in `requires` lists).
@@ -431,6 +473,9 @@ impl Store {
     /// The lock every build takes shared (briefly, to register temporary
     /// roots) and `gc` takes exclusively (for its whole mark and sweep).
     pub fn gc_lock(&self, exclusive: bool) -> Result<Lock> {
+        if self.read_only() {
+            return Ok(Lock { _file: None });
+        }
         let path = self.root.join("locks").join("gc.lock");
         let file = fs::OpenOptions::new()
             .create(true)
@@ -445,7 +490,7 @@ impl Store {
             file.lock_shared()
         };
         res.with_context(|| format!("locking {}", path.display()))?;
-        Ok(Lock { _file: file })
+        Ok(Lock { _file: Some(file) })
     }
 
     /// Temporary GC roots for this process: `<root>/locks/build-<pid>.roots`,
@@ -455,6 +500,9 @@ impl Store {
             .root
             .join("locks")
             .join(format!("build-{}.roots", std::process::id()));
+        if self.read_only() {
+            return Ok(TempRoots { file: None, path });
+        }
         let _gc = self.gc_lock(false)?;
         let file = fs::OpenOptions::new()
             .create(true)
@@ -465,7 +513,10 @@ impl Store {
             .0;
         file.lock()
             .with_context(|| format!("locking {}", path.display()))?;
-        Ok(TempRoots { file, path })
+        Ok(TempRoots {
+            file: Some(file),
+            path,
+        })
     }
 
     /// The entries listed by the temporary roots of running builds; files
@@ -505,6 +556,13 @@ impl Store {
             .join(entry.bucket.dir_name())
             .join(&entry.name);
         let link = self.roots_dir().join(name);
+        if self.read_only() {
+            // A root already in place needs no write (a no-op build).
+            if fs::read_link(&link).is_ok_and(|t| t == target) {
+                return Ok(());
+            }
+            return Err(self.read_only_error(&format!("set the GC root roots/{name}")));
+        }
         let tmp = self
             .roots_dir()
             .join(format!(".{name}.{}.tmp", std::process::id()));
