@@ -14,6 +14,26 @@ use fs_err as fs;
 
 use crate::progress::Progress;
 
+/// File descriptors of the locks this process holds (entry locks, temporary
+/// roots, the run lock) that watchdogs inherit: a watchdog outliving a
+/// killed tool keeps them held until the build it guards is gone, so no
+/// other run takes the build's lock or deletes its working directory.
+static INHERITED: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+/// Lets watchdogs started from now on inherit the lock held on `fd` (see [`INHERITED`]).
+pub fn share_lock_with_watchdogs(fd: i32) {
+    if let Ok(mut v) = INHERITED.lock() {
+        v.push(fd);
+    }
+}
+
+/// Undoes [`share_lock_with_watchdogs`] for `fd` (before it is closed).
+pub fn unshare_lock(fd: i32) {
+    if let Ok(mut v) = INHERITED.lock() {
+        v.retain(|&f| f != fd);
+    }
+}
+
 /// Process groups of the children running now (0: free slot), for the signal handler.
 static GROUPS: [AtomicI32; 32] = [const { AtomicI32::new(0) }; 32];
 
@@ -47,16 +67,31 @@ impl Registered {
     /// waits for EOF on a pipe only this process holds open. For long
     /// commands (wheel builds, installs, smoke cases), whose grandchildren
     /// `PR_SET_PDEATHSIG` does not reach.
+    ///
+    /// The watchdog runs in a session of its own (`setsid`), so a `kill -9`
+    /// of the tool's whole process group does not take it along, and it
+    /// inherits the locks in [`INHERITED`].
     fn watched(pids: Vec<u32>) -> Registered {
         let mut r = Registered::new(pids.clone());
         if let (Some(pid), Ok(exe)) = (pids.first(), std::env::current_exe()) {
-            r.watchdog = std::process::Command::new(exe)
-                .args(["__watchdog", &pid.to_string()])
+            let fds: Vec<i32> = INHERITED.lock().map(|v| v.clone()).unwrap_or_default();
+            let mut c = std::process::Command::new(exe);
+            c.args(["__watchdog", &pid.to_string()])
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .ok();
+                .stderr(std::process::Stdio::null());
+            // SAFETY: setsid and fcntl are async-signal-safe; `fds` was
+            // allocated before the fork and is only read.
+            unsafe {
+                c.pre_exec(move || {
+                    libc::setsid();
+                    for fd in &fds {
+                        libc::fcntl(*fd, libc::F_SETFD, 0);
+                    }
+                    Ok(())
+                });
+            }
+            r.watchdog = c.spawn().ok();
         }
         r
     }
@@ -76,19 +111,35 @@ impl Drop for Registered {
 }
 
 /// The watchdog (`oracle-build __watchdog <pgid>`, see [`Registered::watched`]):
-/// blocks until stdin reaches EOF (its parent died), then sends SIGTERM and,
-/// two seconds later, SIGKILL to the process group `pgid`.
+/// blocks until stdin reaches EOF (its parent died), then sends SIGTERM to
+/// the process group `pgid`, SIGKILL after up to two seconds, and exits once
+/// the group is gone (at most a minute later), releasing the locks it
+/// inherited only then.
 pub fn watchdog(pgid: i32) -> ! {
     let mut sink = Vec::new();
     let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
     if pgid > 1 {
         // SAFETY: signals the process group the dead parent started.
         unsafe { libc::kill(-pgid, libc::SIGTERM) };
-        std::thread::sleep(Duration::from_secs(2));
+        wait_group_gone(pgid, Duration::from_secs(2));
         // SAFETY: as above.
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        wait_group_gone(pgid, Duration::from_secs(60));
     }
     std::process::exit(0)
+}
+
+/// Polls until no process is in group `pgid` (or `limit` passed).
+fn wait_group_gone(pgid: i32, limit: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        // SAFETY: signal 0 only checks whether the group has members.
+        let rc = unsafe { libc::kill(-pgid, 0) };
+        if rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Starts every child in a process group of its own, asks the kernel to send

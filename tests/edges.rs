@@ -541,3 +541,60 @@ fn a_read_only_store_serves_read_only_commands() {
     let out = run(d, &["import", bundle.to_str().unwrap(), "--store", d.join("s2").to_str().unwrap()]);
     assert_eq!(code(&out), 0, "{}", text(&out));
 }
+
+// Item 13: `kill -9` of the tool's whole process group also ends the build
+// it started (the watchdog lives in its own session), and the next run
+// builds the same wheel in the same working directory.
+#[test]
+fn killing_the_whole_process_group_ends_the_build_it_started() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, commit) = fixture_repo(d);
+    let (pidfile, flag, wrapper) = (d.join("cc.pid"), d.join("slow"), d.join("slow-cc"));
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ -e '{}' ]; then echo $$ >> '{}'; sleep 600; fi\nexec cc \"$@\"\n",
+            flag.display(),
+            pidfile.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(&flag, "").unwrap();
+    let extra = format!("  env:\n    CC: {}\n{SMOKE}", wrapper.display());
+    let recipe = write_recipe(d, "fx", &repo, &commit, &extra);
+    let store = d.join("store");
+    let mut child = cmd(d)
+        .args(["build", recipe.to_str().unwrap(), "--store"])
+        .arg(&store)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let pid: i32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|t| t.lines().next().and_then(|l| l.trim().parse().ok()))
+        {
+            break p;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "the build ended before compiling");
+        assert!(start.elapsed().as_secs() < 600, "the compiler never started");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // SAFETY: kills the process group the test started (the tool leads it).
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(
+        gone_within(pid, 120),
+        "the compiler the killed build started still runs"
+    );
+    std::fs::remove_file(&flag).unwrap();
+    let out = build_out(d, &recipe, &store, &[]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+}

@@ -171,9 +171,62 @@ impl TempRoots {
 
 impl Drop for TempRoots {
     fn drop(&mut self) {
-        if self.file.is_some() {
+        if let Some(f) = &self.file {
+            use std::os::fd::AsRawFd;
+            crate::process::unshare_lock(f.as_raw_fd());
+            // Unlocked for every holder (a watchdog shares the description).
+            let _ = f.unlock();
             let _ = std::fs::remove_file(&self.path);
         }
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if let Some(f) = &self._file {
+            use std::os::fd::AsRawFd;
+            crate::process::unshare_lock(f.as_raw_fd());
+            // Unlocked for every holder (a watchdog shares the description).
+            let _ = f.unlock();
+        }
+    }
+}
+
+/// This process's run lock, `<root>/locks/run-<pid>.lock`, taken when it
+/// first stages in a store and held (and shared with watchdogs) until it
+/// exits: while it is held, the process or a build it started still runs,
+/// and its staging directories are not stale.
+static RUN_LOCK: std::sync::OnceLock<Option<File>> = std::sync::OnceLock::new();
+
+fn take_run_lock(locks: &Path) {
+    RUN_LOCK.get_or_init(|| {
+        let path = locks.join(format!("run-{}.lock", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .ok()?;
+        file.lock().ok()?;
+        use std::os::fd::AsRawFd;
+        crate::process::share_lock_with_watchdogs(file.as_raw_fd());
+        Some(file)
+    });
+}
+
+/// Whether the run lock of process `pid` is held (by it, or by a watchdog
+/// of a build it started); false when there is none.
+fn run_lock_held(locks: &Path, pid: i32) -> bool {
+    let path = locks.join(format!("run-{pid}.lock"));
+    match std::fs::OpenOptions::new().write(true).open(&path) {
+        Ok(f) => match f.try_lock() {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&path);
+                false
+            }
+            Err(_) => true,
+        },
+        Err(_) => false,
     }
 }
 
@@ -337,6 +390,10 @@ impl Store {
         let tmp = if self.read_only() {
             std::env::temp_dir()
         } else {
+            let locks = self.root.join("locks");
+            if fs::create_dir_all(&locks).is_ok() {
+                take_run_lock(&locks);
+            }
             self.tmp_dir()
         };
         let dir = tempfile::Builder::new()
@@ -436,6 +493,9 @@ impl Store {
             std::process::id(),
             std::env::args().collect::<Vec<_>>().join(" ")
         );
+        // A build started under this lock keeps it held through its
+        // watchdog if this process is killed (see `process::INHERITED`).
+        crate::process::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
         Ok(Lock { _file: Some(file) })
     }
 
@@ -513,6 +573,7 @@ impl Store {
             .0;
         file.lock()
             .with_context(|| format!("locking {}", path.display()))?;
+        crate::process::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
         Ok(TempRoots {
             file: Some(file),
             path,
@@ -606,7 +667,8 @@ impl Store {
             let e = e?;
             let name = e.file_name().to_string_lossy().into_owned();
             let pid = name.split('.').nth(1).and_then(|p| p.parse::<i32>().ok());
-            if pid.is_some_and(|p| !process_alive(p)) {
+            let locks = self.root.join("locks");
+            if pid.is_some_and(|p| !process_alive(p) && !run_lock_held(&locks, p)) {
                 make_writable(&e.path());
                 let path = e.path();
                 let res = if path.is_dir() {
