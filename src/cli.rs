@@ -1,4 +1,4 @@
-//! Command-line definition (DESIGN.md, "Commands"), parsed by clap.
+//! Command-line definition (README.md, "Commands"), parsed by clap.
 
 use std::path::PathBuf;
 

@@ -1,25 +1,21 @@
 //! `oracle-build` as a library: the module tree the binary (`src/main.rs`),
 //! the integration tests and the fuzz targets share.
 //!
-//! `main` only parses the command line, dispatches to [`ops`], and maps errors
-//! to the exit codes of the contract (see [`exit`]).
+//! The layers, top to bottom (each may use only the layers below it; see
+//! `docs/architecture.md`): [`cli`] -> [`ops`] -> [`pipeline`] -> [`stages`]
+//! -> [`host`] -> [`store`] -> [`recipe`], with the leaf utilities
+//! [`exit`], [`progress`] and [`shell`] usable by all.
 
-pub mod advance;
-pub mod alias;
 pub mod cli;
-pub mod disk;
-pub mod dist_record;
 pub mod exit;
-pub mod gc;
-pub mod key;
+pub mod host;
 pub mod ops;
-pub mod pin;
-pub mod pinfile;
-pub mod process;
+pub mod pipeline;
 pub mod progress;
 pub mod recipe;
+pub mod shell;
 pub mod stages;
 pub mod store;
-pub mod toolchain;
-pub mod uv;
-pub mod wheelhouse;
+
+#[cfg(test)]
+mod layering;

@@ -5,7 +5,8 @@
 
 use clap::Parser;
 
-use oracle_build::{disk, exit, ops, process};
+use oracle_build::host::{disk, process};
+use oracle_build::{exit, ops};
 
 use oracle_build::cli::{Cli, Command};
 

@@ -67,7 +67,11 @@ fn pin_block_goes_to_stdout_only_when_verified_and_can_be_replaced_in_place() {
     let block = String::from_utf8(out.stdout.clone()).unwrap();
     assert!(block.starts_with("```parity-pin\n"), "{block}");
     assert!(block.ends_with("```\n"), "{block}");
-    assert_eq!(block.lines().count(), 6, "only the block on stdout: {block}");
+    assert_eq!(
+        block.lines().count(),
+        6,
+        "only the block on stdout: {block}"
+    );
     assert!(block.contains(&commit));
 
     // `>> SYNC.md` twice: still one record.
@@ -95,10 +99,24 @@ fn pin_block_goes_to_stdout_only_when_verified_and_can_be_replaced_in_place() {
     let before = format!("# sync notes\n\n{stale}\nkeep me\n\n{block}");
     std::fs::write(&sync, &before).unwrap();
     let out = run(d, &["verify", r, "--store", s, "--pin-file", sf]);
-    assert_eq!(code(&out), 2, "differing blocks are refused: {}", text(&out));
+    assert_eq!(
+        code(&out),
+        2,
+        "differing blocks are refused: {}",
+        text(&out)
+    );
     let out = run(
         d,
-        &["verify", v, "--pin", o, "--store", s, "--write-pin-block", sf],
+        &[
+            "verify",
+            v,
+            "--pin",
+            o,
+            "--store",
+            s,
+            "--write-pin-block",
+            sf,
+        ],
     );
     assert_eq!(code(&out), 3, "{}", text(&out));
     assert_eq!(std::fs::read_to_string(&sync).unwrap(), before, "untouched");
@@ -131,7 +149,10 @@ fn record_golden_refuses_to_overwrite_a_file_that_is_not_a_golden() {
     let out = build_out(d, &recipe, &store, &["--no-smoke"]);
     assert_eq!(code(&out), 4, "{}", text(&out));
     let config = std::fs::read(model.join("config.json")).unwrap();
-    for extra in [&["--record-golden"][..], &["--record-golden", "--force"][..]] {
+    for extra in [
+        &["--record-golden"][..],
+        &["--record-golden", "--force"][..],
+    ] {
         let out = cmd(d)
             .args(["smoke", recipe.to_str().unwrap(), "--store"])
             .arg(&store)
@@ -324,7 +345,10 @@ fn hints_run_as_printed_and_plan_tells_blocked_from_cached() {
     let out = run(d, &["verify", alias.to_str().unwrap(), "--store", s]);
     let t = text(&out);
     assert_eq!(code(&out), 1, "{t}");
-    assert!(t.contains("does not exist") && !t.contains("recipe file"), "{t}");
+    assert!(
+        t.contains("does not exist") && !t.contains("recipe file"),
+        "{t}"
+    );
     let fix = printed_command(&t, "oracle-build build ");
     assert!(fix.contains("--activate"), "{fix}");
     let out = run_printed(&elsewhere, &fix);
@@ -373,23 +397,61 @@ fn recipe_values_are_validated_up_front_in_plain_words() {
     let long = "a".repeat(245);
     let many = format!("indexes: [{}]\n", vec!["a"; 300_000].join(","));
     let cases: Vec<(String, &str)> = vec![
-        (good(&long, "fixturellm", ""), "line 1: field `name`: is 245 characters long; a name is at most 128"),
-        (good("x", "fixturellm", "smoke:\n  runs: 1e9\n"), "line 10: field `smoke.runs`: 1000000000 is written as a decimal or exponent number"),
-        (good("x", "fixturellm", "smoke:\n  runs: 4000000000\n"), "line 10: field `smoke.runs`: 4000000000 is more than 1000"),
-        (good("x", "5", ""), "line 5: field `source.package`: \"5\" is not an importable package name"),
-        (good("x", "fixturellm", "  env:\n    FOO: \"a\\0b\"\n"), "line 10: field `build.env.FOO`: \"a\\0b\" holds a NUL character"),
-        (good("x", "fixturellm", "  disk: {source_gib: -1}\n"), "line 9: field `build.disk.source_gib`: -1 is not a size in GiB"),
-        (good("x", "fixturellm", "lock:\n  exclude_newer: garbage\n"), "line 10: field `lock.exclude_newer`: \"garbage\" is not `commit`, `none` or an RFC 3339 timestamp"),
-        (good("[bad", "fixturellm", ""), "line 1: field `name`: expected a text value, found `[bad`, which YAML reads as the start of a list that is never closed"),
-        (good("x", "fixturellm", &many), "the YAML is too large, too deeply nested or expands too many aliases"),
+        (
+            good(&long, "fixturellm", ""),
+            "line 1: field `name`: is 245 characters long; a name is at most 128",
+        ),
+        (
+            good("x", "fixturellm", "smoke:\n  runs: 1e9\n"),
+            "line 10: field `smoke.runs`: 1000000000 is written as a decimal or exponent number",
+        ),
+        (
+            good("x", "fixturellm", "smoke:\n  runs: 4000000000\n"),
+            "line 10: field `smoke.runs`: 4000000000 is more than 1000",
+        ),
+        (
+            good("x", "5", ""),
+            "line 5: field `source.package`: \"5\" is not an importable package name",
+        ),
+        (
+            good("x", "fixturellm", "  env:\n    FOO: \"a\\0b\"\n"),
+            "line 10: field `build.env.FOO`: \"a\\0b\" holds a NUL character",
+        ),
+        (
+            good("x", "fixturellm", "  disk: {source_gib: -1}\n"),
+            "line 9: field `build.disk.source_gib`: -1 is not a size in GiB",
+        ),
+        (
+            good("x", "fixturellm", "lock:\n  exclude_newer: garbage\n"),
+            "line 10: field `lock.exclude_newer`: \"garbage\" is not `commit`, `none` or an RFC 3339 timestamp",
+        ),
+        (
+            good("[bad", "fixturellm", ""),
+            "line 1: field `name`: expected a text value, found `[bad`, which YAML reads as the start of a list that is never closed",
+        ),
+        (
+            good("x", "fixturellm", &many),
+            "the YAML is too large, too deeply nested or expands too many aliases",
+        ),
     ];
     for (text, want) in cases {
         let f = d.join("x.yaml");
         std::fs::write(&f, &text).unwrap();
-        let out = run(d, &["plan", f.to_str().unwrap(), "--store", store.to_str().unwrap()]);
+        let out = run(
+            d,
+            &[
+                "plan",
+                f.to_str().unwrap(),
+                "--store",
+                store.to_str().unwrap(),
+            ],
+        );
         let e = String::from_utf8_lossy(&out.stderr).to_string();
         assert_eq!(code(&out), 2, "{want}: {e}");
-        assert!(e.contains(&format!("x.yaml: {want}")) || e.contains(want), "{want}:\n{e}");
+        assert!(
+            e.contains(&format!("x.yaml: {want}")) || e.contains(want),
+            "{want}:\n{e}"
+        );
         for leak in ["Some(", "Nodes {", "budget breached", "Option<"] {
             assert!(!e.contains(leak), "{leak} leaked: {e}");
         }
@@ -419,7 +481,14 @@ fn run_with_read_only(cwd: &Path, ro: &[&Path], args: &[&str]) -> std::process::
     let c = cmd(cwd);
     let mut u = std::process::Command::new("unshare");
     u.current_dir(cwd)
-        .args(["-rm", "sh", "-c", &script, "sh", env!("CARGO_BIN_EXE_oracle-build")])
+        .args([
+            "-rm",
+            "sh",
+            "-c",
+            &script,
+            "sh",
+            env!("CARGO_BIN_EXE_oracle-build"),
+        ])
         .args(args)
         .envs(c.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))))
         .env_remove("ORACLE_BUILD_HOME");
@@ -460,10 +529,17 @@ fn activate_that_cannot_write_the_alias_changes_nothing() {
     ];
     let out = run_with_read_only(d, &[&venvs], &args);
     assert_eq!(code(&out), 1, "{}", text(&out));
-    assert!(text(&out).contains("Read-only file system"), "{}", text(&out));
+    assert!(
+        text(&out).contains("Read-only file system"),
+        "{}",
+        text(&out)
+    );
     assert_eq!(roots(&store), before, "no orphan root");
     assert!(!store.join("aliases.json").exists(), "nothing registered");
-    assert!(std::fs::read_dir(&venvs).unwrap().next().is_none(), "no link");
+    assert!(
+        std::fs::read_dir(&venvs).unwrap().next().is_none(),
+        "no link"
+    );
     // Writable again, the same command works.
     let out = run(d, &args);
     assert_eq!(code(&out), 0, "{}", text(&out));
@@ -531,14 +607,26 @@ fn a_read_only_store_serves_read_only_commands() {
     ] {
         let out = run_with_read_only(d, &[&store], &args);
         assert_eq!(code(&out), 0, "{args:?}: {}", text(&out));
-        assert!(!text(&out).contains("os error 30"), "{args:?}: {}", text(&out));
+        assert!(
+            !text(&out).contains("os error 30"),
+            "{args:?}: {}",
+            text(&out)
+        );
     }
     assert!(bundle.is_file());
     let out = run_with_read_only(d, &[&store], &["unkeep", r, "--store", s]);
     assert_eq!(code(&out), 1, "{}", text(&out));
     assert_eq!(tree(&store), before, "the store is as it was");
     // The bundle is whole: it imports into a fresh store.
-    let out = run(d, &["import", bundle.to_str().unwrap(), "--store", d.join("s2").to_str().unwrap()]);
+    let out = run(
+        d,
+        &[
+            "import",
+            bundle.to_str().unwrap(),
+            "--store",
+            d.join("s2").to_str().unwrap(),
+        ],
+    );
     assert_eq!(code(&out), 0, "{}", text(&out));
 }
 
@@ -583,8 +671,14 @@ fn killing_the_whole_process_group_ends_the_build_it_started() {
         {
             break p;
         }
-        assert!(child.try_wait().unwrap().is_none(), "the build ended before compiling");
-        assert!(start.elapsed().as_secs() < 600, "the compiler never started");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the build ended before compiling"
+        );
+        assert!(
+            start.elapsed().as_secs() < 600,
+            "the compiler never started"
+        );
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
     // SAFETY: kills the process group the test started (the tool leads it).

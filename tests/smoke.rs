@@ -663,3 +663,115 @@ fn record_golden_refuses_to_replace_a_disagreeing_golden_without_force() {
     let out = fx.run(&["smoke", "fx.yaml", "--force"]);
     assert_eq!(code(&out), 2, "{}", text(&out));
 }
+
+/// A case of `model` with its own `engine_args` and `env` (YAML flow maps).
+fn case_with(name: &str, engine_args: &str, env: &str) -> String {
+    format!(
+        "    - name: {name}\n      model: ${{FX_MODELS}}/model\n      prompt: \"{PROMPT}\"\n      max_tokens: 16\n      engine_args: {engine_args}\n      env: {env}\n"
+    )
+}
+
+#[test]
+fn flat_logprobs_and_positions_without_logprobs_read_like_vllms_list_layout() {
+    // fixturellm.logprobs: "flat" is vLLM's FlatLogprobs layout; the "-none"
+    // layouts leave position NONE_STEP (2) empty (None / a zero-length span).
+    let layouts = ["list", "flat", "list-none", "flat-none"];
+    let cases: Vec<String> = layouts
+        .iter()
+        .map(|l| {
+            case_with(
+                &l.replace('-', "_"),
+                ENGINE,
+                &format!("{{FIXTURELLM_LOGPROBS: {l}}}"),
+            )
+        })
+        .collect();
+    let fx = Fx::build(&smoke("", &cases));
+    let (c, report, _) = fx.smoke(&[]);
+    assert_eq!(c, 0, "{report:#}");
+    let cases = report["smoke"]["cases"].as_array().unwrap();
+    for (case, layout) in cases.iter().zip(layouts) {
+        assert_eq!(case["ok"], true, "{layout}: {case:#}");
+        assert_eq!(ids(&case["output_token_ids"]), MODEL_IDS, "{layout}");
+        assert_eq!(case["logprobs"].as_array().unwrap().len(), 16, "{layout}");
+    }
+    let list = cases[0]["logprobs"].as_array().unwrap();
+    // The step's own token comes first, with its id, logprob and rank.
+    assert_eq!(list[0][0]["id"], MODEL_IDS[0]);
+    assert_eq!(list[0][0]["rank"], 1);
+    assert!(list[0][0]["logprob"].as_f64().unwrap() < 0.0);
+    assert_eq!(
+        cases[1]["logprobs"], cases[0]["logprobs"],
+        "flat differs from list"
+    );
+    for none in &cases[2..] {
+        let steps = none["logprobs"].as_array().unwrap();
+        for (i, (got, want)) in steps.iter().zip(list).enumerate() {
+            if i == 2 {
+                assert_eq!(got, &Value::Array(vec![]), "{}: position 2", none["name"]);
+            } else {
+                assert_eq!(got, want, "{}: position {i}", none["name"]);
+            }
+        }
+    }
+}
+
+#[test]
+fn engine_knobs_are_read_back_under_vllms_names_and_one_that_cannot_be_is_reported() {
+    let args = "{enforce_eager: true, max_model_len: 256, max_num_seqs: 1, enable_chunked_prefill: false, kv_cache_dtype: auto, swap_space: 2}";
+    let fx = Fx::build(&smoke(
+        "",
+        &[
+            // vLLM's VllmConfig sections: no chunked_prefill_enabled, and
+            // swap_space kept nowhere.
+            case_with("vllm", args, "{FIXTURELLM_ENGINE: vllm}"),
+            // A dict of every engine argument: everything reads back.
+            case_with("dict", args, "{FIXTURELLM_ENGINE: dict}"),
+        ],
+    ));
+    let (c, report, out) = fx.smoke(&[]);
+    assert_eq!(c, 0, "{report:#}");
+    let vllm = &report["smoke"]["cases"][0];
+    assert_eq!(vllm["ok"], true, "{vllm:#}");
+    let ec = &vllm["engine_config"];
+    assert_eq!(ec["enable_chunked_prefill"], false, "{ec:#}");
+    assert_eq!(ec["kv_cache_dtype"], "auto");
+    assert_eq!(ec["max_num_seqs"], 1);
+    assert_eq!(ec["enforce_eager"], true);
+    assert_eq!(ec["compilation_config.mode"], "NONE");
+    assert!(ec.get("swap_space").is_none(), "{ec:#}");
+    let unread = vllm["unread_engine_args"].as_array().unwrap();
+    assert_eq!(unread.len(), 1, "{unread:?}");
+    assert_eq!(unread[0]["knob"], "swap_space");
+    assert!(
+        unread[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("does not know where vLLM keeps it"),
+        "{unread:?}"
+    );
+    let notes: Vec<&str> = vllm["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("engine argument swap_space was set but cannot be read back")),
+        "{notes:?}"
+    );
+    // The same knobs through the dict: all read back, nothing reported.
+    let dict = &report["smoke"]["cases"][1];
+    assert_eq!(dict["engine_config"]["swap_space"], 2);
+    assert_eq!(dict["engine_config"]["enable_chunked_prefill"], false);
+    assert_eq!(dict["unread_engine_args"], Value::Array(vec![]));
+    // The recorded oracle keeps the report.
+    let rec = fx.record();
+    assert_eq!(
+        rec["smoke"]["cases"][0]["unread_engine_args"][0]["knob"],
+        "swap_space"
+    );
+    let _ = out;
+}

@@ -1,6 +1,6 @@
 //! `oracle-build activate <PIN> <PATH>` (and `build --activate PATH`): point
 //! the symlink PATH at the verified, gateable oracle of PIN, atomically, and
-//! make PATH a GC root (see [`crate::alias`]).
+//! make PATH a GC root (see [`crate::store::alias`]).
 //!
 //! Refused with exit 3, leaving PATH untouched, when the oracle fails
 //! `verify` against the recipe or its gate verdict is not `gateable`.
@@ -10,15 +10,15 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 
-use crate::alias::{self, Switched};
 use crate::exit::mismatch;
 use crate::ops::print_json;
 use crate::ops::verify::verify_venv;
-use crate::pin;
 use crate::recipe::LoadedRecipe;
+use crate::recipe::pin;
 use crate::stages::identity;
+use crate::stages::oracle::OracleRecord;
 use crate::stages::smoke::Verdict;
-use crate::stages::venv::OracleRecord;
+use crate::store::alias::{self, Switched};
 use crate::store::{Bucket, Entry, Store};
 
 /// What `activate` did.

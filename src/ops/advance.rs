@@ -12,18 +12,18 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow};
 use serde_json::Value;
 
-use crate::advance::{self, AdvanceReport, Commits, Side};
-use crate::alias;
 use crate::exit::{bad_input, not_gateable};
 use crate::ops::build::{BuildOptions, BuildReport, execute};
 use crate::ops::print_json;
-use crate::pin;
+use crate::pipeline::advance::{self, AdvanceReport, Commits, Side};
 use crate::progress;
+use crate::recipe::pin;
 use crate::recipe::{self, LoadedRecipe};
+use crate::stages::oracle::OracleRecord;
 use crate::stages::smoke::{self, SmokeReport, Verdict};
 use crate::stages::source;
-use crate::stages::venv::OracleRecord;
 use crate::stages::wheel::BuildRecord;
+use crate::store::alias;
 use crate::store::{Bucket, Store, write_atomic};
 
 /// Options of `advance`.

@@ -35,15 +35,16 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::exit::bad_input;
-use crate::ops::{hermetic, print_json};
-use crate::pin;
-use crate::process::capture;
+use crate::host::process::capture;
+use crate::ops::print_json;
+use crate::pipeline::inputs as hermetic;
 use crate::progress;
+use crate::recipe::pin;
 use crate::stages::lock;
+use crate::stages::oracle::OracleRecord;
 use crate::stages::source;
-use crate::stages::venv::OracleRecord;
+use crate::stages::wheelhouse;
 use crate::store::{Bucket, Entry, ManifestFile, Store, make_writable, sha256_file};
-use crate::wheelhouse;
 
 /// The manifest's name inside a bundle.
 pub const BUNDLE_MANIFEST: &str = "oracle-bundle.json";
@@ -146,7 +147,7 @@ pub fn export(
             bad_input(format!(
                 "no lockfile in {} and no lock in the store: run `oracle-build lock {}` (or build it) first",
                 lock_dir.display(),
-                crate::ops::recipe_arg(&lr)
+                crate::recipe::shell_arg(&lr)
             ))
         })?,
     };
@@ -352,7 +353,7 @@ fn append_file<W: Write, R: Read>(
 fn git_bundle(store: &Store, repo_url: &str, commit: &str, out: &Path) -> Result<()> {
     let git = which::which("git").context("export needs the git command line (git bundle)")?;
     let mirror = source::mirror_entry(store, repo_url);
-    let _lock = store.lock(&format!("git-{}", mirror.name))?;
+    let _lock = mirror.lock()?;
     let pin_ref = format!("refs/oracle-build/pins/{commit}");
     let oid = git2::Oid::from_str(commit)?;
     // A read-only store: the refs go into a scratch repository that borrows
@@ -671,7 +672,7 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
     let git = which::which("git").context("import needs the git command line (git bundle)")?;
     let mirror = source::mirror_entry(&store, &m.repo);
     {
-        let _lock = store.lock(&format!("git-{}", mirror.name))?;
+        let _lock = mirror.lock()?;
         let bundle = x.join(SOURCE_BUNDLE).display().to_string();
         let fetch = |dir: &Path| {
             capture(
@@ -707,7 +708,7 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
     for (bucket, name) in &tops {
         let b = Bucket::from_dir_name(bucket).ok_or_else(|| anyhow!("unknown bucket {bucket}"))?;
         let e = store.entry(b, name);
-        let _lock = store.lock(&format!("{bucket}-{name}"))?;
+        let _lock = e.lock()?;
         if e.exists() {
             present.push(e.label());
             continue;

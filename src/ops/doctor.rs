@@ -1,5 +1,5 @@
 //! `oracle-build doctor [--venv PATH]... [--pin PIN]`: find every known way
-//! an oracle goes wrong (CONTEXT.md, failures 1-4) and say how to fix each.
+//! an oracle goes wrong (README.md, "`doctor`") and say how to fix each.
 //!
 //! Inspects the store (roots, entries, their files), every alias in the
 //! registry, and every venv named with `--venv` (built by this tool or not).
@@ -12,13 +12,15 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 
-use crate::alias::{self, Alias, Registry};
-use crate::dist_record;
-use crate::ops::{print_json, recipe_arg, shell_quote};
-use crate::pin;
+use crate::ops::print_json;
+use crate::recipe::pin;
+use crate::recipe::shell_arg as recipe_arg;
 use crate::recipe::{self, BuildMode, Recipe};
+use crate::shell::shell_quote;
+use crate::stages::identity::record;
 use crate::stages::identity::{self, Identity, dirty_mark, lacks_history, release_tag, scm_sha};
-use crate::stages::venv::OracleRecord;
+use crate::stages::oracle::OracleRecord;
+use crate::store::alias::{self, Alias, Registry};
 use crate::store::{Bucket, MANIFEST, Manifest, Root, Store};
 
 /// One problem found, with its fix.
@@ -250,7 +252,8 @@ impl Doctor {
                 format!("rebuild it: {rebuild}"),
             );
         }
-        let wants_ext = recipe.is_none_or(|r| r.build.target_device != "empty");
+        let wants_ext =
+            recipe.is_none_or(|r| r.build.device() != crate::recipe::TargetDevice::Empty);
         if id.package_dir.is_some() && id.compiled_extensions.is_empty() && wants_ext {
             covered.insert("compiled_extensions");
             self.add(
@@ -343,7 +346,7 @@ impl Doctor {
     /// Files missing or changed: the package's RECORD and, for a store entry, its manifest (sizes).
     fn files(&mut self, venv: &Path, subject: &str, package: &str, imports: bool, pin: &str) {
         let mut problems = Vec::new();
-        match dist_record::check(venv, package, false) {
+        match record::check(venv, package, false) {
             Ok(rc) => problems.extend(rc.problems.into_iter().map(|p| format!("{p} (RECORD)"))),
             Err(e) if imports => problems.push(format!("{e:#}")),
             Err(_) => {}
@@ -635,7 +638,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
             }
         }
         // Reachable through roots and the entries' `requires` (as `gc` sees it).
-        let reached = crate::gc::reachable(store)?;
+        let reached = crate::store::gc::reachable(store)?;
         for bucket in [
             Bucket::Git,
             Bucket::Src,

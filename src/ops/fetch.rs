@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use crate::ops::print_json;
-use crate::pin;
+use crate::recipe::pin;
 use crate::stages::source;
 use crate::store::Store;
 

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 
-use crate::gc;
 use crate::ops::print_json;
-use crate::pin;
-use crate::stages::venv::OracleRecord;
+use crate::recipe::pin;
+use crate::stages::oracle::OracleRecord;
+use crate::store::gc;
 use crate::store::{Bucket, Entry, Store};
 
 /// `gc`: deletes (or lists) unreachable entries and the bytes freed.

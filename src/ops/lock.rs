@@ -10,12 +10,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 
+use crate::host::toolchain::{self, Toolchain};
+use crate::host::uv::Uv;
 use crate::ops::print_json;
-use crate::pin;
+use crate::recipe::pin;
 use crate::stages::{lock, source};
 use crate::store::Store;
-use crate::toolchain::{self, Toolchain};
-use crate::uv::Uv;
 
 /// What `lock` reports.
 #[derive(Debug, Serialize)]

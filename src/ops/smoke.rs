@@ -22,11 +22,11 @@ use serde_json::{Value, json};
 
 use crate::exit::{bad_input, mismatch, not_gateable};
 use crate::ops::print_json;
-use crate::pin;
 use crate::recipe::LoadedRecipe;
+use crate::recipe::pin;
+use crate::stages::oracle::{self, OracleRecord};
 use crate::stages::smoke::{self, CaseResult, SmokeReport, Verdict, golden};
-use crate::stages::venv::{self, OracleRecord};
-use crate::store::{Manifest, Store};
+use crate::store::{Bucket, Manifest, Store};
 
 /// Arguments of `smoke`.
 #[derive(Debug, Clone)]
@@ -188,7 +188,7 @@ pub fn run(args: &SmokeArgs, store_arg: Option<&Path>) -> Result<()> {
                 .join("; ")
         ));
     }
-    let _lock = store.lock(&format!("venv-{}", rec.key))?;
+    let _lock = store.entry(Bucket::Venvs, &rec.key).lock()?;
     let mut opts = smoke::Options::new(&store, &lr);
     opts.only = args.case.clone();
     if args.record_golden {
@@ -197,11 +197,11 @@ pub fn run(args: &SmokeArgs, store_arg: Option<&Path>) -> Result<()> {
             force: args.force,
         });
     }
-    let report = venv::gate_with(&store, &venv, &lr, &opts)?;
+    let report = oracle::gate_with(&store, &venv, &lr, &opts)?;
     let recorded = args.case.is_none();
     if recorded {
         rec.smoke = report.clone();
-        venv::write_record(&venv, &rec)?;
+        oracle::write_record(&venv, &rec)?;
     }
     let out = SmokeOutput {
         oracle: venv,

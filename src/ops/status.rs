@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::gc;
 use crate::ops::print_json;
-use crate::pin;
-use crate::stages::venv::OracleRecord;
+use crate::recipe::pin;
+use crate::stages::oracle::OracleRecord;
+use crate::store::gc;
 use crate::store::{Bucket, Manifest, Root, Store, disk_usage};
 
 /// A recipe as listed by `status`.

@@ -1,6 +1,6 @@
 //! `oracle-build verify <PIN|VENV> [--pin PIN] [--pin-file FILE] [--deep] [--emit-pin-block]`:
 //! measure the identity now and check each field against its own expected
-//! value (DESIGN.md, "Identity").
+//! value (README.md, "The identity gate").
 //!
 //! Expected values come from, each in its own check:
 //! - the recipe: commit (`+g<sha>` prefix), clean tree, non-editable, imported
@@ -20,16 +20,16 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow};
 use serde::Serialize;
 
-use crate::alias::{self, Registry};
-use crate::dist_record::{self, RecordCheck};
 use crate::exit::{bad_input, mismatch};
 use crate::ops::print_json;
-use crate::pin;
-use crate::pinfile::{self, PinRecord};
+use crate::recipe::pin;
 use crate::recipe::{self, BuildMode, Recipe};
+use crate::stages::identity::pin_block::{self, PinRecord};
+use crate::stages::identity::record::{self, RecordCheck};
 use crate::stages::identity::{self, Check, Identity};
+use crate::stages::oracle::OracleRecord;
 use crate::stages::source;
-use crate::stages::venv::OracleRecord;
+use crate::store::alias::{self, Registry};
 use crate::store::{Manifest, Store};
 
 /// What `verify` was asked to do.
@@ -220,9 +220,9 @@ fn dangling(p: &Path, to: &Path, store_arg: Option<&Path>) -> anyhow::Error {
             let pin = file.map_or(recipe.clone(), |f| f.display().to_string());
             format!(
                 "it is the alias of recipe {recipe}: rebuild and point it at the new oracle with `oracle-build build {} --store {} --activate {}`",
-                crate::ops::shell_quote(&pin),
-                crate::ops::shell_quote(&store.root().display().to_string()),
-                crate::ops::shell_quote(&p.display().to_string())
+                crate::shell::shell_quote(&pin),
+                crate::shell::shell_quote(&store.root().display().to_string()),
+                crate::shell::shell_quote(&p.display().to_string())
             )
         }
         None => "rebuild the oracle it named, or remove the link".to_string(),
@@ -253,7 +253,7 @@ fn summarize(problems: &[String]) -> String {
 fn file_checks(venv: &Path, package: &str, deep: bool, out: &mut Vec<Check>) -> Deep {
     let mut d = Deep::default();
     let kind = if deep { "sha256" } else { "size" };
-    match dist_record::check(venv, package, deep) {
+    match record::check(venv, package, deep) {
         Ok(rc) => {
             out.push(Check {
                 field: "files (RECORD)".into(),
@@ -427,7 +427,7 @@ pub fn verify(
     opts: &VerifyOptions,
 ) -> Result<Verification> {
     let pin_file = match &opts.pin_file {
-        Some(p) => Some((p.clone(), pinfile::read(p)?)),
+        Some(p) => Some((p.clone(), pin_block::read(p)?)),
         None => None,
     };
     let loc = locate(target, opts.pin.as_deref(), store_arg)?;
@@ -479,7 +479,7 @@ pub fn print_checks(v: &Verification, to_stderr: bool) {
 }
 
 /// Replaces the ```` ```parity-pin ```` record in `file` with `block`
-/// (see [`pinfile::replace_block`]): written to a temporary file beside it
+/// (see [`pin_block::replace_block`]): written to a temporary file beside it
 /// and renamed over it, so a reader sees the old file or the new one. A new
 /// file is created when `file` is absent; an existing file keeps its mode.
 ///
@@ -500,7 +500,7 @@ pub fn write_pin_block(file: &Path, block: &str) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), None),
         Err(e) => return Err(anyhow!("cannot read {}: {e}", file.display())),
     };
-    let new = pinfile::replace_block(&text, block, &file.display().to_string())?;
+    let new = pin_block::replace_block(&text, block, &file.display().to_string())?;
     let dir = match file.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),

@@ -2,7 +2,7 @@
 
 Run as ``<venv>/bin/python -I identity.py <package>`` from a directory outside
 any source tree, so the package can only be imported from the venv.
-Prints one JSON object on stdout (DESIGN.md, "Identity"). Never raises:
+Prints one JSON object on stdout. Never raises:
 failures are reported as fields.
 """
 import importlib

@@ -182,75 +182,219 @@ def probe(cfg):
     return custom_probe(cfg) if cfg.get("module") else builtin_probe(cfg)
 
 
-# Where vLLM keeps each engine knob: EngineArgs name -> (VllmConfig section, attribute).
+# Where vLLM keeps each engine knob: EngineArgs name -> the (VllmConfig
+# section, attribute) places to try, first found wins. Checked against
+# vllm/config/{model,cache,scheduler,parallel,compilation}.py: v0.9-era trees
+# (one vllm/config.py) carry both ``SchedulerConfig.enable_chunked_prefill``
+# and the derived ``chunked_prefill_enabled``; v0.16 and later only
+# ``enable_chunked_prefill``. ``CompilationConfig.level`` is gone after v0.16
+# (``mode`` replaced it), so both are read.
 VLLM_PLACES = {
-    "max_model_len": ("model_config", "max_model_len"),
-    "dtype": ("model_config", "dtype"),
-    "enforce_eager": ("model_config", "enforce_eager"),
-    "quantization": ("model_config", "quantization"),
-    "seed": ("model_config", "seed"),
-    "revision": ("model_config", "revision"),
-    "tokenizer_revision": ("model_config", "tokenizer_revision"),
-    "tokenizer_mode": ("model_config", "tokenizer_mode"),
-    "trust_remote_code": ("model_config", "trust_remote_code"),
-    "max_logprobs": ("model_config", "max_logprobs"),
-    "gpu_memory_utilization": ("cache_config", "gpu_memory_utilization"),
-    "block_size": ("cache_config", "block_size"),
-    "kv_cache_dtype": ("cache_config", "cache_dtype"),
-    "enable_prefix_caching": ("cache_config", "enable_prefix_caching"),
-    "max_num_seqs": ("scheduler_config", "max_num_seqs"),
-    "max_num_batched_tokens": ("scheduler_config", "max_num_batched_tokens"),
-    "enable_chunked_prefill": ("scheduler_config", "chunked_prefill_enabled"),
-    "tensor_parallel_size": ("parallel_config", "tensor_parallel_size"),
-    "pipeline_parallel_size": ("parallel_config", "pipeline_parallel_size"),
+    "max_model_len": [("model_config", "max_model_len")],
+    "dtype": [("model_config", "dtype")],
+    "enforce_eager": [("model_config", "enforce_eager")],
+    "quantization": [("model_config", "quantization")],
+    "seed": [("model_config", "seed")],
+    "revision": [("model_config", "revision")],
+    "tokenizer_revision": [("model_config", "tokenizer_revision")],
+    "tokenizer_mode": [("model_config", "tokenizer_mode")],
+    "trust_remote_code": [("model_config", "trust_remote_code")],
+    "max_logprobs": [("model_config", "max_logprobs")],
+    "gpu_memory_utilization": [("cache_config", "gpu_memory_utilization")],
+    "block_size": [("cache_config", "block_size")],
+    "kv_cache_dtype": [("cache_config", "cache_dtype")],
+    "enable_prefix_caching": [("cache_config", "enable_prefix_caching")],
+    "max_num_seqs": [("scheduler_config", "max_num_seqs")],
+    "max_num_batched_tokens": [("scheduler_config", "max_num_batched_tokens")],
+    "enable_chunked_prefill": [("scheduler_config", "enable_chunked_prefill"),
+                               ("scheduler_config", "chunked_prefill_enabled")],
+    "tensor_parallel_size": [("parallel_config", "tensor_parallel_size")],
+    "pipeline_parallel_size": [("parallel_config", "pipeline_parallel_size")],
 }
 
+# Read as "compilation_config.<attr>" whenever present (not engine arguments).
+COMPILATION_ATTRS = ("mode", "level", "cudagraph_mode")
 
-def effective_config(llm):
+_MISSING = object()
+
+
+def _attr(obj, name):
+    """``obj.name``, or _MISSING when obj is None or has no such attribute.
+
+    ``hasattr`` is not enough: a pydantic dataclass can raise something
+    other than AttributeError from a property, which would stop the read-back.
+    """
+    if obj is None:
+        return _MISSING
+    try:
+        return getattr(obj, name)
+    except Exception:
+        return _MISSING
+
+
+def effective_config(llm, engine_args=None):
     """The engine configuration the engine actually got, read back from it.
 
-    The test fixture exposes ``llm.engine_config`` (a dict); vLLM keeps it in
-    ``llm.llm_engine.vllm_config`` (model / cache / scheduler / parallel
-    sections), read knob by knob.
+    Returns ``(config, unread)``: ``config`` maps knob names (EngineArgs
+    spelling) to plain values; ``unread`` lists, for every knob the case
+    passed in ``engine_args`` that could not be read back, ``{"knob",
+    "reason"}``, so the gate can say that the recorded configuration is
+    incomplete instead of silently leaving the knob out.
+
+    vLLM keeps the configuration in ``llm.llm_engine.vllm_config`` (or
+    ``get_vllm_config()``), sections ``model_config`` / ``cache_config`` /
+    ``scheduler_config`` / ``parallel_config`` / ``compilation_config``
+    (vllm/config/*.py), read knob by knob through VLLM_PLACES. An engine
+    that exposes ``llm.engine_config`` as a dict (the test fixture's plain
+    mode) is read as that dict.
     """
-    cfg = getattr(llm, "engine_config", None)
+    engine_args = dict(engine_args or {})
+    cfg = _attr(llm, "engine_config")
     if isinstance(cfg, dict):
-        return {str(k): plain(v) for k, v in sorted(cfg.items())}
-    engine = getattr(llm, "llm_engine", None)
-    vcfg = getattr(engine, "vllm_config", None)
-    if vcfg is None and hasattr(engine, "get_vllm_config"):
-        vcfg = engine.get_vllm_config()
-    out = {}
+        out = {str(k): plain(v) for k, v in cfg.items()}
+        unread = [{"knob": k, "reason": "not in the engine's engine_config"}
+                  for k in sorted(engine_args) if k not in out]
+        return dict(sorted(out.items())), unread
+    engine = _attr(llm, "llm_engine")
+    vcfg = _attr(engine, "vllm_config")
+    if vcfg is _MISSING or vcfg is None:
+        getter = _attr(engine, "get_vllm_config")
+        vcfg = None
+        if callable(getter):
+            try:
+                vcfg = getter()
+            except Exception:
+                vcfg = None
     if vcfg is None:
-        return out
-    for key, (section, attr) in VLLM_PLACES.items():
-        sect = getattr(vcfg, section, None)
-        if sect is not None and hasattr(sect, attr):
-            out[key] = plain(getattr(sect, attr))
-    model_config = getattr(vcfg, "model_config", None)
-    if model_config is not None:
-        out["model"] = plain(getattr(model_config, "model", None))
-        out["tokenizer"] = plain(getattr(model_config, "tokenizer", None))
-    comp = getattr(vcfg, "compilation_config", None)
-    for attr in ("mode", "level", "cudagraph_mode"):
-        if comp is not None and hasattr(comp, attr):
-            out["compilation_config." + attr] = plain(getattr(comp, attr))
-    return dict(sorted(out.items()))
+        return {}, [{"knob": k, "reason": "the engine exposes no vllm_config"}
+                    for k in sorted(engine_args)]
+    out = {}
+    for key, places in VLLM_PLACES.items():
+        for section, attr in places:
+            value = _attr(_attr(vcfg, section), attr)
+            if value is not _MISSING:
+                out[key] = plain(value)
+                break
+    model_config = _attr(vcfg, "model_config")
+    if model_config is not _MISSING and model_config is not None:
+        for attr in ("model", "tokenizer"):
+            value = _attr(model_config, attr)
+            out[attr] = None if value is _MISSING else plain(value)
+    comp = _attr(vcfg, "compilation_config")
+    for attr in COMPILATION_ATTRS:
+        value = _attr(comp, attr)
+        if value is not _MISSING:
+            out["compilation_config." + attr] = plain(value)
+    unread = []
+    for knob in sorted(engine_args):
+        if knob in out:
+            continue
+        places = VLLM_PLACES.get(knob)
+        if places:
+            reason = "none of %s exists on this engine's vllm_config" % ", ".join(
+                "%s.%s" % p for p in places)
+        else:
+            reason = "oracle-build does not know where vLLM keeps it"
+        unread.append({"knob": knob, "reason": reason})
+    return dict(sorted(out.items())), unread
 
 
-def top_logprobs(step):
-    """One step's {token id: Logprob} as a list, most likely first."""
-    entries = []
-    for tid, lp in step.items():
-        entries.append({"id": int(tid), "logprob": finite(getattr(lp, "logprob", lp)),
-                        "rank": getattr(lp, "rank", None),
-                        "token": getattr(lp, "decoded_token", None)})
+def _entries(token_ids, logprobs, ranks, tokens):
+    """Top-k entries of one position, most likely first (ties: lowest id)."""
+    entries = [{"id": int(t), "logprob": finite(lp), "rank": r, "token": d}
+               for t, lp, r, d in zip(token_ids, logprobs, ranks, tokens)]
     entries.sort(key=lambda e: (-(e["logprob"] if e["logprob"] is not None else -1e300), e["id"]))
     return entries
 
 
+def top_logprobs(step):
+    """One position's {token id: Logprob} as a list, most likely first.
+
+    A position may be ``None`` (vLLM's ``PromptLogprobs`` is
+    ``list[dict[int, Logprob] | None]``; the first prompt position is None):
+    it reads as an empty list, as does an empty dict.
+    """
+    if not step:
+        return []
+    ids, lps, ranks, tokens = [], [], [], []
+    for tid, lp in step.items():
+        ids.append(tid)
+        lps.append(getattr(lp, "logprob", lp))
+        ranks.append(getattr(lp, "rank", None))
+        tokens.append(getattr(lp, "decoded_token", None))
+    return _entries(ids, lps, ranks, tokens)
+
+
+def _is_flat(logprobs):
+    """Whether ``logprobs`` has vLLM's ``FlatLogprobs`` layout (vllm/logprobs.py)."""
+    return all(isinstance(getattr(logprobs, name, None), list) for name in
+               ("start_indices", "end_indices", "token_ids", "logprobs", "ranks",
+                "decoded_tokens"))
+
+
+def read_logprobs(logprobs):
+    """Per-position top-k lists of a completion's ``logprobs``.
+
+    Takes vLLM's ``FlatLogprobs`` (vllm/logprobs.py: flat ``token_ids`` /
+    ``logprobs`` / ``ranks`` / ``decoded_tokens`` lists, position i spanning
+    ``start_indices[i]:end_indices[i]``; a position appended as None spans
+    nothing) read from its lists directly, or any sequence of
+    ``dict[int, Logprob] | None``. None and empty positions read as [].
+    """
+    if logprobs is None:
+        return []
+    if _is_flat(logprobs):
+        f = logprobs
+        out = []
+        for start, end in zip(f.start_indices, f.end_indices):
+            out.append(_entries(f.token_ids[start:end], f.logprobs[start:end],
+                                f.ranks[start:end], f.decoded_tokens[start:end]))
+        return out
+    return [top_logprobs(step) for step in logprobs]
+
+
+def _accepted_fields(cls):
+    """Keyword names ``cls(...)`` accepts, or None when they cannot be told.
+
+    vLLM's SamplingParams is a ``msgspec.Struct`` (``__struct_fields__``,
+    keyword construction); older ones and the fixture are plain classes or
+    dataclasses (read through ``inspect.signature``).
+    """
+    fields = getattr(cls, "__struct_fields__", None)
+    if fields:
+        return set(fields)
+    try:
+        import inspect
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params}
+
+
+def sampling_params(SamplingParams, max_tokens, k):
+    """``SamplingParams(temperature=0.0, max_tokens=N[, logprobs=k])``.
+
+    Greedy decoding, ``logprobs`` only when asked for (vLLM's default is None:
+    no logprobs; 0 would still return the sampled token's). A keyword the
+    class does not accept raises a TypeError naming it and the accepted ones.
+    """
+    kwargs = {"temperature": 0.0, "max_tokens": max_tokens}
+    if k:
+        kwargs["logprobs"] = k
+    accepted = _accepted_fields(SamplingParams)
+    if accepted is not None:
+        missing = sorted(set(kwargs) - accepted)
+        if missing:
+            raise TypeError("%s.%s accepts no %s (it takes %s)" % (
+                SamplingParams.__module__, SamplingParams.__name__, ", ".join(missing),
+                ", ".join(sorted(accepted))))
+    return SamplingParams(**kwargs)
+
+
 def case(cfg):
-    result = {"case": cfg["name"], "runs": [], "error": None}
+    result = {"case": cfg["name"], "runs": [], "error": None, "unread_engine_args": []}
     stage = "import"
     mark(stage)
     try:
@@ -267,10 +411,11 @@ def case(cfg):
         llm = LLM(model=cfg["model"], **kwargs)
         result["load_s"] = time.monotonic() - t0
         stage = "engine_config"
-        result["engine_config"] = effective_config(llm)
-        stage = "generate"
+        result["engine_config"], result["unread_engine_args"] = effective_config(llm, kwargs)
+        stage = "sampling_params"
         k = cfg.get("logprobs") or None
-        params = SamplingParams(temperature=0.0, max_tokens=cfg["max_tokens"], logprobs=k)
+        params = sampling_params(SamplingParams, cfg["max_tokens"], k)
+        stage = "generate"
         if cfg.get("prompt_token_ids") is not None:
             prompt = {"prompt_token_ids": list(cfg["prompt_token_ids"])}
         else:
@@ -289,8 +434,8 @@ def case(cfg):
                 "seconds": dt,
                 "tokens_per_s": (len(comp.token_ids) / dt) if dt > 0 else None,
             }
-            if k and comp.logprobs:
-                run["logprobs"] = [top_logprobs(step) for step in comp.logprobs]
+            if k and comp.logprobs is not None:
+                run["logprobs"] = read_logprobs(comp.logprobs)
             result["runs"].append(run)
     except BaseException as exc:
         result["error"] = error(stage, exc)

@@ -2,18 +2,19 @@
 //! recipe -> [`source`] -> [`wheel`] -> [`venv`] (install, [`identity`], [`smoke`]) -> record.
 
 pub mod ext;
-pub mod hermetic;
 pub mod identity;
 pub mod lock;
+pub mod oracle;
 pub mod smoke;
 pub mod source;
 pub mod venv;
 pub mod wheel;
+pub mod wheelhouse;
 
+use crate::host::toolchain::Toolchain;
+use crate::host::uv::Uv;
 use crate::recipe::LoadedRecipe;
 use crate::store::Store;
-use crate::toolchain::Toolchain;
-use crate::uv::Uv;
 
 /// What every stage of one build works with: the store, the recipe, the
 /// toolchain found by the preflight, and uv with the recipe's indexes.

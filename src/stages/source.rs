@@ -3,11 +3,12 @@
 //!
 //! Full history matters: setuptools-scm derives `<package>.__version__` from
 //! the last reachable tag (`0.23.1rc1.dev1511+g555967922`); a shallow clone
-//! yields `0.1.dev1+g...` (CONTEXT.md, failure 4).
+//! yields `0.1.dev1+g...` (setuptools-scm's fallback version, see its docs "Version number construction").
 
 use anyhow::{Context, Result, bail};
 use git2::{AutotagOption, FetchOptions, RemoteCallbacks, Repository};
 use sha2::{Digest, Sha256};
+use std::path::Path;
 
 use crate::exit::bad_input;
 use crate::progress::{self, Progress};
@@ -84,7 +85,7 @@ pub fn check_reachable(url: &str) -> Result<()> {
 /// the repository); the repository does not have the commit (exit 2, names both).
 pub fn ensure_mirror(store: &Store, url: &str, commit: &str, offline: bool) -> Result<Entry> {
     let entry = mirror_entry(store, url);
-    let _lock = store.lock(&format!("git-{}", entry.name))?;
+    let _lock = entry.lock()?;
     if mirror_has(store, url, commit) {
         return Ok(entry);
     }
@@ -172,7 +173,7 @@ pub fn ensure_checkout(store: &Store, mirror: &Entry, commit: &str) -> Result<(E
     if entry.exists() {
         return Ok((entry, false));
     }
-    let _lock = store.lock(&format!("src-{commit}"))?;
+    let _lock = entry.lock()?;
     if entry.exists() {
         return Ok((entry, false));
     }
@@ -223,7 +224,7 @@ pub fn ensure_checkout(store: &Store, mirror: &Entry, commit: &str) -> Result<(E
 /// Errors: the fetch fails (names the repository); `offline` and no mirror.
 pub fn update_mirror(store: &Store, url: &str, offline: bool) -> Result<Entry> {
     let entry = mirror_entry(store, url);
-    let _lock = store.lock(&format!("git-{}", entry.name))?;
+    let _lock = entry.lock()?;
     if offline {
         if !entry.exists() {
             bail!("--offline: no mirror of {url} in the store");
@@ -371,6 +372,15 @@ pub fn check_clean_at(repo: &Repository, commit: &str) -> Result<()> {
         bail!("checkout of {commit} is not clean: {}", files.join(", "));
     }
     Ok(())
+}
+
+/// The committer time of `commit` in the checkout at `dir`, seconds since the epoch.
+pub fn commit_time(dir: &Path, commit: &str) -> Result<i64> {
+    let repo = git2::Repository::open(dir).with_context(|| format!("opening {}", dir.display()))?;
+    Ok(repo
+        .find_commit(git2::Oid::from_str(commit)?)?
+        .time()
+        .seconds())
 }
 
 #[cfg(test)]

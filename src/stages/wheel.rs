@@ -1,5 +1,5 @@
 //! Stage 3, wheel: build the package's wheel from the checkout, without build
-//! isolation, against pinned build dependencies (CONTEXT.md, "vLLM build facts").
+//! isolation, against pinned build dependencies (vLLM `setup.py`, `requirements/build.txt`).
 //!
 //! The entry `store/wheels/<key>/` holds the wheel, `build.json` (inputs,
 //! tools, environment, sha256, duration) and `build.log`.
@@ -15,15 +15,20 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::exit::bad_input;
-use crate::key::{KEY_SCHEMA, content_key};
+use crate::host::toolchain::Tool;
+use crate::host::toolchain::{self, Toolchain};
+use crate::host::uv::pin_lines;
 use crate::progress::{self, Progress};
-use crate::recipe::{BuildMode, LoadedRecipe};
+use crate::recipe::{BuildMode, LoadedRecipe, TargetDevice};
+use crate::stages::ext::{ExtSource, Variable};
+use crate::stages::lock::{BuildRequirements, build_requirements};
+use crate::stages::wheelhouse::LockedInstall;
+use crate::store::key::{KEY_SCHEMA, content_key};
 use crate::store::{Bucket, Entry, Manifest, Store, copy_tree, read_json, sha256_file, write_json};
-use crate::toolchain::{self, Toolchain};
-use crate::uv::pin_lines;
 
 /// Environment variables removed from every build: each can silently change
-/// what is built (CONTEXT.md failures 3 and 4).
+/// what is built (vLLM `setup.py` reads the `VLLM_*` variables; setuptools-scm reads
+/// `SETUPTOOLS_SCM_PRETEND_VERSION*`).
 pub const SCRUBBED_ENV: &[&str] = &[
     "SETUPTOOLS_SCM_PRETEND_VERSION",
     "VLLM_USE_PRECOMPILED",
@@ -33,54 +38,20 @@ pub const SCRUBBED_ENV: &[&str] = &[
     "PIP_CONSTRAINT",
 ];
 
-/// Where the build requirements come from, in the order they are looked for.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "snake_case")]
-pub enum BuildRequirements {
-    /// A requirements file of the checkout (path relative to it).
-    File(String),
-    /// `pyproject.toml` `[build-system].requires`.
-    Pyproject(Vec<String>),
+/// The wheel stage's settings, resolved from the recipe and the checkout
+/// before any work (see [`settings`]).
+#[derive(Debug, Clone)]
+pub struct WheelSettings {
+    /// Resolved `TORCH_CUDA_ARCH_LIST` (cuda only).
+    pub arch_list: Option<String>,
+    /// Resolved `MAX_JOBS` (not part of the key: it changes speed, not output).
+    pub max_jobs: usize,
+    /// Where the build requirements come from.
+    pub requirements: BuildRequirements,
 }
 
-/// Finds the build requirements of the checkout at `src` for `device`:
-/// `requirements/build/<device>.txt`, else `requirements/build.txt`, else
-/// `pyproject.toml` `[build-system].requires`.
-///
-/// Errors: none of them exists, or `pyproject.toml` does not parse.
-pub fn build_requirements(src: &Path, device: &str) -> Result<BuildRequirements> {
-    for rel in [
-        format!("requirements/build/{device}.txt"),
-        "requirements/build.txt".into(),
-    ] {
-        if src.join(&rel).is_file() {
-            return Ok(BuildRequirements::File(rel));
-        }
-    }
-    let pyproject = src.join("pyproject.toml");
-    if pyproject.is_file() {
-        let doc: toml::Table = toml::from_str(&fs::read_to_string(&pyproject)?)
-            .with_context(|| format!("parsing {}", pyproject.display()))?;
-        let reqs = doc
-            .get("build-system")
-            .and_then(|b| b.get("requires"))
-            .and_then(|r| r.as_array())
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        return Ok(BuildRequirements::Pyproject(reqs));
-    }
-    bail!(
-        "{} has no requirements/build*.txt and no pyproject.toml: cannot tell its build dependencies",
-        src.display()
-    )
-}
-
-/// Everything the wheel stage needs to know before running: its key and the
-/// resolved settings.
+/// Everything the wheel stage needs to know before running: its key, computed
+/// once from complete inputs, and the resolved settings.
 #[derive(Debug, Clone)]
 pub struct WheelPlan {
     /// Content key of the inputs.
@@ -95,23 +66,17 @@ pub struct WheelPlan {
     pub max_jobs: usize,
     /// Where the build requirements come from.
     pub requirements: BuildRequirements,
-    /// Locked build set, staged external sources, compiler cache
-    /// (set by [`crate::stages::hermetic::apply_wheel`]).
-    pub hermetic: crate::stages::hermetic::WheelHermetic,
+    /// Locked build set, staged external sources, compiler cache.
+    pub hermetic: WheelHermetic,
 }
 
-/// Computes the wheel key for `lr` built from the checkout at `src` with `tc`.
-/// `jobs` overrides the recipe's `max_jobs`.
+/// Resolves the wheel stage's settings for `lr` built from the checkout at
+/// `src`. `jobs` overrides the recipe's `max_jobs`.
 ///
-/// Errors (exit 2): `mode: precompiled` on aarch64 (kernels would be missing,
-/// CONTEXT.md failure 3). Errors: `cuda_arch_list: auto` with no GPU visible.
-pub fn plan(
-    store: &Store,
-    lr: &LoadedRecipe,
-    tc: &Toolchain,
-    src: &Path,
-    jobs: Option<usize>,
-) -> Result<WheelPlan> {
+/// Errors (exit 2): `mode: precompiled` on aarch64 (kernels would be missing:
+/// vLLM's precompiled wheels are built for x86_64 only). Errors:
+/// `cuda_arch_list: auto` with no GPU visible; no build requirements found.
+pub fn settings(lr: &LoadedRecipe, src: &Path, jobs: Option<usize>) -> Result<WheelSettings> {
     let r = &lr.recipe;
     if r.build.mode == BuildMode::Precompiled && std::env::consts::ARCH == "aarch64" {
         return Err(bad_input(format!(
@@ -119,7 +84,7 @@ pub fn plan(
             lr.origin
         )));
     }
-    let arch_list = if r.build.target_device == "cuda" {
+    let arch_list = if r.build.device() == TargetDevice::Cuda {
         Some(resolve_arch_list(&r.build.cuda_arch_list)?)
     } else {
         None
@@ -131,6 +96,31 @@ pub fn plan(
             .unwrap_or_else(|_| toolchain::cpu_count())
     });
     let requirements = build_requirements(src, &r.build.target_device)?;
+    Ok(WheelSettings {
+        arch_list,
+        max_jobs,
+        requirements,
+    })
+}
+
+/// The wheel plan for `lr` with `tc`, the resolved `settings` and the
+/// hermetic inputs `hermetic`: the key is the content key of the commit,
+/// package, mode, device, arch list, build environment, build requirements,
+/// pins, indexes, toolchain, the staged external sources' revisions and the
+/// build lock's sha256 (see [`crate::store::key`]).
+pub fn plan(
+    store: &Store,
+    lr: &LoadedRecipe,
+    tc: &Toolchain,
+    settings: WheelSettings,
+    hermetic: WheelHermetic,
+) -> WheelPlan {
+    let r = &lr.recipe;
+    let ext = if hermetic.ext_key.is_null() {
+        Value::Array(Vec::new())
+    } else {
+        hermetic.ext_key.clone()
+    };
     let inputs = json!({
         "schema": KEY_SCHEMA,
         "stage": "wheel",
@@ -138,27 +128,28 @@ pub fn plan(
         "package": r.source.package,
         "mode": r.build.mode.as_str(),
         "target_device": r.build.target_device,
-        "cuda_arch_list": arch_list,
+        "cuda_arch_list": settings.arch_list,
         "env": r.build.env,
-        "build_requirements": requirements,
+        "build_requirements": settings.requirements,
         "pins": r.pins,
         "indexes": r.indexes,
-        "ext": [],
+        "ext": ext,
         "toolchain": {
             "python": tc.python.version, "implementation": tc.python.implementation, "platform": tc.python.platform,
             "gcc": tc.gcc.as_ref().map(|t| &t.version), "nvcc": tc.nvcc.as_ref().map(|t| &t.version),
         },
+        "build_lock": hermetic.build_lock.as_ref().map(|l| l.lock_sha256.clone()),
     });
     let key = content_key(&inputs);
-    Ok(WheelPlan {
+    WheelPlan {
         entry: store.entry(Bucket::Wheels, &key),
         key,
         inputs,
-        arch_list,
-        max_jobs,
-        requirements,
-        hermetic: Default::default(),
-    })
+        arch_list: settings.arch_list,
+        max_jobs: settings.max_jobs,
+        requirements: settings.requirements,
+        hermetic,
+    }
 }
 
 fn resolve_arch_list(spec: &str) -> Result<String> {
@@ -175,6 +166,150 @@ fn resolve_arch_list(spec: &str) -> Result<String> {
         );
     }
     Ok(toolchain::arch_list_for(&caps))
+}
+
+/// A compiler cache (sccache or ccache) and its directory inside the store root.
+#[derive(Debug, Clone)]
+pub struct CompilerCache {
+    /// The program found.
+    pub tool: Tool,
+    /// `CCACHE_DIR` / `SCCACHE_DIR`.
+    pub dir: PathBuf,
+    /// Which variable points at `dir`.
+    pub var: &'static str,
+}
+
+impl CompilerCache {
+    /// sccache, else ccache, on PATH; its directory is `<root>/sccache` or
+    /// `<root>/ccache`, so a rebuild after a reboot reuses compiled objects.
+    /// vLLM's setup.py uses whichever it finds as the compiler launcher.
+    pub fn find(store: &Store) -> Option<CompilerCache> {
+        for (prog, var, dir) in [
+            ("sccache", "SCCACHE_DIR", "sccache"),
+            ("ccache", "CCACHE_DIR", "ccache"),
+        ] {
+            if let Ok(path) = which::which(prog)
+                && let Ok(out) =
+                    crate::host::process::capture(prog, duct::cmd(&path, ["--version"]))
+            {
+                return Some(CompilerCache {
+                    tool: Tool {
+                        path,
+                        version: out.lines().next().unwrap_or("").trim().to_string(),
+                    },
+                    dir: store.compiler_cache_dir(dir),
+                    var,
+                });
+            }
+        }
+        None
+    }
+}
+
+/// What the wheel stage takes beyond its own plan.
+#[derive(Debug, Clone, Default)]
+pub struct WheelHermetic {
+    /// The build set, installed into the build venv.
+    pub build_lock: Option<LockedInstall>,
+    /// Staged external sources: the source and its store entry.
+    pub ext: Vec<(ExtSource, Entry)>,
+    /// The key inputs of the staged sources ([`crate::stages::ext::key_inputs`]).
+    pub ext_key: Value,
+    /// sccache / ccache, when found.
+    pub compiler_cache: Option<CompilerCache>,
+}
+
+impl WheelHermetic {
+    /// Labels of every store entry these inputs come from (for `requires`).
+    pub fn labels(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.ext.iter().map(|(_, e)| e.label()).collect();
+        if let Some(l) = &self.build_lock {
+            out.extend(l.labels());
+        }
+        out
+    }
+
+    /// The extra build environment: the staged sources (copied into
+    /// `work`), `CMAKE_ARGS` merged with `base_cmake_args`, and the compiler
+    /// cache directory (created).
+    pub fn env(
+        &self,
+        work: &Path,
+        base_cmake_args: Option<&str>,
+    ) -> Result<BTreeMap<String, String>> {
+        let mut env = crate::stages::ext::build_env(&self.ext, work, base_cmake_args)?;
+        if let Some(c) = &self.compiler_cache {
+            fs::create_dir_all(&c.dir)?;
+            env.insert(c.var.into(), c.dir.display().to_string());
+        }
+        Ok(env)
+    }
+
+    /// Names of the variables the staged sources are passed through.
+    pub fn variables(&self) -> Vec<String> {
+        self.ext
+            .iter()
+            .map(|(s, _)| match &s.variable {
+                Variable::Env(v) => v.clone(),
+                Variable::Cmake(v) => format!("CMAKE_ARGS -D{v}"),
+            })
+            .collect()
+    }
+}
+
+/// The wheel stage's work directory, `<root>/tmp/build-<wheel key>`: the
+/// same path for every build of a key (the build holds the key's lock), so
+/// the compiler command lines, and with them ccache/sccache hits, survive a
+/// reboot. Removed when dropped, and before use if a killed build left it.
+#[derive(Debug)]
+pub struct StableWorkDir(PathBuf);
+
+impl StableWorkDir {
+    /// Creates (after clearing) `<root>/tmp/build-<key>`.
+    pub fn create(store: &Store, key: &str) -> Result<StableWorkDir> {
+        let dir = store.tmp_dir().join(format!("build-{key}"));
+        if fs::symlink_metadata(&dir).is_ok() {
+            crate::store::make_writable(&dir);
+            fs::remove_dir_all(&dir)?;
+        }
+        fs::create_dir_all(&dir)?;
+        Ok(StableWorkDir(dir))
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Removes the work directories of builds that no longer run (a build
+    /// killed at any moment, even between persisting its wheel and cleaning
+    /// up): those whose wheel lock nobody holds. Returns how many.
+    pub fn clean_stale(store: &Store) -> usize {
+        let Ok(rd) = fs::read_dir(store.tmp_dir()) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(key) = name.strip_prefix("build-") else {
+                continue;
+            };
+            if !store.entry(Bucket::Wheels, key).is_locked() {
+                crate::store::make_writable(&e.path());
+                if std::fs::remove_dir_all(e.path()).is_ok() {
+                    removed += 1;
+                }
+            }
+        }
+        removed
+    }
+}
+
+impl Drop for StableWorkDir {
+    fn drop(&mut self) {
+        crate::store::make_writable(&self.0);
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The record of a built wheel: `store/wheels/<key>/build.json`.
@@ -202,7 +337,7 @@ pub struct BuildRecord {
     pub requires: Vec<String>,
     /// The compiler cache (sccache / ccache) the build could use, if any.
     #[serde(default)]
-    pub compiler_cache: Option<crate::toolchain::Tool>,
+    pub compiler_cache: Option<crate::host::toolchain::Tool>,
     /// When the build started (RFC 3339).
     pub started: String,
     /// Wall time, seconds.
@@ -241,18 +376,9 @@ pub fn quarantine_if_damaged(store: &Store, entry: &Entry, record: &BuildRecord)
     if problems.is_empty() {
         return Ok(false);
     }
-    let _lock = store.lock(&format!("wheel-{}", entry.name))?;
+    let _lock = entry.lock()?;
     store.quarantine(entry, &problems)?;
     Ok(true)
-}
-
-/// The committer time of `commit` in the checkout at `dir`, seconds since the epoch.
-pub fn commit_time(dir: &Path, commit: &str) -> Result<i64> {
-    let repo = git2::Repository::open(dir).with_context(|| format!("opening {}", dir.display()))?;
-    Ok(repo
-        .find_commit(git2::Oid::from_str(commit)?)?
-        .time()
-        .seconds())
 }
 
 /// Returns the wheel of `plan`, building it if its entry is absent: copy the
@@ -273,7 +399,7 @@ pub fn ensure(
     if plan.entry.exists() {
         return Ok((BuildRecord::read(&plan.entry.path)?, false));
     }
-    let _lock = store.lock(&format!("wheel-{}", plan.key))?;
+    let _lock = plan.entry.lock()?;
     if plan.entry.exists() {
         return Ok((BuildRecord::read(&plan.entry.path)?, false));
     }
@@ -293,7 +419,7 @@ pub fn ensure(
     let out = staging.path().join("entry");
     // A work path that is the same for every build of this key, so compiler
     // caches (ccache/sccache) see the same command lines after a reboot.
-    let work_dir = crate::stages::hermetic::StableWorkDir::create(store, &plan.key)?;
+    let work_dir = StableWorkDir::create(store, &plan.key)?;
     let work = work_dir.path().to_path_buf();
     fs::create_dir_all(&out)?;
     let log = store.stage_log(&format!("build-{}", plan.key))?;
@@ -343,7 +469,7 @@ pub fn ensure(
     // Reproducible builds (reproducible-builds.org): zip timestamps from the
     // commit time, and no staging path baked into debug info, so the same
     // inputs give the same wheel bytes in any store.
-    let epoch = commit_time(&src.path, &r.source.commit)?;
+    let epoch = crate::stages::source::commit_time(&src.path, &r.source.commit)?;
     env.insert("SOURCE_DATE_EPOCH".into(), epoch.to_string());
     // Quoted as one shell word: setuptools splits CFLAGS with shell rules
     // (`split_quoted`) and CMake's generated command lines run through a

@@ -1,14 +1,25 @@
-//! The content-addressed store (DESIGN.md, "Store").
+//! The content-addressed store (layout: `docs/architecture.md`).
 //!
-//! Layout under the root:
+//! Layout under the root, every directory behind one method of [`Store`]:
 //!
 //! ```text
-//! store/<bucket>/<name>   finished, read-only entries (see [`Bucket`])
-//! roots/<name>            GC roots: relative symlinks into store/
-//! tmp/                    staging; an entry appears only by one rename
-//! locks/                  OS file locks, one per entry being produced
-//! tools/                  provisioned tools (a pinned uv)
+//! store/<bucket>/<name>   finished, read-only entries (see [`Bucket`])     Store::bucket_dir
+//! roots/<name>            GC roots: relative symlinks into store/          Store::roots_dir
+//! tmp/                    staging; an entry appears only by one rename     Store::tmp_dir
+//! locks/                  OS file locks, one per entry being produced      Store::locks_dir
+//! tools/                  provisioned tools (a pinned uv)                  Store::tools_dir
+//! logs/                   logs of failed or running stages, smoke logs     Store::logs_dir
+//! reports/                `advance` reports                                Store::reports_dir
+//! uv-cache/               uv's cache                                       Store::uv_cache_dir
+//! wheelhouse-links/       links to wheelhouse files, shared by installs    Store::wheelhouse_links_dir
+//! sccache/, ccache/       compiler caches                                  Store::compiler_cache_dir
+//! imported/<recipe>/      recipes and locks of imported bundles            Store::imported_dir
+//! aliases.json            the alias registry (see [`alias`])
 //! ```
+//!
+//! Besides the store proper: [`key`] (content keys), [`gc`] (reachability
+//! from roots through `requires`), [`alias`] (activated paths) and
+//! [`bundle`] (the portable archive format and its hostile-archive checks).
 //!
 //! Modelled on uv's `uv-cache`: typed paths ([`Bucket`], [`Entry`]) instead of
 //! bare `PathBuf`s, one [`Store::persist`] that renames a staged directory into
@@ -27,6 +38,11 @@ use crate::exit::bad_input;
 
 mod fsutil;
 mod manifest;
+
+pub mod alias;
+
+pub mod gc;
+pub mod key;
 
 use fsutil::sync_dir;
 pub use fsutil::{
@@ -72,6 +88,30 @@ impl Bucket {
         Bucket::ALL.into_iter().find(|b| b.dir_name() == name)
     }
 
+    /// The record file of this bucket's entries that lists, in `requires`,
+    /// the entries each was made from (`build.json` of a wheel, `oracle.json`
+    /// of a venv); `None` for buckets whose entries need nothing.
+    pub fn record_file(self) -> Option<&'static str> {
+        match self {
+            Bucket::Wheels => Some("build.json"),
+            Bucket::Venvs => Some("oracle.json"),
+            _ => None,
+        }
+    }
+
+    /// The prefix of the lock files of this bucket's entries (see [`LockName`]).
+    pub fn lock_prefix(self) -> &'static str {
+        match self {
+            Bucket::Git => "git",
+            Bucket::Src => "src",
+            Bucket::Ext => "ext",
+            Bucket::Wheelhouse => "wheelhouse",
+            Bucket::Wheels => "wheel",
+            Bucket::Venvs => "venv",
+            Bucket::Locks => "autolock",
+        }
+    }
+
     /// The directory name of the bucket under `store/`.
     pub fn dir_name(self) -> &'static str {
         match self {
@@ -107,6 +147,68 @@ impl Entry {
     pub fn label(&self) -> String {
         format!("{}/{}", self.bucket.dir_name(), self.name)
     }
+
+    /// The name of this entry's lock.
+    pub fn lock_name(&self) -> LockName {
+        LockName::Entry(self.bucket, self.name.clone())
+    }
+
+    /// `<root>`, the store root this entry lives in (its path is
+    /// `<root>/store/<bucket>/<name>`).
+    fn store_root(&self) -> &Path {
+        self.path
+            .ancestors()
+            .nth(3)
+            .unwrap_or_else(|| Path::new("/nonexistent"))
+    }
+
+    /// Takes this entry's exclusive lock (`<root>/locks/<prefix>-<name>.lock`),
+    /// held while the entry is produced, replaced or moved aside; waits when
+    /// another process holds it.
+    ///
+    /// Errors: the lock file cannot be created or locked.
+    pub fn lock(&self) -> Result<Lock> {
+        if dir_read_only(self.store_root()) {
+            return Ok(Lock { _file: None });
+        }
+        lock_file(&self.store_root().join("locks"), &self.lock_name())
+    }
+
+    /// Whether another process holds this entry's lock now (without waiting).
+    pub fn is_locked(&self) -> bool {
+        let path = self
+            .store_root()
+            .join("locks")
+            .join(self.lock_name().file_name());
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+        {
+            Ok(f) => f.try_lock().is_err(),
+            Err(_) => false,
+        }
+    }
+}
+
+/// The locks of the store, each one file `<root>/locks/<file_name>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockName {
+    /// The lock of one entry (see [`Entry::lock`]).
+    Entry(Bucket, String),
+    /// The alias registry (`aliases.json`).
+    Aliases,
+}
+
+impl LockName {
+    /// The lock's file name under `<root>/locks/`: `<prefix>-<name>.lock`
+    /// for an entry (the prefix from [`Bucket::lock_prefix`]), `aliases.lock`.
+    pub fn file_name(&self) -> String {
+        match self {
+            LockName::Entry(b, name) => format!("{}-{name}.lock", b.lock_prefix()),
+            LockName::Aliases => "aliases.lock".to_string(),
+        }
+    }
 }
 
 /// An opened store root.
@@ -138,6 +240,66 @@ impl Drop for Staging {
             drop(dir);
         }
     }
+}
+
+/// Whether `dir` exists and this process cannot write it: `access(2)` with
+/// `W_OK`, which reports `EROFS` on a read-only mount even for root.
+fn dir_read_only(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    if !dir.is_dir() {
+        return false;
+    }
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: access only reads the NUL-terminated path.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) != 0 }
+}
+
+/// Takes the exclusive lock `name` in the directory `locks`, waiting for it
+/// when another process holds it (and saying who, on stderr); the holder's
+/// pid and command line are written into the file.
+fn lock_file(locks: &Path, name: &LockName) -> Result<Lock> {
+    let path = locks.join(name.file_name());
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)?
+        .into_parts()
+        .0;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            eprintln!(
+                "waiting for {} (held by {})",
+                path.display(),
+                if holder.trim().is_empty() {
+                    "another process"
+                } else {
+                    holder.trim()
+                }
+            );
+            file.lock()
+                .with_context(|| format!("locking {}", path.display()))?;
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("locking {}", path.display()));
+        }
+    }
+    file.set_len(0).ok();
+    let _ = writeln!(
+        file,
+        "pid {} ({})",
+        std::process::id(),
+        std::env::args().collect::<Vec<_>>().join(" ")
+    );
+    // A build started under this lock keeps it held through its watchdog if
+    // this process is killed (see `host::process::share_lock_with_watchdogs`).
+    crate::host::process::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
+    Ok(Lock { _file: Some(file) })
 }
 
 /// An exclusive OS file lock under `<root>/locks/`; released on drop.
@@ -173,7 +335,7 @@ impl Drop for TempRoots {
     fn drop(&mut self) {
         if let Some(f) = &self.file {
             use std::os::fd::AsRawFd;
-            crate::process::unshare_lock(f.as_raw_fd());
+            crate::host::process::unshare_lock(f.as_raw_fd());
             // Unlocked for every holder (a watchdog shares the description).
             let _ = f.unlock();
             let _ = std::fs::remove_file(&self.path);
@@ -185,7 +347,7 @@ impl Drop for Lock {
     fn drop(&mut self) {
         if let Some(f) = &self._file {
             use std::os::fd::AsRawFd;
-            crate::process::unshare_lock(f.as_raw_fd());
+            crate::host::process::unshare_lock(f.as_raw_fd());
             // Unlocked for every holder (a watchdog shares the description).
             let _ = f.unlock();
         }
@@ -209,7 +371,7 @@ fn take_run_lock(locks: &Path) {
             .ok()?;
         file.lock().ok()?;
         use std::os::fd::AsRawFd;
-        crate::process::share_lock_with_watchdogs(file.as_raw_fd());
+        crate::host::process::share_lock_with_watchdogs(file.as_raw_fd());
         Some(file)
     });
 }
@@ -311,15 +473,7 @@ impl Store {
     /// `verify`, a no-op `build`) work; anything that must write fails
     /// naming the store as read-only.
     pub fn read_only(&self) -> bool {
-        use std::os::unix::ffi::OsStrExt;
-        if !self.root.is_dir() {
-            return false;
-        }
-        let Ok(c) = std::ffi::CString::new(self.root.as_os_str().as_bytes()) else {
-            return false;
-        };
-        // SAFETY: access only reads the NUL-terminated path.
-        unsafe { libc::access(c.as_ptr(), libc::W_OK) != 0 }
+        dir_read_only(&self.root)
     }
 
     /// The error for a write a read-only store refuses: names the store and `what`.
@@ -350,11 +504,50 @@ impl Store {
     /// exists after the staging directory is discarded; callers copy it into
     /// the entry on success and then remove it.
     pub fn stage_log(&self, name: &str) -> Result<PathBuf> {
-        let dir = self.root.join("logs");
+        let dir = self.logs_dir();
         fs::create_dir_all(&dir)?;
         let path = dir.join(format!("{name}.log"));
         fs::write(&path, "")?;
         Ok(path)
+    }
+
+    /// `<root>/locks`: the lock files (see [`LockName`]) and the temporary
+    /// roots of running builds.
+    pub fn locks_dir(&self) -> PathBuf {
+        self.root.join("locks")
+    }
+
+    /// `<root>/logs`: logs of stages that may fail (see [`Store::stage_log`])
+    /// and the smoke logs of gate runs.
+    pub fn logs_dir(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+
+    /// `<root>/reports`: the reports `advance` writes.
+    pub fn reports_dir(&self) -> PathBuf {
+        self.root.join("reports")
+    }
+
+    /// `<root>/uv-cache`: uv's cache (`--cache-dir`).
+    pub fn uv_cache_dir(&self) -> PathBuf {
+        self.root.join("uv-cache")
+    }
+
+    /// `<root>/wheelhouse-links`: one directory of links to wheelhouse files
+    /// that every locked install shares (uv keys its cache of local wheels by
+    /// path, so the same wheel is unpacked once).
+    pub fn wheelhouse_links_dir(&self) -> PathBuf {
+        self.root.join("wheelhouse-links")
+    }
+
+    /// `<root>/<name>` for the compiler cache `name` (`sccache`, `ccache`).
+    pub fn compiler_cache_dir(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    /// `<root>/imported`: the recipes and locks of imported bundles.
+    pub fn imported_dir(&self) -> PathBuf {
+        self.root.join("imported")
     }
 
     /// `<root>/tmp`: staging.
@@ -399,12 +592,7 @@ impl Store {
         let dir = tempfile::Builder::new()
             .prefix(&format!("{label}.{}.", std::process::id()))
             .tempdir_in(&tmp)
-            .with_context(|| {
-                format!(
-                    "creating a staging directory in {}",
-                    tmp.display()
-                )
-            })?;
+            .with_context(|| format!("creating a staging directory in {}", tmp.display()))?;
         Ok(Staging { dir: Some(dir) })
     }
 
@@ -451,52 +639,15 @@ impl Store {
         Ok(())
     }
 
-    /// Takes the exclusive lock `<root>/locks/<name>.lock`, waiting for it when
-    /// another process holds it (and saying who, on stderr).
-    pub fn lock(&self, name: &str) -> Result<Lock> {
+    /// Takes the exclusive lock `name` (`<root>/locks/<file name>`), waiting
+    /// for it when another process holds it (and saying who, on stderr).
+    ///
+    /// Errors: the lock file cannot be created or locked.
+    pub fn lock(&self, name: LockName) -> Result<Lock> {
         if self.read_only() {
             return Ok(Lock { _file: None });
         }
-        let path = self.root.join("locks").join(format!("{name}.lock"));
-        let mut file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&path)?
-            .into_parts()
-            .0;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let holder = std::fs::read_to_string(&path).unwrap_or_default();
-                eprintln!(
-                    "waiting for {} (held by {})",
-                    path.display(),
-                    if holder.trim().is_empty() {
-                        "another process"
-                    } else {
-                        holder.trim()
-                    }
-                );
-                file.lock()
-                    .with_context(|| format!("locking {}", path.display()))?;
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("locking {}", path.display()));
-            }
-        }
-        file.set_len(0).ok();
-        let _ = writeln!(
-            file,
-            "pid {} ({})",
-            std::process::id(),
-            std::env::args().collect::<Vec<_>>().join(" ")
-        );
-        // A build started under this lock keeps it held through its
-        // watchdog if this process is killed (see `process::INHERITED`).
-        crate::process::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
-        Ok(Lock { _file: Some(file) })
+        lock_file(&self.locks_dir(), &name)
     }
 
     /// The entry named by a label `<bucket>/<name>` (as in `requires` lists).
@@ -573,7 +724,7 @@ impl Store {
             .0;
         file.lock()
             .with_context(|| format!("locking {}", path.display()))?;
-        crate::process::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
+        crate::host::process::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
         Ok(TempRoots {
             file: Some(file),
             path,
@@ -741,4 +892,108 @@ pub fn enclosing_checkout(path: &Path) -> Option<PathBuf> {
     path.ancestors()
         .find(|a| a.join(".git").exists())
         .map(Path::to_path_buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(&dir.path().join("root")).unwrap();
+        store.init().unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn a_persisted_entry_appears_whole_and_read_only_and_staging_is_gone() {
+        let (_d, store) = store();
+        let e = store.entry(Bucket::Wheels, "k1");
+        let staging = store.stage("wheel-k1").unwrap();
+        let out = staging.path().join("entry");
+        fs::create_dir_all(&out).unwrap();
+        fs::write(out.join("build.json"), "{}").unwrap();
+        assert!(!e.exists());
+        store.persist(&out, &e).unwrap();
+        assert!(e.path.join("build.json").is_file());
+        let mode = std::fs::metadata(e.path.join("build.json"))
+            .unwrap()
+            .permissions();
+        assert!(mode.readonly(), "persisted files are read-only");
+        let staged = staging.path().to_path_buf();
+        drop(staging);
+        assert!(!staged.exists(), "dropping the staging removes it");
+        // A second persist of the same entry is refused: it already exists.
+        let again = store.stage("wheel-k1").unwrap();
+        let out2 = again.path().join("entry");
+        fs::create_dir_all(&out2).unwrap();
+        assert!(store.persist(&out2, &e).is_err());
+    }
+
+    #[test]
+    fn a_quarantined_entry_leaves_the_store() {
+        let (_d, store) = store();
+        let e = store.entry(Bucket::Venvs, "v1");
+        fs::create_dir_all(&e.path).unwrap();
+        store.quarantine(&e, &["changed".to_string()]).unwrap();
+        assert!(!e.exists());
+        assert!(store.entries(Bucket::Venvs).unwrap().is_empty());
+    }
+
+    #[test]
+    fn entry_locks_have_typed_names_and_exclude_each_other() {
+        let (_d, store) = store();
+        let w = store.entry(Bucket::Wheels, "abc");
+        assert_eq!(w.lock_name().file_name(), "wheel-abc.lock");
+        assert_eq!(
+            store.entry(Bucket::Locks, "x").lock_name().file_name(),
+            "autolock-x.lock"
+        );
+        assert_eq!(LockName::Aliases.file_name(), "aliases.lock");
+        assert!(!w.is_locked());
+        let held = w.lock().unwrap();
+        assert!(store.locks_dir().join("wheel-abc.lock").is_file());
+        assert!(w.is_locked(), "a held lock is seen as held");
+        assert!(!store.entry(Bucket::Wheels, "other").is_locked());
+        drop(held);
+        assert!(!w.is_locked(), "dropping the lock releases it");
+    }
+
+    #[test]
+    fn roots_point_at_entries_and_labels_round_trip() {
+        let (_d, store) = store();
+        let e = store.entry(Bucket::Venvs, "v1");
+        fs::create_dir_all(&e.path).unwrap();
+        store.set_root("fx", &e).unwrap();
+        store.set_root("fx", &e).unwrap();
+        let roots = store.roots().unwrap();
+        assert_eq!(roots.len(), 1);
+        assert_eq!(roots[0].name, "fx");
+        assert!(roots[0].live);
+        let target = roots[0].path.canonicalize().unwrap();
+        assert_eq!(store.entry_of_path(&target), Some(e.clone()));
+        assert_eq!(store.entry_by_label(&e.label()), Some(e.clone()));
+        assert_eq!(store.entry_by_label("venvs/.."), None);
+        assert_eq!(store.entry_by_label("nobucket/x"), None);
+        assert!(store.remove_root("fx").unwrap());
+        assert!(!store.remove_root("fx").unwrap());
+    }
+
+    #[test]
+    fn every_folder_is_under_the_root() {
+        let (_d, store) = store();
+        let root = store.root().to_path_buf();
+        for (dir, name) in [
+            (store.logs_dir(), "logs"),
+            (store.reports_dir(), "reports"),
+            (store.uv_cache_dir(), "uv-cache"),
+            (store.wheelhouse_links_dir(), "wheelhouse-links"),
+            (store.locks_dir(), "locks"),
+            (store.imported_dir(), "imported"),
+        ] {
+            assert_eq!(dir, root.join(name));
+        }
+        let log = store.stage_log("build-x").unwrap();
+        assert_eq!(log, root.join("logs/build-x.log"));
+    }
 }

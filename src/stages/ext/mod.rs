@@ -3,8 +3,8 @@
 //! fetched ahead of the build into `store/ext/<name>-<rev>/` and handed to
 //! the build through the variables the checkout itself reads.
 //!
-//! Everything is read from the checkout (CONTEXT.md: "never from a
-//! hard-coded table"): `CMakeLists.txt` and `cmake/external_projects/*.cmake`
+//! Everything is read from the checkout (never from a
+//! hard-coded table): `CMakeLists.txt` and `cmake/external_projects/*.cmake`
 //! are scanned for `FetchContent_Declare(<name> GIT_REPOSITORY .. GIT_TAG ..)`
 //! and `(<name> URL .. URL_HASH SHA256=..)`, with `${VAR}` expanded from the
 //! files' `set(VAR value)`. The variable a source is passed through is found
@@ -552,7 +552,7 @@ pub fn ensure(store: &Store, src: &ExtSource, offline: bool) -> Result<(Entry, E
             e.path.display()
         );
     }
-    let _lock = store.lock(&format!("ext-{}", e.name))?;
+    let _lock = e.lock()?;
     if e.exists() {
         return Ok((e.clone(), read_json(&e.path.join("ext.json"))?));
     }
@@ -702,7 +702,7 @@ fn fetch_url(store: &Store, url: &str, sha256: Option<&str>, dir: &Path) -> Resu
         let curl = which::which("curl").context(
             "downloading a URL source needs `curl` on PATH (or stage it as a file:// URL)",
         )?;
-        crate::process::capture(
+        crate::host::process::capture(
             &format!("curl {url}"),
             duct::cmd(curl, ["-fsSL", "-o", &file.display().to_string(), url]),
         )?;
@@ -885,5 +885,58 @@ ExternalProject_Add(ep GIT_REPOSITORY https://example.invalid/ep.git)
         assert!(d.unmapped[0].contains("unknown"));
         assert!(d.unmapped[1].contains("ExternalProject_Add(ep)"));
         assert!(c.entry_name().starts_with("cutlass-v9.9.9-"));
+    }
+
+    #[test]
+    fn a_variable_set_in_one_file_expands_in_a_declaration_and_comments_are_ignored() {
+        let d = parse(&[(
+            "CMakeLists.txt".into(),
+            r#"set(LIB_TAG v1.2.3)
+# FetchContent_Declare(commented GIT_REPOSITORY https://example.invalid/c.git GIT_TAG x)
+FetchContent_Declare(
+  lib
+  GIT_REPOSITORY https://example.invalid/lib.git
+  GIT_TAG ${LIB_TAG}
+)
+"#
+            .into(),
+        )]);
+        assert_eq!(d.sources.len(), 1, "{:?}", d.sources);
+        assert_eq!(
+            d.sources[0].origin,
+            Origin::Git {
+                repo: "https://example.invalid/lib.git".into(),
+                tag: "v1.2.3".into()
+            }
+        );
+        assert!(d.unmapped.is_empty(), "{:?}", d.unmapped);
+    }
+
+    #[test]
+    fn no_cmake_files_means_no_sources() {
+        let d = parse(&[]);
+        assert!(d.sources.is_empty() && d.unmapped.is_empty());
+        let d = parse(&[("CMakeLists.txt".into(), "project(x)\n".into())]);
+        assert!(d.sources.is_empty() && d.unmapped.is_empty());
+    }
+
+    #[test]
+    fn entry_names_differ_by_origin_and_are_path_safe() {
+        let src = |repo: &str, tag: &str| ExtSource {
+            name: "lib".into(),
+            file: "CMakeLists.txt".into(),
+            origin: Origin::Git {
+                repo: repo.into(),
+                tag: tag.into(),
+            },
+            submodules: false,
+            variable: Variable::Env("X".into()),
+            subdir: None,
+        };
+        let a = src("https://a.invalid/lib.git", "release/1.0").entry_name();
+        let b = src("https://b.invalid/lib.git", "release/1.0").entry_name();
+        assert_ne!(a, b);
+        assert!(!a.contains('/'), "{a}");
+        assert!(a.starts_with("lib-"), "{a}");
     }
 }

@@ -1,15 +1,15 @@
 //! The users' pin record: a fenced ```` ```parity-pin ```` block of
-//! `key = value` lines kept in their sync notes (CONTEXT.md, "The pin record
-//! users already keep"; DESIGN.md, "Identity": `verify --pin-file`).
+//! `key = value` lines kept in their sync notes (README.md, "`--pin-file FILE` and
+//! `--emit-pin-block`: the users' pin record").
 //!
-//! ```text
+//! ````text
 //! ```parity-pin
 //! vllm_commit = 5559679229bc961848b121ccdeaa8fa5d79bec98
 //! vllm_runtime_version = 0.23.1rc1.dev1511+g555967922
 //! vllm_distribution_version = 0.23.1rc1.dev1511+g555967922.cu130
 //! flashinfer_version = 0.6.15.post1
 //! ```
-//! ```
+//! ````
 //!
 //! One such block must be in the file (repeated identical blocks count as
 //! one), with exactly these four keys.
@@ -406,8 +406,14 @@ mod tests {
         let text = format!("# notes\n\n{b}\nmore text\n{b}tail\n");
         let out = replace_block(&text, &new, "x").unwrap();
         assert_eq!(out, format!("# notes\n\n{new}\nmore text\ntail\n"));
-        assert_eq!(parse(&out, "x").unwrap().flashinfer_version.as_deref(), Some("0.7.0"));
+        assert_eq!(
+            parse(&out, "x").unwrap().flashinfer_version.as_deref(),
+            Some("0.7.0")
+        );
         assert_eq!(replace_block("", &new, "x").unwrap(), new);
-        assert_eq!(replace_block("notes", &new, "x").unwrap(), format!("notes\n\n{new}"));
+        assert_eq!(
+            replace_block("notes", &new, "x").unwrap(),
+            format!("notes\n\n{new}")
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! Recipes: the human-written YAML description of one pin (DESIGN.md, "Recipe").
+//! Recipes: the human-written YAML description of one pin (README.md, "Recipes").
 //!
 //! A [`Recipe`] is parsed strictly (unknown keys are errors) and then validated;
 //! every error names the file, the line and the field, and maps to exit code 2.
@@ -14,6 +14,8 @@ use crate::exit::bad_input;
 mod errors;
 mod lines;
 mod strict;
+
+pub mod pin;
 
 pub use lines::locate;
 
@@ -124,7 +126,7 @@ pub struct Build {
 }
 
 /// `build.disk:` free space each stage needs before it starts, in GiB.
-/// Absent fields default by target device (vLLM CUDA: CONTEXT.md "Costs").
+/// Absent fields default by target device (see `host::disk::needed`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Disk {
@@ -175,7 +177,7 @@ impl Default for Build {
     }
 }
 
-/// `expect:` identity fields a correct oracle must report (DESIGN.md "Identity").
+/// `expect:` identity fields a correct oracle must report (README.md, "The identity gate").
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Expect {
@@ -193,7 +195,7 @@ pub struct Expect {
     pub torch_version: Option<String>,
 }
 
-/// `smoke:` the gate run (DESIGN.md "Smoke and the gate").
+/// `smoke:` the gate run (README.md, "The gate: `oracle-build smoke`").
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Smoke {
@@ -375,6 +377,66 @@ fn default_max_tokens() -> u32 {
 /// Target devices vLLM's `VLLM_TARGET_DEVICE` accepts (vllm/envs.py).
 pub const TARGET_DEVICES: &[&str] = &["cuda", "rocm", "cpu", "xpu", "tpu", "empty"];
 
+/// The devices vLLM builds for: the values of `VLLM_TARGET_DEVICE` its
+/// `setup.py` accepts (vLLM `setup.py`, `envs.py`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetDevice {
+    /// NVIDIA CUDA.
+    Cuda,
+    /// AMD ROCm.
+    Rocm,
+    /// CPU only.
+    Cpu,
+    /// Intel XPU.
+    Xpu,
+    /// Google TPU.
+    Tpu,
+    /// No compiled extensions at all.
+    Empty,
+}
+
+impl TargetDevice {
+    /// Every device, in the order of [`TARGET_DEVICES`].
+    pub const ALL: [TargetDevice; 6] = [
+        TargetDevice::Cuda,
+        TargetDevice::Rocm,
+        TargetDevice::Cpu,
+        TargetDevice::Xpu,
+        TargetDevice::Tpu,
+        TargetDevice::Empty,
+    ];
+
+    /// The device named `name` (a `build.target_device` value), if any.
+    pub fn parse(name: &str) -> Option<TargetDevice> {
+        TargetDevice::ALL.into_iter().find(|d| d.as_str() == name)
+    }
+
+    /// Its `VLLM_TARGET_DEVICE` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetDevice::Cuda => "cuda",
+            TargetDevice::Rocm => "rocm",
+            TargetDevice::Cpu => "cpu",
+            TargetDevice::Xpu => "xpu",
+            TargetDevice::Tpu => "tpu",
+            TargetDevice::Empty => "empty",
+        }
+    }
+
+    /// Whether the build compiles GPU kernels (CUDA or ROCm): the heavy builds.
+    pub fn compiles_kernels(self) -> bool {
+        matches!(self, TargetDevice::Cuda | TargetDevice::Rocm)
+    }
+}
+
+impl Build {
+    /// `target_device` as a [`TargetDevice`] (validated when the recipe was
+    /// loaded; an unknown value reads as the default, `cuda`).
+    pub fn device(&self) -> TargetDevice {
+        TargetDevice::parse(&self.target_device).unwrap_or(TargetDevice::Cuda)
+    }
+}
+
 /// A recipe together with where it came from.
 #[derive(Debug, Clone)]
 pub struct LoadedRecipe {
@@ -507,7 +569,7 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
         }
     }
     let b = &r.build;
-    if !TARGET_DEVICES.contains(&b.target_device.as_str()) {
+    if TargetDevice::parse(&b.target_device).is_none() {
         return Err(fail(
             "build.target_device",
             format!(
@@ -569,9 +631,7 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
         if let Some((key, value)) = env.iter().find(|(_, v)| v.contains('\0')) {
             return Err(fail(
                 &format!("{section}.{key}"),
-                format!(
-                    "{value:?} holds a NUL character, which no environment variable can carry"
-                ),
+                format!("{value:?} holds a NUL character, which no environment variable can carry"),
             ));
         }
     }
@@ -594,7 +654,9 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
     {
         return Err(fail(
             "lock.exclude_newer",
-            format!("{v:?} is not `commit`, `none` or an RFC 3339 timestamp such as \"2026-01-01T00:00:00Z\" ({e})"),
+            format!(
+                "{v:?} is not `commit`, `none` or an RFC 3339 timestamp such as \"2026-01-01T00:00:00Z\" ({e})"
+            ),
         ));
     }
     if r.smoke.timeout_s == 0 {
@@ -796,6 +858,24 @@ pub fn expand_env(s: &str) -> Result<String, String> {
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// How a printed command names the recipe `lr`: its file, absolute and
+/// shell-quoted, when it was read from one (so the command runs from any
+/// directory); else (a built-in recipe) its name.
+pub fn shell_arg(lr: &LoadedRecipe) -> String {
+    use crate::shell::shell_quote;
+    match &lr.dir {
+        Some(_) => {
+            let file = std::path::Path::new(&lr.origin);
+            let abs = file
+                .canonicalize()
+                .or_else(|_| std::path::absolute(file))
+                .unwrap_or_else(|_| file.to_path_buf());
+            shell_quote(&abs.display().to_string())
+        }
+        None => shell_quote(&lr.recipe.name),
+    }
 }
 
 #[cfg(test)]

@@ -17,10 +17,12 @@
 //! was made for and the sha256 of each file). uv cannot install a pylock
 //! file from a local wheelhouse (it fetches its URLs), so builds install
 //! from a hash-pinned requirements list derived from it
-//! ([`crate::wheelhouse::requirements_text`]) with `--require-hashes`.
+//! ([`pylock::requirements_text`]) with `--require-hashes`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use anyhow::bail;
 
 use crate::stages::Ctx;
 use anyhow::{Context, Result};
@@ -28,13 +30,14 @@ use fs_err as fs;
 use serde::{Deserialize, Serialize};
 
 use crate::exit::bad_input;
+use crate::host::uv::pin_lines;
 use crate::progress;
 use crate::recipe::{LoadedRecipe, Recipe};
-use crate::stages::venv::runtime_requirements;
-use crate::stages::wheel::{BuildRequirements, build_requirements, commit_time};
+use crate::stages::source::commit_time;
 use crate::store::{Store, read_json, sha256_file, write_atomic};
-use crate::uv::pin_lines;
-use crate::wheelhouse::{LockedPackage, parse_pylock};
+pub mod pylock;
+
+use crate::stages::lock::pylock::{LockedPackage, parse_pylock};
 
 /// The build set's lock file.
 pub const BUILD_LOCK: &str = "pylock.build.toml";
@@ -150,8 +153,8 @@ pub fn lock_dir(lr: &LoadedRecipe, explicit: Option<&Path>) -> PathBuf {
 /// a lockfile: `store/lockfiles/<key>`, keyed by [`LockInputs`] (the commit
 /// fixes the requirement files; the cut-off fixes the index state).
 pub fn auto_entry(store: &Store, r: &Recipe) -> crate::store::Entry {
-    let key = crate::key::content_key(&serde_json::json!({
-        "schema": crate::key::KEY_SCHEMA, "stage": "autolock", "inputs": LockInputs::of(r),
+    let key = crate::store::key::content_key(&serde_json::json!({
+        "schema": crate::store::key::KEY_SCHEMA, "stage": "autolock", "inputs": LockInputs::of(r),
     }));
     store.entry(crate::store::Bucket::Locks, &key)
 }
@@ -334,4 +337,57 @@ pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path) -> Result<Locked> {
     };
     crate::store::write_json(&dir.join(LOCK_JSON), &info)?;
     load(dir, r)?.context("the lock just written cannot be read back")
+}
+
+/// Where the build requirements come from, in the order they are looked for.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum BuildRequirements {
+    /// A requirements file of the checkout (path relative to it).
+    File(String),
+    /// `pyproject.toml` `[build-system].requires`.
+    Pyproject(Vec<String>),
+}
+
+/// Finds the build requirements of the checkout at `src` for `device`:
+/// `requirements/build/<device>.txt`, else `requirements/build.txt`, else
+/// `pyproject.toml` `[build-system].requires`.
+///
+/// Errors: none of them exists, or `pyproject.toml` does not parse.
+pub fn build_requirements(src: &Path, device: &str) -> Result<BuildRequirements> {
+    for rel in [
+        format!("requirements/build/{device}.txt"),
+        "requirements/build.txt".into(),
+    ] {
+        if src.join(&rel).is_file() {
+            return Ok(BuildRequirements::File(rel));
+        }
+    }
+    let pyproject = src.join("pyproject.toml");
+    if pyproject.is_file() {
+        let doc: toml::Table = toml::from_str(&fs::read_to_string(&pyproject)?)
+            .with_context(|| format!("parsing {}", pyproject.display()))?;
+        let reqs = doc
+            .get("build-system")
+            .and_then(|b| b.get("requires"))
+            .and_then(|r| r.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        return Ok(BuildRequirements::Pyproject(reqs));
+    }
+    bail!(
+        "{} has no requirements/build*.txt and no pyproject.toml: cannot tell its build dependencies",
+        src.display()
+    )
+}
+
+/// The checkout's runtime requirements file for `device`
+/// (`requirements/<device>.txt`, vLLM's layout), relative to `src`, if present.
+pub fn runtime_requirements(src: &Path, device: &str) -> Option<String> {
+    let rel = format!("requirements/{device}.txt");
+    src.join(&rel).is_file().then_some(rel)
 }

@@ -1,4 +1,4 @@
-//! Content keys (DESIGN.md, "Keys").
+//! Content keys (README.md, "The store").
 //!
 //! A key is the sha256 of the canonical JSON of every input that can change a
 //! result: objects with sorted keys, no whitespace. Same inputs, same key; any
@@ -49,5 +49,23 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(a.len(), 32);
+    }
+
+    #[test]
+    fn canonical_json_sorts_nested_objects_but_keeps_array_order() {
+        let v = json!({"b": [{"z": 1, "a": 2}, 3], "a": null});
+        assert_eq!(canonical_json(&v), r#"{"a":null,"b":[{"a":2,"z":1},3]}"#);
+        let swapped = json!({"b": [3, {"z": 1, "a": 2}], "a": null});
+        assert_ne!(content_key(&v), content_key(&swapped));
+    }
+
+    #[test]
+    fn a_key_is_the_first_32_hex_of_the_sha256_of_the_canonical_text() {
+        // sha256("{}") = 44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a
+        assert_eq!(content_key(&json!({})), "44136fa355b3678a1146ad16f7e8649e");
+        assert_ne!(
+            content_key(&json!({"a": 1})),
+            content_key(&json!({"a": "1"}))
+        );
     }
 }

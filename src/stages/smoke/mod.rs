@@ -1,5 +1,5 @@
 //! Stage 6, smoke: run the probe and the gate cases in the oracle venv and
-//! decide *gateable* (DESIGN.md, "Smoke and the gate").
+//! decide *gateable* (README.md, "The gate: `oracle-build smoke`").
 //!
 //! One process per case, each under a timeout (its whole process group is
 //! killed when it runs over), with the embedded driver `py/smoke_driver.py`.
@@ -22,13 +22,13 @@ use serde_json::{Value, json};
 
 pub use golden::{ConfigDiff, GoldenDiff};
 
-use crate::key::{KEY_SCHEMA, content_key};
+use crate::host::toolchain::{self, Gpu};
 use crate::progress;
 use crate::recipe::{Case, LoadedRecipe, Probe, expand_env};
+use crate::store::key::{KEY_SCHEMA, content_key};
 use crate::store::{Store, read_json, write_json};
-use crate::toolchain::{self, Gpu};
 
-const DRIVER_PY: &str = include_str!("../py/smoke_driver.py");
+const DRIVER_PY: &str = include_str!("../../py/smoke_driver.py");
 
 /// The gate's decision.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -129,6 +129,10 @@ pub struct CaseResult {
     pub tokens_per_s: Option<f64>,
     /// The engine configuration read back from the engine.
     pub engine_config: Value,
+    /// Engine arguments the case set that the driver could not read back
+    /// from the engine (absent from `engine_config`), each with the reason.
+    #[serde(default)]
+    pub unread_engine_args: Vec<UnreadKnob>,
     /// The environment the case ran with (`smoke.env` + the case's `env`).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -151,6 +155,15 @@ pub struct CaseResult {
     pub error: Option<Value>,
     /// The driver's log file.
     pub log: PathBuf,
+}
+
+/// An engine argument that could not be read back from the engine.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct UnreadKnob {
+    /// The engine argument, as the case names it.
+    pub knob: String,
+    /// Why it could not be read back (e.g. no attribute of vLLM's config has it).
+    pub reason: String,
 }
 
 /// The whole smoke run, as recorded in `oracle.json` `"smoke"`.
@@ -490,9 +503,9 @@ fn run_driver(
     for (k, v) in env {
         cmd = cmd.env(k, v);
     }
-    let outcome = crate::process::run_with_timeout(cmd, &log, timeout);
+    let outcome = crate::host::process::run_with_timeout(cmd, &log, timeout);
     let log_tail: Vec<String> =
-        crate::process::tail(&std::fs::read_to_string(&log).unwrap_or_default(), 8)
+        crate::host::process::tail(&std::fs::read_to_string(&log).unwrap_or_default(), 8)
             .lines()
             .map(str::to_string)
             .collect();
@@ -545,6 +558,8 @@ struct DriverCase {
     load_s: Option<f64>,
     #[serde(default)]
     engine_config: Value,
+    #[serde(default)]
+    unread_engine_args: Vec<UnreadKnob>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -580,6 +595,7 @@ fn run_case(
         load_s: None,
         tokens_per_s: None,
         engine_config: Value::Null,
+        unread_engine_args: Vec::new(),
         env: env.clone(),
         // Until compared: "not compared" when a golden exists.
         golden: if loc.path.exists() {
@@ -652,6 +668,14 @@ fn run_case(
     }
     result.load_s = res.load_s;
     result.engine_config = res.engine_config;
+    for u in &res.unread_engine_args {
+        result.notes.push(format!(
+            "engine argument {} was set but cannot be read back from the engine ({}); \
+             the recorded engine configuration lacks it",
+            u.knob, u.reason
+        ));
+    }
+    result.unread_engine_args = res.unread_engine_args;
     let runs = res.runs;
     result.runs = runs.len();
     if let Some(first) = runs.first() {
@@ -909,17 +933,15 @@ fn record_golden(
         Some(Ok(_)) if !loc.path.is_file() => Some("it is not a regular file".to_string()),
         _ => None,
     };
-    let replaces = existing
-        .and_then(Result::ok)
-        .and_then(|old| {
-            golden::diff(
-                &old.output_token_ids,
-                &old.logprobs,
-                &result.output_token_ids,
-                &result.logprobs,
-                lr.recipe.smoke.near_tie_nats,
-            )
-        });
+    let replaces = existing.and_then(Result::ok).and_then(|old| {
+        golden::diff(
+            &old.output_token_ids,
+            &old.logprobs,
+            &result.output_token_ids,
+            &result.logprobs,
+            lr.recipe.smoke.near_tie_nats,
+        )
+    });
     let golden = golden::Golden {
         format: golden::FORMAT.into(),
         case: case.name.clone(),

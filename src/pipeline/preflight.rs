@@ -3,11 +3,11 @@
 
 use anyhow::{Result, anyhow};
 
+use crate::host::toolchain::{self, Python, Tool, Toolchain};
 use crate::progress;
 use crate::recipe::LoadedRecipe;
 use crate::stages::source;
 use crate::store::Store;
-use crate::toolchain::{self, Python, Tool, Toolchain};
 
 /// What the preflight found: the toolchain if complete, and every problem.
 #[derive(Debug, Clone)]
@@ -50,7 +50,7 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
         ));
     }
     let nvcc = toolchain::find_nvcc();
-    if r.build.target_device == "cuda" {
+    if r.build.device() == crate::recipe::TargetDevice::Cuda {
         if nvcc.is_none() {
             problems.push("no nvcc: target_device cuda needs the CUDA toolkit (set CUDA_HOME or put nvcc on PATH)".into());
         }

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use fs_err as fs;
 use serde::{Deserialize, Serialize};
 
-use crate::process::capture;
+use crate::host::process::capture;
 use crate::progress;
 use crate::store::Store;
 

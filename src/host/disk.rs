@@ -32,11 +32,11 @@ impl Stage {
 }
 
 /// Bytes `stage` needs for `recipe`: `build.disk.<stage>_gib` when set, else
-/// by target device: cuda/rocm 1 / 18 / 20 GiB (CONTEXT.md "Costs"),
+/// by target device: cuda/rocm 1 / 18 / 20 GiB (measured vLLM CUDA builds),
 /// otherwise 0.1 / 0.5 / 1 GiB.
 pub fn needed(recipe: &Recipe, stage: Stage) -> u64 {
     let d = &recipe.build.disk;
-    let heavy = matches!(recipe.build.target_device.as_str(), "cuda" | "rocm");
+    let heavy = recipe.build.device().compiles_kernels();
     let (set, heavy_default, light_default) = match stage {
         Stage::Source => (d.source_gib, 1.0, 0.1),
         Stage::Wheel => (d.wheel_gib, 18.0, 0.5),

@@ -1,5 +1,8 @@
 //! Stage 5, identity: measure what the oracle *is*, from its own Python, and
-//! check each field against its own expected value (DESIGN.md, "Identity").
+//! check each field against its own expected value (README.md, "The identity gate").
+
+pub mod pin_block;
+pub mod record;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -9,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::recipe::{BuildMode, Recipe};
 
-const IDENTITY_PY: &str = include_str!("../py/identity.py");
+const IDENTITY_PY: &str = include_str!("../../py/identity.py");
 
 /// One compiled module found under the package directory.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -123,8 +126,8 @@ pub fn measure(
     let python = venv.join("bin/python");
     // A Python that hangs (a broken CUDA driver on import, a stuck NFS
     // mount) must not hang verify or doctor: the probe has a limit.
-    let limit = crate::process::timeout_from_env(PROBE_TIMEOUT_VAR, PROBE_TIMEOUT)?;
-    let out = crate::process::capture_within(
+    let limit = crate::host::process::timeout_from_env(PROBE_TIMEOUT_VAR, PROBE_TIMEOUT)?;
+    let out = crate::host::process::capture_within(
         &format!("the identity probe {} identity.py", python.display()),
         duct::cmd(
             &python,
@@ -291,7 +294,7 @@ pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
         show(&id.package_path),
         id.package_in_venv,
     ));
-    if recipe.build.target_device != "empty" {
+    if recipe.build.device() != crate::recipe::TargetDevice::Empty {
         let names: Vec<&str> = id
             .compiled_extensions
             .iter()

@@ -1,31 +1,17 @@
-//! The wheelhouse: every artifact (wheel or sdist) a build or venv installs,
-//! kept in the store by its sha256 so rebuilds need no network.
-//!
-//! One immutable entry per artifact, `store/wheelhouse/<sha256>/`, holding the
-//! file under its own name plus `artifact.json` (package, version, file name,
-//! URL, sha256, size). Entries are filled from a PEP 751 lock
-//! (`pylock.*.toml`, written by `oracle-build lock` via `uv pip compile
-//! --format pylock.toml`): uv's lock for one environment lists exactly the
-//! artifacts that environment installs, each with its URL and sha256.
-//! Installs then read only the wheelhouse: a directory of symlinks to the
-//! entries is passed to `uv pip install --offline --no-index --find-links
-//! ... --require-hashes` with a requirements file derived from the lock.
-//! Wheel and venv records list the wheelhouse entries they used in
-//! `requires`, so `gc` keeps them as long as the oracle is rooted.
+//! The PEP 751 lock file (`pylock.*.toml`) as this tool reads it: the
+//! packages of one environment with the artifacts (wheels, sdist) each may
+//! install, their URLs and sha256, and the hash-pinned requirement lines an
+//! install is given. Source: PEP 751, "A file format to record Python
+//! dependencies for installation reproducibility"
+//! (<https://peps.python.org/pep-0751/>), as written by
+//! `uv pip compile --format pylock.toml`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use fs_err as fs;
 use serde::{Deserialize, Serialize};
-
-use crate::process::capture;
-use crate::progress;
-use crate::store::{Bucket, Entry, Manifest, Store, TempRoots, sha256_file, write_json};
-
-/// The record file of a wheelhouse entry.
-pub const ARTIFACT_JSON: &str = "artifact.json";
 
 /// One file of a locked package (PEP 751 `[[packages.wheels]]` or `packages.sdist`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -209,156 +195,6 @@ pub fn requirements_text(packages: &[LockedPackage]) -> String {
         .collect()
 }
 
-/// The wheelhouse entry of the artifact with `sha256`.
-pub fn entry(store: &Store, sha256: &str) -> Entry {
-    store.entry(Bucket::Wheelhouse, sha256)
-}
-
-/// The artifact file inside a wheelhouse entry (read from `artifact.json`).
-pub fn file_of(entry: &Entry) -> Result<PathBuf> {
-    let a: Artifact = crate::store::read_json(&entry.path.join(ARTIFACT_JSON))?;
-    Ok(entry.path.join(a.filename))
-}
-
-/// The packages none of whose wanted artifacts is in the wheelhouse, as
-/// `name==version (file)` lines.
-pub fn missing(store: &Store, packages: &[LockedPackage]) -> Vec<String> {
-    packages
-        .iter()
-        .filter(|p| !p.wanted().iter().any(|a| entry(store, &a.sha256).exists()))
-        .map(|p| {
-            let files: Vec<&str> = p.wanted().iter().map(|a| a.filename.as_str()).collect();
-            format!("{}=={} ({})", p.name, p.version, files.join(", "))
-        })
-        .collect()
-}
-
-/// Python (stdlib only) that downloads `argv[1]` to `argv[2]`; honours the
-/// usual proxy variables. Hashes are checked by the caller.
-const DOWNLOAD_PY: &str = "import sys, shutil, urllib.request\nwith urllib.request.urlopen(sys.argv[1], timeout=600) as r, open(sys.argv[2], 'wb') as f:\n    shutil.copyfileobj(r, f, 1 << 20)\n";
-
-/// Ensures every package of `packages` has its artifacts in the wheelhouse,
-/// downloading what is missing (with `python`, stdlib `urllib`) unless
-/// `offline`. `lock_dir` resolves relative `path` artifacts. Each entry is
-/// registered in `temp` before it is looked at. Returns the entries, one or
-/// more per package, in lock order.
-///
-/// Errors: `offline` and an artifact is missing (names every one); a download
-/// fails; a file's sha256 differs from the lock (names URL and both hashes).
-pub fn ensure(
-    store: &Store,
-    packages: &[LockedPackage],
-    lock_dir: &Path,
-    python: &Path,
-    offline: bool,
-    temp: Option<&TempRoots>,
-) -> Result<Vec<Entry>> {
-    let mut out = Vec::new();
-    let mut missing_offline = Vec::new();
-    for p in packages {
-        let wanted = p.wanted();
-        for a in &wanted {
-            if let Some(t) = temp {
-                t.add(store, &entry(store, &a.sha256))?;
-            }
-        }
-        let present: Vec<Entry> = wanted
-            .iter()
-            .map(|a| entry(store, &a.sha256))
-            .filter(Entry::exists)
-            .collect();
-        if !present.is_empty() {
-            out.extend(present);
-            continue;
-        }
-        if offline {
-            missing_offline.push(format!("{}=={}", p.name, p.version));
-            continue;
-        }
-        for a in wanted {
-            out.push(fetch(store, a, lock_dir, python)?);
-        }
-    }
-    if !missing_offline.is_empty() {
-        bail!(
-            "--offline: the wheelhouse lacks {}",
-            missing_offline.join(", ")
-        );
-    }
-    Ok(out)
-}
-
-fn fetch(store: &Store, a: &Artifact, lock_dir: &Path, python: &Path) -> Result<Entry> {
-    let e = entry(store, &a.sha256);
-    let _lock = store.lock(&format!("wheelhouse-{}", a.sha256))?;
-    if e.exists() {
-        return Ok(e);
-    }
-    let staging = store.stage(&format!("wheelhouse-{}", &a.sha256[..16]))?;
-    let dir = staging.path().join("entry");
-    fs::create_dir_all(&dir)?;
-    let file = dir.join(&a.filename);
-    match (&a.url, &a.path) {
-        (Some(url), _) => {
-            progress::stage("wheelhouse", format!("downloading {}", a.filename));
-            capture(
-                &format!("downloading {url}"),
-                duct::cmd(
-                    python,
-                    [
-                        "-I",
-                        "-c",
-                        DOWNLOAD_PY,
-                        url.as_str(),
-                        &file.display().to_string(),
-                    ],
-                ),
-            )?;
-        }
-        (None, Some(rel)) => {
-            fs::copy(lock_dir.join(rel), &file)?;
-        }
-        (None, None) => bail!("artifact {} has neither url nor path", a.filename),
-    }
-    let sha = sha256_file(&file)?;
-    if sha != a.sha256 {
-        bail!(
-            "{} ({}) has sha256 {sha}, but the lock says {}; refusing it",
-            a.filename,
-            a.url.as_deref().or(a.path.as_deref()).unwrap_or(""),
-            a.sha256
-        );
-    }
-    let mut rec = a.clone();
-    rec.size = Some(fs::metadata(&file)?.len());
-    write_json(&dir.join(ARTIFACT_JSON), &rec)?;
-    Manifest::build(&dir, &[crate::store::MANIFEST])?.write(&dir)?;
-    store.persist(&dir, &e)?;
-    Ok(e)
-}
-
-/// Fills `dir` (created) with one symlink per entry, named after its
-/// artifact file: the `--find-links` directory of a locked install.
-pub fn link_dir(entries: &[Entry], dir: &Path) -> Result<()> {
-    fs::create_dir_all(dir)?;
-    for e in entries {
-        let file = file_of(e)?;
-        let name = file.file_name().context("artifact without a name")?;
-        let link = dir.join(name);
-        match std::os::unix::fs::symlink(&file, &link) {
-            Ok(()) => {}
-            // Made by an earlier or concurrent install: fine if it names the same file.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                if fs::read_link(&link)? != file {
-                    anyhow::bail!("{} already links to another artifact", link.display());
-                }
-            }
-            Err(e) => return Err(e).with_context(|| format!("linking {}", link.display())),
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,5 +231,35 @@ sdist = { url = "https://example.invalid/onlysdist-1.0.tar.gz", hashes = { sha25
             requirements_text(&pkgs),
             "torch==2.9.0+cu130 --hash=sha256:ab12\nonlysdist==1.0 --hash=sha256:cd34\n"
         );
+    }
+
+    #[test]
+    fn a_package_without_a_version_or_a_sha256_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pylock.bad.toml");
+        fs::write(
+            &p,
+            r#"lock-version = "1.0"
+[[packages]]
+name = "nover"
+wheels = [{ url = "https://example.invalid/nover-1-py3-none-any.whl", hashes = { sha256 = "ab" } }]
+"#,
+        )
+        .unwrap();
+        let e = format!("{:#}", parse_pylock(&p).unwrap_err());
+        assert!(e.contains("nover") && e.contains("no version"), "{e}");
+        fs::write(
+            &p,
+            r#"lock-version = "1.0"
+[[packages]]
+name = "nohash"
+version = "1"
+wheels = [{ url = "https://example.invalid/nohash-1-py3-none-any.whl", hashes = { md5 = "ab" } }]
+"#,
+        )
+        .unwrap();
+        let e = format!("{:#}", parse_pylock(&p).unwrap_err());
+        assert!(e.contains("nohash"), "{e}");
+        assert!(e.contains("sha256"), "{e}");
     }
 }

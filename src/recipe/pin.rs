@@ -1,4 +1,4 @@
-//! Resolving a PIN argument to a recipe (DESIGN.md, "Recipe": PIN).
+//! Resolving a PIN argument to a recipe (README.md, "Recipes").
 //!
 //! A PIN is a path to a recipe file, a recipe name (file stem or `name:`), or
 //! a hex commit prefix of at least 7 digits matching exactly one recipe.
@@ -14,8 +14,10 @@ use crate::exit::bad_input;
 use crate::recipe::{self, LoadedRecipe};
 
 /// Recipes compiled into the binary: (file name, text).
-pub const BUILTIN: &[(&str, &str)] =
-    &[("555967922.yaml", include_str!("../recipes/555967922.yaml"))];
+pub const BUILTIN: &[(&str, &str)] = &[(
+    "555967922.yaml",
+    include_str!("../../recipes/555967922.yaml"),
+)];
 
 /// Where recipes are searched, in order (existing directories only).
 pub fn search_dirs() -> Vec<PathBuf> {

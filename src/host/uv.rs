@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::process::run_logged;
+use crate::host::process::run_logged;
+use crate::host::toolchain::Tool;
 use crate::progress::Progress;
-use crate::toolchain::Tool;
 
 /// uv with the recipe's package indexes.
 #[derive(Debug, Clone)]

@@ -11,11 +11,13 @@ use serde::Serialize;
 use crate::progress;
 use crate::recipe::LoadedRecipe;
 use crate::stages::ext::{self, Discovery, ExtSource};
-use crate::stages::hermetic::{CompilerCache, LockedInstall, VenvHermetic, WheelHermetic};
 use crate::stages::lock::{self, Locked};
 use crate::stages::source;
+use crate::stages::venv::VenvHermetic;
+use crate::stages::wheel::{CompilerCache, WheelHermetic};
+use crate::stages::wheelhouse;
+use crate::stages::wheelhouse::LockedInstall;
 use crate::store::{Entry, Store, TempRoots, read_json};
-use crate::wheelhouse;
 
 /// The hermetic inputs of one build.
 #[derive(Debug, Clone)]
@@ -28,15 +30,17 @@ pub struct Prepared {
     pub venv: VenvHermetic,
 }
 
-fn installs(locked: &Locked, entries: (Vec<Entry>, Vec<Entry>)) -> Prepared {
-    let mk =
-        |packages: &Vec<wheelhouse::LockedPackage>, entries: Vec<Entry>, sha: Option<&String>| {
-            sha.map(|s| LockedInstall {
-                packages: packages.clone(),
-                entries,
-                lock_sha256: s.clone(),
-            })
-        };
+fn installs(store: &Store, locked: &Locked, entries: (Vec<Entry>, Vec<Entry>)) -> Prepared {
+    let mk = |packages: &Vec<crate::stages::lock::pylock::LockedPackage>,
+              entries: Vec<Entry>,
+              sha: Option<&String>| {
+        sha.map(|s| LockedInstall {
+            packages: packages.clone(),
+            entries,
+            lock_sha256: s.clone(),
+            links: store.wheelhouse_links_dir(),
+        })
+    };
     Prepared {
         lock_entry: None,
         wheel: WheelHermetic {
@@ -84,10 +88,10 @@ pub fn prepare(
                     bail!(
                         "--offline: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle",
                         lock_dir.display(),
-                        crate::ops::recipe_arg(cx.lr)
+                        crate::recipe::shell_arg(cx.lr)
                     );
                 }
-                let _lock = store.lock(&format!("autolock-{}", entry.name))?;
+                let _lock = entry.lock()?;
                 if !entry.exists() {
                     progress::stage(
                         "lock",
@@ -95,7 +99,7 @@ pub fn prepare(
                             "no lockfile in {}: resolving one into {} (`oracle-build lock {}` writes it beside the recipe)",
                             lock_dir.display(),
                             entry.label(),
-                            crate::ops::recipe_arg(cx.lr)
+                            crate::recipe::shell_arg(cx.lr)
                         ),
                     );
                     let staging = store.stage("autolock")?;
@@ -113,7 +117,7 @@ pub fn prepare(
     let py = &tc.python.path;
     let b = wheelhouse::ensure(store, &locked.build, &locked.dir, py, offline, Some(temp))?;
     let rt = wheelhouse::ensure(store, &locked.runtime, &locked.dir, py, offline, Some(temp))?;
-    let mut prepared = installs(&locked, (b, rt));
+    let mut prepared = installs(store, &locked, (b, rt));
     prepared.lock_entry = lock_entry;
 
     let found = ext::discover_in_tree(&src.path)?;
@@ -144,8 +148,10 @@ pub fn prepare(
     Ok(prepared)
 }
 
-/// The same inputs as [`prepare`], computed without any network or write,
-/// when everything is already in place (for `plan`); `None` otherwise.
+/// The same key inputs as [`prepare`], computed without any network or
+/// write (for `plan`): the lock (a lockfile, or one a build resolved into
+/// the store) and every external source's staged revision; `None` when
+/// either is missing. Only the wheelhouse entries already present are listed.
 pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> Option<Prepared> {
     let (locked, lock_entry) = match lock::load(lock_dir, &lr.recipe).ok()? {
         Some(l) => (l, None),
@@ -154,25 +160,19 @@ pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> O
             (lock::load(&e.path, &lr.recipe).ok()??, Some(e))
         }
     };
-    let pick = |pkgs: &[wheelhouse::LockedPackage]| -> Option<Vec<Entry>> {
-        let mut out = Vec::new();
-        for p in pkgs {
-            let present: Vec<Entry> = p
-                .wanted()
-                .iter()
-                .map(|a| wheelhouse::entry(store, &a.sha256))
-                .filter(Entry::exists)
-                .collect();
-            if present.is_empty() {
-                return None;
-            }
-            out.extend(present);
-        }
-        Some(out)
+    // The keys depend on the lock's sha256, not on its artifacts being
+    // downloaded: the entries present are listed, the rest are fetched by
+    // `prepare` when a build runs.
+    let pick = |pkgs: &[crate::stages::lock::pylock::LockedPackage]| -> Vec<Entry> {
+        pkgs.iter()
+            .flat_map(|p| p.wanted())
+            .map(|a| wheelhouse::entry(store, &a.sha256))
+            .filter(Entry::exists)
+            .collect()
     };
-    let b = pick(&locked.build)?;
-    let rt = pick(&locked.runtime)?;
-    let mut prepared = installs(&locked, (b, rt));
+    let b = pick(&locked.build);
+    let rt = pick(&locked.runtime);
+    let mut prepared = installs(store, &locked, (b, rt));
     prepared.lock_entry = lock_entry;
     let found = ext::discover_in_tree(src).ok()?;
     let mut staged = Vec::new();
@@ -273,7 +273,7 @@ pub fn offline_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Ve
             _ => problems.push(format!(
                 "--offline: lock stage: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle",
                 lock_dir.display(),
-                crate::ops::recipe_arg(lr)
+                crate::recipe::shell_arg(lr)
             )),
         },
         Err(e) => problems.push(format!("--offline: lock stage: {e:#}")),

@@ -15,22 +15,28 @@ use anyhow::Result;
 use fs_err as fs;
 use serde::Serialize;
 
-use crate::stages::venv::OracleRecord;
-use crate::stages::wheel::BuildRecord;
-use crate::store::{Bucket, Entry, Manifest, Store, disk_usage, make_writable};
+use serde::Deserialize;
 
-/// The entries `entry` needs (from its record's `requires`).
+use crate::store::{Bucket, Entry, Manifest, Store, disk_usage, make_writable, read_json};
+
+/// The one field of an entry's record `gc` reads: the labels
+/// (`<bucket>/<name>`) of the entries it was made from. Every other field
+/// of the record is the stage's own business.
+#[derive(Debug, Default, Deserialize)]
+struct Requires {
+    #[serde(default)]
+    requires: Vec<String>,
+}
+
+/// The entries `entry` needs: its record's (see [`Bucket::record_file`])
+/// `requires`, each label that names an entry of the store. An entry without
+/// a record, or with an unreadable one, needs nothing.
 pub fn references(store: &Store, entry: &Entry) -> Vec<Entry> {
-    let labels: Vec<String> = match entry.bucket {
-        Bucket::Venvs => OracleRecord::read(&entry.path)
-            .map(|r| r.requires)
-            .unwrap_or_default(),
-        Bucket::Wheels => BuildRecord::read(&entry.path)
-            .map(|r| r.requires)
-            .unwrap_or_default(),
-        _ => Vec::new(),
+    let Some(file) = entry.bucket.record_file() else {
+        return Vec::new();
     };
-    labels
+    let rec: Requires = read_json(&entry.path.join(file)).unwrap_or_default();
+    rec.requires
         .iter()
         .filter_map(|l| store.entry_by_label(l))
         .collect()
@@ -125,8 +131,8 @@ pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
     }
     if !dry_run {
         store.clean_stale_staging()?;
-        // Links to wheelhouse entries just deleted (see `stages::hermetic`).
-        if let Ok(rd) = fs::read_dir(store.root().join("wheelhouse-links")) {
+        // Links to wheelhouse entries just deleted (see [`Store::wheelhouse_links_dir`]).
+        if let Ok(rd) = fs::read_dir(store.wheelhouse_links_dir()) {
             for e in rd.flatten() {
                 if !e.path().exists() {
                     let _ = fs::remove_file(e.path());
@@ -141,4 +147,60 @@ pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
         freed_bytes,
         kept,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry_with(store: &Store, bucket: Bucket, name: &str, requires: &[&str]) -> Entry {
+        let e = store.entry(bucket, name);
+        fs::create_dir_all(&e.path).unwrap();
+        if let Some(file) = bucket.record_file() {
+            // Only `requires` is read: the rest of the record is the stage's.
+            let rec = serde_json::json!({"key": name, "other": {"x": 1}, "requires": requires});
+            fs::write(e.path.join(file), rec.to_string()).unwrap();
+        }
+        e
+    }
+
+    #[test]
+    fn what_a_root_reaches_through_requires_is_kept_and_the_rest_collected() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(dir.path()).unwrap();
+        store.init().unwrap();
+        let src = entry_with(&store, Bucket::Src, "c1", &[]);
+        let git = entry_with(&store, Bucket::Git, "r.git", &[]);
+        let wheel = entry_with(&store, Bucket::Wheels, "w1", &["src/c1", "git/r.git"]);
+        let venv = entry_with(&store, Bucket::Venvs, "v1", &["wheels/w1", "nobucket/x"]);
+        let stray = entry_with(&store, Bucket::Wheels, "w2", &["src/c1"]);
+        store.set_root("fx", &venv).unwrap();
+        assert_eq!(references(&store, &wheel), vec![src.clone(), git.clone()]);
+        let live = reachable(&store).unwrap();
+        for e in [&src, &git, &wheel, &venv] {
+            assert!(live.contains(&e.label()), "{} is reachable", e.label());
+        }
+        assert!(!live.contains(&stray.label()));
+
+        let dry = collect(&store, true).unwrap();
+        assert_eq!(dry.deleted.len(), 1);
+        assert!(stray.exists(), "a dry run deletes nothing");
+        let report = collect(&store, false).unwrap();
+        assert_eq!(report.deleted[0].entry, "wheels/w2");
+        assert!(!stray.exists());
+        assert!(venv.exists() && wheel.exists() && src.exists());
+    }
+
+    #[test]
+    fn an_entry_without_a_readable_record_requires_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(dir.path()).unwrap();
+        store.init().unwrap();
+        let v = store.entry(Bucket::Venvs, "v");
+        fs::create_dir_all(&v.path).unwrap();
+        fs::write(v.path.join("oracle.json"), "not json").unwrap();
+        assert!(references(&store, &v).is_empty());
+        let src = entry_with(&store, Bucket::Src, "c", &[]);
+        assert!(references(&store, &src).is_empty());
+    }
 }

@@ -1,5 +1,5 @@
 //! Aliases: the user-facing symlinks (e.g. `~/venvs/vllm-oracle`) that point
-//! at oracle venvs in the store (DESIGN.md, "Commands": `activate`, `advance --accept`).
+//! at oracle venvs in the store (README.md, "`activate <PIN> <PATH>`").
 //!
 //! An alias is three things, kept together under the `aliases` lock:
 //!
@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::exit::bad_input;
-use crate::pin;
+use crate::recipe::pin;
 use crate::recipe::{self, LoadedRecipe};
 use crate::store::{Bucket, Entry, Store, read_json, write_json};
 
@@ -294,7 +294,7 @@ pub fn point(
     force: bool,
 ) -> Result<Switched> {
     let abs = std::path::absolute(path)?;
-    let _lock = store.lock("aliases")?;
+    let _lock = store.lock(crate::store::LockName::Aliases)?;
     let registry = Registry::load(store)?;
     let target = entry
         .path
@@ -316,8 +316,8 @@ pub fn point(
                     seen.display(),
                     to.display(),
                     Registry::file(store).display(),
-                    crate::ops::recipe_arg(lr),
-                    crate::ops::shell_quote(&seen.display().to_string()),
+                    crate::recipe::shell_arg(lr),
+                    crate::shell::shell_quote(&seen.display().to_string()),
                 )));
             }
             seen.canonicalize().ok()
@@ -412,11 +412,10 @@ fn switch(
 
     let key = a.path.display().to_string();
     let kept_previous = registry.aliases.get(&key).and_then(|x| x.previous.clone());
-    let recipe_file = a
-        .lr
-        .dir
-        .as_ref()
-        .and_then(|_| Path::new(&a.lr.origin).canonicalize().ok());
+    let recipe_file =
+        a.lr.dir
+            .as_ref()
+            .and_then(|_| Path::new(&a.lr.origin).canonicalize().ok());
     let alias = Alias {
         path: a.path.to_path_buf(),
         root: a.root.clone(),

@@ -1,0 +1,608 @@
+//! The pipeline layer: the only place that knows the stage order.
+//!
+//! Both `plan` and `build` (and `export`, through [`inputs`]) go through
+//! here, so they cannot disagree about a key: [`plan`] computes every key
+//! and entry it can without writing anything, [`run`] ensures them in order,
+//! and both get the wheel and venv plans from [`wheel_plan`] and
+//! [`venv_plan`].
+//!
+//! A build, in order:
+//!
+//! 1. Resolve the PIN to a recipe (`recipe::pin`), open the store.
+//! 2. `--offline`: name everything an offline build would miss
+//!    ([`inputs::offline_problems`], [`preflight::inspect`]) before any work.
+//! 3. Preflight: find the toolchain ([`preflight::toolchain`]); clean the
+//!    staging directories of killed runs.
+//! 4. Register the mirror and checkout as temporary GC roots; ensure the
+//!    mirror holds the commit and the read-only checkout exists
+//!    (`stages::source`).
+//! 5. Gather the hermetic inputs ([`inputs::prepare`]): the lock (or one
+//!    resolved now), its artifacts in the wheelhouse, the staged external
+//!    sources, the compiler cache.
+//! 6. Plan the wheel from complete inputs ([`wheel_plan`]: one key) and
+//!    ensure it (`stages::wheel`): built in staging, persisted by rename.
+//! 7. Plan the venv from the wheel's record ([`venv_plan`]); a damaged wheel
+//!    about to be installed is quarantined and rebuilt.
+//! 8. Ensure the oracle (`stages::oracle`): install the venv
+//!    (`stages::venv`), check its identity (`stages::identity`), run the gate
+//!    (`stages::smoke`), record `oracle.json`, persist.
+//! 9. Point the pin's GC root at the oracle; drop the temporary roots.
+
+pub mod advance;
+pub mod inputs;
+pub mod preflight;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::host::disk::{self, Stage};
+use crate::host::toolchain::{self, Toolchain};
+use crate::host::uv::Uv;
+use crate::progress;
+use crate::recipe::{LoadedRecipe, expand_env};
+use crate::stages::oracle::{self, OracleRecord};
+use crate::stages::venv::{self, VenvHermetic, VenvPlan};
+use crate::stages::wheel::{self, BuildRecord, StableWorkDir, WheelHermetic, WheelPlan};
+use crate::stages::{Ctx, lock, source};
+use crate::store::{Entry, Store};
+
+/// The keys of one build: the pinned commit (the source entry's name) and
+/// the wheel and venv keys, `None` where they cannot be known without doing
+/// work (no lock yet, no checkout, the wheel not built).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Keys {
+    /// The pinned commit.
+    pub source: String,
+    /// The wheel key.
+    pub wheel: Option<String>,
+    /// The venv key.
+    pub venv: Option<String>,
+}
+
+/// The wheel plan for `lr` built from the checkout at `src` with `tc` and
+/// the hermetic inputs `hermetic` (step 6): the one place the wheel key is
+/// computed, for `plan` and `build` alike.
+///
+/// Errors: as [`wheel::settings`].
+pub fn wheel_plan(
+    store: &Store,
+    lr: &LoadedRecipe,
+    tc: &Toolchain,
+    src: &Path,
+    jobs: Option<usize>,
+    hermetic: WheelHermetic,
+) -> Result<WheelPlan> {
+    let settings = wheel::settings(lr, src, jobs)?;
+    Ok(wheel::plan(store, lr, tc, settings, hermetic))
+}
+
+/// The venv plan for installing the wheel `record` (step 7): the one place
+/// the venv key is computed, for `plan` and `build` alike.
+pub fn venv_plan(
+    store: &Store,
+    lr: &LoadedRecipe,
+    tc: &Toolchain,
+    record: &BuildRecord,
+    src: &Path,
+    hermetic: VenvHermetic,
+) -> VenvPlan {
+    venv::plan(store, lr, tc, record, src, hermetic)
+}
+
+/// The state of one step of the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum StepState {
+    /// Its entry is in the store.
+    #[serde(rename = "cached")]
+    Cached,
+    /// A build would do it now.
+    #[serde(rename = "to do")]
+    ToDo,
+    /// A build would stop here.
+    #[serde(rename = "blocked")]
+    Blocked,
+}
+
+impl StepState {
+    /// How `plan` prints it: `cached`, `to do`, `blocked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepState::Cached => "cached",
+            StepState::ToDo => "to do",
+            StepState::Blocked => "blocked",
+        }
+    }
+}
+
+/// The lock's state as `plan` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockState {
+    /// A lock is present and current.
+    Locked,
+    /// No lock: a build resolves one.
+    None,
+    /// The lock does not match the recipe (the reason).
+    Stale(String),
+}
+
+impl Serialize for LockState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.describe())
+    }
+}
+
+impl LockState {
+    /// `locked`, `none (...)` or `stale: <reason>`, as `plan` prints it.
+    pub fn describe(&self) -> String {
+        match self {
+            LockState::Locked => "locked".into(),
+            LockState::None => "none (a build resolves one; `oracle-build lock` keeps it)".into(),
+            LockState::Stale(e) => format!("stale: {e}"),
+        }
+    }
+}
+
+/// One stage of the plan.
+#[derive(Debug, Serialize)]
+pub struct Step {
+    /// Stage name: toolchain, source, checkout, wheel, venv, smoke.
+    pub stage: String,
+    /// `cached`, `to do`, or `blocked`.
+    pub state: StepState,
+    /// What it would do or what it found.
+    pub detail: String,
+    /// Disk it needs when done now, bytes.
+    pub disk_bytes: u64,
+}
+
+/// The whole plan.
+#[derive(Debug, Serialize)]
+pub struct Plan {
+    /// Recipe name.
+    pub recipe: String,
+    /// Where it was read.
+    pub origin: String,
+    /// The store root.
+    pub store: PathBuf,
+    /// Free bytes at the store root (or its nearest existing ancestor).
+    pub free_bytes: Option<u64>,
+    /// Total disk the to-do stages need.
+    pub needed_bytes: u64,
+    /// The stages in order.
+    pub steps: Vec<Step>,
+    /// Problems that would stop a build now.
+    pub problems: Vec<String>,
+    /// The lock directory and its state.
+    pub lock: LockRow,
+    /// Every FetchContent source of the checkout and whether it is staged
+    /// (empty until the mirror holds the commit).
+    pub ext_sources: Vec<inputs::ExtRow>,
+    /// Downloads the build would make that cannot be redirected to a staged copy.
+    pub ext_unmapped: Vec<String>,
+    /// What an `--offline` build would miss now (empty: it can run offline).
+    pub offline_missing: Vec<String>,
+    /// The keys a build would use now (see [`Keys`]).
+    pub keys: Keys,
+}
+
+/// The lock as `plan` shows it.
+#[derive(Debug, Serialize)]
+pub struct LockRow {
+    /// The lock directory.
+    pub dir: PathBuf,
+    /// `locked`, `none` (a build resolves one), or `stale: ...`.
+    pub state: LockState,
+    /// The `--exclude-newer` cut-off it was made with.
+    pub exclude_newer: Option<String>,
+}
+
+fn step(stage: &str, state: StepState, detail: impl Into<String>, disk: u64) -> Step {
+    Step {
+        stage: stage.into(),
+        state,
+        detail: detail.into(),
+        disk_bytes: disk,
+    }
+}
+
+/// The plan of building `lr` against `store` (at `root`) with the lock in
+/// `lock_dir`: each stage cached, to do or blocked, the disk it needs, and
+/// every key that can be known without doing work. Writes nothing: no
+/// fetch, no store directory created.
+pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path) -> Plan {
+    let r = &lr.recipe;
+    let lock = match lock::load(lock_dir, r) {
+        Ok(Some(l)) => LockRow {
+            dir: lock_dir.to_path_buf(),
+            state: LockState::Locked,
+            exclude_newer: l.info.exclude_newer,
+        },
+        Ok(None) => LockRow {
+            dir: lock_dir.to_path_buf(),
+            state: LockState::None,
+            exclude_newer: None,
+        },
+        Err(e) => LockRow {
+            dir: lock_dir.to_path_buf(),
+            state: LockState::Stale(format!("{e:#}")),
+            exclude_newer: None,
+        },
+    };
+    let found = inputs::discover(store, lr).unwrap_or_default();
+    let ext_sources = inputs::ext_rows(store, &found);
+    let offline_missing = inputs::offline_problems(store, lr, lock_dir);
+    let findings = preflight::inspect(store, lr, false);
+    let mut steps = Vec::new();
+    let tools = format!(
+        "python {}: {}; uv: {}; nvcc: {}",
+        r.python,
+        findings
+            .python
+            .as_ref()
+            .map_or("not found".into(), |p| format!(
+                "{} ({})",
+                p.version,
+                p.path.display()
+            )),
+        findings
+            .uv
+            .as_ref()
+            .map_or(format!("to provision ({})", toolchain::UV_VERSION), |u| u
+                .version
+                .clone()),
+        findings
+            .nvcc
+            .as_ref()
+            .map_or("not found".into(), |n| n.version.clone()),
+    );
+    // Cached only when nothing is left to find or install: a uv still to be
+    // provisioned is work (and a download), a missing Python blocks the build.
+    steps.push(step(
+        "toolchain",
+        if findings.python.is_none() {
+            StepState::Blocked
+        } else if findings.uv.is_none() {
+            StepState::ToDo
+        } else {
+            StepState::Cached
+        },
+        tools,
+        0,
+    ));
+    let mirror = source::mirror_entry(store, &r.source.repo);
+    steps.push(if findings.source_mirrored {
+        step(
+            "source",
+            StepState::Cached,
+            format!("{} holds {}", mirror.label(), r.source.commit),
+            0,
+        )
+    } else {
+        step(
+            "source",
+            StepState::ToDo,
+            format!(
+                "fetch {} (full history) into {}",
+                r.source.repo,
+                mirror.label()
+            ),
+            disk::needed(r, Stage::Source),
+        )
+    });
+    let src = source::checkout_entry(store, &r.source.commit);
+    let mut keys = Keys {
+        source: r.source.commit.clone(),
+        wheel: None,
+        venv: None,
+    };
+    let mut wheel_state = step(
+        "wheel",
+        StepState::ToDo,
+        "key known once the checkout exists",
+        disk::needed(r, Stage::Wheel),
+    );
+    let mut venv_state = step(
+        "venv",
+        StepState::ToDo,
+        "key known once the wheel exists",
+        disk::needed(r, Stage::Venv),
+    );
+    if src.exists() {
+        steps.push(step("checkout", StepState::Cached, src.label(), 0));
+        if let Some(tc) = known_toolchain(&findings) {
+            let known = inputs::known(store, lr, &src.path, lock_dir);
+            match (wheel::settings(lr, &src.path, None), known) {
+                (Err(e), _) => {
+                    wheel_state = step(
+                        "wheel",
+                        StepState::Blocked,
+                        format!("{e:#}"),
+                        disk::needed(r, Stage::Wheel),
+                    )
+                }
+                (Ok(_), None) => {
+                    wheel_state = step(
+                        "wheel",
+                        StepState::ToDo,
+                        "key known once there is a lock and the external sources are staged",
+                        disk::needed(r, Stage::Wheel),
+                    )
+                }
+                (Ok(_), Some(h)) => {
+                    // The same function `run` uses: the same key.
+                    if let Ok(p) = wheel_plan(store, lr, &tc, &src.path, None, h.wheel) {
+                        keys.wheel = Some(p.key.clone());
+                        if !p.entry.exists() {
+                            wheel_state = step(
+                                "wheel",
+                                StepState::ToDo,
+                                format!(
+                                    "build {} (mode {})",
+                                    p.entry.label(),
+                                    r.build.mode.as_str()
+                                ),
+                                disk::needed(r, Stage::Wheel),
+                            );
+                        } else {
+                            wheel_state = step("wheel", StepState::Cached, p.entry.label(), 0);
+                            if let Ok(rec) = BuildRecord::read(&p.entry.path) {
+                                let e = venv_plan(store, lr, &tc, &rec, &src.path, h.venv).entry;
+                                keys.venv = Some(e.name.clone());
+                                venv_state = if e.exists() {
+                                    step("venv", StepState::Cached, e.label(), 0)
+                                } else {
+                                    step(
+                                        "venv",
+                                        StepState::ToDo,
+                                        format!("install {} into {}", rec.wheel, e.label()),
+                                        disk::needed(r, Stage::Venv),
+                                    )
+                                };
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        steps.push(step(
+            "checkout",
+            StepState::ToDo,
+            format!("check out {} into {}", r.source.commit, src.label()),
+            0,
+        ));
+    }
+    steps.push(wheel_state);
+    steps.push(venv_state);
+    let cases: Vec<String> = r
+        .smoke
+        .cases
+        .iter()
+        .map(|c| match expand_env(&c.model) {
+            Ok(m) if Path::new(&m).exists() => format!("{} ({m})", c.name),
+            Ok(m) => format!("{} (model {m} missing)", c.name),
+            Err(e) => format!("{} ({e})", c.name),
+        })
+        .collect();
+    steps.push(step(
+        "smoke",
+        StepState::ToDo,
+        format!(
+            "probe {}; {} runs of: {}",
+            r.smoke
+                .probe
+                .describe(&r.source.package)
+                .unwrap_or_else(|| "off".into()),
+            r.smoke.runs,
+            if cases.is_empty() {
+                "no cases".into()
+            } else {
+                cases.join(", ")
+            }
+        ),
+        0,
+    ));
+    let needed = steps
+        .iter()
+        .filter(|s| s.state != StepState::Cached)
+        .map(|s| s.disk_bytes)
+        .sum();
+    Plan {
+        recipe: r.name.clone(),
+        origin: lr.origin.clone(),
+        store: root.to_path_buf(),
+        free_bytes: disk::free_bytes(root),
+        needed_bytes: needed,
+        steps,
+        problems: findings.problems,
+        lock,
+        ext_sources,
+        ext_unmapped: found.unmapped,
+        offline_missing,
+        keys,
+    }
+}
+
+/// What [`run`] takes: the recipe, the store, and the build's options.
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions<'a> {
+    /// The recipe to build.
+    pub lr: &'a LoadedRecipe,
+    /// The store to build into.
+    pub store: &'a Store,
+    /// The lock directory (see `stages::lock::lock_dir`).
+    pub lock_dir: &'a Path,
+    /// `--offline`: no network at all.
+    pub offline: bool,
+    /// `--no-smoke`: skip the gate (verdict `unsmoked`).
+    pub no_smoke: bool,
+    /// `--jobs N`: overrides `build.max_jobs`.
+    pub jobs: Option<usize>,
+}
+
+/// What [`run`] did.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The oracle entry and its record.
+    pub oracle: oracle::Outcome,
+    /// The stages done now (the rest came from the store), in order.
+    pub built: Vec<String>,
+    /// The keys used.
+    pub keys: Keys,
+    /// Wall time, seconds.
+    pub seconds: f64,
+}
+
+impl Built {
+    /// The oracle's record.
+    pub fn record(&self) -> &OracleRecord {
+        &self.oracle.record
+    }
+}
+
+/// Runs the build of the outline above, steps 2-9, ensuring each stage's
+/// entry in order; every entry looked at is a temporary GC root first, so a
+/// concurrent `gc` cannot delete it between the lookup and its use.
+///
+/// Errors: bad input (exit 2), identity mismatch (exit 3), any failure (exit 1);
+/// `offline` and something missing (all of it named, nothing written).
+pub fn run(o: RunOptions<'_>) -> Result<Built> {
+    let t0 = Instant::now();
+    let (lr, store) = (o.lr, o.store);
+    let r = &lr.recipe;
+    // 2. Offline: name everything an offline build would miss before any work.
+    if o.offline {
+        let mut problems = inputs::offline_problems(store, lr, o.lock_dir);
+        if !problems.is_empty() {
+            problems.extend(preflight::inspect(store, lr, true).problems);
+            return Err(anyhow::anyhow!(
+                "cannot build {} offline:\n  - {}\n(nothing was written to {})",
+                r.name,
+                problems.join("\n  - "),
+                store.root().display()
+            ));
+        }
+    }
+    // 3. Preflight.
+    let tc = preflight::toolchain(store, lr, o.offline)?;
+    let cleaned = store.clean_stale_staging()? + StableWorkDir::clean_stale(store);
+    if cleaned > 0 {
+        progress::stage(
+            "store",
+            format!(
+                "removed {cleaned} stale staging director{} of killed runs",
+                if cleaned == 1 { "y" } else { "ies" }
+            ),
+        );
+    }
+    let uv = Uv {
+        tool: tc.uv.clone(),
+        indexes: r.indexes.clone(),
+        offline: o.offline,
+        cache_dir: Some(store.uv_cache_dir()),
+    };
+    let cx = Ctx {
+        store,
+        lr,
+        tc: &tc,
+        uv: &uv,
+    };
+    let mut built = Vec::new();
+
+    // 4. Source.
+    let temp = store.temp_roots()?;
+    let mirror_entry = source::mirror_entry(store, &r.source.repo);
+    let src_entry = source::checkout_entry(store, &r.source.commit);
+    temp.add(store, &mirror_entry)?;
+    temp.add(store, &src_entry)?;
+    if !src_entry.exists() {
+        disk::check(store.root(), r, Stage::Source)?;
+    }
+    let mirror = source::ensure_mirror(store, &r.source.repo, &r.source.commit, o.offline)?;
+    let (src, src_built) = source::ensure_checkout(store, &mirror, &r.source.commit)?;
+    if src_built {
+        built.push("source".to_string());
+    }
+
+    // 5. Hermetic inputs.
+    let hermetic = inputs::prepare(&cx, &src, o.lock_dir, o.offline, &temp)?;
+    let lock_entry = hermetic.lock_entry.clone();
+
+    // 6. Wheel.
+    let plan = wheel_plan(store, lr, &tc, &src.path, o.jobs, hermetic.wheel)?;
+    temp.add(store, &plan.entry)?;
+    if !plan.entry.exists() {
+        disk::check(store.root(), r, Stage::Wheel)?;
+    }
+    let mut requires = vec![src.label(), mirror.label()];
+    requires.extend(plan.hermetic.labels());
+    requires.extend(lock_entry.iter().map(Entry::label));
+    let (mut record, mut wheel_built) = wheel::ensure(&cx, &plan, &src, &requires)?;
+
+    // 7. Venv plan; the wheel is about to be installed: a damaged one is
+    // rebuilt, as a damaged venv is (the build is reproducible, so the key
+    // stays valid).
+    let vplan = venv_plan(store, lr, &tc, &record, &src.path, hermetic.venv);
+    temp.add(store, &vplan.entry)?;
+    if !vplan.entry.exists() && wheel::quarantine_if_damaged(store, &plan.entry, &record)? {
+        (record, wheel_built) = wheel::ensure(&cx, &plan, &src, &requires)?;
+    }
+    if wheel_built {
+        built.push("wheel".to_string());
+    }
+    if !vplan.entry.exists() {
+        disk::check(store.root(), r, Stage::Venv)?;
+    }
+
+    // 8. Oracle: install, identity, gate, record.
+    let outcome = oracle::ensure(
+        &cx,
+        &plan.entry,
+        &record,
+        &src,
+        &vplan,
+        oracle::Options {
+            no_smoke: o.no_smoke,
+        },
+    )?;
+    if outcome.built {
+        built.push("venv".to_string());
+    }
+    if outcome.smoked {
+        built.push("smoke".to_string());
+    }
+    // 9. One root per pin: the oracle; its record's `requires` keeps the rest.
+    store.set_root(&r.name, &outcome.entry)?;
+    drop(temp);
+    Ok(Built {
+        keys: Keys {
+            source: r.source.commit.clone(),
+            wheel: Some(plan.key.clone()),
+            venv: Some(vplan.key.clone()),
+        },
+        oracle: outcome,
+        built,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// The lock directory for `lr` (`--lockfiles` or beside the recipe).
+pub fn lock_dir(lr: &LoadedRecipe, explicit: Option<&Path>) -> PathBuf {
+    lock::lock_dir(lr, explicit)
+}
+
+/// The toolchain `plan` can know without provisioning anything, from the
+/// preflight's findings (`None` without Python or uv).
+fn known_toolchain(findings: &preflight::Findings) -> Option<Toolchain> {
+    Some(Toolchain {
+        python: findings.python.clone()?,
+        uv: findings.uv.clone()?,
+        git: None,
+        libgit2: toolchain::libgit2_version(),
+        gcc: toolchain::find_gcc(),
+        nvcc: findings.nvcc.clone(),
+    })
+}

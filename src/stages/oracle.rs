@@ -1,0 +1,333 @@
+//! Stage 9, oracle: the venv made by [`crate::stages::venv`], its measured
+//! identity ([`crate::stages::identity`]) and its gate verdict
+//! ([`crate::stages::smoke`]), recorded in `oracle.json` and persisted as
+//! the entry `store/venvs/<key>/`.
+//!
+//! The entry *is* the venv (`bin/python`, `lib/...`), with `oracle.json`,
+//! `manifest.json` and `install.log` at its top. It is staged in `<root>/tmp`,
+//! identity-checked and smoked there (uv's `--relocatable` venvs do not care
+//! where they live), and renamed into place. Every file of the venv is in the
+//! manifest and read-only; `oracle.json` is the entry's record and is
+//! replaced atomically (never edited) when the gate is re-run under a
+//! different smoke configuration.
+
+use std::path::Path;
+
+use anyhow::Result;
+use fs_err as fs;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::exit::mismatch;
+use crate::host::toolchain::Toolchain;
+use crate::progress;
+use crate::recipe::{BuildMode, LoadedRecipe};
+use crate::stages::Ctx;
+use crate::stages::identity::{self, Check, Identity};
+use crate::stages::smoke::{self, SmokeReport};
+use crate::stages::venv::{self, VenvPlan};
+use crate::stages::wheel::BuildRecord;
+use crate::store::{self, Entry, MANIFEST, Manifest, Store, read_json, write_json};
+
+/// The record file of an oracle venv.
+pub const ORACLE_JSON: &str = "oracle.json";
+
+/// `oracle.json`: what the oracle is, where it came from, and its gate verdict.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OracleRecord {
+    /// Record format version.
+    pub schema: u32,
+    /// Recipe name.
+    pub recipe: String,
+    /// Where the recipe was read.
+    pub recipe_origin: String,
+    /// The recipe's exact text.
+    pub recipe_text: String,
+    /// The venv key (the entry's name).
+    pub key: String,
+    /// The hashed inputs of the venv.
+    pub inputs: Value,
+    /// The wheel key and sha256 installed.
+    pub wheel_key: String,
+    /// sha256 of the installed wheel.
+    pub wheel_sha256: String,
+    /// Measured identity (see [`crate::stages::identity`]).
+    pub identity: Identity,
+    /// Identity checks against the recipe.
+    pub checks: Vec<Check>,
+    /// The gate (see [`crate::stages::smoke`]).
+    pub smoke: SmokeReport,
+    /// Tools used.
+    pub tools: Toolchain,
+    /// Store entries this oracle needs to be rebuilt (its wheel and what the
+    /// wheel requires); `gc` keeps them as long as the oracle is rooted.
+    #[serde(default)]
+    pub requires: Vec<String>,
+    /// Things a reviewer should know that do not refuse the oracle (e.g. no
+    /// tag reachable from the commit, so the version is setuptools-scm's fallback).
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    /// When the venv was made (RFC 3339).
+    pub created: String,
+    /// Seconds spent creating and installing the venv.
+    pub install_s: f64,
+}
+
+impl OracleRecord {
+    /// Reads `<venv>/oracle.json`.
+    pub fn read(venv: &Path) -> Result<OracleRecord> {
+        read_json(&venv.join(ORACLE_JSON))
+    }
+}
+
+/// What [`ensure`] did.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The venv entry.
+    pub entry: Entry,
+    /// Its record.
+    pub record: OracleRecord,
+    /// Whether the venv was built now (false: found in the store).
+    pub built: bool,
+    /// Whether the smoke run happened now.
+    pub smoked: bool,
+}
+
+/// Options of the venv stage.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Skip the smoke run (verdict `unsmoked`).
+    pub no_smoke: bool,
+}
+
+/// Returns the oracle venv of `plan`, building it when absent (or when the
+/// entry fails its manifest check: the damaged entry is moved aside to
+/// `<root>/tmp` and rebuilt), and re-running the gate when its smoke key changed.
+///
+/// Errors: install fails; exit 3 when the measured identity fails a check
+/// (nothing is persisted).
+pub fn ensure(
+    cx: &Ctx<'_>,
+    wheel_entry: &Entry,
+    wheel: &BuildRecord,
+    src: &Entry,
+    plan: &VenvPlan,
+    opts: Options,
+) -> Result<Outcome> {
+    let Ctx { store, lr, .. } = *cx;
+    let entry = plan.entry.clone();
+    let smoke_key = smoke::smoke_key(store, lr);
+    if entry.exists() {
+        let problems = Manifest::read(&entry.path)
+            .map_or_else(|e| vec![format!("{e:#}")], |m| m.check(&entry.path, false));
+        if !problems.is_empty() {
+            let _lock = plan.entry.lock()?;
+            store.quarantine(&entry, &problems)?;
+        }
+    }
+    if !entry.exists() {
+        let _lock = plan.entry.lock()?;
+        if !entry.exists() {
+            let record = build(cx, wheel_entry, wheel, src, plan, opts)?;
+            return Ok(Outcome {
+                entry,
+                record,
+                built: true,
+                smoked: !opts.no_smoke,
+            });
+        }
+    }
+    let mut record = OracleRecord::read(&entry.path)?;
+    // An unsmoked oracle (built with --no-smoke) is gated by the first build
+    // that does not skip the gate, whatever its smoke key.
+    let unsmoked = record.smoke.verdict == smoke::Verdict::Unsmoked;
+    if opts.no_smoke || (record.smoke.key == smoke_key && !unsmoked) {
+        return Ok(Outcome {
+            entry,
+            record,
+            built: false,
+            smoked: false,
+        });
+    }
+    let _lock = plan.entry.lock()?;
+    progress::stage(
+        "smoke",
+        if unsmoked {
+            "this oracle was built with --no-smoke; running the gate now"
+        } else {
+            "the smoke configuration changed since this oracle was gated; re-running the gate"
+        },
+    );
+    record.smoke = gate(store, &entry.path, lr)?;
+    write_record(&entry.path, &record)?;
+    Ok(Outcome {
+        entry,
+        record,
+        built: false,
+        smoked: true,
+    })
+}
+
+/// Runs the smoke stage for the venv at `venv`, with logs under a fresh staging directory kept in `<venv>/smoke` when possible.
+pub fn gate(store: &Store, venv: &Path, lr: &LoadedRecipe) -> Result<SmokeReport> {
+    gate_with(store, venv, lr, &smoke::Options::new(store, lr))
+}
+
+/// [`gate`] with smoke options (`smoke --case`, `--record-golden`). Logs are
+/// kept in `<root>/logs/smoke-<smoke key>` (`-<case>` appended for one-case runs).
+///
+/// Errors: as [`smoke::run`] (the tool itself failing, not the oracle).
+pub fn gate_with(
+    store: &Store,
+    venv: &Path,
+    lr: &LoadedRecipe,
+    opts: &smoke::Options,
+) -> Result<SmokeReport> {
+    let staging = store.stage("smoke")?;
+    let report = smoke::run(venv, lr, staging.path(), opts)?;
+    // A one-case run must not replace the logs a full run's record points at.
+    let name = match &opts.only {
+        Some(case) => format!("smoke-{}-{case}", report.key),
+        None => format!("smoke-{}", report.key),
+    };
+    let keep = store.logs_dir().join(name);
+    let _ = fs::create_dir_all(store.logs_dir());
+    let _ = std::fs::remove_dir_all(&keep);
+    let _ = std::fs::rename(staging.path(), &keep);
+    Ok(relocate_logs(report, staging.path(), &keep))
+}
+
+fn relocate_logs(mut report: SmokeReport, from: &Path, to: &Path) -> SmokeReport {
+    for c in &mut report.cases {
+        if let Ok(rel) = c.log.strip_prefix(from) {
+            c.log = to.join(rel);
+        }
+    }
+    if let Some(log) = report.probe.get_mut("log")
+        && let Some(rel) = log
+            .as_str()
+            .and_then(|l| Path::new(l).strip_prefix(from).ok())
+    {
+        *log = json!(to.join(rel));
+    }
+    report
+}
+
+/// Replaces `<venv>/oracle.json` atomically (the entry's top directory is
+/// opened for writing only for the rename).
+pub fn write_record(venv: &Path, record: &OracleRecord) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = fs::metadata(venv)?.permissions().mode();
+    fs::set_permissions(venv, std::fs::Permissions::from_mode(mode | 0o200))?;
+    let res = write_json(&venv.join(ORACLE_JSON), record);
+    if let Ok(meta) = fs::metadata(venv.join(ORACLE_JSON)) {
+        let m = meta.permissions().mode() & !0o222;
+        let _ = fs::set_permissions(venv.join(ORACLE_JSON), std::fs::Permissions::from_mode(m));
+    }
+    fs::set_permissions(venv, std::fs::Permissions::from_mode(mode))?;
+    res
+}
+
+fn build(
+    cx: &Ctx<'_>,
+    wheel_entry: &Entry,
+    wheel: &BuildRecord,
+    src: &Entry,
+    plan: &VenvPlan,
+    opts: Options,
+) -> Result<OracleRecord> {
+    let Ctx { store, lr, tc, .. } = *cx;
+    let r = &lr.recipe;
+    let (key, entry) = (plan.key.as_str(), &plan.entry);
+    let staging = store.stage(&format!("venv-{key}"))?;
+    let venv::Installed {
+        venv,
+        scratch,
+        log,
+        created,
+        install_s,
+    } = venv::install(cx, wheel_entry, wheel, src, plan, staging.path())?;
+
+    progress::stage("identity", "measuring the oracle's identity");
+    let mode = wheel
+        .inputs
+        .get("mode")
+        .and_then(Value::as_str)
+        .map_or(r.build.mode, |m| {
+            if m == "precompiled" {
+                BuildMode::Precompiled
+            } else {
+                BuildMode::Source
+            }
+        });
+    let mut ident = identity::measure(&venv, &r.source.package, &r.source.commit, mode)?;
+    ident.tags_at_commit = crate::stages::source::tags_at(&src.path, &r.source.commit);
+    let mut warnings = Vec::new();
+    if crate::stages::source::nearest_tag(&src.path, &r.source.commit).is_none() {
+        let w = format!(
+            "no tag is reachable from {} in {} (a shallow or tagless repository): setuptools-scm fell back to {}, which will not match the upstream version string",
+            r.source.commit,
+            r.source.repo,
+            ident
+                .runtime_version
+                .as_deref()
+                .unwrap_or("a 0.1.devN version")
+        );
+        progress::stage("identity", format!("warning: {w}"));
+        warnings.push(w);
+    }
+    let checks = identity::checks(&ident, r);
+    if checks.iter().any(|c| !c.ok) {
+        return Err(mismatch(format!(
+            "the oracle built from {} is not the pin; refusing it:\n{}",
+            r.source.commit,
+            identity::describe_failures(&checks)
+        )));
+    }
+    let smoke = if opts.no_smoke {
+        SmokeReport::skipped(smoke::smoke_key(store, lr))
+    } else {
+        smoke::run(
+            &venv,
+            lr,
+            &scratch.join("smoke"),
+            &smoke::Options::new(store, lr),
+        )?
+    };
+    // Paths were measured in staging; record the final ones.
+    let staged = venv.display().to_string();
+    let fin = entry.path.display().to_string();
+    ident.package_path = ident.package_path.map(|p| p.replacen(&staged, &fin, 1));
+    ident.package_dir = ident.package_dir.map(|p| p.replacen(&staged, &fin, 1));
+    ident.sys_prefix = fin.clone();
+    let record = OracleRecord {
+        schema: 1,
+        recipe: r.name.clone(),
+        recipe_origin: lr.origin.clone(),
+        recipe_text: lr.text.clone(),
+        key: key.to_string(),
+        inputs: plan.inputs.clone(),
+        wheel_key: wheel.key.clone(),
+        wheel_sha256: wheel.sha256.clone(),
+        identity: ident,
+        checks,
+        smoke,
+        tools: tc.clone(),
+        requires: std::iter::once(wheel_entry.label())
+            .chain(plan.hermetic.runtime_lock.iter().flat_map(|l| l.labels()))
+            .collect(),
+        warnings,
+        created,
+        install_s,
+    };
+    // Logs and smoke results travel with the entry.
+    fs::copy(&log, scratch.join("install.log"))?;
+    store::copy_tree(&scratch, &venv.join("oracle-build"))?;
+    let mut record = record;
+    record.smoke = relocate_logs(record.smoke, &scratch, &entry.path.join("oracle-build"));
+    write_json(&venv.join(ORACLE_JSON), &record)?;
+    Manifest::build(&venv, &[MANIFEST, ORACLE_JSON])?.write(&venv)?;
+    store.persist(&venv, entry)?;
+    let _ = fs::remove_file(&log);
+    Ok(record)
+}
