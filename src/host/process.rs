@@ -14,26 +14,6 @@ use fs_err as fs;
 
 use crate::progress::Progress;
 
-/// File descriptors of the locks this process holds (entry locks, temporary
-/// roots, the run lock) that watchdogs inherit: a watchdog outliving a
-/// killed tool keeps them held until the build it guards is gone, so no
-/// other run takes the build's lock or deletes its working directory.
-static INHERITED: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
-
-/// Lets watchdogs started from now on inherit the lock held on `fd` (see [`INHERITED`]).
-pub fn share_lock_with_watchdogs(fd: i32) {
-    if let Ok(mut v) = INHERITED.lock() {
-        v.push(fd);
-    }
-}
-
-/// Undoes [`share_lock_with_watchdogs`] for `fd` (before it is closed).
-pub fn unshare_lock(fd: i32) {
-    if let Ok(mut v) = INHERITED.lock() {
-        v.retain(|&f| f != fd);
-    }
-}
-
 /// Process groups of the children running now (0: free slot), for the signal handler.
 static GROUPS: [AtomicI32; 32] = [const { AtomicI32::new(0) }; 32];
 
@@ -70,11 +50,11 @@ impl Registered {
     ///
     /// The watchdog runs in a session of its own (`setsid`), so a `kill -9`
     /// of the tool's whole process group does not take it along, and it
-    /// inherits the locks in [`INHERITED`].
+    /// inherits the locks of [`crate::store::held`].
     fn watched(pids: Vec<u32>) -> Registered {
         let mut r = Registered::new(pids.clone());
         if let (Some(pid), Ok(exe)) = (pids.first(), std::env::current_exe()) {
-            let fds: Vec<i32> = INHERITED.lock().map(|v| v.clone()).unwrap_or_default();
+            let fds = crate::store::held::inherited();
             let mut c = std::process::Command::new(exe);
             c.args(["__watchdog", &pid.to_string()])
                 .stdin(std::process::Stdio::piped())

@@ -42,6 +42,7 @@ mod manifest;
 pub mod alias;
 
 pub mod gc;
+pub mod held;
 pub mod key;
 
 use fsutil::sync_dir;
@@ -297,8 +298,8 @@ fn lock_file(locks: &Path, name: &LockName) -> Result<Lock> {
         std::env::args().collect::<Vec<_>>().join(" ")
     );
     // A build started under this lock keeps it held through its watchdog if
-    // this process is killed (see `host::process::share_lock_with_watchdogs`).
-    crate::host::process::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
+    // this process is killed (see [`held`]).
+    held::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
     Ok(Lock { _file: Some(file) })
 }
 
@@ -335,7 +336,7 @@ impl Drop for TempRoots {
     fn drop(&mut self) {
         if let Some(f) = &self.file {
             use std::os::fd::AsRawFd;
-            crate::host::process::unshare_lock(f.as_raw_fd());
+            held::unshare_lock(f.as_raw_fd());
             // Unlocked for every holder (a watchdog shares the description).
             let _ = f.unlock();
             let _ = std::fs::remove_file(&self.path);
@@ -347,7 +348,7 @@ impl Drop for Lock {
     fn drop(&mut self) {
         if let Some(f) = &self._file {
             use std::os::fd::AsRawFd;
-            crate::host::process::unshare_lock(f.as_raw_fd());
+            held::unshare_lock(f.as_raw_fd());
             // Unlocked for every holder (a watchdog shares the description).
             let _ = f.unlock();
         }
@@ -371,7 +372,7 @@ fn take_run_lock(locks: &Path) {
             .ok()?;
         file.lock().ok()?;
         use std::os::fd::AsRawFd;
-        crate::host::process::share_lock_with_watchdogs(file.as_raw_fd());
+        held::share_lock_with_watchdogs(file.as_raw_fd());
         Some(file)
     });
 }
@@ -724,7 +725,7 @@ impl Store {
             .0;
         file.lock()
             .with_context(|| format!("locking {}", path.display()))?;
-        crate::host::process::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
+        held::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
         Ok(TempRoots {
             file: Some(file),
             path,
