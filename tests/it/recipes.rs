@@ -1,10 +1,8 @@
 //! Bad input exits 2 with a message naming the problem, and writes nothing.
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
+use crate::support::*;
 
 const COMMIT: &str = "5559679229bc961848b121ccdeaa8fa5d79bec98";
 
@@ -14,11 +12,11 @@ fn good(name: &str, commit: &str) -> String {
     )
 }
 
-/// Runs `build <pin>` in `dir` with recipes from `dir/recipes` and asserts exit
-/// 2, a message containing every `needle`, and no store created.
-fn refused(dir: &Path, pin: &str, needles: &[&str]) {
-    let store = dir.join("store");
-    let out = run(dir, &["build", pin, "--store", store.to_str().unwrap()]);
+/// Runs `build <pin>` in `fx`'s directory with recipes from its `recipes/`
+/// and asserts exit 2, a message containing every `needle`, and no store created.
+fn refused(fx: &Fx, pin: &str, needles: &[&str]) {
+    let store = fx.store();
+    let out = fx.run(&["build", pin]);
     let t = text(&out);
     assert_eq!(code(&out), 2, "{pin}: {t}");
     for n in needles {
@@ -27,20 +25,21 @@ fn refused(dir: &Path, pin: &str, needles: &[&str]) {
     assert!(!store.exists(), "{pin}: the store was created");
 }
 
-fn dir_with(recipes: &[(&str, String)]) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::create_dir(tmp.path().join("recipes")).unwrap();
+/// A test directory whose `recipes/` holds `recipes` (file name, text).
+fn dir_with(recipes: &[(&str, String)]) -> Fx {
+    let fx = Fx::new();
+    std::fs::create_dir(fx.dir().join("recipes")).unwrap();
     for (file, text) in recipes {
-        std::fs::write(tmp.path().join("recipes").join(file), text).unwrap();
+        std::fs::write(fx.dir().join("recipes").join(file), text).unwrap();
     }
-    tmp
+    fx
 }
 
 #[test]
 fn missing_recipe_file() {
-    let tmp = dir_with(&[]);
+    let fx = dir_with(&[]);
     refused(
-        tmp.path(),
+        &fx,
         "recipes/nope.yaml",
         &["recipes/nope.yaml", "not found"],
     );
@@ -48,25 +47,21 @@ fn missing_recipe_file() {
 
 #[test]
 fn malformed_yaml_names_the_file_and_line() {
-    let tmp = dir_with(&[("bad.yaml", "name: bad\nsource: [unclosed\n".into())]);
-    refused(
-        tmp.path(),
-        "recipes/bad.yaml",
-        &["recipes/bad.yaml", "line 2"],
-    );
+    let fx = dir_with(&[("bad.yaml", "name: bad\nsource: [unclosed\n".into())]);
+    refused(&fx, "recipes/bad.yaml", &["recipes/bad.yaml", "line 2"]);
 }
 
 #[test]
 fn unknown_key_names_the_key() {
-    let tmp = dir_with(&[("x.yaml", good("x", COMMIT) + "colour: blue\n")]);
-    refused(tmp.path(), "recipes/x.yaml", &["recipes/x.yaml", "colour"]);
+    let fx = dir_with(&[("x.yaml", good("x", COMMIT) + "colour: blue\n")]);
+    refused(&fx, "recipes/x.yaml", &["recipes/x.yaml", "colour"]);
 }
 
 #[test]
 fn short_commit_names_the_field_line_and_value() {
-    let tmp = dir_with(&[("x.yaml", good("x", "5559679"))]);
+    let fx = dir_with(&[("x.yaml", good("x", "5559679"))]);
     refused(
-        tmp.path(),
+        &fx,
         "recipes/x.yaml",
         &["recipes/x.yaml", "line 4", "source.commit", "5559679"],
     );
@@ -74,28 +69,28 @@ fn short_commit_names_the_field_line_and_value() {
 
 #[test]
 fn recipe_name_with_slash_or_dotdot() {
-    let tmp = dir_with(&[
+    let fx = dir_with(&[
         ("a.yaml", good("../evil", COMMIT)),
         ("b.yaml", good("a/b", COMMIT)),
     ]);
-    refused(tmp.path(), "recipes/a.yaml", &["field `name`", "../evil"]);
-    refused(tmp.path(), "recipes/b.yaml", &["field `name`", "a/b"]);
-    refused(tmp.path(), "..", &["not a recipe name"]);
+    refused(&fx, "recipes/a.yaml", &["field `name`", "../evil"]);
+    refused(&fx, "recipes/b.yaml", &["field `name`", "a/b"]);
+    refused(&fx, "..", &["not a recipe name"]);
 }
 
 #[test]
 fn ambiguous_commit_prefix_lists_the_candidates() {
     let c1 = "abcdef1000000000000000000000000000000001";
     let c2 = "abcdef1000000000000000000000000000000002";
-    let tmp = dir_with(&[("one.yaml", good("one", c1)), ("two.yaml", good("two", c2))]);
-    refused(tmp.path(), "abcdef1", &["ambiguous", "one", "two", c1, c2]);
+    let fx = dir_with(&[("one.yaml", good("one", c1)), ("two.yaml", good("two", c2))]);
+    refused(&fx, "abcdef1", &["ambiguous", "one", "two", c1, c2]);
 }
 
 #[test]
 fn commit_prefix_matching_no_recipe() {
-    let tmp = dir_with(&[("one.yaml", good("one", COMMIT))]);
+    let fx = dir_with(&[("one.yaml", good("one", COMMIT))]);
     refused(
-        tmp.path(),
+        &fx,
         "fedcba9",
         &["no recipe has a commit starting with fedcba9"],
     );
@@ -104,19 +99,10 @@ fn commit_prefix_matching_no_recipe() {
 #[test]
 fn pins_resolve_by_name_stem_and_unique_prefix_from_any_directory() {
     let other = "1111111222222233333334444444555555566666";
-    let tmp = dir_with(&[("one.yaml", good("fx-one", other))]);
-    // plan changes nothing and exits 0 for a valid PIN.
+    let fx = dir_with(&[("one.yaml", good("fx-one", other))]);
+    // plan changes nothing and exits 0 for a valid PIN (1 when a build would stop).
     for pin in ["one", "fx-one", "1111111", "555967922", "5559679229b"] {
-        let out = run(
-            tmp.path(),
-            &[
-                "plan",
-                pin,
-                "--store",
-                tmp.path().join("store").to_str().unwrap(),
-                "--json",
-            ],
-        );
+        let out = fx.run(&["plan", pin, "--json"]);
         assert_eq!(code(&out), plan_exit(&out), "{pin}: {}", text(&out));
         let name = json(&out)["recipe"].as_str().unwrap().to_string();
         let want = if pin.starts_with('5') {
@@ -128,34 +114,20 @@ fn pins_resolve_by_name_stem_and_unique_prefix_from_any_directory() {
     }
     // $ORACLE_BUILD_RECIPES is searched too, from any directory.
     let elsewhere = tempfile::tempdir().unwrap();
-    let out = cmd(elsewhere.path())
-        .env("ORACLE_BUILD_RECIPES", tmp.path().join("recipes"))
-        .args([
-            "plan",
-            "fx-one",
-            "--store",
-            tmp.path().join("store").to_str().unwrap(),
-            "--json",
-        ])
+    let out = fx
+        .cmd(&["plan", "fx-one", "--json"])
+        .current_dir(elsewhere.path())
+        .env("ORACLE_BUILD_RECIPES", fx.dir().join("recipes"))
         .output()
         .unwrap();
     assert_eq!(code(&out), plan_exit(&out), "{}", text(&out));
-    assert!(!tmp.path().join("store").exists(), "plan wrote nothing");
+    assert!(!fx.dir().join("store").exists(), "plan wrote nothing");
 }
 
 #[test]
 fn the_builtin_parity_pin_is_the_recorded_stack() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = run(
-        tmp.path(),
-        &[
-            "plan",
-            "555967922",
-            "--store",
-            tmp.path().join("s").to_str().unwrap(),
-            "--json",
-        ],
-    );
+    let fx = Fx::new();
+    let out = fx.run(&["plan", "555967922", "--json"]);
     assert_eq!(code(&out), plan_exit(&out), "{}", text(&out));
     let text = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/555967922.yaml"),
@@ -184,12 +156,9 @@ fn the_builtin_parity_pin_is_the_recorded_stack() {
 /// Runs `plan <file>` on a recipe of `good("x")` plus `extra` and returns
 /// the message, after asserting exit 2 and that nothing was written.
 fn plan_refuses(extra: &str) -> String {
-    let tmp = dir_with(&[("x.yaml", good("x", COMMIT) + extra)]);
-    let store = tmp.path().join("store");
-    let out = run(
-        tmp.path(),
-        &["plan", "recipes/x.yaml", "--store", store.to_str().unwrap()],
-    );
+    let fx = dir_with(&[("x.yaml", good("x", COMMIT) + extra)]);
+    let store = fx.store();
+    let out = fx.run(&["plan", "recipes/x.yaml"]);
     let t = text(&out);
     assert_eq!(code(&out), 2, "{extra:?}: {t}");
     assert!(!store.exists(), "{extra:?}: the store was created");
@@ -244,11 +213,11 @@ fn parse_errors_name_line_and_field_in_plain_words() {
         }
     }
     // An empty `package:` (a field with a default).
-    let tmp = dir_with(&[(
+    let fx = dir_with(&[(
         "x.yaml",
         good("x", COMMIT).replace("  package: fixturellm\n", "  package:\n"),
     )]);
-    let out = run(tmp.path(), &["plan", "recipes/x.yaml"]);
+    let out = run(fx.dir(), &["plan", "recipes/x.yaml"]);
     assert_eq!(code(&out), 2, "{}", text(&out));
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -260,12 +229,12 @@ fn parse_errors_name_line_and_field_in_plain_words() {
 
 #[test]
 fn build_env_errors_name_the_key() {
-    let tmp = dir_with(&[(
+    let fx = dir_with(&[(
         "x.yaml",
         good("x", COMMIT) + "  env:\n    CC: gcc\n    \"A=B\": x\n",
     )]);
     refused(
-        tmp.path(),
+        &fx,
         "recipes/x.yaml",
         &["recipes/x.yaml: line 11: field `build.env.A=B`: \"A=B\""],
     );
@@ -274,20 +243,11 @@ fn build_env_errors_name_the_key() {
 #[test]
 fn a_pin_that_is_a_stem_and_another_recipes_name_says_which_it_used() {
     let other = "1111111222222233333334444444555555566666";
-    let tmp = dir_with(&[
+    let fx = dir_with(&[
         ("alpha.yaml", good("fx-alpha", COMMIT)),
         ("beta.yaml", good("alpha", other)),
     ]);
-    let out = run(
-        tmp.path(),
-        &[
-            "plan",
-            "alpha",
-            "--store",
-            tmp.path().join("store").to_str().unwrap(),
-            "--json",
-        ],
-    );
+    let out = fx.run(&["plan", "alpha", "--json"]);
     assert_eq!(code(&out), plan_exit(&out), "{}", text(&out));
     assert_eq!(json(&out)["recipe"], "fx-alpha", "the file stem wins");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -296,16 +256,7 @@ fn a_pin_that_is_a_stem_and_another_recipes_name_says_which_it_used() {
         "both origins named: {err}"
     );
     // No note when the name is not shared.
-    let out = run(
-        tmp.path(),
-        &[
-            "plan",
-            "beta",
-            "--store",
-            tmp.path().join("store").to_str().unwrap(),
-            "--json",
-        ],
-    );
+    let out = fx.run(&["plan", "beta", "--json"]);
     assert_eq!(code(&out), plan_exit(&out), "{}", text(&out));
     assert!(
         !String::from_utf8_lossy(&out.stderr).contains("note:"),

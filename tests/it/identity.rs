@@ -5,15 +5,13 @@
 //! source is deleted, an alias left on (or moved to) another oracle, a venv
 //! with files removed, a build without tags, a foreign install without kernels.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use common::*;
+use crate::support::*;
 
 /// The fixture repository with three commits: tagged `v0.1.0`, then `c1`, then `c2`.
 fn repo_with_two_commits(dir: &Path) -> (PathBuf, String, String) {
@@ -23,37 +21,6 @@ fn repo_with_two_commits(dir: &Path) -> (PathBuf, String, String) {
     git(&repo, &["commit", "-qm", "third"]);
     let c2 = git(&repo, &["rev-parse", "HEAD"]);
     (repo, c1, c2)
-}
-
-/// Runs the binary and asserts the exit code.
-fn ok(dir: &Path, args: &[&str], want: i32) -> Output {
-    let out = run(dir, args);
-    assert_eq!(code(&out), want, "oracle-build {args:?}:\n{}", text(&out));
-    out
-}
-
-/// `build <recipe> --store <store>` (with the smoke gate), asserting exit 0.
-fn build(dir: &Path, recipe: &Path, store: &Path) {
-    ok(
-        dir,
-        &[
-            "build",
-            recipe.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-        ],
-        0,
-    );
-}
-
-/// The oracle venv of recipe `name`: the target of `roots/<name>`.
-fn oracle(store: &Path, name: &str) -> PathBuf {
-    store.join("roots").join(name).canonicalize().unwrap()
-}
-
-/// `oracle.json` of the venv at `venv`.
-fn record(venv: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(venv.join("oracle.json")).unwrap()).unwrap()
 }
 
 /// The problems of a `doctor --json` report.
@@ -107,18 +74,16 @@ fn tools_of(venv: &Path) -> (PathBuf, PathBuf) {
 
 #[test]
 fn verify_checks_each_field_and_the_emitted_pin_block_round_trips() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
+    let fx = Fx::new();
+    let d = fx.dir();
     let (repo, c1, c2) = repo_with_two_commits(d);
     let a = write_recipe(d, "fx-a", &repo, &c1, SMOKE);
     let b = write_recipe(d, "fx-b", &repo, &c2, SMOKE);
-    let store = d.join("store");
-    build(d, &a, &store);
-    build(d, &b, &store);
-    let s = store.to_str().unwrap();
+    fx.exits(&["build", a.to_str().unwrap()], 0);
+    fx.exits(&["build", b.to_str().unwrap()], 0);
 
     // Every check is listed with its expected and measured values.
-    let out = ok(d, &["verify", "fx-a.yaml", "--store", s], 0);
+    let out = fx.exits(&["verify", "fx-a.yaml"], 0);
     let stdout = String::from_utf8_lossy(&out.stdout);
     for field in [
         "import",
@@ -142,7 +107,7 @@ fn verify_checks_each_field_and_the_emitted_pin_block_round_trips() {
         );
     }
     assert!(stdout.contains("verified: all"), "{stdout}");
-    let v = json(&ok(d, &["verify", "fx-a.yaml", "--store", s, "--json"], 0));
+    let v = fx.json(&["verify", "fx-a.yaml", "--json"]);
     assert_eq!(v["ok"], true);
     for c in v["checks"].as_array().unwrap() {
         assert_eq!(c["ok"], true, "{c}");
@@ -151,13 +116,9 @@ fn verify_checks_each_field_and_the_emitted_pin_block_round_trips() {
     assert_eq!(v["identity"]["commit"], c1.as_str());
 
     // The emitted block is exactly the fenced block, measured from the oracle.
-    let out = ok(
-        d,
-        &["verify", "fx-a.yaml", "--store", s, "--emit-pin-block"],
-        0,
-    );
+    let out = fx.exits(&["verify", "fx-a.yaml", "--emit-pin-block"], 0);
     let block = String::from_utf8_lossy(&out.stdout).into_owned();
-    let runtime = record(&oracle(&store, "fx-a"))["identity"]["runtime_version"]
+    let runtime = record(&fx.oracle("fx-a"))["identity"]["runtime_version"]
         .as_str()
         .unwrap()
         .to_string();
@@ -175,19 +136,7 @@ fn verify_checks_each_field_and_the_emitted_pin_block_round_trips() {
     )
     .unwrap();
     let n = notes.to_str().unwrap();
-    let v = json(&ok(
-        d,
-        &[
-            "verify",
-            "fx-a.yaml",
-            "--store",
-            s,
-            "--pin-file",
-            n,
-            "--json",
-        ],
-        0,
-    ));
+    let v = fx.json(&["verify", "fx-a.yaml", "--pin-file", n, "--json"]);
     for field in [
         "vllm_commit",
         "vllm_runtime_version",
@@ -205,11 +154,7 @@ fn verify_checks_each_field_and_the_emitted_pin_block_round_trips() {
     }
 
     // ...and fails on a different oracle, naming each field that differs.
-    let out = ok(
-        d,
-        &["verify", "fx-b.yaml", "--store", s, "--pin-file", n],
-        3,
-    );
+    let out = fx.exits(&["verify", "fx-b.yaml", "--pin-file", n], 3);
     let t = text(&out);
     assert!(
         t.contains("[FAIL] vllm_commit") && t.contains(&format!("expected {c1}")),
@@ -224,17 +169,8 @@ fn verify_checks_each_field_and_the_emitted_pin_block_round_trips() {
     assert!(t.contains(&format!("found {c2}")), "{t}");
 
     // No block is emitted from an oracle that fails.
-    let out = ok(
-        d,
-        &[
-            "verify",
-            "fx-b.yaml",
-            "--store",
-            s,
-            "--pin-file",
-            n,
-            "--emit-pin-block",
-        ],
+    let out = fx.exits(
+        &["verify", "fx-b.yaml", "--pin-file", n, "--emit-pin-block"],
         3,
     );
     assert!(
@@ -244,28 +180,20 @@ fn verify_checks_each_field_and_the_emitted_pin_block_round_trips() {
     );
 
     // A venv checked against another recipe is refused, naming the commit.
-    let venv_b = oracle(&store, "fx-b");
-    let out = ok(
-        d,
-        &[
-            "verify",
-            venv_b.to_str().unwrap(),
-            "--pin",
-            "fx-a.yaml",
-            "--store",
-            s,
-        ],
+    let venv_b = fx.oracle("fx-b");
+    let out = fx.exits(
+        &["verify", venv_b.to_str().unwrap(), "--pin", "fx-a.yaml"],
         3,
     );
     assert!(text(&out).contains("[FAIL] commit"), "{}", text(&out));
     // Against its own oracle.json it passes.
-    ok(d, &["verify", venv_b.to_str().unwrap(), "--store", s], 0);
+    fx.exits(&["verify", venv_b.to_str().unwrap()], 0);
 }
 
 #[test]
 fn pin_file_mistakes_are_bad_input_before_anything_is_measured() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
+    let fx = Fx::new();
+    let d = fx.dir();
     let commit = "5559679229bc961848b121ccdeaa8fa5d79bec98";
     write_recipe(d, "fx", Path::new("/nonexistent"), commit, "");
     let good = format!(
@@ -301,48 +229,32 @@ fn pin_file_mistakes_are_bad_input_before_anything_is_measured() {
     for (name, body, needle) in cases {
         let f = d.join(format!("{name}.md"));
         std::fs::write(&f, body).unwrap();
-        let out = ok(
-            d,
-            &[
-                "verify",
-                "fx.yaml",
-                "--store",
-                d.join("store").to_str().unwrap(),
-                "--pin-file",
-                f.to_str().unwrap(),
-            ],
-            2,
-        );
+        let out = fx.exits(&["verify", "fx.yaml", "--pin-file", f.to_str().unwrap()], 2);
         let t = text(&out);
         assert!(
             t.contains(needle) && t.contains(&format!("{name}.md")),
             "{name}: {t}"
         );
     }
-    let out = ok(d, &["verify", "fx.yaml", "--pin-file", "absent.md"], 2);
+    let out = run(d, &["verify", "fx.yaml", "--pin-file", "absent.md"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
     assert!(text(&out).contains("absent.md"), "{}", text(&out));
 }
 
 #[test]
 fn deep_verify_names_missing_and_changed_files_and_doctor_gives_the_fix() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
+    let fx = Fx::new();
+    let d = fx.dir();
     let (repo, commit) = fixture_repo(d);
     let recipe = write_recipe(d, "fx", &repo, &commit, SMOKE);
-    let store = d.join("store");
-    let s = store.to_str().unwrap();
-    build(d, &recipe, &store);
-    let v = json(&ok(
-        d,
-        &["verify", "fx.yaml", "--store", s, "--deep", "--json"],
-        0,
-    ));
+    fx.exits(&["build", recipe.to_str().unwrap()], 0);
+    let v = fx.json(&["verify", "fx.yaml", "--deep", "--json"]);
     assert!(v["deep"]["record"]["files"].as_u64().unwrap() >= 10, "{v}");
     assert_eq!(v["deep"]["record"]["hashed"], true);
     assert_eq!(v["deep"]["manifest"].as_array().unwrap().len(), 0);
 
     // Remove one installed file; change another without changing its size.
-    let venv = oracle(&store, "fx");
+    let venv = fx.oracle("fx");
     let pkg = venv.join("lib/python3.11/site-packages/fixturellm");
     let removed = pkg.join("_custom_ops.py");
     unlock(&removed);
@@ -356,7 +268,7 @@ fn deep_verify_names_missing_and_changed_files_and_doctor_gives_the_fix() {
     std::fs::write(&changed, &bytes).unwrap();
 
     // Without --deep: the missing file (sizes only).
-    let t = text(&ok(d, &["verify", "fx.yaml", "--store", s], 3));
+    let t = text(&fx.exits(&["verify", "fx.yaml"], 3));
     assert!(
         t.contains("[FAIL] files (RECORD)") && t.contains("missing: fixturellm/_custom_ops.py"),
         "{t}"
@@ -367,11 +279,7 @@ fn deep_verify_names_missing_and_changed_files_and_doctor_gives_the_fix() {
         "same size: only --deep sees it: {t}"
     );
     // With --deep: both, against RECORD and against the manifest.
-    let out = ok(
-        d,
-        &["verify", "fx.yaml", "--store", s, "--deep", "--json"],
-        3,
-    );
+    let out = fx.exits(&["verify", "fx.yaml", "--deep", "--json"], 3);
     let v = json(&out);
     let rec: Vec<&str> = v["deep"]["record"]["problems"]
         .as_array()
@@ -402,7 +310,7 @@ fn deep_verify_names_missing_and_changed_files_and_doctor_gives_the_fix() {
     );
 
     // doctor names the entry, the file, and the fix.
-    let out = ok(d, &["doctor", "--store", s, "--json"], 1);
+    let out = fx.exits(&["doctor", "--json"], 1);
     let ps = problems(&out);
     let key = venv.file_name().unwrap().to_str().unwrap();
     let fm = find(&ps, "files-missing", key);
@@ -424,54 +332,39 @@ fn deep_verify_names_missing_and_changed_files_and_doctor_gives_the_fix() {
             )),
         "the recipe file, not its name: {fix}"
     );
-    let t = text(&ok(d, &["doctor", "--store", s], 1));
+    let t = text(&fx.exits(&["doctor"], 1));
     assert!(t.contains("[files-missing]") && t.contains("fix: "), "{t}");
 
     // A damaged oracle is not activated.
     let alias = d.join("venvs/oracle");
-    let t = text(&ok(
-        d,
-        &["activate", "fx.yaml", alias.to_str().unwrap(), "--store", s],
-        3,
-    ));
+    let t = text(&fx.exits(&["activate", "fx.yaml", alias.to_str().unwrap()], 3));
     assert!(t.contains("files (RECORD)"), "{t}");
     assert!(std::fs::symlink_metadata(&alias).is_err(), "PATH untouched");
 }
 
 #[test]
 fn activate_switches_the_alias_atomically_and_roots_the_rollback() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
+    let fx = Fx::new();
+    let d = fx.dir();
     let (repo, c1, c2) = repo_with_two_commits(d);
     let a = write_recipe(d, "fx-a", &repo, &c1, SMOKE);
     let b = write_recipe(d, "fx-b", &repo, &c2, SMOKE);
-    let store = d.join("store");
-    let s = store.to_str().unwrap();
-    build(d, &a, &store);
-    build(d, &b, &store);
-    let (va, vb) = (oracle(&store, "fx-a"), oracle(&store, "fx-b"));
+    let store = fx.store();
+    fx.exits(&["build", a.to_str().unwrap()], 0);
+    fx.exits(&["build", b.to_str().unwrap()], 0);
+    let (va, vb) = (fx.oracle("fx-a"), fx.oracle("fx-b"));
     let alias = d.join("venvs/vllm-oracle");
     let l = alias.to_str().unwrap();
 
-    let act = json(&ok(
-        d,
-        &["activate", "fx-a.yaml", l, "--store", s, "--json"],
-        0,
-    ));
+    let act = fx.json(&["activate", "fx-a.yaml", l, "--json"]);
     assert_eq!(std::fs::read_link(&alias).unwrap(), va);
     let root = act["root"].as_str().unwrap().to_string();
     assert!(root.starts_with("alias-vllm-oracle-"), "{root}");
     assert_eq!(store.join("roots").join(&root).canonicalize().unwrap(), va);
-    let reg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(store.join("aliases.json")).unwrap())
-            .unwrap();
+    let reg = read_json(&store.join("aliases.json"));
     assert_eq!(reg["aliases"][l]["recipe"], "fx-a", "{reg}");
 
-    let act = json(&ok(
-        d,
-        &["activate", "fx-b.yaml", l, "--store", s, "--json"],
-        0,
-    ));
+    let act = fx.json(&["activate", "fx-b.yaml", l, "--json"]);
     assert_eq!(std::fs::read_link(&alias).unwrap(), vb);
     assert_eq!(act["previous"], va.to_str().unwrap());
     let rollback = format!("{root}-rollback");
@@ -505,7 +398,7 @@ fn activate_switches_the_alias_atomically_and_roots_the_rollback() {
     };
     for i in 0..8 {
         let pin = if i % 2 == 0 { "fx-a.yaml" } else { "fx-b.yaml" };
-        ok(d, &["activate", pin, l, "--store", s], 0);
+        fx.exits(&["activate", pin, l], 0);
     }
     stop.store(true, Ordering::Relaxed);
     reader.join().unwrap();
@@ -523,7 +416,7 @@ fn activate_switches_the_alias_atomically_and_roots_the_rollback() {
     assert_eq!(leftovers.len(), 1, "no temporary links left: {leftovers:?}");
 
     // Everything is rooted: the doctor is happy.
-    let t = text(&ok(d, &["doctor", "--store", s], 0));
+    let t = text(&fx.exits(&["doctor"], 0));
     assert!(t.contains("healthy"), "{t}");
 
     // Someone moves the alias by hand (`ln -sfn`) to the other oracle: the
@@ -532,7 +425,7 @@ fn activate_switches_the_alias_atomically_and_roots_the_rollback() {
     let hand = d.join("venvs/.hand");
     std::os::unix::fs::symlink(&va, &hand).unwrap();
     std::fs::rename(&hand, &alias).unwrap();
-    let out = ok(d, &["doctor", "--store", s, "--json"], 1);
+    let out = fx.exits(&["doctor", "--json"], 1);
     let ps = problems(&out);
     let np = find(&ps, "alias-not-pin", l);
     assert_eq!(np.len(), 1, "{:?}", kinds(&ps));
@@ -551,7 +444,7 @@ fn activate_switches_the_alias_atomically_and_roots_the_rollback() {
         fix.starts_with("`oracle-build activate ") && fix.contains("fx-b.yaml") && fix.contains(l),
         "{fix}"
     );
-    let t = text(&ok(d, &["verify", l, "--store", s], 3));
+    let t = text(&fx.exits(&["verify", l], 3));
     assert!(
         t.contains("[FAIL] commit") && t.contains("alias registry"),
         "{t}"
@@ -577,59 +470,43 @@ fn activate_switches_the_alias_atomically_and_roots_the_rollback() {
     // A link to the alias is checked as the alias.
     let link = d.join("link-to-alias");
     std::os::unix::fs::symlink(&alias, &link).unwrap();
-    let t = text(&ok(d, &["verify", link.to_str().unwrap(), "--store", s], 3));
+    let t = text(&fx.exits(&["verify", link.to_str().unwrap()], 3));
     assert!(t.contains("alias registry"), "{t}");
     // The fix, as printed, heals it.
     let args: Vec<&str> = fix.trim_matches('`').split(' ').skip(1).collect();
-    let mut with_store = args.clone();
-    with_store.extend(["--store", s]);
-    ok(d, &with_store, 0);
-    ok(d, &["doctor", "--store", s], 0);
-    ok(d, &["verify", l, "--store", s], 0);
+    fx.exits(&args, 0);
+    fx.exits(&["doctor"], 0);
+    fx.exits(&["verify", l], 0);
 
     // build --activate: same code, after a gateable build.
     let second = d.join("venvs/second");
-    let rep = json(&ok(
-        d,
-        &[
-            "build",
-            "fx-a.yaml",
-            "--store",
-            s,
-            "--activate",
-            second.to_str().unwrap(),
-            "--json",
-        ],
-        0,
-    ));
+    let rep = fx.json(&[
+        "build",
+        "fx-a.yaml",
+        "--activate",
+        second.to_str().unwrap(),
+        "--json",
+    ]);
     assert_eq!(rep["activated"]["oracle"], va.to_str().unwrap());
     assert_eq!(std::fs::read_link(&second).unwrap(), va);
 
     // A real directory is never replaced; an unknown PIN is bad input.
     let dir = d.join("venvs/real");
     std::fs::create_dir_all(&dir).unwrap();
-    let t = text(&ok(
-        d,
-        &["activate", "fx-a.yaml", dir.to_str().unwrap(), "--store", s],
-        2,
-    ));
+    let t = text(&fx.exits(&["activate", "fx-a.yaml", dir.to_str().unwrap()], 2));
     assert!(t.contains("not a symlink"), "{t}");
     assert!(dir.is_dir());
-    ok(d, &["activate", "nope", l, "--store", s], 2);
+    fx.exits(&["activate", "nope", l], 2);
 
     // Someone else's symlink (neither a registered alias nor into the
     // store) is not replaced without --force.
     let foreign = d.join("venvs/foreign");
     std::os::unix::fs::symlink(d.join("xdg-nowhere"), &foreign).unwrap();
     let fl = foreign.to_str().unwrap();
-    let t = text(&ok(d, &["activate", "fx-a.yaml", fl, "--store", s], 2));
+    let t = text(&fx.exits(&["activate", "fx-a.yaml", fl], 2));
     assert!(t.contains("--force") && t.contains("neither"), "{t}");
     assert_eq!(std::fs::read_link(&foreign).unwrap(), d.join("xdg-nowhere"));
-    ok(
-        d,
-        &["activate", "fx-a.yaml", fl, "--store", s, "--force"],
-        0,
-    );
+    fx.exits(&["activate", "fx-a.yaml", fl, "--force"], 0);
     assert_eq!(std::fs::read_link(&foreign).unwrap(), va);
 
     // A corrupt registry: activate changes nothing (no link, no directory,
@@ -637,17 +514,7 @@ fn activate_switches_the_alias_atomically_and_roots_the_rollback() {
     let roots_before = std::fs::read_dir(store.join("roots")).unwrap().count();
     std::fs::write(store.join("aliases.json"), "{ not json").unwrap();
     let fresh = d.join("venvs-new/oracle");
-    let out = ok(
-        d,
-        &[
-            "activate",
-            "fx-a.yaml",
-            fresh.to_str().unwrap(),
-            "--store",
-            s,
-        ],
-        1,
-    );
+    let out = fx.exits(&["activate", "fx-a.yaml", fresh.to_str().unwrap()], 1);
     assert!(text(&out).contains("aliases.json"), "{}", text(&out));
     assert!(std::fs::symlink_metadata(&fresh).is_err(), "no link made");
     assert!(!d.join("venvs-new").exists(), "no directory made");
@@ -658,7 +525,7 @@ fn activate_switches_the_alias_atomically_and_roots_the_rollback() {
     );
     // A root pointing outside the store is reported too.
     std::os::unix::fs::symlink("/etc", store.join("roots/evil")).unwrap();
-    let ps = problems(&ok(d, &["doctor", "--store", s, "--json"], 1));
+    let ps = problems(&fx.exits(&["doctor", "--json"], 1));
     let bad = find(&ps, "alias-registry-unreadable", "aliases.json");
     assert_eq!(bad.len(), 1, "{:?}", kinds(&ps));
     let evil = find(&ps, "root-outside-store", "roots/evil");
@@ -669,64 +536,60 @@ fn activate_switches_the_alias_atomically_and_roots_the_rollback() {
         let fix = p["fix"].as_str().unwrap();
         run_fix(d, fix.split('`').nth(1).unwrap(), None);
     }
-    ok(d, &["doctor", "--store", s], 0);
-    ok(d, &["activate", "fx-a.yaml", l, "--store", s], 0);
+    fx.exits(&["doctor"], 0);
+    fx.exits(&["activate", "fx-a.yaml", l], 0);
 }
 
 /// Runs `command` (a fix as printed by doctor) with `sh -c` in `cwd`,
 /// `oracle-build` being the binary under test, with `--store STORE`
 /// appended when given; asserts success.
 fn run_fix(cwd: &Path, command: &str, store: Option<&Path>) -> Output {
-    let bin = Path::new(env!("CARGO_BIN_EXE_oracle-build"));
     let path = format!(
         "{}:{}",
-        bin.parent().unwrap().display(),
+        bin().parent().unwrap().display(),
         std::env::var("PATH").unwrap_or_default()
     );
     let line = match store {
         Some(s) => format!("{command} --store '{}'", s.display()),
         None => command.to_string(),
     };
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(&line)
-        .current_dir(cwd)
-        .env("PATH", path)
-        .env("ORACLE_BUILD_TOOLS", shared_tools())
-        .env("FX_MODELS", fixture_models())
-        .env_remove("ORACLE_BUILD_HOME")
-        .env_remove("ORACLE_BUILD_RECIPES")
-        .output()
-        .unwrap();
+    let out = test_env(
+        Command::new("sh")
+            .arg("-c")
+            .arg(&line)
+            .current_dir(cwd)
+            .env("PATH", path),
+    )
+    .output()
+    .unwrap();
     assert!(out.status.success(), "{line}:\n{}", text(&out));
     out
 }
 
 #[test]
 fn an_advanced_pin_leaves_the_alias_on_the_rollback_and_doctor_names_it() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
+    let fx = Fx::new();
+    let d = fx.dir();
     let (repo, c1, c2) = repo_with_two_commits(d);
     let recipe = write_recipe(d, "fx", &repo, &c1, SMOKE);
-    let store = d.join("store");
-    let s = store.to_str().unwrap();
+    let store = fx.store();
     let alias = d.join("venvs/vllm-oracle");
     let l = alias.to_str().unwrap();
     let r = recipe.to_str().unwrap();
-    ok(d, &["build", r, "--store", s, "--activate", l], 0);
-    let v1 = oracle(&store, "fx");
+    fx.exits(&["build", r, "--activate", l], 0);
+    let v1 = fx.oracle("fx");
     assert_eq!(std::fs::read_link(&alias).unwrap(), v1);
 
     // The pin advances (the recipe now names c2) and is built, but the alias
     // is not moved: it still points at c1, the rollback stage.
     write_recipe(d, "fx", &repo, &c2, SMOKE);
-    build(d, &recipe, &store);
-    let v2 = oracle(&store, "fx");
+    fx.exits(&["build", recipe.to_str().unwrap()], 0);
+    let v2 = fx.oracle("fx");
     assert_ne!(v1, v2);
-    let t = text(&ok(d, &["verify", l, "--store", s], 3));
+    let t = text(&fx.exits(&["verify", l], 3));
     assert!(t.contains("[FAIL] commit") && t.contains(&c2), "{t}");
 
-    let out = ok(d, &["doctor", "--store", s, "--json"], 1);
+    let out = fx.exits(&["doctor", "--json"], 1);
     let ps = problems(&out);
     let np = find(&ps, "alias-not-pin", l);
     assert_eq!(np.len(), 1, "{:?}", kinds(&ps));
@@ -759,7 +622,7 @@ fn an_advanced_pin_leaves_the_alias_on_the_rollback_and_doctor_names_it() {
     }
 
     // The fix moves the alias; c1 stays reachable as the rollback.
-    let act = json(&ok(d, &["activate", r, l, "--store", s, "--json"], 0));
+    let act = fx.json(&["activate", r, l, "--json"]);
     assert_eq!(std::fs::read_link(&alias).unwrap(), v2);
     let rollback = act["rollback_root"].as_str().unwrap().to_string();
     assert_eq!(
@@ -767,12 +630,12 @@ fn an_advanced_pin_leaves_the_alias_on_the_rollback_and_doctor_names_it() {
         v1
     );
     // Healthy again: the alias is the pin, everything is reachable.
-    let ps = problems(&ok(d, &["doctor", "--store", s, "--json"], 0));
+    let ps = problems(&fx.exits(&["doctor", "--json"], 0));
     assert!(ps.is_empty(), "{:?}", kinds(&ps));
 
     // The rollback oracle is deleted: its root dangles, and the doctor says so.
     force_remove(&v1);
-    let ps = problems(&ok(d, &["doctor", "--store", s, "--json"], 1));
+    let ps = problems(&fx.exits(&["doctor", "--json"], 1));
     let dr = find(&ps, "root-dangling", &rollback);
     assert_eq!(dr.len(), 1, "{:?}", kinds(&ps));
     assert!(dr[0]["fix"].as_str().unwrap().contains("rm "), "{}", dr[0]);
@@ -780,29 +643,23 @@ fn an_advanced_pin_leaves_the_alias_on_the_rollback_and_doctor_names_it() {
 
 #[test]
 fn doctor_finds_an_editable_install_and_its_deleted_source() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
+    let fx = Fx::new();
+    let d = fx.dir();
     let (repo, commit) = fixture_repo(d);
     let recipe = write_recipe(d, "fx", &repo, &commit, SMOKE);
-    let store = d.join("store");
-    let s = store.to_str().unwrap();
     let r = recipe.to_str().unwrap();
     let alias = d.join("venvs/oracle");
     let l = alias.to_str().unwrap();
     // Built without the gate: --activate is refused up front, activate later too.
-    let t = text(&ok(
-        d,
-        &["build", r, "--store", s, "--no-smoke", "--activate", l],
-        2,
-    ));
+    let t = text(&fx.exits(&["build", r, "--no-smoke", "--activate", l], 2));
     assert!(t.contains("--no-smoke"), "{t}");
-    ok(d, &["build", r, "--store", s, "--no-smoke"], 4);
-    let t = text(&ok(d, &["activate", r, l, "--store", s], 3));
+    fx.exits(&["build", r, "--no-smoke"], 4);
+    let t = text(&fx.exits(&["activate", r, l], 3));
     assert!(t.contains("unsmoked"), "{t}");
     assert!(std::fs::symlink_metadata(&alias).is_err(), "PATH untouched");
 
     // An editable install of a (modified) checkout, made with real uv.
-    let (uv, python) = tools_of(&oracle(&store, "fx"));
+    let (uv, python) = tools_of(&fx.oracle("fx"));
     let checkout = d.join("vllm-src");
     sh(Command::new("git").args([
         "clone",
@@ -828,20 +685,16 @@ fn doctor_finds_an_editable_install_and_its_deleted_source() {
     let e = ev.to_str().unwrap();
 
     // verify needs a recipe for a venv oracle-build did not make; with one, it refuses.
-    let t = text(&ok(d, &["verify", e, "--store", s], 2));
+    let t = text(&fx.exits(&["verify", e], 2));
     assert!(t.contains("--pin"), "{t}");
-    let t = text(&ok(d, &["verify", e, "--pin", r, "--store", s], 3));
+    let t = text(&fx.exits(&["verify", e, "--pin", r], 3));
     assert!(
         t.contains("[FAIL] editable") && t.contains("[FAIL] package_path"),
         "{t}"
     );
     assert!(t.contains("[FAIL] clean_tree"), "{t}");
 
-    let ps = problems(&ok(
-        d,
-        &["doctor", "--store", s, "--venv", e, "--pin", r, "--json"],
-        1,
-    ));
+    let ps = problems(&fx.exits(&["doctor", "--venv", e, "--pin", r, "--json"], 1));
     let ed = find(&ps, "editable", e);
     assert_eq!(ed.len(), 1, "{:?}", kinds(&ps));
     let msg = ed[0]["message"].as_str().unwrap();
@@ -873,11 +726,7 @@ fn doctor_finds_an_editable_install_and_its_deleted_source() {
 
     // Routine pruning deletes the source tree: the venv still exists, import fails.
     std::fs::remove_dir_all(&checkout).unwrap();
-    let ps = problems(&ok(
-        d,
-        &["doctor", "--store", s, "--venv", e, "--pin", r, "--json"],
-        1,
-    ));
+    let ps = problems(&fx.exits(&["doctor", "--venv", e, "--pin", r, "--json"], 1));
     let ed = find(&ps, "editable", e);
     assert_eq!(ed.len(), 1, "{:?}", kinds(&ps));
     let msg = ed[0]["message"].as_str().unwrap();
@@ -889,27 +738,20 @@ fn doctor_finds_an_editable_install_and_its_deleted_source() {
     for p in &ps {
         assert!(!p["fix"].as_str().unwrap().is_empty(), "{p}");
     }
-    let t = text(&ok(
-        d,
-        &["doctor", "--store", s, "--venv", e, "--pin", r],
-        1,
-    ));
+    let t = text(&fx.exits(&["doctor", "--venv", e, "--pin", r], 1));
     assert!(
         t.contains("[editable]") && t.contains("no longer exists") && t.contains("fix: "),
         "{t}"
     );
-    ok(d, &["verify", e, "--pin", r, "--store", s], 3);
+    fx.exits(&["verify", e, "--pin", r], 3);
 
     // Against a recipe of another commit, the distribution version still
     // names the commit the broken install was made from.
     let parent = git(&repo, &["rev-parse", "HEAD~1"]);
     let other = write_recipe(d, "fx-parent", &repo, &parent, SMOKE);
-    let ps = problems(&ok(
-        d,
+    let ps = problems(&fx.exits(
         &[
             "doctor",
-            "--store",
-            s,
             "--venv",
             e,
             "--pin",
@@ -950,18 +792,12 @@ fn tiny_project(dir: &Path, name: &str, version: &str, module: &str) -> PathBuf 
 
 #[test]
 fn doctor_names_a_build_without_history_and_installs_without_kernels_or_sha() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
+    let fx = Fx::new();
+    let d = fx.dir();
     let (repo, commit) = fixture_repo(d);
     let recipe = write_recipe(d, "fx", &repo, &commit, SMOKE);
-    let store = d.join("store");
-    build(d, &recipe, &store);
-    let s = store.to_str().unwrap();
-    let block = ok(
-        d,
-        &["verify", "fx.yaml", "--store", s, "--emit-pin-block"],
-        0,
-    );
+    fx.exits(&["build", recipe.to_str().unwrap()], 0);
+    let block = fx.exits(&["verify", "fx.yaml", "--emit-pin-block"], 0);
     let notes = d.join("SYNC.md");
     std::fs::write(&notes, &block.stdout).unwrap();
 
@@ -978,30 +814,32 @@ fn doctor_names_a_build_without_history_and_installs_without_kernels_or_sha() {
     git(&notag, &["tag", "-d", "v0.1.0"]);
     let nt = write_recipe(d, "fx-nt", &notag, &commit, SMOKE);
     let store2 = d.join("store2");
-    let s2 = store2.to_str().unwrap();
-    build(d, &nt, &store2);
-    let version = record(&oracle(&store2, "fx-nt"))["identity"]["runtime_version"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let b2 = fx.run_at(&store2, &["build", nt.to_str().unwrap()]);
+    assert_eq!(code(&b2), 0, "{}", text(&b2));
+    let version =
+        record(&store2.join("roots/fx-nt").canonicalize().unwrap())["identity"]["runtime_version"]
+            .as_str()
+            .unwrap()
+            .to_string();
     assert!(version.starts_with("0.1.dev2+g"), "{version}");
-    let ps = problems(&ok(d, &["doctor", "--store", s2, "--json"], 1));
+    let doc2 = fx.run_at(&store2, &["doctor", "--json"]);
+    assert_eq!(code(&doc2), 1, "{}", text(&doc2));
+    let ps = problems(&doc2);
     let nh = find(&ps, "no-history", "venvs/");
     assert_eq!(nh.len(), 1, "{:?}", kinds(&ps));
     assert!(nh[0]["message"].as_str().unwrap().contains(&version));
     assert!(nh[0]["fix"].as_str().unwrap().contains("tags"), "{}", nh[0]);
-    let t = text(&ok(
-        d,
+    let v2 = fx.run_at(
+        &store2,
         &[
             "verify",
             "fx-nt.yaml",
-            "--store",
-            s2,
             "--pin-file",
             notes.to_str().unwrap(),
         ],
-        3,
-    ));
+    );
+    assert_eq!(code(&v2), 3, "{}", text(&v2));
+    let t = text(&v2);
     assert!(
         t.contains("[FAIL] vllm_runtime_version") && t.contains(&format!("found {version}")),
         "{t}"
@@ -1010,7 +848,7 @@ fn doctor_names_a_build_without_history_and_installs_without_kernels_or_sha() {
 
     // A venv made by hand from a tarball (no .git) with a pretend version and
     // no compiled extensions, plus FlashInfer packages at different versions.
-    let (uv, python) = tools_of(&oracle(&store, "fx"));
+    let (uv, python) = tools_of(&fx.oracle("fx"));
     let tarball = d.join("tarball");
     sh(Command::new("git").args([
         "clone",
@@ -1039,11 +877,7 @@ fn doctor_names_a_build_without_history_and_installs_without_kernels_or_sha() {
         .env_remove("VIRTUAL_ENV"));
     let f = fv.to_str().unwrap();
     let r = recipe.to_str().unwrap();
-    let ps = problems(&ok(
-        d,
-        &["doctor", "--store", s, "--venv", f, "--pin", r, "--json"],
-        1,
-    ));
+    let ps = problems(&fx.exits(&["doctor", "--venv", f, "--pin", r, "--json"], 1));
     for kind in [
         "no-scm-sha",
         "precompiled",
@@ -1069,7 +903,7 @@ fn doctor_names_a_build_without_history_and_installs_without_kernels_or_sha() {
         fm.contains("flashinfer-cubin 0.6.14") && fm.contains("flashinfer-python 0.6.15.post1"),
         "{fm}"
     );
-    let t = text(&ok(d, &["verify", f, "--pin", r, "--store", s], 3));
+    let t = text(&fx.exits(&["verify", f, "--pin", r], 3));
     for field in ["commit", "compiled_extensions", "build_mode"] {
         assert!(t.contains(&format!("[FAIL] {field} ")), "{field}: {t}");
     }
@@ -1077,27 +911,32 @@ fn doctor_names_a_build_without_history_and_installs_without_kernels_or_sha() {
 
 #[test]
 fn doctor_fixes_name_the_recipe_file_and_run_as_printed_from_anywhere() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
+    let fx = Fx::new();
+    let d = fx.dir();
     let (repo, commit) = fixture_repo(d);
     // A recipe and an alias in directories whose names a shell would split.
     let pins = d.join("my pins ü");
     std::fs::create_dir_all(&pins).unwrap();
     let recipe = write_recipe(&pins, "fx", &repo, &commit, SMOKE);
     let alias = d.join("my venvs ü/oracle");
-    let store = d.join("store");
-    let s = store.to_str().unwrap();
+    let store = fx.store();
     let (r, l) = (recipe.to_str().unwrap(), alias.to_str().unwrap());
-    ok(d, &["build", r, "--store", s, "--activate", l], 0);
+    fx.exits(&["build", r, "--activate", l], 0);
     let elsewhere = d.join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
+    // The binary run from another directory than the recipe's, asserting the exit code.
+    let there = |args: &[&str], want: i32| {
+        let out = fx.cmd(args).current_dir(&elsewhere).output().unwrap();
+        assert_eq!(code(&out), want, "oracle-build {args:?}:\n{}", text(&out));
+        out
+    };
 
     // Damage the oracle: the fix deletes the entry and rebuilds from the file.
-    let venv = oracle(&store, "fx");
+    let venv = fx.oracle("fx");
     let removed = venv.join("lib/python3.11/site-packages/fixturellm/_custom_ops.py");
     unlock(&removed);
     std::fs::remove_file(&removed).unwrap();
-    let ps = problems(&ok(&elsewhere, &["doctor", "--store", s, "--json"], 1));
+    let ps = problems(&there(&["doctor", "--json"], 1));
     let fm = find(&ps, "files-missing", "venvs/");
     assert_eq!(fm.len(), 1, "{:?}", kinds(&ps));
     let fix = fm[0]["fix"].as_str().unwrap();
@@ -1113,7 +952,7 @@ fn doctor_fixes_name_the_recipe_file_and_run_as_printed_from_anywhere() {
 
     // Its alias now dangles: the fix rebuilds and re-activates it, named by
     // the recipe's file and the alias's quoted path.
-    let ps = problems(&ok(&elsewhere, &["doctor", "--store", s, "--json"], 1));
+    let ps = problems(&there(&["doctor", "--json"], 1));
     let dangling = find(&ps, "alias-dangling", l);
     assert_eq!(dangling.len(), 1, "{:?}", kinds(&ps));
     let fix = dangling[0]["fix"].as_str().unwrap();
@@ -1131,7 +970,7 @@ fn doctor_fixes_name_the_recipe_file_and_run_as_printed_from_anywhere() {
             );
         }
     }
-    run_fix(&elsewhere, fix.trim_matches('`'), Some(&store));
-    ok(&elsewhere, &["doctor", "--store", s], 0);
-    ok(&elsewhere, &["verify", l, "--store", s], 0);
+    run_fix(&elsewhere, fix.trim_matches('`'), Some(store));
+    there(&["doctor"], 0);
+    there(&["verify", l], 0);
 }

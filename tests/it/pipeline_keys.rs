@@ -2,9 +2,7 @@
 //! same recipe and store, the `keys` that `plan --json` reports are the keys
 //! `build --json` used.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use serde_json::Value;
 
 fn plan_keys(dir: &std::path::Path, recipe: &str, store: &str) -> Value {
@@ -21,40 +19,44 @@ fn build_json(dir: &std::path::Path, recipe: &str, store: &str) -> Value {
 
 #[test]
 fn plan_after_a_build_reports_the_keys_the_build_used() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, commit, recipe, store) = fixture_pin(tmp.path());
+    let fx = Fx::new();
+    let tmp = fx.dir();
+    let (_, commit, recipe) = fx.pin();
+    let store = fx.store().to_path_buf();
     let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
 
     // No lockfile and nothing built: only the commit is known.
-    let before = plan_keys(tmp.path(), r, s);
+    let before = plan_keys(tmp, r, s);
     assert_eq!(before["source"], commit.as_str(), "{before}");
     assert!(before["wheel"].is_null(), "{before}");
     assert!(before["venv"].is_null(), "{before}");
 
-    let built = build_json(tmp.path(), r, s);
+    let built = build_json(tmp, r, s);
     let keys = built["keys"].clone();
     assert_eq!(keys["source"], commit.as_str(), "{keys}");
     assert_eq!(keys["venv"], built["key"], "{built}");
     let wheel = keys["wheel"].as_str().expect("build reports its wheel key");
     assert!(store.join("store/wheels").join(wheel).is_dir(), "{keys}");
 
-    let after = plan_keys(tmp.path(), r, s);
+    let after = plan_keys(tmp, r, s);
     assert_eq!(after, keys, "plan after the build");
     // And a second build, from the store only, agrees too.
-    assert_eq!(build_json(tmp.path(), r, s)["keys"], keys);
+    assert_eq!(build_json(tmp, r, s)["keys"], keys);
 }
 
 #[test]
 fn with_a_committed_lock_plan_knows_the_wheel_key_before_the_build() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, commit, recipe, store) = fixture_pin(tmp.path());
+    let fx = Fx::new();
+    let tmp = fx.dir();
+    let (_, commit, recipe) = fx.pin();
+    let store = fx.store().to_path_buf();
     let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
-    let locked = run(tmp.path(), &["lock", r, "--store", s, "--json"]);
+    let locked = run(tmp, &["lock", r, "--store", s, "--json"]);
     assert_eq!(code(&locked), 0, "{}", text(&locked));
-    let fetched = run(tmp.path(), &["fetch", r, "--store", s]);
+    let fetched = run(tmp, &["fetch", r, "--store", s]);
     assert_eq!(code(&fetched), 0, "{}", text(&fetched));
 
-    let before = plan_keys(tmp.path(), r, s);
+    let before = plan_keys(tmp, r, s);
     assert_eq!(before["source"], commit.as_str(), "{before}");
     assert!(
         before["wheel"].is_string(),
@@ -63,9 +65,9 @@ fn with_a_committed_lock_plan_knows_the_wheel_key_before_the_build() {
     // The venv key hashes the built wheel's bytes: unknown until it exists.
     assert!(before["venv"].is_null(), "{before}");
 
-    let keys = build_json(tmp.path(), r, s)["keys"].clone();
+    let keys = build_json(tmp, r, s)["keys"].clone();
     assert_eq!(keys["source"], before["source"]);
     assert_eq!(keys["wheel"], before["wheel"], "plan before the build");
     assert!(keys["venv"].is_string(), "{keys}");
-    assert_eq!(plan_keys(tmp.path(), r, s), keys, "plan after the build");
+    assert_eq!(plan_keys(tmp, r, s), keys, "plan after the build");
 }

@@ -1,37 +1,17 @@
 //! The store: GC roots and `gc`, crash safety under SIGKILL, concurrent
 //! builds, and the disk preflight.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use serde_json::Value;
 
-fn build_json(dir: &Path, recipe: &Path, store: &Path) -> Value {
-    let out = run(
-        dir,
-        &[
-            "build",
-            recipe.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-            "--json",
-        ],
-    );
-    assert_eq!(code(&out), 0, "{}", text(&out));
-    json(&out)
-}
-
 fn oracle_identity(venv: &str) -> Value {
-    let rec: Value = serde_json::from_str(
-        &std::fs::read_to_string(Path::new(venv).join("oracle.json")).unwrap(),
-    )
-    .unwrap();
+    let rec = record(Path::new(venv));
     let id = &rec["identity"];
     serde_json::json!({
         "runtime_version": id["runtime_version"], "distribution_version": id["distribution_version"],
@@ -41,11 +21,12 @@ fn oracle_identity(venv: &str) -> Value {
 
 /// Every entry that exists is complete: wheels and venvs pass their manifest
 /// check, checkouts are git work trees, mirrors are bare repositories.
-fn assert_no_partial_entries(store: &Path, when: &str) {
-    let st = run(
-        store.parent().unwrap(),
-        &["status", "--store", store.to_str().unwrap(), "--json"],
-    );
+fn assert_no_partial_entries(fx: &Fx, store: &Path, when: &str) {
+    let st = fx
+        .cmd_at(store, &["status", "--json"])
+        .current_dir(store.parent().unwrap())
+        .output()
+        .unwrap();
     assert_eq!(code(&st), 0, "{when}: {}", text(&st));
     for e in json(&st)["entries"].as_array().unwrap() {
         let label = e["entry"].as_str().unwrap();
@@ -67,19 +48,18 @@ fn assert_no_partial_entries(store: &Path, when: &str) {
 
 #[test]
 fn gc_deletes_exactly_the_unrooted_entries() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (repo, head) = fixture_repo(tmp.path());
+    let fx = Fx::new();
+    let (repo, head) = fx.repo();
     let tagged = git(&repo, &["rev-parse", "v0.1.0"]);
-    let a = write_recipe(tmp.path(), "fx-a", &repo, &tagged, SMOKE);
-    let b = write_recipe(tmp.path(), "fx-b", &repo, &head, SMOKE);
-    let store = tmp.path().join("store");
-    let s = store.to_str().unwrap();
-    let ra = build_json(tmp.path(), &a, &store);
-    let rb = build_json(tmp.path(), &b, &store);
+    let a = fx.recipe("fx-a", &repo, &tagged, SMOKE);
+    let b = fx.recipe("fx-b", &repo, &head, SMOKE);
+    let store = fx.store();
+    let ra = fx.build_json(store, &a);
+    let rb = fx.build_json(store, &b);
     assert_ne!(ra["key"], rb["key"]);
 
     // Nothing is collectable while both pins are rooted.
-    let dry = run(tmp.path(), &["gc", "--dry-run", "--store", s, "--json"]);
+    let dry = fx.run(&["gc", "--dry-run", "--json"]);
     assert_eq!(code(&dry), 0, "{}", text(&dry));
     assert_eq!(
         json(&dry)["deleted"].as_array().unwrap().len(),
@@ -88,20 +68,13 @@ fn gc_deletes_exactly_the_unrooted_entries() {
         text(&dry)
     );
 
-    let un = run(tmp.path(), &["unkeep", a.to_str().unwrap(), "--store", s]);
+    let un = fx.run(&["unkeep", a.to_str().unwrap()]);
     assert_eq!(code(&un), 0, "{}", text(&un));
-    let rec_a: Value = serde_json::from_str(
-        &std::fs::read_to_string(Path::new(ra["oracle"].as_str().unwrap()).join("oracle.json"))
-            .unwrap(),
-    )
-    .unwrap();
+    let rec_a = record(Path::new(ra["oracle"].as_str().unwrap()));
     let wheel_a = format!("wheels/{}", rec_a["wheel_key"].as_str().unwrap());
     // Pin A's own lock (resolved by its build, kept in the store) goes too;
     // the wheelhouse artifacts it shares with B stay.
-    let build_a: Value = serde_json::from_str(
-        &std::fs::read_to_string(store.join("store").join(&wheel_a).join("build.json")).unwrap(),
-    )
-    .unwrap();
+    let build_a = read_json(&store.join("store").join(&wheel_a).join("build.json"));
     let lock_a: Vec<String> = build_a["requires"]
         .as_array()
         .unwrap()
@@ -121,10 +94,7 @@ fn gc_deletes_exactly_the_unrooted_entries() {
     ];
     expected.sort();
 
-    let dry = json(&run(
-        tmp.path(),
-        &["gc", "--dry-run", "--store", s, "--json"],
-    ));
+    let dry = json(&fx.run(&["gc", "--dry-run", "--json"]));
     let mut listed: Vec<String> = dry["deleted"]
         .as_array()
         .unwrap()
@@ -139,7 +109,7 @@ fn gc_deletes_exactly_the_unrooted_entries() {
         "a dry run deletes nothing"
     );
 
-    let real = run(tmp.path(), &["gc", "--store", s]);
+    let real = fx.run(&["gc"]);
     assert_eq!(code(&real), 0, "{}", text(&real));
     assert!(
         String::from_utf8_lossy(&real.stdout).contains("deleted 4 entries"),
@@ -149,7 +119,7 @@ fn gc_deletes_exactly_the_unrooted_entries() {
     assert!(!Path::new(ra["oracle"].as_str().unwrap()).exists());
     assert!(!store.join("store/src").join(&tagged).exists());
     assert!(store.join("store/src").join(&head).exists());
-    let v = run(tmp.path(), &["verify", b.to_str().unwrap(), "--store", s]);
+    let v = fx.run(&["verify", b.to_str().unwrap()]);
     assert_eq!(
         code(&v),
         0,
@@ -158,23 +128,20 @@ fn gc_deletes_exactly_the_unrooted_entries() {
     );
 
     // keep re-roots an oracle that is in the store.
-    let k = run(tmp.path(), &["unkeep", b.to_str().unwrap(), "--store", s]);
+    let k = fx.run(&["unkeep", b.to_str().unwrap()]);
     assert_eq!(code(&k), 0);
-    let k = run(tmp.path(), &["keep", b.to_str().unwrap(), "--store", s]);
+    let k = fx.run(&["keep", b.to_str().unwrap()]);
     assert_eq!(code(&k), 0, "{}", text(&k));
-    let dry = json(&run(
-        tmp.path(),
-        &["gc", "--dry-run", "--store", s, "--json"],
-    ));
+    let dry = json(&fx.run(&["gc", "--dry-run", "--json"]));
     assert_eq!(dry["deleted"].as_array().unwrap().len(), 0, "{dry}");
 }
 
 #[test]
 fn sigkill_at_many_moments_never_leaves_a_partial_entry_and_the_rerun_resumes() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (repo, head) = fixture_repo(tmp.path());
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &head, SMOKE);
-    let reference = build_json(tmp.path(), &recipe, &tmp.path().join("reference"));
+    let fx = Fx::new();
+    let (repo, head) = fx.repo();
+    let recipe = fx.recipe("fx", &repo, &head, SMOKE);
+    let reference = fx.build_json(&fx.dir().join("reference"), &recipe);
     let ref_id = oracle_identity(reference["oracle"].as_str().unwrap());
 
     // Each moment: the stage message the run must have printed, then a delay
@@ -199,14 +166,9 @@ fn sigkill_at_many_moments_never_leaves_a_partial_entry_and_the_rerun_resumes() 
     for marker in MARKERS {
         for delay in DELAYS_MS {
             n += 1;
-            let store = tmp.path().join(format!("s{n}"));
-            let mut child = cmd(tmp.path())
-                .args([
-                    "build",
-                    recipe.to_str().unwrap(),
-                    "--store",
-                    store.to_str().unwrap(),
-                ])
+            let store = fx.dir().join(format!("s{n}"));
+            let mut child = fx
+                .cmd_at(&store, &["build", recipe.to_str().unwrap()])
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .process_group(0)
@@ -239,9 +201,9 @@ fn sigkill_at_many_moments_never_leaves_a_partial_entry_and_the_rerun_resumes() 
             unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
             let _ = child.wait();
             let _ = reader.join();
-            assert_no_partial_entries(&store, &format!("after a kill {moment}"));
+            assert_no_partial_entries(&fx, &store, &format!("after a kill {moment}"));
 
-            let rerun = build_json(tmp.path(), &recipe, &store);
+            let rerun = fx.build_json(&store, &recipe);
             assert_eq!(
                 rerun["key"], reference["key"],
                 "kill {moment}: same oracle key"
@@ -260,7 +222,7 @@ fn sigkill_at_many_moments_never_leaves_a_partial_entry_and_the_rerun_resumes() 
                 stale.is_empty(),
                 "kill {moment}: staging left behind: {stale:?}"
             );
-            assert_no_partial_entries(&store, "after the rerun");
+            assert_no_partial_entries(&fx, &store, "after the rerun");
             // Stages finished before the kill are not redone.
             let built: Vec<&str> = rerun["built"]
                 .as_array()
@@ -284,18 +246,11 @@ fn sigkill_at_many_moments_never_leaves_a_partial_entry_and_the_rerun_resumes() 
 
 #[test]
 fn four_concurrent_builds_build_once_and_gc_during_a_build_deletes_nothing_it_needs() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (repo, _, recipe, store) = fixture_pin(tmp.path());
+    let fx = Fx::new();
+    let (repo, _, recipe) = fx.pin();
     let children: Vec<_> = (0..4)
         .map(|_| {
-            cmd(tmp.path())
-                .args([
-                    "build",
-                    recipe.to_str().unwrap(),
-                    "--store",
-                    store.to_str().unwrap(),
-                    "--json",
-                ])
+            fx.cmd(&["build", recipe.to_str().unwrap(), "--json"])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -333,15 +288,9 @@ fn four_concurrent_builds_build_once_and_gc_during_a_build_deletes_nothing_it_ne
 
     // A gc started while a second pin builds deletes nothing that build needs.
     let tagged = git(&repo, &["rev-parse", "v0.1.0"]);
-    let other = write_recipe(tmp.path(), "fx-other", &repo, &tagged, SMOKE);
-    let mut child = cmd(tmp.path())
-        .args([
-            "build",
-            other.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-            "--json",
-        ])
+    let other = fx.recipe("fx-other", &repo, &tagged, SMOKE);
+    let mut child = fx
+        .cmd(&["build", other.to_str().unwrap(), "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -353,10 +302,7 @@ fn four_concurrent_builds_build_once_and_gc_during_a_build_deletes_nothing_it_ne
             break;
         }
     }
-    let gc = run(
-        tmp.path(),
-        &["gc", "--store", store.to_str().unwrap(), "--json"],
-    );
+    let gc = fx.run(&["gc", "--json"]);
     assert_eq!(code(&gc), 0, "{}", text(&gc));
     let deleted = json(&gc)["deleted"].clone();
     assert_eq!(
@@ -367,26 +313,18 @@ fn four_concurrent_builds_build_once_and_gc_during_a_build_deletes_nothing_it_ne
     std::thread::spawn(move || lines.for_each(drop));
     let out = child.wait_with_output().unwrap();
     assert_eq!(code(&out), 0, "{}", text(&out));
-    let v = run(
-        tmp.path(),
-        &[
-            "verify",
-            other.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-        ],
-    );
+    let v = fx.run(&["verify", other.to_str().unwrap()]);
     assert_eq!(code(&v), 0, "{}", text(&v));
 }
 
 #[test]
 fn disk_preflight_refuses_early_naming_needed_free_and_path() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (repo, head) = fixture_repo(tmp.path());
+    let fx = Fx::new();
+    let (repo, head) = fx.repo();
     let extra = format!("  disk: {{wheel_gib: 100000}}\n{SMOKE}");
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &head, &extra);
-    let store = tmp.path().join("store");
-    let out = build_out(tmp.path(), &recipe, &store, &[]);
+    let recipe = fx.recipe("fx", &repo, &head, &extra);
+    let store = fx.store();
+    let out = fx.build(&recipe);
     assert_eq!(code(&out), 1, "{}", text(&out));
     let t = text(&out);
     assert!(
@@ -405,8 +343,8 @@ fn disk_preflight_refuses_early_naming_needed_free_and_path() {
 
 #[test]
 fn a_full_disk_mid_stage_is_reported_and_leaves_the_store_valid() {
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("small");
+    let fx = Fx::new();
+    let mnt = fx.dir().join("small");
     std::fs::create_dir(&mnt).unwrap();
     let mounted = std::process::Command::new("mount")
         .args([
@@ -431,19 +369,19 @@ fn a_full_disk_mid_stage_is_reported_and_leaves_the_store_valid() {
         }
     }
     let _guard = Unmount(mnt.clone());
-    let (repo, head) = fixture_repo(tmp.path());
+    let (repo, head) = fx.repo();
     // Estimates small enough to pass the preflight, so the stage hits ENOSPC.
     let extra = format!("  disk: {{source_gib: 0, wheel_gib: 0, venv_gib: 0}}\n{SMOKE}");
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &head, &extra);
+    let recipe = fx.recipe("fx", &repo, &head, &extra);
     let store = mnt.join("store");
-    let out = build_out(tmp.path(), &recipe, &store, &[]);
+    let out = fx.run_at(&store, &["build", recipe.to_str().unwrap()]);
     assert_eq!(code(&out), 1, "{}", text(&out));
     assert!(
         text(&out).contains("the disk is full (ENOSPC)"),
         "{}",
         text(&out)
     );
-    assert_no_partial_entries(&store, "after ENOSPC");
+    assert_no_partial_entries(&fx, &store, "after ENOSPC");
     let staged: Vec<_> = std::fs::read_dir(store.join("tmp"))
         .unwrap()
         .flatten()
@@ -468,23 +406,18 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
 
 #[test]
 fn sigterm_or_sigkill_of_the_tool_leaves_no_build_running() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (repo, _) = fixture_repo(tmp.path());
+    let fx = Fx::new();
+    let (repo, _) = fx.repo();
     let setup = repo.join("setup.py");
     let text = std::fs::read_to_string(&setup).unwrap();
     std::fs::write(&setup, format!("import time\ntime.sleep(60)\n{text}")).unwrap();
     git(&repo, &["commit", "-qam", "a slow build"]);
     let slow = git(&repo, &["rev-parse", "HEAD"]);
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &slow, SMOKE);
+    let recipe = fx.recipe("fx", &repo, &slow, SMOKE);
     for (signal, code_want) in [(libc::SIGTERM, 143), (libc::SIGKILL, -1)] {
-        let store = tmp.path().join(format!("store-{signal}"));
-        let mut child = cmd(tmp.path())
-            .args([
-                "build",
-                recipe.to_str().unwrap(),
-                "--store",
-                store.to_str().unwrap(),
-            ])
+        let store = fx.dir().join(format!("store-{signal}"));
+        let mut child = fx
+            .cmd_at(&store, &["build", recipe.to_str().unwrap()])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -522,19 +455,19 @@ fn sigterm_or_sigkill_of_the_tool_leaves_no_build_running() {
 
 #[test]
 fn a_store_path_that_is_a_file_or_links_into_a_checkout_is_bad_input() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (repo, head) = fixture_repo(tmp.path());
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &head, SMOKE);
+    let fx = Fx::new();
+    let (repo, head) = fx.repo();
+    let recipe = fx.recipe("fx", &repo, &head, SMOKE);
     let r = recipe.to_str().unwrap();
-    let file = tmp.path().join("a-file");
+    let file = fx.dir().join("a-file");
     std::fs::write(&file, "x").unwrap();
-    let out = run(tmp.path(), &["build", r, "--store", file.to_str().unwrap()]);
+    let out = fx.run_at(&file, &["build", r]);
     assert_eq!(code(&out), 2, "{}", text(&out));
     assert!(text(&out).contains("is not a directory"), "{}", text(&out));
 
-    let link = tmp.path().join("linked-store");
+    let link = fx.dir().join("linked-store");
     std::os::unix::fs::symlink(repo.join("x"), &link).unwrap();
-    let out = run(tmp.path(), &["build", r, "--store", link.to_str().unwrap()]);
+    let out = fx.run_at(&link, &["build", r]);
     assert_eq!(code(&out), 2, "{}", text(&out));
     assert!(
         text(&out).contains("inside the source checkout"),

@@ -2,12 +2,10 @@
 //! oracle venv of the fixture package (built by the real binary with real
 //! git and uv), whose `LLM` runs the fixture models in the fixture's modes.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::*;
+use crate::support::*;
 use serde_json::Value;
 
 /// What `model` generates for the canonical prompt (tests/fixture/README.md).
@@ -33,47 +31,36 @@ fn smoke(settings: &str, cases: &[String]) -> String {
     format!("smoke:\n  runs: 3\n{settings}  cases:\n{}", cases.concat())
 }
 
-/// A built fixture oracle (smoke not yet run) and the recipe that names it.
-struct Fx {
-    tmp: tempfile::TempDir,
+/// A built fixture oracle (smoke not yet run) in its test directory
+/// ([`Fx`], which it derefs to), and the pin of its recipe `fx.yaml`.
+struct Built {
+    fx: Fx,
     repo: PathBuf,
     commit: String,
 }
 
-impl Fx {
+impl std::ops::Deref for Built {
+    type Target = Fx;
+    fn deref(&self) -> &Fx {
+        &self.fx
+    }
+}
+
+impl Built {
     /// Builds the fixture's oracle with `build --no-smoke`, recipe `fx.yaml` holding `smoke_yaml`.
-    fn build(smoke_yaml: &str) -> Fx {
-        let tmp = tempfile::tempdir().unwrap();
-        let (repo, commit) = fixture_repo(tmp.path());
-        let fx = Fx { tmp, repo, commit };
-        fx.set_smoke(smoke_yaml);
-        let out = fx.run(&["build", "fx.yaml", "--no-smoke"]);
+    fn with_smoke(smoke_yaml: &str) -> Built {
+        let fx = Fx::new();
+        let (repo, commit) = fx.repo();
+        let built = Built { fx, repo, commit };
+        built.set_smoke(smoke_yaml);
         // Built, not smoked: not gateable (exit 4).
-        assert_eq!(code(&out), 4, "{}", text(&out));
-        fx
-    }
-
-    fn dir(&self) -> &Path {
-        self.tmp.path()
-    }
-
-    fn store(&self) -> PathBuf {
-        self.dir().join("store")
+        built.exits(&["build", "fx.yaml", "--no-smoke"], 4);
+        built
     }
 
     /// Rewrites the recipe with another smoke section (same pin, same oracle).
     fn set_smoke(&self, smoke_yaml: &str) {
-        write_recipe(self.dir(), "fx", &self.repo, &self.commit, smoke_yaml);
-    }
-
-    /// Runs the binary in the test directory with `--store`.
-    fn run(&self, args: &[&str]) -> Output {
-        cmd(self.dir())
-            .args(args)
-            .arg("--store")
-            .arg(self.store())
-            .output()
-            .unwrap()
+        self.recipe("fx", &self.repo, &self.commit, smoke_yaml);
     }
 
     /// `smoke fx.yaml --json` plus `args`: (exit code, report).
@@ -88,8 +75,7 @@ impl Fx {
 
     /// The oracle's `oracle.json`.
     fn record(&self) -> Value {
-        let venv = self.store().join("roots/fx").canonicalize().unwrap();
-        serde_json::from_str(&std::fs::read_to_string(venv.join("oracle.json")).unwrap()).unwrap()
+        record(&self.oracle("fx"))
     }
 }
 
@@ -145,7 +131,7 @@ fn gateable_oracle_reports_probe_runs_engine_config_and_host_and_records_the_ver
     let ids_case = format!(
         "    - name: ids\n      model: ${{FX_MODELS}}/model\n      prompt_token_ids: [2, 3, 4, 5, 6, 7, 8, 9, 2]\n      max_tokens: 16\n      engine_args: {ENGINE}\n"
     );
-    let fx = Fx::build(&smoke("", &[case("small", "model", ""), ids_case]));
+    let fx = Built::with_smoke(&smoke("", &[case("small", "model", ""), ids_case]));
     let before = fx.record();
     assert_eq!(before["smoke"]["verdict"], "unsmoked");
 
@@ -217,7 +203,7 @@ fn gateable_oracle_reports_probe_runs_engine_config_and_host_and_records_the_ver
 
 #[test]
 fn record_golden_then_smoke_passes_and_a_changed_golden_makes_build_regate() {
-    let fx = Fx::build(&smoke("", &[case("small", "model", "")]));
+    let fx = Built::with_smoke(&smoke("", &[case("small", "model", "")]));
     let (c, rec, _) = fx.smoke(&["--record-golden"]);
     assert_eq!(c, 0, "{rec:#}");
     assert_eq!(rec["smoke"]["cases"][0]["golden"], "recorded");
@@ -228,7 +214,7 @@ fn record_golden_then_smoke_passes_and_a_changed_golden_makes_build_regate() {
         rec["smoke"]["cases"][0]["golden_path"],
         path.to_str().unwrap()
     );
-    let g: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let g = read_json(&path);
     assert_eq!(ids(&g["prompt_token_ids"]), [2, 3, 4, 5, 6, 7, 8, 9, 2]);
     assert_eq!(ids(&g["output_token_ids"]), MODEL_IDS);
     assert!(g["text"].as_str().unwrap().contains("river where"));
@@ -273,7 +259,7 @@ fn record_golden_then_smoke_passes_and_a_changed_golden_makes_build_regate() {
 
 #[test]
 fn probe_failure_fails_the_gate_with_the_reason_and_records_no_golden() {
-    let fx = Fx::build(&smoke(
+    let fx = Built::with_smoke(&smoke(
         "  env: {FIXTURELLM_MODE: broken-op}\n",
         &[case("small", "model", "")],
     ));
@@ -298,7 +284,7 @@ fn probe_failure_fails_the_gate_with_the_reason_and_records_no_golden() {
 
 #[test]
 fn a_recipe_can_name_another_probe() {
-    let fx = Fx::build(&smoke(
+    let fx = Built::with_smoke(&smoke(
         "  probe: {module: builtins, function: bool}\n",
         &[case("small", "model", "")],
     ));
@@ -323,7 +309,7 @@ fn a_recipe_can_name_another_probe() {
 
 #[test]
 fn nondeterministic_runs_are_reported_with_the_position_and_the_candidates() {
-    let fx = Fx::build(&smoke(
+    let fx = Built::with_smoke(&smoke(
         "",
         &[case(
             "small",
@@ -357,7 +343,7 @@ fn nondeterministic_runs_are_reported_with_the_position_and_the_candidates() {
 #[test]
 fn golden_mismatch_names_position_tokens_and_gap_and_flags_near_ties_by_the_threshold() {
     let golden = "      golden: goldens/small.json\n";
-    let fx = Fx::build(&smoke("", &[case("small", "model", golden)]));
+    let fx = Built::with_smoke(&smoke("", &[case("small", "model", golden)]));
     // A golden the recipe names must exist.
     let (c, missing, _) = fx.smoke(&[]);
     assert_eq!(c, 4);
@@ -409,7 +395,7 @@ fn golden_mismatch_names_position_tokens_and_gap_and_flags_near_ties_by_the_thre
 
 #[test]
 fn a_golden_from_another_engine_configuration_is_refused_naming_the_differences() {
-    let fx = Fx::build(&smoke("", &[case("small", "model", "")]));
+    let fx = Built::with_smoke(&smoke("", &[case("small", "model", "")]));
     let (c, _, _) = fx.smoke(&["--record-golden"]);
     assert_eq!(c, 0);
     // Same model, same prompt, different engine: a near-tie could flip, so no comparison.
@@ -440,7 +426,7 @@ fn a_golden_from_another_engine_configuration_is_refused_naming_the_differences(
 #[test]
 fn a_numpy_golden_is_compared_by_its_manifest_row() {
     let golden = "      golden: users/run1\n";
-    let fx = Fx::build(&smoke("", &[case("small", "model", golden)]));
+    let fx = Built::with_smoke(&smoke("", &[case("small", "model", golden)]));
     let dir = fx.dir().join("users/run1");
     let manifest = |max_num_seqs: i64| {
         serde_json::json!({
@@ -507,7 +493,7 @@ fn a_numpy_golden_is_compared_by_its_manifest_row() {
 fn failing_cases_are_reported_as_data_and_the_others_still_run() {
     let missing =
         "    - name: gone\n      model: /nonexistent/models/Qwen-X\n      prompt: hi\n".to_string();
-    let fx = Fx::build(&smoke(
+    let fx = Built::with_smoke(&smoke(
         "",
         &[
             missing,
@@ -543,7 +529,7 @@ fn failing_cases_are_reported_as_data_and_the_others_still_run() {
 
 #[test]
 fn a_hanging_case_is_killed_by_its_timeout() {
-    let fx = Fx::build(&smoke(
+    let fx = Built::with_smoke(&smoke(
         "  timeout_s: 3\n",
         &[case(
             "stuck",
@@ -577,28 +563,22 @@ fn a_hanging_case_is_killed_by_its_timeout() {
 
 #[test]
 fn smoke_needs_a_built_oracle_and_a_known_case() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (repo, commit) = fixture_repo(tmp.path());
-    write_recipe(
-        tmp.path(),
+    let fx = Fx::new();
+    let (repo, commit) = fx.repo();
+    fx.recipe(
         "fx",
         &repo,
         &commit,
         &smoke("", &[case("small", "model", "")]),
     );
-    let store = tmp.path().join("store");
-    let s = store.to_str().unwrap();
-    let out = run(tmp.path(), &["smoke", "fx.yaml", "--store", s]);
+    let out = fx.run(&["smoke", "fx.yaml"]);
     assert_eq!(code(&out), 1, "{}", text(&out));
     assert!(
         text(&out).contains("no oracle of fx") && text(&out).contains("oracle-build build fx.yaml"),
         "{}",
         text(&out)
     );
-    let out = run(
-        tmp.path(),
-        &["smoke", "fx.yaml", "--store", s, "--case", "nope"],
-    );
+    let out = fx.run(&["smoke", "fx.yaml", "--case", "nope"]);
     assert_eq!(code(&out), 2, "{}", text(&out));
     assert!(
         text(&out).contains("no case named \"nope\" (its cases: small)"),
@@ -609,7 +589,7 @@ fn smoke_needs_a_built_oracle_and_a_known_case() {
 
 #[test]
 fn record_golden_refuses_to_replace_a_disagreeing_golden_without_force() {
-    let fx = Fx::build(&smoke("", &[case("small", "model", "")]));
+    let fx = Built::with_smoke(&smoke("", &[case("small", "model", "")]));
     let (c, rec, _) = fx.smoke(&["--record-golden"]);
     assert_eq!(c, 0, "{rec:#}");
     let path = fx.store().join("goldens/fx/small.json");
@@ -655,7 +635,7 @@ fn record_golden_refuses_to_replace_a_disagreeing_golden_without_force() {
         case0["notes"].to_string().contains("replaced (--force)"),
         "{case0}"
     );
-    let g: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let g = read_json(&path);
     assert_eq!(ids(&g["output_token_ids"]), MODEL_B_IDS);
     assert_ne!(std::fs::read(&path).unwrap(), before);
 
@@ -686,7 +666,7 @@ fn flat_logprobs_and_positions_without_logprobs_read_like_vllms_list_layout() {
             )
         })
         .collect();
-    let fx = Fx::build(&smoke("", &cases));
+    let fx = Built::with_smoke(&smoke("", &cases));
     let (c, report, _) = fx.smoke(&[]);
     assert_eq!(c, 0, "{report:#}");
     let cases = report["smoke"]["cases"].as_array().unwrap();
@@ -719,7 +699,7 @@ fn flat_logprobs_and_positions_without_logprobs_read_like_vllms_list_layout() {
 #[test]
 fn engine_knobs_are_read_back_under_vllms_names_and_one_that_cannot_be_is_reported() {
     let args = "{enforce_eager: true, max_model_len: 256, max_num_seqs: 1, enable_chunked_prefill: false, kv_cache_dtype: auto, swap_space: 2}";
-    let fx = Fx::build(&smoke(
+    let fx = Built::with_smoke(&smoke(
         "",
         &[
             // vLLM's VllmConfig sections: no chunked_prefill_enabled, and

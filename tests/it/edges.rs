@@ -1,11 +1,29 @@
 //! The edges a real user hits (issue 16, items 7-17): each gets a clear
 //! answer, with the contract's exit code, and leaves the store valid.
 
-mod common;
+use std::path::{Path, PathBuf};
+use std::process::Output;
 
-use std::path::Path;
+use crate::support::*;
 
-use common::*;
+/// A fixture repository in `dir`, a recipe `fx` at its head commit with the
+/// default smoke section, and the store path `dir/store`.
+/// Returns (repo, commit, recipe, store).
+fn fixture_pin(dir: &Path) -> (PathBuf, String, PathBuf, PathBuf) {
+    let (repo, commit) = fixture_repo(dir);
+    let recipe = write_recipe(dir, "fx", &repo, &commit, SMOKE);
+    (repo, commit, recipe, dir.join("store"))
+}
+
+/// Runs `build <recipe> --store <store> <extra...>` in `cwd`.
+fn build_out(cwd: &Path, recipe: &Path, store: &Path, extra: &[&str]) -> Output {
+    cmd(cwd)
+        .args(["build", &recipe.display().to_string(), "--store"])
+        .arg(store)
+        .args(extra)
+        .output()
+        .expect("oracle-build runs")
+}
 
 /// `git rev-parse HEAD~1` of `repo`: the tagged first commit of the fixture.
 fn first_commit(repo: &Path) -> String {
@@ -295,7 +313,7 @@ fn printed_command(text: &str, prefix: &str) -> String {
 
 /// Runs a printed `oracle-build ...` command line with a POSIX shell.
 fn run_printed(cwd: &Path, line: &str) -> std::process::Output {
-    let bin = Path::new(env!("CARGO_BIN_EXE_oracle-build"));
+    let bin = bin();
     let path = format!(
         "{}:{}",
         bin.parent().unwrap().display(),
@@ -481,14 +499,7 @@ fn run_with_read_only(cwd: &Path, ro: &[&Path], args: &[&str]) -> std::process::
     let c = cmd(cwd);
     let mut u = std::process::Command::new("unshare");
     u.current_dir(cwd)
-        .args([
-            "-rm",
-            "sh",
-            "-c",
-            &script,
-            "sh",
-            env!("CARGO_BIN_EXE_oracle-build"),
-        ])
+        .args(["-rm", "sh", "-c", &script, "sh", bin().to_str().unwrap()])
         .args(args)
         .envs(c.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))))
         .env_remove("ORACLE_BUILD_HOME");

@@ -1,10 +1,8 @@
 //! Pin advance under review: the report, accept, rollback, and forks.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::support::*;
 use serde_json::Value;
 
 /// Two cases: `a` on `model`, `b` on `model-b`.
@@ -33,18 +31,14 @@ fn two_tagged_commits(dir: &Path) -> (PathBuf, String, String) {
     (repo, c1, c2)
 }
 
-fn setup(dir: &Path) -> (PathBuf, String, String, PathBuf, PathBuf) {
+/// [`two_tagged_commits`] in `fx`'s directory, and FROM: the recipe
+/// `recipes/fx.yaml` at v0.1.0. Returns (repo, c1, c2, from).
+fn setup(fx: &Fx) -> (PathBuf, String, String, PathBuf) {
+    let dir = fx.dir();
     let (repo, c1, c2) = two_tagged_commits(dir);
     std::fs::create_dir(dir.join("recipes")).unwrap();
     let from = write_recipe(&dir.join("recipes"), "fx", &repo, &c1, TWO_CASES);
-    let store = dir.join("store");
-    (repo, c1, c2, from, store)
-}
-
-fn ok(dir: &Path, args: &[&str], want: i32) -> std::process::Output {
-    let out = run(dir, args);
-    assert_eq!(code(&out), want, "oracle-build {args:?}:\n{}", text(&out));
-    out
+    (repo, c1, c2, from)
 }
 
 fn case<'a>(report: &'a Value, name: &str) -> &'a Value {
@@ -58,19 +52,18 @@ fn case<'a>(report: &'a Value, name: &str) -> &'a Value {
 
 #[test]
 fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
-    let (_repo, c1, c2, from, store) = setup(d);
-    let s = store.to_str().unwrap();
+    let fx = Fx::new();
+    let d = fx.dir();
+    let (_repo, c1, c2, from) = setup(&fx);
     let f = from.to_str().unwrap();
-    let built = json(&ok(d, &["build", f, "--store", s, "--json"], 0));
+    let built = fx.json(&["build", f, "--json"]);
     let from_oracle = PathBuf::from(built["oracle"].as_str().unwrap());
     let from_record = std::fs::read(from_oracle.join("oracle.json")).unwrap();
     assert_eq!(built["runtime_version"], "0.1.0", "built exactly at v0.1.0");
     // A release-tag build (no +g<sha>) is proven by the tag recorded at
     // build time: verify accepts it, and so does doctor.
-    ok(d, &["verify", f, "--store", s], 0);
-    let doc = json(&ok(d, &["doctor", "--store", s, "--json"], 0));
+    fx.exits(&["verify", f], 0);
+    let doc = fx.json(&["doctor", "--json"]);
     assert_eq!(doc["problems"].as_array().unwrap().len(), 0, "{doc}");
 
     // A copy of that venv without oracle.json (as if installed by hand):
@@ -92,11 +85,10 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
     std::fs::remove_file(copy.join("oracle.json")).unwrap();
     std::fs::remove_file(copy.join("manifest.json")).unwrap();
     let cv = copy.to_str().unwrap();
-    ok(d, &["verify", cv, "--pin", f, "--store", s], 0);
+    fx.exits(&["verify", cv, "--pin", f], 0);
 
     let report_file = d.join("review.md");
-    let out = ok(
-        d,
+    let out = fx.exits(
         &[
             "advance",
             f,
@@ -105,8 +97,6 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
             "packaging=24.1",
             "--report",
             report_file.to_str().unwrap(),
-            "--store",
-            s,
             "--json",
         ],
         0,
@@ -198,18 +188,7 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
     );
     // Checked against TO's commit (tagged v0.2.0), the copy's 0.1.0 is
     // refused, naming the tag that is at the commit and that it does not match.
-    let t = text(&ok(
-        d,
-        &[
-            "verify",
-            cv,
-            "--pin",
-            candidate.to_str().unwrap(),
-            "--store",
-            s,
-        ],
-        3,
-    ));
+    let t = text(&fx.exits(&["verify", cv, "--pin", candidate.to_str().unwrap()], 3));
     assert!(
         t.contains("[FAIL] commit")
             && t.contains("tags at the commit: v0.2.0")
@@ -222,22 +201,18 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
 
 #[test]
 fn accept_moves_the_alias_only_to_a_gateable_to_and_rollback_restores_it() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
-    let (repo, _c1, c2, in_recipes, store) = setup(d);
+    let fx = Fx::new();
+    let d = fx.dir();
+    let store = fx.store();
+    let (repo, _c1, c2, in_recipes) = setup(&fx);
     // FROM's recipe lives in a directory not called recipes/.
     std::fs::create_dir(d.join("pins")).unwrap();
     let from = d.join("pins/fx.yaml");
     std::fs::rename(&in_recipes, &from).unwrap();
-    let s = store.to_str().unwrap();
     let f = from.to_str().unwrap();
     let alias = d.join("venvs/vllm-oracle");
     let l = alias.to_str().unwrap();
-    let built = json(&ok(
-        d,
-        &["build", f, "--store", s, "--activate", l, "--json"],
-        0,
-    ));
+    let built = fx.json(&["build", f, "--activate", l, "--json"]);
     let from_oracle = PathBuf::from(built["oracle"].as_str().unwrap());
     assert_eq!(std::fs::read_link(&alias).unwrap(), from_oracle);
 
@@ -247,8 +222,7 @@ fn accept_moves_the_alias_only_to_a_gateable_to_and_rollback_restores_it() {
         "  runs: 2\n  env: {FIXTURELLM_MODE: crash}\n",
     );
     let to_bad = write_recipe(d, "fx-bad", &repo, &c2, &bad);
-    let out = ok(
-        d,
+    let out = fx.exits(
         &[
             "advance",
             f,
@@ -256,8 +230,6 @@ fn accept_moves_the_alias_only_to_a_gateable_to_and_rollback_restores_it() {
             "--accept",
             "--alias",
             l,
-            "--store",
-            s,
         ],
         4,
     );
@@ -269,30 +241,12 @@ fn accept_moves_the_alias_only_to_a_gateable_to_and_rollback_restores_it() {
     );
 
     // --accept without --alias is a usage error; so is --alias without --accept.
-    ok(d, &["advance", f, &c2[..12], "--accept", "--store", s], 2);
-    let t = text(&ok(
-        d,
-        &["advance", f, &c2[..12], "--alias", l, "--store", s],
-        2,
-    ));
+    fx.exits(&["advance", f, &c2[..12], "--accept"], 2);
+    let t = text(&fx.exits(&["advance", f, &c2[..12], "--alias", l], 2));
     assert!(t.contains("add --accept"), "{t}");
 
     // A gateable TO: the alias moves, FROM is kept as the rollback root.
-    let r = json(&ok(
-        d,
-        &[
-            "advance",
-            f,
-            &c2[..12],
-            "--accept",
-            "--alias",
-            l,
-            "--store",
-            s,
-            "--json",
-        ],
-        0,
-    ));
+    let r = fx.json(&["advance", f, &c2[..12], "--accept", "--alias", l, "--json"]);
     let to_oracle = PathBuf::from(r["to"]["oracle"].as_str().unwrap());
     assert_ne!(to_oracle, from_oracle);
     // The candidate recipe is written next to FROM's recipe file.
@@ -315,7 +269,7 @@ fn accept_moves_the_alias_only_to_a_gateable_to_and_rollback_restores_it() {
     );
 
     // rollback swaps back atomically; the oracle it leaves stays rooted.
-    ok(d, &["rollback", l, "--store", s], 0);
+    fx.exits(&["rollback", l], 0);
     assert_eq!(std::fs::read_link(&alias).unwrap(), from_oracle);
     assert_eq!(
         store
@@ -325,7 +279,7 @@ fn accept_moves_the_alias_only_to_a_gateable_to_and_rollback_restores_it() {
             .unwrap(),
         to_oracle
     );
-    let dry = json(&ok(d, &["gc", "--dry-run", "--store", s, "--json"], 0));
+    let dry = fx.json(&["gc", "--dry-run", "--json"]);
     let doomed: Vec<&str> = dry["deleted"]
         .as_array()
         .unwrap()
@@ -341,10 +295,9 @@ fn accept_moves_the_alias_only_to_a_gateable_to_and_rollback_restores_it() {
 
 #[test]
 fn a_to_that_exists_only_on_a_fork_is_flagged() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
-    let (repo, _c1, _c2, from, store) = setup(d);
-    let s = store.to_str().unwrap();
+    let fx = Fx::new();
+    let d = fx.dir();
+    let (repo, _c1, _c2, from) = setup(&fx);
     let fork = d.join("fork");
     git(
         d,
@@ -361,18 +314,12 @@ fn a_to_that_exists_only_on_a_fork_is_flagged() {
     git(&fork, &["commit", "-qm", "fork only"]);
     let c3 = git(&fork, &["rev-parse", "HEAD"]);
     let to = write_recipe(d, "fx-fork", &fork, &c3, TWO_CASES);
-    let r = json(&ok(
-        d,
-        &[
-            "advance",
-            from.to_str().unwrap(),
-            to.to_str().unwrap(),
-            "--store",
-            s,
-            "--json",
-        ],
-        0,
-    ));
+    let r = fx.json(&[
+        "advance",
+        from.to_str().unwrap(),
+        to.to_str().unwrap(),
+        "--json",
+    ]);
     let flag = r["commits"]["flag"].as_str().unwrap_or("");
     assert!(
         flag.contains("not in the upstream repository") && flag.contains("fork"),

@@ -1,27 +1,25 @@
 //! The main job end to end, with the real binary, git, uv, python and a real
 //! wheel build of the fixture package.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::*;
+use crate::support::*;
 
 #[test]
 fn builds_a_gateable_oracle_then_a_second_run_is_a_no_op() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, commit, recipe, store) = fixture_pin(tmp.path());
-    let s = store.to_str().unwrap();
+    let fx = Fx::new();
+    let (_, commit, recipe) = fx.pin();
+    let store = fx.store();
     let r = recipe.to_str().unwrap();
 
     // First run: everything is built. The tools dir is the store's own, so
     // this run also provisions the pinned uv (no uv on PATH here).
-    let mut first = cmd(tmp.path());
-    first
+    let out = fx
+        .cmd(&["build", r])
         .env_remove("ORACLE_BUILD_TOOLS")
-        .args(["build", r, "--store", s]);
-    let out = first.output().unwrap();
+        .output()
+        .unwrap();
     assert_eq!(code(&out), 0, "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("verdict  gateable"), "{stdout}");
@@ -37,8 +35,7 @@ fn builds_a_gateable_oracle_then_a_second_run_is_a_no_op() {
     );
 
     // oracle.json holds every identity field of the contract.
-    let rec: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(venv.join("oracle.json")).unwrap()).unwrap();
+    let rec = record(venv);
     let id = &rec["identity"];
     for field in [
         "commit",
@@ -101,16 +98,12 @@ fn builds_a_gateable_oracle_then_a_second_run_is_a_no_op() {
 
     // The built wheel and its record.
     let wheel_key = rec["wheel_key"].as_str().unwrap();
-    let build: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            store
-                .join("store/wheels")
-                .join(wheel_key)
-                .join("build.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let build = read_json(
+        &store
+            .join("store/wheels")
+            .join(wheel_key)
+            .join("build.json"),
+    );
     assert_eq!(build["env"]["VLLM_TARGET_DEVICE"], "cpu");
     assert_eq!(build["env"]["VLLM_USE_PRECOMPILED"], "0");
     assert!(
@@ -134,7 +127,7 @@ fn builds_a_gateable_oracle_then_a_second_run_is_a_no_op() {
     );
 
     // Second run: nothing changes, nothing is built, same oracle.
-    let out2 = run(tmp.path(), &["build", r, "--store", s, "--json"]);
+    let out2 = fx.run(&["build", r, "--json"]);
     assert_eq!(code(&out2), 0, "{}", text(&out2));
     let report = json(&out2);
     assert_eq!(report["built"].as_array().unwrap().len(), 0, "{report}");
@@ -142,7 +135,7 @@ fn builds_a_gateable_oracle_then_a_second_run_is_a_no_op() {
     assert_eq!(report["verdict"], "gateable");
 
     // status lists the oracle under its root.
-    let st = run(tmp.path(), &["status", "--store", s, "--json"]);
+    let st = fx.run(&["status", "--json"]);
     assert_eq!(code(&st), 0, "{}", text(&st));
     let st = json(&st);
     let venvs: Vec<&serde_json::Value> = st["entries"]
@@ -179,21 +172,21 @@ fn builds_a_gateable_oracle_then_a_second_run_is_a_no_op() {
         String::from_utf8_lossy(&py.stderr)
     );
     assert!(String::from_utf8_lossy(&py.stdout).contains("site-packages/fixturellm"));
-    let v = run(tmp.path(), &["verify", r, "--store", s]);
+    let v = fx.run(&["verify", r]);
     assert_eq!(code(&v), 0, "{}", text(&v));
 }
 
 #[test]
 fn expect_mismatch_is_refused_with_exit_3_and_nothing_is_recorded() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (repo, commit) = fixture_repo(tmp.path());
+    let fx = Fx::new();
+    let (repo, commit) = fx.repo();
     let extra = format!(
         "expect:\n  runtime_version: 9.9.9+g{}\n{SMOKE}",
         &commit[..9]
     );
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, &extra);
-    let store = tmp.path().join("store");
-    let out = build_out(tmp.path(), &recipe, &store, &[]);
+    let recipe = fx.recipe("fx", &repo, &commit, &extra);
+    let store = fx.store();
+    let out = fx.build(&recipe);
     assert_eq!(code(&out), 3, "{}", text(&out));
     let t = text(&out);
     assert!(t.contains("runtime_version") && t.contains("9.9.9"), "{t}");
@@ -213,20 +206,14 @@ fn expect_mismatch_is_refused_with_exit_3_and_nothing_is_recorded() {
 
 #[test]
 fn a_pretend_version_in_the_environment_cannot_relabel_the_build() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, commit, recipe, store) = fixture_pin(tmp.path());
-    let out = cmd(tmp.path())
+    let fx = Fx::new();
+    let (_, commit, recipe) = fx.pin();
+    let out = fx
+        .cmd(&["build", recipe.to_str().unwrap(), "--no-smoke", "--json"])
         .env("SETUPTOOLS_SCM_PRETEND_VERSION", "0.23.1")
-        .args([
-            "build",
-            recipe.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-            "--no-smoke",
-            "--json",
-        ])
         .output()
         .unwrap();
+    // Built, not smoked: not gateable (exit 4).
     assert_eq!(code(&out), 4, "{}", text(&out));
     let version = json(&out)["runtime_version"].as_str().unwrap().to_string();
     assert!(
@@ -237,16 +224,11 @@ fn a_pretend_version_in_the_environment_cannot_relabel_the_build() {
 
 #[test]
 fn missing_model_is_built_but_not_gateable_exit_4() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, _, recipe, store) = fixture_pin(tmp.path());
-    let out = cmd(tmp.path())
-        .env("FX_MODELS", tmp.path().join("no-models"))
-        .args([
-            "build",
-            recipe.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-        ])
+    let fx = Fx::new();
+    let (_, _, recipe) = fx.pin();
+    let out = fx
+        .cmd(&["build", recipe.to_str().unwrap()])
+        .env("FX_MODELS", fx.dir().join("no-models"))
         .output()
         .unwrap();
     assert_eq!(code(&out), 4, "{}", text(&out));
@@ -259,19 +241,11 @@ fn missing_model_is_built_but_not_gateable_exit_4() {
 
 #[test]
 fn a_commit_the_repository_lacks_is_named() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (repo, _) = fixture_repo(tmp.path());
+    let fx = Fx::new();
+    let (repo, _) = fx.repo();
     let missing = "0123456789abcdef0123456789abcdef01234567";
-    let recipe = write_recipe(tmp.path(), "fx", &repo, missing, SMOKE);
-    let out = run(
-        tmp.path(),
-        &[
-            "build",
-            recipe.to_str().unwrap(),
-            "--store",
-            tmp.path().join("store").to_str().unwrap(),
-        ],
-    );
+    let recipe = fx.recipe("fx", &repo, missing, SMOKE);
+    let out = fx.run(&["build", recipe.to_str().unwrap()]);
     assert_eq!(code(&out), 2, "{}", text(&out));
     let t = text(&out);
     assert!(
@@ -290,12 +264,9 @@ fn the_parity_pin_stops_early_on_this_machine_naming_what_is_missing() {
         );
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    let out = run(
-        tmp.path(),
-        &["555967922", "--store", store.to_str().unwrap()],
-    );
+    let fx = Fx::new();
+    let store = fx.store();
+    let out = fx.run(&["555967922"]);
     assert_eq!(code(&out), 1, "{}", text(&out));
     let t = text(&out);
     assert!(t.contains("no nvcc"), "{t}");
@@ -304,21 +275,12 @@ fn the_parity_pin_stops_early_on_this_machine_naming_what_is_missing() {
         "{t}"
     );
     assert!(
-        tree(&store).iter().all(|p| p.is_dir()),
+        tree(store).iter().all(|p| p.is_dir()),
         "no file written: {:?}",
-        tree(&store)
+        tree(store)
     );
 
-    let plan = run(
-        tmp.path(),
-        &[
-            "plan",
-            "555967922",
-            "--store",
-            store.to_str().unwrap(),
-            "--json",
-        ],
-    );
+    let plan = fx.run(&["plan", "555967922", "--json"]);
     assert_eq!(code(&plan), plan_exit(&plan), "{}", text(&plan));
     let plan = json(&plan);
     let stages: Vec<&str> = plan["steps"]
@@ -337,10 +299,10 @@ fn the_parity_pin_stops_early_on_this_machine_naming_what_is_missing() {
 
 #[test]
 fn a_file_added_to_an_oracle_is_detected_and_the_entry_rebuilt() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, _, recipe, store) = fixture_pin(tmp.path());
-    let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
-    let out = run(tmp.path(), &["build", r, "--store", s, "--json"]);
+    let fx = Fx::new();
+    let (_, _, recipe) = fx.pin();
+    let r = recipe.to_str().unwrap();
+    let out = fx.run(&["build", r, "--json"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     let venv = std::path::PathBuf::from(json(&out)["oracle"].as_str().unwrap());
 
@@ -354,7 +316,7 @@ fn a_file_added_to_an_oracle_is_detected_and_the_entry_rebuilt() {
     )
     .unwrap();
 
-    let st = json(&run(tmp.path(), &["status", "--store", s, "--json"]));
+    let st = json(&fx.run(&["status", "--json"]));
     let row = st["entries"]
         .as_array()
         .unwrap()
@@ -369,7 +331,7 @@ fn a_file_added_to_an_oracle_is_detected_and_the_entry_rebuilt() {
             .contains("added: lib/python3.11/site-packages/zz_evil.pth"),
         "{row}"
     );
-    let v = run(tmp.path(), &["verify", r, "--store", s, "--deep"]);
+    let v = fx.run(&["verify", r, "--deep"]);
     assert_eq!(
         code(&v),
         3,
@@ -377,7 +339,7 @@ fn a_file_added_to_an_oracle_is_detected_and_the_entry_rebuilt() {
         text(&v)
     );
 
-    let again = run(tmp.path(), &["build", r, "--store", s, "--json"]);
+    let again = fx.run(&["build", r, "--json"]);
     assert_eq!(code(&again), 0, "{}", text(&again));
     assert!(
         text(&again).contains("is damaged (added: lib/python3.11/site-packages/zz_evil.pth"),
@@ -399,14 +361,14 @@ fn a_file_added_to_an_oracle_is_detected_and_the_entry_rebuilt() {
 
 #[test]
 fn a_failed_build_keeps_the_log_it_names() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (repo, _) = fixture_repo(tmp.path());
+    let fx = Fx::new();
+    let (repo, _) = fx.repo();
     std::fs::write(repo.join("csrc/ops.c"), "this is not C;\n").unwrap();
     git(&repo, &["commit", "-qam", "break the extension"]);
     let broken = git(&repo, &["rev-parse", "HEAD"]);
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &broken, SMOKE);
-    let store = tmp.path().join("store");
-    let out = build_out(tmp.path(), &recipe, &store, &[]);
+    let recipe = fx.recipe("fx", &repo, &broken, SMOKE);
+    let store = fx.store();
+    let out = fx.build(&recipe);
     assert_eq!(code(&out), 1, "{}", text(&out));
     let t = text(&out);
     let log = t
@@ -430,15 +392,15 @@ fn a_failed_build_keeps_the_log_it_names() {
 
 #[test]
 fn a_damaged_wheel_is_reported_and_rebuilt_when_it_is_needed() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, _, recipe, store) = fixture_pin(tmp.path());
-    let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
-    let out = run(tmp.path(), &["build", r, "--store", s, "--json"]);
+    let fx = Fx::new();
+    let (_, _, recipe) = fx.pin();
+    let store = fx.store();
+    let r = recipe.to_str().unwrap();
+    let out = fx.run(&["build", r, "--json"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     let first = json(&out);
     let venv = std::path::PathBuf::from(first["oracle"].as_str().unwrap());
-    let rec: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(venv.join("oracle.json")).unwrap()).unwrap();
+    let rec = record(&venv);
     let wheel_dir = store
         .join("store/wheels")
         .join(rec["wheel_key"].as_str().unwrap());
@@ -456,7 +418,7 @@ fn a_damaged_wheel_is_reported_and_rebuilt_when_it_is_needed() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
     std::fs::write(&wheel, &bytes).unwrap();
-    let st = json(&run(tmp.path(), &["status", "--store", s, "--json"]));
+    let st = json(&fx.run(&["status", "--json"]));
     let row = st["entries"]
         .as_array()
         .unwrap()
@@ -471,7 +433,7 @@ fn a_damaged_wheel_is_reported_and_rebuilt_when_it_is_needed() {
 
     // The venv is lost (a reboot with a pruned store): the rebuild replaces the wheel.
     force_remove(&venv);
-    let again = run(tmp.path(), &["build", r, "--store", s, "--json"]);
+    let again = fx.run(&["build", r, "--json"]);
     assert_eq!(code(&again), 0, "{}", text(&again));
     assert!(text(&again).contains("is damaged"), "{}", text(&again));
     let built = json(&again)["built"].clone();
@@ -488,13 +450,12 @@ fn a_damaged_wheel_is_reported_and_rebuilt_when_it_is_needed() {
 
 #[test]
 fn a_repository_without_tags_builds_with_a_recorded_warning() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (repo, _) = fixture_repo(tmp.path());
+    let fx = Fx::new();
+    let (repo, _) = fx.repo();
     git(&repo, &["tag", "-d", "v0.1.0"]);
     let head = git(&repo, &["rev-parse", "HEAD"]);
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &head, SMOKE);
-    let store = tmp.path().join("store");
-    let out = build_out(tmp.path(), &recipe, &store, &[]);
+    let recipe = fx.recipe("fx", &repo, &head, SMOKE);
+    let out = fx.build(&recipe);
     assert_eq!(code(&out), 0, "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -503,16 +464,10 @@ fn a_repository_without_tags_builds_with_a_recorded_warning() {
     );
     // With the tag, no warning.
     git(&repo, &["tag", "v0.1.0", "HEAD~1"]);
-    let tagged = write_recipe(tmp.path(), "fx-tagged", &repo, &head, SMOKE);
-    let out = run(
-        tmp.path(),
-        &[
-            "build",
-            tagged.to_str().unwrap(),
-            "--store",
-            tmp.path().join("s2").to_str().unwrap(),
-            "--json",
-        ],
+    let tagged = fx.recipe("fx-tagged", &repo, &head, SMOKE);
+    let out = fx.run_at(
+        &fx.dir().join("s2"),
+        &["build", tagged.to_str().unwrap(), "--json"],
     );
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert_eq!(json(&out)["warnings"].as_array().unwrap().len(), 0);

@@ -1,34 +1,22 @@
 //! `keep`, `unkeep` and `gc` as commands: `--json` output, and a store that
 //! does not exist (an empty store, as for `status`).
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
-
-fn run_in(dir: &Path, store: &Path, args: &[&str]) -> std::process::Output {
-    cmd(dir)
-        .args(args)
-        .arg("--store")
-        .arg(store)
-        .output()
-        .unwrap()
-}
+use crate::support::*;
 
 #[test]
 fn keep_and_unkeep_print_one_json_document() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (repo, head) = fixture_repo(tmp.path());
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &head, SMOKE);
+    let fx = Fx::new();
+    let (_, _, recipe) = fx.pin();
     let r = recipe.to_str().unwrap();
-    let store = tmp.path().join("store");
-    let b = run_in(tmp.path(), &store, &["build", r, "--no-smoke", "--json"]);
+    let store = fx.store();
+    let b = fx.run(&["build", r, "--no-smoke", "--json"]);
     assert_eq!(code(&b), 4, "{}", text(&b));
     let oracle = json(&b)["oracle"].as_str().unwrap().to_string();
     let root = store.join("roots/fx");
 
-    let un = run_in(tmp.path(), &store, &["unkeep", r, "--json"]);
+    let un = fx.run(&["unkeep", r, "--json"]);
     assert_eq!(code(&un), 0, "{}", text(&un));
     let un = json(&un);
     assert_eq!(un["action"], "removed", "{un}");
@@ -37,13 +25,13 @@ fn keep_and_unkeep_print_one_json_document() {
     assert_eq!(un["oracle"], oracle.as_str());
     assert!(std::fs::symlink_metadata(&root).is_err());
 
-    let again = run_in(tmp.path(), &store, &["unkeep", r, "--json"]);
+    let again = fx.run(&["unkeep", r, "--json"]);
     assert_eq!(code(&again), 0, "{}", text(&again));
     let again = json(&again);
     assert_eq!(again["action"], "absent", "{again}");
     assert!(again["oracle"].is_null());
 
-    let k = run_in(tmp.path(), &store, &["keep", r, "--json"]);
+    let k = fx.run(&["keep", r, "--json"]);
     assert_eq!(code(&k), 0, "{}", text(&k));
     let k = json(&k);
     assert_eq!(k["action"], "kept", "{k}");
@@ -57,35 +45,34 @@ fn keep_and_unkeep_print_one_json_document() {
 
 #[test]
 fn a_store_that_does_not_exist_is_empty_for_gc_and_unkeep_and_keep_names_it() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (repo, head) = fixture_repo(tmp.path());
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &head, SMOKE);
+    let fx = Fx::new();
+    let (_, _, recipe) = fx.pin();
     let r = recipe.to_str().unwrap();
-    let store = tmp.path().join("nowhere");
+    let store = fx.dir().join("nowhere");
     let shown = store.display().to_string();
 
-    let st = run_in(tmp.path(), &store, &["status", "--json"]);
+    let st = fx.run_at(&store, &["status", "--json"]);
     assert_eq!(code(&st), 0, "{}", text(&st));
 
-    let gc = run_in(tmp.path(), &store, &["gc"]);
+    let gc = fx.run_at(&store, &["gc"]);
     assert_eq!(code(&gc), 0, "{}", text(&gc));
     assert!(
         text(&gc).contains(&format!("no store at {shown}")),
         "{}",
         text(&gc)
     );
-    let gc = run_in(tmp.path(), &store, &["gc", "--dry-run", "--json"]);
+    let gc = fx.run_at(&store, &["gc", "--dry-run", "--json"]);
     assert_eq!(code(&gc), 0, "{}", text(&gc));
     assert_eq!(json(&gc)["deleted"].as_array().unwrap().len(), 0);
 
-    let un = run_in(tmp.path(), &store, &["unkeep", r]);
+    let un = fx.run_at(&store, &["unkeep", r]);
     assert_eq!(code(&un), 0, "{}", text(&un));
     assert!(text(&un).contains(&shown), "{}", text(&un));
-    let un = run_in(tmp.path(), &store, &["unkeep", r, "--json"]);
+    let un = fx.run_at(&store, &["unkeep", r, "--json"]);
     assert_eq!(code(&un), 0, "{}", text(&un));
     assert_eq!(json(&un)["action"], "absent");
 
-    let k = run_in(tmp.path(), &store, &["keep", r, "--json"]);
+    let k = fx.run_at(&store, &["keep", r, "--json"]);
     assert_eq!(code(&k), 1, "{}", text(&k));
     let err = String::from_utf8_lossy(&k.stderr);
     assert!(

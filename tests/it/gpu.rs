@@ -6,12 +6,10 @@
 //! test returns early and prints why. The tests of the fixture's own build
 //! logic (arch flags, the cpu build) run everywhere.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::support::*;
 use serde_json::Value;
 
 /// The CUDA overlay, committed under tests/fixture/cuda.
@@ -419,4 +417,16 @@ fn cuda_fixture_builds_for_cpu_anywhere() {
         "{}",
         String::from_utf8_lossy(&check.stderr)
     );
+}
+
+/// `oracle-build build <recipe> --store <store> <extra>` run in `cwd`.
+fn build_out(cwd: &Path, recipe: &Path, store: &Path, extra: &[&str]) -> std::process::Output {
+    cmd(cwd)
+        .arg("build")
+        .arg(recipe)
+        .arg("--store")
+        .arg(store)
+        .args(extra)
+        .output()
+        .expect("oracle-build runs")
 }

@@ -2,13 +2,11 @@
 //! FetchContent sources, `--offline`, and export/import bundles, with the
 //! real binary, git, uv and python.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
 
-use common::*;
+use crate::support::*;
 use serde_json::Value;
 
 /// A port on this machine nothing listens on (bound, then released).
@@ -17,11 +15,10 @@ fn closed_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
-/// The binary in an environment where any network use fails: every proxy
-/// variable points at a closed local port, and the default indexes too.
-fn offline_cmd(cwd: &Path) -> Command {
+/// Closes every network path of `c`: every proxy variable points at a
+/// closed local port, and the default indexes too.
+fn offline(c: &mut Command) -> &mut Command {
     let dead = format!("http://127.0.0.1:{}", closed_port());
-    let mut c = cmd(cwd);
     for v in [
         "HTTP_PROXY",
         "HTTPS_PROXY",
@@ -36,21 +33,16 @@ fn offline_cmd(cwd: &Path) -> Command {
         .env("no_proxy", "")
         .env("UV_INDEX_URL", format!("{dead}/simple"))
         .env("UV_DEFAULT_INDEX", format!("{dead}/simple"))
-        .env("PIP_INDEX_URL", format!("{dead}/simple"));
-    c
+        .env("PIP_INDEX_URL", format!("{dead}/simple"))
 }
 
 fn ok(out: &Output) {
     assert_eq!(code(out), 0, "{}", text(out));
 }
 
-fn read_json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap())
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
+/// `oracle.json` of the oracle a `build --json` report names.
 fn oracle_json(report: &Value) -> Value {
-    read_json(&Path::new(report["oracle"].as_str().unwrap()).join("oracle.json"))
+    record(Path::new(report["oracle"].as_str().unwrap()))
 }
 
 /// The identity fields that must survive a rebuild, plus the wheel's sha256.
@@ -65,20 +57,17 @@ fn identity(report: &Value) -> Value {
     })
 }
 
-fn build(c: &mut Command, recipe: &Path, store: &Path, extra: &[&str]) -> Value {
-    let out = c
-        .args([
-            "build",
-            recipe.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-            "--json",
-        ])
-        .args(extra)
-        .output()
-        .unwrap();
+/// Runs `c` (a `build ... --json`), asserts exit 0 and returns the report.
+fn report(c: &mut Command) -> Value {
+    let out = c.output().unwrap();
     ok(&out);
     json(&out)
+}
+
+/// `build <recipe> --json --offline` into `store`, with every network path closed.
+fn build_offline(fx: &Fx, store: &Path, recipe: &Path) -> Value {
+    let args = ["build", recipe.to_str().unwrap(), "--json", "--offline"];
+    report(offline(&mut fx.cmd_at(store, &args)))
 }
 
 fn delete_venvs_and_wheels(store: &Path) {
@@ -89,28 +78,20 @@ fn delete_venvs_and_wheels(store: &Path) {
     }
 }
 
-fn lock(dir: &Path, recipe: &Path, store: &Path) -> Value {
-    let out = run(
-        dir,
-        &[
-            "lock",
-            recipe.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-            "--json",
-        ],
-    );
+/// `lock <recipe> --json` into `store`, asserting exit 0.
+fn lock(fx: &Fx, store: &Path, recipe: &Path) -> Value {
+    let out = fx.run_at(store, &["lock", recipe.to_str().unwrap(), "--json"]);
     ok(&out);
     json(&out)
 }
 
 #[test]
 fn lock_writes_hash_pinned_lockfiles_and_a_second_lock_gives_the_same_bytes() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (repo, commit) = fixture_repo(tmp.path());
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, SMOKE);
-    let first = lock(tmp.path(), &recipe, &tmp.path().join("store-a"));
-    let dir = tmp.path().join("lockfiles/fx");
+    let fx = Fx::new();
+    let (repo, commit) = fx.repo();
+    let recipe = fx.recipe("fx", &repo, &commit, SMOKE);
+    let first = lock(&fx, &fx.dir().join("store-a"), &recipe);
+    let dir = fx.dir().join("lockfiles/fx");
     assert!(
         first["dir"].as_str().unwrap().ends_with("lockfiles/fx"),
         "{first}"
@@ -128,7 +109,7 @@ fn lock_writes_hash_pinned_lockfiles_and_a_second_lock_gives_the_same_bytes() {
         assert!(urls > 0, "{n}: {t}");
         assert_eq!(t.matches("hashes = { sha256 = ").count(), urls, "{n}: {t}");
         assert!(
-            !t.contains(tmp.path().to_str().unwrap()),
+            !t.contains(fx.dir().to_str().unwrap()),
             "no local paths: {t}"
         );
     }
@@ -162,7 +143,7 @@ fn lock_writes_hash_pinned_lockfiles_and_a_second_lock_gives_the_same_bytes() {
     assert_eq!(first["exclude_newer"], iso.trim());
 
     // A second lock, from another store (other checkout path, other uv cache): same bytes.
-    lock(tmp.path(), &recipe, &tmp.path().join("store-b"));
+    lock(&fx, &fx.dir().join("store-b"), &recipe);
     for (n, b) in names.iter().zip(&bytes) {
         assert_eq!(
             &std::fs::read(dir.join(n)).unwrap(),
@@ -172,21 +153,15 @@ fn lock_writes_hash_pinned_lockfiles_and_a_second_lock_gives_the_same_bytes() {
     }
 
     // A recipe that no longer matches its lock is refused, naming the field.
-    let changed = write_recipe(
-        tmp.path(),
+    let changed = fx.recipe(
         "fx",
         &repo,
         &commit,
         &format!("pins: {{packaging: \"24.0\"}}\n{SMOKE}"),
     );
-    let out = run(
-        tmp.path(),
-        &[
-            "build",
-            changed.to_str().unwrap(),
-            "--store",
-            tmp.path().join("store-a").to_str().unwrap(),
-        ],
+    let out = fx.run_at(
+        &fx.dir().join("store-a"),
+        &["build", changed.to_str().unwrap()],
     );
     assert_eq!(code(&out), 2, "{}", text(&out));
     assert!(
@@ -198,11 +173,12 @@ fn lock_writes_hash_pinned_lockfiles_and_a_second_lock_gives_the_same_bytes() {
 
 #[test]
 fn offline_rebuild_from_the_store_gives_the_same_oracle() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (_, _, recipe, store) = fixture_pin(tmp.path());
-    lock(tmp.path(), &recipe, &store);
+    let fx = Fx::new();
+    let (_, _, recipe) = fx.pin();
+    let store = fx.store();
+    lock(&fx, store, &recipe);
     let t0 = Instant::now();
-    let first = build(&mut cmd(tmp.path()), &recipe, &store, &[]);
+    let first = fx.build_json(store, &recipe);
     let first_s = t0.elapsed().as_secs_f64();
     let rec = oracle_json(&first);
     let requires: Vec<&str> = rec["requires"]
@@ -233,16 +209,7 @@ fn offline_rebuild_from_the_store_gives_the_same_oracle() {
     assert!(rec["inputs"]["runtime_lock"].is_string(), "{rec}");
 
     // gc keeps the wheelhouse: the oracle's root reaches it.
-    let gc = run(
-        tmp.path(),
-        &[
-            "gc",
-            "--dry-run",
-            "--store",
-            store.to_str().unwrap(),
-            "--json",
-        ],
-    );
+    let gc = fx.run(&["gc", "--dry-run", "--json"]);
     ok(&gc);
     assert_eq!(
         json(&gc)["deleted"].as_array().unwrap().len(),
@@ -253,7 +220,7 @@ fn offline_rebuild_from_the_store_gives_the_same_oracle() {
 
     // Reboot-like loss: the venv and the wheel are gone; mirror, checkout,
     // wheelhouse stay. Something missing is named before any work.
-    delete_venvs_and_wheels(&store);
+    delete_venvs_and_wheels(store);
     let wh = store.join("store/wheelhouse");
     let victim = std::fs::read_dir(&wh)
         .unwrap()
@@ -261,16 +228,9 @@ fn offline_rebuild_from_the_store_gives_the_same_oracle() {
         .unwrap()
         .unwrap()
         .path();
-    let aside = tmp.path().join("aside");
+    let aside = fx.dir().join("aside");
     std::fs::rename(&victim, &aside).unwrap();
-    let out = offline_cmd(tmp.path())
-        .args([
-            "build",
-            recipe.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-            "--offline",
-        ])
+    let out = offline(&mut fx.cmd(&["build", recipe.to_str().unwrap(), "--offline"]))
         .output()
         .unwrap();
     assert_eq!(code(&out), 1, "{}", text(&out));
@@ -291,12 +251,7 @@ fn offline_rebuild_from_the_store_gives_the_same_oracle() {
 
     // The offline rebuild, with every network path closed.
     let t1 = Instant::now();
-    let again = build(
-        &mut offline_cmd(tmp.path()),
-        &recipe,
-        &store,
-        &["--offline"],
-    );
+    let again = build_offline(&fx, store, &recipe);
     let rebuild_s = t1.elapsed().as_secs_f64();
     assert_eq!(identity(&again), identity(&first));
     assert_eq!(again["verdict"], "gateable");
@@ -315,12 +270,7 @@ fn offline_rebuild_from_the_store_gives_the_same_oracle() {
     let venv = PathBuf::from(again["oracle"].as_str().unwrap());
     force_remove(&venv);
     let t2 = Instant::now();
-    let third = build(
-        &mut offline_cmd(tmp.path()),
-        &recipe,
-        &store,
-        &["--offline"],
-    );
+    let third = build_offline(&fx, store, &recipe);
     let venv_only_s = t2.elapsed().as_secs_f64();
     assert_eq!(identity(&third), identity(&first));
     eprintln!(
@@ -347,8 +297,8 @@ fn make_repo(dir: &Path, files: &[(&str, &str)], tag: Option<&str>) -> String {
 
 #[test]
 fn fetchcontent_sources_are_staged_passed_to_the_build_and_used_offline() {
-    let tmp = tempfile::tempdir().unwrap();
-    let ext = tmp.path().join("upstream");
+    let fx = Fx::new();
+    let ext = fx.dir().join("upstream");
     make_repo(
         &ext.join("cutlass"),
         &[
@@ -362,7 +312,7 @@ fn fetchcontent_sources_are_staged_passed_to_the_build_and_used_offline() {
         &[("fixture-ext.txt", "kernels at a commit\n")],
         None,
     );
-    let (repo, _) = fixture_repo(tmp.path());
+    let (repo, _) = fx.repo();
     // CMake files shaped like vLLM's: an env-var override, and a plain
     // declaration that only FETCHCONTENT_SOURCE_DIR_<NAME> can redirect.
     std::fs::write(
@@ -404,16 +354,12 @@ include(cmake/external_projects/kernels.cmake)
         &["commit", "-qm", "cmake with two FetchContent sources"],
     );
     let commit = git(&repo, &["rev-parse", "HEAD"]);
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, SMOKE);
-    let store = tmp.path().join("store");
-    let s = store.to_str().unwrap();
+    let recipe = fx.recipe("fx", &repo, &commit, SMOKE);
+    let store = fx.store();
 
     // plan (after the mirror exists) lists both, not yet staged.
-    lock(tmp.path(), &recipe, &store);
-    let plan = run(
-        tmp.path(),
-        &["plan", recipe.to_str().unwrap(), "--store", s, "--json"],
-    );
+    lock(&fx, store, &recipe);
+    let plan = fx.run(&["plan", recipe.to_str().unwrap(), "--json"]);
     ok(&plan);
     let plan = json(&plan);
     let rows = plan["ext_sources"].as_array().unwrap();
@@ -431,7 +377,7 @@ include(cmake/external_projects/kernels.cmake)
             .any(|m| m.as_str().unwrap().contains("cutlass"))
     );
 
-    let first = build(&mut cmd(tmp.path()), &recipe, &store, &[]);
+    let first = fx.build_json(store, &recipe);
     let staged: Vec<String> = std::fs::read_dir(store.join("store/ext"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -447,10 +393,7 @@ include(cmake/external_projects/kernels.cmake)
             .any(|n| n.starts_with(&format!("kernels-{kernels}-"))),
         "{staged:?}"
     );
-    let plan = json(&run(
-        tmp.path(),
-        &["plan", recipe.to_str().unwrap(), "--store", s, "--json"],
-    ));
+    let plan = json(&fx.run(&["plan", recipe.to_str().unwrap(), "--json"]));
     assert!(
         plan["ext_sources"]
             .as_array()
@@ -509,13 +452,8 @@ include(cmake/external_projects/kernels.cmake)
 
     // Upstream gone, venv and wheel gone: the offline rebuild uses store/ext.
     force_remove(&ext);
-    delete_venvs_and_wheels(&store);
-    let again = build(
-        &mut offline_cmd(tmp.path()),
-        &recipe,
-        &store,
-        &["--offline"],
-    );
+    delete_venvs_and_wheels(store);
+    let again = build_offline(&fx, store, &recipe);
     assert_eq!(identity(&again), identity(&first));
     assert_eq!(
         sources(Path::new(again["oracle"].as_str().unwrap())),
@@ -563,16 +501,11 @@ with tarfile.open(out, "w:gz") as t:
     );
 }
 
-fn assert_refused(cwd: &Path, archive: &Path, store: &Path, what: &str) {
-    let out = run(
-        cwd,
-        &[
-            "import",
-            archive.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-        ],
-    );
+/// `import <archive>` into `store` is refused (exit 2) and writes no file
+/// there, nor anywhere in the test directory.
+fn assert_refused(fx: &Fx, archive: &Path, store: &Path, what: &str) {
+    let cwd = fx.dir();
+    let out = fx.run_at(store, &["import", archive.to_str().unwrap()]);
     assert_eq!(code(&out), 2, "{what}: {}", text(&out));
     assert!(text(&out).contains("refusing"), "{what}: {}", text(&out));
     assert!(
@@ -590,35 +523,33 @@ fn assert_refused(cwd: &Path, archive: &Path, store: &Path, what: &str) {
 
 #[test]
 fn import_refuses_hostile_archives_and_writes_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    let abs = tmp.path().join("abs-target");
+    let fx = Fx::new();
+    let store = fx.store();
+    let abs = fx.dir().join("abs-target");
     for kind in ["traversal", "absolute", "symlink"] {
-        let a = tmp.path().join(format!("{kind}.tar.gz"));
+        let a = fx.dir().join(format!("{kind}.tar.gz"));
         hostile(&a, kind, (kind == "absolute").then_some(abs.as_path()));
-        assert_refused(tmp.path(), &a, &store, kind);
+        assert_refused(&fx, &a, store, kind);
     }
     assert!(!abs.exists());
 }
 
 #[test]
 fn export_then_import_into_an_empty_store_rebuilds_the_same_oracle_offline() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (repo, commit) = fixture_repo(tmp.path());
-    let recipe = write_recipe(tmp.path(), "fx", &repo, &commit, SMOKE);
-    let store = tmp.path().join("store-a");
-    lock(tmp.path(), &recipe, &store);
-    let first = build(&mut cmd(tmp.path()), &recipe, &store, &[]);
-    let bundle = tmp.path().join("fx.tar.gz");
-    let out = run(
-        tmp.path(),
+    let fx = Fx::new();
+    let (repo, commit) = fx.repo();
+    let recipe = fx.recipe("fx", &repo, &commit, SMOKE);
+    let store = fx.dir().join("store-a");
+    lock(&fx, &store, &recipe);
+    let first = fx.build_json(&store, &recipe);
+    let bundle = fx.dir().join("fx.tar.gz");
+    let out = fx.run_at(
+        &store,
         &[
             "export",
             recipe.to_str().unwrap(),
             "-o",
             bundle.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
             "--json",
         ],
     );
@@ -633,55 +564,36 @@ fn export_then_import_into_an_empty_store_rebuilds_the_same_oracle_offline() {
     );
 
     // A tampered copy is refused, and nothing is written.
-    let tampered = tmp.path().join("tampered.tar.gz");
+    let tampered = fx.dir().join("tampered.tar.gz");
     hostile(&tampered, "tamper", Some(&bundle));
-    let store_b = tmp.path().join("store-b");
-    assert_refused(tmp.path(), &tampered, &store_b, "tampered");
+    let store_b = fx.dir().join("store-b");
+    assert_refused(&fx, &tampered, &store_b, "tampered");
 
     // The original repository is gone: the source must come from the bundle.
     force_remove(&repo);
-    let out = run(
-        tmp.path(),
-        &[
-            "import",
-            bundle.to_str().unwrap(),
-            "--store",
-            store_b.to_str().unwrap(),
-            "--json",
-        ],
-    );
+    let out = fx.run_at(&store_b, &["import", bundle.to_str().unwrap(), "--json"]);
     ok(&out);
     let imported = json(&out);
     let recipe_b = PathBuf::from(imported["recipe_file"].as_str().unwrap());
     assert!(recipe_b.starts_with(&store_b), "{imported}");
-    let again = build(
-        &mut offline_cmd(tmp.path()),
-        &recipe_b,
-        &store_b,
-        &["--offline"],
-    );
+    let again = build_offline(&fx, &store_b, &recipe_b);
     assert_eq!(identity(&again), identity(&first));
     assert_eq!(again["verdict"], "gateable");
 
     // Without the imported wheel, the offline box rebuilds it from source.
     delete_venvs_and_wheels(&store_b);
-    let rebuilt = build(
-        &mut offline_cmd(tmp.path()),
-        &recipe_b,
-        &store_b,
-        &["--offline"],
-    );
+    let rebuilt = build_offline(&fx, &store_b, &recipe_b);
     assert_eq!(identity(&rebuilt), identity(&first));
 }
 
 #[test]
 fn without_a_lockfile_the_build_keeps_its_lock_in_the_store_for_offline_rebuilds() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
+    let fx = Fx::new();
+    let d = fx.dir();
     let (repo, head) = fixture_repo(d);
     let recipe = write_recipe(d, "fx", &repo, &head, SMOKE);
-    let store = d.join("store");
-    let first = build(&mut cmd(d), &recipe, &store, &[]);
+    let store = fx.store();
+    let first = fx.build_json(store, &recipe);
     assert!(
         !d.join("lockfiles").exists(),
         "no lockfile was written beside the recipe"
@@ -711,35 +623,18 @@ fn without_a_lockfile_the_build_keeps_its_lock_in_the_store_for_offline_rebuilds
 
     // A second run resolves nothing; an offline rebuild of wheel and venv
     // needs no network and gives the same oracle.
-    let again = cmd(d)
-        .args([
-            "build",
-            recipe.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    let again = fx.run(&["build", recipe.to_str().unwrap()]);
     ok(&again);
     assert!(
         !String::from_utf8_lossy(&again.stderr).contains("resolving"),
         "{}",
         String::from_utf8_lossy(&again.stderr)
     );
-    delete_venvs_and_wheels(&store);
-    let offline = build(&mut offline_cmd(d), &recipe, &store, &["--offline"]);
+    delete_venvs_and_wheels(store);
+    let offline = build_offline(&fx, store, &recipe);
     assert_eq!(identity(&offline), identity(&first));
     // gc keeps the lock: the oracle's wheel requires it.
-    let gc = run(
-        d,
-        &[
-            "gc",
-            "--dry-run",
-            "--store",
-            store.to_str().unwrap(),
-            "--json",
-        ],
-    );
+    let gc = fx.run(&["gc", "--dry-run", "--json"]);
     ok(&gc);
     assert!(
         !json(&gc)["deleted"]

@@ -1,0 +1,18 @@
+//! The integration tests, as one binary (one link instead of one per file):
+//! each module runs the real `oracle-build` binary against real git
+//! repositories, uv, venvs and CMake made at test time; `support` holds the
+//! fixture and setup helpers they share.
+
+mod support;
+
+mod advance;
+mod build;
+mod edges;
+mod gpu;
+mod hermetic;
+mod identity;
+mod pipeline_keys;
+mod recipes;
+mod roots;
+mod smoke;
+mod store;

@@ -1,0 +1,302 @@
+//! The fixture and setup helpers every integration test shares: a real git
+//! repository of the fixture package (made with the real `git`), recipes
+//! pointing at it, a store, and the real `oracle-build` binary run with that
+//! store already passed ([`Fx`]), plus readers of its stdout, stderr and JSON.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// The fixture package source, committed under tests/fixture/pkg.
+pub fn fixture_pkg() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixture/pkg")
+}
+
+/// The fixture models directory (holds `model/` and `model-b/`).
+pub fn fixture_models() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixture")
+}
+
+/// A tools directory shared by the tests, so uv is provisioned once.
+pub fn shared_tools() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("oracle-build-tools")
+}
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}
+
+/// Runs git in `dir` with a fixed identity; panics on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.email=test@example.com",
+            "-c",
+            "user.name=Test",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A git repository of the fixture at `dir/repo`: commit, tag `v0.1.0`,
+/// one more commit. Returns (repo path, head commit).
+pub fn fixture_repo(dir: &Path) -> (PathBuf, String) {
+    let repo = dir.join("repo");
+    copy_dir(&fixture_pkg(), &repo);
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "fixture"]);
+    git(&repo, &["tag", "v0.1.0"]);
+    std::fs::write(repo.join("NOTES.md"), "second commit\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "second"]);
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    (repo, head)
+}
+
+/// A fixture recipe named `name` for `commit` of `repo`, with `extra` YAML
+/// appended (top-level keys). The smoke case uses `${FX_MODELS}/model`.
+pub fn recipe_text(name: &str, repo: &Path, commit: &str, extra: &str) -> String {
+    format!(
+        "name: {name}\nsource:\n  repo: file://{}\n  commit: {commit}\n  package: fixturellm\npython: \"3.11\"\nbuild:\n  target_device: cpu\n{extra}",
+        repo.display()
+    )
+}
+
+/// The default smoke section of fixture recipes.
+pub const SMOKE: &str = "smoke:\n  runs: 3\n  cases:\n    - name: small\n      model: ${FX_MODELS}/model\n      prompt: \"The capital of France is Paris, and the\"\n      max_tokens: 16\n      engine_args: {enforce_eager: true, max_model_len: 256, gpu_memory_utilization: 0.5, max_num_seqs: 1, dtype: bfloat16}\n";
+
+/// Writes a fixture recipe to `dir/<name>.yaml` and returns its path.
+pub fn write_recipe(dir: &Path, name: &str, repo: &Path, commit: &str, extra: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, recipe_text(name, repo, commit, extra)).unwrap();
+    path
+}
+
+/// The `oracle-build` binary under test.
+pub fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_oracle-build"))
+}
+
+/// Gives `c` the test environment: shared tools, the fixture models, no
+/// inherited store, recipe or Python settings. Everything a test runs that
+/// runs the binary gets it from here (each child its own environment: the
+/// tests share one process, so nothing is set with `std::env::set_var`).
+pub fn test_env(c: &mut Command) -> &mut Command {
+    c.env("ORACLE_BUILD_TOOLS", shared_tools())
+        .env("FX_MODELS", fixture_models())
+        .env_remove("ORACLE_BUILD_HOME")
+        .env_remove("ORACLE_BUILD_RECIPES")
+        .env_remove("ORACLE_BUILD_PYTHON")
+}
+
+/// The `oracle-build` binary with the test environment ([`test_env`]), cwd `cwd`.
+pub fn cmd(cwd: &Path) -> Command {
+    let mut c = Command::new(bin());
+    test_env(c.current_dir(cwd));
+    c
+}
+
+/// Runs the binary with `args` in `cwd`.
+pub fn run(cwd: &Path, args: &[&str]) -> Output {
+    cmd(cwd).args(args).output().expect("oracle-build runs")
+}
+
+/// stdout + stderr as text, for assertion messages.
+pub fn text(out: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The exit code (panics on a signal).
+pub fn code(out: &Output) -> i32 {
+    out.status.code().expect("exited normally")
+}
+
+/// Parses stdout as JSON.
+pub fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", text(out)))
+}
+
+/// Files and directories under `dir`, recursively (empty when absent).
+pub fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            out.push(e.path());
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                out.extend(tree(&e.path()));
+            }
+        }
+    }
+    out
+}
+
+/// Makes everything under `dir` writable and deletes it (store entries are read-only).
+pub fn force_remove(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for p in tree(dir).into_iter().chain([dir.to_path_buf()]) {
+        if let Ok(m) = std::fs::symlink_metadata(&p)
+            && !m.file_type().is_symlink()
+        {
+            let _ = std::fs::set_permissions(
+                &p,
+                std::fs::Permissions::from_mode(m.permissions().mode() | 0o200),
+            );
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Parses the JSON file at `path` (panics naming the path).
+pub fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `oracle.json` of the venv at `venv`.
+pub fn record(venv: &Path) -> Value {
+    read_json(&venv.join("oracle.json"))
+}
+
+/// A test's own temporary directory (deleted when dropped), the store in it
+/// (`<dir>/store`, made by the binary when it needs one), and the real binary
+/// run there with `--store <dir>/store` already passed.
+pub struct Fx {
+    tmp: tempfile::TempDir,
+    store: PathBuf,
+}
+
+impl Fx {
+    /// A fresh, empty test directory.
+    pub fn new() -> Fx {
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let store = tmp.path().join("store");
+        Fx { tmp, store }
+    }
+
+    /// The test directory: the binary's working directory.
+    pub fn dir(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// The store passed as `--store`.
+    pub fn store(&self) -> &Path {
+        &self.store
+    }
+
+    /// A fixture repository at `<dir>/repo` (see [`fixture_repo`]): (path, head commit).
+    pub fn repo(&self) -> (PathBuf, String) {
+        fixture_repo(self.dir())
+    }
+
+    /// Writes the recipe `<dir>/<name>.yaml` (see [`write_recipe`]) and returns its path.
+    pub fn recipe(&self, name: &str, repo: &Path, commit: &str, extra: &str) -> PathBuf {
+        write_recipe(self.dir(), name, repo, commit, extra)
+    }
+
+    /// The usual setup: a fixture repository and the recipe `fx.yaml` at its
+    /// head commit with the default smoke section. Returns (repo, commit, recipe).
+    pub fn pin(&self) -> (PathBuf, String, PathBuf) {
+        let (repo, commit) = self.repo();
+        let recipe = self.recipe("fx", &repo, &commit, SMOKE);
+        (repo, commit, recipe)
+    }
+
+    /// `oracle-build <args> --store <store>` in the test directory, not yet run
+    /// (to add environment, stdio or another working directory).
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        self.cmd_at(&self.store, args)
+    }
+
+    /// `oracle-build <args> --store <store>` for another store than the test's own.
+    pub fn cmd_at(&self, store: &Path, args: &[&str]) -> Command {
+        let mut c = cmd(self.dir());
+        c.args(args).arg("--store").arg(store);
+        c
+    }
+
+    /// Runs `oracle-build <args> --store <store>` in the test directory.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("oracle-build runs")
+    }
+
+    /// Runs `oracle-build <args> --store <store>` for another store than the test's own.
+    pub fn run_at(&self, store: &Path, args: &[&str]) -> Output {
+        self.cmd_at(store, args)
+            .output()
+            .expect("oracle-build runs")
+    }
+
+    /// Runs `oracle-build <args> --store <store>` and asserts it exits `want`.
+    pub fn exits(&self, args: &[&str], want: i32) -> Output {
+        let out = self.run(args);
+        assert_eq!(code(&out), want, "oracle-build {args:?}:\n{}", text(&out));
+        out
+    }
+
+    /// Runs `oracle-build <args> --store <store>`, asserts exit 0 and returns stdout as JSON.
+    pub fn json(&self, args: &[&str]) -> Value {
+        json(&self.exits(args, 0))
+    }
+
+    /// Runs `build <recipe> --store <store>` (the text report, the smoke gate included).
+    pub fn build(&self, recipe: &Path) -> Output {
+        self.run(&["build", recipe.to_str().expect("a UTF-8 recipe path")])
+    }
+
+    /// Runs `build <recipe> --json` for `store`, asserts exit 0 and returns the report.
+    pub fn build_json(&self, store: &Path, recipe: &Path) -> Value {
+        let out = self.run_at(
+            store,
+            &[
+                "build",
+                recipe.to_str().expect("a UTF-8 recipe path"),
+                "--json",
+            ],
+        );
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        json(&out)
+    }
+
+    /// The oracle venv of recipe `name`: the target of `<store>/roots/<name>`.
+    pub fn oracle(&self, name: &str) -> PathBuf {
+        let root = self.store.join("roots").join(name);
+        root.canonicalize()
+            .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+    }
+}
+
+/// The exit code `plan --json` must give for its output `out`: 0 when a
+/// build could run now (no `problems`), 1 when it would stop.
+pub fn plan_exit(out: &Output) -> i32 {
+    let blocked = json(out)["problems"]
+        .as_array()
+        .is_some_and(|p| !p.is_empty());
+    i32::from(blocked)
+}
