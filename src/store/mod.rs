@@ -377,20 +377,23 @@ fn take_run_lock(locks: &Path) {
     });
 }
 
-/// Whether the run lock of process `pid` is held (by it, or by a watchdog
-/// of a build it started); false when there is none.
-fn run_lock_held(locks: &Path, pid: i32) -> bool {
+/// Waits until the run lock of the dead process `pid` is free: a watchdog
+/// of a build that process started still holds it while that build's
+/// process group is being terminated (at most about a minute). Then the
+/// lock file is removed. Without a lock file there is nothing to wait for.
+fn wait_for_run_lock(locks: &Path, pid: i32) {
     let path = locks.join(format!("run-{pid}.lock"));
-    match std::fs::OpenOptions::new().write(true).open(&path) {
-        Ok(f) => match f.try_lock() {
-            Ok(()) => {
-                let _ = std::fs::remove_file(&path);
-                false
-            }
-            Err(_) => true,
-        },
-        Err(_) => false,
+    let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) else {
+        return;
+    };
+    if f.try_lock().is_err() {
+        crate::progress::stage(
+            "store",
+            format!("waiting for the build of the killed run {pid} to stop"),
+        );
+        let _ = f.lock();
     }
+    let _ = std::fs::remove_file(&path);
 }
 
 impl Store {
@@ -820,7 +823,9 @@ impl Store {
             let name = e.file_name().to_string_lossy().into_owned();
             let pid = name.split('.').nth(1).and_then(|p| p.parse::<i32>().ok());
             let locks = self.root.join("locks");
-            if pid.is_some_and(|p| !process_alive(p) && !run_lock_held(&locks, p)) {
+            if let Some(p) = pid.filter(|p| !process_alive(*p)) {
+                // Never under a build that still runs: wait until it is gone.
+                wait_for_run_lock(&locks, p);
                 make_writable(&e.path());
                 let path = e.path();
                 let res = if path.is_dir() {

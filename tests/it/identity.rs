@@ -203,9 +203,14 @@ fn pin_file_mistakes_are_bad_input_before_anything_is_measured() {
     let cases: Vec<(&str, String, &str)> = vec![
         ("zero", "no block at all\n".into(), "no ```parity-pin block"),
         (
+            // Two blocks that differ (identical repeated blocks read as one).
             "two",
-            format!("{}{}", fenced(&good), fenced(&good)),
-            "2 ```parity-pin blocks",
+            format!(
+                "{}{}",
+                fenced(&good),
+                fenced(&good.replace("0.6.15.post1", "0.6.16"))
+            ),
+            "2 ```parity-pin blocks (at line 2, line 9) that differ",
         ),
         (
             "unknown",
