@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Benchmarks of oracle-build where users wait, against what they would do otherwise.
 
-Usage (from the repository root):  scripts/bench [--runs N] [--work DIR] [--out BENCHMARKS.md]
+Usage (from the repository root):  scripts/bench [--runs N] [--quick] [--work DIR] [--out BENCHMARKS.md]
+
+--quick: one run of each (no-op: 3), and no second-pin and footprint rows.
 
 Builds its own inputs (the release binary, a git repository of the test
 fixture, a realistic dependency set from PyPI, a large generated git
@@ -150,7 +152,10 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--work", type=Path)
     ap.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
+    ap.add_argument("--quick", action="store_true", help="one run each; skip the second-pin and footprint rows")
     args = ap.parse_args()
+    if args.quick:
+        args.runs = 1
     work = args.work or Path(tempfile.mkdtemp(prefix="oracle-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"work dir {work}", file=sys.stderr)
@@ -191,6 +196,8 @@ def main():
     delete_venv = lambda: force_rmtree(venv)
     restore_s, _ = timed(restore, args.runs, delete_venv)
     restore_ns, _ = timed(lambda: restore(("--no-smoke",)), args.runs, delete_venv)
+    # Where a restore's time goes: oracle.json's timings of the last (--no-smoke) one.
+    timings = json.loads((venv / "oracle.json").read_text()).get("timings", {})
 
     uv = work / "tools" / "uv-0.13.9" / "bin" / "uv"
     py = shutil.which(f"python{PYTHON}") or sys.executable
@@ -223,14 +230,21 @@ def main():
                  f"{pip_s / restore_s:.2f}x faster than pip; {uvc_s / restore_s:.2f}x uv --compile-bytecode; {uv_s / restore_s:.2f}x plain uv"))
     rows.append(("restore without smoke (`--no-smoke`)", "same", restore_ns,
                  f"{pip_s / restore_ns:.2f}x faster than pip; {uvc_s / restore_ns:.2f}x uv --compile-bytecode; {uv_s / restore_ns:.2f}x plain uv"))
+    split = ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in timings.items())
+    rows.append(("restore split (last `--no-smoke` restore, from oracle.json)", "same", None,
+                 f"{split}; rest (process start, planning, persist): "
+                 f"{max(restore_ns - sum(timings.values()), 0):.2f} s"))
     rows.append(("pip install from a local wheel dir, fresh venv (pip compiles bytecode)", "same set", pip_s, "baseline"))
     rows.append(("uv pip install --compile-bytecode, warm uv cache, fresh venv", "same set", uvc_s, "baseline (same work as the oracle's install)"))
     rows.append(("uv pip install, warm uv cache, fresh venv (no bytecode)", "same set", uv_s, "baseline"))
 
     # 2. No-op.
-    noop_s, _ = timed(lambda: ob("build", r1, "--offline"), max(args.runs, 10))
+    noop_s, _ = timed(lambda: ob("build", r1, "--offline"), 3 if args.quick else max(args.runs, 10))
     rows.append(("no-op: `oracle-build <PIN> --offline`, oracle intact", "goal < 0.3 s", noop_s,
                  "met" if noop_s < 0.3 else "missed"))
+
+    if args.quick:
+        return finish(args, rows, first_s)
 
     # 3. Second pin of a large repository.
     big = big_repo(work)
@@ -272,12 +286,19 @@ def main():
     rows.append(("footprint: two oracles sharing dependencies", f"one oracle {one / 2**20:.0f} MiB",
                  None, f"{ratio:.2f}x one oracle (goal <= 1.2x: {'met' if ratio <= 1.2 else 'missed'})"))
 
+    return finish(args, rows, first_s)
+
+
+def finish(args, rows, first_s):
+    """Prints the table and writes it to --out."""
     date = datetime.date.today().isoformat()
-    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    machine = (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+               f"load average at the end {load}")
     lines = [
         "# Benchmarks",
         "",
-        f"`scripts/bench --runs {args.runs}` on {date}; {machine}. Medians of {args.runs} runs "
+        f"`scripts/bench --runs {args.runs}{' --quick' if args.quick else ''}` on {date}; {machine}. Medians of {args.runs} runs "
         "(no-op: of 10). First build of the bench oracle (downloads, wheel build): "
         f"{first_s:.1f} s.",
         "",

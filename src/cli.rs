@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+pub mod manual;
+
 /// Turn a vLLM parity pin into a verified, immutable, gateable oracle venv.
 #[derive(Debug, Parser)]
 #[command(
@@ -189,6 +191,24 @@ pub enum Command {
     Import {
         /// The archive.
         file: PathBuf,
+    },
+    /// Build, verify and gate the built-in demo package (no GPU needed; see docs/demo.md).
+    Demo {
+        /// The Python `major.minor` to build for (default: the newest Python 3.10+ found).
+        #[arg(long, value_name = "X.Y")]
+        python: Option<String>,
+    },
+    /// Print a shell completion script for SHELL to stdout.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout, or write one page per command into DIR.
+    Man {
+        /// Write `oracle-build.1` and `oracle-build-<command>.1` into DIR instead.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
     },
     /// Internal: terminate process group PGID when stdin closes (see process.rs).
     #[command(name = "__watchdog", hide = true)]

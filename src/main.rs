@@ -125,6 +125,20 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             return ops::bundle::export(&pin, store, cli.lockfiles.as_deref(), &output, cli.json);
         }
         Some(Command::Import { file }) => return ops::bundle::import(&file, store, cli.json),
+        Some(Command::Demo { python }) => {
+            let opts = ops::demo::DemoOptions {
+                store: cli.store.clone(),
+                python,
+                json: cli.json,
+            };
+            return ops::demo::run(&opts).map(|_| ());
+        }
+        Some(Command::Completions { shell }) => {
+            return oracle_build::cli::manual::run_completions(shell, cli.json);
+        }
+        Some(Command::Man { out_dir }) => {
+            return oracle_build::cli::manual::man(out_dir.as_deref(), cli.json);
+        }
         Some(Command::Build(args)) => args,
         None => cli.build,
     };

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::exit::mismatch;
 use crate::ops::print_json;
-use crate::ops::verify::verify_venv;
+use crate::ops::verify::{Depth, verify_venv};
 use crate::recipe::LoadedRecipe;
 use crate::recipe::pin;
 use crate::stages::identity;
@@ -48,7 +48,7 @@ pub struct Activation {
 pub fn oracle_entry(store: &Store, lr: &LoadedRecipe) -> Result<Entry> {
     let name = &lr.recipe.name;
     let root = store.roots_dir().join(name);
-    alias::entry_at(store, &root)
+    let entry = alias::entry_at(store, &root)
         .filter(|e| e.bucket == Bucket::Venvs)
         .ok_or_else(|| {
             anyhow!(
@@ -56,7 +56,11 @@ pub fn oracle_entry(store: &Store, lr: &LoadedRecipe) -> Result<Entry> {
                 store.root().display(),
                 lr.origin
             )
-        })
+        })?;
+    // The oracle under roots/<name> is another recipe's when a recipe of the
+    // same name in another file built it (exit 2).
+    crate::stages::oracle::check_owner(lr, &entry.path)?;
+    Ok(entry)
 }
 
 /// Verifies the oracle `entry` against `lr`, checks it is gateable, then
@@ -88,11 +92,12 @@ pub fn activate_with(
     path: &Path,
     force: bool,
 ) -> Result<Activation> {
+    // Content, not only sizes: a same-size edit of any file is refused.
     let v = verify_venv(
         &entry.path,
         &lr.recipe,
         "its recipe",
-        false,
+        Depth::Content,
         None,
         Some(store),
     )?;

@@ -72,28 +72,7 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
     if opts.json {
         print_json(&report)?;
     } else {
-        println!("oracle   {}", report.oracle.display());
-        println!("recipe   {} @ {}", report.recipe, report.commit);
-        println!(
-            "version  {}",
-            report.runtime_version.as_deref().unwrap_or("(none)")
-        );
-        println!("verdict  {}", report.verdict.as_str());
-        for reason in &report.reasons {
-            println!("  - {reason}");
-        }
-        for warning in &report.warnings {
-            println!("warning  {warning}");
-        }
-        let built = if report.built.is_empty() {
-            "nothing (all stages found in the store)".to_string()
-        } else {
-            report.built.join(", ")
-        };
-        println!("built    {built} in {:.2} s", report.seconds);
-        if let Some(a) = &report.activated {
-            crate::ops::activate::print(a);
-        }
+        print_report(&report);
     }
     match report.verdict {
         Verdict::Gateable => {}
@@ -123,6 +102,33 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
     Ok(report)
 }
 
+/// Prints `report` as text: oracle, recipe, version, verdict (with reasons),
+/// warnings, what was built and how long it took, and the activation.
+pub fn print_report(report: &BuildReport) {
+    println!("oracle   {}", report.oracle.display());
+    println!("recipe   {} @ {}", report.recipe, report.commit);
+    println!(
+        "version  {}",
+        report.runtime_version.as_deref().unwrap_or("(none)")
+    );
+    println!("verdict  {}", report.verdict.as_str());
+    for reason in &report.reasons {
+        println!("  - {reason}");
+    }
+    for warning in &report.warnings {
+        println!("warning  {warning}");
+    }
+    let built = if report.built.is_empty() {
+        "nothing (all stages found in the store)".to_string()
+    } else {
+        report.built.join(", ")
+    };
+    println!("built    {built} in {:.2} s", report.seconds);
+    if let Some(a) = &report.activated {
+        crate::ops::activate::print(a);
+    }
+}
+
 /// Runs the main job without printing: the report whatever the verdict.
 /// Errors: bad input (exit 2), identity mismatch (exit 3), any failure (exit 1).
 pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
@@ -133,6 +139,8 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
     }
     let lr = pin::resolve(&opts.pin)?;
     let store = Store::at(&Store::default_root(opts.store.as_deref())?)?;
+    // roots/<name> and its oracle belong to the recipe that built it.
+    crate::stages::oracle::check_root_owner(&store, &lr)?;
     let lock_dir = pipeline::lock_dir(&lr, opts.lockfiles.as_deref());
     let done = pipeline::run(pipeline::RunOptions {
         lr: &lr,

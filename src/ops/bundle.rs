@@ -50,6 +50,9 @@ use crate::store::{Bucket, Entry, ManifestFile, Store, make_writable, sha256_fil
 pub const BUNDLE_MANIFEST: &str = "oracle-bundle.json";
 /// The git bundle's name inside a bundle.
 pub const SOURCE_BUNDLE: &str = "source.bundle";
+/// The largest `oracle-bundle.json` `import` reads (it is held in memory;
+/// a real one lists a few hundred files in some 100 KiB).
+pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
 
 /// `oracle-bundle.json`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -463,9 +466,21 @@ fn open_archive(file: &Path) -> Result<tar::Archive<flate2::read::GzDecoder<fs::
     Ok(tar::Archive::new(flate2::read::GzDecoder::new(f)))
 }
 
+/// Checks a bundle without writing anything: reads the gzip-compressed tar
+/// from `reader`, refuses hostile members (absolute or `..` paths, links out
+/// of the archive, devices, duplicates, members under a symlink), then checks
+/// the members against `oracle-bundle.json`. This is the pure first half of
+/// [`import`] (and what the `bundle` fuzz targets run).
+///
+/// Returns the manifest. Errors: why the bundle is refused, as one sentence.
+pub fn check_archive<R: Read>(reader: R) -> Result<BundleManifest, String> {
+    check(&scan(tar::Archive::new(flate2::read::GzDecoder::new(
+        reader,
+    )))?)
+}
+
 /// The first pass: reads every member, writes nothing.
-fn scan(file: &Path) -> Result<Scanned, String> {
-    let mut ar = open_archive(file).map_err(|e| format!("{e:#}"))?;
+fn scan<R: Read>(mut ar: tar::Archive<R>) -> Result<Scanned, String> {
     let mut out = Scanned {
         manifest: None,
         files: BTreeMap::new(),
@@ -488,9 +503,17 @@ fn scan(file: &Path) -> Result<Scanned, String> {
                 let mut buf = Vec::new();
                 let is_manifest = path == BUNDLE_MANIFEST;
                 let n = if is_manifest {
-                    entry
+                    // Read at most one byte past the cap: a huge manifest is
+                    // refused instead of filling memory.
+                    let n = (&mut entry)
+                        .take(MAX_MANIFEST_BYTES + 1)
                         .read_to_end(&mut buf)
-                        .map_err(|e| format!("reading {path}: {e}"))? as u64
+                        .map_err(|e| format!("reading {path}: {e}"))?
+                        as u64;
+                    if n > MAX_MANIFEST_BYTES {
+                        return Err(format!("{path} is larger than {MAX_MANIFEST_BYTES} bytes"));
+                    }
+                    n
                 } else {
                     std::io::copy(&mut entry, &mut h).map_err(|e| format!("reading {path}: {e}"))?
                 };
@@ -617,8 +640,8 @@ pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
             file.display()
         ))
     };
-    let scanned = scan(file).map_err(refuse)?;
-    let m = check(&scanned).map_err(refuse)?;
+    let f = fs::File::open(file).map_err(|e| refuse(e.to_string()))?;
+    let m = check_archive(f).map_err(refuse)?;
 
     store.init()?;
     let staging = store.stage("import")?;
@@ -775,5 +798,21 @@ mod tests {
         assert!(!link_stays_inside("store/ext/a/src/l", "../../x"));
         assert!(!link_stays_inside("store/ext/a/src/l", "../../../../../x"));
         assert!(!link_stays_inside("a/l", "/etc"));
+    }
+
+    #[test]
+    fn an_oversized_manifest_is_refused_without_reading_it_whole() {
+        // A manifest of spaces compresses to almost nothing but would be
+        // held in memory whole; it is refused at the cap.
+        let big = vec![b' '; MAX_MANIFEST_BYTES as usize + 1];
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_ustar();
+        h.set_size(big.len() as u64);
+        h.set_mode(0o644);
+        tar.append_data(&mut h, BUNDLE_MANIFEST, &big[..]).unwrap();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&tar.into_inner().unwrap()).unwrap();
+        let err = check_archive(&gz.finish().unwrap()[..]).unwrap_err();
+        assert!(err.contains("is larger than"), "{err}");
     }
 }

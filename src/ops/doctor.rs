@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::ops::print_json;
 use crate::recipe::pin;
 use crate::recipe::shell_arg as recipe_arg;
-use crate::recipe::{self, BuildMode, Recipe};
+use crate::recipe::{self, Recipe};
 use crate::shell::shell_quote;
 use crate::stages::identity::record;
 use crate::stages::identity::{self, Identity, dirty_mark, lacks_history, release_tag, scm_sha};
@@ -138,33 +138,25 @@ impl Doctor {
         let record = OracleRecord::read(&canon).ok();
         let package = recipe.map_or("vllm", |r| r.source.package.as_str());
         let commit = recipe.map_or("", |r| r.source.commit.as_str());
-        let mode = match record.as_ref().map(|r| r.identity.build_mode.as_str()) {
-            Some("precompiled") => BuildMode::Precompiled,
-            _ => BuildMode::Source,
-        };
-        let id = match identity::measure(&canon, package, commit, mode) {
-            Ok(mut id) => {
-                // Tags at the commit were read from the checkout at build time
-                // (the evidence for a release-tag version without +g<sha>).
-                if let Some(rec) = record.as_ref().filter(|r| r.identity.commit == commit) {
-                    id.tags_at_commit = rec.identity.tags_at_commit.clone();
+        // Tags at the commit (the evidence for a release-tag version without
+        // +g<sha>) and the history's version were recorded at build time.
+        let id =
+            match crate::stages::oracle::measure_oracle(&canon, package, commit, record.as_ref()) {
+                Ok(id) => id,
+                Err(e) => {
+                    self.add(
+                        "broken-venv",
+                        subject,
+                        format!(
+                            "its Python cannot report the identity: {}",
+                            first_line(&format!("{e:#}"))
+                        ),
+                        format!("recreate it: `oracle-build build {pin}`"),
+                    );
+                    self.measured.insert(canon, None);
+                    return None;
                 }
-                id
-            }
-            Err(e) => {
-                self.add(
-                    "broken-venv",
-                    subject,
-                    format!(
-                        "its Python cannot report the identity: {}",
-                        first_line(&format!("{e:#}"))
-                    ),
-                    format!("recreate it: `oracle-build build {pin}`"),
-                );
-                self.measured.insert(canon, None);
-                return None;
-            }
-        };
+            };
         let covered = self.findings(&id, subject, recipe, pin);
         if let Some(r) = recipe {
             // Without an import there is no runtime version: the
@@ -343,19 +335,21 @@ impl Doctor {
         covered
     }
 
-    /// Files missing or changed: the package's RECORD and, for a store entry, its manifest (sizes).
+    /// Files missing or changed, by content (sha256): for a store entry its
+    /// manifest (every file of the venv, hashed) and the package's RECORD by
+    /// size; for any other venv the RECORD by hash.
     fn files(&mut self, venv: &Path, subject: &str, package: &str, imports: bool, pin: &str) {
         let mut problems = Vec::new();
-        match record::check(venv, package, false) {
+        let in_store = venv.join(MANIFEST).is_file();
+        match record::check(venv, package, !in_store) {
             Ok(rc) => problems.extend(rc.problems.into_iter().map(|p| format!("{p} (RECORD)"))),
             Err(e) if imports => problems.push(format!("{e:#}")),
             Err(_) => {}
         }
-        let in_store = venv.join(MANIFEST).is_file();
         if in_store {
             match Manifest::read(venv) {
                 Ok(m) => problems.extend(
-                    m.check(venv, false)
+                    m.check(venv, true)
                         .into_iter()
                         .map(|p| format!("{p} (manifest)")),
                 ),
@@ -687,7 +681,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                     },
                     Bucket::Wheels => {
                         let problems = Manifest::read(&e.path)
-                            .map(|m| m.check(&e.path, false))
+                            .map(|m| m.check(&e.path, true))
                             .unwrap_or_else(|err| vec![format!("unreadable manifest: {err:#}")]);
                         if !problems.is_empty() {
                             d.add(

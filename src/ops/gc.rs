@@ -127,6 +127,8 @@ pub fn keep(pin_arg: &str, store_arg: Option<&Path>, keep: bool, json: bool) -> 
                         root.display()
                     )
                 })?;
+            crate::stages::oracle::check_root_owner(&store, &lr)?;
+            crate::stages::oracle::check_owner(&lr, &entry.path)?;
             store.set_root(&r.name, &entry)?;
             KeepOutput {
                 recipe: r.name.clone(),
@@ -136,6 +138,7 @@ pub fn keep(pin_arg: &str, store_arg: Option<&Path>, keep: bool, json: bool) -> 
             }
         }
         Some(store) => {
+            crate::stages::oracle::check_root_owner(&store, &lr)?;
             let link = store.roots_dir().join(&r.name);
             let target = link.canonicalize().ok();
             let removed = store.remove_root(&r.name)?;

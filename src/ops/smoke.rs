@@ -155,6 +155,7 @@ pub fn run(args: &SmokeArgs, store_arg: Option<&Path>) -> Result<()> {
     let venv = link
         .canonicalize()
         .with_context(|| format!("resolving {}", link.display()))?;
+    oracle::check_owner(&lr, &venv)?;
     let mut rec = OracleRecord::read(&venv)?;
     let package_differs = rec
         .inputs

@@ -64,7 +64,17 @@ fn entry_health(path: &Path, bucket: Bucket) -> (u64, String) {
         Bucket::Wheels | Bucket::Venvs => match Manifest::read(path) {
             Ok(m) => {
                 // A wheel is one file: hash it; a venv is thousands: sizes only.
-                let problems = m.check(path, bucket == Bucket::Wheels);
+                let mut problems = m.check(path, bucket == Bucket::Wheels);
+                // The record must read too (manifests of older stores do not list it).
+                if bucket == Bucket::Venvs
+                    && let Err(e) = OracleRecord::read(path)
+                {
+                    let e = format!("{e:#}");
+                    problems.push(format!(
+                        "unreadable oracle.json: {}",
+                        e.lines().next().unwrap_or("")
+                    ));
+                }
                 let health = if problems.is_empty() {
                     "ok".into()
                 } else {

@@ -23,11 +23,11 @@ use serde::Serialize;
 use crate::exit::{bad_input, mismatch};
 use crate::ops::print_json;
 use crate::recipe::pin;
-use crate::recipe::{self, BuildMode, Recipe};
+use crate::recipe::{self, Recipe};
 use crate::stages::identity::pin_block::{self, PinRecord};
 use crate::stages::identity::record::{self, RecordCheck};
 use crate::stages::identity::{self, Check, Identity};
-use crate::stages::oracle::OracleRecord;
+use crate::stages::oracle::{self, ORACLE_JSON, OracleRecord};
 use crate::stages::source;
 use crate::store::alias::{self, Registry};
 use crate::store::{Manifest, Store};
@@ -45,6 +45,20 @@ pub struct VerifyOptions {
     pub emit_pin_block: bool,
     /// `--write-pin-block FILE`: replace the block in FILE with the measured one.
     pub write_pin_block: Option<PathBuf>,
+}
+
+/// How the `files (RECORD)` and `files (manifest)` checks compare files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    /// Present with the recorded size (`verify` without `--deep`).
+    Sizes,
+    /// Present with the recorded sha256, each file hashed once: the entry's
+    /// manifest (which lists every file of the venv) by hash and RECORD by
+    /// size, or, for a venv that is no store entry, RECORD by hash
+    /// (`activate`, `doctor`).
+    Content,
+    /// Both RECORD and the manifest re-hashed (`verify --deep`).
+    Deep,
 }
 
 /// What `--deep` found, in full (the checks carry a summary).
@@ -150,12 +164,21 @@ fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Resu
                 });
             }
         }
-        let rec = OracleRecord::read(&venv).map_err(|_| {
-            bad_input(format!(
-                "{} has no oracle.json: it was not built by oracle-build, so name the recipe to check it against: `oracle-build verify {} --pin PIN`",
-                p.display(),
-                p.display()
-            ))
+        let rec = OracleRecord::read(&venv).map_err(|e| {
+            if venv.join(ORACLE_JSON).exists() {
+                bad_input(format!(
+                    "{} has an oracle.json that cannot be read ({}): the record is damaged, so name the recipe to check it against: `oracle-build verify {} --pin PIN`",
+                    p.display(),
+                    first_line(&format!("{e:#}")),
+                    p.display()
+                ))
+            } else {
+                bad_input(format!(
+                    "{} has no oracle.json: it was not built by oracle-build, so name the recipe to check it against: `oracle-build verify {} --pin PIN`",
+                    p.display(),
+                    p.display()
+                ))
+            }
         })?;
         let r = recipe::parse(
             &rec.recipe_text,
@@ -234,6 +257,10 @@ fn dangling(p: &Path, to: &Path, store_arg: Option<&Path>) -> anyhow::Error {
     )
 }
 
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
 fn summarize(problems: &[String]) -> String {
     const SHOWN: usize = 8;
     let mut s = problems
@@ -249,11 +276,17 @@ fn summarize(problems: &[String]) -> String {
 }
 
 /// Checks of the venv's files: the package's `RECORD` and, for a store
-/// entry, its manifest; sizes only, or hashes when `deep`.
-fn file_checks(venv: &Path, package: &str, deep: bool, out: &mut Vec<Check>) -> Deep {
+/// entry, its manifest; sizes or hashes as `depth` says.
+pub fn file_checks(venv: &Path, package: &str, depth: Depth, out: &mut Vec<Check>) -> Deep {
     let mut d = Deep::default();
-    let kind = if deep { "sha256" } else { "size" };
-    match record::check(venv, package, deep) {
+    let in_store = venv.join(crate::store::MANIFEST).is_file();
+    let (record_deep, manifest_deep) = match depth {
+        Depth::Sizes => (false, false),
+        Depth::Content => (!in_store, true),
+        Depth::Deep => (true, true),
+    };
+    let kind = if record_deep { "sha256" } else { "size" };
+    match record::check(venv, package, record_deep) {
         Ok(rc) => {
             out.push(Check {
                 field: "files (RECORD)".into(),
@@ -278,10 +311,11 @@ fn file_checks(venv: &Path, package: &str, deep: bool, out: &mut Vec<Check>) -> 
             ok: false,
         }),
     }
-    if venv.join(crate::store::MANIFEST).is_file() {
+    if in_store {
+        let kind = if manifest_deep { "sha256" } else { "size" };
         match Manifest::read(venv) {
             Ok(m) => {
-                let problems = m.check(venv, deep);
+                let problems = m.check(venv, manifest_deep);
                 out.push(Check {
                     field: "files (manifest)".into(),
                     expected: format!(
@@ -365,26 +399,23 @@ pub fn verify_venv(
     venv: &Path,
     recipe: &Recipe,
     against: &str,
-    deep: bool,
+    depth: Depth,
     pin_file: Option<(&Path, &PinRecord)>,
     store: Option<&Store>,
 ) -> Result<Verification> {
-    let record = OracleRecord::read(venv).ok();
-    let mode = record.as_ref().map_or(BuildMode::Source, |r| {
-        if r.identity.build_mode == "precompiled" {
-            BuildMode::Precompiled
-        } else {
-            BuildMode::Source
-        }
-    });
-    let mut id = identity::measure(venv, &recipe.source.package, &recipe.source.commit, mode)?;
-    // Tags at the commit were read from the checkout when the oracle was built.
-    if let Some(rec) = record
-        .as_ref()
-        .filter(|r| r.identity.commit == recipe.source.commit)
-    {
-        id.tags_at_commit = rec.identity.tags_at_commit.clone();
-    }
+    let (record, record_error) = match OracleRecord::read(venv) {
+        Ok(r) => (Some(r), None),
+        Err(_) if !venv.join(ORACLE_JSON).exists() => (None, None),
+        Err(e) => (None, Some(e)),
+    };
+    // Tags at the commit and the history's version were recorded when the
+    // oracle was built; the build mode is measured with the wheel's own record.
+    let mut id = oracle::measure_oracle(
+        venv,
+        &recipe.source.package,
+        &recipe.source.commit,
+        record.as_ref(),
+    )?;
     if id.tags_at_commit.is_empty()
         && let Some(store) = store
     {
@@ -397,7 +428,17 @@ pub fn verify_venv(
     if let Some(rec) = &record {
         checks.extend(recorded_checks(rec, &id));
     }
-    let d = file_checks(venv, &recipe.source.package, deep, &mut checks);
+    if let Some(e) = record_error {
+        // A record that is there but does not read is damage, not absence:
+        // the `recorded` checks it would give cannot be silently dropped.
+        checks.push(Check {
+            field: "record (oracle.json)".into(),
+            expected: "a readable oracle.json (the oracle's record: what the recorded checks compare with)".into(),
+            found: format!("unreadable: {}", first_line(&format!("{e:#}"))),
+            ok: false,
+        });
+    }
+    let d = file_checks(venv, &recipe.source.package, depth, &mut checks);
     if let Some((_, pf)) = pin_file {
         let built = record.as_ref().map(|r| r.identity.commit.as_str());
         checks.extend(pf.checks(&id, built));
@@ -410,7 +451,7 @@ pub fn verify_venv(
         built_from: record.map(|r| r.recipe),
         identity: id,
         checks,
-        deep: deep.then_some(d),
+        deep: (depth == Depth::Deep).then_some(d),
         pin_file: pin_file.map(|(p, _)| p.to_path_buf()),
         ok,
         pin_block: None,
@@ -435,7 +476,7 @@ pub fn verify(
         &loc.venv,
         &loc.recipe,
         &loc.against,
-        opts.deep,
+        if opts.deep { Depth::Deep } else { Depth::Sizes },
         pin_file.as_ref().map(|(p, r)| (p.as_path(), r)),
         loc.store.as_ref(),
     )?;

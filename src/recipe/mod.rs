@@ -479,6 +479,40 @@ pub fn parse(text: &str, origin: &str) -> Result<Recipe> {
     Ok(recipe)
 }
 
+/// The prefix of the GC roots of aliases (`roots/alias-<name>-<hash>`, see
+/// `alias::root_name`); no recipe name may start with it, so a recipe's root
+/// `roots/<name>` can never be an alias's root.
+pub const ALIAS_ROOT_PREFIX: &str = "alias-";
+
+/// When `key` is a build variable oracle-build controls, what sets it instead
+/// (the recipe field, or where its value comes from); `None` for any other variable.
+///
+/// Source: the wheel stage's environment (`stages::wheel`), and vLLM's
+/// `setup.py` / `envs.py` (`VLLM_USE_PRECOMPILED`, `VLLM_PRECOMPILED_WHEEL_LOCATION`,
+/// `VLLM_SKIP_PRECOMPILED_VERSION_SUFFIX`, `VLLM_VERSION_OVERRIDE`), and
+/// setuptools-scm's `SETUPTOOLS_SCM_PRETEND_VERSION[_FOR_<DIST>]`.
+pub fn controlled_build_var(key: &str) -> Option<&'static str> {
+    if key.starts_with("SETUPTOOLS_SCM_PRETEND") || key == "VLLM_VERSION_OVERRIDE" {
+        return Some(
+            "the version comes from the history of `source.commit` (a hand-set version is what the identity gate refuses)",
+        );
+    }
+    Some(match key {
+        "VLLM_TARGET_DEVICE" => "set `build.target_device`",
+        "VLLM_USE_PRECOMPILED"
+        | "VLLM_PRECOMPILED_WHEEL_LOCATION"
+        | "VLLM_SKIP_PRECOMPILED_VERSION_SUFFIX" => "set `build.mode`",
+        "MAX_JOBS" => "set `build.max_jobs` (or `--jobs N`)",
+        "NVCC_THREADS" => "set `build.nvcc_threads`",
+        "TORCH_CUDA_ARCH_LIST" => "set `build.cuda_arch_list`",
+        "SOURCE_DATE_EPOCH" => "it is the committer time of `source.commit` (reproducible builds)",
+        "PYTHONPATH" | "PYTHONHOME" | "PIP_CONSTRAINT" => {
+            "it is removed from every build: the build venv holds exactly the build requirements"
+        }
+        _ => return None,
+    })
+}
+
 /// Whether `s` is a valid recipe or case name: `[a-z0-9._-]+`, not `.` or `..`.
 pub fn is_valid_name(s: &str) -> bool {
     !s.is_empty()
@@ -515,6 +549,15 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
             "name",
             format!(
                 "{:?} is not a valid name (use [a-z0-9._-], no `/` or `..`)",
+                r.name
+            ),
+        ));
+    }
+    if r.name.starts_with(ALIAS_ROOT_PREFIX) {
+        return Err(fail(
+            "name",
+            format!(
+                "{:?} starts with {ALIAS_ROOT_PREFIX:?}, which is reserved for the GC roots of aliases (roots/{ALIAS_ROOT_PREFIX}<name>-<hash>); choose another name",
                 r.name
             ),
         ));
@@ -634,6 +677,16 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
                 format!("{value:?} holds a NUL character, which no environment variable can carry"),
             ));
         }
+    }
+    if let Some((key, owner)) = b
+        .env
+        .keys()
+        .find_map(|k| controlled_build_var(k).map(|o| (k, o)))
+    {
+        return Err(fail(
+            &format!("build.env.{key}"),
+            format!("{key} is set by oracle-build itself, not by the recipe: {owner}"),
+        ));
     }
     if r.smoke.runs == 0 {
         return Err(fail("smoke.runs", "must be at least 1".into()));
@@ -1136,6 +1189,33 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn build_env_may_not_set_what_the_tool_controls() {
+        for (key, names) in [
+            ("SETUPTOOLS_SCM_PRETEND_VERSION", "source.commit"),
+            ("SETUPTOOLS_SCM_PRETEND_VERSION_FOR_VLLM", "source.commit"),
+            ("VLLM_VERSION_OVERRIDE", "source.commit"),
+            ("VLLM_USE_PRECOMPILED", "build.mode"),
+            ("VLLM_TARGET_DEVICE", "build.target_device"),
+            ("NVCC_THREADS", "build.nvcc_threads"),
+            ("TORCH_CUDA_ARCH_LIST", "build.cuda_arch_list"),
+        ] {
+            let e = error_of(&format!("build:\n  env: {{{key}: \"1\"}}\n"));
+            assert!(
+                e.contains(&format!("line 7: field `build.env.{key}`")) && e.contains(names),
+                "{e}"
+            );
+        }
+        assert!(parse(&format!("{BASE}build:\n  env: {{CC: gcc}}\n"), "r.yaml").is_ok());
+    }
+
+    #[test]
+    fn names_of_alias_roots_are_reserved() {
+        let text = BASE.replacen("name: ", "name: alias-", 1);
+        let e = parse(&text, "r.yaml").unwrap_err().to_string();
+        assert!(e.contains("field `name`") && e.contains("reserved"), "{e}");
     }
 
     #[test]

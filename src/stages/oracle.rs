@@ -21,13 +21,13 @@ use serde_json::{Value, json};
 use crate::exit::mismatch;
 use crate::host::toolchain::Toolchain;
 use crate::progress;
-use crate::recipe::{BuildMode, LoadedRecipe};
+use crate::recipe::LoadedRecipe;
 use crate::stages::Ctx;
 use crate::stages::identity::{self, Check, Identity};
 use crate::stages::smoke::{self, SmokeReport};
 use crate::stages::venv::{self, VenvPlan};
 use crate::stages::wheel::BuildRecord;
-use crate::store::{self, Entry, MANIFEST, Manifest, Store, read_json, write_json};
+use crate::store::{self, Bucket, Entry, MANIFEST, Manifest, Store, read_json, write_json};
 
 /// The record file of an oracle venv.
 pub const ORACLE_JSON: &str = "oracle.json";
@@ -71,6 +71,24 @@ pub struct OracleRecord {
     pub created: String,
     /// Seconds spent creating and installing the venv.
     pub install_s: f64,
+    /// Where the time of making this venv went.
+    #[serde(default)]
+    pub timings: Timings,
+}
+
+/// Seconds spent in each part of making an oracle venv (`oracle.json`'s `timings`).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct Timings {
+    /// Creating the venv and linking its files (uv).
+    pub link_s: f64,
+    /// Its bytecode, linked from the store's pool or compiled.
+    pub bytecode_s: f64,
+    /// Measuring and checking the identity.
+    pub identity_s: f64,
+    /// The smoke gate (0 with `--no-smoke`).
+    pub smoke_s: f64,
+    /// Building the manifest.
+    pub manifest_s: f64,
 }
 
 impl OracleRecord {
@@ -78,6 +96,106 @@ impl OracleRecord {
     pub fn read(venv: &Path) -> Result<OracleRecord> {
         read_json(&venv.join(ORACLE_JSON))
     }
+
+    /// The record of the wheel this oracle was installed from:
+    /// `store/wheels/<wheel_key>/build.json` of the store owning `venv`
+    /// (`<X>/store/venvs/<key>`), if it can be read.
+    pub fn wheel_record(&self, venv: &Path) -> Option<BuildRecord> {
+        let root = crate::store::alias::owning_root(venv)?;
+        let store = Store::open_existing(&root)?;
+        BuildRecord::read(&store.entry(Bucket::Wheels, &self.wheel_key).path).ok()
+    }
+}
+
+/// Whether two recipe origins (a file path, or `<builtin>/<file>`) name the same recipe file.
+fn same_origin(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    match (Path::new(a).canonicalize(), Path::new(b).canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// The other recipe that owns the oracle record `record`: its origin, when
+/// `record` was written for a recipe of `lr`'s name read from another file
+/// (or built-in), and that recipe still exists there under that name.
+/// `None` when `lr` owns it (same file: its content may have been edited
+/// since), or when the owner is gone (removed, moved, or renamed: ownership lapses).
+///
+/// A recipe's identity is its file (path) and its text: the record holds
+/// both (`recipe_origin`, `recipe_text`), and the oracle's root
+/// `roots/<name>` and record belong to it.
+pub fn foreign_owner(lr: &LoadedRecipe, record: &OracleRecord) -> Option<String> {
+    if record.recipe != lr.recipe.name || same_origin(&record.recipe_origin, &lr.origin) {
+        return None;
+    }
+    let origin = &record.recipe_origin;
+    let alive = match origin.strip_prefix("<builtin>/") {
+        Some(file) => crate::recipe::pin::BUILTIN.iter().any(|(f, text)| {
+            *f == file && crate::recipe::parse(text, origin).is_ok_and(|r| r.name == lr.recipe.name)
+        }),
+        None => {
+            Path::new(origin).is_file()
+                && crate::recipe::load_file(Path::new(origin))
+                    .is_ok_and(|o| o.recipe.name == lr.recipe.name)
+        }
+    };
+    alive.then(|| origin.clone())
+}
+
+/// Refuses (exit 2) to let `lr` touch the oracle at `venv` (rewrite its
+/// record, point its root) when its record belongs to another recipe of the
+/// same name (see [`foreign_owner`]). An unreadable record belongs to no one.
+pub fn check_owner(lr: &LoadedRecipe, venv: &Path) -> Result<()> {
+    let Ok(record) = OracleRecord::read(venv) else {
+        return Ok(());
+    };
+    match foreign_owner(lr, &record) {
+        None => Ok(()),
+        Some(owner) => Err(crate::exit::bad_input(format!(
+            "{}: recipe name {:?} belongs to the recipe {owner}, whose oracle {} (root roots/{}) is not this recipe's to touch; give one of the two recipes another `name:` (nothing was changed)",
+            lr.origin,
+            lr.recipe.name,
+            venv.display(),
+            lr.recipe.name
+        ))),
+    }
+}
+
+/// [`check_owner`] for the oracle the root `roots/<name>` of `lr` points at, if any.
+pub fn check_root_owner(store: &Store, lr: &LoadedRecipe) -> Result<()> {
+    match store.roots_dir().join(&lr.recipe.name).canonicalize() {
+        Ok(venv) if venv.join(ORACLE_JSON).is_file() => check_owner(lr, &venv),
+        _ => Ok(()),
+    }
+}
+
+/// Measures the venv at `venv` as the oracle of `commit` ([`identity::measure`]),
+/// with what the build recorded: the build mode evidence of the wheel it was
+/// installed from (its `build.json`, found through `record`), and, when
+/// `record` was built from `commit`, the tags at the commit and the version
+/// the commit's history gives. Shared by `verify`, `activate` and `doctor`.
+///
+/// Errors: the venv's Python cannot be run or reports garbage.
+pub fn measure_oracle(
+    venv: &Path,
+    package: &str,
+    commit: &str,
+    record: Option<&OracleRecord>,
+) -> Result<Identity> {
+    let wheel = record.and_then(|r| r.wheel_record(venv));
+    let mut id = identity::measure(venv, package, commit, wheel.as_ref().map(|w| &w.env))?;
+    if let Some(rec) = record.filter(|r| r.identity.commit == commit) {
+        id.tags_at_commit = rec.identity.tags_at_commit.clone();
+        id.history_version = rec
+            .identity
+            .history_version
+            .clone()
+            .or_else(|| wheel.and_then(|w| w.history_version));
+    }
+    Ok(id)
 }
 
 /// What [`ensure`] did.
@@ -137,6 +255,8 @@ pub fn ensure(
             });
         }
     }
+    // Shared by key, but its record (and verdict) is another recipe's.
+    check_owner(lr, &entry.path)?;
     let mut record = OracleRecord::read(&entry.path)?;
     // An unsmoked oracle (built with --no-smoke) is gated by the first build
     // that does not skip the gate, whatever its smoke key.
@@ -213,16 +333,25 @@ fn relocate_logs(mut report: SmokeReport, from: &Path, to: &Path) -> SmokeReport
     report
 }
 
-/// Replaces `<venv>/oracle.json` atomically (the entry's top directory is
-/// opened for writing only for the rename).
+/// Replaces `<venv>/oracle.json` atomically, then the entry's manifest with
+/// the new record's size and sha256 (each file by an atomic rename; the
+/// entry's top directory is opened for writing only for the renames). A run
+/// killed between the two leaves a record the manifest does not match: the
+/// entry reads as damaged and is rebuilt, never trusted.
 pub fn write_record(venv: &Path, record: &OracleRecord) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let mode = fs::metadata(venv)?.permissions().mode();
     fs::set_permissions(venv, std::fs::Permissions::from_mode(mode | 0o200))?;
-    let res = write_json(&venv.join(ORACLE_JSON), record);
-    if let Ok(meta) = fs::metadata(venv.join(ORACLE_JSON)) {
-        let m = meta.permissions().mode() & !0o222;
-        let _ = fs::set_permissions(venv.join(ORACLE_JSON), std::fs::Permissions::from_mode(m));
+    let res = write_json(&venv.join(ORACLE_JSON), record).and_then(|()| {
+        let mut m = Manifest::read(venv)?;
+        m.refresh(venv, ORACLE_JSON)?;
+        m.write(venv)
+    });
+    for name in [ORACLE_JSON, MANIFEST] {
+        if let Ok(meta) = fs::metadata(venv.join(name)) {
+            let m = meta.permissions().mode() & !0o222;
+            let _ = fs::set_permissions(venv.join(name), std::fs::Permissions::from_mode(m));
+        }
     }
     fs::set_permissions(venv, std::fs::Permissions::from_mode(mode))?;
     res
@@ -246,22 +375,18 @@ fn build(
         log,
         created,
         install_s,
+        link_s,
+        bytecode_s,
+        known,
     } = venv::install(cx, wheel_entry, wheel, src, plan, staging.path())?;
 
+    let t_identity = std::time::Instant::now();
     progress::stage("identity", "measuring the oracle's identity");
-    let mode = wheel
-        .inputs
-        .get("mode")
-        .and_then(Value::as_str)
-        .map_or(r.build.mode, |m| {
-            if m == "precompiled" {
-                BuildMode::Precompiled
-            } else {
-                BuildMode::Source
-            }
-        });
-    let mut ident = identity::measure(&venv, &r.source.package, &r.source.commit, mode)?;
+    // The build mode from what the wheel's own record says the build got.
+    let mut ident =
+        identity::measure(&venv, &r.source.package, &r.source.commit, Some(&wheel.env))?;
     ident.tags_at_commit = crate::stages::source::tags_at(&src.path, &r.source.commit);
+    ident.history_version = wheel.history_version.clone();
     let mut warnings = Vec::new();
     if crate::stages::source::nearest_tag(&src.path, &r.source.commit).is_none() {
         let w = format!(
@@ -284,6 +409,8 @@ fn build(
             identity::describe_failures(&checks)
         )));
     }
+    let identity_s = t_identity.elapsed().as_secs_f64();
+    let t_smoke = std::time::Instant::now();
     let smoke = if opts.no_smoke {
         SmokeReport::skipped(smoke::smoke_key(store, lr))
     } else {
@@ -294,6 +421,7 @@ fn build(
             &smoke::Options::new(store, lr),
         )?
     };
+    let smoke_s = t_smoke.elapsed().as_secs_f64();
     // Paths were measured in staging; record the final ones.
     let staged = venv.display().to_string();
     let fin = entry.path.display().to_string();
@@ -319,14 +447,27 @@ fn build(
         warnings,
         created,
         install_s,
+        timings: Timings {
+            link_s,
+            bytecode_s,
+            identity_s,
+            smoke_s,
+            manifest_s: 0.0,
+        },
     };
     // Logs and smoke results travel with the entry.
     fs::copy(&log, scratch.join("install.log"))?;
     store::copy_tree(&scratch, &venv.join("oracle-build"))?;
     let mut record = record;
     record.smoke = relocate_logs(record.smoke, &scratch, &entry.path.join("oracle-build"));
+    // The record is covered too: an edited or corrupt oracle.json is damage.
+    let t_manifest = std::time::Instant::now();
     write_json(&venv.join(ORACLE_JSON), &record)?;
-    Manifest::build(&venv, &[MANIFEST, ORACLE_JSON])?.write(&venv)?;
+    let mut manifest = Manifest::build_known(&venv, &[MANIFEST], &known)?;
+    record.timings.manifest_s = t_manifest.elapsed().as_secs_f64();
+    write_json(&venv.join(ORACLE_JSON), &record)?;
+    manifest.refresh(&venv, ORACLE_JSON)?;
+    manifest.write(&venv)?;
     store.persist(&venv, entry)?;
     let _ = fs::remove_file(&log);
     Ok(record)

@@ -2,12 +2,13 @@
 //! relocatable venv (uv's `--relocatable`), in staging.
 //!
 //! [`plan`] computes the venv key once from complete inputs (Python, package,
-//! commit, the wheel's sha256, pins, indexes, the checkout's runtime
+//! recipe name, commit, build mode, the wheel's key and sha256, pins, indexes, the checkout's runtime
 //! requirements file and the runtime lock's sha256); [`install`] makes the
 //! venv in a staging directory. The identity check, the gate and the record
 //! that turn it into the entry `store/venvs/<key>/` are
 //! the oracle stage's (`stages::oracle`, which runs after this one).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -15,6 +16,7 @@ use anyhow::{Context, Result, bail};
 use fs_err as fs;
 use serde_json::{Value, json};
 
+use crate::host::bytecode;
 use crate::host::toolchain::Toolchain;
 use crate::host::uv::pin_lines;
 use crate::progress;
@@ -66,7 +68,15 @@ pub fn plan(
         "stage": "venv",
         "python": {"version": tc.python.version, "implementation": tc.python.implementation, "platform": tc.python.platform},
         "package": r.source.package,
+        // The oracle's record and root belong to the recipe of this name.
+        "recipe": r.name,
         "commit": r.source.commit,
+        // Every input that can change the oracle: the wheel's key covers the
+        // build mode, device, build environment and toolchain; the mode is
+        // named too, so a precompiled recipe never shares a source venv even
+        // when the two wheels are byte-identical.
+        "mode": r.build.mode.as_str(),
+        "wheel_key": wheel.key,
         "wheel_sha256": wheel.sha256,
         "pins": r.pins,
         "indexes": r.indexes,
@@ -94,8 +104,76 @@ pub struct Installed {
     pub log: PathBuf,
     /// When the install started (RFC 3339).
     pub created: String,
-    /// Seconds spent creating and installing the venv.
+    /// Seconds spent creating and installing the venv (links and bytecode).
     pub install_s: f64,
+    /// Of which: creating the venv and linking the files (uv).
+    pub link_s: f64,
+    /// Of which: bytecode, linked from the pool or compiled.
+    pub bytecode_s: f64,
+    /// sha256 of files known without reading them (path relative to the
+    /// venv), for the manifest: see [`record_hashes`] and `host::bytecode`.
+    pub known: HashMap<String, String>,
+}
+
+/// The sha256 that the installed distributions' `RECORD` files (PEP 376,
+/// `sha256=<urlsafe base64, no padding>`) give for their files under
+/// `<venv>/lib/*/site-packages`, by path relative to the venv, for the files
+/// where it can be trusted: a hard link (the file is the uv cache's, unpacked
+/// from a hash-checked artifact) with the recorded size. Files uv wrote for
+/// this venv (scripts, `RECORD` itself) are left out and hashed as usual.
+///
+/// Errors: the venv's `lib` cannot be read.
+pub fn record_hashes(venv: &Path) -> Result<HashMap<String, String>> {
+    use base64::Engine;
+    use std::os::unix::fs::MetadataExt;
+    let mut out = HashMap::new();
+    for e in fs::read_dir(venv.join("lib"))? {
+        let site = e?.path().join("site-packages");
+        let Ok(rd) = std::fs::read_dir(&site) else {
+            continue;
+        };
+        for d in rd.flatten() {
+            let name = d.file_name();
+            if !name.to_string_lossy().ends_with(".dist-info") {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(d.path().join("RECORD")) else {
+                continue;
+            };
+            for line in text.lines() {
+                // path,sha256=...,size; the path may itself hold commas (then quoted).
+                let mut it = line.rsplitn(3, ',');
+                let (Some(size), Some(hash), Some(path)) = (it.next(), it.next(), it.next()) else {
+                    continue;
+                };
+                let path = path.trim_matches('"');
+                let (Some(b64), Ok(size)) = (hash.strip_prefix("sha256="), size.parse::<u64>())
+                else {
+                    continue;
+                };
+                if path.starts_with('/') || path.split('/').any(|c| c == ".." || c.is_empty()) {
+                    continue;
+                }
+                let Ok(raw) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(b64) else {
+                    continue;
+                };
+                if raw.len() != 32 {
+                    continue;
+                }
+                let file = site.join(path);
+                let Ok(meta) = std::fs::symlink_metadata(&file) else {
+                    continue;
+                };
+                if !meta.is_file() || meta.nlink() < 2 || meta.len() != size {
+                    continue;
+                }
+                if let Ok(rel) = file.strip_prefix(venv) {
+                    out.insert(rel.to_string_lossy().into_owned(), hex::encode(raw));
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Installs the wheel of `wheel_entry` (checked against `wheel`'s sha256)
@@ -137,11 +215,9 @@ pub fn install(
     uv.venv(&tc.python.path, &venv, true, &log)?;
     let overrides = scratch.join("overrides.txt");
     fs::write(&overrides, pin_lines(&r.pins))?;
-    let mut args: Vec<String> = vec![
-        "--compile-bytecode".into(),
-        "--override".into(),
-        overrides.display().to_string(),
-    ];
+    // uv only links (hard links from the store's uv cache); the bytecode
+    // comes from the store's pool afterwards (`host::bytecode`).
+    let mut args: Vec<String> = vec!["--override".into(), overrides.display().to_string()];
     if let Some(locked) = &plan.hermetic.runtime_lock {
         // Exactly the locked runtime set plus the wheel, by path and sha256.
         let wheel_line = format!(
@@ -150,16 +226,9 @@ pub fn install(
             wheel_path.display(),
             wheel.sha256
         );
-        // The lock already applied the pins; only bytecode compilation is added.
+        // The lock already applied the pins.
         locked
-            .install(
-                uv,
-                &venv,
-                &scratch,
-                &[wheel_line],
-                &["--compile-bytecode".into()],
-                &log,
-            )
+            .install(uv, &venv, &scratch, &[wheel_line], &[], &log)
             .context("installing the oracle venv from the locked runtime set")?;
     } else {
         if let Some(rel) = runtime {
@@ -170,11 +239,69 @@ pub fn install(
         uv.pip_install(&venv, &args, &log)
             .context("installing the oracle venv")?;
     }
+    let link_s = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let code = bytecode::ensure(&tc.python, &venv, &store.bytecode_dir(), &scratch, &log)
+        .context("giving the oracle venv its bytecode")?;
+    let bytecode_s = t1.elapsed().as_secs_f64();
+    progress::stage(
+        "install",
+        format!(
+            "bytecode: {} linked from the store's pool, {} compiled now, {} not compilable",
+            code.linked, code.compiled, code.failed
+        ),
+    );
+    let mut known = record_hashes(&venv)?;
+    known.extend(code.hashes);
     Ok(Installed {
         venv,
         scratch,
         log,
         created,
         install_s: t0.elapsed().as_secs_f64(),
+        link_s,
+        bytecode_s,
+        known,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+    use sha2::{Digest, Sha256};
+
+    fn b64(data: &[u8]) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(data))
+    }
+
+    #[test]
+    fn record_hashes_trust_only_hard_links_of_the_recorded_size() {
+        let tmp = tempfile::tempdir().unwrap();
+        let venv = tmp.path().join("venv");
+        let site = venv.join("lib/python3.11/site-packages");
+        std::fs::create_dir_all(site.join("pkg")).unwrap();
+        std::fs::create_dir_all(site.join("pkg-1.0.dist-info")).unwrap();
+        let cache = tmp.path().join("cache.py");
+        std::fs::write(&cache, b"x = 1\n").unwrap();
+        std::fs::hard_link(&cache, site.join("pkg/linked.py")).unwrap();
+        std::fs::write(site.join("pkg/copied.py"), b"y = 2\n").unwrap();
+        let other = tmp.path().join("other.py");
+        std::fs::write(&other, b"z = 33\n").unwrap();
+        std::fs::hard_link(&other, site.join("pkg/resized.py")).unwrap();
+        let record = format!(
+            "pkg/linked.py,sha256={},6\npkg/copied.py,sha256={},6\npkg/resized.py,sha256={},6\n../../bin/x,sha256={},6\npkg-1.0.dist-info/RECORD,,\n",
+            b64(b"x = 1\n"),
+            b64(b"y = 2\n"),
+            b64(b"z = 33\n"),
+            b64(b"x = 1\n"),
+        );
+        std::fs::write(site.join("pkg-1.0.dist-info/RECORD"), record).unwrap();
+        let got = record_hashes(&venv).unwrap();
+        assert_eq!(
+            got.get("lib/python3.11/site-packages/pkg/linked.py"),
+            Some(&hex::encode(Sha256::digest(b"x = 1\n")))
+        );
+        assert_eq!(got.len(), 1, "{got:?}");
+    }
 }

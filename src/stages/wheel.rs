@@ -33,10 +33,74 @@ pub const SCRUBBED_ENV: &[&str] = &[
     "SETUPTOOLS_SCM_PRETEND_VERSION",
     "VLLM_USE_PRECOMPILED",
     "VLLM_PRECOMPILED_WHEEL_LOCATION",
+    "VLLM_SKIP_PRECOMPILED_VERSION_SUFFIX",
+    "VLLM_VERSION_OVERRIDE",
     "PYTHONPATH",
     "PYTHONHOME",
     "PIP_CONSTRAINT",
 ];
+
+/// Prefixes of variables that hand-set a version (setuptools-scm's
+/// `SETUPTOOLS_SCM_PRETEND_VERSION[_FOR_<DIST>]`, `SETUPTOOLS_SCM_PRETEND_METADATA`,
+/// and the same under vcs-versioning's name): removed from every build and
+/// from the run that computes the version the history gives.
+pub const PRETEND_PREFIXES: &[&str] = &["SETUPTOOLS_SCM_PRETEND", "VCS_VERSIONING_PRETEND"];
+
+/// Whether the inherited variable `key` is removed from builds.
+pub fn is_scrubbed(key: &str) -> bool {
+    SCRUBBED_ENV.contains(&key) || PRETEND_PREFIXES.iter().any(|p| key.starts_with(p))
+}
+
+/// The version the history of the checkout at `tree` gives, computed by the
+/// tree's own version tool: `python -m setuptools_scm` run with the build
+/// venv's Python (`venv`, which holds the tree's build requirements) in the
+/// tree (so setuptools-scm reads the tree's `pyproject.toml`
+/// `[tool.setuptools_scm]`), with every `SETUPTOOLS_SCM_*` and
+/// `VCS_VERSIONING_*` variable removed (no pretend version, no overrides).
+/// The tree must be an unmodified clone with full history and tags (the
+/// store's checkout or a copy of it, before anything is built in it).
+///
+/// Returns `Ok(None)` when the build venv has no setuptools-scm (the tree
+/// does not version itself with it, so there is nothing to compare with).
+///
+/// Errors: setuptools-scm is installed but fails or prints nothing.
+pub fn history_version(venv: &Path, tree: &Path) -> Result<Option<String>> {
+    let python = venv.join("bin/python");
+    let probe = duct::cmd(&python, ["-I", "-c", "import setuptools_scm"])
+        .dir(tree)
+        .stdout_null()
+        .stderr_null()
+        .unchecked()
+        .run()
+        .with_context(|| format!("running {}", python.display()))?;
+    if !probe.status.success() {
+        return Ok(None);
+    }
+    let mut cmd = duct::cmd(&python, ["-I", "-m", "setuptools_scm"]).dir(tree);
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("SETUPTOOLS_SCM_") || k.starts_with("VCS_VERSIONING_") {
+            cmd = cmd.env_remove(k.as_ref());
+        }
+    }
+    let out = crate::host::process::capture(
+        &format!(
+            "{} -m setuptools_scm (in {})",
+            python.display(),
+            tree.display()
+        ),
+        cmd,
+    )?;
+    let version = out.lines().rev().map(str::trim).find(|l| !l.is_empty());
+    match version {
+        Some(v) => Ok(Some(v.to_string())),
+        None => bail!(
+            "{} -m setuptools_scm printed no version in {}",
+            python.display(),
+            tree.display()
+        ),
+    }
+}
 
 /// The wheel stage's settings, resolved from the recipe and the checkout
 /// before any work (see [`settings`]).
@@ -134,6 +198,8 @@ pub fn plan(
         "pins": r.pins,
         "indexes": r.indexes,
         "ext": ext,
+        // The record carries the version the history gives (`history_version`).
+        "record": 2,
         "toolchain": {
             "python": tc.python.version, "implementation": tc.python.implementation, "platform": tc.python.platform,
             "gcc": tc.gcc.as_ref().map(|t| &t.version), "nvcc": tc.nvcc.as_ref().map(|t| &t.version),
@@ -335,6 +401,11 @@ pub struct BuildRecord {
     /// kept alive by `gc` as long as the wheel is.
     #[serde(default)]
     pub requires: Vec<String>,
+    /// The version the commit's history gives, computed by the tree's own
+    /// version tool before the build (see [`history_version`]); `None` when
+    /// the tree does not use setuptools-scm (or for wheels built before it was recorded).
+    #[serde(default)]
+    pub history_version: Option<String>,
     /// The compiler cache (sccache / ccache) the build could use, if any.
     #[serde(default)]
     pub compiler_cache: Option<crate::host::toolchain::Tool>,
@@ -444,6 +515,10 @@ pub fn ensure(
         uv.pip_install(&venv, &args, &log)
             .context("installing the build requirements")?;
     }
+    // What the commit's history gives, asked of the tree's own version tool
+    // before the build writes anything into the tree.
+    let history = history_version(&venv, &tree)
+        .context("computing the version the commit's history gives")?;
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     env.insert("VLLM_TARGET_DEVICE".into(), r.build.target_device.clone());
     env.insert("MAX_JOBS".into(), plan.max_jobs.to_string());
@@ -489,9 +564,7 @@ pub fn ensure(
     env.extend(ext_env);
     let scrubbed: Vec<String> = std::env::vars()
         .map(|(k, _)| k)
-        .filter(|k| {
-            SCRUBBED_ENV.contains(&k.as_str()) || k.starts_with("SETUPTOOLS_SCM_PRETEND_VERSION")
-        })
+        .filter(|k| is_scrubbed(k))
         .filter(|k| !env.contains_key(k))
         .collect();
     let bar = Progress::new("build");
@@ -522,6 +595,7 @@ pub fn ensure(
         scrubbed_env: scrubbed,
         tools: tc.clone(),
         requires: requires.to_vec(),
+        history_version: history,
         compiler_cache: plan
             .hermetic
             .compiler_cache

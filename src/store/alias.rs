@@ -187,7 +187,12 @@ pub fn root_name(path: &Path) -> String {
         })
         .collect();
     let digest = hex::encode(Sha256::digest(path.display().to_string().as_bytes()));
-    format!("alias-{}-{}", name.trim_start_matches('.'), &digest[..8])
+    format!(
+        "{}{}-{}",
+        crate::recipe::ALIAS_ROOT_PREFIX,
+        name.trim_start_matches('.'),
+        &digest[..8]
+    )
 }
 
 /// The root that keeps an alias's previous oracle: `<root>-rollback`.

@@ -1,6 +1,7 @@
 //! Entry manifests: every file of a store entry with its size and sha256,
 //! checked by the no-op path (sizes), `status`, `doctor` and `verify --deep` (hashes).
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::Result;
@@ -11,6 +12,11 @@ use super::fsutil::{read_json, sha256_file, write_json};
 
 /// The file name of every entry's manifest.
 pub const MANIFEST: &str = "manifest.json";
+
+/// The records of entries (`oracle.json` of a venv, `build.json` of a
+/// wheel): small files that say what the entry is, so [`Manifest::check`]
+/// always compares their sha256, not only their size.
+pub const RECORDS: &[&str] = &["oracle.json", "build.json"];
 
 /// Every file of an entry with its size and sha256, and every symlink with its target.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -42,11 +48,24 @@ pub struct ManifestFile {
 impl Manifest {
     /// Walks `dir` and hashes every file except those named in `skip` (top-level names).
     pub fn build(dir: &Path, skip: &[&str]) -> Result<Manifest> {
+        Self::build_known(dir, skip, &HashMap::new())
+    }
+
+    /// [`Manifest::build`], taking the sha256 of the files in `known` (paths
+    /// relative to `dir`) as given instead of reading them. Callers put there
+    /// only hashes they can vouch for (a wheel's RECORD for a hard link of the
+    /// hash-checked cache file; the bytecode pool's own record): a wrong one
+    /// can only make `verify --deep` report a file as changed, never hide a change.
+    pub fn build_known(
+        dir: &Path,
+        skip: &[&str],
+        known: &HashMap<String, String>,
+    ) -> Result<Manifest> {
         let mut m = Manifest {
             excluded: skip.iter().map(|s| s.to_string()).collect(),
             ..Manifest::default()
         };
-        walk(dir, dir, skip, &mut m)?;
+        walk(dir, dir, skip, known, &mut m)?;
         m.files.sort_by(|a, b| a.path.cmp(&b.path));
         m.symlinks.sort();
         Ok(m)
@@ -62,13 +81,39 @@ impl Manifest {
         read_json(&dir.join(MANIFEST))
     }
 
+    /// Records the current size and sha256 of the file `rel` of the entry at
+    /// `dir` (a record replaced on purpose, e.g. `oracle.json` after the gate
+    /// re-ran), adding it when it is not listed yet; top-level names the
+    /// manifest excludes stay excluded.
+    ///
+    /// Errors: the file cannot be read.
+    pub fn refresh(&mut self, dir: &Path, rel: &str) -> Result<()> {
+        if self.excluded.iter().any(|e| e == rel) {
+            return Ok(());
+        }
+        let p = dir.join(rel);
+        let file = ManifestFile {
+            path: rel.to_string(),
+            size: fs::metadata(&p)?.len(),
+            sha256: sha256_file(&p)?,
+        };
+        match self.files.iter_mut().find(|f| f.path == rel) {
+            Some(f) => *f = file,
+            None => {
+                self.files.push(file);
+                self.files.sort_by(|a, b| a.path.cmp(&b.path));
+            }
+        }
+        Ok(())
+    }
+
     /// Total size of the files, in bytes.
     pub fn total_size(&self) -> u64 {
         self.files.iter().map(|f| f.size).sum()
     }
 
     /// Problems found by checking every file exists with its recorded size
-    /// (and, when `deep`, its sha256), and that no file was added: an extra
+    /// (and, when `deep`, its sha256; the entry's [`RECORDS`] always), and that no file was added: an extra
     /// `.pth`, `sitecustomize.py` or installed package changes what the
     /// oracle runs without changing any recorded file. Bytecode caches
     /// (`__pycache__/*.pyc`, written by Python as it imports) are not counted.
@@ -85,7 +130,7 @@ impl Manifest {
                     f.size,
                     m.len()
                 )),
-                Ok(_) if deep => match sha256_file(&p) {
+                Ok(_) if deep || RECORDS.contains(&f.path.as_str()) => match sha256_file(&p) {
                     Ok(h) if h == f.sha256 => {}
                     Ok(_) => problems.push(format!("changed content: {}", f.path)),
                     Err(e) => problems.push(format!("unreadable: {}: {e}", f.path)),
@@ -148,7 +193,13 @@ fn added(
     }
 }
 
-fn walk(base: &Path, dir: &Path, skip: &[&str], m: &mut Manifest) -> Result<()> {
+fn walk(
+    base: &Path,
+    dir: &Path,
+    skip: &[&str],
+    known: &HashMap<String, String>,
+    m: &mut Manifest,
+) -> Result<()> {
     for e in fs::read_dir(dir)? {
         let e = e?;
         let path = e.path();
@@ -165,13 +216,17 @@ fn walk(base: &Path, dir: &Path, skip: &[&str], m: &mut Manifest) -> Result<()> 
             m.symlinks
                 .push((rel, fs::read_link(&path)?.to_string_lossy().into_owned()));
         } else if ft.is_dir() {
-            walk(base, &path, skip, m)?;
+            walk(base, &path, skip, known, m)?;
         } else {
             let size = e.metadata()?.len();
+            let sha256 = match known.get(&rel) {
+                Some(h) => h.clone(),
+                None => sha256_file(&path)?,
+            };
             m.files.push(ManifestFile {
                 path: rel,
                 size,
-                sha256: sha256_file(&path)?,
+                sha256,
             });
         }
     }

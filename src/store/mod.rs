@@ -50,7 +50,7 @@ pub use fsutil::{
     copy_tree, disk_usage, make_read_only, make_writable, read_json, sha256_file, write_atomic,
     write_json,
 };
-pub use manifest::{MANIFEST, Manifest, ManifestFile};
+pub use manifest::{MANIFEST, Manifest, ManifestFile, RECORDS};
 
 /// The kinds of store entries; each is one directory under `<root>/store/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -537,6 +537,13 @@ impl Store {
         self.root.join("uv-cache")
     }
 
+    /// `<root>/bytecode`: the bytecode pool, one `.pyc` per (Python cache
+    /// tag, source file of the uv cache), hard-linked into every venv that
+    /// links the same source (see `host::bytecode`).
+    pub fn bytecode_dir(&self) -> PathBuf {
+        self.root.join("bytecode")
+    }
+
     /// `<root>/wheelhouse-links`: one directory of links to wheelhouse files
     /// that every locked install shares (uv keys its cache of local wheels by
     /// path, so the same wheel is unpacked once).
@@ -552,6 +559,11 @@ impl Store {
     /// `<root>/imported`: the recipes and locks of imported bundles.
     pub fn imported_dir(&self) -> PathBuf {
         self.root.join("imported")
+    }
+
+    /// `<root>/demo`: the repository, model and recipe of `oracle-build demo`.
+    pub fn demo_dir(&self) -> PathBuf {
+        self.root.join("demo")
     }
 
     /// `<root>/tmp`: staging.

@@ -979,3 +979,319 @@ fn doctor_fixes_name_the_recipe_file_and_run_as_printed_from_anywhere() {
     there(&["doctor"], 0);
     there(&["verify", l], 0);
 }
+
+// ---- The gate cannot be fooled: records, modes, names and versions ----
+
+/// The first 9 hex digits of `commit`, as setuptools-scm's `+g<sha>`.
+fn sha9(commit: &str) -> &str {
+    &commit[..9]
+}
+
+/// Edits the read-only store file `file` so that its size and modification
+/// time stay the same (so Python keeps trusting a cached `.pyc` of it): the
+/// first `from` is replaced by `to` (same length).
+fn same_size_edit(file: &Path, from: &str, to: &str) {
+    assert_eq!(from.len(), to.len());
+    let text = std::fs::read_to_string(file).unwrap();
+    assert!(text.contains(from), "{} lacks {from:?}", file.display());
+    let mtime = std::fs::metadata(file).unwrap().modified().unwrap();
+    unlock(file);
+    std::fs::write(file, text.replacen(from, to, 1)).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(file)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    assert_eq!(std::fs::metadata(file).unwrap().len() as usize, text.len());
+}
+
+#[test]
+fn build_env_may_not_set_the_version_or_what_the_tool_controls() {
+    let fx = Fx::new();
+    let (repo, commit) = fx.repo();
+    let pretend = format!("9.9.9+g{}", sha9(&commit));
+    for (key, value, names) in [
+        (
+            "SETUPTOOLS_SCM_PRETEND_VERSION",
+            pretend.as_str(),
+            "source.commit",
+        ),
+        (
+            "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_FIXTURELLM",
+            pretend.as_str(),
+            "source.commit",
+        ),
+        ("VLLM_USE_PRECOMPILED", "1", "build.mode"),
+        ("VLLM_TARGET_DEVICE", "cuda", "build.target_device"),
+        ("MAX_JOBS", "64", "build.max_jobs"),
+    ] {
+        let extra = format!("  env: {{{key}: \"{value}\"}}\n{SMOKE}");
+        let recipe = fx.recipe("fx-env", &repo, &commit, &extra);
+        let out = fx.build(&recipe);
+        let t = text(&out);
+        assert_eq!(code(&out), 2, "{key}: {t}");
+        assert!(
+            t.contains(&format!("field `build.env.{key}`")) && t.contains(names),
+            "{key}: names the key and {names}: {t}"
+        );
+        assert!(!fx.store().exists(), "{key}: nothing was written");
+    }
+}
+
+#[test]
+fn a_hand_coded_version_with_the_right_sha_builds_but_the_history_refuses_it() {
+    let fx = Fx::new();
+    let (repo, _) = fx.repo();
+    // setup.py hard-codes 9.9.9 with the commit's own +g<sha> (read from
+    // git, as a hand-rolled version would be), for both the distribution
+    // and the package's __version__.
+    let setup = std::fs::read_to_string(repo.join("setup.py")).unwrap();
+    let hand = setup.replace(
+        "setup(ext_modules=",
+        "import subprocess\n_version = \"9.9.9+g\" + subprocess.check_output([\"git\", \"rev-parse\", \"--short=9\", \"HEAD\"], text=True).strip()\nwith open(os.path.join(\"fixturellm\", \"_version.py\"), \"w\") as f:\n    f.write(\"__version__ = version = %r\\n\" % _version)\nsetup(version=_version, ext_modules=",
+    );
+    assert_ne!(hand, setup);
+    std::fs::write(repo.join("setup.py"), hand).unwrap();
+    git(&repo, &["commit", "-qam", "hand-set version"]);
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    let recipe = fx.recipe("fx", &repo, &commit, SMOKE);
+    let out = fx.exits(&["build", recipe.to_str().unwrap()], 3);
+    let t = text(&out);
+    let found = format!("9.9.9+g{}", sha9(&commit));
+    let history = format!("0.1.1.dev2+g{}", sha9(&commit));
+    // The wheel was built (the version carries the right sha) ...
+    assert!(t.contains(&format!("fixturellm-{found}")), "{t}");
+    // ... and the gate names the field, what the history gives and what was found.
+    for field in [
+        "runtime_version (history)",
+        "distribution_version (history)",
+    ] {
+        let line = t
+            .lines()
+            .find(|l| l.trim_start().starts_with(field))
+            .unwrap_or_else(|| panic!("no {field} failure: {t}"));
+        assert!(
+            line.contains(&format!("expected {history}"))
+                && line.contains(&format!("found {found}")),
+            "{line}"
+        );
+    }
+    assert!(
+        !fx.store().join("roots/fx").exists(),
+        "nothing was rooted: {t}"
+    );
+}
+
+#[test]
+fn the_build_mode_is_measured_and_a_precompiled_recipe_gets_its_own_oracle() {
+    let fx = Fx::new();
+    let (repo, commit, src_recipe) = fx.pin();
+    let pre = fx.recipe(
+        "fx-pre",
+        &repo,
+        &commit,
+        &format!("  mode: precompiled\n{SMOKE}"),
+    );
+    fx.exits(&["build", src_recipe.to_str().unwrap()], 0);
+    fx.exits(&["build", pre.to_str().unwrap()], 0);
+    let (v_src, v_pre) = (fx.oracle("fx"), fx.oracle("fx-pre"));
+    // The fixture ignores VLLM_USE_PRECOMPILED: the two wheels are the same bytes ...
+    assert_eq!(
+        record(&v_src)["wheel_sha256"],
+        record(&v_pre)["wheel_sha256"]
+    );
+    // ... but the oracles are not the same venv, and each says what it is.
+    assert_ne!(v_src, v_pre);
+    assert_eq!(record(&v_src)["identity"]["build_mode"], "source");
+    assert_eq!(record(&v_pre)["identity"]["build_mode"], "precompiled");
+    let v = fx.json(&["verify", "fx-pre.yaml", "--json"]);
+    let mode = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["field"] == "build_mode")
+        .unwrap()
+        .clone();
+    assert!(
+        mode["found"]
+            .as_str()
+            .unwrap()
+            .contains("VLLM_USE_PRECOMPILED=1"),
+        "measured from the wheel's build record: {mode}"
+    );
+    fx.exits(&["verify", "fx.yaml"], 0);
+    let alias = fx.dir().join("venvs/pre");
+    fx.exits(&["activate", "fx-pre.yaml", alias.to_str().unwrap()], 0);
+    assert_eq!(std::fs::read_link(&alias).unwrap(), v_pre);
+}
+
+#[test]
+fn a_recipe_sharing_the_name_cannot_touch_the_other_recipes_oracle() {
+    let fx = Fx::new();
+    let (repo, commit, prod) = fx.pin();
+    fx.exits(&["build", prod.to_str().unwrap()], 0);
+    let alias = fx.dir().join("venvs/oracle");
+    let l = alias.to_str().unwrap();
+    fx.exits(&["activate", "fx.yaml", l], 0);
+    let venv = fx.oracle("fx");
+    let before = std::fs::read_to_string(venv.join("oracle.json")).unwrap();
+
+    // A scratch copy with the same `name:` and a gate that cannot pass.
+    let scratch_dir = fx.dir().join("scratch");
+    std::fs::create_dir_all(&scratch_dir).unwrap();
+    let scratch = write_recipe(
+        &scratch_dir,
+        "fx",
+        &repo,
+        &commit,
+        "smoke:\n  runs: 1\n  cases:\n    - name: gone\n      model: /nonexistent/model\n      prompt: x\n      max_tokens: 2\n",
+    );
+    let sc = scratch.to_str().unwrap();
+    for args in [
+        vec!["smoke", sc],
+        vec!["build", sc],
+        vec!["unkeep", sc],
+        vec!["keep", sc],
+        vec!["activate", sc, l],
+    ] {
+        let out = fx.exits(&args, 2);
+        let t = text(&out);
+        assert!(
+            t.contains("belongs to the recipe") && t.contains(prod.to_str().unwrap()),
+            "{args:?}: names the owner: {t}"
+        );
+    }
+    // The production oracle, its record, root and alias are as they were.
+    assert_eq!(
+        std::fs::read_to_string(venv.join("oracle.json")).unwrap(),
+        before
+    );
+    assert_eq!(fx.oracle("fx"), venv);
+    assert_eq!(std::fs::read_link(&alias).unwrap(), venv);
+    assert_eq!(record(&venv)["smoke"]["verdict"], "gateable");
+    fx.exits(&["doctor"], 0);
+    fx.exits(&["verify", l], 0);
+    fx.exits(&["activate", "fx.yaml", l], 0);
+}
+
+#[test]
+fn no_recipe_name_can_take_an_alias_root() {
+    let fx = Fx::new();
+    let (repo, commit, prod) = fx.pin();
+    fx.exits(&["build", prod.to_str().unwrap()], 0);
+    let venv = fx.oracle("fx");
+    let o = fx.dir().join("o");
+    let act = fx.json(&["activate", "fx.yaml", o.to_str().unwrap(), "--json"]);
+    let root = act["root"].as_str().unwrap().to_string();
+    assert!(root.starts_with("alias-o-"), "{root}");
+    let evil = fx.recipe("evil", &repo, &commit, SMOKE);
+    std::fs::write(
+        &evil,
+        std::fs::read_to_string(&evil)
+            .unwrap()
+            .replacen("name: evil", &format!("name: {root}"), 1),
+    )
+    .unwrap();
+    for cmd in ["build", "unkeep", "keep"] {
+        let out = fx.exits(&[cmd, evil.to_str().unwrap()], 2);
+        let t = text(&out);
+        assert!(
+            t.contains("field `name`") && t.contains("reserved for the GC roots of aliases"),
+            "{cmd}: {t}"
+        );
+    }
+    assert_eq!(
+        fx.store().join("roots").join(&root).canonicalize().unwrap(),
+        venv
+    );
+    fx.exits(&["gc"], 0);
+    assert!(
+        venv.join("bin/python").exists(),
+        "gc kept the alias's oracle"
+    );
+}
+
+#[test]
+fn a_corrupt_or_edited_record_is_damage_verify_and_status_report() {
+    let fx = Fx::new();
+    let (_, _, prod) = fx.pin();
+    fx.exits(&["build", prod.to_str().unwrap()], 0);
+    let venv = fx.oracle("fx");
+    let rec = venv.join("oracle.json");
+    let status_health = || {
+        let st = fx.json(&["status", "--json"]);
+        st["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["entry"].as_str().unwrap().starts_with("venvs/"))
+            .unwrap()["health"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(status_health(), "ok");
+
+    // An edit that keeps the size: only the record's hash tells.
+    let text0 = std::fs::read_to_string(&rec).unwrap();
+    let created = text0.find("\"created\": \"").unwrap() + "\"created\": \"".len();
+    let digit = &text0[created..created + 1];
+    let other = if digit == "1" { "2" } else { "1" };
+    same_size_edit(
+        &rec,
+        &format!("\"created\": \"{digit}"),
+        &format!("\"created\": \"{other}"),
+    );
+    let out = fx.exits(&["verify", "fx.yaml"], 3);
+    assert!(
+        text(&out).contains("[FAIL] files (manifest)") && text(&out).contains("oracle.json"),
+        "{}",
+        text(&out)
+    );
+    let h = status_health();
+    assert!(h.starts_with("damaged") && h.contains("oracle.json"), "{h}");
+
+    // A record that does not parse: the recorded checks are not silently dropped.
+    std::fs::write(&rec, "{broken").unwrap();
+    let out = fx.exits(&["verify", "fx.yaml"], 3);
+    let t = text(&out);
+    assert!(t.contains("[FAIL] record (oracle.json)"), "{t}");
+    assert!(t.contains("[FAIL] files (manifest)"), "{t}");
+    let h = status_health();
+    assert!(h.contains("unreadable oracle.json"), "{h}");
+}
+
+#[test]
+fn activate_and_doctor_compare_content_not_only_sizes() {
+    let fx = Fx::new();
+    let (_, _, prod) = fx.pin();
+    fx.exits(&["build", prod.to_str().unwrap()], 0);
+    let venv = fx.oracle("fx");
+    let file = venv.join("lib/python3.11/site-packages/fixturellm/sampling_params.py");
+    same_size_edit(&file, "SamplingParams", "SamplingParamZ");
+    let alias = fx.dir().join("venvs/oracle");
+    // By size, nothing changed (what `verify` without --deep sees) ...
+    fx.exits(&["verify", "fx.yaml"], 0);
+    // ... but activate compares content.
+    let out = fx.exits(&["activate", "fx.yaml", alias.to_str().unwrap()], 3);
+    let t = text(&out);
+    assert!(
+        t.contains("changed content: lib/python3.11/site-packages/fixturellm/sampling_params.py")
+            && !t.contains(".pyc"),
+        "{t}"
+    );
+    assert!(
+        std::fs::symlink_metadata(&alias).is_err(),
+        "the alias was not made"
+    );
+    let ps = problems(&fx.exits(&["doctor", "--json"], 1));
+    let hits = find(&ps, "files-missing", "venvs/");
+    assert!(
+        hits.iter().any(|p| p["message"].as_str().unwrap().contains(
+            "changed content: lib/python3.11/site-packages/fixturellm/sampling_params.py"
+        )),
+        "{}",
+        kinds(&ps).join("\n")
+    );
+}

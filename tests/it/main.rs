@@ -7,6 +7,8 @@ mod support;
 
 mod advance;
 mod build;
+mod bytecode;
+mod demo;
 mod edges;
 mod gpu;
 mod hermetic;

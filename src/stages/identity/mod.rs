@@ -64,8 +64,17 @@ pub struct Identity {
     pub package_dir: Option<String>,
     /// Compiled modules under the package (globbed, not a fixed list).
     pub compiled_extensions: Vec<CompiledExtension>,
-    /// `source` or `precompiled`, from the wheel's build record.
+    /// `source` or `precompiled`, as the built artifacts show it (see [`measured_mode`]).
     pub build_mode: String,
+    /// What the build mode was decided from, one line each.
+    #[serde(default)]
+    pub build_mode_evidence: Vec<String>,
+    /// The version the commit's history gives (setuptools-scm run on the
+    /// store's checkout in the build venv, no pretend variables), from the
+    /// wheel's `build.json`; `None` when unknown (not recorded, or the tree
+    /// does not use setuptools-scm). Not measured in the venv.
+    #[serde(default)]
+    pub history_version: Option<String>,
     /// The venv's `sys.prefix` when measured.
     pub sys_prefix: String,
     /// Why `import <package>` failed, if it did.
@@ -109,8 +118,101 @@ pub const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60
 /// The environment variable overriding [`PROBE_TIMEOUT`] (whole seconds).
 pub const PROBE_TIMEOUT_VAR: &str = "ORACLE_BUILD_PROBE_TIMEOUT";
 
+/// The build mode the artifacts show: `precompiled` when the installed
+/// distribution's (or package's) version carries vLLM's `precompiled` local
+/// label (vLLM `setup.py` `get_vllm_version`), or when the wheel's own build
+/// record (`build_env`: the environment `build.json` says the build got) has
+/// `VLLM_USE_PRECOMPILED` set true or a `VLLM_PRECOMPILED_WHEEL_LOCATION`;
+/// else `source`. Returns the mode and the evidence, one line each (the
+/// compiled modules found are named too; their absence is its own check).
+pub fn measured_mode(
+    id: &Identity,
+    build_env: Option<&BTreeMap<String, String>>,
+) -> (BuildMode, Vec<String>) {
+    let mut marks = Vec::new();
+    for (what, v) in [
+        ("distribution version", &id.distribution_version),
+        ("runtime version", &id.runtime_version),
+    ] {
+        if let Some(v) = v
+            .as_deref()
+            .filter(|v| local_labels(v).any(|l| l == "precompiled"))
+        {
+            marks.push(format!("{what} {v} carries the precompiled label"));
+        }
+    }
+    if let Some(env) = build_env {
+        if let Some(v) = env
+            .get("VLLM_USE_PRECOMPILED")
+            .filter(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true"))
+        {
+            marks.push(format!("the wheel's build.json: VLLM_USE_PRECOMPILED={v}"));
+        }
+        if let Some(v) = env.get("VLLM_PRECOMPILED_WHEEL_LOCATION") {
+            marks.push(format!(
+                "the wheel's build.json: VLLM_PRECOMPILED_WHEEL_LOCATION={v}"
+            ));
+        }
+    }
+    if !marks.is_empty() {
+        return (BuildMode::Precompiled, marks);
+    }
+    let mut evidence = vec!["no precompiled label in the versions".to_string()];
+    match build_env {
+        Some(env) => evidence.push(format!(
+            "the wheel's build.json: VLLM_USE_PRECOMPILED={}",
+            env.get("VLLM_USE_PRECOMPILED")
+                .map_or("(unset)", String::as_str)
+        )),
+        None => evidence.push("no wheel build record".into()),
+    }
+    if !id.compiled_extensions.is_empty() {
+        evidence.push(format!(
+            "{} compiled module(s)",
+            id.compiled_extensions.len()
+        ));
+    }
+    (BuildMode::Source, evidence)
+}
+
+/// The labels of a PEP 440 local version segment (`0.1+g1a2b.precompiled` ->
+/// `g1a2b`, `precompiled`), lowercased; none when there is no `+`.
+fn local_labels(version: &str) -> impl Iterator<Item = String> + '_ {
+    version
+        .split_once('+')
+        .map(|(_, l)| l)
+        .unwrap_or("")
+        .split(['.', '-', '_'])
+        .filter(|l| !l.is_empty())
+        .map(str::to_ascii_lowercase)
+}
+
+/// Whether `version` is `history` with at most extra local labels appended
+/// (PEP 440 local segment: `history` + `+label` when it has no local segment,
+/// else `.label`): how a tree's `setup.py` may extend the history's version
+/// for the distribution (vLLM appends `precompiled`, `cu130`, `cpu`, ...),
+/// while the public version and the history's own local labels (`g<sha>`,
+/// `dYYYYMMDD`) stay as the history gives them.
+pub fn extends_history(version: &str, history: &str) -> bool {
+    if version == history {
+        return true;
+    }
+    let sep = if history.contains('+') { '.' } else { '+' };
+    version
+        .strip_prefix(history)
+        .and_then(|rest| rest.strip_prefix(sep))
+        .is_some_and(|rest| {
+            !rest.is_empty()
+                && rest
+                    .split('.')
+                    .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric()))
+        })
+}
+
 /// Measures the identity of `package` in the venv at `venv` by running the
-/// venv's own Python (`-I`, isolated) from an empty directory outside any source tree.
+/// venv's own Python (`-I`, isolated) from an empty directory outside any
+/// source tree. The build mode is measured from the versions found and the
+/// wheel's build record (`build_env`, see [`measured_mode`]).
 ///
 /// Errors: the interpreter does not run or prints something that is not the expected JSON, or
 /// runs past [`PROBE_TIMEOUT`] (then its process group is killed).
@@ -118,7 +220,7 @@ pub fn measure(
     venv: &Path,
     package: &str,
     commit: &str,
-    build_mode: BuildMode,
+    build_env: Option<&BTreeMap<String, String>>,
 ) -> Result<Identity> {
     let work = tempfile::tempdir().context("creating a scratch directory")?;
     let script = work.path().join("identity.py");
@@ -142,7 +244,7 @@ pub fn measure(
     let line = out.lines().last().unwrap_or("");
     let m: Measured =
         serde_json::from_str(line).with_context(|| format!("identity script printed: {out}"))?;
-    Ok(Identity {
+    let mut id = Identity {
         commit: commit.to_string(),
         runtime_version: m.runtime_version,
         distribution_version: m.distribution_version,
@@ -159,11 +261,17 @@ pub fn measure(
         package_in_venv: m.package_in_venv,
         package_dir: m.package_dir,
         compiled_extensions: m.compiled_extensions,
-        build_mode: build_mode.as_str().to_string(),
+        build_mode: String::new(),
+        build_mode_evidence: Vec::new(),
+        history_version: None,
         sys_prefix: m.sys_prefix,
         import_error: m.import_error,
         tags_at_commit: Vec::new(),
-    })
+    };
+    let (mode, evidence) = measured_mode(&id, build_env);
+    id.build_mode = mode.as_str().to_string();
+    id.build_mode_evidence = evidence;
+    Ok(id)
 }
 
 /// The `<hex>` of a PEP 440 local version segment `+g<hex>` (setuptools-scm), if any.
@@ -318,10 +426,10 @@ pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
     out.push(check(
         "build_mode",
         recipe.build.mode.as_str(),
-        if precompiled_mark {
-            format!("{} (distribution version says precompiled)", id.build_mode)
-        } else {
+        if id.build_mode_evidence.is_empty() {
             id.build_mode.clone()
+        } else {
+            format!("{} ({})", id.build_mode, id.build_mode_evidence.join("; "))
         },
         id.build_mode == recipe.build.mode.as_str()
             && (recipe.build.mode == BuildMode::Precompiled || !precompiled_mark),
@@ -336,6 +444,7 @@ pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
         id.python_version.clone(),
         py_ok,
     ));
+    out.extend(history_checks(id));
     out.extend(pin_checks(id, recipe));
     let e = &recipe.expect;
     let fields = [
@@ -438,6 +547,36 @@ fn commit_check(id: &Identity) -> Check {
     }
 }
 
+/// The measured versions against the version the commit's history gives
+/// ([`Identity::history_version`]), each against its own expectation: the
+/// runtime version (`<package>.__version__`, written by setuptools-scm into
+/// the tree's version file) is exactly the history's version; the
+/// distribution version is it, or it with local labels the tree's `setup.py`
+/// appends ([`extends_history`]). No checks when the history's version is unknown.
+fn history_checks(id: &Identity) -> Vec<Check> {
+    let Some(history) = &id.history_version else {
+        return Vec::new();
+    };
+    vec![
+        check(
+            "runtime_version (history)",
+            format!("{history} (what the commit's history gives, by setuptools-scm)"),
+            show(&id.runtime_version),
+            id.runtime_version.as_deref() == Some(history.as_str()),
+        ),
+        check(
+            "distribution_version (history)",
+            format!(
+                "{history} (what the commit's history gives, by setuptools-scm), local labels may be appended"
+            ),
+            show(&id.distribution_version),
+            id.distribution_version
+                .as_deref()
+                .is_some_and(|v| extends_history(v, history)),
+        ),
+    ]
+}
+
 /// The installed torch and FlashInfer against the recipe's `pins`: one
 /// `pins.<name>` check per pinned `torch` / `flashinfer-*` distribution, and
 /// `flashinfer.__version__` against `pins.flashinfer-python`.
@@ -531,10 +670,45 @@ mod tests {
 }
 
 #[cfg(test)]
+mod history_tests {
+    use super::*;
+
+    #[test]
+    fn the_distribution_may_only_append_local_labels_to_the_history_version() {
+        let h = "0.1.1.dev1+g0f1dd7fb0";
+        assert!(extends_history(h, h));
+        assert!(extends_history("0.1.1.dev1+g0f1dd7fb0.precompiled", h));
+        assert!(extends_history("0.1.1.dev1+g0f1dd7fb0.cu130.x", h));
+        assert!(!extends_history("9.9.9+g0f1dd7fb0", h));
+        assert!(!extends_history("0.1.1.dev1+g0f1dd7fb0.", h));
+        assert!(!extends_history("0.1.1.dev1+g0f1dd7fb01", h));
+        assert!(extends_history("0.23.1+cu130", "0.23.1"));
+        assert!(!extends_history("0.23.1.post1", "0.23.1"));
+        assert!(!extends_history("0.23.10", "0.23.1"));
+    }
+
+    #[test]
+    fn the_mode_is_read_from_labels_and_the_build_record() {
+        let mut id = commit_tests::id("0.1.1.dev1+g0f1dd7fb0", &[]);
+        assert_eq!(measured_mode(&id, None).0, BuildMode::Source);
+        let env: BTreeMap<String, String> =
+            [("VLLM_USE_PRECOMPILED".to_string(), "1".to_string())].into();
+        assert_eq!(measured_mode(&id, Some(&env)).0, BuildMode::Precompiled);
+        let env: BTreeMap<String, String> =
+            [("VLLM_USE_PRECOMPILED".to_string(), "0".to_string())].into();
+        assert_eq!(measured_mode(&id, Some(&env)).0, BuildMode::Source);
+        id.distribution_version = Some("0.1.1.dev1+g0f1dd7fb0.precompiled".into());
+        let (mode, why) = measured_mode(&id, Some(&env));
+        assert_eq!(mode, BuildMode::Precompiled);
+        assert!(why[0].contains("precompiled label"), "{why:?}");
+    }
+}
+
+#[cfg(test)]
 mod commit_tests {
     use super::*;
 
-    fn id(version: &str, tags: &[&str]) -> Identity {
+    pub(super) fn id(version: &str, tags: &[&str]) -> Identity {
         Identity {
             commit: "0f1dd7fb00ab4fd99f50ba5da0155ad026f163c5".into(),
             runtime_version: Some(version.into()),
@@ -553,6 +727,8 @@ mod commit_tests {
             package_in_venv: true,
             compiled_extensions: vec![],
             build_mode: "source".into(),
+            build_mode_evidence: vec![],
+            history_version: None,
             sys_prefix: "/v".into(),
             import_error: None,
             tags_at_commit: tags.iter().map(|t| t.to_string()).collect(),

@@ -108,8 +108,16 @@ struct PylockArtifact {
 /// has no sha256.
 pub fn parse_pylock(path: &Path) -> Result<Vec<LockedPackage>> {
     let text = fs::read_to_string(path)?;
+    parse_pylock_str(&text, path)
+}
+
+/// Reads the packages of the PEP 751 lock `text`; `path` names it in errors
+/// (the pure part of [`parse_pylock`], also what the `pylock` fuzz target runs).
+///
+/// Errors: as [`parse_pylock`], except reading the file.
+pub fn parse_pylock_str(text: &str, path: &Path) -> Result<Vec<LockedPackage>> {
     let lock: PylockFile =
-        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        toml::from_str(text).with_context(|| format!("parsing {}", path.display()))?;
     let mut out = Vec::new();
     for p in lock.packages {
         if p.vcs.is_some() || p.directory.is_some() || p.archive.is_some() {

@@ -1,0 +1,1 @@
+"""Entry points, like vllm.entrypoints (only the offline LLM class here)."""

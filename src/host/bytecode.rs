@@ -1,0 +1,273 @@
+//! Bytecode for a fresh venv, compiled once per (Python, source file) and
+//! shared by every venv that hard-links the same source file.
+//!
+//! Every venv of the store hard-links its `.py` files from the store's one uv
+//! cache, so the same source (same inode, same mtime and size) appears in
+//! many venvs. [`ensure`] gives each `.py` under the venv's `site-packages`
+//! its `__pycache__/<name>.<cache tag>.pyc` (PEP 3147), either hard-linked
+//! from the store's bytecode pool (`Store::bytecode_dir`) or compiled now by
+//! the venv's own Python (`py_compile`, timestamp invalidation, PEP 552) and
+//! then added to the pool.
+//!
+//! Why a shared `.pyc` is right in every venv:
+//! - A pool file is keyed by the source's device, inode, mtime (ns) and size
+//!   and by the cache tag (e.g. `cpython-311`), so it is only ever linked
+//!   next to the very same file for the very same Python; the tag is also in
+//!   the `.pyc` name, so another Python never reads it.
+//! - A timestamp `.pyc` validates against the source's mtime and size, which
+//!   a hard link shares; a changed source is recompiled by Python as usual.
+//! - CPython's `SourceLoader` sets `co_filename` to the path the module was
+//!   actually loaded from (`_imp._fix_co_filename`), so tracebacks name the
+//!   importing venv's own paths, not the venv the file was compiled in.
+//!
+//! Sources that are not hard links (a file uv wrote for this venv alone) are
+//! compiled into the venv and not pooled. The pool keeps, beside each `.pyc`,
+//! its sha256 (`<key>.sha256`), so the venv's manifest need not hash it again.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use fs_err as fs;
+
+use crate::host::process::run_logged;
+use crate::host::toolchain::Python;
+use crate::progress::Progress;
+use crate::store::{sha256_file, write_atomic};
+
+/// What [`ensure`] did.
+#[derive(Debug, Clone, Default)]
+pub struct Bytecode {
+    /// `.pyc` files hard-linked from the pool.
+    pub linked: usize,
+    /// `.pyc` files compiled now.
+    pub compiled: usize,
+    /// Sources `py_compile` refused (syntax errors, e.g. templates shipped as
+    /// `.py`); Python compiles none of them at import either.
+    pub failed: usize,
+    /// sha256 of `.pyc` files known without reading them, by path relative
+    /// to the venv (for the manifest).
+    pub hashes: HashMap<String, String>,
+}
+
+/// The `sys.implementation.cache_tag` of `python` when it can be known
+/// without running it: `cpython-<major><minor>` for CPython; `None` otherwise
+/// (then nothing is pooled).
+pub fn cache_tag(python: &Python) -> Option<String> {
+    if python.implementation != "cpython" {
+        return None;
+    }
+    let mut parts = python.version.split('.');
+    let (major, minor) = (parts.next()?, parts.next()?);
+    if major.parse::<u32>().is_err() || minor.parse::<u32>().is_err() {
+        return None;
+    }
+    Some(format!("cpython-{major}{minor}"))
+}
+
+/// Compiles the sources listed in argv[1] (NUL-separated paths) to their
+/// PEP 3147 cache files, after checking that the cache tag is argv[2].
+const COMPILE: &str = r#"
+import os, py_compile, sys, importlib.util
+if sys.implementation.cache_tag != sys.argv[2]:
+    print("cache tag is %s, expected %s" % (sys.implementation.cache_tag, sys.argv[2]))
+    sys.exit(3)
+mode = py_compile.PycInvalidationMode.TIMESTAMP
+ok = bad = 0
+with open(sys.argv[1], "rb") as f:
+    names = [os.fsdecode(n) for n in f.read().split(b"\0") if n]
+for src in names:
+    try:
+        py_compile.compile(src, cfile=importlib.util.cache_from_source(src), doraise=True, invalidation_mode=mode)
+        ok += 1
+    except Exception as e:
+        bad += 1
+        print("not compiled: %s: %s" % (src, str(e).splitlines()[0] if str(e) else type(e).__name__))
+print("compiled %d, failed %d" % (ok, bad))
+"#;
+
+struct Source {
+    py: PathBuf,
+    pyc: PathBuf,
+    /// The pool file, when the source is a hard link (shared).
+    pooled: Option<PathBuf>,
+}
+
+/// Gives every `.py` under `<venv>/lib/*/site-packages` its `.pyc` for
+/// `python` (the venv's interpreter, as the toolchain found it): linked from
+/// `pool` when there, else compiled by `<venv>/bin/python` and added to
+/// `pool`. `work` holds the list of sources to compile; `log` gets the
+/// compiler's output.
+///
+/// Errors: the venv cannot be read, the pool cannot be written, or the
+/// venv's Python cannot run or has another cache tag than `python`'s.
+pub fn ensure(
+    python: &Python,
+    venv: &Path,
+    pool: &Path,
+    work: &Path,
+    log: &Path,
+) -> Result<Bytecode> {
+    let lib = venv.join("lib");
+    let mut sources = Vec::new();
+    for e in fs::read_dir(&lib)? {
+        let site = e?.path().join("site-packages");
+        if site.is_dir() {
+            collect_py(&site, &mut sources)?;
+        }
+    }
+    let mut out = Bytecode::default();
+    let Some(tag) = cache_tag(python) else {
+        // Unknown cache tag: compileall picks the names; nothing is pooled.
+        let expr = duct::cmd(
+            venv.join("bin/python"),
+            [
+                "-I".into(),
+                "-m".into(),
+                "compileall".into(),
+                "-q".into(),
+                lib.display().to_string(),
+            ],
+        )
+        .unchecked();
+        run_logged("compileall", expr, log, &Progress::new("bytecode"))?;
+        out.compiled = sources.len();
+        return Ok(out);
+    };
+    let tag_dir = pool.join(&tag);
+    fs::create_dir_all(&tag_dir)?;
+    let mut todo: Vec<Source> = Vec::new();
+    for (py, meta) in sources {
+        let (Some(dir), Some(stem)) = (py.parent(), py.file_stem()) else {
+            continue;
+        };
+        let cache = dir.join("__pycache__");
+        let pyc = cache.join(format!("{}.{tag}.pyc", stem.to_string_lossy()));
+        let pooled = (meta.nlink() > 1).then(|| tag_dir.join(pool_key(&meta)));
+        if let Some(p) = &pooled
+            && p.exists()
+        {
+            fs::create_dir_all(&cache)?;
+            if std::fs::hard_link(p, &pyc).is_ok() {
+                out.linked += 1;
+                if let Ok(sha) = std::fs::read_to_string(p.with_extension("sha256"))
+                    && sha.trim().len() == 64
+                    && let Some(rel) = rel(venv, &pyc)
+                {
+                    out.hashes.insert(rel, sha.trim().to_string());
+                }
+                continue;
+            }
+        }
+        todo.push(Source { py, pyc, pooled });
+    }
+    if todo.is_empty() {
+        return Ok(out);
+    }
+    let list = work.join("bytecode-sources");
+    let mut bytes = Vec::new();
+    for s in &todo {
+        use std::os::unix::ffi::OsStrExt;
+        bytes.extend_from_slice(s.py.as_os_str().as_bytes());
+        bytes.push(0);
+    }
+    fs::write(&list, bytes)?;
+    let expr = duct::cmd(
+        venv.join("bin/python"),
+        [
+            "-I".into(),
+            "-c".into(),
+            COMPILE.to_string(),
+            list.display().to_string(),
+            tag.clone(),
+        ],
+    );
+    run_logged("compile bytecode", expr, log, &Progress::new("bytecode"))
+        .context("compiling the venv's bytecode")?;
+    for s in &todo {
+        if !s.pyc.is_file() {
+            out.failed += 1;
+            continue;
+        }
+        out.compiled += 1;
+        let Some(p) = &s.pooled else { continue };
+        let sha = sha256_file(&s.pyc)?;
+        if let Some(rel) = rel(venv, &s.pyc) {
+            out.hashes.insert(rel, sha.clone());
+        }
+        // The link is the commit point; the hash is written first.
+        write_atomic(&p.with_extension("sha256"), sha.as_bytes())?;
+        match std::fs::hard_link(&s.pyc, p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => bail!(
+                "adding {} to the bytecode pool as {}: {e}",
+                s.pyc.display(),
+                p.display()
+            ),
+        }
+    }
+    Ok(out)
+}
+
+/// The pool file name of a source: `<dev>-<ino>-<mtime ns>-<size>.pyc`.
+fn pool_key(meta: &std::fs::Metadata) -> String {
+    let mtime = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+    format!(
+        "{:x}-{:x}-{mtime}-{}.pyc",
+        meta.dev(),
+        meta.ino(),
+        meta.size()
+    )
+}
+
+fn rel(base: &Path, path: &Path) -> Option<String> {
+    Some(path.strip_prefix(base).ok()?.to_string_lossy().into_owned())
+}
+
+/// Every regular `.py` file under `dir` (not under `__pycache__`), with its metadata.
+fn collect_py(dir: &Path, out: &mut Vec<(PathBuf, std::fs::Metadata)>) -> Result<()> {
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        let ft = e.file_type()?;
+        let path = e.path();
+        if ft.is_dir() {
+            if e.file_name() != "__pycache__" {
+                collect_py(&path, out)?;
+            }
+        } else if ft.is_file() && path.extension().is_some_and(|x| x == "py") {
+            let meta = fs::metadata(&path)?;
+            out.push((path, meta));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn py(implementation: &str, version: &str) -> Python {
+        Python {
+            path: PathBuf::from("/usr/bin/python3"),
+            version: version.into(),
+            implementation: implementation.into(),
+            platform: "linux-x86_64".into(),
+        }
+    }
+
+    #[test]
+    fn cache_tag_of_cpython_only() {
+        assert_eq!(
+            cache_tag(&py("cpython", "3.11.9")).as_deref(),
+            Some("cpython-311")
+        );
+        assert_eq!(
+            cache_tag(&py("cpython", "3.12.1")).as_deref(),
+            Some("cpython-312")
+        );
+        assert_eq!(cache_tag(&py("pypy", "3.10.14")), None);
+        assert_eq!(cache_tag(&py("cpython", "x")), None);
+    }
+}

@@ -1,0 +1,187 @@
+//! A restored oracle holds complete bytecode, shared through the store's
+//! pool: importing every module compiles nothing, tracebacks name the
+//! restored venv's own paths, and `verify --deep` still sees a changed file.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::SystemTime;
+
+use crate::support::*;
+
+/// Imports every module under site-packages with `source_to_code` (called
+/// by CPython's SourceFileLoader only when no valid `.pyc` is found) wrapped
+/// to record what it compiles; prints the compiled site-packages paths, one
+/// a line, after a line `imported <n>`.
+const IMPORT_ALL: &str = r#"
+import importlib, importlib._bootstrap_external as be, os, sys, sysconfig
+assert not sys.flags.dont_write_bytecode
+compiled = []
+orig = be.SourceLoader.source_to_code
+def spy(self, data, path, *a, **k):
+    compiled.append(path)
+    return orig(self, data, path, *a, **k)
+be.SourceLoader.source_to_code = spy
+site = sysconfig.get_paths()["purelib"]
+n = 0
+for d, dirs, files in os.walk(site):
+    dirs[:] = [x for x in dirs if x != "__pycache__" and not x.endswith(".dist-info")]
+    for f in files:
+        if not f.endswith(".py") or f == "__main__.py":
+            continue
+        rel = os.path.relpath(os.path.join(d, f), site)[:-3].replace(os.sep, ".")
+        if rel.endswith(".__init__"):
+            rel = rel[: -len(".__init__")]
+        if "-" in rel:
+            continue
+        try:
+            importlib.import_module(rel)
+            n += 1
+        except BaseException:
+            pass
+print("imported", n)
+for p in compiled:
+    if p.startswith(site):
+        print(p)
+"#;
+
+fn py_files(site: &Path) -> Vec<PathBuf> {
+    tree(site)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .collect()
+}
+
+#[test]
+fn a_restored_oracle_imports_everything_without_compiling_and_tracebacks_name_its_own_paths() {
+    let fx = Fx::new();
+    let (_, _, recipe) = fx.pin();
+    let r = recipe.to_str().unwrap();
+    let first = fx.json(&["build", r, "--no-smoke", "--json"]);
+    let venv = PathBuf::from(first["oracle"].as_str().unwrap());
+
+    // Restore: the venv entry deleted, rebuilt from the store offline.
+    force_remove(&venv);
+    let restore_start = SystemTime::now();
+    let out = fx.exits(&["build", r, "--no-smoke", "--offline", "--json"], 0);
+    assert!(
+        text(&out).contains("linked from the store's pool"),
+        "{}",
+        text(&out)
+    );
+    let again = json(&out);
+    assert_eq!(again["oracle"], first["oracle"]);
+    assert!(
+        again["built"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b == "venv"),
+        "{again}"
+    );
+
+    // Every source has its .pyc for this Python, hard-linked from the pool.
+    let site = venv.join("lib/python3.11/site-packages");
+    let pool = fx.store().join("bytecode/cpython-311");
+    let pool_inodes: std::collections::HashSet<u64> = std::fs::read_dir(&pool)
+        .unwrap()
+        .flatten()
+        .map(|e| e.metadata().unwrap().ino())
+        .collect();
+    let sources = py_files(&site);
+    assert!(sources.len() > 20, "{sources:?}");
+    let mut missing = Vec::new();
+    let mut pooled = 0;
+    for py in &sources {
+        let pyc = py.parent().unwrap().join("__pycache__").join(format!(
+            "{}.cpython-311.pyc",
+            py.file_stem().unwrap().to_string_lossy()
+        ));
+        match std::fs::metadata(&pyc) {
+            Ok(m) => {
+                if pool_inodes.contains(&m.ino()) {
+                    pooled += 1;
+                }
+            }
+            Err(_) => missing.push(pyc),
+        }
+    }
+    assert!(missing.is_empty(), "no .pyc for: {missing:?}");
+    assert!(
+        pooled * 10 >= sources.len() * 9,
+        "{pooled} of {} .pyc files come from the pool",
+        sources.len()
+    );
+
+    // Import every module: the venv is read-only, bytecode writing is on,
+    // and no module is compiled from source.
+    let meta = std::fs::metadata(&site).unwrap();
+    assert_eq!(meta.mode() & 0o222, 0, "the restored venv is read-only");
+    let run = Command::new(venv.join("bin/python"))
+        .args(["-c", IMPORT_ALL])
+        .env_remove("PYTHONDONTWRITEBYTECODE")
+        .env_remove("PYTHONPYCACHEPREFIX")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout).to_string();
+    assert!(run.status.success(), "{}", text(&run));
+    let mut lines = stdout.lines();
+    let imported: usize = lines
+        .next()
+        .and_then(|l| l.strip_prefix("imported "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(imported > 20, "{stdout}");
+    let compiled: Vec<&str> = lines.collect();
+    assert!(compiled.is_empty(), "compiled at import: {compiled:?}");
+    // ...and no .pyc is newer than the restore.
+    let newer: Vec<PathBuf> = tree(&site)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "pyc"))
+        .filter(|p| {
+            std::fs::metadata(p)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t > restore_start)
+        })
+        .collect();
+    assert!(newer.is_empty(), "written since the restore: {newer:?}");
+
+    // A traceback from a pooled module names this venv's own path.
+    let tb = Command::new(venv.join("bin/python"))
+        .args([
+            "-c",
+            "import packaging.version as v\nv.Version('not a version')",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&tb.stderr).to_string();
+    assert!(!tb.status.success(), "{err}");
+    let frames: Vec<&str> = err
+        .lines()
+        .filter(|l| l.trim_start().starts_with("File \"") && l.contains("packaging"))
+        .collect();
+    assert!(!frames.is_empty(), "{err}");
+    let own = format!("File \"{}", site.join("packaging").display());
+    for f in &frames {
+        assert!(
+            f.trim_start().starts_with(&own),
+            "frame {f} is not under {own}:\n{err}"
+        );
+    }
+
+    // verify --deep still finds a changed file (same size, other bytes).
+    let version_py = site.join("packaging/version.py");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&version_py, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut bytes = std::fs::read(&version_py).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] = if bytes[last] == b'\n' { b' ' } else { b'\n' };
+    // Write a new file (not in place) so the shared uv cache file stays intact.
+    let parent = version_py.parent().unwrap();
+    std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::remove_file(&version_py).unwrap();
+    std::fs::write(&version_py, &bytes).unwrap();
+    let v = fx.run(&["verify", r, "--deep"]);
+    assert_eq!(code(&v), 3, "{}", text(&v));
+    assert!(text(&v).contains("packaging/version.py"), "{}", text(&v));
+}
