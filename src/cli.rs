@@ -65,9 +65,14 @@ pub struct VerifyArgs {
     /// Compare each field of the ```parity-pin block in FILE with its measured value.
     #[arg(long, value_name = "FILE")]
     pub pin_file: Option<PathBuf>,
-    /// Print the ```parity-pin block measured from the oracle (only if every check passes).
+    /// Print only the ```parity-pin block measured from the oracle on stdout
+    /// (only if every check passes; the checks go to stderr).
     #[arg(long)]
     pub emit_pin_block: bool,
+    /// Replace the ```parity-pin block in FILE with the measured one, atomically
+    /// (appended when FILE has none; created when FILE is absent); only if every check passes.
+    #[arg(long, value_name = "FILE")]
+    pub write_pin_block: Option<PathBuf>,
 }
 
 /// The commands.

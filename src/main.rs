@@ -11,17 +11,41 @@ use oracle_build::{exit, ops};
 use oracle_build::cli::{Cli, Command};
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Usage errors exit 2; with --json stdout still gets one document.
+            let usage = e.use_stderr();
+            if usage && std::env::args_os().any(|a| a == "--json") {
+                let msg = e.render().to_string();
+                let msg = msg.trim().trim_start_matches("error: ");
+                let doc = serde_json::json!({
+                    "error": msg,
+                    "exit": 2,
+                    "causes": [msg],
+                    "disk_full": false,
+                });
+                println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+            }
+            e.exit()
+        }
+    };
+    let json = cli.json;
     process::install_signal_handlers();
     let result = dispatch(cli);
     if let Err(err) = result {
+        let code = exit::code_of(&err);
         eprintln!("error: {err:#}");
         if disk::is_disk_full(&err) {
             eprintln!(
                 "hint: the disk is full (ENOSPC). Finished store entries are intact and the partial work was discarded; free space (`oracle-build gc`) and rerun."
             );
         }
-        std::process::exit(exit::code_of(&err));
+        if json && !ops::json_printed() {
+            let doc = ops::error_document(&err, code);
+            println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        }
+        std::process::exit(code);
     }
 }
 
@@ -83,6 +107,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 deep: a.deep,
                 pin_file: a.pin_file,
                 emit_pin_block: a.emit_pin_block,
+                write_pin_block: a.write_pin_block,
             };
             return ops::verify::run(&a.target, store, &opts, cli.json);
         }

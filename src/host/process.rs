@@ -47,16 +47,31 @@ impl Registered {
     /// waits for EOF on a pipe only this process holds open. For long
     /// commands (wheel builds, installs, smoke cases), whose grandchildren
     /// `PR_SET_PDEATHSIG` does not reach.
+    ///
+    /// The watchdog runs in a session of its own (`setsid`), so a `kill -9`
+    /// of the tool's whole process group does not take it along, and it
+    /// inherits the locks of [`crate::store::held`].
     fn watched(pids: Vec<u32>) -> Registered {
         let mut r = Registered::new(pids.clone());
         if let (Some(pid), Ok(exe)) = (pids.first(), std::env::current_exe()) {
-            r.watchdog = std::process::Command::new(exe)
-                .args(["__watchdog", &pid.to_string()])
+            let fds = crate::store::held::inherited();
+            let mut c = std::process::Command::new(exe);
+            c.args(["__watchdog", &pid.to_string()])
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .ok();
+                .stderr(std::process::Stdio::null());
+            // SAFETY: setsid and fcntl are async-signal-safe; `fds` was
+            // allocated before the fork and is only read.
+            unsafe {
+                c.pre_exec(move || {
+                    libc::setsid();
+                    for fd in &fds {
+                        libc::fcntl(*fd, libc::F_SETFD, 0);
+                    }
+                    Ok(())
+                });
+            }
+            r.watchdog = c.spawn().ok();
         }
         r
     }
@@ -76,19 +91,35 @@ impl Drop for Registered {
 }
 
 /// The watchdog (`oracle-build __watchdog <pgid>`, see [`Registered::watched`]):
-/// blocks until stdin reaches EOF (its parent died), then sends SIGTERM and,
-/// two seconds later, SIGKILL to the process group `pgid`.
+/// blocks until stdin reaches EOF (its parent died), then sends SIGTERM to
+/// the process group `pgid`, SIGKILL after up to two seconds, and exits once
+/// the group is gone (at most a minute later), releasing the locks it
+/// inherited only then.
 pub fn watchdog(pgid: i32) -> ! {
     let mut sink = Vec::new();
     let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
     if pgid > 1 {
         // SAFETY: signals the process group the dead parent started.
         unsafe { libc::kill(-pgid, libc::SIGTERM) };
-        std::thread::sleep(Duration::from_secs(2));
+        wait_group_gone(pgid, Duration::from_secs(2));
         // SAFETY: as above.
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        wait_group_gone(pgid, Duration::from_secs(60));
     }
     std::process::exit(0)
+}
+
+/// Polls until no process is in group `pgid` (or `limit` passed).
+fn wait_group_gone(pgid: i32, limit: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        // SAFETY: signal 0 only checks whether the group has members.
+        let rc = unsafe { libc::kill(-pgid, 0) };
+        if rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Starts every child in a process group of its own, asks the kernel to send
@@ -155,6 +186,80 @@ pub fn capture(what: &str, expr: duct::Expression) -> Result<String> {
         bail!("{what} failed ({}):\n{}", out.status, tail(&text, 30));
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// [`capture`] with a wall-clock `timeout`: past it the whole process group
+/// (the program and anything it started) is killed.
+///
+/// Errors: as [`capture`], or the program ran past `timeout` (the message
+/// names the command, the limit and how to raise it: `limit_hint`).
+pub fn capture_within(
+    what: &str,
+    expr: duct::Expression,
+    timeout: Duration,
+    limit_hint: &str,
+) -> Result<String> {
+    let handle = isolate(expr)
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .start()
+        .with_context(|| format!("cannot run {what}"))?;
+    let _group = Registered::watched(handle.pids());
+    let start = Instant::now();
+    loop {
+        if handle
+            .try_wait()
+            .with_context(|| format!("waiting for {what}"))?
+            .is_some()
+        {
+            break;
+        }
+        if start.elapsed() >= timeout {
+            kill_groups(&handle.pids());
+            let _ = handle.kill();
+            bail!(
+                "{what} did not finish within {} s and was killed ({limit_hint})",
+                timeout.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = handle
+        .into_output()
+        .with_context(|| format!("cannot run {what}"))?;
+    if !out.status.success() {
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        bail!("{what} failed ({}):\n{}", out.status, tail(&text, 30));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Sends SIGKILL to the process group each of `pids` leads.
+fn kill_groups(pids: &[u32]) {
+    for pid in pids {
+        if let Ok(pid) = i32::try_from(*pid) {
+            // SAFETY: signals the process group the child leads (it was
+            // started with process_group(0), so its pgid is its pid).
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// A timeout in seconds from the environment variable `var`, else `default`.
+///
+/// Errors (exit 2): the variable is set but is not a whole number of seconds > 0.
+pub fn timeout_from_env(var: &str, default: Duration) -> Result<Duration> {
+    match std::env::var(var) {
+        Err(_) => Ok(default),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Duration::from_secs(n)),
+            _ => Err(crate::exit::bad_input(format!(
+                "${var} must be a whole number of seconds > 0, found {v:?}"
+            ))),
+        },
+    }
 }
 
 /// Runs `expr` with stdout and stderr merged, appending every line to `log`
@@ -233,13 +338,7 @@ pub fn run_with_timeout(cmd: duct::Expression, log: &Path, timeout: Duration) ->
             return Ok(out.status.success());
         }
         if start.elapsed() >= timeout {
-            for pid in handle.pids() {
-                if let Ok(pid) = i32::try_from(pid) {
-                    // SAFETY: signals the process group the child leads (it was
-                    // started with process_group(0), so its pgid is its pid).
-                    unsafe { libc::kill(-pid, libc::SIGKILL) };
-                }
-            }
+            kill_groups(&handle.pids());
             let _ = handle.kill();
             bail!("timed out after {} s and was killed", timeout.as_secs());
         }

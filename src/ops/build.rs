@@ -74,11 +74,30 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
     } else {
         print_report(&report);
     }
-    if report.verdict == Verdict::NotGateable {
-        return Err(not_gateable(format!(
-            "{} was built but is not gateable",
-            report.recipe
-        )));
+    match report.verdict {
+        Verdict::Gateable => {}
+        Verdict::NotGateable => {
+            return Err(not_gateable(format!(
+                "{} was built but is not gateable{}",
+                report.recipe,
+                if opts.activate.is_some() {
+                    "; no alias was created or switched"
+                } else {
+                    ""
+                }
+            )));
+        }
+        Verdict::Unsmoked => {
+            return Err(not_gateable(format!(
+                "{} was built but not smoked (--no-smoke), so it is not gateable; `oracle-build build {}{}` runs the gate on it",
+                report.recipe,
+                crate::shell::shell_quote(&opts.pin),
+                opts.store.as_ref().map_or(String::new(), |s| format!(
+                    " --store {}",
+                    crate::shell::shell_quote(&s.display().to_string())
+                ))
+            )));
+        }
     }
     Ok(report)
 }

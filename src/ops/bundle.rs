@@ -578,16 +578,36 @@ fn git_bundle(store: &Store, repo_url: &str, commit: &str, out: &Path) -> Result
     let mirror = source::mirror_entry(store, repo_url);
     let _lock = mirror.lock()?;
     let pin_ref = format!("refs/oracle-build/pins/{commit}");
-    {
-        let repo = git2::Repository::open_bare(&mirror.path)?;
-        repo.reference(
-            &pin_ref,
-            git2::Oid::from_str(commit)?,
-            true,
-            "oracle-build export",
+    let oid = git2::Oid::from_str(commit)?;
+    // A read-only store: the refs go into a scratch repository that borrows
+    // the mirror's objects (git alternates), so nothing is written to the store.
+    let scratch = if store.read_only() {
+        let tmp = tempfile::tempdir().context("creating a scratch git repository")?;
+        git2::Repository::init_bare(tmp.path())?;
+        fs_err::write(
+            tmp.path().join("objects/info/alternates"),
+            format!("{}\n", mirror.path.join("objects").display()),
         )?;
-    }
-    let dir = mirror.path.display().to_string();
+        let scratch = git2::Repository::open_bare(tmp.path())?;
+        let m = git2::Repository::open_bare(&mirror.path)?;
+        for r in m.references_glob("refs/tags/*")? {
+            let r = r?;
+            if let (Some(name), Some(target)) = (r.name(), r.target()) {
+                scratch.reference(name, target, true, "oracle-build export")?;
+            }
+        }
+        scratch.reference(&pin_ref, oid, true, "oracle-build export")?;
+        Some(tmp)
+    } else {
+        let repo = git2::Repository::open_bare(&mirror.path)?;
+        repo.reference(&pin_ref, oid, true, "oracle-build export")?;
+        None
+    };
+    let dir = scratch
+        .as_ref()
+        .map_or(mirror.path.as_path(), |t| t.path())
+        .display()
+        .to_string();
     let tags = capture(
         "git tag --merged",
         duct::cmd(&git, ["-C", &dir, "tag", "--merged", commit]),

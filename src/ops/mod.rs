@@ -16,8 +16,30 @@ pub mod smoke;
 pub mod status;
 pub mod verify;
 
+/// Whether a command printed its JSON document (see [`print_json`]).
+static JSON_PRINTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Prints `value` as one JSON document on stdout.
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
+    JSON_PRINTED.store(true, std::sync::atomic::Ordering::SeqCst);
     Ok(())
+}
+
+/// Whether [`print_json`] printed a document in this process: then a
+/// failing command's `--json` output is that document (it says what failed,
+/// e.g. `ok: false` or a `verdict`), and no error document is added.
+pub fn json_printed() -> bool {
+    JSON_PRINTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// The one JSON document `--json` prints on stdout for a failure that printed
+/// none: `{"error": <message with its causes>, "exit": <code>, "causes": [...]}`.
+pub fn error_document(err: &anyhow::Error, exit: i32) -> serde_json::Value {
+    serde_json::json!({
+        "error": format!("{err:#}"),
+        "exit": exit,
+        "causes": err.chain().map(ToString::to_string).collect::<Vec<_>>(),
+        "disk_full": crate::host::disk::is_disk_full(err),
+    })
 }

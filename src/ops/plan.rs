@@ -36,7 +36,22 @@ pub fn plan(
     Ok(p)
 }
 
-/// `plan`: prints the plan (text or `--json`). Always exits 0 unless the PIN is bad.
+/// The error `plan` exits with when a build now would stop before any work
+/// (exit 1, as that build would), naming each problem.
+fn blocked(p: &Plan) -> Result<()> {
+    if p.problems.is_empty() {
+        return Ok(());
+    }
+    Err(anyhow::anyhow!(
+        "a build of {} now would stop:\n  - {}",
+        p.recipe,
+        p.problems.join("\n  - ")
+    ))
+}
+
+/// `plan`: prints the plan (text or `--json`). Exits 0 when a build could
+/// run now, 1 when it would stop before any work (the problems are listed),
+/// 2 when the PIN is bad. Changes nothing either way.
 pub fn run(
     pin_arg: &str,
     store_arg: Option<&Path>,
@@ -46,10 +61,11 @@ pub fn run(
 ) -> Result<()> {
     let p = plan(pin_arg, store_arg, lockfiles, offline)?;
     if json {
-        return print_json(&p);
+        print_json(&p)?;
+    } else {
+        print!("{}", render(&p));
     }
-    print!("{}", render(&p));
-    Ok(())
+    blocked(&p)
 }
 
 /// `plan`'s text: one line per step, the lock, the external sources, the

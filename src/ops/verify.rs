@@ -43,6 +43,8 @@ pub struct VerifyOptions {
     pub pin_file: Option<PathBuf>,
     /// `--emit-pin-block`: print the block measured from the oracle.
     pub emit_pin_block: bool,
+    /// `--write-pin-block FILE`: replace the block in FILE with the measured one.
+    pub write_pin_block: Option<PathBuf>,
 }
 
 /// How the `files (RECORD)` and `files (manifest)` checks compare files.
@@ -198,6 +200,11 @@ fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Resu
             p.display()
         )));
     }
+    if let Ok(to) = std::fs::read_link(p)
+        && !p.exists()
+    {
+        return Err(dangling(p, &to, store_arg));
+    }
     if pin_arg.is_some() {
         return Err(bad_input(
             "--pin names the recipe to check a venv against; with a PIN target, leave it out",
@@ -220,6 +227,37 @@ fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Resu
         against: format!("recipe {}", lr.origin),
         store: Store::open_existing(&root),
     })
+}
+
+/// The error for `verify PATH` of a symlink whose target is gone (exit 1):
+/// names the link, its target and, for a registered alias, how to rebuild
+/// and re-activate it.
+fn dangling(p: &Path, to: &Path, store_arg: Option<&Path>) -> anyhow::Error {
+    let alias = Store::default_root(store_arg)
+        .ok()
+        .and_then(|r| Store::open_existing(&r))
+        .and_then(|store| {
+            let registry = Registry::load(&store).ok()?;
+            let a = registry.find(p)?;
+            Some((store, a.recipe.clone(), a.recipe_file.clone()))
+        });
+    let fix = match alias {
+        Some((store, recipe, file)) => {
+            let pin = file.map_or(recipe.clone(), |f| f.display().to_string());
+            format!(
+                "it is the alias of recipe {recipe}: rebuild and point it at the new oracle with `oracle-build build {} --store {} --activate {}`",
+                crate::shell::shell_quote(&pin),
+                crate::shell::shell_quote(&store.root().display().to_string()),
+                crate::shell::shell_quote(&p.display().to_string())
+            )
+        }
+        None => "rebuild the oracle it named, or remove the link".to_string(),
+    };
+    anyhow!(
+        "{} is a symlink to {}, which does not exist (its oracle was deleted); there is nothing to verify: {fix}",
+        p.display(),
+        to.display()
+    )
 }
 
 fn first_line(s: &str) -> &str {
@@ -450,7 +488,7 @@ pub fn verify(
         pin_file.as_ref().map(|(p, r)| (p.as_path(), r)),
         loc.store.as_ref(),
     )?;
-    if opts.emit_pin_block && v.ok {
+    if (opts.emit_pin_block || opts.write_pin_block.is_some()) && v.ok {
         v.pin_block =
             Some(PinRecord::from_identity(&loc.recipe.source.commit, &v.identity).render());
     }
@@ -492,15 +530,68 @@ pub fn print_checks(v: &Verification, to_stderr: bool) {
     }
 }
 
-/// `verify`: prints every check (or, with `--emit-pin-block`, the block);
-/// exit 3 when any check fails.
+/// Replaces the ```` ```parity-pin ```` record in `file` with `block`
+/// (see [`pin_block::replace_block`]): written to a temporary file beside it
+/// and renamed over it, so a reader sees the old file or the new one. A new
+/// file is created when `file` is absent; an existing file keeps its mode.
+///
+/// Errors: exit 2 when `file` holds an unclosed block or is not UTF-8 text
+/// (it is left unchanged); exit 1 when it cannot be read or written.
+pub fn write_pin_block(file: &Path, block: &str) -> Result<()> {
+    use std::io::Write;
+    let (text, perms) = match std::fs::read(file) {
+        Ok(bytes) => {
+            let text = String::from_utf8(bytes).map_err(|_| {
+                bad_input(format!(
+                    "{} is not UTF-8 text; refusing to write a pin block into it",
+                    file.display()
+                ))
+            })?;
+            (text, Some(fs_err::metadata(file)?.permissions()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), None),
+        Err(e) => return Err(anyhow!("cannot read {}: {e}", file.display())),
+    };
+    let new = pin_block::replace_block(&text, block, &file.display().to_string())?;
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".pin-block.")
+        .tempfile_in(dir)
+        .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
+    tmp.write_all(new.as_bytes())
+        .and_then(|()| tmp.as_file().sync_all())
+        .with_context(|| format!("writing {}", tmp.path().display()))?;
+    if let Some(p) = perms {
+        fs_err::set_permissions(tmp.path(), p)?;
+    }
+    tmp.persist(file)
+        .map_err(|e| anyhow!("replacing {}: {}", file.display(), e.error))?;
+    Ok(())
+}
+
+/// `verify`: prints every check; with `--emit-pin-block`, the checks go to
+/// stderr and stdout gets only the block, and only when every check passes
+/// (so `>> SYNC.md` never appends anything else); `--write-pin-block FILE`
+/// replaces the block in FILE instead. Exit 3 when any check fails (then no
+/// block is printed or written).
 pub fn run(target: &str, store_arg: Option<&Path>, opts: &VerifyOptions, json: bool) -> Result<()> {
     let v = verify(target, store_arg, opts)?;
+    if let (Some(file), Some(block)) = (&opts.write_pin_block, &v.pin_block) {
+        write_pin_block(file, block)?;
+        if !json {
+            eprintln!("wrote the pin block into {}", file.display());
+        }
+    }
     if json {
         print_json(&v)?;
-    } else if let Some(block) = &v.pin_block {
+    } else if opts.emit_pin_block {
         print_checks(&v, true);
-        print!("{block}");
+        if let Some(block) = &v.pin_block {
+            print!("{block}");
+        }
     } else {
         print_checks(&v, false);
     }
@@ -510,8 +601,8 @@ pub fn run(target: &str, store_arg: Option<&Path>, opts: &VerifyOptions, json: b
         Err(mismatch(format!(
             "{} is not the pin{}:\n{}",
             v.venv.display(),
-            if opts.emit_pin_block {
-                "; no pin block emitted"
+            if opts.emit_pin_block || opts.write_pin_block.is_some() {
+                "; no pin block emitted or written"
             } else {
                 ""
             },

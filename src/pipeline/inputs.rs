@@ -147,7 +147,7 @@ pub fn prepare(
                     bail!(
                         "--offline: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle{}",
                         lock_dir.display(),
-                        r.name,
+                        crate::recipe::shell_arg(cx.lr),
                         imported_note(store, lr)
                     );
                 }
@@ -159,7 +159,7 @@ pub fn prepare(
                             "no lockfile in {}: resolving one into {} (`oracle-build lock {}` writes it beside the recipe)",
                             lock_dir.display(),
                             entry.label(),
-                            r.name
+                            crate::recipe::shell_arg(cx.lr)
                         ),
                     );
                     let staging = store.stage("autolock")?;
@@ -403,7 +403,7 @@ pub fn offline_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Ve
             _ => problems.push(format!(
                 "--offline: lock stage: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle{}",
                 lock_dir.display(),
-                r.name,
+                crate::recipe::shell_arg(lr),
                 imported_note(store, lr)
             )),
         },

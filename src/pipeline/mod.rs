@@ -263,12 +263,16 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
             .as_ref()
             .map_or("not found".into(), |n| n.version.clone()),
     );
+    // Cached only when nothing is left to find or install: a uv still to be
+    // provisioned is work (and a download), a missing Python blocks the build.
     steps.push(step(
         "toolchain",
-        if findings.python.is_some() {
-            StepState::Cached
-        } else {
+        if findings.python.is_none() {
             StepState::Blocked
+        } else if findings.uv.is_none() {
+            StepState::ToDo
+        } else {
+            StepState::Cached
         },
         tools,
         0,

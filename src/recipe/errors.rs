@@ -100,12 +100,16 @@ fn explain(err: &Error, at: Option<&FieldAt>, text: &str, line: usize) -> (Strin
             format!(
                 "expected {}, found {}",
                 plain_expected(expected),
-                found(value)
+                found_at(value, text, line)
             ),
         ),
         Error::InvalidScalar { ty, .. } => (
             here,
-            format!("expected {}, found {}", plain_expected(ty), found(value)),
+            format!(
+                "expected {}, found {}",
+                plain_expected(ty),
+                found_at(value, text, line)
+            ),
         ),
         Error::SerdeInvalidType {
             unexpected,
@@ -131,6 +135,10 @@ fn explain(err: &Error, at: Option<&FieldAt>, text: &str, line: usize) -> (Strin
                 if *len == 1 { "" } else { "s" },
                 plain_expected(expected)
             ),
+        ),
+        Error::Budget { .. } => (
+            String::new(),
+            "the YAML is too large, too deeply nested or expands too many aliases to be a recipe (the parser stopped at its safety limit)".into(),
         ),
         // Messages of our own deserializers (`strict`, the probe) are plain already.
         Error::Message { msg, .. } => (here, msg.clone()),
@@ -171,6 +179,30 @@ fn last_key(path: &[Seg]) -> String {
         Some(Seg::Key(k)) => k.clone(),
         _ => String::new(),
     }
+}
+
+/// [`found`], except that a `[` or `{` opened at 1-based `line` of `text`
+/// and never closed anywhere after it (YAML's flow collections) is named as
+/// such: `name: [bad` is an unclosed list, most likely meant as text.
+fn found_at(value: &str, text: &str, line: usize) -> String {
+    let v = value.trim();
+    let rest: String = text
+        .lines()
+        .skip(line.saturating_sub(1))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let after = rest.split_once(':').map_or(rest.as_str(), |(_, r)| r);
+    for (open, close, what) in [('[', ']', "list"), ('{', '}', "mapping")] {
+        let opened = after.chars().filter(|&c| c == open).count();
+        let closed = after.chars().filter(|&c| c == close).count();
+        if v.starts_with(open) && opened > closed {
+            let first = after.lines().next().unwrap_or("").trim();
+            return format!(
+                "`{first}`, which YAML reads as the start of a {what} that is never closed with `{close}` (quote the value if it is text: \"{first}\")"
+            );
+        }
+    }
+    found(value)
 }
 
 /// What the recipe wrote, for "found ...".

@@ -272,6 +272,14 @@ fn default_logprobs() -> u32 {
 /// `max_logprobs` is 20).
 pub const MAX_LOGPROBS: u32 = 20;
 
+/// The longest recipe or case name: it names files and GC roots
+/// (`roots/<name>`, `.<name>.<pid>.tmp`, `goldens/<name>/`), which must stay
+/// under the file system's 255-byte limit with room for those decorations.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// The most smoke runs of one case a recipe may ask for.
+pub const MAX_RUNS: u32 = 1000;
+
 /// `smoke.probe`: which compiled op, if any, is executed before the cases.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(untagged)]
@@ -556,6 +564,15 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
         let line = locate(text, field).map_or(String::new(), |l| format!("line {l}: "));
         bad_input(format!("{origin}: {line}field `{field}`: {msg}"))
     };
+    if r.name.len() > MAX_NAME_LEN {
+        return Err(fail(
+            "name",
+            format!(
+                "is {} characters long; a name is at most {MAX_NAME_LEN} (it names files and GC roots in the store)",
+                r.name.len()
+            ),
+        ));
+    }
     if !is_valid_name(&r.name) {
         return Err(fail(
             "name",
@@ -619,7 +636,10 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
         }
     }
     let pkg = &r.source.package;
-    if pkg.is_empty() || !pkg.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+    if pkg.is_empty()
+        || pkg.starts_with(|c: char| c.is_ascii_digit())
+        || !pkg.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
         return Err(fail(
             "source.package",
             format!("{pkg:?} is not an importable package name"),
@@ -698,10 +718,10 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
         ("wheel_gib", b.disk.wheel_gib),
         ("venv_gib", b.disk.venv_gib),
     ] {
-        if v.is_some_and(|v| !(v >= 0.0 && v.is_finite())) {
+        if let Some(v) = v.filter(|v| !(*v >= 0.0 && v.is_finite())) {
             return Err(fail(
                 &format!("build.disk.{field}"),
-                format!("{v:?} is not a size in GiB"),
+                format!("{v} is not a size in GiB (a number, 0 or more)"),
             ));
         }
     }
@@ -710,6 +730,12 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
             return Err(fail(
                 &format!("{section}.{key}"),
                 format!("{key:?} is not an environment variable name"),
+            ));
+        }
+        if let Some((key, value)) = env.iter().find(|(_, v)| v.contains('\0')) {
+            return Err(fail(
+                &format!("{section}.{key}"),
+                format!("{value:?} holds a NUL character, which no environment variable can carry"),
             ));
         }
     }
@@ -725,6 +751,27 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
     }
     if r.smoke.runs == 0 {
         return Err(fail("smoke.runs", "must be at least 1".into()));
+    }
+    if r.smoke.runs > MAX_RUNS {
+        return Err(fail(
+            "smoke.runs",
+            format!(
+                "{} is more than {MAX_RUNS} (each run loads the model again)",
+                r.smoke.runs
+            ),
+        ));
+    }
+    if let Some(v) = r.lock.exclude_newer.as_deref()
+        && v != "commit"
+        && v != "none"
+        && let Err(e) = v.parse::<jiff::Timestamp>()
+    {
+        return Err(fail(
+            "lock.exclude_newer",
+            format!(
+                "{v:?} is not `commit`, `none` or an RFC 3339 timestamp such as \"2026-01-01T00:00:00Z\" ({e})"
+            ),
+        ));
     }
     if r.smoke.timeout_s == 0 {
         return Err(fail("smoke.timeout_s", "must be at least 1".into()));
@@ -769,6 +816,15 @@ fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
     let mut seen = std::collections::BTreeSet::new();
     for (i, case) in r.smoke.cases.iter().enumerate() {
         let field = |f: &str| format!("smoke.cases[{i}].{f}");
+        if case.name.len() > MAX_NAME_LEN {
+            return Err(fail(
+                &field("name"),
+                format!(
+                    "is {} characters long; a case name is at most {MAX_NAME_LEN} (it names golden and log files)",
+                    case.name.len()
+                ),
+            ));
+        }
         if !is_valid_name(&case.name) {
             return Err(fail(
                 &field("name"),

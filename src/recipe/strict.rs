@@ -74,7 +74,11 @@ impl<'de> Visitor<'de> for NumVisitor {
 fn whole<'de, D: Deserializer<'de>>(d: D, max: u64) -> Result<u64, D::Error> {
     let n = match d.deserialize_any(NumVisitor)? {
         Num::Int(n) => n,
-        Num::Float(f) if f.fract() == 0.0 && f.abs() < 1e30 => f as i128,
+        Num::Float(f) if f.fract() == 0.0 && f.abs() < 1e30 => {
+            return Err(de::Error::custom(format!(
+                "{f} is written as a decimal or exponent number; write the whole number as digits (e.g. 3)"
+            )));
+        }
         Num::Float(f) => {
             return Err(de::Error::custom(format!(
                 "{f} is not a whole number (0 or more)"

@@ -258,7 +258,10 @@ pub fn ensure(
     // Shared by key, but its record (and verdict) is another recipe's.
     check_owner(lr, &entry.path)?;
     let mut record = OracleRecord::read(&entry.path)?;
-    if opts.no_smoke || record.smoke.key == smoke_key {
+    // An unsmoked oracle (built with --no-smoke) is gated by the first build
+    // that does not skip the gate, whatever its smoke key.
+    let unsmoked = record.smoke.verdict == smoke::Verdict::Unsmoked;
+    if opts.no_smoke || (record.smoke.key == smoke_key && !unsmoked) {
         return Ok(Outcome {
             entry,
             record,
@@ -269,7 +272,11 @@ pub fn ensure(
     let _lock = plan.entry.lock()?;
     progress::stage(
         "smoke",
-        "the smoke configuration changed since this oracle was gated; re-running the gate",
+        if unsmoked {
+            "this oracle was built with --no-smoke; running the gate now"
+        } else {
+            "the smoke configuration changed since this oracle was gated; re-running the gate"
+        },
     );
     record.smoke = gate(store, &entry.path, lr)?;
     write_record(&entry.path, &record)?;

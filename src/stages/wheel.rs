@@ -547,7 +547,13 @@ pub fn ensure(
     // inputs give the same wheel bytes in any store.
     let epoch = crate::stages::source::commit_time(&src.path, &r.source.commit)?;
     env.insert("SOURCE_DATE_EPOCH".into(), epoch.to_string());
-    let map = format!("-ffile-prefix-map={}=/oracle-build", work.display());
+    // Quoted as one shell word: setuptools splits CFLAGS with shell rules
+    // (`split_quoted`) and CMake's generated command lines run through a
+    // shell, so a store path with a space or a quote stays one argument.
+    let map = shell_word(&format!(
+        "-ffile-prefix-map={}=/oracle-build",
+        work.display()
+    ));
     for var in ["CFLAGS", "CXXFLAGS"] {
         let inherited = std::env::var(var).unwrap_or_default();
         env.insert(var.into(), format!("{inherited} {map}").trim().to_string());
@@ -622,4 +628,17 @@ pub fn ensure(
         ),
     );
     Ok((record, true))
+}
+
+/// `s` as one POSIX shell word: unchanged when it holds only characters no
+/// shell treats specially, else single-quoted (a `'` inside written `'\''`).
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./:=@%+,".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }

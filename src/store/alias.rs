@@ -208,6 +208,23 @@ pub fn rollback_root_name(root: &str) -> String {
 /// temporary link is then removed and `link` is unchanged).
 pub fn replace_symlink(link: &Path, target: &Path) -> Result<()> {
     let dir = link.parent().context("the link has a parent directory")?;
+    let tmp = stage_symlink(link, target)?;
+    if let Err(e) = fs_err::rename(&tmp, link) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e.into());
+    }
+    if let Ok(f) = std::fs::File::open(dir) {
+        let _ = f.sync_all();
+    }
+    Ok(())
+}
+
+/// A new symlink to `target` beside `link` (`.<name>.oracle-build.<pid>.<n>.tmp`),
+/// to be renamed over `link`. Returns its path.
+///
+/// Errors: the directory of `link` cannot be written (read-only, full).
+pub fn stage_symlink(link: &Path, target: &Path) -> Result<PathBuf> {
+    let dir = link.parent().context("the link has a parent directory")?;
     let name = link
         .file_name()
         .context("the link has a file name")?
@@ -222,14 +239,7 @@ pub fn replace_symlink(link: &Path, target: &Path) -> Result<()> {
     ));
     std::os::unix::fs::symlink(target, &tmp)
         .with_context(|| format!("creating symlink {}", tmp.display()))?;
-    if let Err(e) = fs_err::rename(&tmp, link) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e.into());
-    }
-    if let Ok(f) = std::fs::File::open(dir) {
-        let _ = f.sync_all();
-    }
-    Ok(())
+    Ok(tmp)
 }
 
 /// The store entry at `path` (any spelling that resolves to `store/<bucket>/<name>`), if any.
@@ -263,10 +273,13 @@ pub struct Switched {
     pub rollback_root: Option<String>,
 }
 
-/// Points the alias `path` at the venv `entry` for recipe `lr`: roots first
-/// (previous oracle as `<root>-rollback`, then the new one as `<root>`), then
-/// the atomic symlink swap, then the registry. Creates `path`'s parent
-/// directories. Callers verify the oracle first (see `ops::activate`).
+/// Points the alias `path` at the venv `entry` for recipe `lr`: the new
+/// link is staged beside PATH, then the roots are set (previous oracle as
+/// `<root>-rollback`, then the new one as `<root>`), the registry written,
+/// and last the staged link renamed over PATH. A failure at any step (a
+/// read-only alias directory, a full disk) undoes the steps before it, so
+/// there is never an orphan root or an unregistered alias. Creates `path`'s
+/// parent directories. Callers verify the oracle first (see `ops::activate`).
 ///
 /// Everything that can be checked is checked before anything is changed: the
 /// registry is read and parsed, PATH is inspected, and the entry resolved; a
@@ -287,7 +300,7 @@ pub fn point(
 ) -> Result<Switched> {
     let abs = std::path::absolute(path)?;
     let _lock = store.lock(crate::store::LockName::Aliases)?;
-    let mut registry = Registry::load(store)?;
+    let registry = Registry::load(store)?;
     let target = entry
         .path
         .canonicalize()
@@ -321,32 +334,102 @@ pub fn point(
     }
     let path = normalize(&abs)?;
     let root = root_name(&path);
+    // The new link is made beside PATH first: an alias directory that cannot
+    // be written fails here, before any root or the registry changes.
+    let staged = stage_symlink(&path, &target)?;
+    let registry_before = std::fs::read(Registry::file(store)).ok();
+    let mut roots_before: Vec<(String, Option<PathBuf>)> = Vec::new();
+    let result = switch(
+        store,
+        SwitchArgs {
+            path: &path,
+            staged: &staged,
+            target: &target,
+            entry,
+            lr,
+            root,
+            previous,
+        },
+        registry,
+        &mut roots_before,
+    );
+    if result.is_err() {
+        // Undo in reverse: the staged link, the registry, then the roots.
+        let _ = std::fs::remove_file(&staged);
+        match &registry_before {
+            Some(bytes) => {
+                let _ = crate::store::write_atomic(&Registry::file(store), bytes);
+            }
+            None => {
+                let _ = std::fs::remove_file(Registry::file(store));
+            }
+        }
+        for (name, before) in roots_before.iter().rev() {
+            let link = store.roots_dir().join(name);
+            match before {
+                Some(t) => {
+                    let _ = replace_symlink(&link, t);
+                }
+                None => {
+                    let _ = std::fs::remove_file(&link);
+                }
+            }
+        }
+    }
+    result
+}
+
+/// What [`switch`] changes.
+struct SwitchArgs<'a> {
+    path: &'a Path,
+    staged: &'a Path,
+    target: &'a Path,
+    entry: &'a Entry,
+    lr: &'a LoadedRecipe,
+    root: String,
+    previous: Option<PathBuf>,
+}
+
+/// The changes of [`point`], in order: roots (each one's previous link
+/// target pushed to `roots_before` before it is set), the registry, and
+/// last the rename of the staged link over PATH (the commit point). The
+/// caller undoes what was done when this fails.
+fn switch(
+    store: &Store,
+    a: SwitchArgs<'_>,
+    mut registry: Registry,
+    roots_before: &mut Vec<(String, Option<PathBuf>)>,
+) -> Result<Switched> {
+    let mut set_root = |name: &str, entry: &Entry| -> Result<()> {
+        let link = store.roots_dir().join(name);
+        roots_before.push((name.to_string(), std::fs::read_link(&link).ok()));
+        store.set_root(name, entry)
+    };
     let mut rollback_root = None;
-    if let Some(prev) = previous.as_ref().filter(|p| **p != target)
+    if let Some(prev) = a.previous.as_ref().filter(|p| **p != a.target)
         && let Some(prev_entry) = entry_at(store, prev)
     {
-        let name = rollback_root_name(&root);
-        store.set_root(&name, &prev_entry)?;
+        let name = rollback_root_name(&a.root);
+        set_root(&name, &prev_entry)?;
         rollback_root = Some(name);
     }
-    store.set_root(&root, entry)?;
-    replace_symlink(&path, &target)?;
+    set_root(&a.root, a.entry)?;
 
-    let key = path.display().to_string();
-    let kept_previous = registry.aliases.get(&key).and_then(|a| a.previous.clone());
-    let recipe_file = lr
-        .dir
-        .as_ref()
-        .and_then(|_| Path::new(&lr.origin).canonicalize().ok());
+    let key = a.path.display().to_string();
+    let kept_previous = registry.aliases.get(&key).and_then(|x| x.previous.clone());
+    let recipe_file =
+        a.lr.dir
+            .as_ref()
+            .and_then(|_| Path::new(&a.lr.origin).canonicalize().ok());
     let alias = Alias {
-        path: path.clone(),
-        root,
-        recipe: lr.recipe.name.clone(),
+        path: a.path.to_path_buf(),
+        root: a.root.clone(),
+        recipe: a.lr.recipe.name.clone(),
         recipe_file,
-        commit: lr.recipe.source.commit.clone(),
-        oracle: target.clone(),
-        previous: match previous {
-            Some(p) if p != target => Some(p),
+        commit: a.lr.recipe.source.commit.clone(),
+        oracle: a.target.to_path_buf(),
+        previous: match a.previous {
+            Some(p) if p != a.target => Some(p),
             _ => kept_previous,
         },
         activated: jiff::Timestamp::now().to_string(),
@@ -354,6 +437,12 @@ pub fn point(
     registry.schema = 1;
     registry.aliases.insert(key, alias.clone());
     registry.save(store)?;
+    fs_err::rename(a.staged, a.path)?;
+    if let Some(dir) = a.path.parent()
+        && let Ok(f) = std::fs::File::open(dir)
+    {
+        let _ = f.sync_all();
+    }
     Ok(Switched {
         alias,
         rollback_root,

@@ -42,6 +42,7 @@ mod manifest;
 pub mod alias;
 
 pub mod gc;
+pub mod held;
 pub mod key;
 pub mod wheelname;
 
@@ -169,6 +170,9 @@ impl Entry {
     ///
     /// Errors: the lock file cannot be created or locked.
     pub fn lock(&self) -> Result<Lock> {
+        if dir_read_only(self.store_root()) {
+            return Ok(Lock { _file: None });
+        }
         lock_file(&self.store_root().join("locks"), &self.lock_name())
     }
 
@@ -240,6 +244,20 @@ impl Drop for Staging {
     }
 }
 
+/// Whether `dir` exists and this process cannot write it: `access(2)` with
+/// `W_OK`, which reports `EROFS` on a read-only mount even for root.
+fn dir_read_only(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    if !dir.is_dir() {
+        return false;
+    }
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: access only reads the NUL-terminated path.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) != 0 }
+}
+
 /// Takes the exclusive lock `name` in the directory `locks`, waiting for it
 /// when another process holds it (and saying who, on stderr); the holder's
 /// pid and command line are written into the file.
@@ -280,19 +298,24 @@ fn lock_file(locks: &Path, name: &LockName) -> Result<Lock> {
         std::process::id(),
         std::env::args().collect::<Vec<_>>().join(" ")
     );
-    Ok(Lock { _file: file })
+    // A build started under this lock keeps it held through its watchdog if
+    // this process is killed (see [`held`]).
+    held::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
+    Ok(Lock { _file: Some(file) })
 }
 
 /// An exclusive OS file lock under `<root>/locks/`; released on drop.
 #[derive(Debug)]
 pub struct Lock {
-    _file: File,
+    /// None in a read-only store (see [`Store::read_only`]): nothing to guard.
+    _file: Option<File>,
 }
 
 /// A running build's temporary GC roots (see [`Store::temp_roots`]).
 #[derive(Debug)]
 pub struct TempRoots {
-    file: File,
+    /// None in a read-only store: no `gc` can run there, so nothing to record.
+    file: Option<File>,
     path: PathBuf,
 }
 
@@ -300,8 +323,10 @@ impl TempRoots {
     /// Registers `entry` as used by this build, under the shared gc lock, so a
     /// concurrent `gc` either sees it or finished before it was looked up.
     pub fn add(&self, store: &Store, entry: &Entry) -> Result<()> {
+        let Some(mut f) = self.file.as_ref() else {
+            return Ok(());
+        };
         let _gc = store.gc_lock(false)?;
-        let mut f = &self.file;
         writeln!(f, "{}", entry.label())
             .with_context(|| format!("writing {}", self.path.display()))?;
         Ok(())
@@ -310,8 +335,66 @@ impl TempRoots {
 
 impl Drop for TempRoots {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if let Some(f) = &self.file {
+            use std::os::fd::AsRawFd;
+            held::unshare_lock(f.as_raw_fd());
+            // Unlocked for every holder (a watchdog shares the description).
+            let _ = f.unlock();
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if let Some(f) = &self._file {
+            use std::os::fd::AsRawFd;
+            held::unshare_lock(f.as_raw_fd());
+            // Unlocked for every holder (a watchdog shares the description).
+            let _ = f.unlock();
+        }
+    }
+}
+
+/// This process's run lock, `<root>/locks/run-<pid>.lock`, taken when it
+/// first stages in a store and held (and shared with watchdogs) until it
+/// exits: while it is held, the process or a build it started still runs,
+/// and its staging directories are not stale.
+static RUN_LOCK: std::sync::OnceLock<Option<File>> = std::sync::OnceLock::new();
+
+fn take_run_lock(locks: &Path) {
+    RUN_LOCK.get_or_init(|| {
+        let path = locks.join(format!("run-{}.lock", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .ok()?;
+        file.lock().ok()?;
+        use std::os::fd::AsRawFd;
+        held::share_lock_with_watchdogs(file.as_raw_fd());
+        Some(file)
+    });
+}
+
+/// Waits until the run lock of the dead process `pid` is free: a watchdog
+/// of a build that process started still holds it while that build's
+/// process group is being terminated (at most about a minute). Then the
+/// lock file is removed. Without a lock file there is nothing to wait for.
+fn wait_for_run_lock(locks: &Path, pid: i32) {
+    let path = locks.join(format!("run-{pid}.lock"));
+    let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) else {
+        return;
+    };
+    if f.try_lock().is_err() {
+        crate::progress::stage(
+            "store",
+            format!("waiting for the build of the killed run {pid} to stop"),
+        );
+        let _ = f.lock();
+    }
+    let _ = std::fs::remove_file(&path);
 }
 
 impl Store {
@@ -384,6 +467,26 @@ impl Store {
     /// The root directory.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Whether the store exists but this process cannot write it (a
+    /// read-only mount, or another user's store): `access(2)` with `W_OK`,
+    /// which reports `EROFS` even for root. Then locks and temporary roots
+    /// are skipped (no process can change the store under a reader: nobody
+    /// can write it, or it is not ours to lock), staging goes to the system's
+    /// temporary directory, and read-only commands (`gc --dry-run`, `export`,
+    /// `verify`, a no-op `build`) work; anything that must write fails
+    /// naming the store as read-only.
+    pub fn read_only(&self) -> bool {
+        dir_read_only(&self.root)
+    }
+
+    /// The error for a write a read-only store refuses: names the store and `what`.
+    fn read_only_error(&self, what: &str) -> anyhow::Error {
+        anyhow::anyhow!(
+            "the store {} is read-only (not writable by this user, or a read-only file system): cannot {what}",
+            self.root.display()
+        )
     }
 
     /// `<root>/store/<bucket>`.
@@ -494,15 +597,19 @@ impl Store {
 
     /// A fresh staging directory `<root>/tmp/<label>.<pid>.<random>`.
     pub fn stage(&self, label: &str) -> Result<Staging> {
+        let tmp = if self.read_only() {
+            std::env::temp_dir()
+        } else {
+            let locks = self.root.join("locks");
+            if fs::create_dir_all(&locks).is_ok() {
+                take_run_lock(&locks);
+            }
+            self.tmp_dir()
+        };
         let dir = tempfile::Builder::new()
             .prefix(&format!("{label}.{}.", std::process::id()))
-            .tempdir_in(self.tmp_dir())
-            .with_context(|| {
-                format!(
-                    "creating a staging directory in {}",
-                    self.tmp_dir().display()
-                )
-            })?;
+            .tempdir_in(&tmp)
+            .with_context(|| format!("creating a staging directory in {}", tmp.display()))?;
         Ok(Staging { dir: Some(dir) })
     }
 
@@ -554,6 +661,9 @@ impl Store {
     ///
     /// Errors: the lock file cannot be created or locked.
     pub fn lock(&self, name: LockName) -> Result<Lock> {
+        if self.read_only() {
+            return Ok(Lock { _file: None });
+        }
         lock_file(&self.locks_dir(), &name)
     }
 
@@ -591,6 +701,9 @@ impl Store {
     /// The lock every build takes shared (briefly, to register temporary
     /// roots) and `gc` takes exclusively (for its whole mark and sweep).
     pub fn gc_lock(&self, exclusive: bool) -> Result<Lock> {
+        if self.read_only() {
+            return Ok(Lock { _file: None });
+        }
         let path = self.root.join("locks").join("gc.lock");
         let file = fs::OpenOptions::new()
             .create(true)
@@ -605,7 +718,7 @@ impl Store {
             file.lock_shared()
         };
         res.with_context(|| format!("locking {}", path.display()))?;
-        Ok(Lock { _file: file })
+        Ok(Lock { _file: Some(file) })
     }
 
     /// Temporary GC roots for this process: `<root>/locks/build-<pid>.roots`,
@@ -615,6 +728,9 @@ impl Store {
             .root
             .join("locks")
             .join(format!("build-{}.roots", std::process::id()));
+        if self.read_only() {
+            return Ok(TempRoots { file: None, path });
+        }
         let _gc = self.gc_lock(false)?;
         let file = fs::OpenOptions::new()
             .create(true)
@@ -625,7 +741,11 @@ impl Store {
             .0;
         file.lock()
             .with_context(|| format!("locking {}", path.display()))?;
-        Ok(TempRoots { file, path })
+        held::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
+        Ok(TempRoots {
+            file: Some(file),
+            path,
+        })
     }
 
     /// The entries listed by the temporary roots of running builds; files
@@ -665,6 +785,13 @@ impl Store {
             .join(entry.bucket.dir_name())
             .join(&entry.name);
         let link = self.roots_dir().join(name);
+        if self.read_only() {
+            // A root already in place needs no write (a no-op build).
+            if fs::read_link(&link).is_ok_and(|t| t == target) {
+                return Ok(());
+            }
+            return Err(self.read_only_error(&format!("set the GC root roots/{name}")));
+        }
         let tmp = self
             .roots_dir()
             .join(format!(".{name}.{}.tmp", std::process::id()));
@@ -708,7 +835,10 @@ impl Store {
             let e = e?;
             let name = e.file_name().to_string_lossy().into_owned();
             let pid = name.split('.').nth(1).and_then(|p| p.parse::<i32>().ok());
-            if pid.is_some_and(|p| !process_alive(p)) {
+            let locks = self.root.join("locks");
+            if let Some(p) = pid.filter(|p| !process_alive(*p)) {
+                // Never under a build that still runs: wait until it is gone.
+                wait_for_run_lock(&locks, p);
                 make_writable(&e.path());
                 let path = e.path();
                 let res = if path.is_dir() {

@@ -57,13 +57,14 @@ fn a_restored_oracle_imports_everything_without_compiling_and_tracebacks_name_it
     let fx = Fx::new();
     let (_, _, recipe) = fx.pin();
     let r = recipe.to_str().unwrap();
-    let first = fx.json(&["build", r, "--no-smoke", "--json"]);
+    // Built, not smoked: not gateable (exit 4).
+    let first = json(&fx.exits(&["build", r, "--no-smoke", "--json"], 4));
     let venv = PathBuf::from(first["oracle"].as_str().unwrap());
 
     // Restore: the venv entry deleted, rebuilt from the store offline.
     force_remove(&venv);
     let restore_start = SystemTime::now();
-    let out = fx.exits(&["build", r, "--no-smoke", "--offline", "--json"], 0);
+    let out = fx.exits(&["build", r, "--no-smoke", "--offline", "--json"], 4);
     assert!(
         text(&out).contains("linked from the store's pool"),
         "{}",

@@ -389,7 +389,8 @@ fn cuda_fixture_builds_for_cpu_anywhere() {
     );
     let store = tmp.path().join("store");
     let out = build_out(tmp.path(), &recipe, &store, &["--no-smoke", "--json"]);
-    assert_eq!(code(&out), 0, "{}", text(&out));
+    // Built, not smoked: not gateable (exit 4).
+    assert_eq!(code(&out), 4, "{}", text(&out));
     let venv = PathBuf::from(json(&out)["oracle"].as_str().unwrap());
     assert!(
         find_so(&venv, "_C.").is_some(),

@@ -100,10 +100,10 @@ fn commit_prefix_matching_no_recipe() {
 fn pins_resolve_by_name_stem_and_unique_prefix_from_any_directory() {
     let other = "1111111222222233333334444444555555566666";
     let fx = dir_with(&[("one.yaml", good("fx-one", other))]);
-    // plan changes nothing and exits 0 for a valid PIN.
+    // plan changes nothing and exits 0 for a valid PIN (1 when a build would stop).
     for pin in ["one", "fx-one", "1111111", "555967922", "5559679229b"] {
         let out = fx.run(&["plan", pin, "--json"]);
-        assert_eq!(code(&out), 0, "{pin}: {}", text(&out));
+        assert_eq!(code(&out), plan_exit(&out), "{pin}: {}", text(&out));
         let name = json(&out)["recipe"].as_str().unwrap().to_string();
         let want = if pin.starts_with('5') {
             "vllm-555967922"
@@ -120,7 +120,7 @@ fn pins_resolve_by_name_stem_and_unique_prefix_from_any_directory() {
         .env("ORACLE_BUILD_RECIPES", fx.dir().join("recipes"))
         .output()
         .unwrap();
-    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(code(&out), plan_exit(&out), "{}", text(&out));
     assert!(!fx.dir().join("store").exists(), "plan wrote nothing");
 }
 
@@ -128,7 +128,7 @@ fn pins_resolve_by_name_stem_and_unique_prefix_from_any_directory() {
 fn the_builtin_parity_pin_is_the_recorded_stack() {
     let fx = Fx::new();
     let out = fx.run(&["plan", "555967922", "--json"]);
-    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(code(&out), plan_exit(&out), "{}", text(&out));
     let text = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/555967922.yaml"),
     )
@@ -248,7 +248,7 @@ fn a_pin_that_is_a_stem_and_another_recipes_name_says_which_it_used() {
         ("beta.yaml", good("alpha", other)),
     ]);
     let out = fx.run(&["plan", "alpha", "--json"]);
-    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(code(&out), plan_exit(&out), "{}", text(&out));
     assert_eq!(json(&out)["recipe"], "fx-alpha", "the file stem wins");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -257,7 +257,7 @@ fn a_pin_that_is_a_stem_and_another_recipes_name_says_which_it_used() {
     );
     // No note when the name is not shared.
     let out = fx.run(&["plan", "beta", "--json"]);
-    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(code(&out), plan_exit(&out), "{}", text(&out));
     assert!(
         !String::from_utf8_lossy(&out.stderr).contains("note:"),
         "{}",

@@ -12,7 +12,7 @@ fn keep_and_unkeep_print_one_json_document() {
     let r = recipe.to_str().unwrap();
     let store = fx.store();
     let b = fx.run(&["build", r, "--no-smoke", "--json"]);
-    assert_eq!(code(&b), 0, "{}", text(&b));
+    assert_eq!(code(&b), 4, "{}", text(&b));
     let oracle = json(&b)["oracle"].as_str().unwrap().to_string();
     let root = store.join("roots/fx");
 
@@ -79,6 +79,12 @@ fn a_store_that_does_not_exist_is_empty_for_gc_and_unkeep_and_keep_names_it() {
         err.contains(&format!("no store at {shown}")) && err.contains("build it first"),
         "{err}"
     );
-    assert!(k.stdout.is_empty(), "no JSON document on failure");
+    // --json on failure: one error document on stdout.
+    let doc = json(&k);
+    assert_eq!(doc["exit"], 1, "{doc}");
+    assert!(
+        doc["error"].as_str().unwrap().contains("no store at"),
+        "{doc}"
+    );
     assert!(!store.exists(), "nothing was created");
 }

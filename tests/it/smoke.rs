@@ -53,7 +53,8 @@ impl Built {
         let (repo, commit) = fx.repo();
         let built = Built { fx, repo, commit };
         built.set_smoke(smoke_yaml);
-        built.exits(&["build", "fx.yaml", "--no-smoke"], 0);
+        // Built, not smoked: not gateable (exit 4).
+        built.exits(&["build", "fx.yaml", "--no-smoke"], 4);
         built
     }
 

@@ -291,3 +291,12 @@ impl Fx {
             .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
     }
 }
+
+/// The exit code `plan --json` must give for its output `out`: 0 when a
+/// build could run now (no `problems`), 1 when it would stop.
+pub fn plan_exit(out: &Output) -> i32 {
+    let blocked = json(out)["problems"]
+        .as_array()
+        .is_some_and(|p| !p.is_empty());
+    i32::from(blocked)
+}

@@ -10,7 +10,6 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::host::process::capture;
 use crate::recipe::{BuildMode, Recipe};
 
 const IDENTITY_PY: &str = include_str!("../../py/identity.py");
@@ -112,6 +111,13 @@ struct Measured {
     import_error: Option<String>,
 }
 
+/// How long the identity probe may run (importing vLLM with torch and CUDA
+/// takes tens of seconds on a cold cache), unless [`PROBE_TIMEOUT_VAR`] says otherwise.
+pub const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The environment variable overriding [`PROBE_TIMEOUT`] (whole seconds).
+pub const PROBE_TIMEOUT_VAR: &str = "ORACLE_BUILD_PROBE_TIMEOUT";
+
 /// The build mode the artifacts show: `precompiled` when the installed
 /// distribution's (or package's) version carries vLLM's `precompiled` local
 /// label (vLLM `setup.py` `get_vllm_version`), or when the wheel's own build
@@ -208,7 +214,8 @@ pub fn extends_history(version: &str, history: &str) -> bool {
 /// source tree. The build mode is measured from the versions found and the
 /// wheel's build record (`build_env`, see [`measured_mode`]).
 ///
-/// Errors: the interpreter does not run or prints something that is not the expected JSON.
+/// Errors: the interpreter does not run or prints something that is not the expected JSON, or
+/// runs past [`PROBE_TIMEOUT`] (then its process group is killed).
 pub fn measure(
     venv: &Path,
     package: &str,
@@ -219,8 +226,11 @@ pub fn measure(
     let script = work.path().join("identity.py");
     fs_err::write(&script, IDENTITY_PY)?;
     let python = venv.join("bin/python");
-    let out = capture(
-        &format!("{} identity.py", python.display()),
+    // A Python that hangs (a broken CUDA driver on import, a stuck NFS
+    // mount) must not hang verify or doctor: the probe has a limit.
+    let limit = crate::host::process::timeout_from_env(PROBE_TIMEOUT_VAR, PROBE_TIMEOUT)?;
+    let out = crate::host::process::capture_within(
+        &format!("the identity probe {} identity.py", python.display()),
         duct::cmd(
             &python,
             ["-I".as_ref(), script.as_os_str(), package.as_ref()],
@@ -228,6 +238,8 @@ pub fn measure(
         .dir(work.path())
         .env_remove("PYTHONPATH")
         .env_remove("PYTHONHOME"),
+        limit,
+        &format!("raise the limit with ${PROBE_TIMEOUT_VAR}=<seconds>"),
     )?;
     let line = out.lines().last().unwrap_or("");
     let m: Measured =

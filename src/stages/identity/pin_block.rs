@@ -11,7 +11,8 @@
 //! ```
 //! ````
 //!
-//! Exactly one such block must be in the file, with exactly these four keys.
+//! One such block must be in the file (repeated identical blocks count as
+//! one), with exactly these four keys.
 //! `flashinfer_version = none` records an oracle without FlashInfer
 //! (`flashinfer.__version__` absent), and matches only such an oracle.
 //! Blank lines and lines starting with `#` inside the block are ignored.
@@ -60,14 +61,47 @@ pub fn read(path: &Path) -> Result<PinRecord> {
     parse(&text, &path.display().to_string())
 }
 
-/// Parses the one ```` ```parity-pin ```` block of `text` (`origin` names it in errors).
+/// Parses the ```` ```parity-pin ```` record of `text` (`origin` names it in errors).
 ///
-/// Errors (exit 2), each naming the line: no block; more than one block; an
+/// Repeated blocks are accepted when they are identical (appending the same
+/// block twice, e.g. `verify --emit-pin-block >> SYNC.md` run again, keeps
+/// the file valid); blocks that differ are refused (keep one, or let
+/// `verify --write-pin-block FILE` replace them).
+///
+/// Errors (exit 2), each naming the line: no block; blocks that differ; an
 /// unclosed block; a line that is not `key = value`; an unknown, repeated or
 /// missing key; a `vllm_commit` that is not 40 hex digits; an empty value.
 pub fn parse(text: &str, origin: &str) -> Result<PinRecord> {
     let lines: Vec<&str> = text.lines().collect();
-    let mut blocks: Vec<(usize, usize)> = Vec::new(); // (opening line index, closing line index)
+    let blocks = find_blocks(&lines, origin)?;
+    let Some(&(open, close)) = blocks.first() else {
+        return Err(bad_input(format!(
+            "{origin}: no ```{INFO} block (expected one fenced block with {})",
+            KEYS.join(", ")
+        )));
+    };
+    let first = parse_block(&lines, open, close, origin)?;
+    for &(o, c) in &blocks[1..] {
+        if parse_block(&lines, o, c, origin)? != first {
+            let at: Vec<String> = blocks
+                .iter()
+                .map(|(o, _)| format!("line {}", o + 1))
+                .collect();
+            return Err(bad_input(format!(
+                "{origin}: {} ```{INFO} blocks (at {}) that differ; keep exactly one (`oracle-build verify <PIN> --write-pin-block {origin}` replaces them with the measured one)",
+                blocks.len(),
+                at.join(", ")
+            )));
+        }
+    }
+    Ok(first)
+}
+
+/// The (opening, closing) line indexes of every ```` ```parity-pin ```` block.
+///
+/// Errors (exit 2): a block that is never closed.
+fn find_blocks(lines: &[&str], origin: &str) -> Result<Vec<(usize, usize)>> {
+    let mut blocks: Vec<(usize, usize)> = Vec::new();
     let mut i = 0;
     while i < lines.len() {
         let Some((fence, info)) = fence_open(lines[i]) else {
@@ -87,26 +121,51 @@ pub fn parse(text: &str, origin: &str) -> Result<PinRecord> {
         // Skip over any fenced block, so a fence inside another block is not counted.
         i = close.map_or(lines.len(), |c| c + 1);
     }
-    let (open, close) = match blocks.as_slice() {
-        [] => {
-            return Err(bad_input(format!(
-                "{origin}: no ```{INFO} block (expected one fenced block with {})",
-                KEYS.join(", ")
-            )));
+    Ok(blocks)
+}
+
+/// `text` with its ```` ```parity-pin ```` record replaced by `block` (a
+/// rendered block, see [`PinRecord::render`]): the first block is replaced,
+/// any further ones are removed, and without one `block` is appended
+/// (after a blank line). Everything else is kept byte for byte.
+///
+/// Errors (exit 2): a block that is never closed (nothing is replaced).
+pub fn replace_block(text: &str, block: &str, origin: &str) -> Result<String> {
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let trimmed: Vec<&str> = lines
+        .iter()
+        .map(|l| l.trim_end_matches(['\n', '\r']))
+        .collect();
+    let blocks = find_blocks(&trimmed, origin)?;
+    let mut out = String::with_capacity(text.len() + block.len());
+    if blocks.is_empty() {
+        out.push_str(text);
+        if !text.is_empty() && !text.ends_with('\n') {
+            out.push('\n');
         }
-        [one] => *one,
-        many => {
-            let at: Vec<String> = many
-                .iter()
-                .map(|(o, _)| format!("line {}", o + 1))
-                .collect();
-            return Err(bad_input(format!(
-                "{origin}: {} ```{INFO} blocks (at {}); keep exactly one",
-                many.len(),
-                at.join(", ")
-            )));
+        if !text.is_empty() {
+            out.push('\n');
         }
-    };
+        out.push_str(block);
+        return Ok(out);
+    }
+    let mut n = 0;
+    while n < lines.len() {
+        if let Some(b) = blocks.iter().position(|(o, _)| *o == n) {
+            if b == 0 {
+                out.push_str(block);
+            }
+            n = blocks[b].1 + 1;
+            continue;
+        }
+        out.push_str(lines[n]);
+        n += 1;
+    }
+    Ok(out)
+}
+
+/// Parses the block between the fence lines `open` and `close`.
+fn parse_block(lines: &[&str], open: usize, close: usize, origin: &str) -> Result<PinRecord> {
     let mut values: [Option<String>; 4] = Default::default();
     for (n, raw) in lines.iter().enumerate().take(close).skip(open + 1) {
         let line = raw.trim();
@@ -312,9 +371,15 @@ mod tests {
     #[test]
     fn refuses_zero_two_unknown_missing_short_and_unclosed() {
         assert!(err("no block here\n").contains("no ```parity-pin block"));
-        let two = format!("{}{}", block(&full()), block(&full()));
+        let same = format!("{}{}", block(&full()), block(&full()));
+        assert!(parse(&same, "x").is_ok(), "identical blocks are one record");
+        let two = format!(
+            "{}{}",
+            block(&full()),
+            block(&full().replace("0.6.15.post1", "0.6.16"))
+        );
         assert!(
-            err(&two).contains("2 ```parity-pin blocks"),
+            err(&two).contains("2 ```parity-pin blocks (at line 5, line 17) that differ"),
             "{}",
             err(&two)
         );
@@ -332,5 +397,23 @@ mod tests {
         assert!(err(&twice).contains("given twice"));
         assert!(err("```parity-pin\nvllm_commit = x\n").contains("never closed"));
         assert!(err(&block("just words\n")).contains("expected `key = value`"));
+    }
+
+    #[test]
+    fn replace_block_keeps_the_rest_and_leaves_one_block() {
+        let b = format!("```parity-pin\n{}```\n", full());
+        let new = b.replace("0.6.15.post1", "0.7.0");
+        let text = format!("# notes\n\n{b}\nmore text\n{b}tail\n");
+        let out = replace_block(&text, &new, "x").unwrap();
+        assert_eq!(out, format!("# notes\n\n{new}\nmore text\ntail\n"));
+        assert_eq!(
+            parse(&out, "x").unwrap().flashinfer_version.as_deref(),
+            Some("0.7.0")
+        );
+        assert_eq!(replace_block("", &new, "x").unwrap(), new);
+        assert_eq!(
+            replace_block("notes", &new, "x").unwrap(),
+            format!("notes\n\n{new}")
+        );
     }
 }

@@ -548,6 +548,7 @@ pub fn fallback_files(src: &Path, device: &str) -> Vec<String> {
 
 /// Where the build requirements come from, in the order they are looked for.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
 pub enum BuildRequirements {
     /// A requirements file of the checkout (path relative to it).
     File(String),

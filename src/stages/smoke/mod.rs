@@ -250,6 +250,8 @@ struct Pending {
     replaces: Option<GoldenDiff>,
     /// Where copies go (the store's copy of a golden kept beside the recipe).
     copies: Vec<PathBuf>,
+    /// Why the file already at `path` is not a golden (then it is never replaced).
+    foreign: Option<String>,
 }
 
 impl Options {
@@ -925,17 +927,24 @@ fn record_golden(
         ));
         return None;
     }
-    let replaces = golden::load(loc, case.prompt.as_deref(), &result.prompt_token_ids)
-        .ok()
-        .and_then(|old| {
-            golden::diff(
-                &old.output_token_ids,
-                &old.logprobs,
-                &result.output_token_ids,
-                &result.logprobs,
-                lr.recipe.smoke.near_tie_nats,
-            )
-        });
+    // Something at the golden path that does not read as a golden (a model's
+    // config.json, a directory) is someone else's file: never overwritten.
+    let existing = (std::fs::symlink_metadata(&loc.path).is_ok())
+        .then(|| golden::load(loc, case.prompt.as_deref(), &result.prompt_token_ids));
+    let foreign = match &existing {
+        Some(Err(e)) => Some(e.clone()),
+        Some(Ok(_)) if !loc.path.is_file() => Some("it is not a regular file".to_string()),
+        _ => None,
+    };
+    let replaces = existing.and_then(Result::ok).and_then(|old| {
+        golden::diff(
+            &old.output_token_ids,
+            &old.logprobs,
+            &result.output_token_ids,
+            &result.logprobs,
+            lr.recipe.smoke.near_tie_nats,
+        )
+    });
     let golden = golden::Golden {
         format: golden::FORMAT.into(),
         case: case.name.clone(),
@@ -977,6 +986,7 @@ fn record_golden(
         golden,
         replaces,
         copies,
+        foreign,
     })
 }
 
@@ -985,6 +995,25 @@ fn record_golden(
 /// naming each such golden, where it diverges, and the fix). A golden that
 /// matches, or none yet, is (re)written.
 fn write_goldens(pending: Vec<Pending>, force: bool, cases: &mut [CaseResult]) -> Result<()> {
+    let foreign: Vec<String> = pending
+        .iter()
+        .filter_map(|p| {
+            p.foreign
+                .as_ref()
+                .map(|why| format!("  case {}: {}: {why}", p.case, p.path.display()))
+        })
+        .collect();
+    if !foreign.is_empty() {
+        return Err(crate::exit::bad_input(format!(
+            "--record-golden refuses to overwrite {} not a golden (not even with --force):\n{}\nno golden was written and the recorded verdict is unchanged. Point the case's `golden:` at a new file, or move the file away.",
+            if foreign.len() == 1 {
+                "a file that is"
+            } else {
+                "files that are"
+            },
+            foreign.join("\n")
+        )));
+    }
     let diverging: Vec<String> = pending
         .iter()
         .filter_map(|p| {

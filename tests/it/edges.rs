@@ -1,0 +1,705 @@
+//! The edges a real user hits (issue 16, items 7-17): each gets a clear
+//! answer, with the contract's exit code, and leaves the store valid.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use crate::support::*;
+
+/// A fixture repository in `dir`, a recipe `fx` at its head commit with the
+/// default smoke section, and the store path `dir/store`.
+/// Returns (repo, commit, recipe, store).
+fn fixture_pin(dir: &Path) -> (PathBuf, String, PathBuf, PathBuf) {
+    let (repo, commit) = fixture_repo(dir);
+    let recipe = write_recipe(dir, "fx", &repo, &commit, SMOKE);
+    (repo, commit, recipe, dir.join("store"))
+}
+
+/// Runs `build <recipe> --store <store> <extra...>` in `cwd`.
+fn build_out(cwd: &Path, recipe: &Path, store: &Path, extra: &[&str]) -> Output {
+    cmd(cwd)
+        .args(["build", &recipe.display().to_string(), "--store"])
+        .arg(store)
+        .args(extra)
+        .output()
+        .expect("oracle-build runs")
+}
+
+/// `git rev-parse HEAD~1` of `repo`: the tagged first commit of the fixture.
+fn first_commit(repo: &Path) -> String {
+    git(repo, &["rev-parse", "HEAD~1"])
+}
+
+// Item 7: an unsmoked oracle is not gateable (exit 4, verdict `unsmoked`),
+// and a later build without --no-smoke runs the gate on it, so
+// `build --activate` then creates the alias.
+#[test]
+fn no_smoke_exits_4_and_a_later_build_gates_and_activates_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, store) = fixture_pin(d);
+    let out = build_out(d, &recipe, &store, &["--no-smoke", "--json"]);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    assert_eq!(json(&out)["verdict"], "unsmoked", "{}", text(&out));
+    assert!(text(&out).contains("not smoked"), "{}", text(&out));
+
+    let alias = d.join("venvs/oracle");
+    let out = build_out(
+        d,
+        &recipe,
+        &store,
+        &["--activate", alias.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let j = json(&out);
+    assert_eq!(j["verdict"], "gateable", "{j}");
+    assert!(j["built"].to_string().contains("smoke"), "{j}");
+    assert!(!j["built"].to_string().contains("wheel"), "{j}");
+    assert!(
+        std::fs::symlink_metadata(&alias)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        alias.canonicalize().unwrap(),
+        Path::new(j["oracle"].as_str().unwrap())
+    );
+}
+
+// Item 8: --emit-pin-block prints only the block, and only when every check
+// passes; the same block appended twice stays a valid record;
+// --write-pin-block replaces the block in place.
+#[test]
+fn pin_block_goes_to_stdout_only_when_verified_and_can_be_replaced_in_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, commit, recipe, store) = fixture_pin(d);
+    let s = store.to_str().unwrap();
+    let r = recipe.to_str().unwrap();
+    let out = build_out(d, &recipe, &store, &[]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+
+    let out = run(d, &["verify", r, "--store", s, "--emit-pin-block"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let block = String::from_utf8(out.stdout.clone()).unwrap();
+    assert!(block.starts_with("```parity-pin\n"), "{block}");
+    assert!(block.ends_with("```\n"), "{block}");
+    assert_eq!(
+        block.lines().count(),
+        6,
+        "only the block on stdout: {block}"
+    );
+    assert!(block.contains(&commit));
+
+    // `>> SYNC.md` twice: still one record.
+    let sync = d.join("SYNC.md");
+    std::fs::write(&sync, format!("# sync notes\n\n{block}{block}")).unwrap();
+    let sf = sync.to_str().unwrap();
+    let out = run(d, &["verify", r, "--store", s, "--pin-file", sf]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+
+    // Checked against another commit, checks fail: stdout stays empty.
+    let old = write_recipe(d, "fx-old", &repo, &first_commit(&repo), SMOKE);
+    let venv = store.join("roots/fx").canonicalize().unwrap();
+    let v = venv.to_str().unwrap();
+    let o = old.to_str().unwrap();
+    let out = run(
+        d,
+        &["verify", v, "--pin", o, "--store", s, "--emit-pin-block"],
+    );
+    assert_eq!(code(&out), 3, "{}", text(&out));
+    assert!(out.stdout.is_empty(), "nothing on stdout: {}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("[FAIL]"));
+
+    // --write-pin-block: two differing blocks become the measured one; the rest stays.
+    let stale = block.replace(&commit, &first_commit(&repo));
+    let before = format!("# sync notes\n\n{stale}\nkeep me\n\n{block}");
+    std::fs::write(&sync, &before).unwrap();
+    let out = run(d, &["verify", r, "--store", s, "--pin-file", sf]);
+    assert_eq!(
+        code(&out),
+        2,
+        "differing blocks are refused: {}",
+        text(&out)
+    );
+    let out = run(
+        d,
+        &[
+            "verify",
+            v,
+            "--pin",
+            o,
+            "--store",
+            s,
+            "--write-pin-block",
+            sf,
+        ],
+    );
+    assert_eq!(code(&out), 3, "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(&sync).unwrap(), before, "untouched");
+    let out = run(d, &["verify", r, "--store", s, "--write-pin-block", sf]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(&sync).unwrap(),
+        format!("# sync notes\n\n{block}\nkeep me\n\n")
+    );
+    let out = run(d, &["verify", r, "--store", s, "--pin-file", sf]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+}
+
+// Item 9: --record-golden never overwrites a file at the `golden:` path
+// that is not a golden (here: a model's config.json), even with --force.
+#[test]
+fn record_golden_refuses_to_overwrite_a_file_that_is_not_a_golden() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, commit) = fixture_repo(d);
+    let model = d.join("mymodel");
+    std::fs::create_dir_all(&model).unwrap();
+    for f in ["config.json", "vocab.json", "weights.json"] {
+        std::fs::copy(fixture_models().join("model").join(f), model.join(f)).unwrap();
+    }
+    let smoke = SMOKE.replace("${FX_MODELS}/model", model.to_str().unwrap())
+        + "      golden: mymodel/config.json\n";
+    let recipe = write_recipe(d, "fx", &repo, &commit, &smoke);
+    let store = d.join("store");
+    let out = build_out(d, &recipe, &store, &["--no-smoke"]);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let config = std::fs::read(model.join("config.json")).unwrap();
+    for extra in [
+        &["--record-golden"][..],
+        &["--record-golden", "--force"][..],
+    ] {
+        let out = cmd(d)
+            .args(["smoke", recipe.to_str().unwrap(), "--store"])
+            .arg(&store)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 2, "{}", text(&out));
+        assert!(text(&out).contains("not a golden"), "{}", text(&out));
+        assert_eq!(std::fs::read(model.join("config.json")).unwrap(), config);
+    }
+}
+
+// Item 11: --json prints one JSON document on stdout when a command fails,
+// usage errors included.
+#[test]
+fn json_failures_print_one_error_document_on_stdout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let store = d.join("store");
+    let s = store.to_str().unwrap();
+    let out = run(d, &["verify", "no-such-pin", "--store", s, "--json"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let j = json(&out);
+    assert_eq!(j["exit"], 2, "{j}");
+    assert!(j["error"].as_str().unwrap().contains("no-such-pin"), "{j}");
+
+    let out = run(d, &["build", "x", "--jobs", "0", "--json"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let j = json(&out);
+    assert_eq!(j["exit"], 2, "{j}");
+    assert!(j["error"].as_str().unwrap().contains("--jobs"), "{j}");
+
+    // A failure after the document was printed: still exactly one document.
+    let (_, _, recipe, store) = fixture_pin(d);
+    let out = build_out(d, &recipe, &store, &["--no-smoke", "--json"]);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    assert_eq!(json(&out)["verdict"], "unsmoked");
+}
+
+/// Runs `c` to completion; panics (after killing it) if it is still running
+/// after `secs` seconds: a guard against a hang, not a timing assertion.
+fn output_or_hang(c: &mut std::process::Command, secs: u64) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed().as_secs() > secs {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("hung for {secs} s:\n{}", text(&out));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Whether process `pid` still runs (a zombie counts as gone).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Waits (up to `secs` s) until `pid` is gone; returns whether it is.
+fn gone_within(pid: i32, secs: u64) -> bool {
+    let start = std::time::Instant::now();
+    while alive(pid) {
+        if start.elapsed().as_secs() > secs {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    true
+}
+
+// Item 12: a venv whose Python hangs makes verify and doctor fail (exit 1,
+// naming the probe and the limit), and the hung process dies with them.
+#[test]
+fn a_hanging_python_makes_verify_and_doctor_fail_instead_of_hanging() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let venv = d.join("hung");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    let pidfile = d.join("python.pid");
+    let python = venv.join("bin/python");
+    std::fs::write(
+        &python,
+        format!(
+            "#!/bin/sh\necho $$ > '{}'\nexec sleep 1000\n",
+            pidfile.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let recipe = write_recipe(d, "fx", d, &"a".repeat(40), SMOKE);
+    let (v, r) = (venv.to_str().unwrap(), recipe.to_str().unwrap());
+    let store = d.join("store");
+    let s = store.to_str().unwrap();
+    for args in [
+        vec!["verify", v, "--pin", r, "--store", s],
+        vec!["doctor", "--venv", v, "--pin", r, "--store", s],
+    ] {
+        let _ = std::fs::remove_file(&pidfile);
+        let out = output_or_hang(
+            cmd(d).args(&args).env("ORACLE_BUILD_PROBE_TIMEOUT", "2"),
+            300,
+        );
+        let t = text(&out);
+        assert!(
+            t.contains("did not finish within 2 s") && t.contains("ORACLE_BUILD_PROBE_TIMEOUT"),
+            "{args:?}: {t}"
+        );
+        assert_ne!(code(&out), 0, "{args:?}: {t}");
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(gone_within(pid, 30), "the hung probe was killed");
+    }
+}
+
+/// The first `` `oracle-build ...` `` command printed in `text` that starts with `prefix`.
+fn printed_command(text: &str, prefix: &str) -> String {
+    let start = text
+        .find(&format!("`{prefix}"))
+        .unwrap_or_else(|| panic!("no `{prefix}...` in:\n{text}"));
+    let rest = &text[start + 1..];
+    rest[..rest.find('`').unwrap()].to_string()
+}
+
+/// Runs a printed `oracle-build ...` command line with a POSIX shell.
+fn run_printed(cwd: &Path, line: &str) -> std::process::Output {
+    let bin = bin();
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut c = cmd(cwd);
+    c.env("PATH", path);
+    let mut sh = std::process::Command::new("sh");
+    sh.current_dir(cwd)
+        .args(["-c", line])
+        .envs(c.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))))
+        .env_remove("ORACLE_BUILD_HOME");
+    sh.output().unwrap()
+}
+
+// Item 16: hints run as printed (the lock hint for a recipe outside
+// ./recipes, from another directory); verify of a dangling alias says what
+// happened and how to fix it; plan says "to do" for a uv still to be
+// installed and exits 1 when a build would stop.
+#[test]
+fn hints_run_as_printed_and_plan_tells_blocked_from_cached() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, commit, recipe, store) = fixture_pin(d);
+    let elsewhere = d.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let alias = d.join("venvs/oracle");
+    let out = build_out(
+        &elsewhere,
+        &recipe,
+        &store,
+        &["--activate", alias.to_str().unwrap()],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let lock = printed_command(&text(&out), "oracle-build lock ");
+    let out = run_printed(&elsewhere, &lock);
+    assert_eq!(code(&out), 0, "`{lock}` runs as printed: {}", text(&out));
+    let lock_json = std::fs::read_to_string(d.join("lockfiles/fx/lock.json")).unwrap();
+    assert!(
+        !lock_json.contains("\"File\"") && !lock_json.contains("\"Pyproject\""),
+        "no Rust variant names in lock.json: {lock_json}"
+    );
+
+    // The oracle is deleted under the alias.
+    force_remove(&alias.canonicalize().unwrap());
+    let s = store.to_str().unwrap();
+    let out = run(d, &["verify", alias.to_str().unwrap(), "--store", s]);
+    let t = text(&out);
+    assert_eq!(code(&out), 1, "{t}");
+    assert!(
+        t.contains("does not exist") && !t.contains("recipe file"),
+        "{t}"
+    );
+    let fix = printed_command(&t, "oracle-build build ");
+    assert!(fix.contains("--activate"), "{fix}");
+    let out = run_printed(&elsewhere, &fix);
+    assert_eq!(code(&out), 0, "`{fix}` runs as printed: {}", text(&out));
+    let out = run(d, &["verify", alias.to_str().unwrap(), "--store", s]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+
+    // plan: uv still to be provisioned is "to do", not "cached".
+    let no_tools = d.join("no-tools");
+    let out = cmd(d)
+        .env("ORACLE_BUILD_TOOLS", &no_tools)
+        .args(["plan", recipe.to_str().unwrap(), "--store", s, "--json"])
+        .output()
+        .unwrap();
+    let j = json(&out);
+    assert_eq!(code(&out), plan_exit(&out), "{j}");
+    assert_eq!(j["steps"][0]["stage"], "toolchain", "{j}");
+    assert_eq!(j["steps"][0]["state"], "to do", "{j}");
+    assert!(!no_tools.exists(), "plan installed nothing");
+    // ...and a Python that is not there blocks: exit 1.
+    let bad = write_recipe(d, "fx-py", &repo, &commit, SMOKE);
+    let text_py = std::fs::read_to_string(&bad)
+        .unwrap()
+        .replace("python: \"3.11\"", "python: \"3.99\"");
+    std::fs::write(&bad, text_py).unwrap();
+    let out = run(d, &["plan", bad.to_str().unwrap(), "--store", s, "--json"]);
+    let j = json(&out);
+    assert_eq!(j["steps"][0]["state"], "blocked", "{j}");
+    assert_eq!(code(&out), 1, "{}", text(&out));
+}
+
+// Item 17: values that passed validation and failed later (or leaked
+// internals) are refused at parse time: exit 2, file, line, field and value
+// in plain words, nothing written.
+#[test]
+fn recipe_values_are_validated_up_front_in_plain_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let store = d.join("store");
+    let good = |name: &str, package: &str, extra: &str| {
+        format!(
+            "name: {name}\nsource:\n  repo: file:///nonexistent\n  commit: {}\n  package: {package}\npython: \"3.11\"\nbuild:\n  target_device: cpu\n{extra}",
+            "a".repeat(40)
+        )
+    };
+    let long = "a".repeat(245);
+    let many = format!("indexes: [{}]\n", vec!["a"; 300_000].join(","));
+    let cases: Vec<(String, &str)> = vec![
+        (
+            good(&long, "fixturellm", ""),
+            "line 1: field `name`: is 245 characters long; a name is at most 128",
+        ),
+        (
+            good("x", "fixturellm", "smoke:\n  runs: 1e9\n"),
+            "line 10: field `smoke.runs`: 1000000000 is written as a decimal or exponent number",
+        ),
+        (
+            good("x", "fixturellm", "smoke:\n  runs: 4000000000\n"),
+            "line 10: field `smoke.runs`: 4000000000 is more than 1000",
+        ),
+        (
+            good("x", "5", ""),
+            "line 5: field `source.package`: \"5\" is not an importable package name",
+        ),
+        (
+            good("x", "fixturellm", "  env:\n    FOO: \"a\\0b\"\n"),
+            "line 10: field `build.env.FOO`: \"a\\0b\" holds a NUL character",
+        ),
+        (
+            good("x", "fixturellm", "  disk: {source_gib: -1}\n"),
+            "line 9: field `build.disk.source_gib`: -1 is not a size in GiB",
+        ),
+        (
+            good("x", "fixturellm", "lock:\n  exclude_newer: garbage\n"),
+            "line 10: field `lock.exclude_newer`: \"garbage\" is not `commit`, `none` or an RFC 3339 timestamp",
+        ),
+        (
+            good("[bad", "fixturellm", ""),
+            "line 1: field `name`: expected a text value, found `[bad`, which YAML reads as the start of a list that is never closed",
+        ),
+        (
+            good("x", "fixturellm", &many),
+            "the YAML is too large, too deeply nested or expands too many aliases",
+        ),
+    ];
+    for (text, want) in cases {
+        let f = d.join("x.yaml");
+        std::fs::write(&f, &text).unwrap();
+        let out = run(
+            d,
+            &[
+                "plan",
+                f.to_str().unwrap(),
+                "--store",
+                store.to_str().unwrap(),
+            ],
+        );
+        let e = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(code(&out), 2, "{want}: {e}");
+        assert!(
+            e.contains(&format!("x.yaml: {want}")) || e.contains(want),
+            "{want}:\n{e}"
+        );
+        for leak in ["Some(", "Nodes {", "budget breached", "Option<"] {
+            assert!(!e.contains(leak), "{leak} leaked: {e}");
+        }
+        assert!(!store.exists(), "nothing written");
+    }
+}
+
+/// Whether this machine lets an unprivileged user namespace mount (to make a
+/// directory read-only for root, which ignores permission bits).
+fn can_unshare() -> bool {
+    std::process::Command::new("unshare")
+        .args(["-rm", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `oracle-build args...` in a mount namespace where each of `ro` is a
+/// read-only bind mount of itself.
+fn run_with_read_only(cwd: &Path, ro: &[&Path], args: &[&str]) -> std::process::Output {
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+    let mut script = String::from("set -e\n");
+    for d in ro {
+        let d = quote(d.to_str().unwrap());
+        script += &format!("mount --bind {d} {d}\nmount -o remount,bind,ro {d}\n");
+    }
+    script += "exec \"$@\"\n";
+    let c = cmd(cwd);
+    let mut u = std::process::Command::new("unshare");
+    u.current_dir(cwd)
+        .args(["-rm", "sh", "-c", &script, "sh", bin().to_str().unwrap()])
+        .args(args)
+        .envs(c.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))))
+        .env_remove("ORACLE_BUILD_HOME");
+    u.output().unwrap()
+}
+
+// Item 10: activate into a read-only alias directory fails (exit 1) and
+// changes nothing: no new root, no registry entry, no link.
+#[test]
+fn activate_that_cannot_write_the_alias_changes_nothing() {
+    if !can_unshare() {
+        eprintln!("SKIPPED: no unprivileged mount namespaces here (unshare -rm)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, store) = fixture_pin(d);
+    let out = build_out(d, &recipe, &store, &[]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let venvs = d.join("venvs");
+    std::fs::create_dir_all(&venvs).unwrap();
+    let alias = venvs.join("oracle");
+    let roots = |s: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(s.join("roots"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = roots(&store);
+    let args = [
+        "activate",
+        recipe.to_str().unwrap(),
+        alias.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ];
+    let out = run_with_read_only(d, &[&venvs], &args);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(
+        text(&out).contains("Read-only file system"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(roots(&store), before, "no orphan root");
+    assert!(!store.join("aliases.json").exists(), "nothing registered");
+    assert!(
+        std::fs::read_dir(&venvs).unwrap().next().is_none(),
+        "no link"
+    );
+    // Writable again, the same command works.
+    let out = run(d, &args);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(roots(&store).len() > before.len());
+}
+
+// Item 14: a home directory (so the default store) whose path holds a space
+// and a quote builds, verifies and is gateable.
+#[test]
+fn a_store_path_with_a_space_and_a_quote_builds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, _) = fixture_pin(d);
+    let home = d.join("my home's");
+    std::fs::create_dir_all(&home).unwrap();
+    let r = recipe.to_str().unwrap();
+    let out = cmd(d)
+        .env("HOME", &home)
+        .env_remove("XDG_DATA_HOME")
+        .args(["build", r, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let j = json(&out);
+    assert_eq!(j["verdict"], "gateable", "{j}");
+    assert!(
+        j["oracle"]
+            .as_str()
+            .unwrap()
+            .starts_with(home.join(".local/share/oracle-build").to_str().unwrap()),
+        "{j}"
+    );
+    let out = cmd(d)
+        .env("HOME", &home)
+        .env_remove("XDG_DATA_HOME")
+        .args(["verify", r])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+}
+
+// Item 15: a read-only store serves the read-only commands: gc --dry-run,
+// export, verify and a no-op build (exit 0); a command that must write
+// fails (exit 1) and the store stays as it was.
+#[test]
+fn a_read_only_store_serves_read_only_commands() {
+    if !can_unshare() {
+        eprintln!("SKIPPED: no unprivileged mount namespaces here (unshare -rm)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, store) = fixture_pin(d);
+    let out = build_out(d, &recipe, &store, &[]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
+    let bundle = d.join("fx.tar.gz");
+    let before = tree(&store);
+    for args in [
+        vec!["gc", "--dry-run", "--store", s],
+        vec!["export", r, "-o", bundle.to_str().unwrap(), "--store", s],
+        vec!["verify", r, "--store", s],
+        vec!["build", r, "--store", s],
+        vec!["status", "--store", s],
+    ] {
+        let out = run_with_read_only(d, &[&store], &args);
+        assert_eq!(code(&out), 0, "{args:?}: {}", text(&out));
+        assert!(
+            !text(&out).contains("os error 30"),
+            "{args:?}: {}",
+            text(&out)
+        );
+    }
+    assert!(bundle.is_file());
+    let out = run_with_read_only(d, &[&store], &["unkeep", r, "--store", s]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert_eq!(tree(&store), before, "the store is as it was");
+    // The bundle is whole: it imports into a fresh store.
+    let out = run(
+        d,
+        &[
+            "import",
+            bundle.to_str().unwrap(),
+            "--store",
+            d.join("s2").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+}
+
+// Item 13: `kill -9` of the tool's whole process group also ends the build
+// it started (the watchdog lives in its own session), and the next run
+// builds the same wheel in the same working directory.
+#[test]
+fn killing_the_whole_process_group_ends_the_build_it_started() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, commit) = fixture_repo(d);
+    let (pidfile, flag, wrapper) = (d.join("cc.pid"), d.join("slow"), d.join("slow-cc"));
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ -e '{}' ]; then echo $$ >> '{}'; sleep 600; fi\nexec cc \"$@\"\n",
+            flag.display(),
+            pidfile.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(&flag, "").unwrap();
+    let extra = format!("  env:\n    CC: {}\n{SMOKE}", wrapper.display());
+    let recipe = write_recipe(d, "fx", &repo, &commit, &extra);
+    let store = d.join("store");
+    let mut child = cmd(d)
+        .args(["build", recipe.to_str().unwrap(), "--store"])
+        .arg(&store)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let pid: i32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|t| t.lines().next().and_then(|l| l.trim().parse().ok()))
+        {
+            break p;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the build ended before compiling"
+        );
+        assert!(
+            start.elapsed().as_secs() < 600,
+            "the compiler never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // SAFETY: kills the process group the test started (the tool leads it).
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(
+        gone_within(pid, 120),
+        "the compiler the killed build started still runs"
+    );
+    std::fs::remove_file(&flag).unwrap();
+    let out = build_out(d, &recipe, &store, &[]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+}
