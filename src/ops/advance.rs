@@ -283,20 +283,20 @@ pub fn run(opts: &AdvanceOptions) -> Result<()> {
     let to_side = side(&store, &to, &to_oracle, &to_record.smoke)?;
     let mut report = AdvanceReport {
         commits: commits(&store, &from, &to, opts.offline)?,
-        recipe_delta: advance::recipe_delta(&from.recipe, &to.recipe),
-        package_delta: advance::package_delta(
-            &advance::installed(&from_oracle),
-            &advance::installed(&to_oracle),
+        recipe_delta: advance::compare::recipe_delta(&from.recipe, &to.recipe),
+        package_delta: advance::compare::package_delta(
+            &advance::compare::installed(&from_oracle),
+            &advance::compare::installed(&to_oracle),
         ),
-        identity: advance::identity_delta(&from_side.identity, &to_side.identity),
-        cases: advance::compare_cases(&from_smoke, &to_record.smoke, to.recipe.smoke.near_tie_nats),
+        identity: advance::compare::identity_delta(&from_side.identity, &to_side.identity),
+        cases: advance::compare::compare_cases(&from_smoke, &to_record.smoke, to.recipe.smoke.near_tie_nats),
         does_not_establish: Vec::new(),
         accepted: None,
         candidate_recipe: candidate,
         from: from_side,
         to: to_side,
     };
-    report.does_not_establish = advance::does_not_establish(&report);
+    report.does_not_establish = advance::report::does_not_establish(&report);
 
     let mut refused = None;
     if opts.accept {
@@ -321,7 +321,7 @@ pub fn run(opts: &AdvanceOptions) -> Result<()> {
         }
     }
 
-    let text = advance::markdown(&report);
+    let text = advance::report::markdown(&report);
     let file = opts.report.clone().unwrap_or_else(|| {
         store.root().join("reports").join(format!(
             "advance-{}-{}.md",
