@@ -1,0 +1,760 @@
+//! The diagnosis behind `oracle-build doctor`: find every known way an
+//! oracle goes wrong (README.md, "`doctor`") and say how to fix each.
+//!
+//! Inspects the store (roots, entries, their files), every alias in the
+//! registry, and every venv named with `--venv` (built by this tool or not).
+//! Each problem is one [`Problem`]: a kind, the thing it is about, what is
+//! wrong, and a one-line fix. Exit 0 when healthy, 1 when any problem is found.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::recipe::pin;
+use crate::recipe::shell_arg as recipe_arg;
+use crate::recipe::{self, Recipe};
+use crate::shell::shell_quote;
+use crate::stages::identity::record;
+use crate::stages::identity::{self, Identity, dirty_mark, lacks_history, release_tag, scm_sha};
+use crate::stages::oracle::OracleRecord;
+use crate::store::alias::{self, Alias, Registry};
+use crate::store::{Bucket, MANIFEST, Manifest, Root, Store};
+
+/// One problem found, with its fix.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Problem {
+    /// What kind: `alias-not-pin`, `alias-dangling`, `root-dangling`,
+    /// `editable`, `import-failed`, `no-compiled-extensions`, `precompiled`,
+    /// `no-scm-sha`, `no-history`, `dirty-tree`, `flashinfer-mismatch`,
+    /// `files-missing`, `identity-mismatch`, `unreachable`, `broken-venv`,
+    /// `alias-registry-unreadable`, `root-outside-store`, ...
+    pub kind: String,
+    /// What it is about: an alias path, `roots/<name>`, `<bucket>/<name>`, a venv path.
+    pub subject: String,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it, one line.
+    pub fix: String,
+}
+
+/// The doctor's report (`--json`).
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// The store root inspected.
+    pub store: PathBuf,
+    /// Whether a store exists there.
+    pub store_exists: bool,
+    /// Store entries inspected.
+    pub entries: usize,
+    /// GC roots inspected.
+    pub roots: usize,
+    /// Registered aliases inspected.
+    pub aliases: usize,
+    /// Venvs whose identity was measured.
+    pub venvs: Vec<PathBuf>,
+    /// Every problem found.
+    pub problems: Vec<Problem>,
+    /// No problems.
+    pub healthy: bool,
+}
+
+/// What the doctor was asked.
+#[derive(Debug, Clone, Default)]
+pub struct DoctorOptions {
+    /// `--venv PATH`: venvs to inspect besides the store's.
+    pub venvs: Vec<PathBuf>,
+    /// `--pin PIN`: the recipe to check `--venv` venvs against.
+    pub pin: Option<String>,
+}
+
+struct Doctor {
+    problems: Vec<Problem>,
+    measured: BTreeMap<PathBuf, Option<Identity>>,
+    /// Stores whose unreadable `aliases.json` was already reported.
+    bad_registries: BTreeSet<PathBuf>,
+}
+
+impl Doctor {
+    /// The alias registry of `store`; an unreadable or corrupt one is
+    /// reported (once per store) and read as empty, so the rest of the
+    /// diagnosis goes on.
+    fn registry(&mut self, store: &Store) -> Registry {
+        match Registry::load(store) {
+            Ok(r) => r,
+            Err(e) => {
+                let file = Registry::file(store);
+                if self.bad_registries.insert(file.clone()) {
+                    let f = shell_quote(&file.display().to_string());
+                    let aside = shell_quote(&format!("{}.corrupt", file.display()));
+                    self.add(
+                        "alias-registry-unreadable",
+                        &file.display().to_string(),
+                        format!(
+                            "the alias registry cannot be read, so no alias of this store is checked (and `activate` refuses to run): {}",
+                            first_line(&format!("{e:#}"))
+                        ),
+                        format!(
+                            "move it aside (`mv {f} {aside}`), then register each alias again: `oracle-build activate <PIN> <PATH>`"
+                        ),
+                    );
+                }
+                Registry::default()
+            }
+        }
+    }
+
+    fn add(
+        &mut self,
+        kind: &str,
+        subject: &str,
+        message: impl Into<String>,
+        fix: impl Into<String>,
+    ) {
+        self.problems.push(Problem {
+            kind: kind.into(),
+            subject: subject.into(),
+            message: message.into(),
+            fix: fix.into(),
+        });
+    }
+
+    /// Measures (once) and diagnoses the venv at `venv`. `recipe` is what it
+    /// should be (if known), `pin` how to name that recipe in a fix (already
+    /// shell-quoted: see [`recipe_arg`]).
+    fn venv(
+        &mut self,
+        venv: &Path,
+        subject: &str,
+        recipe: Option<&Recipe>,
+        pin: &str,
+    ) -> Option<Identity> {
+        let canon = venv.canonicalize().unwrap_or_else(|_| venv.to_path_buf());
+        if let Some(done) = self.measured.get(&canon) {
+            return done.clone();
+        }
+        let record = OracleRecord::read(&canon).ok();
+        let package = recipe.map_or("vllm", |r| r.source.package.as_str());
+        let commit = recipe.map_or("", |r| r.source.commit.as_str());
+        // Tags at the commit (the evidence for a release-tag version without
+        // +g<sha>) and the history's version were recorded at build time.
+        let id =
+            match crate::stages::oracle::measure_oracle(&canon, package, commit, record.as_ref()) {
+                Ok(id) => id,
+                Err(e) => {
+                    self.add(
+                        "broken-venv",
+                        subject,
+                        format!(
+                            "its Python cannot report the identity: {}",
+                            first_line(&format!("{e:#}"))
+                        ),
+                        format!("recreate it: `oracle-build build {pin}`"),
+                    );
+                    self.measured.insert(canon, None);
+                    return None;
+                }
+            };
+        let covered = self.findings(&id, subject, recipe, pin);
+        if let Some(r) = recipe {
+            // Without an import there is no runtime version: the
+            // distribution's still names the commit it was built from.
+            let mut seen = id.clone();
+            let substituted = seen.runtime_version.is_none() && seen.distribution_version.is_some();
+            if substituted {
+                seen.runtime_version = seen.distribution_version.clone();
+            }
+            let failed: Vec<String> = identity::checks(&seen, r)
+                .into_iter()
+                .filter(|c| !c.ok && !covered.contains(c.field.as_str()))
+                .map(|c| {
+                    let note = if substituted && c.field == "commit" {
+                        " (the distribution version: the import fails)"
+                    } else {
+                        ""
+                    };
+                    format!(
+                        "{}: expected {}, found {}{note}",
+                        c.field, c.expected, c.found
+                    )
+                })
+                .collect();
+            if !failed.is_empty() {
+                self.add(
+                    "identity-mismatch",
+                    subject,
+                    format!("is not the pin of {}: {}", r.name, failed.join("; ")),
+                    format!("build the pin and use that: `oracle-build build {pin}`"),
+                );
+            }
+        }
+        self.files(&canon, subject, package, id.import_error.is_none(), pin);
+        self.measured.insert(canon, Some(id.clone()));
+        Some(id)
+    }
+
+    /// The identity-derived problems; returns the check fields they cover.
+    fn findings(
+        &mut self,
+        id: &Identity,
+        subject: &str,
+        recipe: Option<&Recipe>,
+        pin: &str,
+    ) -> BTreeSet<&'static str> {
+        let mut covered = BTreeSet::new();
+        let package = recipe.map_or("vllm", |r| r.source.package.as_str());
+        let rebuild = format!("`oracle-build build {pin}`");
+        if id.editable {
+            covered.extend(["editable", "package_path", "import", "compiled_extensions"]);
+            let gone: Vec<&String> = id
+                .editable_sources
+                .iter()
+                .filter(|s| !Path::new(s).exists())
+                .collect();
+            let source = if id.editable_sources.is_empty() {
+                String::new()
+            } else if gone.is_empty() {
+                format!(
+                    "; its source tree {} still exists, and any edit or pruning there changes the oracle",
+                    id.editable_sources.join(", ")
+                )
+            } else {
+                format!(
+                    "; its source tree {} no longer exists, so `import {package}` fails",
+                    gone.iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            self.add(
+                "editable",
+                subject,
+                format!("editable install ({}){source}", id.editable_evidence.join("; ")),
+                format!("replace it with a non-editable oracle: `oracle-build build {pin} --activate <PATH>` and use PATH instead"),
+            );
+        } else if let Some(err) = &id.import_error {
+            covered.extend(["import", "package_path", "compiled_extensions"]);
+            self.add(
+                "import-failed",
+                subject,
+                format!("`import {package}` fails: {err}"),
+                format!("rebuild it: {rebuild}"),
+            );
+        }
+        let wants_ext =
+            recipe.is_none_or(|r| r.build.device() != crate::recipe::TargetDevice::Empty);
+        if id.package_dir.is_some() && id.compiled_extensions.is_empty() && wants_ext {
+            covered.insert("compiled_extensions");
+            self.add(
+                "no-compiled-extensions",
+                subject,
+                format!("no compiled extension modules under {package}/ (a precompiled or pure-Python install: no kernels)"),
+                format!("build from source (build.mode: source, VLLM_USE_PRECOMPILED unset): {rebuild}"),
+            );
+        }
+        let versions: Vec<&String> = [&id.runtime_version, &id.distribution_version]
+            .into_iter()
+            .flatten()
+            .collect();
+        if id.build_mode == "precompiled" || versions.iter().any(|v| v.contains("precompiled")) {
+            covered.insert("build_mode");
+            self.add(
+                "precompiled",
+                subject,
+                format!(
+                    "precompiled build (build mode {}, version {}): its kernels are not built from the commit",
+                    id.build_mode,
+                    versions.first().map_or("(none)", |v| v.as_str())
+                ),
+                format!("build from source (build.mode: source): {rebuild}"),
+            );
+        }
+        // The runtime version when the package imports, else the distribution's.
+        if let Some(v) = id
+            .runtime_version
+            .as_ref()
+            .or(id.distribution_version.as_ref())
+        {
+            if scm_sha(v).is_none() && release_tag(v, &id.tags_at_commit).is_none() {
+                covered.insert("commit");
+                self.add(
+                    "no-scm-sha",
+                    subject,
+                    format!(
+                    "version {v} carries no +g<sha>, so nothing ties it to a commit (a tarball, or SETUPTOOLS_SCM_PRETEND_VERSION){}",
+                    if id.tags_at_commit.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; the tags at the commit ({}) do not name it", id.tags_at_commit.join(", "))
+                    }
+                ),
+                    format!("rebuild from the git commit with full history: {rebuild}"),
+                );
+            } else if lacks_history(v) {
+                self.add(
+                    "no-history",
+                    subject,
+                    format!("version {v} is setuptools-scm's 0.1.devN fallback: no tag was reachable when it was built (shallow clone or repository without tags), so it is not the version upstream reports for this commit"),
+                    format!("give the recipe's source.repo full history and tags (`git fetch --unshallow --tags`), then rebuild: {rebuild}"),
+                );
+            }
+        }
+        let dirty: BTreeSet<&str> = versions.iter().filter_map(|v| dirty_mark(v)).collect();
+        if !dirty.is_empty() {
+            covered.insert("clean_tree");
+            self.add(
+                "dirty-tree",
+                subject,
+                format!(
+                    "version {} carries the dirty-tree mark .{}: built from a modified tree, not exactly the commit",
+                    versions.first().map_or("", |v| v.as_str()),
+                    dirty.into_iter().collect::<Vec<_>>().join(", .")
+                ),
+                format!("rebuild from the clean commit: {rebuild}"),
+            );
+        }
+        let mut fi: BTreeMap<String, String> = id.flashinfer_packages.clone();
+        if let Some(v) = &id.flashinfer_version {
+            fi.insert("flashinfer.__version__".into(), v.clone());
+        }
+        let distinct: BTreeSet<&String> = fi.values().collect();
+        if distinct.len() > 1 {
+            self.add(
+                "flashinfer-mismatch",
+                subject,
+                format!(
+                    "FlashInfer packages at different versions: {}",
+                    fi.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
+                ),
+                format!("pin every flashinfer-* package to one version in the recipe's pins, then {rebuild}"),
+            );
+        }
+        covered
+    }
+
+    /// Files missing or changed, by content (sha256): for a store entry its
+    /// manifest (every file of the venv, hashed) and the package's RECORD by
+    /// size; for any other venv the RECORD by hash.
+    fn files(&mut self, venv: &Path, subject: &str, package: &str, imports: bool, pin: &str) {
+        let mut problems = Vec::new();
+        let in_store = venv.join(MANIFEST).is_file();
+        match record::check(venv, package, !in_store) {
+            Ok(rc) => problems.extend(rc.problems.into_iter().map(|p| format!("{p} (RECORD)"))),
+            Err(e) if imports => problems.push(format!("{e:#}")),
+            Err(_) => {}
+        }
+        if in_store {
+            match Manifest::read(venv) {
+                Ok(m) => problems.extend(
+                    m.check(venv, true)
+                        .into_iter()
+                        .map(|p| format!("{p} (manifest)")),
+                ),
+                Err(e) => problems.push(format!("unreadable manifest: {e:#}")),
+            }
+        }
+        if problems.is_empty() {
+            return;
+        }
+        let shown = problems
+            .iter()
+            .take(6)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; ");
+        let more = problems.len().saturating_sub(6);
+        let fix = if in_store {
+            format!(
+                "the entry is damaged: delete it (`chmod -R u+w {0} && rm -rf {0}`) and rebuild: `oracle-build build {pin}`",
+                shell_quote(&venv.display().to_string())
+            )
+        } else {
+            format!("reinstall, or replace it with an oracle: `oracle-build build {pin}`")
+        };
+        self.add(
+            "files-missing",
+            subject,
+            format!(
+                "{} file problem(s): {shown}{}",
+                problems.len(),
+                if more > 0 {
+                    format!("; and {more} more")
+                } else {
+                    String::new()
+                }
+            ),
+            fix,
+        );
+    }
+
+    /// A registered alias: present, a symlink, live, and pointing at an oracle of its recipe's pin.
+    fn alias(&mut self, store: &Store, a: &Alias) {
+        let subject = a.path.display().to_string();
+        let pin_arg = alias_recipe_arg(a);
+        let quoted = shell_quote(&subject);
+        let activate = format!("`oracle-build activate {pin_arg} {quoted}`");
+        let build_activate = format!("`oracle-build build {pin_arg} --activate {quoted}`");
+        let meta = match std::fs::symlink_metadata(&a.path) {
+            Ok(m) => m,
+            Err(_) => {
+                self.add(
+                    "alias-missing",
+                    &subject,
+                    format!("the alias of {} no longer exists", a.recipe),
+                    activate,
+                );
+                return;
+            }
+        };
+        if !meta.file_type().is_symlink() {
+            self.add(
+                "alias-not-symlink",
+                &subject,
+                "is no longer a symlink to an oracle (something replaced it with a directory or file)",
+                format!("move it away, then {activate}"),
+            );
+            return;
+        }
+        let link = std::fs::read_link(&a.path).unwrap_or_default();
+        let Ok(target) = a.path.canonicalize() else {
+            self.add(
+                "alias-dangling",
+                &subject,
+                format!("points at {}, which no longer exists", link.display()),
+                build_activate,
+            );
+            return;
+        };
+        let lr = match alias::recipe_of(a) {
+            Ok(lr) => lr,
+            Err(e) => {
+                self.add(
+                    "alias-recipe-missing",
+                    &subject,
+                    format!("its recipe {} cannot be read: {}", a.recipe, first_line(&format!("{e:#}"))),
+                    "restore the recipe, or re-activate the alias with the right one: `oracle-build activate <PIN> <PATH>`",
+                );
+                return;
+            }
+        };
+        let r = &lr.recipe;
+        let recipe_oracle = store
+            .roots_dir()
+            .join(&r.name)
+            .canonicalize()
+            .ok()
+            .filter(|p| {
+                OracleRecord::read(p).is_ok_and(|rec| rec.identity.commit == r.source.commit)
+            });
+        let fix = if recipe_oracle.is_some() {
+            activate.clone()
+        } else {
+            build_activate.clone()
+        };
+        let rooted = store.roots_dir().join(&a.root).canonicalize().ok();
+        let moved = if rooted.as_ref() == Some(&target) {
+            String::new()
+        } else {
+            format!(
+                "; it was moved outside oracle-build (its root roots/{} names {})",
+                a.root,
+                rooted.map_or("nothing".into(), |p| p.display().to_string())
+            )
+        };
+        let record = OracleRecord::read(&target).ok();
+        let built_commit = record.as_ref().map(|rec| rec.identity.commit.clone());
+        if built_commit.as_deref() != Some(r.source.commit.as_str()) {
+            let what = match &record {
+                Some(rec) => format!(
+                    "the oracle of {} @ {} ({})",
+                    rec.recipe,
+                    short(&rec.identity.commit),
+                    rec.identity
+                        .runtime_version
+                        .as_deref()
+                        .unwrap_or("no version")
+                ),
+                None => format!(
+                    "{}, which is not an oracle built by oracle-build",
+                    target.display()
+                ),
+            };
+            self.add(
+                "alias-not-pin",
+                &subject,
+                format!(
+                    "points at {what}, but recipe {} pins {}{moved}",
+                    r.name,
+                    short(&r.source.commit)
+                ),
+                fix,
+            );
+            return;
+        }
+        // Same commit: the oracle must still pass the recipe's checks.
+        let measured = self.venv(&target, &format!("{}", target.display()), Some(r), &pin_arg);
+        if let Some(mut id) = measured {
+            id.commit = r.source.commit.clone();
+            let failed = identity::describe_failures(&identity::checks(&id, r));
+            if !failed.is_empty() {
+                self.add(
+                    "alias-not-pin",
+                    &subject,
+                    format!(
+                        "points at {}, which fails recipe {}'s checks:\n{failed}",
+                        target.display(),
+                        r.name
+                    ),
+                    fix,
+                );
+                return;
+            }
+        }
+        if !moved.is_empty() {
+            self.add(
+                "alias-moved",
+                &subject,
+                moved.trim_start_matches("; ").to_string(),
+                activate,
+            );
+        }
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+fn short(commit: &str) -> &str {
+    &commit[..12.min(commit.len())]
+}
+
+/// How a fix names the recipe of alias `a`: the file it was activated from
+/// while it exists (absolute, shell-quoted), else the recipe's name.
+fn alias_recipe_arg(a: &Alias) -> String {
+    match a.recipe_file.as_ref().filter(|f| f.is_file()) {
+        Some(f) => shell_quote(&f.display().to_string()),
+        None => shell_quote(&a.recipe),
+    }
+}
+
+/// How a fix names the recipe an oracle was built from: its `recipe_origin`
+/// when that is a recipe file that still exists and still holds a recipe of
+/// that name (absolute, shell-quoted), else the recipe's name.
+fn record_recipe_arg(rec: &OracleRecord) -> String {
+    let origin = Path::new(&rec.recipe_origin);
+    match recipe::load_file(origin) {
+        Ok(lr) if origin.is_file() && lr.recipe.name == rec.recipe => recipe_arg(&lr),
+        _ => shell_quote(&rec.recipe),
+    }
+}
+
+/// `chmod -R u+w DIR && rm -rf DIR`, DIR shell-quoted.
+fn delete_cmd(dir: &Path) -> String {
+    format!(
+        "chmod -R u+w {0} && rm -rf {0}",
+        shell_quote(&dir.display().to_string())
+    )
+}
+
+/// The fix for a dangling root `name`.
+fn dangling_fix(root: &Root, registry: &Registry) -> String {
+    let rm = format!(
+        "remove it: `rm {}`",
+        shell_quote(&root.path.display().to_string())
+    );
+    if let Some(base) = root.name.strip_suffix("-rollback")
+        && base.starts_with("alias-")
+    {
+        return format!("the rollback oracle is gone, so there is nothing to roll back to; {rm}");
+    }
+    if let Some(a) = registry.aliases.values().find(|a| a.root == root.name) {
+        return format!(
+            "`oracle-build build {} --activate {}`",
+            alias_recipe_arg(a),
+            shell_quote(&a.path.display().to_string())
+        );
+    }
+    match pin::resolve(&root.name) {
+        Ok(lr) => format!(
+            "rebuild (it re-roots): `oracle-build build {}`",
+            recipe_arg(&lr)
+        ),
+        Err(_) => rm,
+    }
+}
+
+/// Inspects the store at `root`, its aliases and `opts.venvs`.
+///
+/// Errors: `--pin` does not resolve (exit 2), or the store cannot be listed.
+pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
+    let pinned = opts.pin.as_deref().map(pin::resolve).transpose()?;
+    let mut d = Doctor {
+        problems: Vec::new(),
+        measured: BTreeMap::new(),
+        bad_registries: BTreeSet::new(),
+    };
+    let store = Store::open_existing(root);
+    let (mut n_entries, mut n_roots, mut n_aliases) = (0, 0, 0);
+    let mut checked: BTreeSet<PathBuf> = BTreeSet::new();
+    if let Some(store) = &store {
+        let roots = store.roots()?;
+        n_roots = roots.len();
+        let registry = d.registry(store);
+        n_aliases = registry.aliases.len();
+        for r in roots.iter().filter(|r| !r.live) {
+            d.add(
+                "root-dangling",
+                &format!("roots/{}", r.name),
+                format!("points at {}, which no longer exists", r.target.display()),
+                dangling_fix(r, &registry),
+            );
+        }
+        for r in roots.iter().filter(|r| r.live) {
+            let target = r.path.canonicalize().unwrap_or_else(|_| r.target.clone());
+            if store.entry_of_path(&target).is_none() {
+                d.add(
+                    "root-outside-store",
+                    &format!("roots/{}", r.name),
+                    format!(
+                        "points at {}, which is not an entry of the store {}: a GC root names a store entry (`gc` ignores this one, and it keeps nothing alive)",
+                        target.display(),
+                        store.root().join("store").display()
+                    ),
+                    format!(
+                        "remove it: `rm {}`",
+                        shell_quote(&r.path.display().to_string())
+                    ),
+                );
+            }
+        }
+        // Reachable through roots and the entries' `requires` (as `gc` sees it).
+        let reached = crate::store::gc::reachable(store)?;
+        for bucket in [
+            Bucket::Git,
+            Bucket::Src,
+            Bucket::Ext,
+            Bucket::Wheels,
+            Bucket::Venvs,
+        ] {
+            for e in store.entries(bucket)? {
+                n_entries += 1;
+                let label = e.label();
+                if !reached.contains(&label) {
+                    d.add(
+                        "unreachable",
+                        &label,
+                        "no root reaches this entry (a superseded build, or its root was removed)",
+                        "`oracle-build gc` deletes it; to keep it, rebuild or activate its recipe so a root points at it",
+                    );
+                }
+                match bucket {
+                    Bucket::Venvs => match OracleRecord::read(&e.path) {
+                        Ok(rec) => {
+                            match recipe::parse(&rec.recipe_text, &format!("{label}/oracle.json")) {
+                                Ok(r) => {
+                                    d.venv(&e.path, &label, Some(&r), &record_recipe_arg(&rec));
+                                }
+                                Err(err) => d.add(
+                                    "damaged-entry",
+                                    &label,
+                                    format!(
+                                        "its oracle.json recipe does not parse: {}",
+                                        first_line(&format!("{err:#}"))
+                                    ),
+                                    format!("delete it (`{}`) and rebuild", delete_cmd(&e.path)),
+                                ),
+                            }
+                        }
+                        Err(err) => d.add(
+                            "damaged-entry",
+                            &label,
+                            format!(
+                                "no readable oracle.json: {}",
+                                first_line(&format!("{err:#}"))
+                            ),
+                            format!("delete it (`{}`) and rebuild", delete_cmd(&e.path)),
+                        ),
+                    },
+                    Bucket::Wheels => {
+                        let problems = Manifest::read(&e.path)
+                            .map(|m| m.check(&e.path, true))
+                            .unwrap_or_else(|err| vec![format!("unreadable manifest: {err:#}")]);
+                        if !problems.is_empty() {
+                            d.add(
+                                "files-missing",
+                                &label,
+                                problems.join("; "),
+                                format!(
+                                    "delete it (`{}`); the next build rebuilds it",
+                                    delete_cmd(&e.path)
+                                ),
+                            );
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for a in registry.aliases.values() {
+            d.alias(store, a);
+            checked.insert(a.path.clone());
+        }
+    }
+    for v in &opts.venvs {
+        let subject = v.display().to_string();
+        if !v.join("pyvenv.cfg").is_file() {
+            d.add(
+                "not-a-venv",
+                &subject,
+                "is not a venv (no pyvenv.cfg)",
+                "name the venv directory itself (the one holding bin/python and pyvenv.cfg)",
+            );
+            continue;
+        }
+        let own = OracleRecord::read(v).ok().and_then(|rec| {
+            let r = recipe::parse(&rec.recipe_text, &subject).ok()?;
+            Some((r, record_recipe_arg(&rec)))
+        });
+        let (recipe, pin_name) = match (&pinned, own) {
+            (Some(lr), _) => (Some(lr.recipe.clone()), recipe_arg(lr)),
+            (None, Some((r, arg))) => (Some(r), arg),
+            (None, None) => (None, "<PIN>".to_string()),
+        };
+        d.venv(v, &subject, recipe.as_ref(), &pin_name);
+        // An alias (or a link to one) registered in this store or in the
+        // store that owns the venv is also checked against its recipe.
+        let owner = alias::owning_root(v).and_then(|r| Store::open_existing(&r));
+        for s in store.iter().chain(owner.as_ref()) {
+            let Some(a) = d.registry(s).find(v).cloned() else {
+                continue;
+            };
+            if checked.insert(a.path.clone()) {
+                d.alias(s, &a);
+            }
+        }
+    }
+    // Most consequential first: aliases, then what the venvs are, their
+    // files, and last the store's bookkeeping.
+    let rank = |p: &Problem| match p.kind.as_str() {
+        k if k.starts_with("alias-") => 0,
+        "files-missing" | "damaged-entry" => 2,
+        "root-dangling" => 3,
+        "unreachable" => 4,
+        _ => 1,
+    };
+    d.problems.sort_by_key(rank);
+    let healthy = d.problems.is_empty();
+    Ok(Report {
+        store: std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf()),
+        store_exists: store.is_some(),
+        entries: n_entries,
+        roots: n_roots,
+        aliases: n_aliases,
+        venvs: d.measured.keys().cloned().collect(),
+        problems: d.problems,
+        healthy,
+    })
+}
