@@ -289,7 +289,11 @@ pub fn run(opts: &AdvanceOptions) -> Result<()> {
             &advance::compare::installed(&to_oracle),
         ),
         identity: advance::compare::identity_delta(&from_side.identity, &to_side.identity),
-        cases: advance::compare::compare_cases(&from_smoke, &to_record.smoke, to.recipe.smoke.near_tie_nats),
+        cases: advance::compare::compare_cases(
+            &from_smoke,
+            &to_record.smoke,
+            to.recipe.smoke.near_tie_nats,
+        ),
         does_not_establish: Vec::new(),
         accepted: None,
         candidate_recipe: candidate,

@@ -22,15 +22,128 @@ use crate::stages::oracle::OracleRecord;
 use crate::store::alias::{self, Alias, Registry};
 use crate::store::{Bucket, MANIFEST, Manifest, Root, Store};
 
+/// What kind of problem the doctor found. Serialized (`--json`) and printed
+/// as the kebab-case name, e.g. `alias-not-pin`.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProblemKind {
+    /// `alias-dangling`: an alias points at an oracle that no longer exists.
+    AliasDangling,
+    /// `alias-missing`: a registered alias path is gone.
+    AliasMissing,
+    /// `alias-moved`: an alias was repointed outside oracle-build (its root names another oracle).
+    AliasMoved,
+    /// `alias-not-pin`: an alias points at an oracle that is not its recipe's pin, or fails its checks.
+    AliasNotPin,
+    /// `alias-not-symlink`: a registered alias path is not a symlink.
+    AliasNotSymlink,
+    /// `alias-recipe-missing`: the recipe an alias was activated from cannot be found.
+    AliasRecipeMissing,
+    /// `alias-registry-unreadable`: the store's `aliases.json` cannot be read.
+    AliasRegistryUnreadable,
+    /// `broken-venv`: a venv whose identity cannot be measured.
+    BrokenVenv,
+    /// `damaged-entry`: a store oracle without a readable `oracle.json` or recipe.
+    DamagedEntry,
+    /// `dirty-tree`: vLLM was built from a tree with local changes.
+    DirtyTree,
+    /// `editable`: vLLM is installed editable.
+    Editable,
+    /// `files-missing`: files of an entry are missing or changed (its manifest).
+    FilesMissing,
+    /// `flashinfer-mismatch`: the installed FlashInfer is not the recipe's.
+    FlashinferMismatch,
+    /// `identity-mismatch`: the measured identity differs from the recipe.
+    IdentityMismatch,
+    /// `import-failed`: `import vllm` fails in the venv.
+    ImportFailed,
+    /// `no-compiled-extensions`: the vLLM install has no compiled extensions.
+    NoCompiledExtensions,
+    /// `no-history`: vLLM was built from a checkout without history.
+    NoHistory,
+    /// `no-scm-sha`: the installed vLLM records no commit.
+    NoScmSha,
+    /// `not-a-venv`: a `--venv` path is not a venv.
+    NotAVenv,
+    /// `precompiled`: vLLM's extensions came precompiled, not built from source.
+    Precompiled,
+    /// `root-dangling`: a GC root points at nothing.
+    RootDangling,
+    /// `root-outside-store`: a GC root points outside the store.
+    RootOutsideStore,
+    /// `unreachable`: no GC root reaches a store entry.
+    Unreachable,
+}
+
+impl ProblemKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [ProblemKind; 23] = [
+        ProblemKind::AliasDangling,
+        ProblemKind::AliasMissing,
+        ProblemKind::AliasMoved,
+        ProblemKind::AliasNotPin,
+        ProblemKind::AliasNotSymlink,
+        ProblemKind::AliasRecipeMissing,
+        ProblemKind::AliasRegistryUnreadable,
+        ProblemKind::BrokenVenv,
+        ProblemKind::DamagedEntry,
+        ProblemKind::DirtyTree,
+        ProblemKind::Editable,
+        ProblemKind::FilesMissing,
+        ProblemKind::FlashinferMismatch,
+        ProblemKind::IdentityMismatch,
+        ProblemKind::ImportFailed,
+        ProblemKind::NoCompiledExtensions,
+        ProblemKind::NoHistory,
+        ProblemKind::NoScmSha,
+        ProblemKind::NotAVenv,
+        ProblemKind::Precompiled,
+        ProblemKind::RootDangling,
+        ProblemKind::RootOutsideStore,
+        ProblemKind::Unreachable,
+    ];
+
+    /// The kebab-case name, as in the `--json` output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProblemKind::AliasDangling => "alias-dangling",
+            ProblemKind::AliasMissing => "alias-missing",
+            ProblemKind::AliasMoved => "alias-moved",
+            ProblemKind::AliasNotPin => "alias-not-pin",
+            ProblemKind::AliasNotSymlink => "alias-not-symlink",
+            ProblemKind::AliasRecipeMissing => "alias-recipe-missing",
+            ProblemKind::AliasRegistryUnreadable => "alias-registry-unreadable",
+            ProblemKind::BrokenVenv => "broken-venv",
+            ProblemKind::DamagedEntry => "damaged-entry",
+            ProblemKind::DirtyTree => "dirty-tree",
+            ProblemKind::Editable => "editable",
+            ProblemKind::FilesMissing => "files-missing",
+            ProblemKind::FlashinferMismatch => "flashinfer-mismatch",
+            ProblemKind::IdentityMismatch => "identity-mismatch",
+            ProblemKind::ImportFailed => "import-failed",
+            ProblemKind::NoCompiledExtensions => "no-compiled-extensions",
+            ProblemKind::NoHistory => "no-history",
+            ProblemKind::NoScmSha => "no-scm-sha",
+            ProblemKind::NotAVenv => "not-a-venv",
+            ProblemKind::Precompiled => "precompiled",
+            ProblemKind::RootDangling => "root-dangling",
+            ProblemKind::RootOutsideStore => "root-outside-store",
+            ProblemKind::Unreachable => "unreachable",
+        }
+    }
+}
+
+impl std::fmt::Display for ProblemKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One problem found, with its fix.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Problem {
-    /// What kind: `alias-not-pin`, `alias-dangling`, `root-dangling`,
-    /// `editable`, `import-failed`, `no-compiled-extensions`, `precompiled`,
-    /// `no-scm-sha`, `no-history`, `dirty-tree`, `flashinfer-mismatch`,
-    /// `files-missing`, `identity-mismatch`, `unreachable`, `broken-venv`,
-    /// `alias-registry-unreadable`, `root-outside-store`, ...
-    pub kind: String,
+    /// What kind of problem.
+    pub kind: ProblemKind,
     /// What it is about: an alias path, `roots/<name>`, `<bucket>/<name>`, a venv path.
     pub subject: String,
     /// What is wrong.
@@ -89,7 +202,7 @@ impl Doctor {
                     let f = shell_quote(&file.display().to_string());
                     let aside = shell_quote(&format!("{}.corrupt", file.display()));
                     self.add(
-                        "alias-registry-unreadable",
+                        ProblemKind::AliasRegistryUnreadable,
                         &file.display().to_string(),
                         format!(
                             "the alias registry cannot be read, so no alias of this store is checked (and `activate` refuses to run): {}",
@@ -107,13 +220,13 @@ impl Doctor {
 
     fn add(
         &mut self,
-        kind: &str,
+        kind: ProblemKind,
         subject: &str,
         message: impl Into<String>,
         fix: impl Into<String>,
     ) {
         self.problems.push(Problem {
-            kind: kind.into(),
+            kind,
             subject: subject.into(),
             message: message.into(),
             fix: fix.into(),
@@ -144,7 +257,7 @@ impl Doctor {
                 Ok(id) => id,
                 Err(e) => {
                     self.add(
-                        "broken-venv",
+                        ProblemKind::BrokenVenv,
                         subject,
                         format!(
                             "its Python cannot report the identity: {}",
@@ -182,7 +295,7 @@ impl Doctor {
                 .collect();
             if !failed.is_empty() {
                 self.add(
-                    "identity-mismatch",
+                    ProblemKind::IdentityMismatch,
                     subject,
                     format!("is not the pin of {}: {}", r.name, failed.join("; ")),
                     format!("build the pin and use that: `oracle-build build {pin}`"),
@@ -229,7 +342,7 @@ impl Doctor {
                 )
             };
             self.add(
-                "editable",
+                ProblemKind::Editable,
                 subject,
                 format!("editable install ({}){source}", id.editable_evidence.join("; ")),
                 format!("replace it with a non-editable oracle: `oracle-build build {pin} --activate <PATH>` and use PATH instead"),
@@ -237,7 +350,7 @@ impl Doctor {
         } else if let Some(err) = &id.import_error {
             covered.extend(["import", "package_path", "compiled_extensions"]);
             self.add(
-                "import-failed",
+                ProblemKind::ImportFailed,
                 subject,
                 format!("`import {package}` fails: {err}"),
                 format!("rebuild it: {rebuild}"),
@@ -248,7 +361,7 @@ impl Doctor {
         if id.package_dir.is_some() && id.compiled_extensions.is_empty() && wants_ext {
             covered.insert("compiled_extensions");
             self.add(
-                "no-compiled-extensions",
+                ProblemKind::NoCompiledExtensions,
                 subject,
                 format!("no compiled extension modules under {package}/ (a precompiled or pure-Python install: no kernels)"),
                 format!("build from source (build.mode: source, VLLM_USE_PRECOMPILED unset): {rebuild}"),
@@ -261,7 +374,7 @@ impl Doctor {
         if id.build_mode == "precompiled" || versions.iter().any(|v| v.contains("precompiled")) {
             covered.insert("build_mode");
             self.add(
-                "precompiled",
+                ProblemKind::Precompiled,
                 subject,
                 format!(
                     "precompiled build (build mode {}, version {}): its kernels are not built from the commit",
@@ -280,7 +393,7 @@ impl Doctor {
             if scm_sha(v).is_none() && release_tag(v, &id.tags_at_commit).is_none() {
                 covered.insert("commit");
                 self.add(
-                    "no-scm-sha",
+                    ProblemKind::NoScmSha,
                     subject,
                     format!(
                     "version {v} carries no +g<sha>, so nothing ties it to a commit (a tarball, or SETUPTOOLS_SCM_PRETEND_VERSION){}",
@@ -294,7 +407,7 @@ impl Doctor {
                 );
             } else if lacks_history(v) {
                 self.add(
-                    "no-history",
+                    ProblemKind::NoHistory,
                     subject,
                     format!("version {v} is setuptools-scm's 0.1.devN fallback: no tag was reachable when it was built (shallow clone or repository without tags), so it is not the version upstream reports for this commit"),
                     format!("give the recipe's source.repo full history and tags (`git fetch --unshallow --tags`), then rebuild: {rebuild}"),
@@ -305,7 +418,7 @@ impl Doctor {
         if !dirty.is_empty() {
             covered.insert("clean_tree");
             self.add(
-                "dirty-tree",
+                ProblemKind::DirtyTree,
                 subject,
                 format!(
                     "version {} carries the dirty-tree mark .{}: built from a modified tree, not exactly the commit",
@@ -322,7 +435,7 @@ impl Doctor {
         let distinct: BTreeSet<&String> = fi.values().collect();
         if distinct.len() > 1 {
             self.add(
-                "flashinfer-mismatch",
+                ProblemKind::FlashinferMismatch,
                 subject,
                 format!(
                     "FlashInfer packages at different versions: {}",
@@ -374,7 +487,7 @@ impl Doctor {
             format!("reinstall, or replace it with an oracle: `oracle-build build {pin}`")
         };
         self.add(
-            "files-missing",
+            ProblemKind::FilesMissing,
             subject,
             format!(
                 "{} file problem(s): {shown}{}",
@@ -400,7 +513,7 @@ impl Doctor {
             Ok(m) => m,
             Err(_) => {
                 self.add(
-                    "alias-missing",
+                    ProblemKind::AliasMissing,
                     &subject,
                     format!("the alias of {} no longer exists", a.recipe),
                     activate,
@@ -410,7 +523,7 @@ impl Doctor {
         };
         if !meta.file_type().is_symlink() {
             self.add(
-                "alias-not-symlink",
+                ProblemKind::AliasNotSymlink,
                 &subject,
                 "is no longer a symlink to an oracle (something replaced it with a directory or file)",
                 format!("move it away, then {activate}"),
@@ -420,7 +533,7 @@ impl Doctor {
         let link = std::fs::read_link(&a.path).unwrap_or_default();
         let Ok(target) = a.path.canonicalize() else {
             self.add(
-                "alias-dangling",
+                ProblemKind::AliasDangling,
                 &subject,
                 format!("points at {}, which no longer exists", link.display()),
                 build_activate,
@@ -431,7 +544,7 @@ impl Doctor {
             Ok(lr) => lr,
             Err(e) => {
                 self.add(
-                    "alias-recipe-missing",
+                    ProblemKind::AliasRecipeMissing,
                     &subject,
                     format!("its recipe {} cannot be read: {}", a.recipe, first_line(&format!("{e:#}"))),
                     "restore the recipe, or re-activate the alias with the right one: `oracle-build activate <PIN> <PATH>`",
@@ -482,7 +595,7 @@ impl Doctor {
                 ),
             };
             self.add(
-                "alias-not-pin",
+                ProblemKind::AliasNotPin,
                 &subject,
                 format!(
                     "points at {what}, but recipe {} pins {}{moved}",
@@ -500,7 +613,7 @@ impl Doctor {
             let failed = identity::describe_failures(&identity::checks(&id, r));
             if !failed.is_empty() {
                 self.add(
-                    "alias-not-pin",
+                    ProblemKind::AliasNotPin,
                     &subject,
                     format!(
                         "points at {}, which fails recipe {}'s checks:\n{failed}",
@@ -514,7 +627,7 @@ impl Doctor {
         }
         if !moved.is_empty() {
             self.add(
-                "alias-moved",
+                ProblemKind::AliasMoved,
                 &subject,
                 moved.trim_start_matches("; ").to_string(),
                 activate,
@@ -606,7 +719,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
         n_aliases = registry.aliases.len();
         for r in roots.iter().filter(|r| !r.live) {
             d.add(
-                "root-dangling",
+                ProblemKind::RootDangling,
                 &format!("roots/{}", r.name),
                 format!("points at {}, which no longer exists", r.target.display()),
                 dangling_fix(r, &registry),
@@ -616,7 +729,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
             let target = r.path.canonicalize().unwrap_or_else(|_| r.target.clone());
             if store.entry_of_path(&target).is_none() {
                 d.add(
-                    "root-outside-store",
+                    ProblemKind::RootOutsideStore,
                     &format!("roots/{}", r.name),
                     format!(
                         "points at {}, which is not an entry of the store {}: a GC root names a store entry (`gc` ignores this one, and it keeps nothing alive)",
@@ -644,7 +757,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                 let label = e.label();
                 if !reached.contains(&label) {
                     d.add(
-                        "unreachable",
+                        ProblemKind::Unreachable,
                         &label,
                         "no root reaches this entry (a superseded build, or its root was removed)",
                         "`oracle-build gc` deletes it; to keep it, rebuild or activate its recipe so a root points at it",
@@ -658,7 +771,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                                     d.venv(&e.path, &label, Some(&r), &record_recipe_arg(&rec));
                                 }
                                 Err(err) => d.add(
-                                    "damaged-entry",
+                                    ProblemKind::DamagedEntry,
                                     &label,
                                     format!(
                                         "its oracle.json recipe does not parse: {}",
@@ -669,7 +782,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                             }
                         }
                         Err(err) => d.add(
-                            "damaged-entry",
+                            ProblemKind::DamagedEntry,
                             &label,
                             format!(
                                 "no readable oracle.json: {}",
@@ -684,7 +797,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                             .unwrap_or_else(|err| vec![format!("unreadable manifest: {err:#}")]);
                         if !problems.is_empty() {
                             d.add(
-                                "files-missing",
+                                ProblemKind::FilesMissing,
                                 &label,
                                 problems.join("; "),
                                 format!(
@@ -707,7 +820,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
         let subject = v.display().to_string();
         if !v.join("pyvenv.cfg").is_file() {
             d.add(
-                "not-a-venv",
+                ProblemKind::NotAVenv,
                 &subject,
                 "is not a venv (no pyvenv.cfg)",
                 "name the venv directory itself (the one holding bin/python and pyvenv.cfg)",
@@ -738,11 +851,11 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
     }
     // Most consequential first: aliases, then what the venvs are, their
     // files, and last the store's bookkeeping.
-    let rank = |p: &Problem| match p.kind.as_str() {
-        k if k.starts_with("alias-") => 0,
-        "files-missing" | "damaged-entry" => 2,
-        "root-dangling" => 3,
-        "unreachable" => 4,
+    let rank = |p: &Problem| match p.kind {
+        k if k.as_str().starts_with("alias-") => 0,
+        ProblemKind::FilesMissing | ProblemKind::DamagedEntry => 2,
+        ProblemKind::RootDangling => 3,
+        ProblemKind::Unreachable => 4,
         _ => 1,
     };
     d.problems.sort_by_key(rank);
@@ -757,4 +870,23 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
         problems: d.problems,
         healthy,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn problem_kinds_serialize_to_their_kebab_names() {
+        for k in ProblemKind::ALL {
+            let json = serde_json::to_value(k).unwrap();
+            assert_eq!(json, serde_json::Value::String(k.as_str().into()), "{k:?}");
+            assert_eq!(k.to_string(), k.as_str());
+        }
+        assert_eq!(ProblemKind::NoScmSha.as_str(), "no-scm-sha");
+        assert_eq!(
+            ProblemKind::AliasRegistryUnreadable.as_str(),
+            "alias-registry-unreadable"
+        );
+    }
 }
