@@ -33,6 +33,8 @@ fn main() {
     let json = cli.json;
     process::install_signal_handlers();
     let result = dispatch(cli);
+    // Ended normally (every child finished): leave no run lock behind.
+    oracle_build::store::release_run_lock();
     if let Err(err) = result {
         let code = exit::code_of(&err);
         eprintln!("error: {err:#}");

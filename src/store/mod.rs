@@ -365,6 +365,7 @@ static RUN_LOCK: std::sync::OnceLock<Option<File>> = std::sync::OnceLock::new();
 fn take_run_lock(locks: &Path) {
     RUN_LOCK.get_or_init(|| {
         let path = locks.join(format!("run-{}.lock", std::process::id()));
+        let _ = RUN_LOCK_PATH.set(path.clone());
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -377,6 +378,24 @@ fn take_run_lock(locks: &Path) {
         Some(file)
     });
 }
+
+/// Removes this process's run lock file, if it took one: called by `main`
+/// when the command has ended normally (every child it started has
+/// finished), so a run leaves no bookkeeping behind. A killed run's file is
+/// removed by the next run, once it is free (see [`wait_for_run_lock`]).
+pub fn release_run_lock() {
+    if let Some(Some(_)) = RUN_LOCK.get() {
+        let _ = std::fs::remove_file(run_lock_path_of_this_process());
+    }
+}
+
+/// The path [`take_run_lock`] used, recorded when it was taken.
+fn run_lock_path_of_this_process() -> PathBuf {
+    RUN_LOCK_PATH.get().cloned().unwrap_or_default()
+}
+
+/// Where this process's run lock file is (set with [`RUN_LOCK`]).
+static RUN_LOCK_PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
 /// Waits until the run lock of the dead process `pid` is free: a watchdog
 /// of a build that process started still holds it while that build's

@@ -608,6 +608,14 @@ fn a_read_only_store_serves_read_only_commands() {
     assert_eq!(code(&out), 0, "{}", text(&out));
     let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
     let bundle = d.join("fx.tar.gz");
+    // Export prepares what a bundle needs (the pinned uv's wheel, the lock for
+    // the platform) in the store once; a read-only export then only reads it.
+    let out = run(
+        d,
+        &["export", r, "-o", bundle.to_str().unwrap(), "--store", s],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    std::fs::remove_file(&bundle).unwrap();
     let before = tree(&store);
     for args in [
         vec!["gc", "--dry-run", "--store", s],

@@ -1048,8 +1048,8 @@ fn a_hand_coded_version_with_the_right_sha_builds_but_the_history_refuses_it() {
     // and the package's __version__.
     let setup = std::fs::read_to_string(repo.join("setup.py")).unwrap();
     let hand = setup.replace(
-        "setup(ext_modules=",
-        "import subprocess\n_version = \"9.9.9+g\" + subprocess.check_output([\"git\", \"rev-parse\", \"--short=9\", \"HEAD\"], text=True).strip()\nwith open(os.path.join(\"fixturellm\", \"_version.py\"), \"w\") as f:\n    f.write(\"__version__ = version = %r\\n\" % _version)\nsetup(version=_version, ext_modules=",
+        "setup(\n    version=get_version_string(),",
+        "import subprocess\n_version = \"9.9.9+g\" + subprocess.check_output([\"git\", \"rev-parse\", \"--short=9\", \"HEAD\"], text=True).strip()\nwith open(os.path.join(\"fixturellm\", \"_version.py\"), \"w\") as f:\n    f.write(\"__version__ = version = %r\\n\" % _version)\nsetup(\n    version=_version,",
     );
     assert_ne!(hand, setup);
     std::fs::write(repo.join("setup.py"), hand).unwrap();

@@ -551,8 +551,11 @@ pub fn fallback_files(src: &Path, device: &str) -> Vec<String> {
 #[serde(rename_all = "snake_case")]
 pub enum BuildRequirements {
     /// A requirements file of the checkout (path relative to it).
+    /// (`File`: how locks written before the lower-case names spelled it.)
+    #[serde(alias = "File")]
     File(String),
     /// `pyproject.toml` `[build-system].requires`.
+    #[serde(alias = "Pyproject")]
     Pyproject(Vec<String>),
 }
 
