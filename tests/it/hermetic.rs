@@ -1030,25 +1030,11 @@ fn an_imported_bundle_builds_offline_by_its_usual_pin_with_no_uv_anywhere_and_it
         "latest",
     );
     let store_x = d.join("store-x");
-    let out = bare_offline_cmd(d)
-        .args([
-            "import",
-            bad.to_str().unwrap(),
-            "--store",
-            store_x.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(code(&out), 2, "{}", text(&out));
-    assert!(
-        text(&out).contains("\"tinyoracle-latest.whl\" is not a valid wheel file name"),
-        "{}",
-        text(&out)
-    );
-    assert!(
-        tree(&store_x).iter().all(|p| p.is_dir()),
-        "{:?}",
-        tree(&store_x)
+    import_is_refused(
+        d,
+        &bad,
+        &store_x,
+        "\"tinyoracle-latest.whl\" is not a valid wheel file name",
     );
     rename_wheel(
         &bundle,
@@ -1057,26 +1043,7 @@ fn an_imported_bundle_builds_offline_by_its_usual_pin_with_no_uv_anywhere_and_it
         "packaging-99.0-py3-none-any.whl",
         "99.0",
     );
-    let out = bare_offline_cmd(d)
-        .args([
-            "import",
-            bad.to_str().unwrap(),
-            "--store",
-            store_x.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(code(&out), 2, "{}", text(&out));
-    assert!(
-        text(&out).contains("METADATA says packaging"),
-        "{}",
-        text(&out)
-    );
-    assert!(
-        tree(&store_x).iter().all(|p| p.is_dir()),
-        "{:?}",
-        tree(&store_x)
-    );
+    import_is_refused(d, &bad, &store_x, "METADATA says packaging");
 
     // The offline box: no network, no uv, an empty store.
     let b = d.join("box-b");
@@ -1253,4 +1220,19 @@ fn a_uv_of_another_version_is_used_only_when_asked_for_and_keys_the_build() {
         .unwrap();
     assert_eq!(code(&out), 1, "{}", text(&out));
     assert!(text(&out).contains("uv 0.11.15"), "{}", text(&out));
+}
+
+/// `import BUNDLE --store STORE` on the offline box: refused with exit 2, the
+/// message holding `needle`, and nothing but empty directories written.
+fn import_is_refused(d: &Path, bundle: &Path, store: &Path, needle: &str) {
+    let out = bare_offline_cmd(d)
+        .arg("import")
+        .arg(bundle)
+        .arg("--store")
+        .arg(store)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains(needle), "{}", text(&out));
+    assert!(tree(store).iter().all(|p| p.is_dir()), "{:?}", tree(store));
 }

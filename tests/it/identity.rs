@@ -681,9 +681,7 @@ fn doctor_finds_an_editable_install_and_its_deleted_source() {
         .args(["venv", "-q", "--python"])
         .arg(&python)
         .arg(&ev));
-    sh(Command::new(&uv)
-        .args(["pip", "install", "-q", "--python"])
-        .arg(ev.join("bin/python"))
+    sh(pip_install(&uv, &ev)
         .arg("-e")
         .arg(&checkout)
         .env_remove("VIRTUAL_ENV"));
@@ -874,9 +872,7 @@ fn doctor_names_a_build_without_history_and_installs_without_kernels_or_sha() {
         .args(["venv", "-q", "--python"])
         .arg(&python)
         .arg(&fv));
-    sh(Command::new(&uv)
-        .args(["pip", "install", "-q", "--python"])
-        .arg(fv.join("bin/python"))
+    sh(pip_install(&uv, &fv)
         .args([&tarball, &fi, &cubin])
         .env("SETUPTOOLS_SCM_PRETEND_VERSION", "0.23.1+precompiled")
         .env_remove("VIRTUAL_ENV"));
@@ -1294,4 +1290,12 @@ fn activate_and_doctor_compare_content_not_only_sizes() {
         "{}",
         kinds(&ps).join("\n")
     );
+}
+
+/// `uv pip install -q --python <venv>/bin/python` (more arguments to add).
+fn pip_install(uv: &Path, venv: &Path) -> Command {
+    let mut c = Command::new(uv);
+    c.args(["pip", "install", "-q", "--python"])
+        .arg(venv.join("bin/python"));
+    c
 }
