@@ -217,6 +217,9 @@ fn fetch(store: &Store, todo: &[&Artifact], lock_dir: &Path) -> Result<()> {
             persist(store, p, fetched.bytes)
         },
     )?;
+    if let Some(p) = pending.iter().flatten().next() {
+        bail!("the download of {} did not finish", p.artifact.filename);
+    }
     bar.finish();
     let secs = t0.elapsed().as_secs_f64();
     progress::stage(
