@@ -198,33 +198,43 @@ def wheelhouse_fill(work, binary, env, runs):
 
     uv = work / "tools" / "uv-0.13.9" / "bin" / "uv"
     py = shutil.which(f"python{PYTHON}") or sys.executable
+    # A package may lock several wheels (e.g. a binary and a pure one), all of which the fill keeps: list k
+    # holds the k-th artifact of each package, so uv is run once per (lock, k) and downloads each of them.
     lists = []
     for lock in sorted(locks.glob("*/pylock.*.toml")):
-        lines = []
+        rounds = []
         for p in tomllib.loads(lock.read_text()).get("packages", []):
-            for a in p.get("wheels") or [p["sdist"]]:
-                lines.append(f"{p['name']} @ {a['url']} --hash=sha256:{a['hashes']['sha256']}\n")
-        lists.append(work / f"fill-{lock.stem}.txt")
-        lists[-1].write_text("".join(lines))
+            for k, a in enumerate(p.get("wheels") or [p["sdist"]]):
+                if k == len(rounds):
+                    rounds.append([])
+                rounds[k].append(f"{p['name']} @ {a['url']} --hash=sha256:{a['hashes']['sha256']}\n")
+        for k, lines in enumerate(rounds):
+            lists.append(work / f"fill-{lock.stem}-{k}.txt")
+            lists[-1].write_text("".join(lines))
 
-    def uv_fill():
-        for d in ("fill-uv-cache", "fill-uv-target"):
+    def uv_fill(cold=True):
+        for d in ("fill-uv-cache", "fill-uv-target") if cold else ("fill-uv-target",):
             force_rmtree(work / d)
         os.sync()
         t0 = time.perf_counter()
         for reqs in lists:
-            sh(uv, "pip", "install", "-q", "--no-deps", "--python", py, "--target", work / "fill-uv-target",
+            sh(uv, "pip", "install", "-q", "--no-deps", "--python", py, "--target", work / "fill-uv-target" / reqs.stem,
                "--cache-dir", work / "fill-uv-cache", "-r", reqs, env=env)
         return time.perf_counter() - t0
 
     uv_s = statistics.median(uv_fill() for _ in range(runs))
-    ratio = fill_s / uv_s
+    # The same with the cache warm: what uv spends besides downloading. Cold minus warm is the stricter
+    # anchor (uv's download, hash check and unpacking into its cache), and the goal is judged on it.
+    uv_warm = statistics.median(uv_fill(cold=False) for _ in range(runs))
+    strict = fill_s / max(uv_s - uv_warm, 1e-3)
     return [
         ("wheelhouse fill: cold store, parallel downloads from PyPI, hashes checked",
          f"{count} artifacts, {mib:.0f} MiB", fill_s,
-         f"{ratio:.2f}x uv's cold-cache download (goal <= 1.2x: {'met' if ratio <= 1.2 else 'missed'})"),
+         f"{fill_s / uv_s:.2f}x uv cold; {strict:.2f}x uv cold minus warm "
+         f"(goal <= 1.2x: {'met' if strict <= 1.2 else 'missed'})"),
         ("uv pip install --no-deps --target, cold cache, same artifacts by URL and hash", "same set", uv_s,
          "baseline (also unpacks every wheel)"),
+        ("the same, warm uv cache (no download)", "same set", uv_warm, "baseline"),
     ]
 
 
