@@ -60,7 +60,8 @@ fn installs(store: &Store, locked: &Locked, entries: (Vec<Entry>, Vec<Entry>)) -
 /// locked build set `build_lock` (its artifacts fetched into the wheelhouse),
 /// with the build's `VLLM_TARGET_DEVICE` and the recipe's `build.env`, and
 /// the variables every build scrubs removed. Markers are evaluated for the
-/// recipe's Python. Scratch files go to `work`. This is how
+/// recipe's Python on `platform` (`None`: this host; see
+/// [`requires::marker_env_on`]). Scratch files go to `work`. This is how
 /// `stages::lock::resolve` asks the tree for its runtime set (vLLM's
 /// `setup.py` computes `install_requires` from `VLLM_TARGET_DEVICE`).
 ///
@@ -71,6 +72,7 @@ pub fn metadata_runtime(
     src: &Path,
     build_lock: &Path,
     work: &Path,
+    platform: Option<&crate::host::platform::Platform>,
 ) -> Result<Vec<String>> {
     let Ctx { store, lr, tc, uv } = *cx;
     let r = &lr.recipe;
@@ -105,7 +107,7 @@ pub fn metadata_runtime(
     )?
     .context("the build backend has no prepare_metadata_for_build_wheel hook")?;
     let reqs = requires::requires_dist(&meta, "the tree's METADATA")?;
-    let target = requires::marker_env(&tc.python.path)?;
+    let target = requires::marker_env_on(&tc.python.path, platform)?;
     Ok(requires::active(&reqs, &target, &[])
         .iter()
         .map(ToString::to_string)
@@ -165,7 +167,7 @@ pub fn prepare(
                     let staging = store.stage("autolock")?;
                     let dir = staging.path().join("lock");
                     lock::resolve(cx, &src.path, &dir, &|b, w| {
-                        metadata_runtime(cx, &src.path, b, w)
+                        metadata_runtime(cx, &src.path, b, w, None)
                     })?;
                     store.persist(&dir, &entry)?;
                 }

@@ -14,6 +14,7 @@ mod gpu;
 mod hermetic;
 mod identity;
 mod pipeline_keys;
+mod platform;
 mod real;
 mod recipes;
 mod roots;
