@@ -103,6 +103,8 @@ def builtin_probe(cfg):
     With torch importable the inputs are torch tensors on the recipe's device
     (vLLM's kernels, reference computed by torch); without torch they are
     float32 ``array`` buffers (the test fixture) and the reference is Python.
+    A recipe for ``cuda`` without torch fails: the array path runs on the
+    CPU, which proves nothing about the CUDA kernels the recipe asks for.
     """
     result = {"op": cfg["package"] + "._custom_ops.rms_norm", "ok": False}
     stage = "import"
@@ -113,7 +115,12 @@ def builtin_probe(cfg):
         rng = random.Random(0)
         try:
             import torch
-        except ImportError:
+        except ImportError as exc:
+            if cfg.get("device") == "cuda":
+                raise RuntimeError(
+                    "the recipe's target_device is cuda but torch cannot be imported "
+                    "in the oracle (%s): the probe would run on the CPU and prove "
+                    "nothing about the CUDA kernels" % exc)
             torch = None
         stage = "run"
         if torch is not None:

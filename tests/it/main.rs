@@ -9,6 +9,7 @@ mod advance;
 mod build;
 mod bytecode;
 mod demo;
+mod driver;
 mod edges;
 mod gpu;
 mod hermetic;
