@@ -587,10 +587,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     if !vplan.entry.exists() {
         // The runtime set is what the built wheel declares: refuse a lock
         // that misses or contradicts it before anything is installed.
-        let lock_file = lock_entry
-            .as_ref()
-            .map_or_else(|| o.lock_dir.to_path_buf(), |e| e.path.clone())
-            .join(lock::RUNTIME_LOCK);
+        let lock_file = hermetic.lock_dir.join(lock::RUNTIME_LOCK);
         let locked = vplan
             .hermetic
             .runtime_lock

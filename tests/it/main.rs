@@ -8,6 +8,7 @@ mod support;
 mod advance;
 mod build;
 mod bytecode;
+mod carry;
 mod demo;
 mod driver;
 mod edges;
