@@ -717,3 +717,124 @@ pub fn runtime_requirements(src: &Path, device: &str) -> Option<String> {
     let rel = format!("requirements/{device}.txt");
     src.join(&rel).is_file().then_some(rel)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes a `lock.json` recording `platform` into `dir`.
+    fn lock_json(dir: &Path, platform: Option<&str>) {
+        let info = LockInfo {
+            schema: 1,
+            recipe: "fx".into(),
+            inputs: LockInputs {
+                commit: "c".into(),
+                python: "3.11".into(),
+                target_device: "cpu".into(),
+                pins: BTreeMap::new(),
+                indexes: Vec::new(),
+                exclude_newer: "commit".into(),
+            },
+            exclude_newer: None,
+            build_requirements: BuildRequirements::Pyproject(Vec::new()),
+            runtime_requirements: None,
+            runtime_source: RuntimeSource::default(),
+            uv: "uv 0.13.9".into(),
+            platform: platform.map(str::to_string),
+            artifact_index: BTreeMap::new(),
+            files: BTreeMap::new(),
+        };
+        fs::create_dir_all(dir).unwrap();
+        crate::store::write_json(&dir.join(LOCK_JSON), &info).unwrap();
+    }
+
+    fn p(s: &str) -> Platform {
+        Platform::parse(s).unwrap()
+    }
+
+    #[test]
+    fn a_build_picks_the_lock_of_its_platform_among_those_side_by_side() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("fx");
+        assert_eq!(pick(&d, None).unwrap(), Pick::None);
+
+        // Only an x86_64 lock: stale for an aarch64 target, naming what is there.
+        lock_json(
+            &d.join("x86_64-manylinux_2_28"),
+            Some("x86_64-manylinux_2_28"),
+        );
+        let arm = p("aarch64-manylinux_2_28");
+        match pick(&d, Some(&arm)).unwrap() {
+            Pick::Unfit(why) => assert!(
+                why.contains("is for platform aarch64-manylinux_2_28")
+                    && why.contains("x86_64-manylinux_2_28/ for x86_64-manylinux_2_28"),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // A newer-glibc x86_64 box runs it; an older one does not.
+        let x36 = p("x86_64-manylinux_2_36");
+        assert_eq!(
+            pick(&d, Some(&x36)).unwrap(),
+            Pick::Dir(d.join("x86_64-manylinux_2_28"))
+        );
+        assert!(matches!(
+            pick(&d, Some(&p("x86_64-manylinux_2_17"))).unwrap(),
+            Pick::Unfit(_)
+        ));
+
+        // The newest glibc the target runs wins; an exact name first.
+        lock_json(
+            &d.join("x86_64-manylinux_2_34"),
+            Some("x86_64-manylinux_2_34"),
+        );
+        lock_json(
+            &d.join("x86_64-manylinux_2_39"),
+            Some("x86_64-manylinux_2_39"),
+        );
+        lock_json(
+            &d.join("aarch64-manylinux_2_28"),
+            Some("aarch64-manylinux_2_28"),
+        );
+        assert_eq!(
+            pick(&d, Some(&x36)).unwrap(),
+            Pick::Dir(d.join("x86_64-manylinux_2_34"))
+        );
+        assert_eq!(
+            pick(&d, Some(&p("x86_64-manylinux_2_28"))).unwrap(),
+            Pick::Dir(d.join("x86_64-manylinux_2_28"))
+        );
+        assert_eq!(
+            pick(&d, Some(&arm)).unwrap(),
+            Pick::Dir(d.join("aarch64-manylinux_2_28"))
+        );
+
+        // The host's own lock in the top directory comes before the others
+        // when it fits; an unrecorded one is taken to be the host's.
+        lock_json(&d, Some("x86_64-manylinux_2_36"));
+        assert_eq!(pick(&d, Some(&x36)).unwrap(), Pick::Dir(d.clone()));
+        assert_eq!(
+            pick(&d, Some(&arm)).unwrap(),
+            Pick::Dir(d.join("aarch64-manylinux_2_28"))
+        );
+        lock_json(&d, None);
+        assert_eq!(pick(&d, None).unwrap(), Pick::Dir(d.clone()));
+        // A directory that is no platform is not a lock for any.
+        lock_json(&d.join("notes"), Some("aarch64-manylinux_2_28"));
+        let bare = tmp.path().join("bare");
+        lock_json(&bare.join("notes"), Some("aarch64-manylinux_2_28"));
+        assert_eq!(pick(&bare, Some(&arm)).unwrap(), Pick::None);
+    }
+
+    #[test]
+    fn the_relock_command_names_the_platform_of_a_platform_directory() {
+        assert_eq!(
+            relock_hint(Path::new("/l/fx/aarch64-manylinux_2_28"), "fx"),
+            "oracle-build lock fx --platform aarch64-manylinux_2_28"
+        );
+        assert_eq!(
+            relock_hint(Path::new("/l/fx"), "fx"),
+            "oracle-build lock fx"
+        );
+    }
+}
