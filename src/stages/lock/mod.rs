@@ -353,13 +353,17 @@ pub fn load_for(dir: &Path, r: &Recipe, target: Option<&Platform>) -> Result<Opt
         Pick::None => return Ok(None),
         Pick::Dir(d) => d,
         Pick::Unfit(why) => {
+            let relock = match target {
+                Some(t) => format!("oracle-build lock {} --platform {t}", r.name),
+                None => format!("oracle-build lock {}", r.name),
+            };
             let p = target
                 .cloned()
                 .or_else(Platform::host)
                 .map_or("<P>".to_string(), |p| p.spelled);
             return Err(bad_input(format!(
-                "the lock cannot be used here: {why}; lock it for this platform (`oracle-build lock {} --platform {p}`, or `oracle-build export {} --platform {p}` on a box with network)",
-                r.name, r.name
+                "the lock cannot be used here: {why}; lock it for this platform (`{relock}`, or `oracle-build export {} --platform {p}` on a box with network)",
+                r.name
             )));
         }
     };
