@@ -28,8 +28,9 @@ use fs_err as fs;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::TopLogprob;
+use super::golden;
 use super::npy;
+use super::{CaseResult, TopLogprob, describe_diff};
 use crate::recipe::{Case, LoadedRecipe};
 
 /// The `format` value of JSON goldens written by this version.
@@ -563,6 +564,100 @@ pub fn diff(
         near_tie,
         near_tie_nats,
     })
+}
+
+/// Compares `result` with the golden at `loc` (if any), recording the
+/// outcome in `result.golden` and, when it is not a match, the problem.
+pub(super) fn compare_golden(
+    result: &mut CaseResult,
+    loc: &golden::Location,
+    case: &Case,
+    near_tie: f64,
+) {
+    if !loc.path.exists() {
+        if loc.explicit {
+            result.golden = "missing".into();
+            result.problems.push(format!(
+                "golden {} named by the recipe does not exist (record it with `oracle-build smoke <PIN> --record-golden`)",
+                loc.path.display()
+            ));
+        }
+        return;
+    }
+    let g = match golden::load(loc, case.prompt.as_deref(), &result.prompt_token_ids) {
+        Ok(g) => g,
+        Err(e) => {
+            result.golden = "unreadable".into();
+            result.problems.push(e);
+            return;
+        }
+    };
+    let mut refused = Vec::new();
+    if let Some(ids) = g
+        .prompt_token_ids
+        .as_ref()
+        .filter(|ids| **ids != result.prompt_token_ids)
+    {
+        refused.push(format!(
+            "it was recorded for prompt ids {ids:?}, this case's prompt is {:?}",
+            result.prompt_token_ids
+        ));
+    }
+    match (&g.engine_config, result.engine_config.as_object()) {
+        (Some(gc), Some(now)) => {
+            result.config_diffs = golden::config_diffs(gc, now, g.config_is_partial);
+            if !result.config_diffs.is_empty() {
+                refused.push(format!(
+                    "it was recorded under a different engine configuration: {}",
+                    result
+                        .config_diffs
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ));
+            }
+        }
+        (None, _) => result.notes.push(format!(
+            "golden {} records no engine configuration; compared without checking it",
+            loc.path.display()
+        )),
+        (Some(_), None) => refused.push("the engine configuration was not read back".into()),
+    }
+    if !refused.is_empty() {
+        result.golden = "refused".into();
+        result.problems.push(format!(
+            "golden {} refused for comparison: {}",
+            loc.path.display(),
+            refused.join("; ")
+        ));
+        return;
+    }
+    if !g.env.is_empty() && g.env != result.env {
+        result.notes.push(format!(
+            "the golden was captured with environment {:?}, this run used {:?}",
+            g.env, result.env
+        ));
+    }
+    match golden::diff(
+        &g.output_token_ids,
+        &g.logprobs,
+        &result.output_token_ids,
+        &result.logprobs,
+        near_tie,
+    ) {
+        None => result.golden = "matched".into(),
+        Some(d) => {
+            result.golden = "mismatched".into();
+            result.problems.push(format!(
+                "output differs from golden {}{}: {}",
+                loc.path.display(),
+                g.row.map_or(String::new(), |r| format!(" row {r}")),
+                describe_diff(&d)
+            ));
+            result.golden_diff = Some(d);
+        }
+    }
 }
 
 #[cfg(test)]
