@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use driver::{DRIVER_PY, DriverCase, DriverRun, run_driver};
 use golden::compare_golden;
-pub use golden::{ConfigDiff, GoldenDiff};
+pub use golden::{ConfigDiff, GoldenDiff, GoldenState};
 use record_golden::{Pending, record_golden, write_goldens};
 pub use report::{
     Candidate, CaseResult, Disagreement, SmokeReport, TopLogprob, UnreadKnob, Verdict,
@@ -300,9 +300,9 @@ fn run_case(
         env: env.clone(),
         // Until compared: "not compared" when a golden exists.
         golden: if loc.path.exists() {
-            "not compared".into()
+            GoldenState::NotCompared
         } else {
-            "none".into()
+            GoldenState::None
         },
         golden_path: loc.path.exists().then(|| loc.path.clone()),
         golden_diff: None,

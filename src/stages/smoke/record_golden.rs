@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use fs_err as fs;
 use serde_json::{Value, json};
 
-use super::golden::{self, GoldenDiff};
+use super::golden::{self, GoldenDiff, GoldenState};
 use super::{CaseResult, Options, boot_id, describe_diff};
 use crate::host::toolchain;
 use crate::progress;
@@ -184,7 +184,7 @@ pub(super) fn write_goldens(
             format!("case {}: golden recorded in {}", p.case, p.path.display()),
         );
         if let Some(result) = cases.iter_mut().find(|c| c.name == p.case) {
-            result.golden = "recorded".into();
+            result.golden = GoldenState::Recorded;
             if let Some(d) = &p.replaces {
                 result.notes.push(format!(
                     "replaced (--force) the previous golden, which {}",

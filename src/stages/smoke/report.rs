@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::golden::{ConfigDiff, GoldenDiff};
+use super::golden::{ConfigDiff, GoldenDiff, GoldenState};
 use crate::host::toolchain::Gpu;
 
 /// The gate's decision.
@@ -117,11 +117,8 @@ pub struct CaseResult {
     /// The environment the case ran with (`smoke.env` + the case's `env`).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// `matched`, `mismatched`, `refused` (recorded under another engine
-    /// configuration or prompt), `missing` (named by the recipe, absent),
-    /// `unreadable`, `recorded` (`--record-golden`), `not compared` (the
-    /// case failed first), or `none`.
-    pub golden: String,
+    /// How the output stands against the golden (see [`GoldenState`]).
+    pub golden: GoldenState,
     /// The golden file compared with (or written).
     #[serde(default)]
     pub golden_path: Option<PathBuf>,
