@@ -6,6 +6,7 @@
 //! -> [`host`] -> [`store`] -> [`recipe`], with the leaf utilities
 //! [`exit`], [`progress`] and [`shell`] usable by all.
 
+pub mod cache;
 pub mod cli;
 pub mod exit;
 pub mod host;
