@@ -141,10 +141,10 @@ pub struct Config {
     /// Every file the artifact restores, path relative to the entry, with
     /// size and sha256 (for a tree entry: what its tar holds).
     pub files: Vec<ManifestFile>,
-    /// Signatures of the key -> content statement (wheels), as the trust
-    /// policy writes and reads them.
+    /// Signed statements of the key -> content mapping (wheels; see
+    /// [`super::trust`]), kept in the config so no referrers API is needed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub signatures: Vec<Value>,
+    pub attestations: Vec<super::trust::Attestation>,
 }
 
 /// One layer to upload: a local file.
@@ -344,7 +344,7 @@ pub fn of_entry(entry: &Entry, dir: &Path, scratch: &Path) -> Result<Artifact> {
             name: entry.name.clone(),
             record,
             files,
-            signatures: Vec::new(),
+            attestations: Vec::new(),
         },
         layers,
     })

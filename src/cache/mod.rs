@@ -3,6 +3,13 @@
 //! (`oci://host/repo`, `oci+http://host:port/repo`) and OCI image layouts on
 //! disk (`file:///dir`).
 //!
+//! - [`config`]: which caches a site uses (`config.toml` in the store root
+//!   or in `$XDG_CONFIG_HOME/oracle-build/`, `--cache`, `ORACLE_BUILD_CACHE`).
+//! - [`trust`]: the signed statement a builder attaches to a wheel, SSHSIG
+//!   signing and verification against an `allowed_signers` file, and the
+//!   [`trust::Verdict`] a pulling box acts on.
+//! - [`catalog`]: the small read/delete interface `cache ls|verify|gc`
+//!   needs from a cache, with its implementation for `file://` layouts.
 //! - [`Transport`]: the few operations of the OCI distribution spec a cache
 //!   needs (blobs by digest, manifests by tag), with two implementations:
 //!   [`registry`] (`oci-client`) and [`layout`] (an OCI image layout).
@@ -17,80 +24,16 @@
 //! [`substitute`] before anything is renamed into the store.
 
 pub mod artifact;
+pub mod catalog;
+pub mod config;
 pub mod layout;
 pub mod registry;
 pub mod substitute;
+pub mod trust;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Result, bail};
-
-use crate::exit::bad_input;
-
-/// Where a cache lives, parsed from its URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Location {
-    /// `oci://host[:port]/repo` (HTTPS) or `oci+http://host:port/repo`
-    /// (plain HTTP, for a registry on a trusted network or 127.0.0.1).
-    Registry {
-        /// `host[:port]`.
-        host: String,
-        /// The repository path inside the registry (`team/oracles`).
-        repo: String,
-        /// Whether it speaks plain HTTP.
-        plain_http: bool,
-    },
-    /// `file:///dir`: an OCI image layout on disk (NFS, USB, air gaps).
-    Layout(PathBuf),
-}
-
-impl Location {
-    /// Parses `oci://host/repo`, `oci+http://host:port/repo` or `file:///dir`.
-    ///
-    /// Errors (exit 2): any other scheme, an empty host or repository, a
-    /// relative `file://` path, or a repository name the OCI distribution
-    /// spec does not allow (`[a-z0-9]+([._-][a-z0-9]+)*(/...)*`).
-    pub fn parse(url: &str) -> Result<Location> {
-        let bad = |why: &str| bad_input(format!("cache URL {url:?}: {why}"));
-        if let Some(path) = url.strip_prefix("file://") {
-            if !path.starts_with('/') {
-                return Err(bad("a file:// URL needs an absolute path (file:///dir)"));
-            }
-            return Ok(Location::Layout(PathBuf::from(path)));
-        }
-        let (rest, plain_http) = if let Some(r) = url.strip_prefix("oci+http://") {
-            (r, true)
-        } else if let Some(r) = url.strip_prefix("oci://") {
-            (r, false)
-        } else {
-            return Err(bad("the scheme must be oci://, oci+http:// or file://"));
-        };
-        let Some((host, repo)) = rest.split_once('/') else {
-            return Err(bad("no repository after the host (oci://host/repo)"));
-        };
-        let repo = repo.trim_end_matches('/');
-        if host.is_empty() || repo.is_empty() {
-            return Err(bad("empty host or repository"));
-        }
-        let component_ok = |c: &str| {
-            !c.is_empty()
-                && c.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
-                && c.as_bytes()[0].is_ascii_alphanumeric()
-                && c.as_bytes()[c.len() - 1].is_ascii_alphanumeric()
-        };
-        if !repo.split('/').all(component_ok) {
-            return Err(bad(
-                "the repository must be lowercase letters, digits and . _ - between / (OCI distribution spec)",
-            ));
-        }
-        Ok(Location::Registry {
-            host: host.to_string(),
-            repo: repo.to_string(),
-            plain_http,
-        })
-    }
-}
 
 /// A manifest as received: its bytes and their digest (`sha256:<hex>`,
 /// already checked against the bytes).
@@ -128,17 +71,22 @@ pub trait Transport {
     fn tags(&self) -> Result<Vec<String>>;
 }
 
-/// Opens the cache at `url` (see [`Location::parse`]).
+/// Opens the cache at `url`.
 ///
-/// Errors (exit 2): a bad URL; errors: the registry client cannot be made.
-pub fn open(url: &str) -> Result<Box<dyn Transport>> {
-    Ok(match Location::parse(url)? {
-        Location::Layout(dir) => Box::new(layout::Layout::open(&dir, url)?),
-        Location::Registry {
-            host,
-            repo,
-            plain_http,
-        } => Box::new(registry::Registry::new(&host, &repo, plain_http, url)?),
+/// Errors: the layout path is not a directory; the registry client cannot be made.
+pub fn open(url: &config::CacheUrl) -> Result<Box<dyn Transport>> {
+    let shown = url.to_string();
+    Ok(match url {
+        config::CacheUrl::File { dir } => Box::new(layout::Layout::open(dir, &shown)?),
+        config::CacheUrl::Oci { host, port, repo }
+        | config::CacheUrl::OciHttp { host, port, repo } => {
+            let host = match port {
+                Some(p) => format!("{host}:{p}"),
+                None => host.clone(),
+            };
+            let plain = matches!(url, config::CacheUrl::OciHttp { .. });
+            Box::new(registry::Registry::new(&host, repo, plain, &shown)?)
+        }
     })
 }
 
@@ -161,35 +109,5 @@ pub fn digest_hex(digest: &str) -> Result<&str> {
             Ok(h)
         }
         _ => bail!("digest {digest:?} is not sha256:<64 hex digits>"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cache_urls_parse_and_bad_ones_are_refused() {
-        assert_eq!(
-            Location::parse("oci+http://127.0.0.1:5000/team/oracles").unwrap(),
-            Location::Registry {
-                host: "127.0.0.1:5000".into(),
-                repo: "team/oracles".into(),
-                plain_http: true
-            }
-        );
-        assert_eq!(
-            Location::parse("file:///mnt/cache").unwrap(),
-            Location::Layout("/mnt/cache".into())
-        );
-        for bad in [
-            "http://x/y",
-            "oci://host",
-            "oci://host/Upper",
-            "file://rel/dir",
-            "oci:///r",
-        ] {
-            assert!(Location::parse(bad).is_err(), "{bad}");
-        }
     }
 }
