@@ -370,7 +370,10 @@ pub fn load(store_root: &Path, flag: Option<&str>) -> Result<CacheConfig> {
 /// that is neither a configured name or URL nor a valid URL.
 pub fn load_from(sources: &Sources) -> Result<CacheConfig> {
     let mut caches: Vec<Cache> = Vec::new();
-    for file in [&sources.store_file, &sources.user_file].into_iter().flatten() {
+    for file in [&sources.store_file, &sources.user_file]
+        .into_iter()
+        .flatten()
+    {
         for cache in read_file(file)? {
             if !caches.iter().any(|c| c.name == cache.name) {
                 caches.push(cache);
@@ -461,9 +464,9 @@ fn read_file(file: &Path) -> Result<Vec<Cache>> {
 pub fn parse(text: &str, file: &Path) -> Result<Vec<Cache>> {
     let origin = file.display();
     let raw: RawFile = toml::from_str(text).map_err(|e| {
-        let line = e
-            .span()
-            .map_or(String::new(), |s| format!("line {}: ", line_of(text, s.start)));
+        let line = e.span().map_or(String::new(), |s| {
+            format!("line {}: ", line_of(text, s.start))
+        });
         let msg = e.message().replace("\n", " ");
         bad_input(format!("{origin}: {line}{msg}"))
     })?;
@@ -493,7 +496,12 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<Cache>> {
         let path = |v: &Option<toml::Spanned<String>>, field: &str| -> Result<Option<PathBuf>> {
             let Some(v) = v else { return Ok(None) };
             if v.get_ref().trim().is_empty() {
-                return Err(at(v.span(), field, v.get_ref(), "is empty; remove the key instead"));
+                return Err(at(
+                    v.span(),
+                    field,
+                    v.get_ref(),
+                    "is empty; remove the key instead",
+                ));
             }
             let p = Path::new(v.get_ref());
             Ok(Some(if p.is_absolute() {
