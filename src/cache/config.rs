@@ -539,3 +539,199 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<Cache>> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn urls_parse_and_print_canonically() {
+        let ok = [
+            ("oci://ghcr.io/team/oracles", "oci://ghcr.io/team/oracles"),
+            (
+                "oci://reg.example:5000/a/b-c/d.e/",
+                "oci://reg.example:5000/a/b-c/d.e",
+            ),
+            (
+                "oci+http://127.0.0.1:5000/oracles",
+                "oci+http://127.0.0.1:5000/oracles",
+            ),
+            ("oci://[::1]:5000/x", "oci://[::1]:5000/x"),
+            ("file:///mnt/usb/cache/", "file:///mnt/usb/cache"),
+            ("file://localhost/srv/c", "file:///srv/c"),
+        ];
+        for (text, canon) in ok {
+            let url = CacheUrl::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(url.to_string(), canon);
+            assert_eq!(CacheUrl::parse(canon).unwrap(), url);
+        }
+        assert!(matches!(
+            CacheUrl::parse("oci+http://127.0.0.1:5000/o").unwrap(),
+            CacheUrl::OciHttp {
+                port: Some(5000),
+                ..
+            }
+        ));
+        assert!(CacheUrl::parse("file:///x").unwrap().is_local());
+        assert!(!CacheUrl::parse("oci://h/x").unwrap().is_local());
+        let bad = [
+            ("http://h/x", "unknown scheme"),
+            ("oci://host", "no repository"),
+            ("oci://host/", "no repository"),
+            ("oci://host/Team", "is not valid"),
+            ("oci://host/a//b", "is not valid"),
+            ("oci://host:0/x", "port `0`"),
+            ("oci://host:99999/x", "port `99999`"),
+            ("oci://u:p@host/x", "credentials"),
+            ("oci://ho st/x", "spaces"),
+            ("file://rel/dir", "absolute path"),
+            ("file:///a/../b", "`..`"),
+            ("oci://h/x?y", "query"),
+        ];
+        for (text, want) in bad {
+            let err = CacheUrl::parse(text).unwrap_err();
+            assert!(err.contains(want), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_file_parses_with_defaults_and_relative_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(
+            dir.path(),
+            "config.toml",
+            "[[cache]]\nname = \"team\"\nurl = \"oci://reg/team\"\ntrusted_signers = \"allowed_signers\"\nsigning_key = \"/k/id\"\nmin_signatures = 2\npush = \"auto\"\n\n[[cache]]\nname = \"usb\"\nurl = \"file:///mnt/usb\"\nsubstitute = false\n",
+        );
+        let caches = parse(&std::fs::read_to_string(&f).unwrap(), &f).unwrap();
+        assert_eq!(caches.len(), 2);
+        assert_eq!(caches[0].push, PushPolicy::Auto);
+        assert_eq!(caches[0].min_signatures, 2);
+        assert_eq!(
+            caches[0].trusted_signers.as_deref(),
+            Some(dir.path().join("allowed_signers").as_path())
+        );
+        assert_eq!(caches[0].signing_key.as_deref(), Some(Path::new("/k/id")));
+        assert!(caches[0].substitute);
+        assert_eq!(caches[1].push, PushPolicy::Manual);
+        assert!(!caches[1].substitute);
+        assert_eq!(caches[1].min_signatures, 1);
+        assert_eq!(caches[1].trusted_signers, None);
+        let config = CacheConfig { caches };
+        assert_eq!(config.substituters(false).count(), 1);
+        assert_eq!(config.substituters(true).count(), 0);
+    }
+
+    #[test]
+    fn bad_files_name_file_line_field_and_value() {
+        let f = Path::new("/site/config.toml");
+        let head = "[[cache]]\nname = \"a\"\nurl = \"oci://r/a\"\n";
+        let cases = [
+            (
+                format!("{head}min_signatures = 0\n"),
+                "line 4: field `cache[0].min_signatures`: value `0`: must be a whole number of at least 1",
+            ),
+            (format!("{head}min_signatures = -3\n"), "value `-3`"),
+            (
+                "[[cache]]\nname = \"a\"\nurl = \"https://r/a\"\n".to_string(),
+                "line 3: field `cache[0].url`: value `https://r/a`: unknown scheme",
+            ),
+            (format!("{head}push = \"always\"\n"), "line 4: "),
+            (format!("{head}colour = 1\n"), "unknown field `colour`"),
+            (
+                format!("{head}[[cache]]\nname = \"a\"\nurl = \"file:///x\"\n"),
+                "line 5: field `cache[1].name`: value `a`: is also the name of cache[0]",
+            ),
+            (
+                format!("{head}signing_key = \"\"\n"),
+                "field `cache[0].signing_key`: value ``: is empty",
+            ),
+            (
+                "[[cache]]\nurl = \"oci://r/a\"\n".to_string(),
+                "missing field `name`",
+            ),
+            ("[cache\n".to_string(), "line 1: "),
+            ("[other]\n".to_string(), "unknown field `other`"),
+        ];
+        for (text, want) in cases {
+            let err = parse(&text, f).unwrap_err();
+            let msg = format!("{err:#}");
+            assert!(msg.starts_with("/site/config.toml: "), "{msg}");
+            assert!(msg.contains(want), "{text}\n=> {msg}");
+            assert_eq!(crate::exit::code_of(&err), 2);
+        }
+        let push = parse(&format!("{head}push = \"always\"\n"), f).unwrap_err();
+        assert!(format!("{push:#}").contains("always"), "{push:#}");
+    }
+
+    #[test]
+    fn store_root_wins_by_name_and_one_run_narrows_to_one_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = write(
+            dir.path(),
+            "store/config.toml",
+            "[[cache]]\nname = \"team\"\nurl = \"oci://reg/team\"\nmin_signatures = 2\n",
+        );
+        let user = write(
+            dir.path(),
+            "xdg/oracle-build/config.toml",
+            "[[cache]]\nname = \"team\"\nurl = \"oci://evil/team\"\nmin_signatures = 1\n\n[[cache]]\nname = \"mine\"\nurl = \"file:///home/me/cache\"\n",
+        );
+        let mut sources = Sources {
+            store_file: Some(store.clone()),
+            user_file: Some(user.clone()),
+            flag: None,
+            env: None,
+        };
+        let c = load_from(&sources).unwrap();
+        let names: Vec<&str> = c.caches.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["team", "mine"]);
+        assert_eq!(c.caches[0].url.to_string(), "oci://reg/team");
+        assert_eq!(c.caches[0].min_signatures, 2);
+        assert_eq!(c.caches[0].origin, Origin::File(store.clone()));
+
+        // By name, by URL, or ad hoc; the flag beats the environment.
+        sources.env = Some("mine".into());
+        assert_eq!(load_from(&sources).unwrap().caches[0].name, "mine");
+        sources.flag = Some("oci://reg/team".into());
+        let c = load_from(&sources).unwrap();
+        assert_eq!((c.caches.len(), c.caches[0].name.as_str()), (1, "team"));
+        sources.flag = Some("oci+http://127.0.0.1:5000/x".into());
+        let c = load_from(&sources).unwrap();
+        assert_eq!(c.caches[0].origin, Origin::Flag);
+        assert_eq!(c.caches[0].trusted_signers, None);
+        sources.flag = Some("nonsense".into());
+        let err = load_from(&sources).unwrap_err();
+        assert!(
+            format!("{err:#}").starts_with(
+                "--cache: `nonsense` is neither a configured cache name nor a cache URL"
+            ),
+            "{err:#}"
+        );
+        assert_eq!(crate::exit::code_of(&err), 2);
+        sources.flag = None;
+        sources.env = Some("bad".into());
+        assert!(
+            format!("{:#}", load_from(&sources).unwrap_err()).starts_with("ORACLE_BUILD_CACHE: ")
+        );
+
+        // Missing files are no caches; a bad user file is still an error.
+        let none = Sources {
+            store_file: Some(dir.path().join("nope.toml")),
+            ..Default::default()
+        };
+        assert!(load_from(&none).unwrap().caches.is_empty());
+        std::fs::write(&user, "[[cache]]\nname = 1\n").unwrap();
+        sources.env = None;
+        assert!(
+            format!("{:#}", load_from(&sources).unwrap_err())
+                .contains("xdg/oracle-build/config.toml")
+        );
+    }
+}
