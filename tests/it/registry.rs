@@ -53,7 +53,8 @@ impl Registry {
                 htpasswd.display()
             ));
             use base64::Engine;
-            let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            let token =
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
             std::fs::write(
                 docker_config.join("config.json"),
                 format!(r#"{{"auths": {{"127.0.0.1:{port}": {{"auth": "{token}"}}}}}}"#),
@@ -62,11 +63,12 @@ impl Registry {
         }
         let cfg = dir.path().join("config.yml");
         std::fs::write(&cfg, config).unwrap();
+        let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
         let mut child = Command::new(SERVER)
             .arg("serve")
             .arg(&cfg)
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(log)
             .spawn()
             .expect("docker-registry starts");
         // Ready when it accepts connections (or fail when it exits).
