@@ -217,7 +217,7 @@ impl Transport for Registry {
             .with_context(|| {
                 self.context(&format!("uploading blob {digest} ({})", src.display()))
             })?;
-        Ok(())
+        Ok(true)
     }
 
     fn put_manifest(&self, tag: &str, bytes: &[u8]) -> Result<String> {
