@@ -424,6 +424,7 @@ pub fn push_artifact(t: &dyn Transport, a: &Artifact, scratch: &Path) -> Result<
         &crate::cache::digest_of(&config_bytes),
         config_bytes.len() as u64,
     )?;
+    kill_point(a.kind);
     t.put_manifest(&tag, &a.manifest_bytes(&config_bytes))?;
     Ok(PushedArtifact {
         tag,
