@@ -256,6 +256,28 @@ fn the_same_round_trip_through_a_file_oci_layout() {
         "{index}"
     );
     pull_then_offline_build(&fx, &url, None, &recipe, &first, &allowed);
+    // `plan` shows, per stage, whether a cache has it and who signed it.
+    let b = fx.dir().join("store-b");
+    for bucket in ["venvs", "wheels"] {
+        for e in std::fs::read_dir(b.join("store").join(bucket)).unwrap() {
+            force_remove(&e.unwrap().path());
+        }
+    }
+    let out = ob(
+        &fx,
+        &b,
+        None,
+        "b@test",
+        &["plan", recipe.to_str().unwrap(), "--json", "--offline"],
+    );
+    let plan = json(&out);
+    let rows = plan["caches"].as_array().unwrap();
+    let wheel = rows
+        .iter()
+        .find(|c| c["stage"] == "wheel")
+        .unwrap_or_else(|| panic!("{plan}"));
+    assert_eq!(wheel["cache"].as_str(), Some(url.as_str()), "{plan}");
+    assert_eq!(strs(&wheel["signed_by"]), ["builder-a@test"], "{plan}");
     // --offline substitutes from file:// caches.
     let c = fx.dir().join("store-c");
     configure(&c, &url, None, Some(&allowed), 1);
