@@ -22,7 +22,8 @@
 //!    resolved now), its artifacts in the wheelhouse, the staged external
 //!    sources, the compiler cache.
 //! 6. Plan the wheel from complete inputs ([`wheel_plan`]: one key), take
-//!    it from a cache when a trusted one has it, else ensure it (`stages::wheel`): built in staging, persisted by rename.
+//!    it from a cache when a trusted one has it, else ensure it
+//!    (`stages::wheel`): built in staging, persisted by rename.
 //! 7. Plan the venv from the wheel's record ([`venv_plan`]); a damaged wheel
 //!    about to be installed is quarantined and rebuilt; a runtime lock that
 //!    misses or contradicts the wheel's `Requires-Dist` is refused
