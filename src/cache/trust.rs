@@ -32,7 +32,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use ssh_key::{Algorithm, HashAlg, LineEnding, SshSig};
 
+use super::config::Cache;
 use crate::exit::bad_input;
+use crate::stages::wheel::BuildRecord;
 use crate::store::key::content_key;
 
 /// The SSHSIG namespace of every oracle-build signature.
@@ -164,6 +166,106 @@ impl SigningKey {
     /// Errors: the key cannot be encoded (not expected for a loaded key).
     pub fn public_openssh(&self) -> Result<String> {
         Ok(self.key.public_key().to_openssh()?)
+    }
+}
+
+impl SigningKey {
+    /// The principal this key signs as (a statement's `builder`): the
+    /// key's comment when it has one (ssh-keygen writes `user@host`), else
+    /// `$USER@<hostname>`; list the key under that principal in
+    /// `allowed_signers`.
+    pub fn principal(&self) -> String {
+        let comment = self.key.comment().trim();
+        if !comment.is_empty() && !comment.contains(char::is_whitespace) {
+            return comment.to_string();
+        }
+        let user = std::env::var("USER").unwrap_or_else(|_| "builder".into());
+        let host = fs_err::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".into());
+        format!("{user}@{host}")
+    }
+}
+
+impl Statement {
+    /// The statement for the wheel whose `build.json` is `record`: kind
+    /// `wheel`, its key and inputs, the wheel file (name, sha256, size) as
+    /// the only file, signed by `builder` at `time` (RFC 3339 UTC).
+    ///
+    /// `build.json` and `build.log` are evidence, not product: they differ
+    /// between boxes (times, paths), so two boxes agree or disagree on the
+    /// wheel's bytes alone.
+    pub fn for_wheel(record: &BuildRecord, builder: &str, time: &str) -> Statement {
+        Statement {
+            kind: WHEEL.to_string(),
+            key: record.key.clone(),
+            inputs: record.inputs.clone(),
+            files: wheel_files(record),
+            builder: builder.to_string(),
+            time: time.to_string(),
+        }
+    }
+}
+
+/// The statement kind of a built wheel.
+pub const WHEEL: &str = "wheel";
+
+/// The files a wheel statement names for `record`: the wheel alone.
+pub fn wheel_files(record: &BuildRecord) -> Vec<FileDigest> {
+    vec![FileDigest {
+        path: record.wheel.clone(),
+        sha256: record.sha256.clone(),
+        size: record.size,
+    }]
+}
+
+/// The verdict on the wheel whose `build.json` is `record` (its wheel
+/// already checked against `record.sha256`) from `attestations` under
+/// `policy`, now: [`verify`] with kind `wheel`, the record's key and
+/// [`wheel_files`].
+pub fn verify_wheel(
+    record: &BuildRecord,
+    attestations: &[Attestation],
+    policy: &Policy,
+) -> Verdict {
+    let now = jiff::Timestamp::now().as_second();
+    verify(
+        WHEEL,
+        &record.key,
+        &wheel_files(record),
+        attestations,
+        policy,
+        now,
+    )
+}
+
+impl Policy {
+    /// The policy of `cache`: its `trusted_signers` file read and parsed,
+    /// its `min_signatures`.
+    ///
+    /// Errors: exit 2 naming the file and line for an allowed_signers file
+    /// that does not parse, or naming the cache when the file is missing.
+    pub fn for_cache(cache: &Cache) -> Result<Policy> {
+        let allowed = match &cache.trusted_signers {
+            None => None,
+            Some(path) => {
+                if !path.is_file() {
+                    return Err(bad_input(format!(
+                        "cache `{}` ({}): trusted_signers {} does not exist",
+                        cache.name,
+                        cache.origin,
+                        path.display()
+                    )));
+                }
+                Some(AllowedSigners::load(path)?)
+            }
+        };
+        Ok(Policy {
+            allowed,
+            min_signatures: cache.min_signatures,
+        })
     }
 }
 
