@@ -49,6 +49,13 @@ pub struct BuildArgs {
     /// After a gateable build, point the symlink PATH at the oracle (see `activate`).
     #[arg(long, value_name = "PATH")]
     pub activate: Option<PathBuf>,
+    /// Substitute from this one cache (a configured name, or oci://host/repo,
+    /// oci+http://host:port/repo, file:///dir) instead of the configured ones.
+    #[arg(long, value_name = "URL")]
+    pub cache: Option<String>,
+    /// Never take a stage from a cache: do all the work here.
+    #[arg(long)]
+    pub no_substitute: bool,
 }
 
 /// Arguments of `verify`.
@@ -193,6 +200,24 @@ pub enum Command {
         /// value, e.g. x86_64-manylinux_2_28, aarch64-manylinux_2_28; default: this host).
         #[arg(long, value_name = "P")]
         platform: Option<String>,
+    },
+    /// Upload what another box needs to build PIN (source, lock, wheelhouse,
+    /// external sources, the signed wheel) to a cache; venvs are never pushed.
+    Push {
+        /// The PIN (built in this store).
+        pin: String,
+        /// The cache (a configured name or a URL; default: every configured cache).
+        #[arg(long, value_name = "URL")]
+        cache: Option<String>,
+    },
+    /// Fetch from a cache everything `build PIN --offline` needs, every digest
+    /// checked, the wheel only when trusted signers vouch for it.
+    Pull {
+        /// The PIN.
+        pin: String,
+        /// The cache (a configured name or a URL; default: the configured caches in order).
+        #[arg(long, value_name = "URL")]
+        cache: Option<String>,
     },
     /// Verify an archive made by `export` and add its contents to the store.
     Import {

@@ -136,6 +136,22 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             };
             return ops::bundle::export(&pin, store, &opts);
         }
+        Some(Command::Push { pin, cache }) => {
+            let opts = ops::push::PushOptions {
+                cache,
+                lockfiles: cli.lockfiles.clone(),
+                json: cli.json,
+            };
+            return ops::push::push(&pin, store, &opts);
+        }
+        Some(Command::Pull { pin, cache }) => {
+            let opts = ops::pull::PullOptions {
+                cache,
+                lockfiles: cli.lockfiles.clone(),
+                json: cli.json,
+            };
+            return ops::pull::pull(&pin, store, &opts);
+        }
         Some(Command::Import { file }) => return ops::bundle::import(&file, store, cli.json),
         Some(Command::Demo { python }) => {
             let opts = ops::demo::DemoOptions {
@@ -168,6 +184,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         json: cli.json,
         activate: build_args.activate,
         lockfiles: cli.lockfiles,
+        cache: build_args.cache,
+        no_substitute: build_args.no_substitute,
     };
     ops::build::run(&opts).map(|_| ())
 }

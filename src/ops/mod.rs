@@ -12,6 +12,8 @@ pub mod fetch;
 pub mod gc;
 pub mod lock;
 pub mod plan;
+pub mod pull;
+pub mod push;
 pub mod smoke;
 pub mod status;
 pub mod verify;

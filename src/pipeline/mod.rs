@@ -448,6 +448,9 @@ pub struct RunOptions<'a> {
     pub no_smoke: bool,
     /// `--jobs N`: overrides `build.max_jobs`.
     pub jobs: Option<usize>,
+    /// The caches to substitute stages from, in lookup order (empty: none;
+    /// see `cache::config::CacheConfig::substituters`).
+    pub caches: &'a [crate::cache::config::Cache],
 }
 
 /// What [`run`] did.
@@ -459,6 +462,8 @@ pub struct Built {
     pub built: Vec<String>,
     /// The keys used.
     pub keys: Keys,
+    /// The stages taken from a cache instead of being done here, in order.
+    pub substituted: Vec<String>,
     /// Wall time, seconds.
     pub seconds: f64,
 }
@@ -480,6 +485,18 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     let t0 = Instant::now();
     let (lr, store) = (o.lr, o.store);
     let r = &lr.recipe;
+    // 1b. Substitution of the hermetic inputs (source, lock, wheelhouse,
+    // ext) from the configured caches, before anything checks for them.
+    let subs = crate::cache::substitute::Substituter::new(store, o.caches)?;
+    let mut substituted = Vec::new();
+    let early_temp = if subs.is_empty() {
+        None
+    } else {
+        store.init()?;
+        let t = store.temp_roots()?;
+        substituted = crate::cache::substitute::inputs(&subs, lr, o.lock_dir, &t)?;
+        Some(t)
+    };
     // 2. Offline: name everything an offline build would miss before any work.
     if o.offline {
         let mut problems = inputs::offline_problems(store, lr, o.lock_dir);
@@ -520,7 +537,10 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     let mut built = Vec::new();
 
     // 4. Source.
-    let temp = store.temp_roots()?;
+    let temp = match early_temp {
+        Some(t) => t,
+        None => store.temp_roots()?,
+    };
     let mirror_entry = source::mirror_entry(store, &r.source.repo);
     let src_entry = source::checkout_entry(store, &r.source.commit);
     temp.add(store, &mirror_entry)?;
@@ -545,6 +565,9 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     // 6. Wheel.
     let plan = wheel_plan(store, lr, &tc, &src.path, o.jobs, hermetic.wheel)?;
     temp.add(store, &plan.entry)?;
+    if !plan.entry.exists() && !subs.is_empty() && subs.entry(&plan.entry, &temp)?.is_some() {
+        substituted.push("wheel".to_string());
+    }
     if !plan.entry.exists() {
         disk::check(store.root(), r, Stage::Wheel)?;
     }
@@ -617,6 +640,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         },
         oracle: outcome,
         built,
+        substituted,
         seconds: t0.elapsed().as_secs_f64(),
     })
 }
