@@ -309,6 +309,21 @@ pub fn push(pin_arg: &str, store_arg: Option<&Path>, opts: &PushOptions) -> Resu
     Ok(())
 }
 
+/// Fault injection for the tests: with `ORACLE_BUILD_FAULT=push-kill-<kind>`
+/// (`push-kill-wheel`), the process sends itself SIGKILL after every blob of
+/// that artifact is uploaded and before its manifest, the worst moment for
+/// a push to die.
+fn kill_point(kind: Kind) {
+    if std::env::var("ORACLE_BUILD_FAULT").ok().as_deref()
+        == Some(format!("push-kill-{}", kind.prefix()).as_str())
+    {
+        // SAFETY: raising a signal on this process has no memory effects.
+        unsafe {
+            libc::raise(libc::SIGKILL);
+        }
+    }
+}
+
 /// Reads the config blob of the cached manifest `bytes` of `kind` and `tag`.
 fn cached_config(
     t: &dyn Transport,

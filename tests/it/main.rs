@@ -7,6 +7,7 @@ mod support;
 
 mod advance;
 mod build;
+mod cache;
 mod bytecode;
 mod demo;
 mod edges;
@@ -15,6 +16,7 @@ mod hermetic;
 mod identity;
 mod pipeline_keys;
 mod real;
+mod registry;
 mod recipes;
 mod roots;
 mod smoke;
