@@ -169,26 +169,6 @@ impl SigningKey {
     }
 }
 
-impl SigningKey {
-    /// The principal this key signs as (a statement's `builder`): the
-    /// key's comment when it has one (ssh-keygen writes `user@host`), else
-    /// `$USER@<hostname>`; list the key under that principal in
-    /// `allowed_signers`.
-    pub fn principal(&self) -> String {
-        let comment = self.key.comment().trim();
-        if !comment.is_empty() && !comment.contains(char::is_whitespace) {
-            return comment.to_string();
-        }
-        let user = std::env::var("USER").unwrap_or_else(|_| "builder".into());
-        let host = fs_err::read_to_string("/etc/hostname")
-            .map(|h| h.trim().to_string())
-            .ok()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "localhost".into());
-        format!("{user}@{host}")
-    }
-}
-
 impl Statement {
     /// The statement for the wheel whose `build.json` is `record`: kind
     /// `wheel`, its key and inputs, the wheel file (name, sha256, size) as

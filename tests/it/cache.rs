@@ -20,7 +20,11 @@ fn keypair(dir: &Path, principal: &str) -> (PathBuf, String) {
         .arg(&key)
         .output()
         .expect("ssh-keygen runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
     let mut parts = public.split_whitespace();
     let (t, k) = (parts.next().unwrap(), parts.next().unwrap());
@@ -62,9 +66,20 @@ fn ok(out: &Output) -> Value {
 
 fn entries(store: &Path) -> Vec<String> {
     let mut out = Vec::new();
-    for b in ["git", "src", "ext", "lockfiles", "wheelhouse", "wheels", "venvs"] {
+    for b in [
+        "git",
+        "src",
+        "ext",
+        "lockfiles",
+        "wheelhouse",
+        "wheels",
+        "venvs",
+    ] {
         if let Ok(d) = std::fs::read_dir(store.join("store").join(b)) {
-            out.extend(d.flatten().map(|e| format!("{b}/{}", e.file_name().to_string_lossy())));
+            out.extend(
+                d.flatten()
+                    .map(|e| format!("{b}/{}", e.file_name().to_string_lossy())),
+            );
         }
     }
     out.sort();
@@ -73,7 +88,11 @@ fn entries(store: &Path) -> Vec<String> {
 
 fn strs(v: &Value) -> Vec<String> {
     v.as_array()
-        .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -88,15 +107,37 @@ fn built_and_pushed(url: &str, docker: Option<&Path>) -> (Fx, PathBuf, Value, Pa
     std::fs::write(&allowed, line).unwrap();
     configure(&a, url, Some(&key), None, 1);
     let r = recipe.to_str().unwrap();
-    let first = ok(&ob(&fx, &a, docker, "builder-a@test", &["build", r, "--json"]));
-    assert!(strs(&first["built"]).contains(&"wheel".to_string()), "{first}");
-    let pushed = ok(&ob(&fx, &a, docker, "builder-a@test", &["push", r, "--json"]));
+    let first = ok(&ob(
+        &fx,
+        &a,
+        docker,
+        "builder-a@test",
+        &["build", r, "--json"],
+    ));
+    assert!(
+        strs(&first["built"]).contains(&"wheel".to_string()),
+        "{first}"
+    );
+    let pushed = ok(&ob(
+        &fx,
+        &a,
+        docker,
+        "builder-a@test",
+        &["push", r, "--json"],
+    ));
     let arts = pushed[0]["artifacts"].as_array().unwrap();
     let tags: Vec<&str> = arts.iter().map(|a| a["tag"].as_str().unwrap()).collect();
     for prefix in ["src-", "lock-", "wheelhouse-", "wheel-", "inputs-"] {
-        assert!(tags.iter().any(|t| t.starts_with(prefix)), "{prefix}: {pushed}");
+        assert!(
+            tags.iter().any(|t| t.starts_with(prefix)),
+            "{prefix}: {pushed}"
+        );
     }
-    assert_eq!(tags.last().unwrap().split('-').next(), Some("inputs"), "{pushed}");
+    assert_eq!(
+        tags.last().unwrap().split('-').next(),
+        Some("inputs"),
+        "{pushed}"
+    );
     assert_eq!(pushed[0]["signed"], true, "{pushed}");
     // The upstream repository is gone: sources must come from the cache.
     force_remove(&repo);
@@ -105,18 +146,42 @@ fn built_and_pushed(url: &str, docker: Option<&Path>) -> (Fx, PathBuf, Value, Pa
 
 /// Box B: pull into an empty store, then `build --offline`: no wheel is
 /// built, the venv key is A's, the oracle is gateable.
-fn pull_then_offline_build(fx: &Fx, url: &str, docker: Option<&Path>, recipe: &Path, first: &Value, allowed: &Path) {
+fn pull_then_offline_build(
+    fx: &Fx,
+    url: &str,
+    docker: Option<&Path>,
+    recipe: &Path,
+    first: &Value,
+    allowed: &Path,
+) {
     let b = fx.dir().join("store-b");
     configure(&b, url, None, Some(allowed), 1);
     let r = recipe.to_str().unwrap();
-    let pulled = ok(&ob(fx, &b, docker, "builder-b@test", &["pull", r, "--json"]));
+    let pulled = ok(&ob(
+        fx,
+        &b,
+        docker,
+        "builder-b@test",
+        &["pull", r, "--json"],
+    ));
     assert!(
-        strs(&pulled["added"]).iter().any(|a| a.starts_with("wheels/")),
+        strs(&pulled["added"])
+            .iter()
+            .any(|a| a.starts_with("wheels/")),
         "{pulled}"
     );
     assert_eq!(pulled["inputs"]["venv_key"], first["key"], "{pulled}");
-    let again = ok(&ob(fx, &b, None, "builder-b@test", &["build", r, "--offline", "--json"]));
-    assert!(!strs(&again["built"]).contains(&"wheel".to_string()), "{again}");
+    let again = ok(&ob(
+        fx,
+        &b,
+        None,
+        "builder-b@test",
+        &["build", r, "--offline", "--json"],
+    ));
+    assert!(
+        !strs(&again["built"]).contains(&"wheel".to_string()),
+        "{again}"
+    );
     assert_eq!(again["key"], first["key"], "{again}");
     assert_eq!(again["verdict"], "gateable", "{again}");
 }
@@ -143,7 +208,13 @@ fn push_pull_offline_build_and_substitution_through_a_registry_with_auth() {
     // Substitution: an empty store with the cache configured builds no wheel.
     let c = fx.dir().join("store-c");
     configure(&c, &url, None, Some(&allowed), 1);
-    let sub = ok(&ob(&fx, &c, Some(&docker), "builder-c@test", &["build", r, "--json"]));
+    let sub = ok(&ob(
+        &fx,
+        &c,
+        Some(&docker),
+        "builder-c@test",
+        &["build", r, "--json"],
+    ));
     assert!(!strs(&sub["built"]).contains(&"wheel".to_string()), "{sub}");
     let taken = strs(&sub["substituted"]);
     for stage in ["source", "lock", "wheelhouse", "wheel"] {
@@ -155,7 +226,13 @@ fn push_pull_offline_build_and_substitution_through_a_registry_with_auth() {
     // --no-substitute does the work here (the source is gone upstream: it fails).
     let d = fx.dir().join("store-d");
     configure(&d, &url, None, Some(&allowed), 1);
-    let out = ob(&fx, &d, Some(&docker), "x@test", &["build", r, "--no-substitute"]);
+    let out = ob(
+        &fx,
+        &d,
+        Some(&docker),
+        "x@test",
+        &["build", r, "--no-substitute"],
+    );
     assert_ne!(code(&out), 0, "{}", text(&out));
 }
 
@@ -167,7 +244,8 @@ fn the_same_round_trip_through_a_file_oci_layout() {
     let (fx, recipe, first, allowed) = built_and_pushed(&url, None);
     // An OCI image layout: oci-layout, index.json with tags, blobs by digest.
     assert!(dir.join("oci-layout").is_file());
-    let index: Value = serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
     let wheel_tag = format!("wheel-{}", first["keys"]["wheel"].as_str().unwrap());
     assert!(
         index["manifests"]
@@ -182,7 +260,16 @@ fn the_same_round_trip_through_a_file_oci_layout() {
     let c = fx.dir().join("store-c");
     configure(&c, &url, None, Some(&allowed), 1);
     let r = recipe.to_str().unwrap();
-    let sub = ok(&ob(&fx, &c, None, "c@test", &["build", r, "--offline", "--json"]));
-    assert!(strs(&sub["substituted"]).contains(&"wheel".to_string()), "{sub}");
+    let sub = ok(&ob(
+        &fx,
+        &c,
+        None,
+        "c@test",
+        &["build", r, "--offline", "--json"],
+    ));
+    assert!(
+        strs(&sub["substituted"]).contains(&"wheel".to_string()),
+        "{sub}"
+    );
     assert_eq!(sub["key"], first["key"], "{sub}");
 }

@@ -53,7 +53,8 @@ impl Registry {
                 htpasswd.display()
             ));
             use base64::Engine;
-            let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            let token =
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
             std::fs::write(
                 docker_config.join("config.json"),
                 format!(r#"{{"auths": {{"127.0.0.1:{port}": {{"auth": "{token}"}}}}}}"#),
