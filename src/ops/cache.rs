@@ -246,6 +246,9 @@ fn collect(c: &Cache, store: Option<&Store>, dry_run: bool) -> Result<Collected>
     }
     // Refuse a cache we cannot delete from before reading anything.
     let prune = catalog::pruner(&c.url);
+    if !dry_run && let Err(e) = prune {
+        return Err(e);
+    }
     let listing = list(c, false, store)?;
     let tmp = scratch(store)?;
     let keep = referenced(store, &listing.artifacts, c, tmp.path())?;
