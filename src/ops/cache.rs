@@ -287,8 +287,21 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1u64 << 20) as f64
 }
 
-fn kind_name(k: Kind) -> &'static str {
-    k.prefix()
+/// `12.3 MiB`, or `45.6 KiB` below one MiB.
+fn human(bytes: u64) -> String {
+    if bytes < 1 << 20 {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    } else {
+        format!("{:.1} MiB", mib(bytes))
+    }
+}
+
+/// The kind as `--json` spells it (`source`, `wheel`, ...).
+fn kind_name(k: Kind) -> String {
+    serde_json::to_value(k)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }
 
 fn render_listing(l: &Listing, deep: bool) {
@@ -313,10 +326,10 @@ fn render_listing(l: &Listing, deep: bool) {
             String::new()
         };
         println!(
-            "  {:<48} {:<10} {:>10.1} MiB  {trust}{state}",
+            "  {:<48} {:<10} {:>10}  {trust}{state}",
             a.tag,
             kind_name(a.kind),
-            mib(a.size)
+            human(a.size)
         );
     }
     if !l.other_tags.is_empty() {
@@ -342,9 +355,9 @@ fn render_collected(c: &Collected) {
             String::new()
         } else {
             format!(
-                "; removed {} unreferenced blob(s), {:.1} MiB",
+                "; removed {} unreferenced blob(s), {}",
                 c.blobs.len(),
-                mib(c.blob_bytes)
+                human(c.blob_bytes)
             )
         }
     );

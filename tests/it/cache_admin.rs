@@ -125,11 +125,51 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
     }
     let wheel_tag = w["tag"].as_str().unwrap().to_string();
     let out = ob(&fx, &a, &["cache", "ls"]);
+    eprintln!("$ oracle-build cache ls\n{}", text(&out));
     assert!(text(&out).contains(&wheel_tag), "{}", text(&out));
     assert!(
         text(&out).contains("trusted: signed by builder-a@test"),
         "{}",
         text(&out)
+    );
+
+    // What an operator runs (docs/cache.md): the statement and signature
+    // from the wheel's config blob, checked by ssh-keygen itself.
+    let index: Value = read_json(&layout.join("index.json"));
+    let d = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == wheel_tag.as_str())
+        .unwrap()["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let m: Value = read_json(&layout.join("blobs/sha256").join(&d["sha256:".len()..]));
+    let config_digest = m["config"]["digest"].as_str().unwrap();
+    let config: Value = read_json(
+        &layout
+            .join("blobs/sha256")
+            .join(&config_digest["sha256:".len()..]),
+    );
+    let att = &config["attestations"][0];
+    let statement = fx.dir().join("statement.json");
+    let sig = fx.dir().join("statement.sig");
+    std::fs::write(&statement, att["statement"].as_str().unwrap()).unwrap();
+    std::fs::write(&sig, att["signature"].as_str().unwrap()).unwrap();
+    let signed: Value = read_json(&statement);
+    let check = Command::new("ssh-keygen")
+        .args(["-Y", "verify", "-n", "oracle-build", "-f"])
+        .arg(&allowed)
+        .args(["-I", signed["builder"].as_str().unwrap(), "-s"])
+        .arg(&sig)
+        .stdin(std::fs::File::open(&statement).unwrap())
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
+    assert_eq!(
+        signed["files"][0]["sha256"], config["record"]["sha256"],
+        "{signed}"
     );
 
     // verify: everything downloaded and sound.
@@ -164,21 +204,6 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
     assert!(v["why"][0].as_str().unwrap().contains("is not in"), "{v}");
 
     // A flipped byte in the wheel's blob: verify fails naming the digest.
-    let index: Value = read_json(&layout.join("index.json"));
-    let wheel_manifest = index["manifests"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == wheel_tag.as_str())
-        .unwrap()["digest"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let m: Value = read_json(
-        &layout
-            .join("blobs/sha256")
-            .join(&wheel_manifest["sha256:".len()..]),
-    );
     let layer = m["layers"]
         .as_array()
         .unwrap()
@@ -200,6 +225,10 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
     make_writable(&blob);
     std::fs::write(&blob, &bad).unwrap();
     let out = ob(&fx, &a, &["cache", "verify"]);
+    eprintln!(
+        "$ oracle-build cache verify   # one byte of the wheel blob flipped\n{}",
+        text(&out)
+    );
     assert_eq!(code(&out), 1, "{}", text(&out));
     assert!(
         text(&out).contains(&layer),
@@ -224,6 +253,10 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
     assert_eq!(code(&out), 0, "{}", text(&out));
     let before = blobs(&layout);
     let out = ob(&fx, &a, &["cache", "gc", "--dry-run"]);
+    eprintln!(
+        "$ oracle-build cache gc --dry-run   # after unkeep\n{}",
+        text(&out)
+    );
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert!(
         text(&out).contains(&format!("would delete {wheel_tag}")),
