@@ -207,10 +207,8 @@ pub fn inspect(
         }
         Trust::Pinned
     };
-    if deep {
-        if let Err(e) = check_layers(cache, &manifest, &config, scratch) {
-            problems.push(format!("{e:#}"));
-        }
+    if deep && let Err(e) = check_layers(cache, &manifest, &config, scratch) {
+        problems.push(format!("{e:#}"));
     }
     let _ = fs::remove_dir_all(scratch);
     Ok(Some(Inspected {

@@ -1073,7 +1073,7 @@ mod tests {
             "wheel",
             &key,
             &files,
-            &[att_m.clone()],
+            std::slice::from_ref(&att_m),
             &policy(&allowed, 1),
             NOW,
         );
@@ -1088,7 +1088,14 @@ mod tests {
             min_signatures: 1,
         };
         assert!(matches!(
-            verify("wheel", &key, &files, &[att_a.clone()], &none, NOW),
+            verify(
+                "wheel",
+                &key,
+                &files,
+                std::slice::from_ref(&att_a),
+                &none,
+                NOW
+            ),
             Verdict::Untrusted { .. }
         ));
 
@@ -1168,7 +1175,7 @@ mod tests {
             "wheel",
             &key,
             &held,
-            &[att_a.clone()],
+            std::slice::from_ref(&att_a),
             &policy(&allowed, 1),
             NOW,
         );
@@ -1194,7 +1201,7 @@ mod tests {
             "wheel",
             &"0".repeat(32),
             &files,
-            &[att_a.clone()],
+            std::slice::from_ref(&att_a),
             &policy(&allowed, 1),
             NOW,
         );
@@ -1234,7 +1241,7 @@ mod tests {
             "wheel",
             &key,
             &files,
-            &[att_a.clone()],
+            std::slice::from_ref(&att_a),
             &policy(&ns, 1),
             NOW,
         );
@@ -1244,7 +1251,7 @@ mod tests {
             "wheel",
             &key,
             &files,
-            &[att_a.clone()],
+            std::slice::from_ref(&att_a),
             &policy(&expired, 1),
             NOW,
         );
