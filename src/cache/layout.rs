@@ -173,12 +173,16 @@ impl Transport for Layout {
         r
     }
 
-    fn put_blob(&self, src: &Path, digest: &str, _size: u64) -> Result<()> {
+    fn put_blob(&self, src: &Path, digest: &str, _size: u64) -> Result<bool> {
         self.init()?;
+        if self.has_blob(digest)? {
+            return Ok(false);
+        }
         self.write_blob(digest, |f| {
             std::io::copy(&mut fs::File::open(src)?, f)?;
             Ok(())
-        })
+        })?;
+        Ok(true)
     }
 
     fn put_manifest(&self, tag: &str, bytes: &[u8]) -> Result<String> {

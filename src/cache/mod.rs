@@ -64,8 +64,9 @@ pub trait Transport {
     /// Errors: the cache fails; what arrived has another digest or size
     /// (the message names the digest; `dest` is removed).
     fn get_blob(&self, digest: &str, size: u64, dest: &Path) -> Result<()>;
-    /// Uploads the file `src` as the blob `digest` (skipped when present).
-    fn put_blob(&self, src: &Path, digest: &str, size: u64) -> Result<()>;
+    /// Uploads the file `src` as the blob `digest`, skipped when present;
+    /// returns whether it was uploaded.
+    fn put_blob(&self, src: &Path, digest: &str, size: u64) -> Result<bool>;
     /// Stores `bytes` (an OCI image manifest) under `tag`; returns its digest.
     fn put_manifest(&self, tag: &str, bytes: &[u8]) -> Result<String>;
     /// Every tag of the cache.

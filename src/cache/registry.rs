@@ -186,9 +186,9 @@ impl Transport for Registry {
         result
     }
 
-    fn put_blob(&self, src: &Path, digest: &str, size: u64) -> Result<()> {
+    fn put_blob(&self, src: &Path, digest: &str, size: u64) -> Result<bool> {
         if self.has_blob(digest)? {
-            return Ok(());
+            return Ok(false);
         }
         let r = self.reference("latest");
         let file =
@@ -217,7 +217,7 @@ impl Transport for Registry {
             .with_context(|| {
                 self.context(&format!("uploading blob {digest} ({})", src.display()))
             })?;
-        Ok(())
+        Ok(true)
     }
 
     fn put_manifest(&self, tag: &str, bytes: &[u8]) -> Result<String> {

@@ -629,12 +629,11 @@ impl<'a> Substituter<'a> {
         Ok(None)
     }
 
-    /// What `plan` shows for `entry`: the first cache holding its tag and,
-    /// for a wheel, the verdict on its signatures; `None` when no cache has
+    /// What `plan` shows for the artifact of `kind` named `name`: the first
+    /// cache holding its tag and, for a wheel, the verdict on its signatures; `None` when no cache has
     /// it. Reads manifests and config blobs only; writes nothing to the store.
-    pub fn lookup(&self, entry: &Entry, scratch: &Path) -> Option<Lookup> {
-        let kind = Kind::of_bucket(entry.bucket)?;
-        let tag = artifact::tag(kind, &entry.name);
+    pub fn lookup(&self, kind: Kind, name: &str, scratch: &Path) -> Option<Lookup> {
+        let tag = artifact::tag(kind, name);
         for (t, policy) in &self.caches {
             let Ok(Some(m)) = t.manifest(&tag) else {
                 continue;

@@ -412,8 +412,7 @@ pub fn push_artifact(t: &dyn Transport, a: &Artifact, scratch: &Path) -> Result<
     }
     let mut uploaded = 0;
     for l in &a.layers {
-        if !t.has_blob(&l.digest)? {
-            t.put_blob(&l.path, &l.digest, l.size)?;
+        if t.put_blob(&l.path, &l.digest, l.size)? {
             uploaded += l.size;
         }
     }
@@ -425,6 +424,7 @@ pub fn push_artifact(t: &dyn Transport, a: &Artifact, scratch: &Path) -> Result<
         &crate::cache::digest_of(&config_bytes),
         config_bytes.len() as u64,
     )?;
+    kill_point(a.kind);
     t.put_manifest(&tag, &a.manifest_bytes(&config_bytes))?;
     Ok(PushedArtifact {
         tag,

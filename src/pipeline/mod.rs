@@ -9,7 +9,9 @@
 //! A build, in order:
 //!
 //! 1. Resolve the PIN to a recipe (`recipe::pin`), open the store.
-//! 2. `--offline`: name everything an offline build would miss
+//! 2. Substitute the hermetic inputs the store lacks (source, lock,
+//!    wheelhouse, ext) from the caches (`cache::substitute::inputs`).
+//!    `--offline`: name everything an offline build would miss
 //!    ([`inputs::offline_problems`], [`preflight::inspect`]) before any work.
 //! 3. Preflight: find the toolchain ([`preflight::toolchain`]); clean the
 //!    staging directories of killed runs.
@@ -19,8 +21,8 @@
 //! 5. Gather the hermetic inputs ([`inputs::prepare`]): the lock (or one
 //!    resolved now), its artifacts in the wheelhouse, the staged external
 //!    sources, the compiler cache.
-//! 6. Plan the wheel from complete inputs ([`wheel_plan`]: one key) and
-//!    ensure it (`stages::wheel`): built in staging, persisted by rename.
+//! 6. Plan the wheel from complete inputs ([`wheel_plan`]: one key), take
+//!    it from a cache when a trusted one has it, else ensure it (`stages::wheel`): built in staging, persisted by rename.
 //! 7. Plan the venv from the wheel's record ([`venv_plan`]); a damaged wheel
 //!    about to be installed is quarantined and rebuilt; a runtime lock that
 //!    misses or contradicts the wheel's `Requires-Dist` is refused

@@ -256,6 +256,28 @@ fn the_same_round_trip_through_a_file_oci_layout() {
         "{index}"
     );
     pull_then_offline_build(&fx, &url, None, &recipe, &first, &allowed);
+    // `plan` shows, per stage, whether a cache has it and who signed it.
+    let b = fx.dir().join("store-b");
+    for bucket in ["venvs", "wheels"] {
+        for e in std::fs::read_dir(b.join("store").join(bucket)).unwrap() {
+            force_remove(&e.unwrap().path());
+        }
+    }
+    let out = ob(
+        &fx,
+        &b,
+        None,
+        "b@test",
+        &["plan", recipe.to_str().unwrap(), "--json", "--offline"],
+    );
+    let plan = json(&out);
+    let rows = plan["caches"].as_array().unwrap();
+    let wheel = rows
+        .iter()
+        .find(|c| c["stage"] == "wheel")
+        .unwrap_or_else(|| panic!("{plan}"));
+    assert_eq!(wheel["cache"].as_str(), Some(url.as_str()), "{plan}");
+    assert_eq!(strs(&wheel["signed_by"]), ["builder-a@test"], "{plan}");
     // --offline substitutes from file:// caches.
     let c = fx.dir().join("store-c");
     configure(&c, &url, None, Some(&allowed), 1);
@@ -272,4 +294,185 @@ fn the_same_round_trip_through_a_file_oci_layout() {
         "{sub}"
     );
     assert_eq!(sub["key"], first["key"], "{sub}");
+}
+
+/// Makes the wheel of the store entry `dir` different bytes (one byte
+/// appended) and updates its `build.json` and `manifest.json` to match: a
+/// box whose build of the same key gave another wheel.
+fn rebuild_differently(dir: &Path) {
+    let script = r#"
+import hashlib, json, os, stat, sys
+d = sys.argv[1]
+for root, dirs, files in os.walk(d):
+    os.chmod(root, 0o755)
+    for f in files:
+        os.chmod(os.path.join(root, f), 0o644)
+b = json.load(open(os.path.join(d, "build.json")))
+w = os.path.join(d, b["wheel"])
+open(w, "ab").write(b"\0")
+data = open(w, "rb").read()
+b["sha256"] = hashlib.sha256(data).hexdigest(); b["size"] = len(data)
+open(os.path.join(d, "build.json"), "w").write(json.dumps(b, indent=2))
+m = json.load(open(os.path.join(d, "manifest.json")))
+for f in m["files"]:
+    p = os.path.join(d, f["path"])
+    f["sha256"] = hashlib.sha256(open(p, "rb").read()).hexdigest(); f["size"] = os.path.getsize(p)
+open(os.path.join(d, "manifest.json"), "w").write(json.dumps(m, indent=2))
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn faults_trust_and_concurrency_through_a_registry() {
+    let reg = Registry::start(None);
+    let url = reg.url(REPO);
+    let (fx, recipe, first, allowed) = built_and_pushed(&url, None);
+    let r = recipe.to_str().unwrap();
+    let a = fx.dir().join("store-a");
+    let wheel_key = first["keys"]["wheel"].as_str().unwrap().to_string();
+    let wheel_tag = format!("wheel-{wheel_key}");
+
+    // A wheel signed by a key this box does not trust is refused; nothing is written.
+    let (_, stranger) = keypair(fx.dir(), "stranger@test");
+    let other = fx.dir().join("other_signers");
+    std::fs::write(&other, stranger).unwrap();
+    let u = fx.dir().join("store-untrusted");
+    configure(&u, &url, None, Some(&other), 1);
+    let out = ob(&fx, &u, None, "u@test", &["pull", r]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(text(&out).contains("not trusted"), "{}", text(&out));
+    assert!(entries(&u).is_empty(), "{:?}", entries(&u));
+
+    // min_signatures 2: one signature is not enough ...
+    let (key_b, line_b) = keypair(fx.dir(), "builder-b@test");
+    let both = fx.dir().join("both_signers");
+    std::fs::write(
+        &both,
+        format!("{}{line_b}", std::fs::read_to_string(&allowed).unwrap()),
+    )
+    .unwrap();
+    let m = fx.dir().join("store-two");
+    configure(&m, &url, None, Some(&both), 2);
+    let out = ob(&fx, &m, None, "m@test", &["pull", r]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(entries(&m).is_empty(), "{:?}", entries(&m));
+    // ... until a second box that built the same key signs the same wheel.
+    let a2 = fx.dir().join("store-a2");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(&a)
+        .arg(&a2)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    configure(&a2, &url, Some(&key_b), None, 1);
+    let pushed = ok(&ob(
+        &fx,
+        &a2,
+        None,
+        "builder-b@test",
+        &["push", r, "--json"],
+    ));
+    let states: Vec<&str> = pushed[0]["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["tag"] == wheel_tag.as_str())
+        .map(|x| x["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["signed"], "{pushed}");
+    ok(&ob(&fx, &m, None, "m@test", &["pull", r, "--json"]));
+
+    // A different wheel for the same key: a reproducibility failure, never overwritten.
+    let revisions = reg.tag_revisions(REPO, &wheel_tag);
+    let a3 = fx.dir().join("store-a3");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(&a)
+        .arg(&a3)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    rebuild_differently(&a3.join("store/wheels").join(&wheel_key));
+    let out = ob(&fx, &a3, None, "builder-a@test", &["push", r]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(
+        text(&out).contains("reproducibility failure"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(reg.tag_revisions(REPO, &wheel_tag), revisions);
+
+    // SIGKILL after the wheel's blobs, before its manifest: no tag.
+    let killed = reg.url("team/killed");
+    let out = fx
+        .cmd_at(&a, &["push", r, "--cache", &killed])
+        .env("ORACLE_BUILD_FAULT", "push-kill-wheel")
+        .env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{}", text(&out));
+    let tags = reg.tags("team/killed");
+    assert!(tags.iter().any(|t| t.starts_with("src-")), "{tags:?}");
+    assert!(!tags.contains(&wheel_tag), "{tags:?}");
+    assert!(!tags.iter().any(|t| t.starts_with("inputs-")), "{tags:?}");
+    ok(&ob(
+        &fx,
+        &a,
+        None,
+        "x@test",
+        &["push", r, "--cache", &killed, "--json"],
+    ));
+    assert!(reg.tags("team/killed").contains(&wheel_tag));
+
+    // Two concurrent pushes of one key leave one manifest.
+    let twice = reg.url("team/twice");
+    let mut kids: Vec<_> = (0..2)
+        .map(|_| {
+            fx.cmd_at(&a, &["push", r, "--cache", &twice])
+                .env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for k in kids.drain(..) {
+        let out = k.wait_with_output().unwrap();
+        assert_eq!(code(&out), 0, "{}", text(&out));
+    }
+    assert_eq!(reg.tag_revisions("team/twice", &wheel_tag), 1);
+
+    // A byte flipped in a blob of the registry's storage: the pull fails
+    // naming the digest, and nothing is written.
+    let sha = read_json(&a.join("store/wheels").join(&wheel_key).join("build.json"))["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let blob = reg.blob_file(&sha);
+    let mut bytes = std::fs::read(&blob).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&blob, &bytes).unwrap();
+    let f = fx.dir().join("store-flipped");
+    configure(&f, &url, None, Some(&allowed), 1);
+    let out = ob(&fx, &f, None, "f@test", &["pull", r]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("sha256:{sha}")),
+        "{}",
+        text(&out)
+    );
+    assert!(entries(&f).is_empty(), "{:?}", entries(&f));
 }

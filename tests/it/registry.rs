@@ -63,11 +63,12 @@ impl Registry {
         }
         let cfg = dir.path().join("config.yml");
         std::fs::write(&cfg, config).unwrap();
+        let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
         let mut child = Command::new(SERVER)
             .arg("serve")
             .arg(&cfg)
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(log)
             .spawn()
             .expect("docker-registry starts");
         // Ready when it accepts connections (or fail when it exits).
