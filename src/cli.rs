@@ -228,6 +228,12 @@ pub enum Command {
         #[arg(long, value_name = "URL")]
         cache: Option<String>,
     },
+    /// The registry caches: list, verify or garbage-collect their artifacts.
+    Cache {
+        /// What to do.
+        #[command(subcommand)]
+        action: CacheCommand,
+    },
     /// Verify an archive made by `export` and add its contents to the store.
     Import {
         /// The archive.
@@ -256,5 +262,31 @@ pub enum Command {
     Watchdog {
         /// The process group to terminate.
         pgid: i32,
+    },
+}
+
+/// The subcommands of `cache`.
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// List every artifact of the caches: tag, kind, size, and who signed it.
+    Ls {
+        /// Only this cache (a configured name or a URL; default: every configured cache).
+        #[arg(long, value_name = "URL")]
+        cache: Option<String>,
+    },
+    /// Download every artifact and re-check digests, files and signatures (exit 1 on a failure).
+    Verify {
+        /// Only this cache (a configured name or a URL; default: every configured cache).
+        #[arg(long, value_name = "URL")]
+        cache: Option<String>,
+    },
+    /// Delete the tags no root of this store reaches, then unreferenced blobs (file:// caches).
+    Gc {
+        /// Only this cache (a configured name or a URL; default: every configured cache).
+        #[arg(long, value_name = "URL")]
+        cache: Option<String>,
+        /// List what would be deleted; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
 }

@@ -161,6 +161,16 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             };
             return ops::pull::pull(&pin, store, &opts);
         }
+        Some(Command::Cache { action }) => {
+            use ops::cache::Action;
+            use oracle_build::cli::CacheCommand as C;
+            let (action, cache) = match action {
+                C::Ls { cache } => (Action::Ls, cache),
+                C::Verify { cache } => (Action::Verify, cache),
+                C::Gc { cache, dry_run } => (Action::Gc { dry_run }, cache),
+            };
+            return ops::cache::run(action, cache.as_deref(), store, cli.json);
+        }
         Some(Command::Import { file }) => return ops::bundle::import(&file, store, cli.json),
         Some(Command::Demo { python }) => {
             let opts = ops::demo::DemoOptions {

@@ -1,4 +1,4 @@
-//! The registry cache (issue 13): a layer between [`crate::pipeline`] and
+//! The registry cache (issue 13): a layer between the pipeline and
 //! [`crate::stages`] that shares store entries through OCI registries
 //! (`oci://host/repo`, `oci+http://host:port/repo`) and OCI image layouts on
 //! disk (`file:///dir`).
@@ -26,6 +26,7 @@
 pub mod artifact;
 pub mod catalog;
 pub mod config;
+pub mod inspect;
 pub mod layout;
 pub mod registry;
 pub mod substitute;

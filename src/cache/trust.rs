@@ -32,7 +32,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use ssh_key::{Algorithm, HashAlg, LineEnding, SshSig};
 
+use super::config::Cache;
 use crate::exit::bad_input;
+use crate::stages::wheel::BuildRecord;
 use crate::store::key::content_key;
 
 /// The SSHSIG namespace of every oracle-build signature.
@@ -164,6 +166,86 @@ impl SigningKey {
     /// Errors: the key cannot be encoded (not expected for a loaded key).
     pub fn public_openssh(&self) -> Result<String> {
         Ok(self.key.public_key().to_openssh()?)
+    }
+}
+
+impl Statement {
+    /// The statement for the wheel whose `build.json` is `record`: kind
+    /// `wheel`, its key and inputs, the wheel file (name, sha256, size) as
+    /// the only file, signed by `builder` at `time` (RFC 3339 UTC).
+    ///
+    /// `build.json` and `build.log` are evidence, not product: they differ
+    /// between boxes (times, paths), so two boxes agree or disagree on the
+    /// wheel's bytes alone.
+    pub fn for_wheel(record: &BuildRecord, builder: &str, time: &str) -> Statement {
+        Statement {
+            kind: WHEEL.to_string(),
+            key: record.key.clone(),
+            inputs: record.inputs.clone(),
+            files: wheel_files(record),
+            builder: builder.to_string(),
+            time: time.to_string(),
+        }
+    }
+}
+
+/// The statement kind of a built wheel.
+pub const WHEEL: &str = "wheel";
+
+/// The files a wheel statement names for `record`: the wheel alone.
+pub fn wheel_files(record: &BuildRecord) -> Vec<FileDigest> {
+    vec![FileDigest {
+        path: record.wheel.clone(),
+        sha256: record.sha256.clone(),
+        size: record.size,
+    }]
+}
+
+/// The verdict on the wheel whose `build.json` is `record` (its wheel
+/// already checked against `record.sha256`) from `attestations` under
+/// `policy`, now: [`verify`] with kind `wheel`, the record's key and
+/// [`wheel_files`].
+pub fn verify_wheel(
+    record: &BuildRecord,
+    attestations: &[Attestation],
+    policy: &Policy,
+) -> Verdict {
+    let now = jiff::Timestamp::now().as_second();
+    verify(
+        WHEEL,
+        &record.key,
+        &wheel_files(record),
+        attestations,
+        policy,
+        now,
+    )
+}
+
+impl Policy {
+    /// The policy of `cache`: its `trusted_signers` file read and parsed,
+    /// its `min_signatures`.
+    ///
+    /// Errors: exit 2 naming the file and line for an allowed_signers file
+    /// that does not parse, or naming the cache when the file is missing.
+    pub fn for_cache(cache: &Cache) -> Result<Policy> {
+        let allowed = match &cache.trusted_signers {
+            None => None,
+            Some(path) => {
+                if !path.is_file() {
+                    return Err(bad_input(format!(
+                        "cache `{}` ({}): trusted_signers {} does not exist",
+                        cache.name,
+                        cache.origin,
+                        path.display()
+                    )));
+                }
+                Some(AllowedSigners::load(path)?)
+            }
+        };
+        Ok(Policy {
+            allowed,
+            min_signatures: cache.min_signatures,
+        })
     }
 }
 
@@ -991,7 +1073,7 @@ mod tests {
             "wheel",
             &key,
             &files,
-            &[att_m.clone()],
+            std::slice::from_ref(&att_m),
             &policy(&allowed, 1),
             NOW,
         );
@@ -1006,7 +1088,14 @@ mod tests {
             min_signatures: 1,
         };
         assert!(matches!(
-            verify("wheel", &key, &files, &[att_a.clone()], &none, NOW),
+            verify(
+                "wheel",
+                &key,
+                &files,
+                std::slice::from_ref(&att_a),
+                &none,
+                NOW
+            ),
             Verdict::Untrusted { .. }
         ));
 
@@ -1086,7 +1175,7 @@ mod tests {
             "wheel",
             &key,
             &held,
-            &[att_a.clone()],
+            std::slice::from_ref(&att_a),
             &policy(&allowed, 1),
             NOW,
         );
@@ -1112,7 +1201,7 @@ mod tests {
             "wheel",
             &"0".repeat(32),
             &files,
-            &[att_a.clone()],
+            std::slice::from_ref(&att_a),
             &policy(&allowed, 1),
             NOW,
         );
@@ -1152,7 +1241,7 @@ mod tests {
             "wheel",
             &key,
             &files,
-            &[att_a.clone()],
+            std::slice::from_ref(&att_a),
             &policy(&ns, 1),
             NOW,
         );
@@ -1162,7 +1251,7 @@ mod tests {
             "wheel",
             &key,
             &files,
-            &[att_a.clone()],
+            std::slice::from_ref(&att_a),
             &policy(&expired, 1),
             NOW,
         );

@@ -6,6 +6,7 @@ pub mod activate;
 pub mod advance;
 pub mod build;
 pub mod bundle;
+pub mod cache;
 pub mod demo;
 pub mod doctor;
 pub mod fetch;

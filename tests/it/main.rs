@@ -9,6 +9,7 @@ mod advance;
 mod build;
 mod bytecode;
 mod cache;
+mod cache_admin;
 mod carry;
 mod demo;
 mod driver;
