@@ -16,7 +16,12 @@ repository), then measures, as medians over several runs:
 2. no-op      `oracle-build <PIN>` when the oracle exists and is intact;
 3. second pin fetching a second commit of a large repository into the store
               when its mirror exists, against a fresh full `git clone`;
-4. footprint  disk used by two oracles sharing their dependencies, against one.
+4. footprint  disk used by two oracles sharing their dependencies, against one;
+5. cache      `push` to a local registry (Debian's docker-registry, started on
+              127.0.0.1 with its own config), then `pull` + `build --offline`
+              into an empty store, against building from source (the first
+              build) and against copying the same blobs with a plain HTTP
+              client (urllib). Skipped when /usr/bin/docker-registry is absent.
 
 It prints a Markdown table and writes it to --out. Timings are wall clock on
 this machine; the ratios are what the goals are about.
@@ -293,7 +298,7 @@ def main():
     uv = work / "tools" / "uv-0.13.9" / "bin" / "uv"
     py = shutil.which(f"python{PYTHON}") or sys.executable
     wheel = next((store / "store" / "wheels").glob("*/*.whl"))
-    specs = [f"{k}=={v}" for k, v in HEAVY.items()] + ["packaging"]
+    specs = [f"{k}=={v}" for k, v in HEAVY.items()] + ["packaging", "idna"]  # + the fixture's own requirements/common.txt
     wheeldir = work / "wheeldir"
     sh(py, "-m", "pip", "download", "-q", "-d", wheeldir, *specs)
     shutil.copy(wheel, wheeldir)
@@ -335,6 +340,9 @@ def main():
                  "met" if noop_s < 0.3 else "missed"))
 
     rows.extend(wheelhouse_fill(work, binary, env, args.runs))
+
+    # 5. The cache: pull + offline build against building from source.
+    rows.extend(cache_rows(work, binary, env, store, r1, first, first_s, args.runs))
 
     if args.quick:
         return finish(args, rows, first_s)
@@ -380,6 +388,91 @@ def main():
                  None, f"{ratio:.2f}x one oracle (goal <= 1.2x: {'met' if ratio <= 1.2 else 'missed'})"))
 
     return finish(args, rows, first_s)
+
+
+def cache_rows(work, binary, env, store, r1, first, first_s, runs):
+    """Row 5 (see the module docs); [] without docker-registry."""
+    server = Path("/usr/bin/docker-registry")
+    if not server.exists():
+        print("no /usr/bin/docker-registry: skipping the cache rows", file=sys.stderr)
+        return []
+    import socket
+    import urllib.request
+    reg = work / "registry"
+    force_rmtree(reg)
+    reg.mkdir(parents=True)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    (reg / "config.yml").write_text(
+        f"version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n"
+        f"    rootdirectory: {reg / 'storage'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
+    proc = subprocess.Popen([server, "serve", reg / "config.yml"], stdout=subprocess.DEVNULL,
+                            stderr=open(reg / "registry.log", "w"))
+    try:
+        for _ in range(400):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        url = f"oci+http://127.0.0.1:{port}/bench/oracles"
+        key = work / "bench-key"
+        if not key.exists():
+            sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench@local", "-f", key)
+        pub = (work / "bench-key.pub").read_text().split()
+        allowed = work / "bench-allowed"
+        allowed.write_text(f"bench@local {pub[0]} {pub[1]}\n")
+        cenv = dict(env, ORACLE_BUILD_BUILDER="bench@local", XDG_CONFIG_HOME=str(work / "xdg"))
+        cfg = store / "config.toml"
+        cfg.write_text(f'[[cache]]\nname = "bench"\nurl = "{url}"\nsigning_key = "{key}"\n')
+        try:
+            sh(binary, "push", r1, "--store", store, env=cenv)
+        finally:
+            cfg.unlink()
+        pulled = work / "pull-store"
+
+        def fresh():
+            force_rmtree(pulled)
+            pulled.mkdir(parents=True)
+            (pulled / "config.toml").write_text(
+                f'[[cache]]\nname = "bench"\nurl = "{url}"\ntrusted_signers = "{allowed}"\n')
+
+        split = {}
+
+        def pull_and_build():
+            t0 = time.perf_counter()
+            sh(binary, "pull", r1, "--store", pulled, env=cenv)
+            split["pull"] = time.perf_counter() - t0
+            out = json.loads(sh(binary, "build", r1, "--offline", "--json", "--store", pulled, env=cenv).stdout)
+            assert "wheel" not in out["built"] and out["key"] == first["key"], out
+        both_s, _ = timed(pull_and_build, runs, fresh)
+        pull_s = split["pull"]
+        blobs = sorted((reg / "storage/docker/registry/v2/blobs/sha256").glob("*/*/data"))
+        total = sum(b.stat().st_size for b in blobs)
+        digests = [b.parent.name for b in blobs]
+
+        def plain_copy():
+            dest = work / "plain-copy"
+            force_rmtree(dest)
+            dest.mkdir()
+            for d in digests:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/bench/oracles/blobs/sha256:{d}") as r, \
+                        open(dest / d, "wb") as f:
+                    shutil.copyfileobj(r, f, 1 << 20)
+        copy_s, _ = timed(plain_copy, runs)
+        on = f"{len(blobs)} blobs, {total / 2**20:.0f} MiB"
+        return [
+            ("cache: `pull` + `build --offline` into an empty store (no wheel built; venv, identity, smoke here)", on,
+             both_s, f"{first_s / both_s:.2f}x faster than building from source (the first build); "
+                     f"{copy_s / both_s:.2f}x a plain HTTP copy of the same bytes"),
+            ("cache: `pull` alone (last run; every blob and entry checked)", on, pull_s,
+             f"{copy_s / pull_s:.2f}x a plain HTTP copy of the same bytes"),
+            ("plain HTTP GET of every blob of the registry (urllib), no checks", on, copy_s, "baseline"),
+        ]
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def finish(args, rows, first_s):

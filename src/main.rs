@@ -145,6 +145,32 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             };
             return ops::bundle::export(&pin, store, &opts);
         }
+        Some(Command::Push { pin, cache }) => {
+            let opts = ops::push::PushOptions {
+                cache,
+                lockfiles: cli.lockfiles.clone(),
+                json: cli.json,
+            };
+            return ops::push::push(&pin, store, &opts);
+        }
+        Some(Command::Pull { pin, cache }) => {
+            let opts = ops::pull::PullOptions {
+                cache,
+                lockfiles: cli.lockfiles.clone(),
+                json: cli.json,
+            };
+            return ops::pull::pull(&pin, store, &opts);
+        }
+        Some(Command::Cache { action }) => {
+            use ops::cache::Action;
+            use oracle_build::cli::CacheCommand as C;
+            let (action, cache) = match action {
+                C::Ls { cache } => (Action::Ls, cache),
+                C::Verify { cache } => (Action::Verify, cache),
+                C::Gc { cache, dry_run } => (Action::Gc { dry_run }, cache),
+            };
+            return ops::cache::run(action, cache.as_deref(), store, cli.json);
+        }
         Some(Command::Import { file }) => return ops::bundle::import(&file, store, cli.json),
         Some(Command::Demo { python }) => {
             let opts = ops::demo::DemoOptions {
@@ -177,6 +203,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         json: cli.json,
         activate: build_args.activate,
         lockfiles: cli.lockfiles,
+        cache: build_args.cache,
+        no_substitute: build_args.no_substitute,
     };
     ops::build::run(&opts).map(|_| ())
 }

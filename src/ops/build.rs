@@ -33,6 +33,10 @@ pub struct BuildOptions {
     pub activate: Option<PathBuf>,
     /// `--lockfiles DIR`: where lock directories live (see `stages::lock::lock_dir`).
     pub lockfiles: Option<PathBuf>,
+    /// `--cache URL|NAME`: substitute from this one cache (else the configured ones).
+    pub cache: Option<String>,
+    /// `--no-substitute`: take nothing from a cache.
+    pub no_substitute: bool,
 }
 
 /// What `build` reports (stdout; `--json` prints it whole).
@@ -54,8 +58,10 @@ pub struct BuildReport {
     pub reasons: Vec<String>,
     /// Warnings recorded with the oracle (see `OracleRecord::warnings`).
     pub warnings: Vec<String>,
-    /// Stages done now (the rest came from the store).
+    /// Stages done now (the rest came from the store or a cache).
     pub built: Vec<String>,
+    /// Stages taken from a cache instead of being done here.
+    pub substituted: Vec<String>,
     /// Wall time of this run, seconds.
     pub seconds: f64,
     /// `--activate`: the alias switched to this oracle.
@@ -124,6 +130,12 @@ pub fn print_report(report: &BuildReport) {
         report.built.join(", ")
     };
     println!("built    {built} in {:.2} s", report.seconds);
+    if !report.substituted.is_empty() {
+        println!(
+            "cached   {} (taken from a cache)",
+            report.substituted.join(", ")
+        );
+    }
     if let Some(a) = &report.activated {
         crate::ops::activate::print(a);
     }
@@ -142,6 +154,15 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
     // roots/<name> and its oracle belong to the recipe that built it.
     crate::stages::oracle::check_root_owner(&store, &lr)?;
     let lock_dir = pipeline::lock_dir(&lr, opts.lockfiles.as_deref());
+    // Substitution: the configured caches (`--offline`: file:// ones only).
+    let caches: Vec<crate::cache::config::Cache> = if opts.no_substitute {
+        Vec::new()
+    } else {
+        crate::cache::config::load(store.root(), opts.cache.as_deref())?
+            .substituters(opts.offline)
+            .cloned()
+            .collect()
+    };
     let done = pipeline::run(pipeline::RunOptions {
         lr: &lr,
         store: &store,
@@ -149,6 +170,7 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
         offline: opts.offline,
         no_smoke: opts.no_smoke,
         jobs: opts.jobs,
+        caches: &caches,
     })?;
     let r = &lr.recipe;
     let rec = done.record();
@@ -162,6 +184,7 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
         reasons: rec.smoke.reasons.clone(),
         warnings: rec.warnings.clone(),
         built: done.built.clone(),
+        substituted: done.substituted.clone(),
         seconds: done.seconds,
         activated: None,
         keys: done.keys.clone(),

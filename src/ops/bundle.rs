@@ -571,7 +571,7 @@ fn append_file<W: Write, R: Read>(
 /// `git bundle create` of `commit` (under `refs/oracle-build/pins/<commit>`,
 /// created in the mirror if missing) and every tag reachable from it, so
 /// setuptools-scm finds the same version on the other side.
-fn git_bundle(store: &Store, repo_url: &str, commit: &str, out: &Path) -> Result<()> {
+pub(crate) fn git_bundle(store: &Store, repo_url: &str, commit: &str, out: &Path) -> Result<()> {
     let git = which::which("git").context("export needs the git command line (git bundle)")?;
     let mirror = source::mirror_entry(store, repo_url);
     let _lock = mirror.lock()?;
