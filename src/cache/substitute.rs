@@ -177,15 +177,11 @@ impl<'a> Fetcher<'a> {
                 }
                 policy(&config).map_err(|e| refuse(format!("{e:#}")))?;
             }
-            Bucket::Ext => {
-                if !dir.join("ext.json").is_file() {
-                    return Err(refuse("no ext.json".into()));
-                }
+            Bucket::Ext if !dir.join("ext.json").is_file() => {
+                return Err(refuse("no ext.json".into()));
             }
-            Bucket::Locks => {
-                if !dir.join(crate::stages::lock::LOCK_JSON).is_file() {
-                    return Err(refuse("no lock.json".into()));
-                }
+            Bucket::Locks if !dir.join(crate::stages::lock::LOCK_JSON).is_file() => {
+                return Err(refuse("no lock.json".into()));
             }
             _ => {}
         }
