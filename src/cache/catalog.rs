@@ -212,3 +212,80 @@ impl Prune for LayoutPrune {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    /// Writes `bytes` as a blob of the layout at `dir`, `age` old; returns its digest.
+    fn blob(dir: &Path, bytes: &[u8], age: Duration) -> String {
+        let digest = crate::cache::digest_of(bytes);
+        let p = dir.join("blobs/sha256").join(digest_hex(&digest).unwrap());
+        std::fs::write(&p, bytes).unwrap();
+        let f = std::fs::File::options().write(true).open(&p).unwrap();
+        f.set_modified(SystemTime::now() - age).unwrap();
+        digest
+    }
+
+    #[test]
+    fn sweep_keeps_what_tags_reach_and_young_blobs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        std::fs::create_dir_all(dir.join("blobs/sha256")).unwrap();
+        let old = Duration::from_secs(2 * 3600);
+        let config = blob(dir, b"{\"kind\":\"wheel\"}", old);
+        let layer = blob(dir, b"wheel bytes", old);
+        let manifest = format!(
+            "{{\"schemaVersion\":2,\"config\":{{\"digest\":\"{config}\"}},\"layers\":[{{\"digest\":\"{layer}\"}}]}}"
+        );
+        let m = blob(dir, manifest.as_bytes(), old);
+        let hint = format!("{{\"schemaVersion\":2,\"manifests\":[{{\"digest\":\"{m}\"}}]}}");
+        let index_blob = blob(dir, hint.as_bytes(), old);
+        let orphan = blob(dir, b"nobody's", old);
+        let young = blob(dir, b"a push in flight", Duration::from_secs(0));
+        let index = serde_json::json!({"schemaVersion": 2, "manifests": [
+            {"digest": m, "annotations": {REF_NAME: "wheel-k"}},
+            {"digest": index_blob, "annotations": {REF_NAME: "index-fx"}},
+        ]});
+        std::fs::write(dir.join("index.json"), index.to_string()).unwrap();
+        let p = LayoutPrune {
+            dir: dir.to_path_buf(),
+        };
+
+        let (listed, bytes) = p.sweep(true).unwrap();
+        assert_eq!(listed, vec![orphan.clone()]);
+        assert_eq!(bytes, 8);
+        assert!(
+            p.blob_path(&orphan).unwrap().exists(),
+            "a dry run removes nothing"
+        );
+        assert_eq!(p.sweep(false).unwrap().0, vec![orphan.clone()]);
+        assert!(!p.blob_path(&orphan).unwrap().exists());
+        assert!(p.blob_path(&young).unwrap().exists());
+
+        // Untagging the wheel: the hint index still reaches its manifest.
+        p.delete_tag("wheel-k").unwrap();
+        assert!(p.sweep(false).unwrap().0.is_empty());
+        // Untagging the hint too: manifest, config and layer go; the young blob stays.
+        p.delete_tag("index-fx").unwrap();
+        p.delete_tag("no-such-tag").unwrap();
+        let mut gone = p.sweep(false).unwrap().0;
+        gone.sort();
+        let mut want = vec![config, layer, m, index_blob];
+        want.sort();
+        assert_eq!(gone, want);
+        assert!(p.blob_path(&young).unwrap().exists());
+        let index: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
+        assert_eq!(index["manifests"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn registries_are_refused_with_exit_2() {
+        let url = CacheUrl::parse("oci://reg.example/team").unwrap();
+        let err = pruner(&url).err().unwrap();
+        assert_eq!(crate::exit::code_of(&err), 2);
+        assert!(format!("{err:#}").contains("not supported yet"));
+    }
+}
