@@ -31,6 +31,7 @@
 //! 9. Point the pin's GC root at the oracle; drop the temporary roots.
 
 pub mod advance;
+pub mod bundle;
 pub mod doctor;
 pub mod inputs;
 pub mod preflight;

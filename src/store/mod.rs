@@ -40,6 +40,7 @@ mod fsutil;
 mod manifest;
 
 pub mod alias;
+pub mod bundle;
 
 pub mod gc;
 pub mod held;
@@ -51,7 +52,7 @@ pub use fsutil::{
     copy_tree, disk_usage, make_read_only, make_writable, read_json, sha256_file, write_atomic,
     write_json,
 };
-pub use manifest::{MANIFEST, Manifest, ManifestFile, RECORDS};
+pub use manifest::{ARTIFACT_JSON, MANIFEST, Manifest, ManifestFile, RECORDS};
 
 /// The kinds of store entries; each is one directory under `<root>/store/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
