@@ -9,22 +9,17 @@ use anyhow::Result;
 
 use crate::exit::bad_input;
 use crate::host::platform::Platform;
-use crate::ops::print_json;
+use crate::ops::{Session, print_json};
 use crate::pipeline::bundle::{self, Export};
-use crate::recipe::pin;
 use crate::store::Store;
 
 /// Options of `export`.
 #[derive(Debug, Clone)]
 pub struct ExportOptions {
-    /// `--lockfiles DIR`.
-    pub lockfiles: Option<PathBuf>,
     /// `-o FILE`.
     pub output: PathBuf,
     /// `--platform P` (default: this host).
     pub platform: Option<String>,
-    /// `--json`.
-    pub json: bool,
 }
 
 /// `export`: writes the bundle of `pin_arg` (see [`bundle::export`]) and
@@ -32,8 +27,8 @@ pub struct ExportOptions {
 ///
 /// Errors (exit 2): a bad PIN or `--platform`, a stale lockfile. Errors: as
 /// [`bundle::export`].
-pub fn export(pin_arg: &str, store_arg: Option<&Path>, opts: &ExportOptions) -> Result<()> {
-    let lr = pin::resolve(pin_arg)?;
+pub fn export(s: &Session, pin_arg: &str, opts: &ExportOptions) -> Result<()> {
+    let lr = s.recipe(pin_arg)?;
     let r = &lr.recipe;
     let target = opts.platform.as_deref().map(Platform::parse).transpose()?;
     let platform = match &target {
@@ -44,19 +39,18 @@ pub fn export(pin_arg: &str, store_arg: Option<&Path>, opts: &ExportOptions) -> 
             )
         })?,
     };
-    let root = Store::default_root(store_arg)?;
-    let store = Store::at(&root)?;
+    let store = s.store()?;
     let report = bundle::export(
         &store,
         &lr,
         &Export {
-            lockfiles: opts.lockfiles.as_deref(),
+            lockfiles: s.lockfiles(),
             output: opts.output.as_path(),
             target,
             platform,
         },
     )?;
-    if opts.json {
+    if s.json {
         return print_json(&report);
     }
     println!(
@@ -77,11 +71,11 @@ pub fn export(pin_arg: &str, store_arg: Option<&Path>, opts: &ExportOptions) -> 
 ///
 /// Errors (exit 2): the archive is hostile or tampered with (nothing is
 /// written). Errors: as [`bundle::import`].
-pub fn import(file: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
-    let root = Store::default_root(store_arg)?;
+pub fn import(s: &Session, file: &Path) -> Result<()> {
+    let root = s.root()?;
     let store = Store::at(&root)?;
     let report = bundle::import(&store, &root, file)?;
-    if json {
+    if s.json {
         return print_json(&report);
     }
     println!(

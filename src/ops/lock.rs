@@ -5,17 +5,15 @@
 //! into the store, fetched when missing); not nvcc or a GPU.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 
 use crate::host::toolchain::{self, Toolchain};
 use crate::host::uv::Uv;
-use crate::ops::print_json;
-use crate::recipe::pin;
+use crate::ops::{Opened, Session, print_json};
 use crate::stages::{lock, source};
-use crate::store::Store;
 
 /// What `lock` reports.
 #[derive(Debug, Serialize)]
@@ -38,15 +36,11 @@ pub struct LockReport {
 ///
 /// Errors: bad PIN (exit 2); no Python or uv; the source cannot be fetched;
 /// uv cannot resolve.
-pub fn run(
-    pin_arg: &str,
-    store_arg: Option<&Path>,
-    lockfiles: Option<&Path>,
-    json: bool,
-) -> Result<()> {
-    let lr = pin::resolve(pin_arg)?;
+pub fn run(s: &Session, pin_arg: &str) -> Result<()> {
+    let Opened {
+        recipe: lr, store, ..
+    } = s.open(pin_arg)?;
     let r = &lr.recipe;
-    let store = Store::at(&Store::default_root(store_arg)?)?;
     let found_uv = toolchain::find_uv(&store, None, false).ok();
     let python = toolchain::find_python(&r.python, found_uv.as_ref())
         .map_err(|e| anyhow!("cannot lock {}: {e}", r.name))?;
@@ -74,7 +68,7 @@ pub fn run(
     temp.add(&store, &source::checkout_entry(&store, &r.source.commit))?;
     let mirror = source::ensure_mirror(&store, &r.source.repo, &r.source.commit, false)?;
     let (src, _) = source::ensure_checkout(&store, &mirror, &r.source.commit)?;
-    let dir = lock::lock_dir(&lr, lockfiles);
+    let dir = lock::lock_dir(&lr, s.lockfiles());
     let cx = crate::stages::Ctx {
         store: &store,
         lr: &lr,
@@ -93,7 +87,7 @@ pub fn run(
         build_packages: locked.build.len(),
         runtime_packages: locked.runtime.len(),
     };
-    if json {
+    if s.json {
         return print_json(&report);
     }
     println!("locked   {} into {}", report.recipe, report.dir.display());

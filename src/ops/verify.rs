@@ -21,8 +21,7 @@ use anyhow::{Context, Result, anyhow};
 use serde::Serialize;
 
 use crate::exit::{bad_input, mismatch};
-use crate::ops::print_json;
-use crate::recipe::pin;
+use crate::ops::{Session, print_json};
 use crate::recipe::{self, Recipe};
 use crate::stages::identity::pin_block::{self, PinRecord};
 use crate::stages::identity::record::{self, RecordCheck};
@@ -119,14 +118,14 @@ struct Located {
 /// in the store of `--store` / `$ORACLE_BUILD_HOME` / the default, or in the
 /// store that owns the venv (`<X>/store/venvs/<key>`: X's `aliases.json`),
 /// else against its own `oracle.json`.
-fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Result<Located> {
+fn locate(s: &Session, target: &str, pin_arg: Option<&str>) -> Result<Located> {
     let p = Path::new(target);
     if p.join("pyvenv.cfg").is_file() {
         let venv = p.canonicalize()?;
-        let default = Store::default_root(store_arg)?;
+        let default = s.root()?;
         let owner = alias::owning_root(&venv).and_then(|r| Store::open_existing(&r));
         if let Some(pin_arg) = pin_arg {
-            let lr = pin::resolve(pin_arg)?;
+            let lr = s.recipe(pin_arg)?;
             return Ok(Located {
                 venv,
                 recipe: lr.recipe,
@@ -203,15 +202,15 @@ fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Resu
     if let Ok(to) = std::fs::read_link(p)
         && !p.exists()
     {
-        return Err(dangling(p, &to, store_arg));
+        return Err(dangling(s, p, &to));
     }
     if pin_arg.is_some() {
         return Err(bad_input(
             "--pin names the recipe to check a venv against; with a PIN target, leave it out",
         ));
     }
-    let lr = pin::resolve(target)?;
-    let root = Store::default_root(store_arg)?;
+    let lr = s.recipe(target)?;
+    let root = s.root()?;
     let link = root.join("roots").join(&lr.recipe.name);
     if !link.exists() {
         return Err(anyhow!(
@@ -232,8 +231,9 @@ fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Resu
 /// The error for `verify PATH` of a symlink whose target is gone (exit 1):
 /// names the link, its target and, for a registered alias, how to rebuild
 /// and re-activate it.
-fn dangling(p: &Path, to: &Path, store_arg: Option<&Path>) -> anyhow::Error {
-    let alias = Store::default_root(store_arg)
+fn dangling(s: &Session, p: &Path, to: &Path) -> anyhow::Error {
+    let alias = s
+        .root()
         .ok()
         .and_then(|r| Store::open_existing(&r))
         .and_then(|store| {
@@ -470,16 +470,12 @@ pub fn verify_venv(
 ///
 /// Errors: exit 2 for a malformed pin file or a bad target (checked before
 /// anything is measured); exit 1 when the oracle cannot be found or measured.
-pub fn verify(
-    target: &str,
-    store_arg: Option<&Path>,
-    opts: &VerifyOptions,
-) -> Result<Verification> {
+pub fn verify(s: &Session, target: &str, opts: &VerifyOptions) -> Result<Verification> {
     let pin_file = match &opts.pin_file {
         Some(p) => Some((p.clone(), pin_block::read(p)?)),
         None => None,
     };
-    let loc = locate(target, opts.pin.as_deref(), store_arg)?;
+    let loc = locate(s, target, opts.pin.as_deref())?;
     let mut v = verify_venv(
         &loc.venv,
         &loc.recipe,
@@ -577,8 +573,9 @@ pub fn write_pin_block(file: &Path, block: &str) -> Result<()> {
 /// (so `>> SYNC.md` never appends anything else); `--write-pin-block FILE`
 /// replaces the block in FILE instead. Exit 3 when any check fails (then no
 /// block is printed or written).
-pub fn run(target: &str, store_arg: Option<&Path>, opts: &VerifyOptions, json: bool) -> Result<()> {
-    let v = verify(target, store_arg, opts)?;
+pub fn run(s: &Session, target: &str, opts: &VerifyOptions) -> Result<()> {
+    let json = s.json;
+    let v = verify(s, target, opts)?;
     if let (Some(file), Some(block)) = (&opts.write_pin_block, &v.pin_block) {
         write_pin_block(file, block)?;
         if !json {
