@@ -82,7 +82,7 @@ fn lock_for(
     let r = &lr.recipe;
     if let Some(recorded) = lock::recorded_platform(lock_dir)?
         && lock::platform_fits(recorded.as_deref(), target).is_ok()
-        && let Some(l) = lock::load_for(lock_dir, r, target)?
+        && let Some(l) = lock::load_for(lock_dir, lr, target)?
     {
         progress::stage("lock", format!("using {}", lock_dir.display()));
         return Ok(l);
@@ -92,7 +92,7 @@ fn lock_for(
         Some(p) => lock::platform_entry(store, r, p),
     };
     temp.add(store, &entry)?;
-    if let Ok(Some(l)) = lock::load_for(&entry.path, r, target) {
+    if let Ok(Some(l)) = lock::load_for(&entry.path, lr, target) {
         return Ok(l);
     }
     if target.is_none() && !tc.python.version.starts_with(&format!("{}.", r.python)) {
@@ -113,7 +113,7 @@ fn lock_for(
         })?;
         store.persist(&dir, &entry)?;
     }
-    lock::load_for(&entry.path, r, target)?
+    lock::load_for(&entry.path, lr, target)?
         .ok_or_else(|| anyhow!("{} holds no lock", entry.path.display()))
 }
 
@@ -489,6 +489,17 @@ pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
             "its recipe is not the one the manifest names".into(),
         ));
     }
+    // The recipe as it will be once imported: hints name that file.
+    let imported_dir = root.join("imported").join(&m.recipe).join("recipes");
+    let imported = LoadedRecipe {
+        recipe,
+        origin: imported_dir
+            .join(format!("{}.yaml", m.recipe))
+            .display()
+            .to_string(),
+        dir: Some(imported_dir),
+        text: recipe_text,
+    };
 
     // The source: fetch the git bundle into the mirror.
     let git = which::which("git").context("import needs the git command line (git bundle)")?;
@@ -566,21 +577,21 @@ pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
     // usual PIN (the built-in recipe, its name, or the same file anywhere).
     let lock_src = x.join("lockfiles").join(&m.recipe);
     let mut lock_entry = None;
-    match lock::load(&lock_src, &recipe) {
+    match lock::load(&lock_src, &imported) {
         Ok(Some(_)) => {
-            let e = lock::auto_entry(store, &recipe);
+            let e = lock::auto_entry(store, &imported.recipe);
             let _lock = e.lock()?;
             if !e.exists() {
                 let copy = staging.path().join("autolock");
                 crate::store::copy_tree(&lock_src, &copy)?;
                 store.persist(&copy, &e)?;
                 added.push(e.label());
-            } else if lock::load(&e.path, &recipe)
+            } else if lock::load(&e.path, &imported)
                 .ok()
                 .flatten()
                 .is_some_and(|l| {
                     Some(&l.info.files)
-                        != lock::load(&lock_src, &recipe)
+                        != lock::load(&lock_src, &imported)
                             .ok()
                             .flatten()
                             .map(|k| k.info.files)

@@ -221,7 +221,7 @@ fn step(stage: &str, state: StepState, detail: impl Into<String>, disk: u64) -> 
 /// nothing: no fetch, no store directory created.
 pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offline: bool) -> Plan {
     let r = &lr.recipe;
-    let lock = match lock::load(lock_dir, r) {
+    let lock = match lock::load(lock_dir, lr) {
         Ok(Some(l)) => LockRow {
             dir: lock_dir.to_path_buf(),
             state: LockState::Locked,

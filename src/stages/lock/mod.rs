@@ -230,19 +230,27 @@ pub fn platform_fits(recorded: Option<&str>, target: Option<&Platform>) -> Resul
     }
 }
 
-/// Loads the lock in `dir` for `r`: `Ok(None)` when there is none.
+/// Loads the lock in `dir` for the recipe of `lr`: `Ok(None)` when there is none.
 ///
 /// Errors (exit 2): the lock was made for other inputs (names them), or a
-/// lock file no longer has the sha256 recorded in `lock.json`.
-pub fn load(dir: &Path, r: &Recipe) -> Result<Option<Locked>> {
-    load_for(dir, r, None)
+/// lock file no longer has the sha256 recorded in `lock.json`. The fix each
+/// names (`oracle-build lock <PIN>`) names the recipe as `lr` was given: its
+/// file, else its name ([`crate::recipe::shell_arg`]).
+pub fn load(dir: &Path, lr: &LoadedRecipe) -> Result<Option<Locked>> {
+    load_for(dir, lr, None)
 }
 
 /// [`load`] for a build on `target` (`None`: this host).
 ///
 /// Errors (exit 2): as [`load`], and a lock made for a platform `target`
 /// does not run ([`platform_fits`]).
-pub fn load_for(dir: &Path, r: &Recipe, target: Option<&Platform>) -> Result<Option<Locked>> {
+pub fn load_for(
+    dir: &Path,
+    lr: &LoadedRecipe,
+    target: Option<&Platform>,
+) -> Result<Option<Locked>> {
+    let r = &lr.recipe;
+    let pin = crate::recipe::shell_arg(lr);
     let json = dir.join(LOCK_JSON);
     if !json.is_file() {
         return Ok(None);
@@ -252,8 +260,8 @@ pub fn load_for(dir: &Path, r: &Recipe, target: Option<&Platform>) -> Result<Opt
         return Err(bad_input(format!(
             "the lock in {} cannot be used here: {why}; lock it for this platform (`oracle-build lock {}`, or `oracle-build export {} --platform <P>` on a box with network)",
             dir.display(),
-            r.name,
-            r.name
+            pin,
+            pin
         )));
     }
     let want = LockInputs::of(r);
@@ -271,7 +279,7 @@ pub fn load_for(dir: &Path, r: &Recipe, target: Option<&Platform>) -> Result<Opt
             "the lock in {} is stale ({}); run `oracle-build lock {}`",
             dir.display(),
             diff.join("; "),
-            r.name
+            pin
         )));
     }
     for (name, sha) in &info.files {
@@ -280,7 +288,7 @@ pub fn load_for(dir: &Path, r: &Recipe, target: Option<&Platform>) -> Result<Opt
             return Err(bad_input(format!(
                 "{} changed since it was locked (sha256 {got}, lock.json says {sha}); run `oracle-build lock {}`",
                 dir.join(name).display(),
-                r.name
+                pin
             )));
         }
     }
@@ -507,7 +515,7 @@ pub fn resolve_for(
         files,
     };
     crate::store::write_json(&dir.join(LOCK_JSON), &info)?;
-    load_for(dir, r, platform)?.context("the lock just written cannot be read back")
+    load_for(dir, lr, platform)?.context("the lock just written cannot be read back")
 }
 
 /// `uv pip compile` of `input` into `<work>/<name>` with the shared arguments.
