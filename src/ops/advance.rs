@@ -331,7 +331,7 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
 
     let text = advance::report::markdown(&report);
     let file = opts.report.clone().unwrap_or_else(|| {
-        store.root().join("reports").join(format!(
+        store.reports_dir().join(format!(
             "advance-{}-{}.md",
             from.recipe.name, to.recipe.name
         ))

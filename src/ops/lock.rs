@@ -61,7 +61,7 @@ pub fn run(s: &Session, pin_arg: &str) -> Result<()> {
         tool: uv_tool,
         indexes: crate::host::uv::plain_indexes(&r.indexes),
         offline: false,
-        cache_dir: Some(store.root().join("uv-cache")),
+        cache_dir: Some(store.uv_cache_dir()),
     };
     let temp = store.temp_roots()?;
     temp.add(&store, &source::mirror_entry(&store, &r.source.repo))?;

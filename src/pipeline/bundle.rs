@@ -239,7 +239,7 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
         tool: uv_tool,
         indexes: crate::host::uv::plain_indexes(&r.indexes),
         offline: false,
-        cache_dir: Some(store.root().join("uv-cache")),
+        cache_dir: Some(store.uv_cache_dir()),
     };
     let cx = Ctx {
         store,

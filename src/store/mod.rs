@@ -201,17 +201,44 @@ pub enum LockName {
     Entry(Bucket, String),
     /// The alias registry (`aliases.json`).
     Aliases,
+    /// One version of a tool in a tools directory that several stores may
+    /// share (see [`lock_tools`]), e.g. the pinned uv while it is provisioned.
+    Tool {
+        /// The tool, e.g. `uv`.
+        tool: String,
+        /// Its version.
+        version: String,
+    },
 }
 
 impl LockName {
     /// The lock's file name under `<root>/locks/`: `<prefix>-<name>.lock`
-    /// for an entry (the prefix from [`Bucket::lock_prefix`]), `aliases.lock`.
+    /// for an entry (the prefix from [`Bucket::lock_prefix`]), `aliases.lock`;
+    /// for a tool, `.<tool>-<version>.lock` in its tools directory.
     pub fn file_name(&self) -> String {
         match self {
             LockName::Entry(b, name) => format!("{}-{name}.lock", b.lock_prefix()),
             LockName::Aliases => "aliases.lock".to_string(),
+            LockName::Tool { tool, version } => format!(".{tool}-{version}.lock"),
         }
     }
+}
+
+/// Takes the lock of `tool` at `version` in the tools directory `tools`
+/// (which several stores may share), waiting while another process holds
+/// it; released when the returned [`Lock`] is dropped.
+///
+/// Errors: the lock file cannot be created or locked.
+pub fn lock_tools(tools: &Path, tool: &str, version: &str) -> Result<Lock> {
+    let name = LockName::Tool {
+        tool: tool.to_string(),
+        version: version.to_string(),
+    };
+    let file = fs::File::create(tools.join(name.file_name()))?
+        .into_parts()
+        .0;
+    file.lock().context("locking the tools directory")?;
+    Ok(Lock { _file: Some(file) })
 }
 
 /// An opened store root.
@@ -989,6 +1016,11 @@ mod tests {
             "autolock-x.lock"
         );
         assert_eq!(LockName::Aliases.file_name(), "aliases.lock");
+        let tool = LockName::Tool {
+            tool: "uv".into(),
+            version: "0.9.1".into(),
+        };
+        assert_eq!(tool.file_name(), ".uv-0.9.1.lock");
         assert!(!w.is_locked());
         let held = w.lock().unwrap();
         assert!(store.locks_dir().join("wheel-abc.lock").is_file());
