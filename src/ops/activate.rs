@@ -11,8 +11,8 @@ use anyhow::{Result, anyhow};
 use serde::Serialize;
 
 use crate::exit::mismatch;
-use crate::ops::verify::{Depth, verify_venv};
 use crate::ops::{Opened, Session, print_json};
+use crate::pipeline::verify::{Depth, verify_venv};
 use crate::recipe::LoadedRecipe;
 use crate::stages::identity;
 use crate::stages::oracle::OracleRecord;

@@ -35,6 +35,7 @@ pub mod bundle;
 pub mod doctor;
 pub mod inputs;
 pub mod preflight;
+pub mod verify;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
