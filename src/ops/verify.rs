@@ -1,6 +1,6 @@
 //! `oracle-build verify <PIN|VENV> [--pin PIN] [--pin-file FILE] [--deep] [--emit-pin-block]`:
 //! measure the identity now and check each field against its own expected
-//! value (README.md, "The identity gate").
+//! value (docs/identity.md).
 //!
 //! Expected values come from, each in its own check:
 //! - the recipe: commit (`+g<sha>` prefix), clean tree, non-editable, imported
