@@ -118,7 +118,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             let opts = ops::doctor::DoctorOptions { venvs: venv, pin };
             return ops::doctor::run(&s, &opts);
         }
-        Some(Command::Lock { pin }) => return ops::lock::run(&s, &pin),
+        Some(Command::Lock {
+            pin,
+            platform,
+            check,
+        }) => {
+            let opts = ops::lock::LockOptions { platform, check };
+            return ops::lock::run(&s, &pin, &opts);
+        }
         Some(Command::Export {
             pin,
             output,

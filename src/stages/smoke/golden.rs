@@ -158,12 +158,30 @@ pub fn dirs(root: &Path, lr: &LoadedRecipe) -> Vec<PathBuf> {
         .collect()
 }
 
-/// [`location`] over several directories: a case's `golden:` path, else the
+/// [`location`] over several directories: a case's `golden:` path (or, when
+/// nothing is there, the store's copy of a JSON golden: `dirs`' last), else the
 /// first of `dirs` holding `<case>.json`, else the first of `dirs`.
 pub fn locate(lr: &LoadedRecipe, dirs: &[PathBuf], case: &Case) -> Location {
     let first = dirs.first().cloned().unwrap_or_default();
     if case.golden.is_some() {
-        return location(lr, &first, case);
+        let named = location(lr, &first, case);
+        // A named JSON golden missing at its path (a box that imported the
+        // pin from a bundle has only the store's copy, see `import`): the
+        // store's copy, the last of `dirs`, when there is one.
+        if !named.path.exists()
+            && named.kind == Kind::Json
+            && let Some(copy) = dirs
+                .last()
+                .map(|d| d.join(format!("{}.json", case.name)))
+                .filter(|p| p.is_file())
+        {
+            return Location {
+                path: copy,
+                explicit: true,
+                kind: Kind::Json,
+            };
+        }
+        return named;
     }
     dirs.iter()
         .map(|d| location(lr, d, case))
