@@ -147,6 +147,97 @@ def big_repo(work, commits=3000, blob_bytes=36_000):
     return repo
 
 
+# Real packages (with their dependencies, 40+ artifacts) for the wheelhouse-fill row.
+FILL = ["numpy", "pandas", "pyarrow", "scipy", "requests", "rich", "pydantic", "jinja2", "click", "httpx",
+        "sqlalchemy", "pyyaml", "aiohttp", "fastapi", "uvicorn", "pillow", "networkx", "sympy", "tqdm", "attrs",
+        "jsonschema"]
+
+
+def wheelhouse_fill(work, binary, env, runs):
+    """Rows: the wheelhouse fill of a cold store, against uv's own cold-cache download of the same artifacts.
+
+    The set: the fixture's build and runtime locks with FILL added to its requirements (resolved once by
+    `oracle-build lock`, untimed), every artifact from PyPI. The fill is timed by the binary itself (its
+    `==> wheelhouse: downloaded N artifacts, X MiB in T s` line: parallel download, sha256 check and persist of
+    every entry; process start, source, wheel and venv stages excluded) in a fresh store each run. The anchor is
+    `uv pip install --no-deps --target <empty dir> --cache-dir <empty dir> -r <list>`, once per lock, where the
+    list names every locked artifact by URL with its sha256: uv downloads them in parallel into its cold cache,
+    checks the hashes, and also unpacks each wheel into the target (more work than the fill), wall clock.
+    """
+    import re
+    import tomllib
+    repo = work / "fill-repo"
+    shutil.copytree(FIXTURE / "pkg", repo)
+    with open(repo / "requirements" / "common.txt", "a") as f:
+        f.write("".join(f"{p}\n" for p in FILL))
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "fixture + fill set")
+    git(repo, "tag", "v0.1.0")
+    rec = work / "fill.yaml"
+    rec.write_text(f"name: fill\nsource:\n  repo: file://{repo}\n  commit: {git(repo, 'rev-parse', 'HEAD')}\n"
+                   f"  package: fixturellm\npython: \"{PYTHON}\"\nbuild:\n  target_device: cpu\n")
+    locks = work / "fill-lockfiles"
+    store = work / "fill-store"
+    sh(binary, "lock", rec, "--lockfiles", locks, "--store", work / "fill-lock-store", env=env)
+
+    def fill():
+        res = sh(binary, "build", rec, "--no-smoke", "--lockfiles", locks, "--store", store, env=env, check=False)
+        assert res.returncode in (0, 4), res.stderr
+        got = re.findall(r"wheelhouse: downloaded (\d+) artifacts?, ([\d.]+) MiB in ([\d.]+) s", res.stderr)
+        assert got, res.stderr
+        return sum(int(n) for n, _, _ in got), sum(float(m) for _, m, _ in got), sum(float(t) for _, _, t in got)
+
+    fills = []
+    for _ in range(runs):
+        force_rmtree(store)
+        os.sync()
+        fills.append(fill())
+    count, mib = fills[0][0], fills[0][1]
+    fill_s = statistics.median(t for _, _, t in fills)
+
+    uv = work / "tools" / "uv-0.13.9" / "bin" / "uv"
+    py = shutil.which(f"python{PYTHON}") or sys.executable
+    # A package may lock several wheels (e.g. a binary and a pure one), all of which the fill keeps: list k
+    # holds the k-th artifact of each package, so uv is run once per (lock, k) and downloads each of them.
+    lists = []
+    for lock in sorted(locks.glob("*/pylock.*.toml")):
+        rounds = []
+        for p in tomllib.loads(lock.read_text()).get("packages", []):
+            for k, a in enumerate(p.get("wheels") or [p["sdist"]]):
+                if k == len(rounds):
+                    rounds.append([])
+                rounds[k].append(f"{p['name']} @ {a['url']} --hash=sha256:{a['hashes']['sha256']}\n")
+        for k, lines in enumerate(rounds):
+            lists.append(work / f"fill-{lock.stem}-{k}.txt")
+            lists[-1].write_text("".join(lines))
+
+    def uv_fill(cold=True):
+        for d in ("fill-uv-cache", "fill-uv-target") if cold else ("fill-uv-target",):
+            force_rmtree(work / d)
+        os.sync()
+        t0 = time.perf_counter()
+        for reqs in lists:
+            sh(uv, "pip", "install", "-q", "--no-deps", "--python", py, "--target", work / "fill-uv-target" / reqs.stem,
+               "--cache-dir", work / "fill-uv-cache", "-r", reqs, env=env)
+        return time.perf_counter() - t0
+
+    uv_s = statistics.median(uv_fill() for _ in range(runs))
+    # The same with the cache warm: what uv spends besides downloading. Cold minus warm is the stricter
+    # anchor (uv's download, hash check and unpacking into its cache), and the goal is judged on it.
+    uv_warm = statistics.median(uv_fill(cold=False) for _ in range(runs))
+    strict = fill_s / max(uv_s - uv_warm, 1e-3)
+    return [
+        ("wheelhouse fill: cold store, parallel downloads from PyPI, hashes checked",
+         f"{count} artifacts, {mib:.0f} MiB", fill_s,
+         f"{fill_s / uv_s:.2f}x uv cold; {strict:.2f}x uv cold minus warm "
+         f"(goal <= 1.2x: {'met' if strict <= 1.2 else 'missed'})"),
+        ("uv pip install --no-deps --target, cold cache, same artifacts by URL and hash", "same set", uv_s,
+         "baseline (also unpacks every wheel)"),
+        ("the same, warm uv cache (no download)", "same set", uv_warm, "baseline"),
+    ]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
@@ -242,6 +333,8 @@ def main():
     noop_s, _ = timed(lambda: ob("build", r1, "--offline"), 3 if args.quick else max(args.runs, 10))
     rows.append(("no-op: `oracle-build <PIN> --offline`, oracle intact", "goal < 0.3 s", noop_s,
                  "met" if noop_s < 0.3 else "missed"))
+
+    rows.extend(wheelhouse_fill(work, binary, env, args.runs))
 
     if args.quick:
         return finish(args, rows, first_s)

@@ -129,7 +129,7 @@ fn uv_wheel(
     platform: &Platform,
     temp: &TempRoots,
 ) -> Result<(Entry, lock::pylock::Artifact)> {
-    let Ctx { store, lr, tc, uv } = *cx;
+    let Ctx { store, lr, uv, .. } = *cx;
     let key = crate::store::key::content_key(&serde_json::json!({
         "schema": crate::store::key::KEY_SCHEMA, "stage": "tools-lock", "uv": UV_VERSION,
         "platform": platform.spelled, "python": lr.recipe.python,
@@ -186,7 +186,6 @@ fn uv_wheel(
         store,
         std::slice::from_ref(&pkg),
         &entry.path,
-        &tc.python.path,
         false,
         Some(temp),
     )?;
@@ -257,9 +256,8 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
 
     let mut files: Vec<Member> = Vec::new();
     let mut entries = Vec::new();
-    let py = tc.python.path.clone();
     for pkgs in [&locked.build, &locked.runtime] {
-        for e in wheelhouse::ensure(store, pkgs, &locked.dir, &py, false, Some(&temp))? {
+        for e in wheelhouse::ensure(store, pkgs, &locked.dir, false, Some(&temp))? {
             add_entry(&e, &mut entries, &mut files)?;
         }
     }

@@ -84,7 +84,7 @@ pub fn metadata_runtime(
     let r = &lr.recipe;
     let lock_dir = build_lock.parent().unwrap_or(work);
     let packages = parse_pylock(build_lock)?;
-    let entries = wheelhouse::ensure(store, &packages, lock_dir, &tc.python.path, false, None)?;
+    let entries = wheelhouse::ensure(store, &packages, lock_dir, false, None)?;
     let venv = work.join("meta-venv");
     let log = work.join("meta.log");
     uv.venv(&tc.python.path, &venv, false, &log)?;
@@ -136,7 +136,7 @@ pub fn prepare(
     offline: bool,
     temp: &TempRoots,
 ) -> Result<Prepared> {
-    let Ctx { store, lr, tc, .. } = *cx;
+    let Ctx { store, lr, .. } = *cx;
     let r = &lr.recipe;
     let mut lock_entry = None;
     let locked = match lock::load(lock_dir, lr)? {
@@ -184,9 +184,16 @@ pub fn prepare(
             l
         }
     };
-    let py = &tc.python.path;
-    let b = wheelhouse::ensure(store, &locked.build, &locked.dir, py, offline, Some(temp))?;
-    let rt = wheelhouse::ensure(store, &locked.runtime, &locked.dir, py, offline, Some(temp))?;
+    // Both sets' missing artifacts in one parallel batch, then each set's entries.
+    let both: Vec<_> = locked
+        .build
+        .iter()
+        .chain(&locked.runtime)
+        .cloned()
+        .collect();
+    wheelhouse::ensure(store, &both, &locked.dir, offline, Some(temp))?;
+    let b = wheelhouse::ensure(store, &locked.build, &locked.dir, offline, Some(temp))?;
+    let rt = wheelhouse::ensure(store, &locked.runtime, &locked.dir, offline, Some(temp))?;
     let mut prepared = installs(store, &locked, (b, rt));
     prepared.venv.lock_entry = lock_entry.clone();
     prepared.lock_entry = lock_entry;

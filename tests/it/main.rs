@@ -10,6 +10,7 @@ mod build;
 mod bytecode;
 mod carry;
 mod demo;
+mod download;
 mod driver;
 mod edges;
 mod gpu;
