@@ -484,7 +484,7 @@ pub fn pull_pin(
         present.push(source::mirror_entry(store, &r.source.repo).label());
     }
     let mut labels = inputs.entries.clone();
-    let has_lock = matches!(crate::stages::lock::load(lock_dir, r), Ok(Some(_)));
+    let has_lock = matches!(crate::stages::lock::load(lock_dir, lr), Ok(Some(_)));
     let auto = crate::stages::lock::auto_entry(store, r);
     if !has_lock && !labels.contains(&auto.label()) {
         labels.insert(0, auto.label());
@@ -695,12 +695,12 @@ pub fn inputs(
         taken.push("source".to_string());
     }
     let auto = crate::stages::lock::auto_entry(store, r);
-    let mut lock = crate::stages::lock::load(lock_dir, r).ok().flatten();
+    let mut lock = crate::stages::lock::load(lock_dir, lr).ok().flatten();
     if lock.is_none() {
         if !auto.exists() && subs.entry(&auto, temp)?.is_some() {
             taken.push("lock".to_string());
         }
-        lock = crate::stages::lock::load(&auto.path, r).ok().flatten();
+        lock = crate::stages::lock::load(&auto.path, lr).ok().flatten();
     }
     if let Some(l) = lock {
         let mut hit = false;

@@ -8,31 +8,23 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::exit::{bad_input, not_gateable};
-use crate::ops::print_json;
+use crate::ops::{Opened, Session, print_json};
 use crate::pipeline::{self, Keys};
-use crate::recipe::pin;
 use crate::stages::smoke::Verdict;
-use crate::store::Store;
 
 /// Options of `build`.
 #[derive(Debug, Clone, Default)]
 pub struct BuildOptions {
     /// The PIN argument.
     pub pin: String,
-    /// `--store`.
-    pub store: Option<PathBuf>,
     /// `--offline`: no network at all.
     pub offline: bool,
     /// `--no-smoke`.
     pub no_smoke: bool,
     /// `--jobs N`: overrides `build.max_jobs`.
     pub jobs: Option<usize>,
-    /// `--json`.
-    pub json: bool,
     /// `--activate PATH`: after a gateable build, point the alias PATH at the oracle.
     pub activate: Option<PathBuf>,
-    /// `--lockfiles DIR`: where lock directories live (see `stages::lock::lock_dir`).
-    pub lockfiles: Option<PathBuf>,
     /// `--cache URL|NAME`: substitute from this one cache (else the configured ones).
     pub cache: Option<String>,
     /// `--no-substitute`: take nothing from a cache.
@@ -71,11 +63,12 @@ pub struct BuildReport {
     pub keys: Keys,
 }
 
-/// Runs the main job and prints its report. Errors carry their exit code
-/// (2 bad input, 3 identity mismatch, 4 not gateable, 1 anything else).
-pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
-    let report = execute(opts)?;
-    if opts.json {
+/// Runs the main job in session `s` and prints its report. Errors carry
+/// their exit code (2 bad input, 3 identity mismatch, 4 not gateable, 1
+/// anything else).
+pub fn run(s: &Session, opts: &BuildOptions) -> Result<BuildReport> {
+    let report = execute(s, opts)?;
+    if s.json {
         print_json(&report)?;
     } else {
         print_report(&report);
@@ -98,7 +91,7 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
                 "{} was built but not smoked (--no-smoke), so it is not gateable; `oracle-build build {}{}` runs the gate on it",
                 report.recipe,
                 crate::shell::shell_quote(&opts.pin),
-                opts.store.as_ref().map_or(String::new(), |s| format!(
+                s.store.as_ref().map_or(String::new(), |s| format!(
                     " --store {}",
                     crate::shell::shell_quote(&s.display().to_string())
                 ))
@@ -141,19 +134,21 @@ pub fn print_report(report: &BuildReport) {
     }
 }
 
-/// Runs the main job without printing: the report whatever the verdict.
-/// Errors: bad input (exit 2), identity mismatch (exit 3), any failure (exit 1).
-pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
+/// Runs the main job in session `s` without printing: the report whatever
+/// the verdict. Errors: bad input (exit 2), identity mismatch (exit 3), any
+/// failure (exit 1).
+pub fn execute(s: &Session, opts: &BuildOptions) -> Result<BuildReport> {
     if opts.activate.is_some() && opts.no_smoke {
         return Err(bad_input(
             "--activate needs a gateable oracle, and --no-smoke skips the gate; drop one of them",
         ));
     }
-    let lr = pin::resolve(&opts.pin)?;
-    let store = Store::at(&Store::default_root(opts.store.as_deref())?)?;
+    let Opened {
+        recipe: lr, store, ..
+    } = s.open(&opts.pin)?;
     // roots/<name> and its oracle belong to the recipe that built it.
     crate::stages::oracle::check_root_owner(&store, &lr)?;
-    let lock_dir = pipeline::lock_dir(&lr, opts.lockfiles.as_deref());
+    let lock_dir = pipeline::lock_dir(&lr, s.lockfiles());
     // Substitution: the configured caches (`--offline`: file:// ones only).
     let caches: Vec<crate::cache::config::Cache> = if opts.no_substitute {
         Vec::new()

@@ -3,32 +3,27 @@
 //! directories created. The plan itself is [`crate::pipeline::plan`]'s, the
 //! same code `build` runs.
 
-use std::path::Path;
-
 use anyhow::Result;
 
-use crate::ops::print_json;
+use crate::ops::{Opened, Session, print_json};
 use crate::pipeline::{self, Plan, StepState};
 use crate::recipe::pin;
 use crate::store::Store;
 
 const GIB: u64 = 1 << 30;
 
-/// Computes the plan for `pin` against the store at `store_arg`; `offline`:
+/// Computes the plan for `pin_arg` against the store of session `s`; `offline`:
 /// the plan of `build --offline` (no reachability check of the repository,
 /// and what an offline build would miss counts as a problem).
 ///
 /// Errors (exit 2): the PIN or the store root is bad.
-pub fn plan(
-    pin_arg: &str,
-    store_arg: Option<&Path>,
-    lockfiles: Option<&Path>,
-    offline: bool,
-) -> Result<Plan> {
-    let lr = pin::resolve(pin_arg)?;
-    let root = Store::default_root(store_arg)?;
-    let store = Store::at(&root)?;
-    let lock_dir = pipeline::lock_dir(&lr, lockfiles);
+pub fn plan(s: &Session, pin_arg: &str, offline: bool) -> Result<Plan> {
+    let Opened {
+        recipe: lr,
+        root,
+        store,
+    } = s.open(pin_arg)?;
+    let lock_dir = pipeline::lock_dir(&lr, s.lockfiles());
     let mut p = pipeline::plan(&lr, &store, &root, &lock_dir, offline);
     if offline {
         p.problems.extend(p.offline_missing.iter().cloned());
@@ -52,16 +47,10 @@ fn blocked(p: &Plan) -> Result<()> {
 /// `plan`: prints the plan (text or `--json`). Exits 0 when a build could
 /// run now, 1 when it would stop before any work (the problems are listed),
 /// 2 when the PIN is bad. Changes nothing either way.
-pub fn run(
-    pin_arg: &str,
-    store_arg: Option<&Path>,
-    lockfiles: Option<&Path>,
-    offline: bool,
-    json: bool,
-) -> Result<()> {
-    let p = plan(pin_arg, store_arg, lockfiles, offline)?;
+pub fn run(s: &Session, pin_arg: &str, offline: bool) -> Result<()> {
+    let p = plan(s, pin_arg, offline)?;
     let caches = cache_rows(pin_arg, &p, offline)?;
-    if json {
+    if s.json {
         print_json(&PlanReport {
             plan: &p,
             caches: &caches,

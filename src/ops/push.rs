@@ -151,7 +151,7 @@ pub fn push(pin_arg: &str, store_arg: Option<&Path>, opts: &PushOptions) -> Resu
     let mut entries: Vec<Entry> = Vec::new();
     let auto = lock::auto_entry(&store, r);
     let lock_dir = lock::lock_dir(&lr, opts.lockfiles.as_deref());
-    let lock_from = if matches!(lock::load(&lock_dir, r), Ok(Some(_))) {
+    let lock_from = if matches!(lock::load(&lock_dir, &lr), Ok(Some(_))) {
         Some(lock_dir.clone())
     } else if auto.exists() {
         Some(auto.path.clone())
@@ -178,7 +178,7 @@ pub fn push(pin_arg: &str, store_arg: Option<&Path>, opts: &PushOptions) -> Resu
     let mut artifacts: Vec<Artifact> = Vec::new();
     // The source: a git bundle of the commit with its history and tags.
     let bundle = scratch.join(SOURCE_BUNDLE);
-    crate::ops::bundle::git_bundle(&store, &r.source.repo, &r.source.commit, &bundle)?;
+    crate::pipeline::bundle::git_bundle(&store, &r.source.repo, &r.source.commit, &bundle)?;
     let bl = Layer::of_file(
         &bundle,
         SOURCE_BUNDLE,

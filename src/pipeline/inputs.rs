@@ -139,7 +139,7 @@ pub fn prepare(
     let Ctx { store, lr, .. } = *cx;
     let r = &lr.recipe;
     let mut lock_entry = None;
-    let locked = match lock::load(lock_dir, r)? {
+    let locked = match lock::load(lock_dir, lr)? {
         Some(l) => {
             progress::stage("lock", format!("using {}", lock_dir.display()));
             l
@@ -178,7 +178,7 @@ pub fn prepare(
                     store.persist(&dir, &entry)?;
                 }
             }
-            let l = lock::load(&entry.path, r)?
+            let l = lock::load(&entry.path, lr)?
                 .ok_or_else(|| anyhow::anyhow!("{} holds no lock", entry.path.display()))?;
             lock_entry = Some(entry);
             l
@@ -234,11 +234,11 @@ pub fn prepare(
 /// the store) and every external source's staged revision; `None` when
 /// either is missing. Only the wheelhouse entries already present are listed.
 pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> Option<Prepared> {
-    let (locked, lock_entry) = match lock::load(lock_dir, &lr.recipe).ok()? {
+    let (locked, lock_entry) = match lock::load(lock_dir, lr).ok()? {
         Some(l) => (l, None),
         None => {
             let e = lock::auto_entry(store, &lr.recipe);
-            (lock::load(&e.path, &lr.recipe).ok()??, Some(e))
+            (lock::load(&e.path, lr).ok()??, Some(e))
         }
     };
     // The keys depend on the lock's sha256, not on its artifacts being
@@ -393,7 +393,7 @@ pub fn ext_rows(store: &Store, found: &Discovery) -> Vec<ExtRow> {
 pub fn offline_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Vec<String> {
     let r = &lr.recipe;
     let mut problems = Vec::new();
-    match lock::load(lock_dir, r) {
+    match lock::load(lock_dir, lr) {
         Ok(Some(locked)) => {
             for (what, pkgs) in [
                 ("build venv", &locked.build),
@@ -408,7 +408,7 @@ pub fn offline_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Ve
                 }
             }
         }
-        Ok(None) => match lock::load(&lock::auto_entry(store, r).path, r) {
+        Ok(None) => match lock::load(&lock::auto_entry(store, r).path, lr) {
             Ok(Some(locked)) => {
                 for (what, pkgs) in [("build venv", &locked.build), ("oracle venv", &locked.runtime)] {
                     let missing = wheelhouse::missing(store, pkgs);

@@ -34,9 +34,11 @@
 //! 9. Point the pin's GC root at the oracle; drop the temporary roots.
 
 pub mod advance;
+pub mod bundle;
 pub mod doctor;
 pub mod inputs;
 pub mod preflight;
+pub mod verify;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -230,7 +232,7 @@ fn step(stage: &str, state: StepState, detail: impl Into<String>, disk: u64) -> 
 pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offline: bool) -> Plan {
     let r = &lr.recipe;
     let host = crate::host::platform::Platform::host().map(|p| p.spelled);
-    let lock = match lock::load(lock_dir, r) {
+    let lock = match lock::load(lock_dir, lr) {
         Ok(Some(l)) => LockRow {
             dir: l.dir.clone(),
             platform: l.info.platform.clone(),
@@ -240,7 +242,7 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         },
         Ok(None) => {
             // The lock a previous build resolved into the store, if any.
-            let stored = lock::load(&lock::auto_entry(store, r).path, r)
+            let stored = lock::load(&lock::auto_entry(store, r).path, lr)
                 .ok()
                 .flatten();
             LockRow {

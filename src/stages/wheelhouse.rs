@@ -26,8 +26,8 @@ use crate::progress::{self, Progress};
 use crate::stages::lock::pylock::{Artifact, LockedPackage};
 use crate::store::{Bucket, Entry, Manifest, Store, TempRoots, write_json};
 
-/// The record file of a wheelhouse entry.
-pub const ARTIFACT_JSON: &str = "artifact.json";
+/// The record file of a wheelhouse entry (named by the store).
+pub use crate::store::ARTIFACT_JSON;
 
 /// The wheelhouse entry of the artifact with `sha256`.
 pub fn entry(store: &Store, sha256: &str) -> Entry {
