@@ -13,6 +13,7 @@ mod edges;
 mod gpu;
 mod hermetic;
 mod identity;
+mod perf;
 mod pipeline_keys;
 mod real;
 mod recipes;
