@@ -109,3 +109,108 @@ fn a_rebuild_after_wiping_the_wheel_and_venv_is_served_by_the_compiler_cache() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// Makes the directory `dir` of a read-only entry writable, runs `f`, and
+/// makes it read-only again (as the store left it).
+fn in_writable(dir: &Path, f: impl FnOnce()) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir).unwrap().permissions().mode();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o200)).unwrap();
+    f();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn a_replaced_or_deleted_file_of_an_oracle_is_found_by_verify_and_by_the_next_build() {
+    let fx = Fx::new();
+    let (_, _, recipe) = fx.pin();
+    let r = recipe.to_str().unwrap();
+    let venv = PathBuf::from(fx.json(&["build", r, "--json"])["oracle"].as_str().unwrap());
+    let noop = fx.json(&["build", r, "--json"]);
+    assert_eq!(noop["built"], serde_json::json!([]), "{noop}");
+
+    // Replaced the way an editor saves (a new file renamed over it): the
+    // same size, one byte different, its mtime restored.
+    let rel = "lib/python3.11/site-packages/fixturellm/outputs.py";
+    let file = venv.join(rel);
+    let original = std::fs::read(&file).unwrap();
+    let mtime = std::fs::metadata(&file).unwrap().modified().unwrap();
+    let mut changed = original.clone();
+    let at = changed.iter().position(|&b| b == b'a').unwrap();
+    changed[at] = b'b';
+    let parent = file.parent().unwrap().to_path_buf();
+    in_writable(&parent, || {
+        let tmp = parent.join(".outputs.py.new");
+        std::fs::write(&tmp, &changed).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&tmp)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+    });
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().len(),
+        original.len() as u64
+    );
+    assert_eq!(std::fs::metadata(&file).unwrap().modified().unwrap(), mtime);
+
+    for extra in [&[][..], &["--deep"][..]] {
+        let v = fx.run(&[&["verify", r][..], extra].concat());
+        assert_eq!(
+            code(&v),
+            3,
+            "verify {extra:?} finds the replaced file: {}",
+            text(&v)
+        );
+        assert!(
+            text(&v).contains(&format!("changed content: {rel}")),
+            "{}",
+            text(&v)
+        );
+    }
+    let again = fx.run(&["build", r, "--json"]);
+    assert_eq!(code(&again), 0, "{}", text(&again));
+    assert!(
+        text(&again).contains(&format!("is damaged (changed content: {rel}")),
+        "{}",
+        text(&again)
+    );
+    assert!(
+        json(&again)["built"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b == "venv")
+    );
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        original,
+        "the rebuilt oracle is intact"
+    );
+
+    // Deleted.
+    let rel = "lib/python3.11/site-packages/fixturellm/sampling_params.py";
+    let file = venv.join(rel);
+    in_writable(file.parent().unwrap(), || {
+        std::fs::remove_file(&file).unwrap()
+    });
+    let v = fx.run(&["verify", r]);
+    assert_eq!(code(&v), 3, "{}", text(&v));
+    assert!(
+        text(&v).contains(&format!("missing: {rel}")),
+        "{}",
+        text(&v)
+    );
+    let again = fx.run(&["build", r, "--json"]);
+    assert_eq!(code(&again), 0, "{}", text(&again));
+    assert!(
+        text(&again).contains(&format!("is damaged (missing: {rel}")),
+        "{}",
+        text(&again)
+    );
+    assert!(file.is_file(), "the rebuilt oracle has the file again");
+    let noop = fx.json(&["build", r, "--json"]);
+    assert_eq!(noop["built"], serde_json::json!([]), "intact again: {noop}");
+}
