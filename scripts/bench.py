@@ -216,7 +216,7 @@ def main():
     uv = work / "tools" / "uv-0.13.9" / "bin" / "uv"
     py = shutil.which(f"python{PYTHON}") or sys.executable
     wheel = next((store / "store" / "wheels").glob("*/*.whl"))
-    specs = [f"{k}=={v}" for k, v in HEAVY.items()] + ["packaging"]
+    specs = [f"{k}=={v}" for k, v in HEAVY.items()] + ["packaging", "idna"]
     wheeldir = work / "wheeldir"
     sh(py, "-m", "pip", "download", "-q", "-d", wheeldir, *specs)
     shutil.copy(wheel, wheeldir)
