@@ -181,6 +181,15 @@ pub enum Command {
     Lock {
         /// The PIN.
         pin: String,
+        /// Lock for the box that will build it (uv's `--python-platform` value,
+        /// e.g. x86_64-manylinux_2_28, aarch64-manylinux_2_28), into
+        /// `lockfiles/<name>/<P>/`; default: this host, into `lockfiles/<name>/`.
+        #[arg(long, value_name = "P")]
+        platform: Option<String>,
+        /// Resolve nothing: check that the lock a build on P (default: this host)
+        /// would use is there and current (exit 2 when not).
+        #[arg(long)]
+        check: bool,
     },
     /// Write everything an offline box needs to rebuild PIN's oracle into one archive.
     Export {

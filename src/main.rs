@@ -120,8 +120,17 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             let opts = ops::doctor::DoctorOptions { venvs: venv, pin };
             return ops::doctor::run(store, &opts, cli.json);
         }
-        Some(Command::Lock { pin }) => {
-            return ops::lock::run(&pin, store, cli.lockfiles.as_deref(), cli.json);
+        Some(Command::Lock {
+            pin,
+            platform,
+            check,
+        }) => {
+            let opts = ops::lock::LockOptions {
+                platform,
+                check,
+                json: cli.json,
+            };
+            return ops::lock::run(&pin, store, cli.lockfiles.as_deref(), &opts);
         }
         Some(Command::Export {
             pin,

@@ -262,6 +262,22 @@ pub fn tools_dir(store: &Store) -> PathBuf {
         .map_or_else(|| store.tools_dir(), PathBuf::from)
 }
 
+/// The record, in a uv installed from a wheel (`<tools>/uv-<version>/`), of
+/// that wheel's sha256.
+const UV_WHEEL_RECORD: &str = "wheel.json";
+
+/// The sha256 of the wheel the uv `tool` was installed from by
+/// [`install_uv_wheel`] (its wheelhouse entry's name), read from the record
+/// beside its `bin/`; `None` for a uv from anywhere else.
+pub fn uv_wheel_sha256(tool: &Tool) -> Option<String> {
+    let dir = tool.path.parent()?.parent()?;
+    let v: serde_json::Value = crate::store::read_json(&dir.join(UV_WHEEL_RECORD)).ok()?;
+    v["sha256"]
+        .as_str()
+        .filter(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(str::to_string)
+}
+
 /// Installs the uv of the wheel at `wheel` (its `uv-<version>.data/scripts/`
 /// programs, as `pip install --target` lays them out) into the tools
 /// directory as the pinned uv `uv-<UV_VERSION>/bin/uv`, staged and renamed
@@ -331,6 +347,13 @@ pub fn install_uv_wheel(store: &Store, wheel: &Path) -> Result<Tool> {
             probe.version
         );
     }
+    // Which wheel it came from: the oracles built with it require that
+    // wheelhouse entry ([`uv_wheel_sha256`]), so `gc` keeps it.
+    let sha = crate::store::sha256_file(wheel)?;
+    fs::write(
+        target.join(UV_WHEEL_RECORD),
+        serde_json::json!({"sha256": sha, "wheel": wheel.file_name().map(|n| n.to_string_lossy().into_owned())}).to_string(),
+    )?;
     fs::rename(&target, &dir)?;
     progress::stage(
         "import",

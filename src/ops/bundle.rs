@@ -167,7 +167,8 @@ pub struct ExportOptions {
 }
 
 /// The lock to bundle for `target` (`None`: this host): the recipe's
-/// lockfile when it fits the platform, else the store's lock for it, else
+/// lockfile for that platform ([`lock::pick`]: `lockfiles/<name>/` or
+/// `lockfiles/<name>/<P>/`) when it has one, else the store's lock for it, else
 /// one resolved now into the store (for another platform with `uv pip
 /// compile --python-platform`, needing no interpreter of it).
 ///
@@ -181,11 +182,10 @@ fn lock_for(
 ) -> Result<lock::Locked> {
     let Ctx { store, lr, tc, .. } = *cx;
     let r = &lr.recipe;
-    if let Some(recorded) = lock::recorded_platform(lock_dir)?
-        && lock::platform_fits(recorded.as_deref(), target).is_ok()
+    if let lock::Pick::Dir(d) = lock::pick(lock_dir, target)?
         && let Some(l) = lock::load_for(lock_dir, r, target)?
     {
-        progress::stage("lock", format!("using {}", lock_dir.display()));
+        progress::stage("lock", format!("using {}", d.display()));
         return Ok(l);
     }
     let entry = match target {
@@ -210,7 +210,7 @@ fn lock_for(
         let staging = store.stage("autolock")?;
         let dir = staging.path().join("lock");
         lock::resolve_for(cx, &src.path, &dir, target, &|b, w| {
-            crate::pipeline::inputs::metadata_runtime(cx, &src.path, b, w)
+            crate::pipeline::inputs::metadata_runtime(cx, &src.path, b, w, target)
         })?;
         store.persist(&dir, &entry)?;
     }

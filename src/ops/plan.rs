@@ -103,6 +103,18 @@ fn render(p: &Plan) -> String {
         "",
         p.lock.state.describe()
     ));
+    let host = p.lock.host.as_deref().unwrap_or("unknown");
+    match (&p.lock.platform, &p.lock.state) {
+        (Some(pl), _) => line(format!(
+            "  {:<10} {:<7} platform {pl}: the lock a build on this host ({host}) uses",
+            "", ""
+        )),
+        (None, pipeline::LockState::Locked) => line(format!(
+            "  {:<10} {:<7} platform not recorded: taken to be this host's ({host})",
+            "", ""
+        )),
+        (None, _) => line(format!("  {:<10} {:<7} this host is {host}", "", "")),
+    }
     for e in &p.ext_sources {
         line(format!(
             "  {:<10} {:<7} {} = {} -> {}{}",

@@ -25,7 +25,7 @@ use crate::ops::print_json;
 use crate::recipe::LoadedRecipe;
 use crate::recipe::pin;
 use crate::stages::oracle::{self, OracleRecord};
-use crate::stages::smoke::{self, CaseResult, SmokeReport, Verdict, golden};
+use crate::stages::smoke::{self, CaseResult, GoldenState, SmokeReport, Verdict, golden};
 use crate::store::{Bucket, Manifest, Store};
 
 /// Arguments of `smoke`.
@@ -402,14 +402,14 @@ fn render_case(c: &CaseResult, requested: &[&str], line: &mut impl FnMut(String)
         .golden_path
         .as_ref()
         .map_or(String::new(), |p| format!(" {}", p.display()));
-    match c.golden.as_str() {
-        "mismatched" => {
+    match c.golden {
+        GoldenState::Mismatched => {
             line(format!("  golden   MISMATCH{path}"));
             if let Some(d) = &c.golden_diff {
                 line(format!("           {}", smoke::describe_diff(d)));
             }
         }
-        "refused" => {
+        GoldenState::Refused => {
             line(format!(
                 "  golden   REFUSED{path}: {}",
                 if c.config_diffs.is_empty() {
@@ -422,7 +422,9 @@ fn render_case(c: &CaseResult, requested: &[&str], line: &mut impl FnMut(String)
                 line(format!("           {d}"));
             }
         }
-        "none" => line("  golden   none recorded (smoke --record-golden writes one)".into()),
+        GoldenState::None => {
+            line("  golden   none recorded (smoke --record-golden writes one)".into())
+        }
         other => line(format!("  golden   {other}{path}")),
     }
     for n in &c.notes {

@@ -2,7 +2,7 @@
 //! `--offline` preflight: the lock (or one resolved now), its artifacts in
 //! the wheelhouse, the staged external sources and the compiler cache.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::stages::Ctx;
 use anyhow::{Context, Result, bail};
@@ -26,6 +26,10 @@ use crate::store::{Entry, Store, TempRoots, read_json};
 pub struct Prepared {
     /// The store entry of the lock, when it was resolved by a build (no lockfile).
     pub lock_entry: Option<Entry>,
+    /// The directory of the lock used: the lockfile directory picked for
+    /// this host (`lockfiles/<name>/` or `lockfiles/<name>/<P>/`), or the
+    /// store entry's.
+    pub lock_dir: PathBuf,
     /// For the wheel stage.
     pub wheel: WheelHermetic,
     /// For the venv stage.
@@ -45,12 +49,14 @@ fn installs(store: &Store, locked: &Locked, entries: (Vec<Entry>, Vec<Entry>)) -
     };
     Prepared {
         lock_entry: None,
+        lock_dir: locked.dir.clone(),
         wheel: WheelHermetic {
             build_lock: mk(&locked.build, entries.0, locked.build_sha256()),
             ..Default::default()
         },
         venv: VenvHermetic {
             runtime_lock: mk(&locked.runtime, entries.1, locked.runtime_sha256()),
+            lock_entry: None,
         },
     }
 }
@@ -60,7 +66,8 @@ fn installs(store: &Store, locked: &Locked, entries: (Vec<Entry>, Vec<Entry>)) -
 /// locked build set `build_lock` (its artifacts fetched into the wheelhouse),
 /// with the build's `VLLM_TARGET_DEVICE` and the recipe's `build.env`, and
 /// the variables every build scrubs removed. Markers are evaluated for the
-/// recipe's Python. Scratch files go to `work`. This is how
+/// recipe's Python on `platform` (`None`: this host; see
+/// [`requires::marker_env_on`]). Scratch files go to `work`. This is how
 /// `stages::lock::resolve` asks the tree for its runtime set (vLLM's
 /// `setup.py` computes `install_requires` from `VLLM_TARGET_DEVICE`).
 ///
@@ -71,6 +78,7 @@ pub fn metadata_runtime(
     src: &Path,
     build_lock: &Path,
     work: &Path,
+    platform: Option<&crate::host::platform::Platform>,
 ) -> Result<Vec<String>> {
     let Ctx { store, lr, tc, uv } = *cx;
     let r = &lr.recipe;
@@ -105,7 +113,7 @@ pub fn metadata_runtime(
     )?
     .context("the build backend has no prepare_metadata_for_build_wheel hook")?;
     let reqs = requires::requires_dist(&meta, "the tree's METADATA")?;
-    let target = requires::marker_env(&tc.python.path)?;
+    let target = requires::marker_env_on(&tc.python.path, platform)?;
     Ok(requires::active(&reqs, &target, &[])
         .iter()
         .map(ToString::to_string)
@@ -165,7 +173,7 @@ pub fn prepare(
                     let staging = store.stage("autolock")?;
                     let dir = staging.path().join("lock");
                     lock::resolve(cx, &src.path, &dir, &|b, w| {
-                        metadata_runtime(cx, &src.path, b, w)
+                        metadata_runtime(cx, &src.path, b, w, None)
                     })?;
                     store.persist(&dir, &entry)?;
                 }
@@ -180,6 +188,7 @@ pub fn prepare(
     let b = wheelhouse::ensure(store, &locked.build, &locked.dir, py, offline, Some(temp))?;
     let rt = wheelhouse::ensure(store, &locked.runtime, &locked.dir, py, offline, Some(temp))?;
     let mut prepared = installs(store, &locked, (b, rt));
+    prepared.venv.lock_entry = lock_entry.clone();
     prepared.lock_entry = lock_entry;
 
     let found = ext::discover_in_tree(&src.path, &r.build.target_device)?;
@@ -238,6 +247,7 @@ pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> O
     let b = pick(&locked.build);
     let rt = pick(&locked.runtime);
     let mut prepared = installs(store, &locked, (b, rt));
+    prepared.venv.lock_entry = lock_entry.clone();
     prepared.lock_entry = lock_entry;
     let found = ext::discover_in_tree(src, &lr.recipe.build.target_device).ok()?;
     let mut staged = Vec::new();

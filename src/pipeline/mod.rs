@@ -196,8 +196,14 @@ pub struct Plan {
 /// The lock as `plan` shows it.
 #[derive(Debug, Serialize)]
 pub struct LockRow {
-    /// The lock directory.
+    /// The lock directory a build uses: the recipe's `lockfiles/<name>/`,
+    /// or the `lockfiles/<name>/<P>/` picked for this host (`stages::lock::pick`).
     pub dir: PathBuf,
+    /// The platform that lock was resolved for (`None`: no lock, or one that
+    /// records none).
+    pub platform: Option<String>,
+    /// This host's platform (the one a build here picks a lock for).
+    pub host: Option<String>,
     /// `locked`, `none` (a build resolves one), or `stale: ...`.
     pub state: LockState,
     /// The `--exclude-newer` cut-off it was made with.
@@ -220,19 +226,32 @@ fn step(stage: &str, state: StepState, detail: impl Into<String>, disk: u64) -> 
 /// nothing: no fetch, no store directory created.
 pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offline: bool) -> Plan {
     let r = &lr.recipe;
+    let host = crate::host::platform::Platform::host().map(|p| p.spelled);
     let lock = match lock::load(lock_dir, r) {
         Ok(Some(l)) => LockRow {
-            dir: lock_dir.to_path_buf(),
+            dir: l.dir.clone(),
+            platform: l.info.platform.clone(),
+            host,
             state: LockState::Locked,
             exclude_newer: l.info.exclude_newer,
         },
-        Ok(None) => LockRow {
-            dir: lock_dir.to_path_buf(),
-            state: LockState::None,
-            exclude_newer: None,
-        },
+        Ok(None) => {
+            // The lock a previous build resolved into the store, if any.
+            let stored = lock::load(&lock::auto_entry(store, r).path, r)
+                .ok()
+                .flatten();
+            LockRow {
+                dir: lock_dir.to_path_buf(),
+                platform: stored.and_then(|l| l.info.platform),
+                host,
+                state: LockState::None,
+                exclude_newer: None,
+            }
+        }
         Err(e) => LockRow {
             dir: lock_dir.to_path_buf(),
+            platform: None,
+            host,
             state: LockState::Stale(format!("{e:#}")),
             exclude_newer: None,
         },
@@ -568,10 +587,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     if !vplan.entry.exists() {
         // The runtime set is what the built wheel declares: refuse a lock
         // that misses or contradicts it before anything is installed.
-        let lock_file = lock_entry
-            .as_ref()
-            .map_or_else(|| o.lock_dir.to_path_buf(), |e| e.path.clone())
-            .join(lock::RUNTIME_LOCK);
+        let lock_file = hermetic.lock_dir.join(lock::RUNTIME_LOCK);
         let locked = vplan
             .hermetic
             .runtime_lock

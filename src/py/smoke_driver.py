@@ -16,6 +16,7 @@ log lines), never raised; the caller enforces a timeout. One process per case,
 with the case's environment; everything runs under the ``__main__`` guard.
 """
 import collections
+import enum
 import importlib
 import json
 import logging
@@ -83,6 +84,10 @@ def finite(x):
 
 def plain(value):
     """A JSON-able rendering of an engine-config value (dtype torch.bfloat16 -> "bfloat16")."""
+    if isinstance(value, enum.Enum):
+        # Before the int check: vLLM's CompilationMode is an IntEnum
+        # (vllm/config/compilation.py), recorded by name like CUDAGraphMode.
+        return value.name
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
@@ -103,6 +108,8 @@ def builtin_probe(cfg):
     With torch importable the inputs are torch tensors on the recipe's device
     (vLLM's kernels, reference computed by torch); without torch they are
     float32 ``array`` buffers (the test fixture) and the reference is Python.
+    A recipe for ``cuda`` without torch fails: the array path runs on the
+    CPU, which proves nothing about the CUDA kernels the recipe asks for.
     """
     result = {"op": cfg["package"] + "._custom_ops.rms_norm", "ok": False}
     stage = "import"
@@ -113,7 +120,12 @@ def builtin_probe(cfg):
         rng = random.Random(0)
         try:
             import torch
-        except ImportError:
+        except ImportError as exc:
+            if cfg.get("device") == "cuda":
+                raise RuntimeError(
+                    "the recipe's target_device is cuda but torch cannot be imported "
+                    "in the oracle (%s): the probe would run on the CPU and prove "
+                    "nothing about the CUDA kernels" % exc)
             torch = None
         stage = "run"
         if torch is not None:
@@ -184,11 +196,13 @@ def probe(cfg):
 
 # Where vLLM keeps each engine knob: EngineArgs name -> the (VllmConfig
 # section, attribute) places to try, first found wins. Checked against
-# vllm/config/{model,cache,scheduler,parallel,compilation}.py: v0.9-era trees
-# (one vllm/config.py) carry both ``SchedulerConfig.enable_chunked_prefill``
-# and the derived ``chunked_prefill_enabled``; v0.16 and later only
-# ``enable_chunked_prefill``. ``CompilationConfig.level`` is gone after v0.16
-# (``mode`` replaced it), so both are read.
+# vllm/config/{model,cache,scheduler,parallel,compilation}.py of vLLM main at
+# 2026-02 and at 2026-08: both carry ``SchedulerConfig.enable_chunked_prefill``
+# and no ``chunked_prefill_enabled`` (only v0.9-era trees, one vllm/config.py,
+# have that derived name, so it is tried second); ``CacheConfig.swap_space``
+# is in the 2026-02 tree and gone by 2026-08; ``CompilationConfig.level`` is
+# deprecated in favour of ``mode`` in 2026-02 and gone by 2026-08, so both
+# are read.
 VLLM_PLACES = {
     "max_model_len": [("model_config", "max_model_len")],
     "dtype": [("model_config", "dtype")],
@@ -204,6 +218,7 @@ VLLM_PLACES = {
     "block_size": [("cache_config", "block_size")],
     "kv_cache_dtype": [("cache_config", "cache_dtype")],
     "enable_prefix_caching": [("cache_config", "enable_prefix_caching")],
+    "swap_space": [("cache_config", "swap_space")],
     "max_num_seqs": [("scheduler_config", "max_num_seqs")],
     "max_num_batched_tokens": [("scheduler_config", "max_num_batched_tokens")],
     "enable_chunked_prefill": [("scheduler_config", "enable_chunked_prefill"),
@@ -427,7 +442,9 @@ def case(cfg):
             dt = time.monotonic() - t0
             comp = out.outputs[0]
             run = {
-                "prompt_token_ids": [int(t) for t in out.prompt_token_ids],
+                # vLLM's RequestOutput.prompt_token_ids is ``list[int] | None``.
+                "prompt_token_ids": (None if out.prompt_token_ids is None
+                                     else [int(t) for t in out.prompt_token_ids]),
                 "output_token_ids": [int(t) for t in comp.token_ids],
                 "text": comp.text,
                 "finish_reason": getattr(comp, "finish_reason", None),

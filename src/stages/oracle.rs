@@ -443,8 +443,15 @@ fn build(
         checks,
         smoke,
         tools: tc.clone(),
+        // The wheel, the runtime set's wheelhouse entries, the store's lock
+        // they were installed from, and the wheel the pinned uv came from.
         requires: std::iter::once(wheel_entry.label())
             .chain(plan.hermetic.runtime_lock.iter().flat_map(|l| l.labels()))
+            .chain(plan.hermetic.lock_entry.iter().map(|e| e.label()))
+            .chain(
+                crate::host::toolchain::uv_wheel_sha256(&tc.uv)
+                    .map(|sha| format!("{}/{sha}", Bucket::Wheelhouse.dir_name())),
+            )
             .collect(),
         warnings,
         created,

@@ -104,6 +104,41 @@ pub fn marker_env(python: &Path) -> Result<MarkerEnvironment> {
     })
 }
 
+/// [`marker_env`] of `python` as seen on another target `platform`
+/// (`None`: this host): `platform_machine` becomes the target's machine
+/// (`x86_64`, `aarch64`), and the OS keys Linux's (`sys_platform` `linux`,
+/// `platform_system` `Linux`, `os_name` `posix`); the Python keys stay the
+/// interpreter's. PEP 508 "Environment Markers".
+///
+/// Errors: as [`marker_env`].
+pub fn marker_env_on(
+    python: &Path,
+    platform: Option<&crate::host::platform::Platform>,
+) -> Result<MarkerEnvironment> {
+    let Some(p) = platform else {
+        return marker_env(python);
+    };
+    let out = capture(
+        "python (marker environment)",
+        duct::cmd(python, ["-c", MARKER_ENV_PY]),
+    )?;
+    let mut v: serde_json::Value = serde_json::from_str(&out).with_context(|| {
+        format!(
+            "{} printed no PEP 508 marker environment: {out}",
+            python.display()
+        )
+    })?;
+    for (k, val) in [
+        ("platform_machine", p.arch.as_str()),
+        ("sys_platform", "linux"),
+        ("platform_system", "Linux"),
+        ("os_name", "posix"),
+    ] {
+        v[k] = serde_json::Value::String(val.to_string());
+    }
+    serde_json::from_value(v).context("the marker environment of the target platform")
+}
+
 /// The core metadata of the wheel at `wheel`, read with `python`'s zipfile.
 ///
 /// Errors: not a wheel, or it holds no single `*.dist-info/METADATA`.

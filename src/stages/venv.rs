@@ -36,6 +36,11 @@ use crate::store::{Bucket, Entry, Store, sha256_file};
 pub struct VenvHermetic {
     /// The runtime set, installed with the wheel.
     pub runtime_lock: Option<LockedInstall>,
+    /// The store entry holding that lock, when it came from the store (a
+    /// lock a build resolved, or one a bundle brought), not a lockfile: the
+    /// oracle's record requires it, so `gc` keeps it while the oracle is
+    /// rooted and an `--offline` rebuild finds it.
+    pub lock_entry: Option<crate::store::Entry>,
 }
 
 /// The venv stage's key and entry, known before any work.

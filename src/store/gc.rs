@@ -192,6 +192,41 @@ mod tests {
     }
 
     #[test]
+    fn the_lock_and_uv_wheel_an_oracle_requires_are_kept_though_its_wheel_names_neither() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(dir.path()).unwrap();
+        store.init().unwrap();
+        // As on a box that imported a bundle: the wheel was built elsewhere
+        // from a lockfile, so its build.json names no lock of this store.
+        let wheel = entry_with(&store, Bucket::Wheels, "w", &["src/c"]);
+        let src = entry_with(&store, Bucket::Src, "c", &[]);
+        let lock = entry_with(&store, Bucket::Locks, "imported", &[]);
+        let uv = entry_with(&store, Bucket::Wheelhouse, "uvsha", &[]);
+        let dep = entry_with(&store, Bucket::Wheelhouse, "depsha", &[]);
+        // A lock no record uses (resolved for another box by `export`).
+        let other = entry_with(&store, Bucket::Locks, "other-platform", &[]);
+        let venv = entry_with(
+            &store,
+            Bucket::Venvs,
+            "v",
+            &[
+                "wheels/w",
+                "wheelhouse/depsha",
+                "lockfiles/imported",
+                "wheelhouse/uvsha",
+            ],
+        );
+        store.set_root("fx", &venv).unwrap();
+        let report = collect(&store, false).unwrap();
+        let deleted: Vec<&str> = report.deleted.iter().map(|d| d.entry.as_str()).collect();
+        assert_eq!(deleted, vec!["lockfiles/other-platform"]);
+        for e in [&wheel, &src, &lock, &uv, &dep, &venv] {
+            assert!(e.exists(), "{} is kept", e.label());
+        }
+        assert!(!other.exists());
+    }
+
+    #[test]
     fn an_entry_without_a_readable_record_requires_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::at(dir.path()).unwrap();

@@ -17,7 +17,7 @@ fn closed_port() -> u16 {
 
 /// Closes every network path of `c`: every proxy variable points at a
 /// closed local port, and the default indexes too.
-fn offline(c: &mut Command) -> &mut Command {
+pub(crate) fn offline(c: &mut Command) -> &mut Command {
     let dead = format!("http://127.0.0.1:{}", closed_port());
     for v in [
         "HTTP_PROXY",
@@ -36,7 +36,7 @@ fn offline(c: &mut Command) -> &mut Command {
         .env("PIP_INDEX_URL", format!("{dead}/simple"))
 }
 
-fn ok(out: &Output) {
+pub(crate) fn ok(out: &Output) {
     assert_eq!(code(out), 0, "{}", text(out));
 }
 
@@ -58,7 +58,7 @@ fn identity(report: &Value) -> Value {
 }
 
 /// Runs `c` (a `build ... --json`), asserts exit 0 and returns the report.
-fn report(c: &mut Command) -> Value {
+pub(crate) fn report(c: &mut Command) -> Value {
     let out = c.output().unwrap();
     ok(&out);
     json(&out)
@@ -660,7 +660,7 @@ fn without_a_lockfile_the_build_keeps_its_lock_in_the_store_for_offline_rebuilds
 }
 
 /// [`cmd`] with every network path closed ([`offline`]).
-fn offline_cmd(cwd: &Path) -> Command {
+pub(crate) fn offline_cmd(cwd: &Path) -> Command {
     let mut c = cmd(cwd);
     offline(&mut c);
     c
@@ -668,14 +668,14 @@ fn offline_cmd(cwd: &Path) -> Command {
 
 /// A fixture repository in `dir`, the recipe `fx` at its head, and a store
 /// path: (repo, commit, recipe, store).
-fn fixture_pin(dir: &Path) -> (PathBuf, String, PathBuf, PathBuf) {
+pub(crate) fn fixture_pin(dir: &Path) -> (PathBuf, String, PathBuf, PathBuf) {
     let (repo, commit) = fixture_repo(dir);
     let recipe = write_recipe(dir, "fx", &repo, &commit, SMOKE);
     (repo, commit, recipe, dir.join("store"))
 }
 
 /// `c` with `build <recipe> --store <store> --json <extra...>`: exit 0, the report.
-fn build(c: &mut Command, recipe: &Path, store: &Path, extra: &[&str]) -> Value {
+pub(crate) fn build(c: &mut Command, recipe: &Path, store: &Path, extra: &[&str]) -> Value {
     c.args([
         "build",
         recipe.to_str().unwrap(),
@@ -688,7 +688,7 @@ fn build(c: &mut Command, recipe: &Path, store: &Path, extra: &[&str]) -> Value 
 }
 
 /// `PATH` without any directory that holds a `uv`.
-fn path_without_uv() -> String {
+pub(crate) fn path_without_uv() -> String {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let dirs: Vec<PathBuf> = std::env::split_paths(&path)
         .filter(|d| !d.join("uv").exists())
@@ -702,7 +702,7 @@ fn path_without_uv() -> String {
 /// The binary on a box with no network and no uv anywhere: [`offline_cmd`],
 /// PATH without uv, no `ORACLE_BUILD_UV`, no `ORACLE_BUILD_TOOLS`, the
 /// package index unreachable.
-fn bare_offline_cmd(cwd: &Path) -> Command {
+pub(crate) fn bare_offline_cmd(cwd: &Path) -> Command {
     let mut c = offline_cmd(cwd);
     c.env("PATH", path_without_uv())
         .env("UV_INDEX_URL", "http://127.0.0.1:9/")

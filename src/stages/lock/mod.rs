@@ -167,10 +167,13 @@ pub fn lock_dir(lr: &LoadedRecipe, explicit: Option<&Path>) -> PathBuf {
 
 /// The store entry keeping the lock resolved for a build of `r` made without
 /// a lockfile: `store/lockfiles/<key>`, keyed by [`LockInputs`] (the commit
-/// fixes the requirement files; the cut-off fixes the index state).
+/// fixes the requirement files; the cut-off fixes the index state) and this
+/// host's platform (OS, machine, libc: [`Platform::host`]), so a store
+/// shared by an x86_64 and an aarch64 box keeps one lock for each.
 pub fn auto_entry(store: &Store, r: &Recipe) -> crate::store::Entry {
     let key = crate::store::key::content_key(&serde_json::json!({
         "schema": crate::store::key::KEY_SCHEMA, "stage": "autolock", "inputs": LockInputs::of(r),
+        "host": Platform::host().map(|p| p.spelled),
     }));
     store.entry(crate::store::Bucket::Locks, &key)
 }
@@ -230,30 +233,147 @@ pub fn platform_fits(recorded: Option<&str>, target: Option<&Platform>) -> Resul
     }
 }
 
-/// Loads the lock in `dir` for `r`: `Ok(None)` when there is none.
+/// Which lock directory a build on `target` (`None`: this host) uses among
+/// the locks side by side in a recipe's lock directory (see [`pick`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Pick {
+    /// No lock at all.
+    None,
+    /// This directory: `<dir>` itself or `<dir>/<platform>/`.
+    Dir(PathBuf),
+    /// Locks exist, none for the target: why (names the platforms found).
+    Unfit(String),
+}
+
+/// The directory, for a lock made for `platform`, under a recipe's lock
+/// directory `dir`: `<dir>/<platform>/` (written by `lock --platform`).
+pub fn platform_dir(dir: &Path, platform: &Platform) -> PathBuf {
+    dir.join(&platform.spelled)
+}
+
+/// Picks the lock a build on `target` (`None`: this host) uses in the lock
+/// directory `dir` of a recipe, where locks for several platforms live side
+/// by side: `<dir>/lock.json` (made by `lock <PIN>` for the host that made
+/// it) and `<dir>/<P>/lock.json` (made by `lock <PIN> --platform P`).
 ///
-/// Errors (exit 2): the lock was made for other inputs (names them), or a
-/// lock file no longer has the sha256 recorded in `lock.json`.
+/// In order: `<dir>/<target>/` when a target is named and it holds a lock;
+/// `<dir>` when its recorded platform fits ([`platform_fits`]); else the
+/// `<dir>/<P>/` the target runs ([`Platform::runs`]) with the newest glibc.
+/// `Pick::Unfit` names every platform found when none fits.
+///
+/// Errors: a `lock.json` does not parse.
+pub fn pick(dir: &Path, target: Option<&Platform>) -> Result<Pick> {
+    if let Some(t) = target
+        && platform_dir(dir, t).join(LOCK_JSON).is_file()
+    {
+        return Ok(Pick::Dir(platform_dir(dir, t)));
+    }
+    let mut found = Vec::new();
+    if let Some(recorded) = recorded_platform(dir)? {
+        match platform_fits(recorded.as_deref(), target) {
+            Ok(()) => return Ok(Pick::Dir(dir.to_path_buf())),
+            Err(_) => found.push(format!(
+                "{} for {}",
+                dir.join(LOCK_JSON).display(),
+                recorded.as_deref().unwrap_or("an unrecorded platform")
+            )),
+        }
+    }
+    let want = target.cloned().or_else(Platform::host);
+    let mut best: Option<Platform> = None;
+    let mut subdirs: Vec<String> = match fs::read_dir(dir) {
+        Ok(rd) => rd
+            .flatten()
+            .filter(|e| e.path().join(LOCK_JSON).is_file())
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    subdirs.sort();
+    for name in subdirs {
+        let Ok(p) = Platform::parse(&name) else {
+            continue;
+        };
+        if want.as_ref().is_some_and(|w| w.runs(&p))
+            && best.as_ref().is_none_or(|b| p.glibc_minor > b.glibc_minor)
+        {
+            best = Some(p);
+        } else {
+            found.push(format!("{}/ for {name}", dir.join(&name).display()));
+        }
+    }
+    if let Some(b) = best {
+        return Ok(Pick::Dir(platform_dir(dir, &b)));
+    }
+    if found.is_empty() {
+        return Ok(Pick::None);
+    }
+    let label = match (target, &want) {
+        (Some(t), _) => format!("platform {t}"),
+        (None, Some(h)) => format!("this host ({h})"),
+        (None, None) => "this host (platform unknown)".into(),
+    };
+    Ok(Pick::Unfit(format!(
+        "no lock in {} is for {label}: it holds {}",
+        dir.display(),
+        found.join(", ")
+    )))
+}
+
+/// The command that re-makes the lock in `dir` for recipe `name`:
+/// `oracle-build lock <name>`, with `--platform P` when `dir` is a
+/// `<P>/` platform directory.
+fn relock_hint(dir: &Path, name: &str) -> String {
+    match dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| Platform::parse(n).is_ok())
+    {
+        Some(p) => format!("oracle-build lock {name} --platform {p}"),
+        None => format!("oracle-build lock {name}"),
+    }
+}
+
+/// Loads the lock a build of `r` on this host uses in `dir` ([`pick`]):
+/// `Ok(None)` when there is none.
+///
+/// Errors (exit 2): the lock was made for other inputs (names them), for
+/// another platform, or a lock file no longer has the sha256 recorded in
+/// `lock.json`.
 pub fn load(dir: &Path, r: &Recipe) -> Result<Option<Locked>> {
     load_for(dir, r, None)
 }
 
 /// [`load`] for a build on `target` (`None`: this host).
 ///
-/// Errors (exit 2): as [`load`], and a lock made for a platform `target`
-/// does not run ([`platform_fits`]).
+/// Errors (exit 2): as [`load`], and no lock in `dir` is for a platform
+/// `target` runs ([`pick`], [`platform_fits`]).
 pub fn load_for(dir: &Path, r: &Recipe, target: Option<&Platform>) -> Result<Option<Locked>> {
-    let json = dir.join(LOCK_JSON);
-    if !json.is_file() {
-        return Ok(None);
-    }
-    let info: LockInfo = read_json(&json)?;
+    let dir = match pick(dir, target)? {
+        Pick::None => return Ok(None),
+        Pick::Dir(d) => d,
+        Pick::Unfit(why) => {
+            let relock = match target {
+                Some(t) => format!("oracle-build lock {} --platform {t}", r.name),
+                None => format!("oracle-build lock {}", r.name),
+            };
+            let p = target
+                .cloned()
+                .or_else(Platform::host)
+                .map_or("<P>".to_string(), |p| p.spelled);
+            return Err(bad_input(format!(
+                "the lock cannot be used here: {why}; lock it for this platform (`{relock}`, or `oracle-build export {} --platform {p}` on a box with network)",
+                r.name
+            )));
+        }
+    };
+    let dir = dir.as_path();
+    let info: LockInfo = read_json(&dir.join(LOCK_JSON))?;
     if let Err(why) = platform_fits(info.platform.as_deref(), target) {
         return Err(bad_input(format!(
-            "the lock in {} cannot be used here: {why}; lock it for this platform (`oracle-build lock {}`, or `oracle-build export {} --platform <P>` on a box with network)",
+            "the lock in {} cannot be used here: {why}; run `{}`",
             dir.display(),
-            r.name,
-            r.name
+            relock_hint(dir, &r.name)
         )));
     }
     let want = LockInputs::of(r);
@@ -268,19 +388,19 @@ pub fn load_for(dir: &Path, r: &Recipe, target: Option<&Platform>) -> Result<Opt
             .map(|(k, v)| format!("{k}: lock has {}, recipe has {v}", a[k.as_str()]))
             .collect();
         return Err(bad_input(format!(
-            "the lock in {} is stale ({}); run `oracle-build lock {}`",
+            "the lock in {} is stale ({}); run `{}`",
             dir.display(),
             diff.join("; "),
-            r.name
+            relock_hint(dir, &r.name)
         )));
     }
     for (name, sha) in &info.files {
         let got = sha256_file(&dir.join(name))?;
         if &got != sha {
             return Err(bad_input(format!(
-                "{} changed since it was locked (sha256 {got}, lock.json says {sha}); run `oracle-build lock {}`",
+                "{} changed since it was locked (sha256 {got}, lock.json says {sha}); run `{}`",
                 dir.join(name).display(),
-                r.name
+                relock_hint(dir, &r.name)
             )));
         }
     }
@@ -600,4 +720,125 @@ pub fn build_requirements(src: &Path, device: &str) -> Result<BuildRequirements>
 pub fn runtime_requirements(src: &Path, device: &str) -> Option<String> {
     let rel = format!("requirements/{device}.txt");
     src.join(&rel).is_file().then_some(rel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes a `lock.json` recording `platform` into `dir`.
+    fn lock_json(dir: &Path, platform: Option<&str>) {
+        let info = LockInfo {
+            schema: 1,
+            recipe: "fx".into(),
+            inputs: LockInputs {
+                commit: "c".into(),
+                python: "3.11".into(),
+                target_device: "cpu".into(),
+                pins: BTreeMap::new(),
+                indexes: Vec::new(),
+                exclude_newer: "commit".into(),
+            },
+            exclude_newer: None,
+            build_requirements: BuildRequirements::Pyproject(Vec::new()),
+            runtime_requirements: None,
+            runtime_source: RuntimeSource::default(),
+            uv: "uv 0.13.9".into(),
+            platform: platform.map(str::to_string),
+            artifact_index: BTreeMap::new(),
+            files: BTreeMap::new(),
+        };
+        fs::create_dir_all(dir).unwrap();
+        crate::store::write_json(&dir.join(LOCK_JSON), &info).unwrap();
+    }
+
+    fn p(s: &str) -> Platform {
+        Platform::parse(s).unwrap()
+    }
+
+    #[test]
+    fn a_build_picks_the_lock_of_its_platform_among_those_side_by_side() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("fx");
+        assert_eq!(pick(&d, None).unwrap(), Pick::None);
+
+        // Only an x86_64 lock: stale for an aarch64 target, naming what is there.
+        lock_json(
+            &d.join("x86_64-manylinux_2_28"),
+            Some("x86_64-manylinux_2_28"),
+        );
+        let arm = p("aarch64-manylinux_2_28");
+        match pick(&d, Some(&arm)).unwrap() {
+            Pick::Unfit(why) => assert!(
+                why.contains("is for platform aarch64-manylinux_2_28")
+                    && why.contains("x86_64-manylinux_2_28/ for x86_64-manylinux_2_28"),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // A newer-glibc x86_64 box runs it; an older one does not.
+        let x36 = p("x86_64-manylinux_2_36");
+        assert_eq!(
+            pick(&d, Some(&x36)).unwrap(),
+            Pick::Dir(d.join("x86_64-manylinux_2_28"))
+        );
+        assert!(matches!(
+            pick(&d, Some(&p("x86_64-manylinux_2_17"))).unwrap(),
+            Pick::Unfit(_)
+        ));
+
+        // The newest glibc the target runs wins; an exact name first.
+        lock_json(
+            &d.join("x86_64-manylinux_2_34"),
+            Some("x86_64-manylinux_2_34"),
+        );
+        lock_json(
+            &d.join("x86_64-manylinux_2_39"),
+            Some("x86_64-manylinux_2_39"),
+        );
+        lock_json(
+            &d.join("aarch64-manylinux_2_28"),
+            Some("aarch64-manylinux_2_28"),
+        );
+        assert_eq!(
+            pick(&d, Some(&x36)).unwrap(),
+            Pick::Dir(d.join("x86_64-manylinux_2_34"))
+        );
+        assert_eq!(
+            pick(&d, Some(&p("x86_64-manylinux_2_28"))).unwrap(),
+            Pick::Dir(d.join("x86_64-manylinux_2_28"))
+        );
+        assert_eq!(
+            pick(&d, Some(&arm)).unwrap(),
+            Pick::Dir(d.join("aarch64-manylinux_2_28"))
+        );
+
+        // The host's own lock in the top directory comes before the others
+        // when it fits; an unrecorded one is taken to be the host's.
+        lock_json(&d, Some("x86_64-manylinux_2_36"));
+        assert_eq!(pick(&d, Some(&x36)).unwrap(), Pick::Dir(d.clone()));
+        assert_eq!(
+            pick(&d, Some(&arm)).unwrap(),
+            Pick::Dir(d.join("aarch64-manylinux_2_28"))
+        );
+        lock_json(&d, None);
+        assert_eq!(pick(&d, None).unwrap(), Pick::Dir(d.clone()));
+        // A directory that is no platform is not a lock for any.
+        lock_json(&d.join("notes"), Some("aarch64-manylinux_2_28"));
+        let bare = tmp.path().join("bare");
+        lock_json(&bare.join("notes"), Some("aarch64-manylinux_2_28"));
+        assert_eq!(pick(&bare, Some(&arm)).unwrap(), Pick::None);
+    }
+
+    #[test]
+    fn the_relock_command_names_the_platform_of_a_platform_directory() {
+        assert_eq!(
+            relock_hint(Path::new("/l/fx/aarch64-manylinux_2_28"), "fx"),
+            "oracle-build lock fx --platform aarch64-manylinux_2_28"
+        );
+        assert_eq!(
+            relock_hint(Path::new("/l/fx"), "fx"),
+            "oracle-build lock fx"
+        );
+    }
 }

@@ -28,8 +28,9 @@ use fs_err as fs;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::TopLogprob;
+use super::golden;
 use super::npy;
+use super::{CaseResult, TopLogprob, describe_diff};
 use crate::recipe::{Case, LoadedRecipe};
 
 /// The `format` value of JSON goldens written by this version.
@@ -157,12 +158,30 @@ pub fn dirs(root: &Path, lr: &LoadedRecipe) -> Vec<PathBuf> {
         .collect()
 }
 
-/// [`location`] over several directories: a case's `golden:` path, else the
+/// [`location`] over several directories: a case's `golden:` path (or, when
+/// nothing is there, the store's copy of a JSON golden: `dirs`' last), else the
 /// first of `dirs` holding `<case>.json`, else the first of `dirs`.
 pub fn locate(lr: &LoadedRecipe, dirs: &[PathBuf], case: &Case) -> Location {
     let first = dirs.first().cloned().unwrap_or_default();
     if case.golden.is_some() {
-        return location(lr, &first, case);
+        let named = location(lr, &first, case);
+        // A named JSON golden missing at its path (a box that imported the
+        // pin from a bundle has only the store's copy, see `import`): the
+        // store's copy, the last of `dirs`, when there is one.
+        if !named.path.exists()
+            && named.kind == Kind::Json
+            && let Some(copy) = dirs
+                .last()
+                .map(|d| d.join(format!("{}.json", case.name)))
+                .filter(|p| p.is_file())
+        {
+            return Location {
+                path: copy,
+                explicit: true,
+                kind: Kind::Json,
+            };
+        }
+        return named;
     }
     dirs.iter()
         .map(|d| location(lr, d, case))
@@ -565,9 +584,174 @@ pub fn diff(
     })
 }
 
+/// How a case's output stands against its golden (`CaseResult::golden`),
+/// serialized as `matched`, `mismatched`, `refused`, `missing`,
+/// `unreadable`, `recorded`, `not compared` or `none`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum GoldenState {
+    /// No golden exists for the case (and the recipe names none).
+    None,
+    /// A golden exists, but the case failed before it could be compared.
+    #[serde(rename = "not compared")]
+    NotCompared,
+    /// The output matched the golden.
+    Matched,
+    /// The output differs from the golden (see `golden_diff`).
+    Mismatched,
+    /// The golden was recorded under another engine configuration or prompt.
+    Refused,
+    /// The recipe names a golden that does not exist.
+    Missing,
+    /// The golden cannot be read.
+    Unreadable,
+    /// `--record-golden` wrote the case's output as its golden.
+    Recorded,
+}
+
+impl GoldenState {
+    /// Every state, in declaration order.
+    pub const ALL: [GoldenState; 8] = [
+        GoldenState::None,
+        GoldenState::NotCompared,
+        GoldenState::Matched,
+        GoldenState::Mismatched,
+        GoldenState::Refused,
+        GoldenState::Missing,
+        GoldenState::Unreadable,
+        GoldenState::Recorded,
+    ];
+
+    /// The name as recorded in `oracle.json` and `--json`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GoldenState::None => "none",
+            GoldenState::NotCompared => "not compared",
+            GoldenState::Matched => "matched",
+            GoldenState::Mismatched => "mismatched",
+            GoldenState::Refused => "refused",
+            GoldenState::Missing => "missing",
+            GoldenState::Unreadable => "unreadable",
+            GoldenState::Recorded => "recorded",
+        }
+    }
+}
+
+impl std::fmt::Display for GoldenState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compares `result` with the golden at `loc` (if any), recording the
+/// outcome in `result.golden` and, when it is not a match, the problem.
+pub(super) fn compare_golden(
+    result: &mut CaseResult,
+    loc: &golden::Location,
+    case: &Case,
+    near_tie: f64,
+) {
+    if !loc.path.exists() {
+        if loc.explicit {
+            result.golden = GoldenState::Missing;
+            result.problems.push(format!(
+                "golden {} named by the recipe does not exist (record it with `oracle-build smoke <PIN> --record-golden`)",
+                loc.path.display()
+            ));
+        }
+        return;
+    }
+    let g = match golden::load(loc, case.prompt.as_deref(), &result.prompt_token_ids) {
+        Ok(g) => g,
+        Err(e) => {
+            result.golden = GoldenState::Unreadable;
+            result.problems.push(e);
+            return;
+        }
+    };
+    let mut refused = Vec::new();
+    if let Some(ids) = g
+        .prompt_token_ids
+        .as_ref()
+        .filter(|ids| **ids != result.prompt_token_ids)
+    {
+        refused.push(format!(
+            "it was recorded for prompt ids {ids:?}, this case's prompt is {:?}",
+            result.prompt_token_ids
+        ));
+    }
+    match (&g.engine_config, result.engine_config.as_object()) {
+        (Some(gc), Some(now)) => {
+            result.config_diffs = golden::config_diffs(gc, now, g.config_is_partial);
+            if !result.config_diffs.is_empty() {
+                refused.push(format!(
+                    "it was recorded under a different engine configuration: {}",
+                    result
+                        .config_diffs
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ));
+            }
+        }
+        (None, _) => result.notes.push(format!(
+            "golden {} records no engine configuration; compared without checking it",
+            loc.path.display()
+        )),
+        (Some(_), None) => refused.push("the engine configuration was not read back".into()),
+    }
+    if !refused.is_empty() {
+        result.golden = GoldenState::Refused;
+        result.problems.push(format!(
+            "golden {} refused for comparison: {}",
+            loc.path.display(),
+            refused.join("; ")
+        ));
+        return;
+    }
+    if !g.env.is_empty() && g.env != result.env {
+        result.notes.push(format!(
+            "the golden was captured with environment {:?}, this run used {:?}",
+            g.env, result.env
+        ));
+    }
+    match golden::diff(
+        &g.output_token_ids,
+        &g.logprobs,
+        &result.output_token_ids,
+        &result.logprobs,
+        near_tie,
+    ) {
+        None => result.golden = GoldenState::Matched,
+        Some(d) => {
+            result.golden = GoldenState::Mismatched;
+            result.problems.push(format!(
+                "output differs from golden {}{}: {}",
+                loc.path.display(),
+                g.row.map_or(String::new(), |r| format!(" row {r}")),
+                describe_diff(&d)
+            ));
+            result.golden_diff = Some(d);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn golden_states_serialize_to_their_recorded_names() {
+        for g in GoldenState::ALL {
+            let json = serde_json::to_value(g).unwrap();
+            assert_eq!(json, serde_json::Value::String(g.as_str().into()), "{g:?}");
+            let back: GoldenState = serde_json::from_value(json).unwrap();
+            assert_eq!(back, g);
+        }
+        assert_eq!(GoldenState::NotCompared.as_str(), "not compared");
+        assert!(serde_json::from_str::<GoldenState>("\"not-compared\"").is_err());
+    }
     use serde_json::json;
 
     fn lp(id: i64, logprob: f64) -> TopLogprob {

@@ -1,0 +1,425 @@
+//! Recipe validation: every check a parsed [`Recipe`] must pass, and the
+//! name, version and variable rules it applies. Each error names the file,
+//! the line and the field (exit 2).
+
+use anyhow::Result;
+
+use super::{
+    ALIAS_ROOT_PREFIX, Index, MAX_LOGPROBS, MAX_NAME_LEN, MAX_RUNS, Probe, Recipe, TARGET_DEVICES,
+    TargetDevice,
+};
+use super::{env_references, locate};
+use crate::exit::bad_input;
+
+/// When `key` is a build variable oracle-build controls, what sets it instead
+/// (the recipe field, or where its value comes from); `None` for any other variable.
+///
+/// Source: the wheel stage's environment (`stages::wheel`), and vLLM's
+/// `setup.py` / `envs.py` (`VLLM_USE_PRECOMPILED`, `VLLM_PRECOMPILED_WHEEL_LOCATION`,
+/// `VLLM_SKIP_PRECOMPILED_VERSION_SUFFIX`, `VLLM_VERSION_OVERRIDE`), and
+/// setuptools-scm's `SETUPTOOLS_SCM_PRETEND_VERSION[_FOR_<DIST>]`.
+pub fn controlled_build_var(key: &str) -> Option<&'static str> {
+    if key.starts_with("SETUPTOOLS_SCM_PRETEND") || key == "VLLM_VERSION_OVERRIDE" {
+        return Some(
+            "the version comes from the history of `source.commit` (a hand-set version is what the identity gate refuses)",
+        );
+    }
+    Some(match key {
+        "VLLM_TARGET_DEVICE" => "set `build.target_device`",
+        "VLLM_USE_PRECOMPILED"
+        | "VLLM_PRECOMPILED_WHEEL_LOCATION"
+        | "VLLM_SKIP_PRECOMPILED_VERSION_SUFFIX" => "set `build.mode`",
+        "MAX_JOBS" => "set `build.max_jobs` (or `--jobs N`)",
+        "NVCC_THREADS" => "set `build.nvcc_threads`",
+        "TORCH_CUDA_ARCH_LIST" => "set `build.cuda_arch_list`",
+        "SOURCE_DATE_EPOCH" => "it is the committer time of `source.commit` (reproducible builds)",
+        "PYTHONPATH" | "PYTHONHOME" | "PIP_CONSTRAINT" => {
+            "it is removed from every build: the build venv holds exactly the build requirements"
+        }
+        _ => return None,
+    })
+}
+
+/// Whether `s` is a valid recipe or case name: `[a-z0-9._-]+`, not `.` or `..`.
+pub fn is_valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s != "."
+        && s != ".."
+        && !s.contains("..")
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
+}
+
+/// Whether `s` is a full lowercase 40-hex git commit id.
+pub fn is_full_commit(s: &str) -> bool {
+    s.len() == 40
+        && s.chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+}
+
+pub(super) fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
+    let fail = |field: &str, msg: String| -> anyhow::Error {
+        let line = locate(text, field).map_or(String::new(), |l| format!("line {l}: "));
+        bad_input(format!("{origin}: {line}field `{field}`: {msg}"))
+    };
+    if r.name.len() > MAX_NAME_LEN {
+        return Err(fail(
+            "name",
+            format!(
+                "is {} characters long; a name is at most {MAX_NAME_LEN} (it names files and GC roots in the store)",
+                r.name.len()
+            ),
+        ));
+    }
+    if !is_valid_name(&r.name) {
+        return Err(fail(
+            "name",
+            format!(
+                "{:?} is not a valid name (use [a-z0-9._-], no `/` or `..`)",
+                r.name
+            ),
+        ));
+    }
+    if r.name.starts_with(ALIAS_ROOT_PREFIX) {
+        return Err(fail(
+            "name",
+            format!(
+                "{:?} starts with {ALIAS_ROOT_PREFIX:?}, which is reserved for the GC roots of aliases (roots/{ALIAS_ROOT_PREFIX}<name>-<hash>); choose another name",
+                r.name
+            ),
+        ));
+    }
+    if !is_full_commit(&r.source.commit) {
+        return Err(fail(
+            "source.commit",
+            format!(
+                "{:?} is not a full 40-hex lowercase commit id",
+                r.source.commit
+            ),
+        ));
+    }
+    if r.source.repo.trim().is_empty() {
+        return Err(fail("source.repo", "must not be empty".into()));
+    }
+    let mut index_names = Vec::new();
+    for (i, idx) in r.indexes.iter().enumerate() {
+        let field = format!("indexes[{i}]");
+        if idx.url().trim().is_empty() {
+            return Err(fail(&field, "the index URL must not be empty".into()));
+        }
+        if let Index::Explicit { name, packages, .. } = idx {
+            let ok = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && name != "default";
+            if !ok || index_names.contains(name) {
+                return Err(fail(
+                    &field,
+                    format!("name {name:?} must be [a-z0-9-]+, not `default`, and unique"),
+                ));
+            }
+            index_names.push(name.clone());
+            if packages.is_empty() {
+                return Err(fail(
+                    &field,
+                    "an explicit index names the packages it serves (`packages: [...]`)".into(),
+                ));
+            }
+            for pkg in packages {
+                if pep508_rs::PackageName::new(pkg.clone()).is_err() {
+                    return Err(fail(&field, format!("{pkg:?} is not a distribution name")));
+                }
+            }
+        }
+    }
+    let pkg = &r.source.package;
+    if pkg.is_empty()
+        || pkg.starts_with(|c: char| c.is_ascii_digit())
+        || !pkg.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Err(fail(
+            "source.package",
+            format!("{pkg:?} is not an importable package name"),
+        ));
+    }
+    let py_ok = r
+        .python
+        .split_once('.')
+        .is_some_and(|(a, b)| a == "3" && !b.is_empty() && b.chars().all(|c| c.is_ascii_digit()));
+    if !py_ok {
+        return Err(fail(
+            "python",
+            format!("{:?} is not a Python version like \"3.12\"", r.python),
+        ));
+    }
+    for (name, version) in &r.pins {
+        let field = format!("pins.{name}");
+        if !is_distribution_name(name) {
+            return Err(fail(
+                &field,
+                format!("{name:?} is not a distribution name (letters, digits, `.`, `_`, `-`)"),
+            ));
+        }
+        if !is_exact_version(version) {
+            return Err(fail(
+                &field,
+                format!(
+                    "{version:?} is not an exact version; a pin is one PEP 440 version such as 2.13.0, 0.6.15.post1 or 2.13.0+cu130 (no operators, commas, spaces or markers)"
+                ),
+            ));
+        }
+    }
+    let b = &r.build;
+    if TargetDevice::parse(&b.target_device).is_none() {
+        return Err(fail(
+            "build.target_device",
+            format!(
+                "{:?} is not one of {}",
+                b.target_device,
+                TARGET_DEVICES.join(", ")
+            ),
+        ));
+    }
+    if b.max_jobs != "auto" && b.max_jobs.parse::<u32>().map_or(true, |n| n == 0) {
+        return Err(fail(
+            "build.max_jobs",
+            format!("{:?} is not `auto` or a positive integer", b.max_jobs),
+        ));
+    }
+    if b.nvcc_threads == 0 {
+        return Err(fail("build.nvcc_threads", "must be at least 1".into()));
+    }
+    let arch_ok = b.cuda_arch_list == "auto"
+        || b.cuda_arch_list
+            .split([';', ' '])
+            .filter(|s| !s.is_empty())
+            .all(|a| {
+                let a = a.trim_end_matches("+PTX").trim_end_matches(['a', 'f']);
+                a.split_once('.').is_some_and(|(x, y)| {
+                    !x.is_empty()
+                        && x.chars().all(|c| c.is_ascii_digit())
+                        && y.chars().all(|c| c.is_ascii_digit())
+                })
+            });
+    if !arch_ok {
+        return Err(fail(
+            "build.cuda_arch_list",
+            format!(
+                "{:?} is not `auto` or a list like \"9.0a;12.1a\"",
+                b.cuda_arch_list
+            ),
+        ));
+    }
+    for (field, v) in [
+        ("source_gib", b.disk.source_gib),
+        ("wheel_gib", b.disk.wheel_gib),
+        ("venv_gib", b.disk.venv_gib),
+    ] {
+        if let Some(v) = v.filter(|v| !(*v >= 0.0 && v.is_finite())) {
+            return Err(fail(
+                &format!("build.disk.{field}"),
+                format!("{v} is not a size in GiB (a number, 0 or more)"),
+            ));
+        }
+    }
+    for (section, env) in [("build.env", &b.env), ("smoke.env", &r.smoke.env)] {
+        if let Some(key) = env.keys().find(|k| !is_env_name(k)) {
+            return Err(fail(
+                &format!("{section}.{key}"),
+                format!("{key:?} is not an environment variable name"),
+            ));
+        }
+        if let Some((key, value)) = env.iter().find(|(_, v)| v.contains('\0')) {
+            return Err(fail(
+                &format!("{section}.{key}"),
+                format!("{value:?} holds a NUL character, which no environment variable can carry"),
+            ));
+        }
+    }
+    if let Some((key, owner)) = b
+        .env
+        .keys()
+        .find_map(|k| controlled_build_var(k).map(|o| (k, o)))
+    {
+        return Err(fail(
+            &format!("build.env.{key}"),
+            format!("{key} is set by oracle-build itself, not by the recipe: {owner}"),
+        ));
+    }
+    if r.smoke.runs == 0 {
+        return Err(fail("smoke.runs", "must be at least 1".into()));
+    }
+    if r.smoke.runs > MAX_RUNS {
+        return Err(fail(
+            "smoke.runs",
+            format!(
+                "{} is more than {MAX_RUNS} (each run loads the model again)",
+                r.smoke.runs
+            ),
+        ));
+    }
+    if let Some(v) = r.lock.exclude_newer.as_deref()
+        && v != "commit"
+        && v != "none"
+        && let Err(e) = v.parse::<jiff::Timestamp>()
+    {
+        return Err(fail(
+            "lock.exclude_newer",
+            format!(
+                "{v:?} is not `commit`, `none` or an RFC 3339 timestamp such as \"2026-01-01T00:00:00Z\" ({e})"
+            ),
+        ));
+    }
+    if r.smoke.timeout_s == 0 {
+        return Err(fail("smoke.timeout_s", "must be at least 1".into()));
+    }
+    if !(r.smoke.near_tie_nats.is_finite() && r.smoke.near_tie_nats > 0.0) {
+        return Err(fail(
+            "smoke.near_tie_nats",
+            format!("{} is not a positive number of nats", r.smoke.near_tie_nats),
+        ));
+    }
+    if r.smoke.logprobs > MAX_LOGPROBS {
+        return Err(fail(
+            "smoke.logprobs",
+            format!(
+                "{} is more than {MAX_LOGPROBS} (vLLM's max_logprobs)",
+                r.smoke.logprobs
+            ),
+        ));
+    }
+    if let Probe::Custom(p) = &r.smoke.probe {
+        let dotted = |s: &str| {
+            !s.is_empty()
+                && s.split('.').all(|part| {
+                    !part.is_empty()
+                        && !part.starts_with(|c: char| c.is_ascii_digit())
+                        && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                })
+        };
+        if !dotted(&p.module) {
+            return Err(fail(
+                "smoke.probe.module",
+                format!("{:?} is not an importable module name", p.module),
+            ));
+        }
+        if !dotted(&p.function) || p.function.contains('.') {
+            return Err(fail(
+                "smoke.probe.function",
+                format!("{:?} is not a function name", p.function),
+            ));
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, case) in r.smoke.cases.iter().enumerate() {
+        let field = |f: &str| format!("smoke.cases[{i}].{f}");
+        if case.name.len() > MAX_NAME_LEN {
+            return Err(fail(
+                &field("name"),
+                format!(
+                    "is {} characters long; a case name is at most {MAX_NAME_LEN} (it names golden and log files)",
+                    case.name.len()
+                ),
+            ));
+        }
+        if !is_valid_name(&case.name) {
+            return Err(fail(
+                &field("name"),
+                format!("{:?} is not a valid case name", case.name),
+            ));
+        }
+        if !seen.insert(case.name.as_str()) {
+            return Err(fail(
+                &field("name"),
+                format!("{:?} appears twice", case.name),
+            ));
+        }
+        if case.model.trim().is_empty() {
+            return Err(fail(
+                &field("model"),
+                format!("case {:?} has an empty model", case.name),
+            ));
+        }
+        if let Err(e) = env_references(&case.model) {
+            return Err(fail(&field("model"), format!("case {:?}: {e}", case.name)));
+        }
+        match (&case.prompt, &case.prompt_token_ids) {
+            (Some(_), Some(_)) | (None, None) => {
+                return Err(fail(
+                    &field("prompt"),
+                    format!(
+                        "case {:?}: give exactly one of `prompt` (text) and `prompt_token_ids`",
+                        case.name
+                    ),
+                ));
+            }
+            (Some(p), None) if p.is_empty() => {
+                return Err(fail(
+                    &field("prompt"),
+                    format!("case {:?}: the prompt is empty", case.name),
+                ));
+            }
+            (None, Some(ids)) if ids.is_empty() => {
+                return Err(fail(
+                    &field("prompt_token_ids"),
+                    format!("case {:?}: the prompt has no token ids", case.name),
+                ));
+            }
+            _ => {}
+        }
+        if case.golden.as_deref().is_some_and(|g| g.trim().is_empty()) {
+            return Err(fail(
+                &field("golden"),
+                format!("case {:?}: the golden path is empty", case.name),
+            ));
+        }
+        if let Some(key) = case.env.keys().find(|k| !is_env_name(k)) {
+            return Err(fail(
+                &field(&format!("env.{key}")),
+                format!(
+                    "case {:?}: {key:?} is not an environment variable name",
+                    case.name
+                ),
+            ));
+        }
+        if case.max_tokens == 0 {
+            return Err(fail(
+                &field("max_tokens"),
+                format!("case {:?}: must be at least 1", case.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `s` can name an environment variable: not empty, no `=`, no NUL.
+pub fn is_env_name(s: &str) -> bool {
+    !s.is_empty() && !s.contains(['=', '\0'])
+}
+
+/// Whether `s` is a valid distribution (project) name (PEP 508).
+pub fn is_distribution_name(s: &str) -> bool {
+    let ok = |c: char| c.is_ascii_alphanumeric();
+    s.starts_with(ok) && s.ends_with(ok) && s.chars().all(|c| ok(c) || "._-".contains(c))
+}
+
+/// Whether `s` is one exact PEP 440 version (`2.13.0`, `0.6.15.post1`,
+/// `1!2.0rc1.dev3`, `2.13.0+cu130`): no operators, wildcards, commas,
+/// spaces or markers.
+pub fn is_exact_version(s: &str) -> bool {
+    static PEP440: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        // packaging's VERSION_PATTERN, anchored, without surrounding spaces.
+        regex::Regex::new(
+            r"(?ix)^v?
+            (?:[0-9]+!)?
+            [0-9]+(?:\.[0-9]+)*
+            (?:[-_.]?(?:alpha|a|beta|b|preview|pre|c|rc)[-_.]?[0-9]*)?
+            (?:-[0-9]+|[-_.]?(?:post|rev|r)[-_.]?[0-9]*)?
+            (?:[-_.]?dev[-_.]?[0-9]*)?
+            (?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?$",
+        )
+        .expect("the PEP 440 pattern compiles")
+    });
+    PEP440.is_match(s)
+}

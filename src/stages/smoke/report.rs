@@ -1,0 +1,256 @@
+//! The smoke stage's records: the verdict, each case's result, the whole
+//! run as stored in `oracle.json` `"smoke"`, and one-line descriptions of
+//! run disagreements and golden divergences.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::golden::{ConfigDiff, GoldenDiff, GoldenState};
+use crate::host::toolchain::Gpu;
+
+/// The gate's decision.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Probe ok, every case ran and agreed with itself and its golden.
+    Gateable,
+    /// Anything else; the reasons say what.
+    NotGateable,
+    /// Smoke was skipped (`--no-smoke`).
+    Unsmoked,
+}
+
+impl Verdict {
+    /// `gateable`, `not-gateable` or `unsmoked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Gateable => "gateable",
+            Verdict::NotGateable => "not-gateable",
+            Verdict::Unsmoked => "unsmoked",
+        }
+    }
+}
+
+/// One candidate token at one generated step (vLLM's `Logprob`, flattened).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TopLogprob {
+    /// Token id.
+    pub id: i64,
+    /// Natural-log probability (null when not finite).
+    pub logprob: Option<f64>,
+    /// 1-based rank among the candidates.
+    #[serde(default)]
+    pub rank: Option<i64>,
+    /// The decoded token text.
+    #[serde(default)]
+    pub token: Option<String>,
+}
+
+/// Runs of one case that disagree: where, and what each run chose there.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Disagreement {
+    /// First output position (0-based) where any run differs from run 1.
+    pub position: usize,
+    /// The tokens the runs chose there, one entry per distinct token.
+    pub candidates: Vec<Candidate>,
+}
+
+/// One token chosen at a disagreement, and by which runs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Candidate {
+    /// The token id (null: those runs had already ended).
+    pub token: Option<i64>,
+    /// Its text, when the run recorded log-probabilities.
+    pub text: Option<String>,
+    /// Its log-probability in the runs that chose it.
+    pub logprob: Option<f64>,
+    /// 1-based numbers of the runs that chose it.
+    pub runs: Vec<usize>,
+}
+
+/// The result of one case.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CaseResult {
+    /// Case name.
+    pub name: String,
+    /// Model path after `${VAR}` expansion (or the unexpanded text if that failed).
+    pub model: String,
+    /// Whether the case passes the gate.
+    pub ok: bool,
+    /// Why not, one line each.
+    pub problems: Vec<String>,
+    /// Observations that do not fail the gate (e.g. a golden without engine configuration).
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// The prompt text, when the case gives text.
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// Prompt token ids of the first run.
+    pub prompt_token_ids: Vec<i64>,
+    /// Output token ids of the first run.
+    pub output_token_ids: Vec<i64>,
+    /// Output text of the first run.
+    pub text: String,
+    /// Per-step top-k log-probabilities of the first run (`smoke.logprobs`).
+    #[serde(default)]
+    pub logprobs: Vec<Vec<TopLogprob>>,
+    /// Number of runs made.
+    pub runs: usize,
+    /// Whether every run produced the same output tokens.
+    pub deterministic: bool,
+    /// Where the runs first disagree, when they do.
+    #[serde(default)]
+    pub disagreement: Option<Disagreement>,
+    /// Seconds to construct `LLM(...)`.
+    pub load_s: Option<f64>,
+    /// Median tokens per second over the runs.
+    pub tokens_per_s: Option<f64>,
+    /// The engine configuration read back from the engine.
+    pub engine_config: Value,
+    /// Engine arguments the case set that the driver could not read back
+    /// from the engine (absent from `engine_config`), each with the reason.
+    #[serde(default)]
+    pub unread_engine_args: Vec<UnreadKnob>,
+    /// The environment the case ran with (`smoke.env` + the case's `env`).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// How the output stands against the golden (see [`GoldenState`]).
+    pub golden: GoldenState,
+    /// The golden file compared with (or written).
+    #[serde(default)]
+    pub golden_path: Option<PathBuf>,
+    /// The first divergence from the golden, when mismatched.
+    #[serde(default)]
+    pub golden_diff: Option<GoldenDiff>,
+    /// Engine settings that differ from the golden's, when refused.
+    #[serde(default)]
+    pub config_diffs: Vec<ConfigDiff>,
+    /// What the driver reported when it failed: stage, exception, last log lines.
+    #[serde(default)]
+    pub error: Option<Value>,
+    /// The driver's log file.
+    pub log: PathBuf,
+}
+
+/// An engine argument that could not be read back from the engine.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct UnreadKnob {
+    /// The engine argument, as the case names it.
+    pub knob: String,
+    /// Why it could not be read back (e.g. no attribute of vLLM's config has it).
+    pub reason: String,
+}
+
+/// The whole smoke run, as recorded in `oracle.json` `"smoke"`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SmokeReport {
+    /// Content key of the smoke inputs; a re-run with the same key is not repeated.
+    pub key: String,
+    /// The decision.
+    pub verdict: Verdict,
+    /// Why it is not gateable, one line each.
+    pub reasons: Vec<String>,
+    /// The probe's result (null when disabled).
+    pub probe: Value,
+    /// Per-case results.
+    pub cases: Vec<CaseResult>,
+    /// `/proc/sys/kernel/random/boot_id` before and after.
+    pub boot_id_before: Option<String>,
+    /// See `boot_id_before`.
+    pub boot_id_after: Option<String>,
+    /// GPUs seen by `nvidia-smi` before the run: name, compute capability,
+    /// driver, free memory (empty when none).
+    pub gpus: Vec<Gpu>,
+    /// The near-tie threshold used, nats.
+    #[serde(default)]
+    pub near_tie_nats: f64,
+    /// `--case NAME`: only this case ran (such a report is not the gate's record).
+    #[serde(default)]
+    pub only_case: Option<String>,
+    /// When the run started (RFC 3339).
+    pub started: String,
+    /// Wall time of the whole run, seconds.
+    pub duration_s: f64,
+}
+
+impl SmokeReport {
+    /// A report for a skipped smoke run.
+    pub fn skipped(key: String) -> SmokeReport {
+        SmokeReport {
+            key,
+            verdict: Verdict::Unsmoked,
+            reasons: vec!["smoke skipped (--no-smoke)".into()],
+            probe: Value::Null,
+            cases: Vec::new(),
+            boot_id_before: None,
+            boot_id_after: None,
+            gpus: Vec::new(),
+            near_tie_nats: 0.0,
+            only_case: None,
+            started: jiff::Timestamp::now().to_string(),
+            duration_s: 0.0,
+        }
+    }
+}
+
+/// `12 " sits" (logprob -0.34; runs 1, 3) | 34 " shine" (logprob -1.84; run 2)`.
+pub fn describe_candidates(cands: &[Candidate]) -> String {
+    cands
+        .iter()
+        .map(|c| {
+            let tok = match (c.token, &c.text) {
+                (Some(t), Some(s)) => format!("{t} {s:?}"),
+                (Some(t), None) => t.to_string(),
+                (None, _) => "(ended)".into(),
+            };
+            let lp = c
+                .logprob
+                .map_or(String::new(), |l| format!("logprob {l:.2}; "));
+            let runs: Vec<String> = c.runs.iter().map(ToString::to_string).collect();
+            format!(
+                "{tok} ({lp}run{} {})",
+                if c.runs.len() == 1 { "" } else { "s" },
+                runs.join(", ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// One line for a golden divergence: position, both tokens, gaps, near-tie.
+pub fn describe_diff(d: &GoldenDiff) -> String {
+    let tok = |id: Option<i64>, text: &Option<String>| match (id, text) {
+        (Some(i), Some(t)) => format!("{i} {t:?}"),
+        (Some(i), None) => i.to_string(),
+        (None, _) => "(ended)".into(),
+    };
+    let mut s = format!(
+        "first differs at output position {}: golden {} vs now {}",
+        d.position,
+        tok(d.golden_token, &d.golden_text),
+        tok(d.token, &d.text)
+    );
+    match (d.gap_nats, d.gap_at_least_nats) {
+        (Some(g), _) => s += &format!(", gap {g:.2} nats"),
+        (None, Some(g)) => s += &format!(", gap at least {g:.2} nats (golden token outside top-k)"),
+        (None, None) if d.golden_token.is_some() && d.token.is_some() => {
+            s += ", gap unknown (no logprobs)"
+        }
+        _ => {}
+    }
+    if let Some(g) = d.golden_gap_nats {
+        s += &format!(" (golden's own gap {g:.2})");
+    }
+    if d.near_tie {
+        s += &format!(
+            ": a NEAR-TIE (under {:?} nats): the two tokens were nearly tied, so this may be a tie flipping rather than drift",
+            d.near_tie_nats
+        );
+    } else if d.gap_nats.is_some() || d.golden_gap_nats.is_some() {
+        s += &format!(": not a near-tie (threshold {:?} nats)", d.near_tie_nats);
+    }
+    s
+}
