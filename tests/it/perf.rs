@@ -73,7 +73,7 @@ fn a_rebuild_after_wiping_the_wheel_and_venv_is_served_by_the_compiler_cache() {
     let cold = &rec["compiler_cache_stats"];
     // The first build fills the cache: every translation unit compiled (CMake's
     // own compiler checks may add calls of their own, all misses too).
-    assert!(cold["misses"].as_u64().unwrap() >= TUS as u64 + 1, "{cold}");
+    assert!(cold["misses"].as_u64().unwrap() > TUS as u64, "{cold}");
     assert_eq!(cold["hits"], 0, "{cold}");
     assert!(fx.store().join("ccache").is_dir());
 
