@@ -136,10 +136,16 @@ pub fn file_checks(venv: &Path, package: &str, depth: Depth, out: &mut Vec<Check
         }),
     }
     if in_store {
+        // Without --deep: sizes, and sha256 in directories changed since
+        // the build (`Manifest::check_sizes`).
         let kind = if manifest_deep { "sha256" } else { "size" };
         match Manifest::read(venv) {
             Ok(m) => {
-                let problems = m.check(venv, manifest_deep);
+                let problems = if manifest_deep {
+                    m.check(venv, true)
+                } else {
+                    m.check_sizes(venv)
+                };
                 out.push(Check {
                     field: "files (manifest)".into(),
                     expected: format!(

@@ -236,8 +236,10 @@ pub fn ensure(
     let entry = plan.entry.clone();
     let smoke_key = smoke::smoke_key(store, lr);
     if entry.exists() {
+        // The quick check (directory times; see `Manifest::check_quick`):
+        // what it leaves out, a file rewritten in place, `verify` finds.
         let problems = Manifest::read(&entry.path)
-            .map_or_else(|e| vec![format!("{e:#}")], |m| m.check(&entry.path, false));
+            .map_or_else(|e| vec![format!("{e:#}")], |m| m.check_quick(&entry.path));
         if !problems.is_empty() {
             let _lock = plan.entry.lock()?;
             store.quarantine(&entry, &problems)?;

@@ -235,9 +235,21 @@ fn resolve_arch_list(spec: &str) -> Result<String> {
     Ok(toolchain::arch_list_for(&caps))
 }
 
+/// Which compiler cache a build uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheKind {
+    /// Mozilla's sccache (a server shared by the user's builds).
+    Sccache,
+    /// ccache.
+    Ccache,
+}
+
 /// A compiler cache (sccache or ccache) and its directory inside the store root.
 #[derive(Debug, Clone)]
 pub struct CompilerCache {
+    /// Which one.
+    pub kind: CacheKind,
     /// The program found.
     pub tool: Tool,
     /// `CCACHE_DIR` / `SCCACHE_DIR`.
@@ -246,20 +258,154 @@ pub struct CompilerCache {
     pub var: &'static str,
 }
 
+/// What the compiler cache did during one wheel build (`build.json`
+/// `compiler_cache_stats`).
+///
+/// For ccache, read from the build's own stats log (`CCACHE_STATSLOG`, ccache
+/// 4.4+): one `# <source>` line per cacheable call, then the counters that
+/// call bumped (`direct_cache_hit`, `preprocessed_cache_hit`, `cache_miss`;
+/// ccache's `doc/MANUAL.adoc`, "stats_log"), so builds running at the same
+/// time do not mix. For sccache, the difference of the server's
+/// `--show-stats --stats-format json` counters before and after the build
+/// (shared by every build the server serves meanwhile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheStats {
+    /// Compiler calls the cache looked up.
+    pub calls: u64,
+    /// Calls answered from the cache.
+    pub hits: u64,
+    /// Calls that ran the compiler and stored the result.
+    pub misses: u64,
+}
+
+impl CacheStats {
+    /// Counts the calls of a ccache stats log's `text` (see [`CacheStats`]).
+    pub fn from_ccache_log(text: &str) -> CacheStats {
+        let mut s = CacheStats {
+            calls: 0,
+            hits: 0,
+            misses: 0,
+        };
+        for line in text.lines().map(str::trim) {
+            match line {
+                l if l.starts_with('#') => s.calls += 1,
+                "direct_cache_hit" | "preprocessed_cache_hit" => s.hits += 1,
+                "cache_miss" => s.misses += 1,
+                _ => {}
+            }
+        }
+        s
+    }
+
+    /// The hit and miss counts of sccache's `--stats-format json` output
+    /// (`stats.cache_hits.counts` and `stats.cache_misses.counts`, summed over
+    /// languages); `None` when `text` is not that shape.
+    pub fn from_sccache_json(text: &str) -> Option<CacheStats> {
+        let v: Value = serde_json::from_str(text).ok()?;
+        let sum = |field: &str| -> Option<u64> {
+            let counts = v.get("stats")?.get(field)?.get("counts")?.as_object()?;
+            Some(counts.values().filter_map(Value::as_u64).sum())
+        };
+        let (hits, misses) = (sum("cache_hits")?, sum("cache_misses")?);
+        Some(CacheStats {
+            calls: hits + misses,
+            hits,
+            misses,
+        })
+    }
+}
+
+/// Measures what the compiler cache does during one build: made before the
+/// build ([`CacheCounter::start`]), read after it ([`CacheCounter::finish`]).
+#[derive(Debug)]
+pub struct CacheCounter {
+    cache: CompilerCache,
+    statslog: PathBuf,
+    before: Option<CacheStats>,
+}
+
+impl CacheCounter {
+    /// Starts counting for a build whose scratch directory is `work`:
+    /// for ccache, the variables naming a fresh stats log there (returned, to
+    /// add to the build's environment); for sccache, the server's counters now.
+    ///
+    /// Errors: a stale stats log cannot be removed.
+    pub fn start(
+        cache: &CompilerCache,
+        work: &Path,
+    ) -> Result<(CacheCounter, Vec<(String, String)>)> {
+        let statslog = work.join("ccache-stats.log");
+        if statslog.exists() {
+            fs::remove_file(&statslog)?;
+        }
+        let mut env = Vec::new();
+        let before = match cache.kind {
+            CacheKind::Ccache => {
+                env.push((
+                    "CCACHE_STATSLOG".to_string(),
+                    statslog.display().to_string(),
+                ));
+                None
+            }
+            CacheKind::Sccache => sccache_stats(cache),
+        };
+        Ok((
+            CacheCounter {
+                cache: cache.clone(),
+                statslog,
+                before,
+            },
+            env,
+        ))
+    }
+
+    /// The counts of the build since [`CacheCounter::start`]; `None` when
+    /// they cannot be read (sccache not answering). A ccache build that made
+    /// no compiler call has no stats log: all zero.
+    pub fn finish(&self) -> Option<CacheStats> {
+        match self.cache.kind {
+            CacheKind::Ccache => Some(CacheStats::from_ccache_log(
+                &std::fs::read_to_string(&self.statslog).unwrap_or_default(),
+            )),
+            CacheKind::Sccache => {
+                let (b, a) = (self.before?, sccache_stats(&self.cache)?);
+                let hits = a.hits.saturating_sub(b.hits);
+                let misses = a.misses.saturating_sub(b.misses);
+                Some(CacheStats {
+                    calls: hits + misses,
+                    hits,
+                    misses,
+                })
+            }
+        }
+    }
+}
+
+fn sccache_stats(cache: &CompilerCache) -> Option<CacheStats> {
+    let out = crate::host::process::capture(
+        "sccache",
+        duct::cmd(&cache.tool.path, ["--show-stats", "--stats-format", "json"])
+            .env(cache.var, &cache.dir),
+    )
+    .ok()?;
+    CacheStats::from_sccache_json(&out)
+}
+
 impl CompilerCache {
     /// sccache, else ccache, on PATH; its directory is `<root>/sccache` or
     /// `<root>/ccache`, so a rebuild after a reboot reuses compiled objects.
     /// vLLM's setup.py uses whichever it finds as the compiler launcher.
     pub fn find(store: &Store) -> Option<CompilerCache> {
-        for (prog, var, dir) in [
-            ("sccache", "SCCACHE_DIR", "sccache"),
-            ("ccache", "CCACHE_DIR", "ccache"),
+        for (kind, prog, var, dir) in [
+            (CacheKind::Sccache, "sccache", "SCCACHE_DIR", "sccache"),
+            (CacheKind::Ccache, "ccache", "CCACHE_DIR", "ccache"),
         ] {
             if let Ok(path) = which::which(prog)
                 && let Ok(out) =
                     crate::host::process::capture(prog, duct::cmd(&path, ["--version"]))
             {
                 return Some(CompilerCache {
+                    kind,
                     tool: Tool {
                         path,
                         version: out.lines().next().unwrap_or("").trim().to_string(),
@@ -410,6 +556,10 @@ pub struct BuildRecord {
     /// The compiler cache (sccache / ccache) the build could use, if any.
     #[serde(default)]
     pub compiler_cache: Option<crate::host::toolchain::Tool>,
+    /// What the compiler cache did in this build: lookups, hits, misses
+    /// (`None`: no cache found, or its counters could not be read).
+    #[serde(default)]
+    pub compiler_cache_stats: Option<CacheStats>,
     /// When the build started (RFC 3339).
     pub started: String,
     /// Wall time, seconds.
@@ -573,16 +723,26 @@ pub fn ensure(
             format!("{args} {flag}").trim().to_string(),
         );
     }
+    // The cache's counters for this build alone; the stats log is scratch,
+    // so its variable is not part of the recorded environment.
+    let counter = match &plan.hermetic.compiler_cache {
+        Some(c) => Some(CacheCounter::start(c, &work)?),
+        None => None,
+    };
     let scrubbed: Vec<String> = std::env::vars()
         .map(|(k, _)| k)
         .filter(|k| is_scrubbed(k))
         .filter(|k| !env.contains_key(k))
         .collect();
     let bar = Progress::new("build");
-    let env_pairs: Vec<(String, String)> =
+    let mut env_pairs: Vec<(String, String)> =
         env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    if let Some((_, extra)) = &counter {
+        env_pairs.extend(extra.iter().cloned());
+    }
     uv.build_wheel(&venv, &tree, &out, &env_pairs, &scrubbed, &log, &bar)?;
     bar.finish();
+    let cache_stats = counter.as_ref().and_then(|(c, _)| c.finish());
     let wheels: Vec<String> = fs::read_dir(&out)?
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -612,6 +772,7 @@ pub fn ensure(
             .compiler_cache
             .as_ref()
             .map(|c| c.tool.clone()),
+        compiler_cache_stats: cache_stats,
         started,
         duration_s: t0.elapsed().as_secs_f64(),
     };
@@ -620,10 +781,19 @@ pub fn ensure(
     Manifest::build(&out, &[crate::store::MANIFEST])?.write(&out)?;
     store.persist(&out, &plan.entry)?;
     let _ = fs::remove_file(&log);
+    let cache_note = record
+        .compiler_cache_stats
+        .map(|c| {
+            format!(
+                "; compiler cache: {} hits, {} misses of {} calls",
+                c.hits, c.misses, c.calls
+            )
+        })
+        .unwrap_or_default();
     progress::stage(
         "build",
         format!(
-            "wheel {} ({} bytes, {:.1} s)",
+            "wheel {} ({} bytes, {:.1} s{cache_note})",
             record.wheel, record.size, record.duration_s
         ),
     );

@@ -1,5 +1,7 @@
 //! Entry manifests: every file of a store entry with its size and sha256,
-//! checked by the no-op path (sizes), `status`, `doctor` and `verify --deep` (hashes).
+//! and every directory with its modification time; checked by the no-op path
+//! (directory times, [`Manifest::check_quick`]), `status`, `doctor`, `verify`
+//! (sizes) and `verify --deep` (hashes).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -32,6 +34,30 @@ pub struct Manifest {
     /// Top-level names left out on purpose (the manifest itself, `oracle.json`).
     #[serde(default = "default_excluded")]
     pub excluded: Vec<String>,
+    /// Every directory below the top one, with its modification time as
+    /// the manifest was built (entries are read-only from then on): adding,
+    /// removing or renaming anything in a directory changes its time, so
+    /// [`Manifest::check_quick`] reads these instead of every file. Empty in
+    /// manifests written before they were recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dirs: Vec<DirStamp>,
+}
+
+/// One directory of a [`Manifest`] and its modification time.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DirStamp {
+    /// Path relative to the entry.
+    pub path: String,
+    /// Modification time, nanoseconds since the Unix epoch (`st_mtim`).
+    pub mtime_ns: i64,
+}
+
+/// `st_mtim` of `m` in nanoseconds since the Unix epoch.
+fn mtime_ns(m: &std::fs::Metadata) -> i64 {
+    use std::os::unix::fs::MetadataExt;
+    m.mtime()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(m.mtime_nsec())
 }
 
 fn default_excluded() -> Vec<String> {
@@ -72,6 +98,7 @@ impl Manifest {
         walk(dir, dir, skip, known, &mut m)?;
         m.files.sort_by(|a, b| a.path.cmp(&b.path));
         m.symlinks.sort();
+        m.dirs.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(m)
     }
 
@@ -123,31 +150,131 @@ impl Manifest {
     /// (`__pycache__/*.pyc`, written by Python as it imports) are not counted.
     /// Empty means intact.
     pub fn check(&self, dir: &Path, deep: bool) -> Vec<String> {
+        self.check_hashing(dir, |f| deep || RECORDS.contains(&f.path.as_str()))
+    }
+
+    /// The no-op's check, whose cost grows with the number of directories,
+    /// not of files. Every file, symlink and directory at the entry's top is
+    /// checked as [`Manifest::check`] does (the top directory's own time
+    /// changes when a record is replaced); below it, each directory's
+    /// modification time is compared with [`Manifest::dirs`]. When all
+    /// match, nothing was added, removed or renamed anywhere, and no file was
+    /// replaced by a new one (an editor's save, `pip`, `sed -i`, `cp` to a new
+    /// name then `mv`): the entry is taken as intact. When one differs, the
+    /// whole entry is checked as [`Manifest::check`] does, and every file
+    /// directly in a changed directory is hashed as well, so a replaced file
+    /// of the same size (its own mtime restored) is found.
+    ///
+    /// Left to `verify`: a file rewritten in place (its inode kept, its
+    /// directory untouched), found by its size (`verify`) or sha256
+    /// (`verify --deep`). Manifests without directory times get
+    /// [`Manifest::check`] with sizes. Empty means intact.
+    pub fn check_quick(&self, dir: &Path) -> Vec<String> {
+        if self.dirs.is_empty() {
+            return self.check(dir, false);
+        }
+        let changed = self.changed_dirs(dir);
+        if changed.is_empty() {
+            return self.check_top(dir);
+        }
+        self.check_in_changed_dirs(dir, &changed)
+    }
+
+    /// [`Manifest::check`] with sizes (what `verify` without `--deep` does),
+    /// and the sha256 of every file directly in a directory whose
+    /// modification time differs from [`Manifest::dirs`]: a file replaced by
+    /// one of the same size is found without hashing the whole entry.
+    pub fn check_sizes(&self, dir: &Path) -> Vec<String> {
+        let changed = self.changed_dirs(dir);
+        self.check_in_changed_dirs(dir, &changed)
+    }
+
+    /// Directories of [`Manifest::dirs`] that are gone, not directories, or
+    /// of another modification time now.
+    fn changed_dirs(&self, dir: &Path) -> std::collections::HashSet<&str> {
+        self.dirs
+            .iter()
+            .filter(|d| match std::fs::symlink_metadata(dir.join(&d.path)) {
+                Ok(m) => !m.is_dir() || mtime_ns(&m) != d.mtime_ns,
+                Err(_) => true,
+            })
+            .map(|d| d.path.as_str())
+            .collect()
+    }
+
+    fn check_in_changed_dirs(
+        &self,
+        dir: &Path,
+        changed: &std::collections::HashSet<&str>,
+    ) -> Vec<String> {
+        self.check_hashing(dir, |f| {
+            RECORDS.contains(&f.path.as_str())
+                || changed.contains(f.path.rsplit_once('/').map_or("", |(parent, _)| parent))
+        })
+    }
+
+    /// [`Manifest::check`] of the entry's top level only: its files (sizes,
+    /// records hashed), symlinks and directories, and nothing added there.
+    fn check_top(&self, dir: &Path) -> Vec<String> {
+        let top = |p: &str| !p.contains('/');
+        let mut problems = Vec::new();
+        for f in self.files.iter().filter(|f| top(&f.path)) {
+            self.check_file(dir, f, RECORDS.contains(&f.path.as_str()), &mut problems);
+        }
+        for (path, target) in self.symlinks.iter().filter(|(p, _)| top(p)) {
+            check_link(dir, path, target, &mut problems);
+        }
+        let mut known: std::collections::HashSet<&str> = self
+            .files
+            .iter()
+            .map(|f| f.path.as_str())
+            .chain(self.symlinks.iter().map(|(p, _)| p.as_str()))
+            .filter(|p| top(p))
+            .collect();
+        for d in self.dirs.iter().filter(|d| top(&d.path)) {
+            known.insert(d.path.as_str());
+        }
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            let mut extra: Vec<String> = rd
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !known.contains(n.as_str()) && !self.excluded.contains(n))
+                .collect();
+            extra.sort();
+            problems.extend(extra.into_iter().map(|p| format!("added: {p}")));
+        }
+        problems
+    }
+
+    /// Checks the file `f` of the entry at `dir`: present, its recorded
+    /// size, and (when `hash`) its sha256.
+    fn check_file(&self, dir: &Path, f: &ManifestFile, hash: bool, problems: &mut Vec<String>) {
+        let p = dir.join(&f.path);
+        match std::fs::metadata(&p) {
+            Err(_) => problems.push(format!("missing: {}", f.path)),
+            Ok(m) if m.len() != f.size => problems.push(format!(
+                "changed size: {} ({} -> {} bytes)",
+                f.path,
+                f.size,
+                m.len()
+            )),
+            Ok(_) if hash => match sha256_file(&p) {
+                Ok(h) if h == f.sha256 => {}
+                Ok(_) => problems.push(format!("changed content: {}", f.path)),
+                Err(e) => problems.push(format!("unreadable: {}: {e}", f.path)),
+            },
+            Ok(_) => {}
+        }
+    }
+
+    /// [`Manifest::check`], hashing the files for which `hash` is true.
+    fn check_hashing(&self, dir: &Path, hash: impl Fn(&ManifestFile) -> bool) -> Vec<String> {
         let mut problems = Vec::new();
         for f in &self.files {
-            let p = dir.join(&f.path);
-            match std::fs::metadata(&p) {
-                Err(_) => problems.push(format!("missing: {}", f.path)),
-                Ok(m) if m.len() != f.size => problems.push(format!(
-                    "changed size: {} ({} -> {} bytes)",
-                    f.path,
-                    f.size,
-                    m.len()
-                )),
-                Ok(_) if deep || RECORDS.contains(&f.path.as_str()) => match sha256_file(&p) {
-                    Ok(h) if h == f.sha256 => {}
-                    Ok(_) => problems.push(format!("changed content: {}", f.path)),
-                    Err(e) => problems.push(format!("unreadable: {}: {e}", f.path)),
-                },
-                Ok(_) => {}
-            }
+            self.check_file(dir, f, hash(f), &mut problems);
         }
         for (path, target) in &self.symlinks {
-            match std::fs::read_link(dir.join(path)) {
-                Ok(t) if t.to_string_lossy() == *target => {}
-                Ok(_) => problems.push(format!("changed link: {path}")),
-                Err(_) => problems.push(format!("missing: {path}")),
-            }
+            check_link(dir, path, target, &mut problems);
         }
         let known: std::collections::HashSet<&str> = self
             .files
@@ -160,6 +287,15 @@ impl Manifest {
         extra.sort();
         problems.extend(extra.into_iter().map(|p| format!("added: {p}")));
         problems
+    }
+}
+
+/// Checks that the symlink `path` of the entry at `dir` still points at `target`.
+fn check_link(dir: &Path, path: &str, target: &str, problems: &mut Vec<String>) {
+    match std::fs::read_link(dir.join(path)) {
+        Ok(t) if t.to_string_lossy() == *target => {}
+        Ok(_) => problems.push(format!("changed link: {path}")),
+        Err(_) => problems.push(format!("missing: {path}")),
     }
 }
 
@@ -220,6 +356,10 @@ fn walk(
             m.symlinks
                 .push((rel, fs::read_link(&path)?.to_string_lossy().into_owned()));
         } else if ft.is_dir() {
+            m.dirs.push(DirStamp {
+                path: rel.clone(),
+                mtime_ns: mtime_ns(&e.metadata()?),
+            });
             walk(base, &path, skip, known, m)?;
         } else {
             let size = e.metadata()?.len();

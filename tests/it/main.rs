@@ -18,6 +18,7 @@ mod edges;
 mod gpu;
 mod hermetic;
 mod identity;
+mod perf;
 mod pipeline_keys;
 mod platform;
 mod real;
