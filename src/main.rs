@@ -135,12 +135,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             return ops::bundle::export(&s, &pin, &opts);
         }
         Some(Command::Push { pin, cache }) => {
-            let opts = ops::push::PushOptions {
-                cache,
-                lockfiles: s.lockfiles.clone(),
-                json: s.json,
-            };
-            return ops::push::push(&pin, s.store_arg(), &opts);
+            return ops::push::push(&s, &pin, &ops::push::PushOptions { cache });
         }
         Some(Command::Pull { pin, cache }) => {
             let opts = ops::pull::PullOptions {

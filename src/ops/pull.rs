@@ -34,7 +34,7 @@ pub struct PullOptions {
 pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Result<()> {
     let lr = pin::resolve(pin_arg)?;
     let root = Store::default_root(store_arg)?;
-    let caches = crate::ops::push::caches_for(&root, opts.cache.as_deref())?;
+    let caches = crate::pipeline::push::caches_for(&root, opts.cache.as_deref())?;
     let store = Store::at(&root)?;
     store.init()?;
     let lock_dir = lock::lock_dir(&lr, opts.lockfiles.as_deref());

@@ -38,6 +38,7 @@ pub mod bundle;
 pub mod doctor;
 pub mod inputs;
 pub mod preflight;
+pub mod push;
 pub mod verify;
 
 use std::path::{Path, PathBuf};

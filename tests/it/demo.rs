@@ -105,12 +105,14 @@ fn demo_refuses_a_bad_python_and_writes_nothing() {
 
 /// The visible commands, read from `oracle-build --help` (clap's own list),
 /// checked to hold the commands the README documents.
-fn commands() -> BTreeSet<String> {
-    let out = run(Path::new("."), &["--help"]);
+/// The subcommands `args --help` lists (without `help`).
+fn subcommands_of(args: &[&str]) -> BTreeSet<String> {
+    let mut a = args.to_vec();
+    a.push("--help");
+    let out = run(Path::new("."), &a);
     assert_eq!(code(&out), 0, "{}", text(&out));
     let help = String::from_utf8_lossy(&out.stdout).to_string();
-    let names: BTreeSet<String> = help
-        .split("Commands:")
+    help.split("Commands:")
         .nth(1)
         .and_then(|s| s.split("\n\n").next())
         .unwrap_or_default()
@@ -118,7 +120,11 @@ fn commands() -> BTreeSet<String> {
         .filter_map(|l| l.split_whitespace().next())
         .filter(|n| *n != "help")
         .map(str::to_string)
-        .collect();
+        .collect()
+}
+
+fn commands() -> BTreeSet<String> {
+    let names = subcommands_of(&[]);
     for want in [
         "build",
         "plan",
@@ -140,7 +146,7 @@ fn commands() -> BTreeSet<String> {
         "completions",
         "man",
     ] {
-        assert!(names.contains(want), "{want} not in --help:\n{help}");
+        assert!(names.contains(want), "{want} not in --help: {names:?}");
     }
     names
 }
@@ -231,10 +237,16 @@ fn man_page_names_every_command_and_out_dir_writes_one_page_each() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert!(files.remove("oracle-build.1"), "{files:?}");
-    let want: BTreeSet<String> = commands
-        .iter()
-        .map(|c| format!("oracle-build-{c}.1"))
-        .collect();
+    // One page per command, and one per nested command (`cache ls` ->
+    // oracle-build-cache-ls.1).
+    let mut want: BTreeSet<String> = BTreeSet::new();
+    for c in &commands {
+        want.insert(format!("oracle-build-{c}.1"));
+        for sub in subcommands_of(&[c.as_str()]) {
+            want.insert(format!("oracle-build-{c}-{sub}.1"));
+        }
+    }
+    assert!(want.contains("oracle-build-cache-ls.1"), "{want:?}");
     assert_eq!(files, want);
     let demo = std::fs::read_to_string(dir.join("oracle-build-demo.1")).unwrap();
     assert!(demo.contains("\\-\\-python"), "{demo}");
