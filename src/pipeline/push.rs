@@ -204,7 +204,7 @@ pub fn push(
         artifacts.push(artifact::of_entry(e, &dir, &scratch.join("trees"))?);
     }
     // The inputs, with the recipe and the oracle's record as evidence.
-    let key = substitute::inputs_key(&lr);
+    let key = substitute::inputs_key(lr);
     let recipe_file = scratch.join("recipe.yaml");
     fs_err::write(&recipe_file, &lr.text)?;
     let inputs = InputsRecord {
