@@ -17,10 +17,15 @@ repository), then measures, as medians over several runs:
 3. second pin fetching a second commit of a large repository into the store
               when its mirror exists, against a fresh full `git clone`;
 4. footprint  disk used by two oracles sharing their dependencies, against one;
-5. compiler   the wheel stage of a C/C++-heavy fixture (CMake + Ninja, ccache
+5. cache      `push` to a local registry (Debian's docker-registry, started on
+              127.0.0.1 with its own config), then `pull` + `build --offline`
+              into an empty store, against building from source (the first
+              build) and against copying the same blobs with a plain HTTP
+              client (urllib). Skipped when /usr/bin/docker-registry is absent.
+6. compiler   the wheel stage of a C/C++-heavy fixture (CMake + Ninja, ccache
    cache     as the launcher): cold cache against a rebuild after the wheel and
               venv entries are wiped (the cache in the store kept);
-6. no-op      at 10k, 50k and 100k files: fixture oracles with generated
+7. no-op      at 10k, 50k and 100k files: fixture oracles with generated
    growth    modules (.py and their .pyc), so the no-op's growth is visible.
 
 It prints a Markdown table and writes it to --out. Timings are wall clock on
@@ -158,6 +163,97 @@ def big_repo(work, commits=3000, blob_bytes=36_000):
     return repo
 
 
+# Real packages (with their dependencies, 40+ artifacts) for the wheelhouse-fill row.
+FILL = ["numpy", "pandas", "pyarrow", "scipy", "requests", "rich", "pydantic", "jinja2", "click", "httpx",
+        "sqlalchemy", "pyyaml", "aiohttp", "fastapi", "uvicorn", "pillow", "networkx", "sympy", "tqdm", "attrs",
+        "jsonschema"]
+
+
+def wheelhouse_fill(work, binary, env, runs):
+    """Rows: the wheelhouse fill of a cold store, against uv's own cold-cache download of the same artifacts.
+
+    The set: the fixture's build and runtime locks with FILL added to its requirements (resolved once by
+    `oracle-build lock`, untimed), every artifact from PyPI. The fill is timed by the binary itself (its
+    `==> wheelhouse: downloaded N artifacts, X MiB in T s` line: parallel download, sha256 check and persist of
+    every entry; process start, source, wheel and venv stages excluded) in a fresh store each run. The anchor is
+    `uv pip install --no-deps --target <empty dir> --cache-dir <empty dir> -r <list>`, once per lock, where the
+    list names every locked artifact by URL with its sha256: uv downloads them in parallel into its cold cache,
+    checks the hashes, and also unpacks each wheel into the target (more work than the fill), wall clock.
+    """
+    import re
+    import tomllib
+    repo = work / "fill-repo"
+    shutil.copytree(FIXTURE / "pkg", repo)
+    with open(repo / "requirements" / "common.txt", "a") as f:
+        f.write("".join(f"{p}\n" for p in FILL))
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "fixture + fill set")
+    git(repo, "tag", "v0.1.0")
+    rec = work / "fill.yaml"
+    rec.write_text(f"name: fill\nsource:\n  repo: file://{repo}\n  commit: {git(repo, 'rev-parse', 'HEAD')}\n"
+                   f"  package: fixturellm\npython: \"{PYTHON}\"\nbuild:\n  target_device: cpu\n")
+    locks = work / "fill-lockfiles"
+    store = work / "fill-store"
+    sh(binary, "lock", rec, "--lockfiles", locks, "--store", work / "fill-lock-store", env=env)
+
+    def fill():
+        res = sh(binary, "build", rec, "--no-smoke", "--lockfiles", locks, "--store", store, env=env, check=False)
+        assert res.returncode in (0, 4), res.stderr
+        got = re.findall(r"wheelhouse: downloaded (\d+) artifacts?, ([\d.]+) MiB in ([\d.]+) s", res.stderr)
+        assert got, res.stderr
+        return sum(int(n) for n, _, _ in got), sum(float(m) for _, m, _ in got), sum(float(t) for _, _, t in got)
+
+    fills = []
+    for _ in range(runs):
+        force_rmtree(store)
+        os.sync()
+        fills.append(fill())
+    count, mib = fills[0][0], fills[0][1]
+    fill_s = statistics.median(t for _, _, t in fills)
+
+    uv = work / "tools" / "uv-0.13.9" / "bin" / "uv"
+    py = shutil.which(f"python{PYTHON}") or sys.executable
+    # A package may lock several wheels (e.g. a binary and a pure one), all of which the fill keeps: list k
+    # holds the k-th artifact of each package, so uv is run once per (lock, k) and downloads each of them.
+    lists = []
+    for lock in sorted(locks.glob("*/pylock.*.toml")):
+        rounds = []
+        for p in tomllib.loads(lock.read_text()).get("packages", []):
+            for k, a in enumerate(p.get("wheels") or [p["sdist"]]):
+                if k == len(rounds):
+                    rounds.append([])
+                rounds[k].append(f"{p['name']} @ {a['url']} --hash=sha256:{a['hashes']['sha256']}\n")
+        for k, lines in enumerate(rounds):
+            lists.append(work / f"fill-{lock.stem}-{k}.txt")
+            lists[-1].write_text("".join(lines))
+
+    def uv_fill(cold=True):
+        for d in ("fill-uv-cache", "fill-uv-target") if cold else ("fill-uv-target",):
+            force_rmtree(work / d)
+        os.sync()
+        t0 = time.perf_counter()
+        for reqs in lists:
+            sh(uv, "pip", "install", "-q", "--no-deps", "--python", py, "--target", work / "fill-uv-target" / reqs.stem,
+               "--cache-dir", work / "fill-uv-cache", "-r", reqs, env=env)
+        return time.perf_counter() - t0
+
+    uv_s = statistics.median(uv_fill() for _ in range(runs))
+    # The same with the cache warm: what uv spends besides downloading. Cold minus warm is the stricter
+    # anchor (uv's download, hash check and unpacking into its cache), and the goal is judged on it.
+    uv_warm = statistics.median(uv_fill(cold=False) for _ in range(runs))
+    strict = fill_s / max(uv_s - uv_warm, 1e-3)
+    return [
+        ("wheelhouse fill: cold store, parallel downloads from PyPI, hashes checked",
+         f"{count} artifacts, {mib:.0f} MiB", fill_s,
+         f"{fill_s / uv_s:.2f}x uv cold; {strict:.2f}x uv cold minus warm "
+         f"(goal <= 1.2x: {'met' if strict <= 1.2 else 'missed'})"),
+        ("uv pip install --no-deps --target, cold cache, same artifacts by URL and hash", "same set", uv_s,
+         "baseline (also unpacks every wheel)"),
+        ("the same, warm uv cache (no download)", "same set", uv_warm, "baseline"),
+    ]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
@@ -216,7 +312,7 @@ def main():
     uv = work / "tools" / "uv-0.13.9" / "bin" / "uv"
     py = shutil.which(f"python{PYTHON}") or sys.executable
     wheel = next((store / "store" / "wheels").glob("*/*.whl"))
-    specs = [f"{k}=={v}" for k, v in HEAVY.items()] + ["packaging", "idna"]
+    specs = [f"{k}=={v}" for k, v in HEAVY.items()] + ["packaging", "idna"]  # + the fixture's own requirements/common.txt
     wheeldir = work / "wheeldir"
     sh(py, "-m", "pip", "download", "-q", "-d", wheeldir, *specs)
     shutil.copy(wheel, wheeldir)
@@ -257,6 +353,11 @@ def main():
     rows.append(("no-op: `oracle-build <PIN> --offline`, oracle intact", "goal < 0.3 s", noop_s,
                  "met" if noop_s < 0.3 else "missed"))
 
+    rows.extend(wheelhouse_fill(work, binary, env, args.runs))
+
+    # 5. The cache: pull + offline build against building from source.
+    rows.extend(cache_rows(work, binary, env, store, r1, first, first_s, args.runs))
+
     if args.quick:
         return finish(args, rows, first_s)
 
@@ -271,12 +372,97 @@ def main():
     rows.append(("footprint: two oracles sharing dependencies", f"one oracle {one / 2**20:.0f} MiB",
                  None, f"{ratio:.2f}x one oracle (goal <= 1.2x: {'met' if ratio <= 1.2 else 'missed'})"))
 
-    # 5. Compiler cache; 6. no-op growth.
+    # 6. Compiler cache; 7. no-op growth.
     # One cold/warm pair: a cold build of the 49 TUs takes minutes on 2 CPUs.
     rows.extend(compiler_cache_rows(binary, env, work, 1))
     rows.extend(noop_growth_rows(binary, env, work, max(args.runs, 10)))
 
     return finish(args, rows, first_s)
+
+
+def cache_rows(work, binary, env, store, r1, first, first_s, runs):
+    """Row 5 (see the module docs); [] without docker-registry."""
+    server = Path("/usr/bin/docker-registry")
+    if not server.exists():
+        print("no /usr/bin/docker-registry: skipping the cache rows", file=sys.stderr)
+        return []
+    import socket
+    import urllib.request
+    reg = work / "registry"
+    force_rmtree(reg)
+    reg.mkdir(parents=True)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    (reg / "config.yml").write_text(
+        f"version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n"
+        f"    rootdirectory: {reg / 'storage'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
+    proc = subprocess.Popen([server, "serve", reg / "config.yml"], stdout=subprocess.DEVNULL,
+                            stderr=open(reg / "registry.log", "w"))
+    try:
+        for _ in range(400):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        url = f"oci+http://127.0.0.1:{port}/bench/oracles"
+        key = work / "bench-key"
+        if not key.exists():
+            sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench@local", "-f", key)
+        pub = (work / "bench-key.pub").read_text().split()
+        allowed = work / "bench-allowed"
+        allowed.write_text(f"bench@local {pub[0]} {pub[1]}\n")
+        cenv = dict(env, ORACLE_BUILD_BUILDER="bench@local", XDG_CONFIG_HOME=str(work / "xdg"))
+        cfg = store / "config.toml"
+        cfg.write_text(f'[[cache]]\nname = "bench"\nurl = "{url}"\nsigning_key = "{key}"\n')
+        try:
+            sh(binary, "push", r1, "--store", store, env=cenv)
+        finally:
+            cfg.unlink()
+        pulled = work / "pull-store"
+
+        def fresh():
+            force_rmtree(pulled)
+            pulled.mkdir(parents=True)
+            (pulled / "config.toml").write_text(
+                f'[[cache]]\nname = "bench"\nurl = "{url}"\ntrusted_signers = "{allowed}"\n')
+
+        split = {}
+
+        def pull_and_build():
+            t0 = time.perf_counter()
+            sh(binary, "pull", r1, "--store", pulled, env=cenv)
+            split["pull"] = time.perf_counter() - t0
+            out = json.loads(sh(binary, "build", r1, "--offline", "--json", "--store", pulled, env=cenv).stdout)
+            assert "wheel" not in out["built"] and out["key"] == first["key"], out
+        both_s, _ = timed(pull_and_build, runs, fresh)
+        pull_s = split["pull"]
+        blobs = sorted((reg / "storage/docker/registry/v2/blobs/sha256").glob("*/*/data"))
+        total = sum(b.stat().st_size for b in blobs)
+        digests = [b.parent.name for b in blobs]
+
+        def plain_copy():
+            dest = work / "plain-copy"
+            force_rmtree(dest)
+            dest.mkdir()
+            for d in digests:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/bench/oracles/blobs/sha256:{d}") as r, \
+                        open(dest / d, "wb") as f:
+                    shutil.copyfileobj(r, f, 1 << 20)
+        copy_s, _ = timed(plain_copy, runs)
+        on = f"{len(blobs)} blobs, {total / 2**20:.0f} MiB"
+        return [
+            ("cache: `pull` + `build --offline` into an empty store (no wheel built; venv, identity, smoke here)", on,
+             both_s, f"{first_s / both_s:.2f}x faster than building from source (the first build); "
+                     f"{copy_s / both_s:.2f}x a plain HTTP copy of the same bytes"),
+            ("cache: `pull` alone (last run; every blob and entry checked)", on, pull_s,
+             f"{copy_s / pull_s:.2f}x a plain HTTP copy of the same bytes"),
+            ("plain HTTP GET of every blob of the registry (urllib), no checks", on, copy_s, "baseline"),
+        ]
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def second_pin_rows(binary, env, work, runs):

@@ -49,6 +49,13 @@ pub struct BuildArgs {
     /// After a gateable build, point the symlink PATH at the oracle (see `activate`).
     #[arg(long, value_name = "PATH")]
     pub activate: Option<PathBuf>,
+    /// Substitute from this one cache (a configured name, or oci://host/repo,
+    /// oci+http://host:port/repo, file:///dir) instead of the configured ones.
+    #[arg(long, value_name = "URL")]
+    pub cache: Option<String>,
+    /// Never take a stage from a cache: do all the work here.
+    #[arg(long)]
+    pub no_substitute: bool,
 }
 
 /// Arguments of `verify`.
@@ -203,6 +210,30 @@ pub enum Command {
         #[arg(long, value_name = "P")]
         platform: Option<String>,
     },
+    /// Upload what another box needs to build PIN (source, lock, wheelhouse,
+    /// external sources, the signed wheel) to a cache; venvs are never pushed.
+    Push {
+        /// The PIN (built in this store).
+        pin: String,
+        /// The cache (a configured name or a URL; default: every configured cache).
+        #[arg(long, value_name = "URL")]
+        cache: Option<String>,
+    },
+    /// Fetch from a cache everything `build PIN --offline` needs, every digest
+    /// checked, the wheel only when trusted signers vouch for it.
+    Pull {
+        /// The PIN.
+        pin: String,
+        /// The cache (a configured name or a URL; default: the configured caches in order).
+        #[arg(long, value_name = "URL")]
+        cache: Option<String>,
+    },
+    /// The registry caches: list, verify or garbage-collect their artifacts.
+    Cache {
+        /// What to do.
+        #[command(subcommand)]
+        action: CacheCommand,
+    },
     /// Verify an archive made by `export` and add its contents to the store.
     Import {
         /// The archive.
@@ -231,5 +262,31 @@ pub enum Command {
     Watchdog {
         /// The process group to terminate.
         pgid: i32,
+    },
+}
+
+/// The subcommands of `cache`.
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// List every artifact of the caches: tag, kind, size, and who signed it.
+    Ls {
+        /// Only this cache (a configured name or a URL; default: every configured cache).
+        #[arg(long, value_name = "URL")]
+        cache: Option<String>,
+    },
+    /// Download every artifact and re-check digests, files and signatures (exit 1 on a failure).
+    Verify {
+        /// Only this cache (a configured name or a URL; default: every configured cache).
+        #[arg(long, value_name = "URL")]
+        cache: Option<String>,
+    },
+    /// Delete the tags no root of this store reaches, then unreferenced blobs (file:// caches).
+    Gc {
+        /// Only this cache (a configured name or a URL; default: every configured cache).
+        #[arg(long, value_name = "URL")]
+        cache: Option<String>,
+        /// List what would be deleted; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
 }

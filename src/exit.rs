@@ -1,4 +1,4 @@
-//! Exit codes of the command-line contract (README.md, "Commands").
+//! Exit codes of the command-line contract (README.md, "Exit codes").
 //!
 //! Any error that reaches `main` exits 1 unless an [`Exit`] sits in its chain,
 //! in which case the [`Exit`]'s code is used.

@@ -13,6 +13,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("cli", &["main", "cli"]),
     ("ops", &["ops"]),
     ("pipeline", &["pipeline"]),
+    ("cache", &["cache"]),
     ("stages", &["stages"]),
     ("host", &["host"]),
     ("store", &["store"]),

@@ -2,10 +2,11 @@
 //! the integration tests and the fuzz targets share.
 //!
 //! The layers, top to bottom (each may use only the layers below it; see
-//! `docs/architecture.md`): [`cli`] -> [`ops`] -> [`pipeline`] -> [`stages`]
-//! -> [`host`] -> [`store`] -> [`recipe`], with the leaf utilities
+//! `docs/architecture.md`): [`cli`] -> [`ops`] -> [`pipeline`] -> [`cache`] ->
+//! [`stages`] -> [`host`] -> [`store`] -> [`recipe`], with the leaf utilities
 //! [`exit`], [`progress`] and [`shell`] usable by all.
 
+pub mod cache;
 pub mod cli;
 pub mod exit;
 pub mod host;

@@ -52,11 +52,14 @@ fn main() {
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<()> {
-    let store = cli.store.as_deref();
+    // The global options, opened the same way by every command.
+    let s = ops::Session {
+        store: cli.store.clone(),
+        lockfiles: cli.lockfiles.clone(),
+        json: cli.json,
+    };
     let build_args = match cli.command {
-        Some(Command::Plan { pin, offline }) => {
-            return ops::plan::run(&pin, store, cli.lockfiles.as_deref(), offline, cli.json);
-        }
+        Some(Command::Plan { pin, offline }) => return ops::plan::run(&s, &pin, offline),
         Some(Command::Advance {
             from,
             to,
@@ -74,20 +77,16 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 alias,
                 pins,
                 offline,
-                store: cli.store.clone(),
-                json: cli.json,
             };
-            return ops::advance::run(&opts);
+            return ops::advance::run(&s, &opts);
         }
-        Some(Command::Rollback { path }) => return ops::advance::rollback(&path, store, cli.json),
+        Some(Command::Rollback { path }) => return ops::advance::rollback(&s, &path),
         Some(Command::Watchdog { pgid }) => process::watchdog(pgid),
-        Some(Command::Status) => return ops::status::run(store, cli.json),
-        Some(Command::Gc { dry_run }) => return ops::gc::run(store, dry_run, cli.json),
-        Some(Command::Keep { pin }) => return ops::gc::keep(&pin, store, true, cli.json),
-        Some(Command::Unkeep { pin }) => return ops::gc::keep(&pin, store, false, cli.json),
-        Some(Command::Fetch { pin, offline }) => {
-            return ops::fetch::run(&pin, store, offline, cli.json);
-        }
+        Some(Command::Status) => return ops::status::run(&s),
+        Some(Command::Gc { dry_run }) => return ops::gc::run(&s, dry_run),
+        Some(Command::Keep { pin }) => return ops::gc::keep(&s, &pin, true),
+        Some(Command::Unkeep { pin }) => return ops::gc::keep(&s, &pin, false),
+        Some(Command::Fetch { pin, offline }) => return ops::fetch::run(&s, &pin, offline),
         Some(Command::Smoke {
             pin,
             case,
@@ -99,9 +98,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 case,
                 record_golden,
                 force,
-                json: cli.json,
             };
-            return ops::smoke::run(&opts, store);
+            return ops::smoke::run(&s, &opts);
         }
         Some(Command::Verify(a)) => {
             let opts = ops::verify::VerifyOptions {
@@ -111,48 +109,61 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 emit_pin_block: a.emit_pin_block,
                 write_pin_block: a.write_pin_block,
             };
-            return ops::verify::run(&a.target, store, &opts, cli.json);
+            return ops::verify::run(&s, &a.target, &opts);
         }
         Some(Command::Activate { pin, path, force }) => {
-            return ops::activate::run(&pin, &path, force, store, cli.json);
+            return ops::activate::run(&s, &pin, &path, force);
         }
         Some(Command::Doctor { venv, pin }) => {
             let opts = ops::doctor::DoctorOptions { venvs: venv, pin };
-            return ops::doctor::run(store, &opts, cli.json);
+            return ops::doctor::run(&s, &opts);
         }
         Some(Command::Lock {
             pin,
             platform,
             check,
         }) => {
-            let opts = ops::lock::LockOptions {
-                platform,
-                check,
-                json: cli.json,
-            };
-            return ops::lock::run(&pin, store, cli.lockfiles.as_deref(), &opts);
+            let opts = ops::lock::LockOptions { platform, check };
+            return ops::lock::run(&s, &pin, &opts);
         }
         Some(Command::Export {
             pin,
             output,
             platform,
         }) => {
-            let opts = ops::bundle::ExportOptions {
-                lockfiles: cli.lockfiles.clone(),
-                output,
-                platform,
-                json: cli.json,
-            };
-            return ops::bundle::export(&pin, store, &opts);
+            let opts = ops::bundle::ExportOptions { output, platform };
+            return ops::bundle::export(&s, &pin, &opts);
         }
-        Some(Command::Import { file }) => return ops::bundle::import(&file, store, cli.json),
-        Some(Command::Demo { python }) => {
-            let opts = ops::demo::DemoOptions {
-                store: cli.store.clone(),
-                python,
-                json: cli.json,
+        Some(Command::Push { pin, cache }) => {
+            let opts = ops::push::PushOptions {
+                cache,
+                lockfiles: s.lockfiles.clone(),
+                json: s.json,
             };
-            return ops::demo::run(&opts).map(|_| ());
+            return ops::push::push(&pin, s.store_arg(), &opts);
+        }
+        Some(Command::Pull { pin, cache }) => {
+            let opts = ops::pull::PullOptions {
+                cache,
+                lockfiles: s.lockfiles.clone(),
+                json: s.json,
+            };
+            return ops::pull::pull(&pin, s.store_arg(), &opts);
+        }
+        Some(Command::Cache { action }) => {
+            use ops::cache::Action;
+            use oracle_build::cli::CacheCommand as C;
+            let (action, cache) = match action {
+                C::Ls { cache } => (Action::Ls, cache),
+                C::Verify { cache } => (Action::Verify, cache),
+                C::Gc { cache, dry_run } => (Action::Gc { dry_run }, cache),
+            };
+            return ops::cache::run(action, cache.as_deref(), s.store_arg(), s.json);
+        }
+        Some(Command::Import { file }) => return ops::bundle::import(&s, &file),
+        Some(Command::Demo { python }) => {
+            let opts = ops::demo::DemoOptions { python };
+            return ops::demo::run(&s, &opts).map(|_| ());
         }
         Some(Command::Completions { shell }) => {
             return oracle_build::cli::manual::run_completions(shell, cli.json);
@@ -170,13 +181,12 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
     };
     let opts = ops::build::BuildOptions {
         pin,
-        store: cli.store,
         offline: build_args.offline,
         no_smoke: build_args.no_smoke,
         jobs: build_args.jobs.map(|j| j as usize),
-        json: cli.json,
         activate: build_args.activate,
-        lockfiles: cli.lockfiles,
+        cache: build_args.cache,
+        no_substitute: build_args.no_substitute,
     };
-    ops::build::run(&opts).map(|_| ())
+    ops::build::run(&s, &opts).map(|_| ())
 }

@@ -32,6 +32,29 @@ impl Progress {
         Progress { bar }
     }
 
+    /// A byte-level bar labelled `label` for a transfer of `total` bytes
+    /// (bytes, rate and eta), or a byte counter when the total is unknown;
+    /// drawn on stderr when it is a terminal.
+    pub fn bytes(label: &str, total: Option<u64>) -> Progress {
+        let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
+        let template = if total.is_some() {
+            "{prefix} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} (eta {eta}) {msg}"
+        } else {
+            "{spinner} {prefix} {bytes} {binary_bytes_per_sec} {msg}"
+        };
+        bar.set_style(
+            ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_prefix(label.to_string());
+        bar.enable_steady_tick(Duration::from_millis(200));
+        Progress { bar }
+    }
+
+    /// A handle that moves this bar from other threads ([`Counter::add`]).
+    pub fn counter(&self) -> Counter {
+        Counter(self.bar.clone())
+    }
+
     /// Sets the position and total (e.g. received objects of a git fetch).
     pub fn set(&self, pos: u64, total: u64, msg: &str) {
         if self.bar.length() != Some(total) {
@@ -65,6 +88,21 @@ impl Progress {
 impl Drop for Progress {
     fn drop(&mut self) {
         self.bar.finish_and_clear();
+    }
+}
+
+/// Moves a [`Progress`] bar from any thread; dropping it leaves the bar.
+#[derive(Clone)]
+pub struct Counter(ProgressBar);
+
+impl Counter {
+    /// Moves the position by `delta` (negative: back, e.g. a restarted download).
+    pub fn add(&self, delta: i64) {
+        if delta >= 0 {
+            self.0.inc(delta.unsigned_abs());
+        } else {
+            self.0.dec(delta.unsigned_abs());
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 #![no_main]
-//! The bundle checks of `import`, on raw bytes: `ops::bundle::check_archive`.
+//! The bundle checks of `import`, on raw bytes: `store::bundle::check_archive`.
 //! An input that starts with the gzip magic is read as is; any other input is
 //! taken as the tar inside and gzip-compressed first, so mutations reach the
 //! tar reader and the manifest instead of breaking the deflate stream.
@@ -15,5 +15,5 @@ fuzz_target!(|data: &[u8]| {
         e.write_all(data).expect("writing to a Vec");
         e.finish().expect("writing to a Vec")
     };
-    let _ = oracle_build::ops::bundle::check_archive(&gz[..]);
+    let _ = oracle_build::store::bundle::check_archive(&gz[..]);
 });

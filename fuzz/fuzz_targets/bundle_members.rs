@@ -291,7 +291,7 @@ fuzz_target!(|input: Input| {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(&tar).unwrap();
     let gz = gz.finish().unwrap();
-    if oracle_build::ops::bundle::check_archive(&gz[..]).is_ok() {
+    if oracle_build::store::bundle::check_archive(&gz[..]).is_ok() {
         for (path, link) in &written {
             assert!(plain(path), "accepted member path {path:?}");
             if let Some(l) = link {

@@ -166,6 +166,24 @@ mod tests {
                 "no page for {c}: {names:?}"
             );
         }
-        assert_eq!(names.len(), cmds.len() + 1, "{names:?}");
+        // Subcommands of a command (`cache ls`) get pages of their own.
+        let nested: Vec<String> = crate::cli::Cli::command()
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set())
+            .flat_map(|s| {
+                s.get_subcommands()
+                    .filter(|n| !n.is_hide_set())
+                    .map(|n| format!("{}-{}", s.get_name(), n.get_name()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(nested.contains(&"cache-ls".to_string()), "{nested:?}");
+        for c in &nested {
+            assert!(
+                names.contains(&format!("oracle-build-{c}.1")),
+                "no page for {c}: {names:?}"
+            );
+        }
+        assert_eq!(names.len(), cmds.len() + nested.len() + 1, "{names:?}");
     }
 }

@@ -215,10 +215,7 @@ pub fn find_uv(store: &Store, python: Option<&Python>, provision: bool) -> Resul
     // The tools directory may be shared by several stores: lock and stage inside it.
     let tools = dir.parent().context("tools dir")?;
     fs::create_dir_all(tools)?;
-    let lock = fs::File::create(tools.join(format!(".uv-{UV_VERSION}.lock")))?
-        .into_parts()
-        .0;
-    lock.lock().context("locking the tools directory")?;
+    let _lock = crate::store::lock_tools(tools, "uv", UV_VERSION)?;
     if let Some(tool) = probe_tool(&bin, &["--version"]) {
         return Ok(tool);
     }
@@ -294,10 +291,7 @@ pub fn install_uv_wheel(store: &Store, wheel: &Path) -> Result<Tool> {
     }
     let tools = dir.parent().context("tools dir")?;
     fs::create_dir_all(tools)?;
-    let lock = fs::File::create(tools.join(format!(".uv-{UV_VERSION}.lock")))?
-        .into_parts()
-        .0;
-    lock.lock().context("locking the tools directory")?;
+    let _lock = crate::store::lock_tools(tools, "uv", UV_VERSION)?;
     if let Some(tool) = probe_tool(&bin, &["--version"]) {
         return Ok(tool);
     }

@@ -11,10 +11,9 @@ use anyhow::{Result, anyhow};
 use serde::Serialize;
 
 use crate::exit::mismatch;
-use crate::ops::print_json;
-use crate::ops::verify::{Depth, verify_venv};
+use crate::ops::{Opened, Session, print_json};
+use crate::pipeline::verify::{Depth, verify_venv};
 use crate::recipe::LoadedRecipe;
-use crate::recipe::pin;
 use crate::stages::identity;
 use crate::stages::oracle::OracleRecord;
 use crate::stages::smoke::Verdict;
@@ -158,16 +157,12 @@ pub fn print(a: &Activation) {
 /// Errors: exit 2 for a bad PIN or PATH (someone else's symlink without
 /// `force`); exit 1 when the oracle of PIN is not built or the registry is
 /// unreadable; exit 3 when it fails `verify` or is not gateable.
-pub fn run(
-    pin: &str,
-    path: &Path,
-    force: bool,
-    store_arg: Option<&Path>,
-    json: bool,
-) -> Result<()> {
-    let lr = pin::resolve(pin)?;
-    let root = Store::default_root(store_arg)?;
-    let store = Store::at(&root)?;
+pub fn run(s: &Session, pin: &str, path: &Path, force: bool) -> Result<()> {
+    let Opened {
+        recipe: lr,
+        root,
+        store,
+    } = s.open(pin)?;
     if !store.bucket_dir(Bucket::Venvs).is_dir() {
         return Err(anyhow!(
             "no store at {} (build first: `oracle-build build {pin} --activate {}`)",
@@ -177,7 +172,7 @@ pub fn run(
     }
     let entry = oracle_entry(&store, &lr)?;
     let a = activate_with(&store, &lr, &entry, path, force)?;
-    if json {
+    if s.json {
         print_json(&a)
     } else {
         print(&a);

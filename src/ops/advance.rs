@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::exit::{bad_input, not_gateable};
 use crate::ops::build::{BuildOptions, BuildReport, execute};
-use crate::ops::print_json;
+use crate::ops::{Session, print_json};
 use crate::pipeline::advance::{self, AdvanceReport, Commits, Side};
 use crate::progress;
 use crate::recipe::pin;
@@ -43,10 +43,6 @@ pub struct AdvanceOptions {
     pub pins: Vec<String>,
     /// `--offline`.
     pub offline: bool,
-    /// `--store`.
-    pub store: Option<PathBuf>,
-    /// `--json`.
-    pub json: bool,
 }
 
 /// Resolves TO: a hex commit found in FROM's mirror gives a candidate recipe
@@ -170,13 +166,21 @@ fn side(store: &Store, lr: &LoadedRecipe, oracle: &Path, smoke: &SmokeReport) ->
     })
 }
 
-fn build(lr_path: &str, opts: &AdvanceOptions) -> Result<BuildReport> {
-    execute(&BuildOptions {
-        pin: lr_path.to_string(),
-        store: opts.store.clone(),
-        offline: opts.offline,
-        ..Default::default()
-    })
+/// Builds the recipe file `lr_path` in session `s`'s store (its lock from
+/// beside the recipe: `--lockfiles` is not applied to either side).
+fn build(s: &Session, lr_path: &str, opts: &AdvanceOptions) -> Result<BuildReport> {
+    let beside = Session {
+        lockfiles: None,
+        ..s.clone()
+    };
+    execute(
+        &beside,
+        &BuildOptions {
+            pin: lr_path.to_string(),
+            offline: opts.offline,
+            ..Default::default()
+        },
+    )
 }
 
 fn commits(
@@ -223,7 +227,7 @@ fn commits(
 /// without `--accept`, a bad `--pin`), before anything is built or written;
 /// exit 3 when TO fails its identity checks; exit 4 when `--accept` and TO is
 /// not gateable (the alias is unchanged).
-pub fn run(opts: &AdvanceOptions) -> Result<()> {
+pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
     if opts.accept && opts.alias.is_none() {
         return Err(bad_input(
             "--accept needs --alias PATH (the alias to move to TO)",
@@ -235,8 +239,8 @@ pub fn run(opts: &AdvanceOptions) -> Result<()> {
             a.display()
         )));
     }
-    let from = pin::resolve(&opts.from)?;
-    let store = Store::at(&Store::default_root(opts.store.as_deref())?)?;
+    let from = s.recipe(&opts.from)?;
+    let store = s.store()?;
     store.init()?;
     let (to, candidate) = resolve_to(&store, &from, opts)?;
     if to.recipe.name == from.recipe.name {
@@ -249,13 +253,13 @@ pub fn run(opts: &AdvanceOptions) -> Result<()> {
     // FROM: its oracle as built (never rebuilt or re-gated); built only if absent.
     let from_oracle = match crate::ops::activate::oracle_entry(&store, &from) {
         Ok(e) => e.path,
-        Err(_) => build(&from.origin, opts)?.oracle,
+        Err(_) => build(s, &from.origin, opts)?.oracle,
     };
     progress::stage(
         "advance",
         format!("building TO ({}) in its own entries", to.recipe.name),
     );
-    let to_report = build(&to.origin, opts)?;
+    let to_report = build(s, &to.origin, opts)?;
     let to_oracle = to_report.oracle.clone();
     let to_record = OracleRecord::read(&to_oracle)?;
 
@@ -327,7 +331,7 @@ pub fn run(opts: &AdvanceOptions) -> Result<()> {
 
     let text = advance::report::markdown(&report);
     let file = opts.report.clone().unwrap_or_else(|| {
-        store.root().join("reports").join(format!(
+        store.reports_dir().join(format!(
             "advance-{}-{}.md",
             from.recipe.name, to.recipe.name
         ))
@@ -336,7 +340,7 @@ pub fn run(opts: &AdvanceOptions) -> Result<()> {
         fs_err::create_dir_all(dir)?;
     }
     write_atomic(&file, text.as_bytes())?;
-    if opts.json {
+    if s.json {
         let mut v = serde_json::to_value(&report)?;
         v["report_file"] = Value::from(file.display().to_string());
         print_json(&v)?;
@@ -354,8 +358,8 @@ pub fn run(opts: &AdvanceOptions) -> Result<()> {
 /// keeps the oracle it leaves as the new rollback (so rollback twice is a no-op).
 ///
 /// Errors: PATH is not a registered alias, or it has no rollback root.
-pub fn rollback(path: &Path, store_arg: Option<&Path>, json: bool) -> Result<()> {
-    let root = Store::default_root(store_arg)?;
+pub fn rollback(s: &Session, path: &Path) -> Result<()> {
+    let root = s.root()?;
     let store =
         Store::open_existing(&root).ok_or_else(|| anyhow!("no store at {}", root.display()))?;
     let registry = alias::Registry::load(&store)?;
@@ -383,7 +387,7 @@ pub fn rollback(path: &Path, store_arg: Option<&Path>, json: bool) -> Result<()>
         text: rec.recipe_text.clone(),
     };
     let switched = alias::point(&store, path, &back, &lr, false)?;
-    if json {
+    if s.json {
         return print_json(&switched);
     }
     println!(

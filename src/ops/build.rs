@@ -8,31 +8,27 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::exit::{bad_input, not_gateable};
-use crate::ops::print_json;
+use crate::ops::{Opened, Session, print_json};
 use crate::pipeline::{self, Keys};
-use crate::recipe::pin;
 use crate::stages::smoke::Verdict;
-use crate::store::Store;
 
 /// Options of `build`.
 #[derive(Debug, Clone, Default)]
 pub struct BuildOptions {
     /// The PIN argument.
     pub pin: String,
-    /// `--store`.
-    pub store: Option<PathBuf>,
     /// `--offline`: no network at all.
     pub offline: bool,
     /// `--no-smoke`.
     pub no_smoke: bool,
     /// `--jobs N`: overrides `build.max_jobs`.
     pub jobs: Option<usize>,
-    /// `--json`.
-    pub json: bool,
     /// `--activate PATH`: after a gateable build, point the alias PATH at the oracle.
     pub activate: Option<PathBuf>,
-    /// `--lockfiles DIR`: where lock directories live (see `stages::lock::lock_dir`).
-    pub lockfiles: Option<PathBuf>,
+    /// `--cache URL|NAME`: substitute from this one cache (else the configured ones).
+    pub cache: Option<String>,
+    /// `--no-substitute`: take nothing from a cache.
+    pub no_substitute: bool,
 }
 
 /// What `build` reports (stdout; `--json` prints it whole).
@@ -54,8 +50,10 @@ pub struct BuildReport {
     pub reasons: Vec<String>,
     /// Warnings recorded with the oracle (see `OracleRecord::warnings`).
     pub warnings: Vec<String>,
-    /// Stages done now (the rest came from the store).
+    /// Stages done now (the rest came from the store or a cache).
     pub built: Vec<String>,
+    /// Stages taken from a cache instead of being done here.
+    pub substituted: Vec<String>,
     /// Wall time of this run, seconds.
     pub seconds: f64,
     /// `--activate`: the alias switched to this oracle.
@@ -65,11 +63,12 @@ pub struct BuildReport {
     pub keys: Keys,
 }
 
-/// Runs the main job and prints its report. Errors carry their exit code
-/// (2 bad input, 3 identity mismatch, 4 not gateable, 1 anything else).
-pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
-    let report = execute(opts)?;
-    if opts.json {
+/// Runs the main job in session `s` and prints its report. Errors carry
+/// their exit code (2 bad input, 3 identity mismatch, 4 not gateable, 1
+/// anything else).
+pub fn run(s: &Session, opts: &BuildOptions) -> Result<BuildReport> {
+    let report = execute(s, opts)?;
+    if s.json {
         print_json(&report)?;
     } else {
         print_report(&report);
@@ -92,7 +91,7 @@ pub fn run(opts: &BuildOptions) -> Result<BuildReport> {
                 "{} was built but not smoked (--no-smoke), so it is not gateable; `oracle-build build {}{}` runs the gate on it",
                 report.recipe,
                 crate::shell::shell_quote(&opts.pin),
-                opts.store.as_ref().map_or(String::new(), |s| format!(
+                s.store.as_ref().map_or(String::new(), |s| format!(
                     " --store {}",
                     crate::shell::shell_quote(&s.display().to_string())
                 ))
@@ -124,24 +123,41 @@ pub fn print_report(report: &BuildReport) {
         report.built.join(", ")
     };
     println!("built    {built} in {:.2} s", report.seconds);
+    if !report.substituted.is_empty() {
+        println!(
+            "cached   {} (taken from a cache)",
+            report.substituted.join(", ")
+        );
+    }
     if let Some(a) = &report.activated {
         crate::ops::activate::print(a);
     }
 }
 
-/// Runs the main job without printing: the report whatever the verdict.
-/// Errors: bad input (exit 2), identity mismatch (exit 3), any failure (exit 1).
-pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
+/// Runs the main job in session `s` without printing: the report whatever
+/// the verdict. Errors: bad input (exit 2), identity mismatch (exit 3), any
+/// failure (exit 1).
+pub fn execute(s: &Session, opts: &BuildOptions) -> Result<BuildReport> {
     if opts.activate.is_some() && opts.no_smoke {
         return Err(bad_input(
             "--activate needs a gateable oracle, and --no-smoke skips the gate; drop one of them",
         ));
     }
-    let lr = pin::resolve(&opts.pin)?;
-    let store = Store::at(&Store::default_root(opts.store.as_deref())?)?;
+    let Opened {
+        recipe: lr, store, ..
+    } = s.open(&opts.pin)?;
     // roots/<name> and its oracle belong to the recipe that built it.
     crate::stages::oracle::check_root_owner(&store, &lr)?;
-    let lock_dir = pipeline::lock_dir(&lr, opts.lockfiles.as_deref());
+    let lock_dir = pipeline::lock_dir(&lr, s.lockfiles());
+    // Substitution: the configured caches (`--offline`: file:// ones only).
+    let caches: Vec<crate::cache::config::Cache> = if opts.no_substitute {
+        Vec::new()
+    } else {
+        crate::cache::config::load(store.root(), opts.cache.as_deref())?
+            .substituters(opts.offline)
+            .cloned()
+            .collect()
+    };
     let done = pipeline::run(pipeline::RunOptions {
         lr: &lr,
         store: &store,
@@ -149,6 +165,7 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
         offline: opts.offline,
         no_smoke: opts.no_smoke,
         jobs: opts.jobs,
+        caches: &caches,
     })?;
     let r = &lr.recipe;
     let rec = done.record();
@@ -162,6 +179,7 @@ pub fn execute(opts: &BuildOptions) -> Result<BuildReport> {
         reasons: rec.smoke.reasons.clone(),
         warnings: rec.warnings.clone(),
         built: done.built.clone(),
+        substituted: done.substituted.clone(),
         seconds: done.seconds,
         activated: None,
         keys: done.keys.clone(),

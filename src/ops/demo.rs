@@ -36,8 +36,8 @@ use serde::Serialize;
 use crate::exit::{bad_input, mismatch, not_gateable};
 use crate::host::toolchain;
 use crate::ops::build::{self, BuildOptions, BuildReport};
-use crate::ops::print_json;
 use crate::ops::verify::{self, Verification, VerifyOptions};
+use crate::ops::{Session, print_json};
 use crate::progress;
 use crate::stages::identity;
 use crate::stages::smoke::Verdict;
@@ -93,12 +93,8 @@ const BRANCH: &str = "refs/heads/main";
 /// Options of `demo`.
 #[derive(Debug, Clone, Default)]
 pub struct DemoOptions {
-    /// `--store`.
-    pub store: Option<PathBuf>,
     /// `--python X.Y` (default: the newest Python 3.10+ found).
     pub python: Option<String>,
-    /// `--json`.
-    pub json: bool,
 }
 
 /// What the demo set up before running the pipeline.
@@ -134,29 +130,36 @@ pub struct DemoReport {
 /// anything is written); no Python 3.10+ is found (exit 1); then as `build`
 /// (1, 2, 3) and `verify` (3 when a check fails); 4 when the oracle was built
 /// but is not gateable.
-pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
+pub fn run(s: &Session, opts: &DemoOptions) -> Result<DemoReport> {
     let python = match &opts.python {
         Some(v) => parse_minor(v).map_err(|e| bad_input(format!("--python {v:?}: {e}")))?,
         None => newest_python()?,
     };
-    let store = Store::at(&Store::default_root(opts.store.as_deref())?)?;
+    let store = s.store()?;
     let demo = prepare(&store, &python)?;
     let pin = demo.recipe.display().to_string();
-    let store_arg = Some(store.root().to_path_buf());
-    let report = build::execute(&BuildOptions {
-        pin: pin.clone(),
-        store: store_arg.clone(),
-        json: opts.json,
-        ..BuildOptions::default()
-    })?;
-    let v = verify::verify(&pin, store_arg.as_deref(), &VerifyOptions::default())?;
+    // Build and verify the demo's own recipe file (its lock beside it) in
+    // the store just opened.
+    let here = Session {
+        store: Some(store.root().to_path_buf()),
+        lockfiles: None,
+        json: s.json,
+    };
+    let report = build::execute(
+        &here,
+        &BuildOptions {
+            pin: pin.clone(),
+            ..BuildOptions::default()
+        },
+    )?;
+    let v = verify::verify(&here, &pin, &VerifyOptions::default())?;
     let gateable = report.verdict == Verdict::Gateable;
     let out = DemoReport {
         demo,
         build: report,
         verify: v,
     };
-    if opts.json {
+    if s.json {
         print_json(&out)?;
     } else {
         build::print_report(&out.build);

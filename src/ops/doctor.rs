@@ -2,20 +2,17 @@
 //! to [`crate::pipeline::doctor::diagnose`], and the report rendered (text or
 //! `--json`). Exit 0 when healthy, 1 when any problem is found.
 
-use std::path::Path;
-
 use anyhow::{Result, anyhow};
 
-use crate::ops::print_json;
+use crate::ops::{Session, print_json};
 pub use crate::pipeline::doctor::DoctorOptions;
 use crate::pipeline::doctor::diagnose;
-use crate::store::Store;
 
 /// `doctor`: prints the problems and their fixes; exit 1 when there are any.
-pub fn run(store_arg: Option<&Path>, opts: &DoctorOptions, json: bool) -> Result<()> {
-    let root = Store::default_root(store_arg)?;
+pub fn run(s: &Session, opts: &DoctorOptions) -> Result<()> {
+    let root = s.root()?;
     let report = diagnose(&root, opts)?;
-    if json {
+    if s.json {
         print_json(&report)?;
     } else {
         println!(

@@ -1,28 +1,25 @@
 //! `oracle-build fetch <PIN>`: only the source stage — update the mirror and
 //! check out the commit into the store — without any toolchain.
 
-use std::path::Path;
-
 use anyhow::Result;
 
-use crate::ops::print_json;
-use crate::recipe::pin;
+use crate::ops::{Opened, Session, print_json};
 use crate::stages::source;
-use crate::store::Store;
 
 /// Fetches the pin's commit into the store's mirror and checks it out.
 /// Prints the checkout's path (or `--json`: mirror, checkout, whether new).
-pub fn run(pin_arg: &str, store_arg: Option<&Path>, offline: bool, json: bool) -> Result<()> {
-    let lr = pin::resolve(pin_arg)?;
+pub fn run(s: &Session, pin_arg: &str, offline: bool) -> Result<()> {
+    let Opened {
+        recipe: lr, store, ..
+    } = s.open(pin_arg)?;
     let r = &lr.recipe;
-    let store = Store::at(&Store::default_root(store_arg)?)?;
     store.init()?;
     let temp = store.temp_roots()?;
     temp.add(&store, &source::mirror_entry(&store, &r.source.repo))?;
     temp.add(&store, &source::checkout_entry(&store, &r.source.commit))?;
     let mirror = source::ensure_mirror(&store, &r.source.repo, &r.source.commit, offline)?;
     let (src, created) = source::ensure_checkout(&store, &mirror, &r.source.commit)?;
-    if json {
+    if s.json {
         return print_json(&serde_json::json!({
             "mirror": mirror.path, "checkout": src.path, "created": created, "commit": r.source.commit,
         }));

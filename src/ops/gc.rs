@@ -9,17 +9,16 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 
-use crate::ops::print_json;
-use crate::recipe::pin;
+use crate::ops::{Session, print_json};
 use crate::stages::oracle::OracleRecord;
 use crate::store::gc;
 use crate::store::{Bucket, Entry, Store};
 
 /// `gc`: deletes (or lists) unreachable entries and the bytes freed.
-pub fn run(store_arg: Option<&Path>, dry_run: bool, json: bool) -> Result<()> {
-    let root = Store::default_root(store_arg)?;
+pub fn run(s: &Session, dry_run: bool) -> Result<()> {
+    let root = s.root()?;
     let Some(store) = Store::open_existing(&root) else {
-        if json {
+        if s.json {
             return print_json(&gc::GcReport {
                 dry_run,
                 deleted: Vec::new(),
@@ -31,7 +30,7 @@ pub fn run(store_arg: Option<&Path>, dry_run: bool, json: bool) -> Result<()> {
         return Ok(());
     };
     let report = gc::collect(&store, dry_run)?;
-    if json {
+    if s.json {
         return print_json(&report);
     }
     let verb = if dry_run { "would delete" } else { "deleted" };
@@ -96,10 +95,10 @@ pub struct KeepOutput {
 ///
 /// Errors: exit 2 for a bad PIN; exit 1 for `keep` when the store does not
 /// exist or holds no oracle of the recipe at its commit.
-pub fn keep(pin_arg: &str, store_arg: Option<&Path>, keep: bool, json: bool) -> Result<()> {
-    let lr = pin::resolve(pin_arg)?;
+pub fn keep(s: &Session, pin_arg: &str, keep: bool) -> Result<()> {
+    let lr = s.recipe(pin_arg)?;
     let r = &lr.recipe;
-    let root = Store::default_root(store_arg)?;
+    let root = s.root()?;
     let link = std::path::absolute(&root)
         .unwrap_or_else(|_| root.clone())
         .join("roots")
@@ -150,7 +149,7 @@ pub fn keep(pin_arg: &str, store_arg: Option<&Path>, keep: bool, json: bool) -> 
             }
         }
     };
-    if json {
+    if s.json {
         return print_json(&out);
     }
     match out.action {

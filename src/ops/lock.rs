@@ -24,10 +24,8 @@ use crate::exit::bad_input;
 use crate::host::platform::Platform;
 use crate::host::toolchain::{self, Toolchain};
 use crate::host::uv::Uv;
-use crate::ops::print_json;
-use crate::recipe::pin;
+use crate::ops::{Session, print_json};
 use crate::stages::{lock, source};
-use crate::store::Store;
 
 /// What `lock` reports.
 #[derive(Debug, Serialize)]
@@ -57,8 +55,6 @@ pub struct LockOptions {
     pub platform: Option<String>,
     /// `--check`: resolve nothing, check the lock a build on P would use.
     pub check: bool,
-    /// `--json`.
-    pub json: bool,
 }
 
 /// Runs `lock` for `pin_arg`, writing into [`lock::lock_dir`] (for this
@@ -67,20 +63,15 @@ pub struct LockOptions {
 /// Errors: bad PIN or `--platform` (exit 2); with `--check`, no lock for
 /// the platform or a stale one (exit 2, naming why and the command that
 /// re-locks); no Python or uv; the source cannot be fetched; uv cannot resolve.
-pub fn run(
-    pin_arg: &str,
-    store_arg: Option<&Path>,
-    lockfiles: Option<&Path>,
-    opts: &LockOptions,
-) -> Result<()> {
-    let json = opts.json;
-    let lr = pin::resolve(pin_arg)?;
+pub fn run(s: &Session, pin_arg: &str, opts: &LockOptions) -> Result<()> {
+    let json = s.json;
+    let lr = s.recipe(pin_arg)?;
     let r = &lr.recipe;
     let target = opts.platform.as_deref().map(Platform::parse).transpose()?;
     if opts.check {
-        return check(&lr, lockfiles, target.as_ref(), json);
+        return check(&lr, s.lockfiles(), target.as_ref(), json);
     }
-    let store = Store::at(&Store::default_root(store_arg)?)?;
+    let store = s.store()?;
     let found_uv = toolchain::find_uv(&store, None, false).ok();
     let python = toolchain::find_python(&r.python, found_uv.as_ref())
         .map_err(|e| anyhow!("cannot lock {}: {e}", r.name))?;
@@ -101,14 +92,14 @@ pub fn run(
         tool: uv_tool,
         indexes: crate::host::uv::plain_indexes(&r.indexes),
         offline: false,
-        cache_dir: Some(store.root().join("uv-cache")),
+        cache_dir: Some(store.uv_cache_dir()),
     };
     let temp = store.temp_roots()?;
     temp.add(&store, &source::mirror_entry(&store, &r.source.repo))?;
     temp.add(&store, &source::checkout_entry(&store, &r.source.commit))?;
     let mirror = source::ensure_mirror(&store, &r.source.repo, &r.source.commit, false)?;
     let (src, _) = source::ensure_checkout(&store, &mirror, &r.source.commit)?;
-    let base = lock::lock_dir(&lr, lockfiles);
+    let base = lock::lock_dir(&lr, s.lockfiles());
     let dir = match &target {
         Some(p) => lock::platform_dir(&base, p),
         None => base,
@@ -133,7 +124,7 @@ pub fn run(
         build_packages: locked.build.len(),
         runtime_packages: locked.runtime.len(),
     };
-    if json {
+    if s.json {
         return print_json(&report);
     }
     println!("locked   {} into {}", report.recipe, report.dir.display());
@@ -170,11 +161,11 @@ fn check(
     let r = &lr.recipe;
     let base = lock::lock_dir(lr, lockfiles);
     let for_what = target.map_or("this host".to_string(), |p| format!("platform {p}"));
-    let locked = lock::load_for(&base, r, target)?.ok_or_else(|| {
+    let locked = lock::load_for(&base, lr, target)?.ok_or_else(|| {
         bad_input(format!(
             "no lock for {for_what} in {}; run `oracle-build lock {}{}`",
             base.display(),
-            r.name,
+            crate::recipe::shell_arg(lr),
             target.map_or(String::new(), |p| format!(" --platform {p}"))
         ))
     })?;

@@ -6,15 +6,21 @@ pub mod activate;
 pub mod advance;
 pub mod build;
 pub mod bundle;
+pub mod cache;
 pub mod demo;
 pub mod doctor;
 pub mod fetch;
 pub mod gc;
 pub mod lock;
 pub mod plan;
+pub mod pull;
+pub mod push;
+pub mod session;
 pub mod smoke;
 pub mod status;
 pub mod verify;
+
+pub use session::{Opened, Session};
 
 /// Whether a command printed its JSON document (see [`print_json`]).
 static JSON_PRINTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

@@ -3,32 +3,27 @@
 //! directories created. The plan itself is [`crate::pipeline::plan`]'s, the
 //! same code `build` runs.
 
-use std::path::Path;
-
 use anyhow::Result;
 
-use crate::ops::print_json;
+use crate::ops::{Opened, Session, print_json};
 use crate::pipeline::{self, Plan, StepState};
 use crate::recipe::pin;
 use crate::store::Store;
 
 const GIB: u64 = 1 << 30;
 
-/// Computes the plan for `pin` against the store at `store_arg`; `offline`:
+/// Computes the plan for `pin_arg` against the store of session `s`; `offline`:
 /// the plan of `build --offline` (no reachability check of the repository,
 /// and what an offline build would miss counts as a problem).
 ///
 /// Errors (exit 2): the PIN or the store root is bad.
-pub fn plan(
-    pin_arg: &str,
-    store_arg: Option<&Path>,
-    lockfiles: Option<&Path>,
-    offline: bool,
-) -> Result<Plan> {
-    let lr = pin::resolve(pin_arg)?;
-    let root = Store::default_root(store_arg)?;
-    let store = Store::at(&root)?;
-    let lock_dir = pipeline::lock_dir(&lr, lockfiles);
+pub fn plan(s: &Session, pin_arg: &str, offline: bool) -> Result<Plan> {
+    let Opened {
+        recipe: lr,
+        root,
+        store,
+    } = s.open(pin_arg)?;
+    let lock_dir = pipeline::lock_dir(&lr, s.lockfiles());
     let mut p = pipeline::plan(&lr, &store, &root, &lock_dir, offline);
     if offline {
         p.problems.extend(p.offline_missing.iter().cloned());
@@ -52,20 +47,112 @@ fn blocked(p: &Plan) -> Result<()> {
 /// `plan`: prints the plan (text or `--json`). Exits 0 when a build could
 /// run now, 1 when it would stop before any work (the problems are listed),
 /// 2 when the PIN is bad. Changes nothing either way.
-pub fn run(
-    pin_arg: &str,
-    store_arg: Option<&Path>,
-    lockfiles: Option<&Path>,
-    offline: bool,
-    json: bool,
-) -> Result<()> {
-    let p = plan(pin_arg, store_arg, lockfiles, offline)?;
-    if json {
-        print_json(&p)?;
+pub fn run(s: &Session, pin_arg: &str, offline: bool) -> Result<()> {
+    let p = plan(s, pin_arg, offline)?;
+    let caches = cache_rows(pin_arg, &p, offline)?;
+    if s.json {
+        print_json(&PlanReport {
+            plan: &p,
+            caches: &caches,
+        })?;
     } else {
         print!("{}", render(&p));
+        for c in &caches {
+            let state = match (&c.cache, &c.verdict) {
+                (None, _) => "no cache has it".to_string(),
+                (Some(url), None) => format!("in {url}"),
+                (Some(url), Some(v)) => format!("in {url}; {v}"),
+            };
+            println!("cache    {:<10} {:<44} {state}", c.stage, c.tag);
+        }
     }
     blocked(&p)
+}
+
+/// `plan --json`: the plan and, per stage, what the caches hold.
+#[derive(Debug, serde::Serialize)]
+struct PlanReport<'a> {
+    #[serde(flatten)]
+    plan: &'a Plan,
+    /// Per stage whose key is known and whose entry the store lacks: which
+    /// substituting cache has it and, for the wheel, who signed it.
+    caches: &'a [CacheRow],
+}
+
+/// One stage as the caches see it.
+#[derive(Debug, serde::Serialize)]
+pub struct CacheRow {
+    /// `source`, `lock`, `wheel`, `inputs`.
+    pub stage: String,
+    /// The tag looked up.
+    pub tag: String,
+    /// The first substituting cache that has it (`None`: none has it).
+    pub cache: Option<String>,
+    /// For the wheel: the trust verdict on its signatures, as text.
+    pub verdict: Option<String>,
+    /// For the wheel: the trusted signers (builder names).
+    pub signed_by: Vec<String>,
+}
+
+/// Looks up, in the substituting caches (`--offline`: file:// ones), the
+/// stages a build would still do: the source, the lock, the wheel, and the
+/// pin's inputs. Reads manifests and config blobs only; writes nothing to
+/// the store (scratch files go to the system's temporary directory).
+///
+/// Errors (exit 2): the cache configuration is bad.
+fn cache_rows(pin_arg: &str, p: &Plan, offline: bool) -> Result<Vec<CacheRow>> {
+    use crate::cache::artifact::Kind;
+    use crate::cache::substitute::{Substituter, inputs_key};
+    let Some(store) = Store::open_existing(&p.store).or_else(|| Store::at(&p.store).ok()) else {
+        return Ok(Vec::new());
+    };
+    let cfg = crate::cache::config::load(&p.store, None)?;
+    let caches: Vec<_> = cfg.substituters(offline).cloned().collect();
+    if caches.is_empty() {
+        return Ok(Vec::new());
+    }
+    let subs = Substituter::new(&store, &caches)?;
+    let lr = pin::resolve(pin_arg)?;
+    let scratch = tempfile::tempdir()?;
+    let mut wanted = vec![("inputs", Kind::Inputs, inputs_key(&lr))];
+    let cached = |stage: &str| {
+        p.steps
+            .iter()
+            .any(|s| s.stage == stage && s.state == crate::pipeline::StepState::Cached)
+    };
+    if !cached("source") {
+        wanted.push(("source", Kind::Source, lr.recipe.source.commit.clone()));
+    }
+    if p.lock.state != crate::pipeline::LockState::Locked {
+        let auto = crate::stages::lock::auto_entry(&store, &lr.recipe);
+        if !auto.exists() {
+            wanted.push(("lock", Kind::Lock, auto.name));
+        }
+    }
+    if let Some(w) = &p.keys.wheel
+        && !cached("wheel")
+    {
+        wanted.push(("wheel", Kind::Wheel, w.clone()));
+    }
+    Ok(wanted
+        .into_iter()
+        .map(|(stage, kind, name)| {
+            let hit = subs.lookup(kind, &name, scratch.path());
+            let signed_by = match hit.as_ref().and_then(|h| h.verdict.as_ref()) {
+                Some(crate::cache::trust::Verdict::Trusted { signers }) => {
+                    signers.iter().map(|s| s.builder.clone()).collect()
+                }
+                _ => Vec::new(),
+            };
+            CacheRow {
+                stage: stage.into(),
+                tag: crate::cache::artifact::tag(kind, &name),
+                cache: hit.as_ref().map(|h| h.cache.clone()),
+                verdict: hit.and_then(|h| h.verdict.map(|v| v.to_string())),
+                signed_by,
+            }
+        })
+        .collect())
 }
 
 /// `plan`'s text: one line per step, the lock, the external sources, the

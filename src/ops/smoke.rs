@@ -21,9 +21,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::exit::{bad_input, mismatch, not_gateable};
-use crate::ops::print_json;
+use crate::ops::{Session, print_json};
 use crate::recipe::LoadedRecipe;
-use crate::recipe::pin;
 use crate::stages::oracle::{self, OracleRecord};
 use crate::stages::smoke::{self, CaseResult, GoldenState, SmokeReport, Verdict, golden};
 use crate::store::{Bucket, Manifest, Store};
@@ -39,8 +38,6 @@ pub struct SmokeArgs {
     pub record_golden: bool,
     /// `--force`: with `--record-golden`, replace goldens the output disagrees with.
     pub force: bool,
-    /// `--json`.
-    pub json: bool,
 }
 
 /// What `smoke` reports (`--json` prints it whole).
@@ -141,10 +138,10 @@ fn check_args(args: &SmokeArgs, lr: &LoadedRecipe, root: &Path) -> Result<()> {
 /// first) or the oracle is damaged; exit 3 when the oracle under the root was
 /// built from another commit or package than the recipe pins; exit 4 when the
 /// run is not gateable (after printing the report).
-pub fn run(args: &SmokeArgs, store_arg: Option<&Path>) -> Result<()> {
-    let lr = pin::resolve(&args.pin)?;
+pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
+    let lr = s.recipe(&args.pin)?;
     let r = &lr.recipe;
-    let root = Store::default_root(store_arg)?;
+    let root = s.root()?;
     check_args(args, &lr, &root)?;
     let store = Store::at(&root)?;
     let link = store.roots_dir().join(&r.name);
@@ -226,7 +223,7 @@ pub fn run(args: &SmokeArgs, store_arg: Option<&Path>) -> Result<()> {
             .collect(),
         smoke: report,
     };
-    if args.json {
+    if s.json {
         print_json(&out)?;
     } else {
         print!("{}", render(&out));

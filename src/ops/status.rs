@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::ops::print_json;
+use crate::ops::{Session, print_json};
 use crate::recipe::pin;
 use crate::stages::oracle::OracleRecord;
 use crate::store::gc;
@@ -175,10 +175,10 @@ pub fn status(root: &Path) -> Result<Status> {
 }
 
 /// `status`: prints the status (text or `--json`).
-pub fn run(store_arg: Option<&Path>, json: bool) -> Result<()> {
-    let root = Store::default_root(store_arg)?;
+pub fn run(session: &Session) -> Result<()> {
+    let root = session.root()?;
     let s = status(&root)?;
-    if json {
+    if session.json {
         return print_json(&s);
     }
     println!("store {}", s.store.display());

@@ -1,6 +1,6 @@
 //! `oracle-build verify <PIN|VENV> [--pin PIN] [--pin-file FILE] [--deep] [--emit-pin-block]`:
 //! measure the identity now and check each field against its own expected
-//! value (README.md, "The identity gate").
+//! value (docs/identity.md).
 //!
 //! Expected values come from, each in its own check:
 //! - the recipe: commit (`+g<sha>` prefix), clean tree, non-editable, imported
@@ -18,19 +18,17 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow};
-use serde::Serialize;
 
 use crate::exit::{bad_input, mismatch};
-use crate::ops::print_json;
-use crate::recipe::pin;
+use crate::ops::{Session, print_json};
+use crate::pipeline::verify::first_line;
+pub use crate::pipeline::verify::{Deep, Depth, Verification, verify_venv};
 use crate::recipe::{self, Recipe};
+use crate::stages::identity;
 use crate::stages::identity::pin_block::{self, PinRecord};
-use crate::stages::identity::record::{self, RecordCheck};
-use crate::stages::identity::{self, Check, Identity};
-use crate::stages::oracle::{self, ORACLE_JSON, OracleRecord};
-use crate::stages::source;
+use crate::stages::oracle::{ORACLE_JSON, OracleRecord};
+use crate::store::Store;
 use crate::store::alias::{self, Registry};
-use crate::store::{Manifest, Store};
 
 /// What `verify` was asked to do.
 #[derive(Debug, Clone, Default)]
@@ -45,60 +43,6 @@ pub struct VerifyOptions {
     pub emit_pin_block: bool,
     /// `--write-pin-block FILE`: replace the block in FILE with the measured one.
     pub write_pin_block: Option<PathBuf>,
-}
-
-/// How the `files (RECORD)` and `files (manifest)` checks compare files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Depth {
-    /// Present with the recorded size (`verify` without `--deep`).
-    Sizes,
-    /// Present with the recorded sha256, each file hashed once: the entry's
-    /// manifest (which lists every file of the venv) by hash and RECORD by
-    /// size, or, for a venv that is no store entry, RECORD by hash
-    /// (`activate`, `doctor`).
-    Content,
-    /// Both RECORD and the manifest re-hashed (`verify --deep`).
-    Deep,
-}
-
-/// What `--deep` found, in full (the checks carry a summary).
-#[derive(Debug, Serialize, Default)]
-pub struct Deep {
-    /// The package's files against its `RECORD`, re-hashed (absent when the RECORD could not be read).
-    pub record: Option<RecordCheck>,
-    /// The entry's files against its `manifest.json`, re-hashed (absent when the venv is not a store entry).
-    pub manifest: Option<Vec<String>>,
-}
-
-/// The verification document (`--json`).
-#[derive(Debug, Serialize)]
-pub struct Verification {
-    /// The venv verified (resolved).
-    pub venv: PathBuf,
-    /// The recipe it was checked against.
-    pub recipe: String,
-    /// Why that recipe: `its oracle.json`, `--pin X`, or `the alias registry`.
-    pub checked_against: String,
-    /// The recipe the oracle was built from (its `oracle.json`), when it has one.
-    pub built_from: Option<String>,
-    /// Measured now.
-    pub identity: Identity,
-    /// Every check, passed or failed.
-    pub checks: Vec<Check>,
-    /// `--deep` details.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub deep: Option<Deep>,
-    /// The pin file compared with.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pin_file: Option<PathBuf>,
-    /// Warnings recorded with the oracle when it was built (a fork-only
-    /// commit, a tagless history).
-    pub warnings: Vec<String>,
-    /// Whether all passed.
-    pub ok: bool,
-    /// `--emit-pin-block`: the block measured from this oracle (only when `ok`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pin_block: Option<String>,
 }
 
 /// The venv and the recipe to check it against.
@@ -119,14 +63,14 @@ struct Located {
 /// in the store of `--store` / `$ORACLE_BUILD_HOME` / the default, or in the
 /// store that owns the venv (`<X>/store/venvs/<key>`: X's `aliases.json`),
 /// else against its own `oracle.json`.
-fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Result<Located> {
+fn locate(s: &Session, target: &str, pin_arg: Option<&str>) -> Result<Located> {
     let p = Path::new(target);
     if p.join("pyvenv.cfg").is_file() {
         let venv = p.canonicalize()?;
-        let default = Store::default_root(store_arg)?;
+        let default = s.root()?;
         let owner = alias::owning_root(&venv).and_then(|r| Store::open_existing(&r));
         if let Some(pin_arg) = pin_arg {
-            let lr = pin::resolve(pin_arg)?;
+            let lr = s.recipe(pin_arg)?;
             return Ok(Located {
                 venv,
                 recipe: lr.recipe,
@@ -203,15 +147,15 @@ fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Resu
     if let Ok(to) = std::fs::read_link(p)
         && !p.exists()
     {
-        return Err(dangling(p, &to, store_arg));
+        return Err(dangling(s, p, &to));
     }
     if pin_arg.is_some() {
         return Err(bad_input(
             "--pin names the recipe to check a venv against; with a PIN target, leave it out",
         ));
     }
-    let lr = pin::resolve(target)?;
-    let root = Store::default_root(store_arg)?;
+    let lr = s.recipe(target)?;
+    let root = s.root()?;
     let link = root.join("roots").join(&lr.recipe.name);
     if !link.exists() {
         return Err(anyhow!(
@@ -232,8 +176,9 @@ fn locate(target: &str, pin_arg: Option<&str>, store_arg: Option<&Path>) -> Resu
 /// The error for `verify PATH` of a symlink whose target is gone (exit 1):
 /// names the link, its target and, for a registered alias, how to rebuild
 /// and re-activate it.
-fn dangling(p: &Path, to: &Path, store_arg: Option<&Path>) -> anyhow::Error {
-    let alias = Store::default_root(store_arg)
+fn dangling(s: &Session, p: &Path, to: &Path) -> anyhow::Error {
+    let alias = s
+        .root()
         .ok()
         .and_then(|r| Store::open_existing(&r))
         .and_then(|store| {
@@ -260,232 +205,16 @@ fn dangling(p: &Path, to: &Path, store_arg: Option<&Path>) -> anyhow::Error {
     )
 }
 
-fn first_line(s: &str) -> &str {
-    s.lines().next().unwrap_or("")
-}
-
-fn summarize(problems: &[String]) -> String {
-    const SHOWN: usize = 8;
-    let mut s = problems
-        .iter()
-        .take(SHOWN)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join("; ");
-    if problems.len() > SHOWN {
-        s.push_str(&format!("; and {} more", problems.len() - SHOWN));
-    }
-    s
-}
-
-/// Checks of the venv's files: the package's `RECORD` and, for a store
-/// entry, its manifest; sizes or hashes as `depth` says.
-pub fn file_checks(venv: &Path, package: &str, depth: Depth, out: &mut Vec<Check>) -> Deep {
-    let mut d = Deep::default();
-    let in_store = venv.join(crate::store::MANIFEST).is_file();
-    let (record_deep, manifest_deep) = match depth {
-        Depth::Sizes => (false, false),
-        Depth::Content => (!in_store, true),
-        Depth::Deep => (true, true),
-    };
-    let kind = if record_deep { "sha256" } else { "size" };
-    match record::check(venv, package, record_deep) {
-        Ok(rc) => {
-            out.push(Check {
-                field: "files (RECORD)".into(),
-                expected: format!(
-                    "every file in {} present, {kind} as recorded ({} files)",
-                    rc.record.strip_prefix(venv).unwrap_or(&rc.record).display(),
-                    rc.files
-                ),
-                found: if rc.problems.is_empty() {
-                    "intact".into()
-                } else {
-                    summarize(&rc.problems)
-                },
-                ok: rc.problems.is_empty(),
-            });
-            d.record = Some(rc);
-        }
-        Err(e) => out.push(Check {
-            field: "files (RECORD)".into(),
-            expected: format!("a readable {package} *.dist-info/RECORD"),
-            found: format!("{e:#}"),
-            ok: false,
-        }),
-    }
-    if in_store {
-        // Without --deep: sizes, and sha256 in directories changed since
-        // the build (`Manifest::check_sizes`).
-        let kind = if manifest_deep { "sha256" } else { "size" };
-        match Manifest::read(venv) {
-            Ok(m) => {
-                let problems = if manifest_deep {
-                    m.check(venv, true)
-                } else {
-                    m.check_sizes(venv)
-                };
-                out.push(Check {
-                    field: "files (manifest)".into(),
-                    expected: format!(
-                        "every file of the store entry present, {kind} as recorded ({} files)",
-                        m.files.len()
-                    ),
-                    found: if problems.is_empty() {
-                        "intact".into()
-                    } else {
-                        summarize(&problems)
-                    },
-                    ok: problems.is_empty(),
-                });
-                d.manifest = Some(problems);
-            }
-            Err(e) => out.push(Check {
-                field: "files (manifest)".into(),
-                expected: "a readable manifest.json".into(),
-                found: format!("{e:#}"),
-                ok: false,
-            }),
-        }
-    }
-    d
-}
-
-/// The `recorded <field>` checks: what was measured now against what
-/// `oracle.json` recorded when the oracle was built.
-fn recorded_checks(rec: &OracleRecord, id: &Identity) -> Vec<Check> {
-    let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
-    let pairs = [
-        (
-            "recorded runtime_version",
-            &rec.identity.runtime_version,
-            &id.runtime_version,
-        ),
-        (
-            "recorded distribution_version",
-            &rec.identity.distribution_version,
-            &id.distribution_version,
-        ),
-        (
-            "recorded flashinfer_version",
-            &rec.identity.flashinfer_version,
-            &id.flashinfer_version,
-        ),
-        (
-            "recorded torch_version",
-            &rec.identity.torch_version,
-            &id.torch_version,
-        ),
-    ];
-    let mut out: Vec<Check> = pairs
-        .into_iter()
-        .map(|(field, want, got)| Check {
-            field: field.into(),
-            expected: show(want),
-            found: show(got),
-            ok: want == got,
-        })
-        .collect();
-    out.push(Check {
-        field: "recorded python_version".into(),
-        expected: rec.identity.python_version.clone(),
-        found: id.python_version.clone(),
-        ok: rec.identity.python_version == id.python_version,
-    });
-    out
-}
-
-/// Measures the venv at `venv` and checks it against `recipe` (and its own
-/// `oracle.json`, the manifest, RECORD and `pin_file` when given).
-///
-/// The tags pointing at the recipe's commit (evidence for a release-tag
-/// version without `+g<sha>`) come from `oracle.json` when it was built from
-/// that commit, else from `store`'s mirror of the recipe's repository.
-///
-/// Errors: the venv's Python cannot be run or reports garbage (exit 1). A
-/// failed check is not an error: see [`Verification::ok`].
-pub fn verify_venv(
-    venv: &Path,
-    recipe: &Recipe,
-    against: &str,
-    depth: Depth,
-    pin_file: Option<(&Path, &PinRecord)>,
-    store: Option<&Store>,
-) -> Result<Verification> {
-    let (record, record_error) = match OracleRecord::read(venv) {
-        Ok(r) => (Some(r), None),
-        Err(_) if !venv.join(ORACLE_JSON).exists() => (None, None),
-        Err(e) => (None, Some(e)),
-    };
-    // Tags at the commit and the history's version were recorded when the
-    // oracle was built; the build mode is measured with the wheel's own record.
-    let mut id = oracle::measure_oracle(
-        venv,
-        &recipe.source.package,
-        &recipe.source.commit,
-        record.as_ref(),
-    )?;
-    if id.tags_at_commit.is_empty()
-        && let Some(store) = store
-    {
-        let mirror = source::mirror_entry(store, &recipe.source.repo);
-        if mirror.path.is_dir() {
-            id.tags_at_commit = source::tags_at(&mirror.path, &recipe.source.commit);
-        }
-    }
-    let mut checks = identity::checks(&id, recipe);
-    if let Some(rec) = &record {
-        checks.extend(recorded_checks(rec, &id));
-    }
-    if let Some(e) = record_error {
-        // A record that is there but does not read is damage, not absence:
-        // the `recorded` checks it would give cannot be silently dropped.
-        checks.push(Check {
-            field: "record (oracle.json)".into(),
-            expected: "a readable oracle.json (the oracle's record: what the recorded checks compare with)".into(),
-            found: format!("unreadable: {}", first_line(&format!("{e:#}"))),
-            ok: false,
-        });
-    }
-    let d = file_checks(venv, &recipe.source.package, depth, &mut checks);
-    if let Some((_, pf)) = pin_file {
-        let built = record.as_ref().map(|r| r.identity.commit.as_str());
-        checks.extend(pf.checks(&id, built));
-    }
-    let ok = checks.iter().all(|c| c.ok);
-    let warnings = record
-        .as_ref()
-        .map(|r| r.warnings.clone())
-        .unwrap_or_default();
-    Ok(Verification {
-        warnings,
-        venv: venv.to_path_buf(),
-        recipe: recipe.name.clone(),
-        checked_against: against.to_string(),
-        built_from: record.map(|r| r.recipe),
-        identity: id,
-        checks,
-        deep: (depth == Depth::Deep).then_some(d),
-        pin_file: pin_file.map(|(p, _)| p.to_path_buf()),
-        ok,
-        pin_block: None,
-    })
-}
-
 /// Locates and verifies the oracle named by `target` (see [`VerifyOptions`]).
 ///
 /// Errors: exit 2 for a malformed pin file or a bad target (checked before
 /// anything is measured); exit 1 when the oracle cannot be found or measured.
-pub fn verify(
-    target: &str,
-    store_arg: Option<&Path>,
-    opts: &VerifyOptions,
-) -> Result<Verification> {
+pub fn verify(s: &Session, target: &str, opts: &VerifyOptions) -> Result<Verification> {
     let pin_file = match &opts.pin_file {
         Some(p) => Some((p.clone(), pin_block::read(p)?)),
         None => None,
     };
-    let loc = locate(target, opts.pin.as_deref(), store_arg)?;
+    let loc = locate(s, target, opts.pin.as_deref())?;
     let mut v = verify_venv(
         &loc.venv,
         &loc.recipe,
@@ -583,8 +312,9 @@ pub fn write_pin_block(file: &Path, block: &str) -> Result<()> {
 /// (so `>> SYNC.md` never appends anything else); `--write-pin-block FILE`
 /// replaces the block in FILE instead. Exit 3 when any check fails (then no
 /// block is printed or written).
-pub fn run(target: &str, store_arg: Option<&Path>, opts: &VerifyOptions, json: bool) -> Result<()> {
-    let v = verify(target, store_arg, opts)?;
+pub fn run(s: &Session, target: &str, opts: &VerifyOptions) -> Result<()> {
+    let json = s.json;
+    let v = verify(s, target, opts)?;
     if let (Some(file), Some(block)) = (&opts.write_pin_block, &v.pin_block) {
         write_pin_block(file, block)?;
         if !json {

@@ -1,5 +1,5 @@
 //! The diagnosis behind `oracle-build doctor`: find every known way an
-//! oracle goes wrong (README.md, "`doctor`") and say how to fix each.
+//! oracle goes wrong (docs/identity.md, "`doctor`") and say how to fix each.
 //!
 //! Inspects the store (roots, entries, their files), every alias in the
 //! registry, and every venv named with `--venv` (built by this tool or not).

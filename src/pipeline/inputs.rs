@@ -84,7 +84,7 @@ pub fn metadata_runtime(
     let r = &lr.recipe;
     let lock_dir = build_lock.parent().unwrap_or(work);
     let packages = parse_pylock(build_lock)?;
-    let entries = wheelhouse::ensure(store, &packages, lock_dir, &tc.python.path, false, None)?;
+    let entries = wheelhouse::ensure(store, &packages, lock_dir, false, None)?;
     let venv = work.join("meta-venv");
     let log = work.join("meta.log");
     uv.venv(&tc.python.path, &venv, false, &log)?;
@@ -136,10 +136,10 @@ pub fn prepare(
     offline: bool,
     temp: &TempRoots,
 ) -> Result<Prepared> {
-    let Ctx { store, lr, tc, .. } = *cx;
+    let Ctx { store, lr, .. } = *cx;
     let r = &lr.recipe;
     let mut lock_entry = None;
-    let locked = match lock::load(lock_dir, r)? {
+    let locked = match lock::load(lock_dir, lr)? {
         Some(l) => {
             progress::stage("lock", format!("using {}", lock_dir.display()));
             l
@@ -178,15 +178,22 @@ pub fn prepare(
                     store.persist(&dir, &entry)?;
                 }
             }
-            let l = lock::load(&entry.path, r)?
+            let l = lock::load(&entry.path, lr)?
                 .ok_or_else(|| anyhow::anyhow!("{} holds no lock", entry.path.display()))?;
             lock_entry = Some(entry);
             l
         }
     };
-    let py = &tc.python.path;
-    let b = wheelhouse::ensure(store, &locked.build, &locked.dir, py, offline, Some(temp))?;
-    let rt = wheelhouse::ensure(store, &locked.runtime, &locked.dir, py, offline, Some(temp))?;
+    // Both sets' missing artifacts in one parallel batch, then each set's entries.
+    let both: Vec<_> = locked
+        .build
+        .iter()
+        .chain(&locked.runtime)
+        .cloned()
+        .collect();
+    wheelhouse::ensure(store, &both, &locked.dir, offline, Some(temp))?;
+    let b = wheelhouse::ensure(store, &locked.build, &locked.dir, offline, Some(temp))?;
+    let rt = wheelhouse::ensure(store, &locked.runtime, &locked.dir, offline, Some(temp))?;
     let mut prepared = installs(store, &locked, (b, rt));
     prepared.venv.lock_entry = lock_entry.clone();
     prepared.lock_entry = lock_entry;
@@ -227,11 +234,11 @@ pub fn prepare(
 /// the store) and every external source's staged revision; `None` when
 /// either is missing. Only the wheelhouse entries already present are listed.
 pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> Option<Prepared> {
-    let (locked, lock_entry) = match lock::load(lock_dir, &lr.recipe).ok()? {
+    let (locked, lock_entry) = match lock::load(lock_dir, lr).ok()? {
         Some(l) => (l, None),
         None => {
             let e = lock::auto_entry(store, &lr.recipe);
-            (lock::load(&e.path, &lr.recipe).ok()??, Some(e))
+            (lock::load(&e.path, lr).ok()??, Some(e))
         }
     };
     // The keys depend on the lock's sha256, not on its artifacts being
@@ -386,7 +393,7 @@ pub fn ext_rows(store: &Store, found: &Discovery) -> Vec<ExtRow> {
 pub fn offline_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Vec<String> {
     let r = &lr.recipe;
     let mut problems = Vec::new();
-    match lock::load(lock_dir, r) {
+    match lock::load(lock_dir, lr) {
         Ok(Some(locked)) => {
             for (what, pkgs) in [
                 ("build venv", &locked.build),
@@ -401,7 +408,7 @@ pub fn offline_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Ve
                 }
             }
         }
-        Ok(None) => match lock::load(&lock::auto_entry(store, r).path, r) {
+        Ok(None) => match lock::load(&lock::auto_entry(store, r).path, lr) {
             Ok(Some(locked)) => {
                 for (what, pkgs) in [("build venv", &locked.build), ("oracle venv", &locked.runtime)] {
                     let missing = wheelhouse::missing(store, pkgs);

@@ -9,7 +9,9 @@
 //! A build, in order:
 //!
 //! 1. Resolve the PIN to a recipe (`recipe::pin`), open the store.
-//! 2. `--offline`: name everything an offline build would miss
+//! 2. Substitute the hermetic inputs the store lacks (source, lock,
+//!    wheelhouse, ext) from the caches (`cache::substitute::inputs`).
+//!    `--offline`: name everything an offline build would miss
 //!    ([`inputs::offline_problems`], [`preflight::inspect`]) before any work.
 //! 3. Preflight: find the toolchain ([`preflight::toolchain`]); clean the
 //!    staging directories of killed runs.
@@ -19,8 +21,9 @@
 //! 5. Gather the hermetic inputs ([`inputs::prepare`]): the lock (or one
 //!    resolved now), its artifacts in the wheelhouse, the staged external
 //!    sources, the compiler cache.
-//! 6. Plan the wheel from complete inputs ([`wheel_plan`]: one key) and
-//!    ensure it (`stages::wheel`): built in staging, persisted by rename.
+//! 6. Plan the wheel from complete inputs ([`wheel_plan`]: one key), take
+//!    it from a cache when a trusted one has it, else ensure it
+//!    (`stages::wheel`): built in staging, persisted by rename.
 //! 7. Plan the venv from the wheel's record ([`venv_plan`]); a damaged wheel
 //!    about to be installed is quarantined and rebuilt; a runtime lock that
 //!    misses or contradicts the wheel's `Requires-Dist` is refused
@@ -31,9 +34,11 @@
 //! 9. Point the pin's GC root at the oracle; drop the temporary roots.
 
 pub mod advance;
+pub mod bundle;
 pub mod doctor;
 pub mod inputs;
 pub mod preflight;
+pub mod verify;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -227,7 +232,7 @@ fn step(stage: &str, state: StepState, detail: impl Into<String>, disk: u64) -> 
 pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offline: bool) -> Plan {
     let r = &lr.recipe;
     let host = crate::host::platform::Platform::host().map(|p| p.spelled);
-    let lock = match lock::load(lock_dir, r) {
+    let lock = match lock::load(lock_dir, lr) {
         Ok(Some(l)) => LockRow {
             dir: l.dir.clone(),
             platform: l.info.platform.clone(),
@@ -237,7 +242,7 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         },
         Ok(None) => {
             // The lock a previous build resolved into the store, if any.
-            let stored = lock::load(&lock::auto_entry(store, r).path, r)
+            let stored = lock::load(&lock::auto_entry(store, r).path, lr)
                 .ok()
                 .flatten();
             LockRow {
@@ -467,6 +472,9 @@ pub struct RunOptions<'a> {
     pub no_smoke: bool,
     /// `--jobs N`: overrides `build.max_jobs`.
     pub jobs: Option<usize>,
+    /// The caches to substitute stages from, in lookup order (empty: none;
+    /// see `cache::config::CacheConfig::substituters`).
+    pub caches: &'a [crate::cache::config::Cache],
 }
 
 /// What [`run`] did.
@@ -478,6 +486,8 @@ pub struct Built {
     pub built: Vec<String>,
     /// The keys used.
     pub keys: Keys,
+    /// The stages taken from a cache instead of being done here, in order.
+    pub substituted: Vec<String>,
     /// Wall time, seconds.
     pub seconds: f64,
 }
@@ -499,6 +509,18 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     let t0 = Instant::now();
     let (lr, store) = (o.lr, o.store);
     let r = &lr.recipe;
+    // 1b. Substitution of the hermetic inputs (source, lock, wheelhouse,
+    // ext) from the configured caches, before anything checks for them.
+    let subs = crate::cache::substitute::Substituter::new(store, o.caches)?;
+    let mut substituted = Vec::new();
+    let early_temp = if subs.is_empty() {
+        None
+    } else {
+        store.init()?;
+        let t = store.temp_roots()?;
+        substituted = crate::cache::substitute::inputs(&subs, lr, o.lock_dir, &t)?;
+        Some(t)
+    };
     // 2. Offline: name everything an offline build would miss before any work.
     if o.offline {
         let mut problems = inputs::offline_problems(store, lr, o.lock_dir);
@@ -539,7 +561,10 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     let mut built = Vec::new();
 
     // 4. Source.
-    let temp = store.temp_roots()?;
+    let temp = match early_temp {
+        Some(t) => t,
+        None => store.temp_roots()?,
+    };
     let mirror_entry = source::mirror_entry(store, &r.source.repo);
     let src_entry = source::checkout_entry(store, &r.source.commit);
     temp.add(store, &mirror_entry)?;
@@ -564,6 +589,9 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     // 6. Wheel.
     let plan = wheel_plan(store, lr, &tc, &src.path, o.jobs, hermetic.wheel)?;
     temp.add(store, &plan.entry)?;
+    if !plan.entry.exists() && !subs.is_empty() && subs.entry(&plan.entry, &temp)?.is_some() {
+        substituted.push("wheel".to_string());
+    }
     if !plan.entry.exists() {
         disk::check(store.root(), r, Stage::Wheel)?;
     }
@@ -633,6 +661,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         },
         oracle: outcome,
         built,
+        substituted,
         seconds: t0.elapsed().as_secs_f64(),
     })
 }

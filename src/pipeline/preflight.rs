@@ -81,8 +81,11 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
 /// Runs [`inspect`] and, when nothing is missing, creates the store's
 /// directories and completes the toolchain (provisioning uv if needed).
 ///
-/// Errors (exit 1): any problem; the message lists them all.
+/// Errors (exit 1): any problem; the message lists them all. Exit 2: a bad
+/// `ORACLE_BUILD_DOWNLOADS` ([`crate::host::http::downloads`]).
 pub fn toolchain(store: &Store, lr: &LoadedRecipe, offline: bool) -> Result<Toolchain> {
+    // A bad ORACLE_BUILD_DOWNLOADS is bad input (exit 2): refused before anything is written.
+    crate::host::http::downloads()?;
     let f = inspect(store, lr, offline);
     if !f.problems.is_empty() {
         return Err(anyhow!(

@@ -1,4 +1,4 @@
-//! Recipes: the human-written YAML description of one pin (README.md, "Recipes").
+//! Recipes: the human-written YAML description of one pin (docs/recipes.md).
 //!
 //! A [`Recipe`] is parsed strictly (unknown keys are errors) and then validated;
 //! every error names the file, the line and the field, and maps to exit code 2.
@@ -214,7 +214,7 @@ impl Default for Build {
     }
 }
 
-/// `expect:` identity fields a correct oracle must report (README.md, "The identity gate").
+/// `expect:` identity fields a correct oracle must report (docs/identity.md).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Expect {
@@ -232,7 +232,7 @@ pub struct Expect {
     pub torch_version: Option<String>,
 }
 
-/// `smoke:` the gate run (README.md, "The gate: `oracle-build smoke`").
+/// `smoke:` the gate run (docs/smoke.md).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Smoke {

@@ -1,4 +1,4 @@
-//! Resolving a PIN argument to a recipe (README.md, "Recipes").
+//! Resolving a PIN argument to a recipe (docs/recipes.md).
 //!
 //! A PIN is a path to a recipe file, a recipe name (file stem or `name:`), or
 //! a hex commit prefix of at least 7 digits matching exactly one recipe.

@@ -13,19 +13,21 @@
 //! Wheel and venv records list the wheelhouse entries they used in
 //! `requires`, so `gc` keeps them as long as the oracle is rooted.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use fs_err as fs;
 
-use crate::host::process::capture;
+use crate::host::http;
 use crate::host::uv::Uv;
-use crate::progress;
+use crate::progress::{self, Progress};
 use crate::stages::lock::pylock::{Artifact, LockedPackage};
-use crate::store::{Bucket, Entry, Manifest, Store, TempRoots, sha256_file, write_json};
+use crate::store::{Bucket, Entry, Manifest, Store, TempRoots, write_json};
 
-/// The record file of a wheelhouse entry.
-pub const ARTIFACT_JSON: &str = "artifact.json";
+/// The record file of a wheelhouse entry (named by the store).
+pub use crate::store::ARTIFACT_JSON;
 
 /// The wheelhouse entry of the artifact with `sha256`.
 pub fn entry(store: &Store, sha256: &str) -> Entry {
@@ -51,31 +53,34 @@ pub fn missing(store: &Store, packages: &[LockedPackage]) -> Vec<String> {
         .collect()
 }
 
-/// Python (stdlib only) that downloads `argv[1]` to `argv[2]`; honours the
-/// usual proxy variables. Hashes are checked by the caller.
-const DOWNLOAD_PY: &str = "import sys, shutil, urllib.request\nwith urllib.request.urlopen(sys.argv[1], timeout=600) as r, open(sys.argv[2], 'wb') as f:\n    shutil.copyfileobj(r, f, 1 << 20)\n";
-
 /// Ensures every package of `packages` has its artifacts in the wheelhouse,
-/// downloading what is missing (with `python`, stdlib `urllib`) unless
-/// `offline`. `lock_dir` resolves relative `path` artifacts. Each entry is
-/// registered in `temp` before it is looked at. Returns the entries, one or
-/// more per package, in lock order.
+/// downloading what is missing unless `offline`: all at once, in parallel
+/// ([`http::fetch_all`], at most [`http::downloads`] at a time), each
+/// streamed into a staging directory with its sha256 checked against the
+/// lock before the entry is persisted. `lock_dir` resolves relative `path`
+/// artifacts. Each entry is registered in `temp` before it is looked at.
+/// Returns the entries, one or more per package, in lock order.
 ///
-/// Errors: `offline` and an artifact is missing (names every one); a download
-/// fails; a file's sha256 differs from the lock (names URL and both hashes).
+/// Errors: `offline` and an artifact is missing (names every one); an
+/// artifact's sha256 is not 64 hex digits (exit 2); a download fails after
+/// its retries; a file's sha256 differs from the lock (names the file, its
+/// URL and both hashes). Artifacts fetched before a failure stay in the
+/// store; the failed ones leave nothing.
 pub fn ensure(
     store: &Store,
     packages: &[LockedPackage],
     lock_dir: &Path,
-    python: &Path,
     offline: bool,
     temp: Option<&TempRoots>,
 ) -> Result<Vec<Entry>> {
     let mut out = Vec::new();
     let mut missing_offline = Vec::new();
+    let mut todo: Vec<&Artifact> = Vec::new();
+    let mut seen = HashSet::new();
     for p in packages {
         let wanted = p.wanted();
         for a in &wanted {
+            check_sha256(a)?;
             if let Some(t) = temp {
                 t.add(store, &entry(store, &a.sha256))?;
             }
@@ -94,7 +99,10 @@ pub fn ensure(
             continue;
         }
         for a in wanted {
-            out.push(fetch(store, a, lock_dir, python)?);
+            out.push(entry(store, &a.sha256));
+            if seen.insert(a.sha256.as_str()) {
+                todo.push(a);
+            }
         }
     }
     if !missing_offline.is_empty() {
@@ -103,56 +111,142 @@ pub fn ensure(
             missing_offline.join(", ")
         );
     }
+    fetch(store, &todo, lock_dir)?;
     Ok(out)
 }
 
-fn fetch(store: &Store, a: &Artifact, lock_dir: &Path, python: &Path) -> Result<Entry> {
-    let e = entry(store, &a.sha256);
-    let _lock = e.lock()?;
-    if e.exists() {
-        return Ok(e);
+/// Refuses a lock's sha256 that is not 64 lowercase hex digits: it names a
+/// store entry.
+fn check_sha256(a: &Artifact) -> Result<()> {
+    let ok = a.sha256.len() == 64
+        && a.sha256
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !ok {
+        return Err(crate::exit::bad_input(format!(
+            "the lock's artifact {} of {}=={}: sha256 `{}` is not 64 hex digits",
+            a.filename, a.package, a.version, a.sha256
+        )));
     }
-    let staging = store.stage(&format!("wheelhouse-{}", &a.sha256[..16]))?;
-    let dir = staging.path().join("entry");
-    fs::create_dir_all(&dir)?;
-    let file = dir.join(&a.filename);
-    match (&a.url, &a.path) {
-        (Some(url), _) => {
-            progress::stage("wheelhouse", format!("downloading {}", a.filename));
-            capture(
-                &format!("downloading {url}"),
-                duct::cmd(
-                    python,
-                    [
-                        "-I",
-                        "-c",
-                        DOWNLOAD_PY,
-                        url.as_str(),
-                        &file.display().to_string(),
-                    ],
-                ),
-            )?;
+    Ok(())
+}
+
+/// One artifact being fetched: its entry (locked) and staging directory.
+struct Pending<'a> {
+    artifact: &'a Artifact,
+    entry: Entry,
+    _lock: crate::store::Lock,
+    // Removed when dropped: a failed download leaves nothing behind.
+    _staging: crate::store::Staging,
+    dir: PathBuf,
+}
+
+/// Downloads (or copies) `todo` into their wheelhouse entries, in parallel.
+fn fetch(store: &Store, todo: &[&Artifact], lock_dir: &Path) -> Result<()> {
+    if todo.is_empty() {
+        return Ok(());
+    }
+    let parallel = http::downloads()?;
+    // Locks are taken in sha256 order, so two builds never wait on each other in a cycle.
+    let mut sorted = todo.to_vec();
+    sorted.sort_by(|a, b| a.sha256.cmp(&b.sha256));
+    let mut pending = Vec::new();
+    let mut jobs = Vec::new();
+    for a in sorted {
+        let e = entry(store, &a.sha256);
+        let lock = e.lock()?;
+        if e.exists() {
+            continue;
         }
-        (None, Some(rel)) => {
-            fs::copy(lock_dir.join(rel), &file)?;
-        }
-        (None, None) => bail!("artifact {} has neither url nor path", a.filename),
+        let source = match (&a.url, &a.path) {
+            (Some(url), _) => http::Source::from_url(url)
+                .with_context(|| format!("the lock's artifact {}", a.filename))?,
+            (None, Some(rel)) => http::Source::Local(lock_dir.join(rel)),
+            (None, None) => bail!("artifact {} has neither url nor path", a.filename),
+        };
+        let staging = store.stage(&format!("wheelhouse-{}", &a.sha256[..16]))?;
+        let dir = staging.path().join("entry");
+        fs::create_dir_all(&dir)?;
+        jobs.push(http::Job {
+            name: a.filename.clone(),
+            source,
+            dest: dir.join(&a.filename),
+            sha256: a.sha256.clone(),
+        });
+        pending.push(Some(Pending {
+            artifact: a,
+            entry: e,
+            _lock: lock,
+            _staging: staging,
+            dir,
+        }));
     }
-    let sha = sha256_file(&file)?;
-    if sha != a.sha256 {
-        bail!(
-            "{} ({}) has sha256 {sha}, but the lock says {}; refusing it",
-            a.filename,
-            a.url.as_deref().or(a.path.as_deref()).unwrap_or(""),
-            a.sha256
-        );
+    if jobs.is_empty() {
+        return Ok(());
     }
-    let mut rec = a.clone();
-    rec.size = Some(fs::metadata(&file)?.len());
-    write_json(&dir.join(ARTIFACT_JSON), &rec)?;
-    Manifest::build(&dir, &[crate::store::MANIFEST])?.write(&dir)?;
-    store.persist(&dir, &e)?;
-    Ok(e)
+    let sizes: Option<u64> = pending
+        .iter()
+        .flatten()
+        .map(|p| p.artifact.size)
+        .sum::<Option<u64>>();
+    let count = jobs.len();
+    progress::stage(
+        "wheelhouse",
+        format!(
+            "downloading {count} artifact{}{}, {} at once",
+            if count == 1 { "" } else { "s" },
+            sizes.map_or(String::new(), |b| format!(" ({})", mib(b))),
+            parallel.min(count)
+        ),
+    );
+    let bar = Progress::bytes("wheelhouse", sizes);
+    let counter = bar.counter();
+    let t0 = Instant::now();
+    let mut total = 0u64;
+    http::fetch_all(
+        jobs,
+        parallel,
+        std::sync::Arc::new(move |d| counter.add(d)),
+        |i, result| {
+            let p = pending
+                .get_mut(i)
+                .and_then(Option::take)
+                .context("a download finished twice")?;
+            let fetched = result?;
+            total += fetched.bytes;
+            persist(store, p, fetched.bytes)
+        },
+    )?;
+    if let Some(p) = pending.iter().flatten().next() {
+        bail!("the download of {} did not finish", p.artifact.filename);
+    }
+    bar.finish();
+    let secs = t0.elapsed().as_secs_f64();
+    progress::stage(
+        "wheelhouse",
+        format!(
+            "downloaded {count} artifact{}, {} in {secs:.2} s ({:.1} MiB/s)",
+            if count == 1 { "" } else { "s" },
+            mib(total),
+            total as f64 / 1048576.0 / secs.max(1e-3)
+        ),
+    );
+    Ok(())
+}
+
+/// `artifact.json` and the manifest (the hash just checked, not read again),
+/// then the staging directory renamed into the entry.
+fn persist(store: &Store, p: Pending<'_>, bytes: u64) -> Result<()> {
+    let mut rec = p.artifact.clone();
+    rec.size = Some(bytes);
+    write_json(&p.dir.join(ARTIFACT_JSON), &rec)?;
+    let known = HashMap::from([(rec.filename.clone(), rec.sha256.clone())]);
+    Manifest::build_known(&p.dir, &[crate::store::MANIFEST], &known)?.write(&p.dir)?;
+    store.persist(&p.dir, &p.entry)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / 1048576.0)
 }
 
 /// Fills `dir` (created) with one symlink per entry, named after its

@@ -1,5 +1,5 @@
 //! Aliases: the user-facing symlinks (e.g. `~/venvs/vllm-oracle`) that point
-//! at oracle venvs in the store (README.md, "`activate <PIN> <PATH>`").
+//! at oracle venvs in the store (docs/identity.md, "`activate <PIN> <PATH>`").
 //!
 //! An alias is three things, kept together under the `aliases` lock:
 //!

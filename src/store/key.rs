@@ -1,4 +1,4 @@
-//! Content keys (README.md, "The store").
+//! Content keys (docs/store.md).
 //!
 //! A key is the sha256 of the canonical JSON of every input that can change a
 //! result: objects with sorted keys, no whitespace. Same inputs, same key; any

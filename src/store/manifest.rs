@@ -20,6 +20,10 @@ pub const MANIFEST: &str = "manifest.json";
 /// always compares their sha256, not only their size.
 pub const RECORDS: &[&str] = &["oracle.json", "build.json"];
 
+/// The record file of a wheelhouse entry: the locked artifact it holds
+/// (its package, version, file name and sha256).
+pub const ARTIFACT_JSON: &str = "artifact.json";
+
 /// Every file of an entry with its size and sha256, and every symlink with its target.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Manifest {

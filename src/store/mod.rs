@@ -40,10 +40,12 @@ mod fsutil;
 mod manifest;
 
 pub mod alias;
+pub mod bundle;
 
 pub mod gc;
 pub mod held;
 pub mod key;
+mod lock;
 pub mod wheelname;
 
 use fsutil::sync_dir;
@@ -51,7 +53,9 @@ pub use fsutil::{
     copy_tree, disk_usage, make_read_only, make_writable, read_json, sha256_file, write_atomic,
     write_json,
 };
-pub use manifest::{MANIFEST, Manifest, ManifestFile, RECORDS};
+pub use lock::{Lock, LockName, lock_tools, release_run_lock};
+use lock::{lock_file, take_run_lock, wait_for_run_lock};
+pub use manifest::{ARTIFACT_JSON, MANIFEST, Manifest, ManifestFile, RECORDS};
 
 /// The kinds of store entries; each is one directory under `<root>/store/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -193,26 +197,6 @@ impl Entry {
     }
 }
 
-/// The locks of the store, each one file `<root>/locks/<file_name>`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LockName {
-    /// The lock of one entry (see [`Entry::lock`]).
-    Entry(Bucket, String),
-    /// The alias registry (`aliases.json`).
-    Aliases,
-}
-
-impl LockName {
-    /// The lock's file name under `<root>/locks/`: `<prefix>-<name>.lock`
-    /// for an entry (the prefix from [`Bucket::lock_prefix`]), `aliases.lock`.
-    pub fn file_name(&self) -> String {
-        match self {
-            LockName::Entry(b, name) => format!("{}-{name}.lock", b.lock_prefix()),
-            LockName::Aliases => "aliases.lock".to_string(),
-        }
-    }
-}
-
 /// An opened store root.
 #[derive(Debug, Clone)]
 pub struct Store {
@@ -258,59 +242,6 @@ fn dir_read_only(dir: &Path) -> bool {
     unsafe { libc::access(c.as_ptr(), libc::W_OK) != 0 }
 }
 
-/// Takes the exclusive lock `name` in the directory `locks`, waiting for it
-/// when another process holds it (and saying who, on stderr); the holder's
-/// pid and command line are written into the file.
-fn lock_file(locks: &Path, name: &LockName) -> Result<Lock> {
-    let path = locks.join(name.file_name());
-    let mut file = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&path)?
-        .into_parts()
-        .0;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let holder = std::fs::read_to_string(&path).unwrap_or_default();
-            eprintln!(
-                "waiting for {} (held by {})",
-                path.display(),
-                if holder.trim().is_empty() {
-                    "another process"
-                } else {
-                    holder.trim()
-                }
-            );
-            file.lock()
-                .with_context(|| format!("locking {}", path.display()))?;
-        }
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(e).with_context(|| format!("locking {}", path.display()));
-        }
-    }
-    file.set_len(0).ok();
-    let _ = writeln!(
-        file,
-        "pid {} ({})",
-        std::process::id(),
-        std::env::args().collect::<Vec<_>>().join(" ")
-    );
-    // A build started under this lock keeps it held through its watchdog if
-    // this process is killed (see [`held`]).
-    held::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
-    Ok(Lock { _file: Some(file) })
-}
-
-/// An exclusive OS file lock under `<root>/locks/`; released on drop.
-#[derive(Debug)]
-pub struct Lock {
-    /// None in a read-only store (see [`Store::read_only`]): nothing to guard.
-    _file: Option<File>,
-}
-
 /// A running build's temporary GC roots (see [`Store::temp_roots`]).
 #[derive(Debug)]
 pub struct TempRoots {
@@ -343,77 +274,6 @@ impl Drop for TempRoots {
             let _ = std::fs::remove_file(&self.path);
         }
     }
-}
-
-impl Drop for Lock {
-    fn drop(&mut self) {
-        if let Some(f) = &self._file {
-            use std::os::fd::AsRawFd;
-            held::unshare_lock(f.as_raw_fd());
-            // Unlocked for every holder (a watchdog shares the description).
-            let _ = f.unlock();
-        }
-    }
-}
-
-/// This process's run lock, `<root>/locks/run-<pid>.lock`, taken when it
-/// first stages in a store and held (and shared with watchdogs) until it
-/// exits: while it is held, the process or a build it started still runs,
-/// and its staging directories are not stale.
-static RUN_LOCK: std::sync::OnceLock<Option<File>> = std::sync::OnceLock::new();
-
-fn take_run_lock(locks: &Path) {
-    RUN_LOCK.get_or_init(|| {
-        let path = locks.join(format!("run-{}.lock", std::process::id()));
-        let _ = RUN_LOCK_PATH.set(path.clone());
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .ok()?;
-        file.lock().ok()?;
-        use std::os::fd::AsRawFd;
-        held::share_lock_with_watchdogs(file.as_raw_fd());
-        Some(file)
-    });
-}
-
-/// Removes this process's run lock file, if it took one: called by `main`
-/// when the command has ended normally (every child it started has
-/// finished), so a run leaves no bookkeeping behind. A killed run's file is
-/// removed by the next run, once it is free (see [`wait_for_run_lock`]).
-pub fn release_run_lock() {
-    if let Some(Some(_)) = RUN_LOCK.get() {
-        let _ = std::fs::remove_file(run_lock_path_of_this_process());
-    }
-}
-
-/// The path [`take_run_lock`] used, recorded when it was taken.
-fn run_lock_path_of_this_process() -> PathBuf {
-    RUN_LOCK_PATH.get().cloned().unwrap_or_default()
-}
-
-/// Where this process's run lock file is (set with [`RUN_LOCK`]).
-static RUN_LOCK_PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-
-/// Waits until the run lock of the dead process `pid` is free: a watchdog
-/// of a build that process started still holds it while that build's
-/// process group is being terminated (at most about a minute). Then the
-/// lock file is removed. Without a lock file there is nothing to wait for.
-fn wait_for_run_lock(locks: &Path, pid: i32) {
-    let path = locks.join(format!("run-{pid}.lock"));
-    let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) else {
-        return;
-    };
-    if f.try_lock().is_err() {
-        crate::progress::stage(
-            "store",
-            format!("waiting for the build of the killed run {pid} to stop"),
-        );
-        let _ = f.lock();
-    }
-    let _ = std::fs::remove_file(&path);
 }
 
 impl Store {
@@ -988,6 +848,11 @@ mod tests {
             "autolock-x.lock"
         );
         assert_eq!(LockName::Aliases.file_name(), "aliases.lock");
+        let tool = LockName::Tool {
+            tool: "uv".into(),
+            version: "0.9.1".into(),
+        };
+        assert_eq!(tool.file_name(), ".uv-0.9.1.lock");
         assert!(!w.is_locked());
         let held = w.lock().unwrap();
         assert!(store.locks_dir().join("wheel-abc.lock").is_file());

@@ -152,6 +152,31 @@ fn lock_writes_hash_pinned_lockfiles_and_a_second_lock_gives_the_same_bytes() {
         );
     }
 
+    // The fix a refused lock names is `lock` of the recipe as the user gave
+    // it: the recipe file (absolute, so it runs from anywhere), not its name.
+    let fix = format!(
+        "`oracle-build lock {}`",
+        recipe.canonicalize().unwrap().display()
+    );
+
+    // A lock file changed after locking is refused, naming the file and the fix.
+    let runtime = dir.join("pylock.runtime.toml");
+    let original = std::fs::read(&runtime).unwrap();
+    let mut tampered = original.clone();
+    tampered.extend_from_slice(b"# edited by hand\n");
+    std::fs::write(&runtime, &tampered).unwrap();
+    let out = fx.run_at(
+        &fx.dir().join("store-a"),
+        &["build", recipe.to_str().unwrap()],
+    );
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains("changed since it was locked") && text(&out).contains(&fix),
+        "{}",
+        text(&out)
+    );
+    std::fs::write(&runtime, &original).unwrap();
+
     // A recipe that no longer matches its lock is refused, naming the field.
     let changed = fx.recipe(
         "fx",
@@ -166,6 +191,11 @@ fn lock_writes_hash_pinned_lockfiles_and_a_second_lock_gives_the_same_bytes() {
     assert_eq!(code(&out), 2, "{}", text(&out));
     assert!(
         text(&out).contains("stale") && text(&out).contains("pins"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains(&fix) && !text(&out).contains("`oracle-build lock fx`"),
         "{}",
         text(&out)
     );

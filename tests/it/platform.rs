@@ -91,7 +91,10 @@ fn locks_for_two_platforms_sit_side_by_side_and_each_build_picks_its_own() {
     assert!(
         t.contains(&format!("is for platform {theirs}"))
             && t.contains(&format!("for {mine}"))
-            && t.contains(&format!("oracle-build lock fx --platform {theirs}")),
+            && t.contains(&format!(
+                "oracle-build lock {} --platform {theirs}",
+                recipe.canonicalize().unwrap().display()
+            )),
         "{t}"
     );
     // For this machine it is current; `plan` shows it is the one a build uses.

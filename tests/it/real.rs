@@ -445,7 +445,7 @@ impl Drop for Server {
     }
 }
 
-fn make_index(root: &Path, specs: &[&str]) {
+pub(crate) fn make_index(root: &Path, specs: &[&str]) {
     let out = Command::new("python3")
         .args(["-c", MAKE_INDEX_PY])
         .arg(root)

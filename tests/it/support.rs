@@ -109,6 +109,7 @@ pub fn test_env(c: &mut Command) -> &mut Command {
         .env_remove("ORACLE_BUILD_HOME")
         .env_remove("ORACLE_BUILD_RECIPES")
         .env_remove("ORACLE_BUILD_PYTHON")
+        .env_remove("ORACLE_BUILD_CACHE")
 }
 
 /// The `oracle-build` binary with the test environment ([`test_env`]), cwd `cwd`.

@@ -1,4 +1,4 @@
-//! The pin-advance review report (README.md, "Advancing a pin"): what changed
+//! The pin-advance review report (docs/advance.md): what changed
 //! between two oracles and what did not, as data and as Markdown.
 //!
 //! Everything here compares records that already exist (recipes, oracle

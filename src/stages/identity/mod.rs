@@ -1,5 +1,5 @@
 //! Stage 5, identity: measure what the oracle *is*, from its own Python, and
-//! check each field against its own expected value (README.md, "The identity gate").
+//! check each field against its own expected value (docs/identity.md).
 
 pub mod pin_block;
 pub mod record;

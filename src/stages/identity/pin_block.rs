@@ -1,5 +1,5 @@
 //! The users' pin record: a fenced ```` ```parity-pin ```` block of
-//! `key = value` lines kept in their sync notes (README.md, "`--pin-file FILE` and
+//! `key = value` lines kept in their sync notes (docs/identity.md, "`--pin-file FILE` and
 //! `--emit-pin-block`: the users' pin record").
 //!
 //! ````text

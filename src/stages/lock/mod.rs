@@ -320,9 +320,9 @@ pub fn pick(dir: &Path, target: Option<&Platform>) -> Result<Pick> {
     )))
 }
 
-/// The command that re-makes the lock in `dir` for recipe `name`:
-/// `oracle-build lock <name>`, with `--platform P` when `dir` is a
-/// `<P>/` platform directory.
+/// The command that re-makes the lock in `dir` for the recipe named `name`
+/// as the user gave it (see [`load`]): `oracle-build lock <name>`, with
+/// `--platform P` when `dir` is a `<P>/` platform directory.
 fn relock_hint(dir: &Path, name: &str) -> String {
     match dir
         .file_name()
@@ -334,36 +334,43 @@ fn relock_hint(dir: &Path, name: &str) -> String {
     }
 }
 
-/// Loads the lock a build of `r` on this host uses in `dir` ([`pick`]):
-/// `Ok(None)` when there is none.
+/// Loads the lock a build of the recipe of `lr` on this host uses in `dir`
+/// ([`pick`]): `Ok(None)` when there is none.
 ///
 /// Errors (exit 2): the lock was made for other inputs (names them), for
 /// another platform, or a lock file no longer has the sha256 recorded in
-/// `lock.json`.
-pub fn load(dir: &Path, r: &Recipe) -> Result<Option<Locked>> {
-    load_for(dir, r, None)
+/// `lock.json`. The fix each names (`oracle-build lock <PIN>`) names the
+/// recipe as `lr` was given: its file, else its name
+/// ([`crate::recipe::shell_arg`]).
+pub fn load(dir: &Path, lr: &LoadedRecipe) -> Result<Option<Locked>> {
+    load_for(dir, lr, None)
 }
 
 /// [`load`] for a build on `target` (`None`: this host).
 ///
 /// Errors (exit 2): as [`load`], and no lock in `dir` is for a platform
 /// `target` runs ([`pick`], [`platform_fits`]).
-pub fn load_for(dir: &Path, r: &Recipe, target: Option<&Platform>) -> Result<Option<Locked>> {
+pub fn load_for(
+    dir: &Path,
+    lr: &LoadedRecipe,
+    target: Option<&Platform>,
+) -> Result<Option<Locked>> {
+    let r = &lr.recipe;
+    let pin = crate::recipe::shell_arg(lr);
     let dir = match pick(dir, target)? {
         Pick::None => return Ok(None),
         Pick::Dir(d) => d,
         Pick::Unfit(why) => {
             let relock = match target {
-                Some(t) => format!("oracle-build lock {} --platform {t}", r.name),
-                None => format!("oracle-build lock {}", r.name),
+                Some(t) => format!("oracle-build lock {pin} --platform {t}"),
+                None => format!("oracle-build lock {pin}"),
             };
             let p = target
                 .cloned()
                 .or_else(Platform::host)
                 .map_or("<P>".to_string(), |p| p.spelled);
             return Err(bad_input(format!(
-                "the lock cannot be used here: {why}; lock it for this platform (`{relock}`, or `oracle-build export {} --platform {p}` on a box with network)",
-                r.name
+                "the lock cannot be used here: {why}; lock it for this platform (`{relock}`, or `oracle-build export {pin} --platform {p}` on a box with network)"
             )));
         }
     };
@@ -373,7 +380,7 @@ pub fn load_for(dir: &Path, r: &Recipe, target: Option<&Platform>) -> Result<Opt
         return Err(bad_input(format!(
             "the lock in {} cannot be used here: {why}; run `{}`",
             dir.display(),
-            relock_hint(dir, &r.name)
+            relock_hint(dir, &pin)
         )));
     }
     let want = LockInputs::of(r);
@@ -391,7 +398,7 @@ pub fn load_for(dir: &Path, r: &Recipe, target: Option<&Platform>) -> Result<Opt
             "the lock in {} is stale ({}); run `{}`",
             dir.display(),
             diff.join("; "),
-            relock_hint(dir, &r.name)
+            relock_hint(dir, &pin)
         )));
     }
     for (name, sha) in &info.files {
@@ -400,7 +407,7 @@ pub fn load_for(dir: &Path, r: &Recipe, target: Option<&Platform>) -> Result<Opt
             return Err(bad_input(format!(
                 "{} changed since it was locked (sha256 {got}, lock.json says {sha}); run `{}`",
                 dir.join(name).display(),
-                relock_hint(dir, &r.name)
+                relock_hint(dir, &pin)
             )));
         }
     }
@@ -627,7 +634,7 @@ pub fn resolve_for(
         files,
     };
     crate::store::write_json(&dir.join(LOCK_JSON), &info)?;
-    load_for(dir, r, platform)?.context("the lock just written cannot be read back")
+    load_for(dir, lr, platform)?.context("the lock just written cannot be read back")
 }
 
 /// `uv pip compile` of `input` into `<work>/<name>` with the shared arguments.

@@ -1,5 +1,5 @@
 //! Stage 6, smoke: run the probe and the gate cases in the oracle venv and
-//! decide *gateable* (README.md, "The gate: `oracle-build smoke`").
+//! decide *gateable* (docs/smoke.md).
 //!
 //! One process per case, each under a timeout (its whole process group is
 //! killed when it runs over), with the embedded driver `py/smoke_driver.py`.

@@ -1,0 +1,321 @@
+//! What a cache holds and whether it is sound: the model under
+//! `cache ls` and `cache verify` (docs/cache.md).
+//!
+//! [`inspect`] reads one tag through a [`Transport`]: the manifest (checked
+//! against its digest by the transport), the config blob, and, when asked,
+//! every layer (each checked against its digest and size on arrival), then
+//! compares the layers with the files the config lists and, for a wheel,
+//! the wheel with its `build.json` and the signed statements with the
+//! cache's trust policy ([`super::trust::verify_wheel`]).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result, anyhow, bail};
+use fs_err as fs;
+use oci_client::manifest::OciImageManifest;
+use serde::Serialize;
+
+use super::Transport;
+use super::artifact::{self, Config, Kind, TREE_LAYER, layer_title};
+use super::trust::{self, Policy, Verdict};
+use crate::stages::wheel::BuildRecord;
+use crate::store::{ManifestFile, sha256_file};
+
+/// Every artifact kind, in pipeline order.
+pub const KINDS: [Kind; 6] = [
+    Kind::Source,
+    Kind::Lock,
+    Kind::Wheelhouse,
+    Kind::Ext,
+    Kind::Wheel,
+    Kind::Inputs,
+];
+
+/// How an artifact's content is trusted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "trust", rename_all = "kebab-case")]
+pub enum Trust {
+    /// Its name is pinned by reviewed files (a commit, a lock's sha256, a
+    /// `URL_HASH`, a key of pinned inputs): its digests are enough.
+    Pinned,
+    /// A wheel: the trust policy's verdict on its signed statements.
+    Signed {
+        /// The verdict.
+        verdict: Verdict,
+    },
+}
+
+/// One tag of a cache, read and checked.
+#[derive(Debug, Clone, Serialize)]
+pub struct Inspected {
+    /// The tag.
+    pub tag: String,
+    /// The artifact kind (from its `artifactType`).
+    pub kind: Kind,
+    /// The store entry it carries (a key, a sha256, a commit).
+    pub name: String,
+    /// The manifest's digest.
+    pub digest: String,
+    /// Bytes of the config and every layer.
+    pub size: u64,
+    /// How many layers.
+    pub layers: usize,
+    /// The trust of its content.
+    #[serde(flatten)]
+    pub trust: Trust,
+    /// What is wrong with it (empty: sound); with `deep` the layers were
+    /// downloaded and checked too.
+    pub problems: Vec<String>,
+}
+
+impl Inspected {
+    /// Whether nothing is wrong and its content is trusted.
+    pub fn is_sound(&self) -> bool {
+        self.problems.is_empty()
+            && match &self.trust {
+                Trust::Pinned => true,
+                Trust::Signed { verdict } => verdict.is_trusted(),
+            }
+    }
+
+    /// The signers a verdict names (empty for pinned content).
+    pub fn signers(&self) -> Vec<String> {
+        match &self.trust {
+            Trust::Signed {
+                verdict: Verdict::Trusted { signers } | Verdict::NotEnough { signers, .. },
+            } => signers.iter().map(|s| s.builder.clone()).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The kind whose `artifactType` is `artifact_type`.
+pub fn kind_of(artifact_type: Option<&str>) -> Option<Kind> {
+    KINDS
+        .into_iter()
+        .find(|k| Some(k.artifact_type().as_str()) == artifact_type)
+}
+
+/// Reads and checks the artifact tagged `tag` of `cache` (see the module
+/// docs); `deep` downloads and checks every layer into `scratch` (a fresh
+/// directory, emptied afterwards). `None`: the tag is not an oracle-build
+/// artifact (another artifact type, or a per-recipe index hint).
+///
+/// What is wrong with the artifact goes into [`Inspected::problems`].
+///
+/// Errors: the cache cannot be read, the tag is gone, or its manifest does
+/// not match its digest.
+pub fn inspect(
+    cache: &dyn Transport,
+    tag: &str,
+    policy: &Policy,
+    deep: bool,
+    scratch: &Path,
+) -> Result<Option<Inspected>> {
+    let url = cache.describe();
+    let fetched = cache
+        .manifest(tag)?
+        .ok_or_else(|| anyhow!("cache {url}: tag {tag} is gone"))?;
+    let generic: serde_json::Value = match serde_json::from_slice(&fetched.bytes) {
+        Ok(v) => v,
+        Err(_) => return Ok(None),
+    };
+    let Some(kind) = kind_of(generic["artifactType"].as_str()) else {
+        return Ok(None);
+    };
+    let mut problems = Vec::new();
+    let manifest = match artifact::parse_manifest(&fetched.bytes, kind, tag) {
+        Ok(m) => m,
+        Err(e) => {
+            problems.push(format!("{e:#}"));
+            return Ok(Some(Inspected {
+                tag: tag.to_string(),
+                kind,
+                name: String::new(),
+                digest: fetched.digest,
+                size: 0,
+                layers: 0,
+                trust: Trust::Pinned,
+                problems,
+            }));
+        }
+    };
+    let size = size_of(&manifest);
+    fs::create_dir_all(scratch)?;
+    let config_path = scratch.join("config.json");
+    let config_size = u64::try_from(manifest.config.size).unwrap_or(0);
+    let config: Result<Config> = cache
+        .get_blob(&manifest.config.digest, config_size, &config_path)
+        .and_then(|()| crate::store::read_json(&config_path))
+        .with_context(|| format!("the config {} of {tag}", manifest.config.digest));
+    let config = match config {
+        Ok(c) => c,
+        Err(e) => {
+            problems.push(format!("{e:#}"));
+            return Ok(Some(Inspected {
+                tag: tag.to_string(),
+                kind,
+                name: String::new(),
+                digest: fetched.digest,
+                size,
+                layers: manifest.layers.len(),
+                trust: Trust::Pinned,
+                problems,
+            }));
+        }
+    };
+    if config.kind != kind {
+        problems.push(format!(
+            "its config says kind {:?}, its artifactType {kind:?}",
+            config.kind
+        ));
+    }
+    if artifact::tag(kind, &config.name) != tag {
+        problems.push(format!(
+            "its config names {}, whose tag is {}, not {tag}",
+            config.name,
+            artifact::tag(kind, &config.name)
+        ));
+    }
+    let trust = if kind == Kind::Wheel {
+        match serde_json::from_value::<BuildRecord>(config.record.clone()) {
+            Ok(rec) => {
+                if rec.key != config.name {
+                    problems.push(format!(
+                        "its build.json is for key {}, not {}",
+                        rec.key, config.name
+                    ));
+                }
+                check_wheel_layer(&manifest, &rec, &mut problems);
+                Trust::Signed {
+                    verdict: trust::verify_wheel(&rec, &config.attestations, policy),
+                }
+            }
+            Err(e) => {
+                problems.push(format!("its config's record is not a build.json: {e}"));
+                Trust::Signed {
+                    verdict: Verdict::Untrusted {
+                        why: vec!["no build.json to check the statements against".into()],
+                    },
+                }
+            }
+        }
+    } else {
+        if kind == Kind::Wheelhouse {
+            check_wheelhouse_layer(&manifest, &config.name, &mut problems);
+        }
+        Trust::Pinned
+    };
+    if deep && let Err(e) = check_layers(cache, &manifest, &config, scratch) {
+        problems.push(format!("{e:#}"));
+    }
+    let _ = fs::remove_dir_all(scratch);
+    Ok(Some(Inspected {
+        tag: tag.to_string(),
+        kind,
+        name: config.name,
+        digest: fetched.digest,
+        size,
+        layers: manifest.layers.len(),
+        trust,
+        problems,
+    }))
+}
+
+/// Bytes of the config and layers of `m`.
+fn size_of(m: &OciImageManifest) -> u64 {
+    let layers: i64 = m.layers.iter().map(|l| l.size.max(0)).sum();
+    u64::try_from(m.config.size.max(0) + layers).unwrap_or(0)
+}
+
+/// The wheel layer's digest and size are the record's.
+fn check_wheel_layer(m: &OciImageManifest, rec: &BuildRecord, problems: &mut Vec<String>) {
+    match m
+        .layers
+        .iter()
+        .find(|l| layer_title(l) == Some(rec.wheel.as_str()))
+    {
+        None => problems.push(format!("no layer holds the wheel {}", rec.wheel)),
+        Some(l) => {
+            let want = format!("sha256:{}", rec.sha256);
+            if l.digest != want || u64::try_from(l.size).ok() != Some(rec.size) {
+                problems.push(format!(
+                    "the layer of {} is {} ({} bytes), its build.json says {want} ({} bytes)",
+                    rec.wheel, l.digest, l.size, rec.size
+                ));
+            }
+        }
+    }
+}
+
+/// A wheelhouse artifact's file layer digest is the sha256 it is named by.
+fn check_wheelhouse_layer(m: &OciImageManifest, name: &str, problems: &mut Vec<String>) {
+    let want = format!("sha256:{name}");
+    if !m.layers.iter().any(|l| l.digest == want) {
+        problems.push(format!(
+            "no layer has the digest {want} the lock records for it"
+        ));
+    }
+}
+
+/// Downloads every layer (each checked on arrival by the transport) and
+/// compares the files with the config's list.
+fn check_layers(
+    cache: &dyn Transport,
+    m: &OciImageManifest,
+    config: &Config,
+    scratch: &Path,
+) -> Result<()> {
+    let layers = scratch.join("layers");
+    let tree = scratch.join("tree");
+    fs::create_dir_all(&layers)?;
+    fs::create_dir_all(&tree)?;
+    let mut found: BTreeMap<String, ManifestFile> = BTreeMap::new();
+    for l in &m.layers {
+        let title = layer_title(l).unwrap_or_default();
+        let dest = layers.join(title);
+        if dest.exists() {
+            bail!("two layers are titled {title}");
+        }
+        let size = u64::try_from(l.size).unwrap_or(0);
+        cache.get_blob(&l.digest, size, &dest)?;
+        if title == TREE_LAYER && l.media_type == artifact::TAR_MEDIA_TYPE {
+            artifact::unpack_tree(&dest, &tree)
+                .with_context(|| format!("layer {} ({title})", l.digest))?;
+            let listed = crate::store::Manifest::build(&tree, &[])?;
+            for f in listed.files {
+                found.insert(f.path.clone(), f);
+            }
+        } else {
+            found.insert(
+                title.to_string(),
+                ManifestFile {
+                    path: title.to_string(),
+                    size,
+                    sha256: sha256_file(&dest)?,
+                },
+            );
+        }
+    }
+    let listed: BTreeMap<String, &ManifestFile> =
+        config.files.iter().map(|f| (f.path.clone(), f)).collect();
+    let (have, want): (Vec<&String>, Vec<&String>) =
+        (found.keys().collect(), listed.keys().collect());
+    if have != want {
+        bail!("its layers hold {have:?}, its config lists {want:?}");
+    }
+    for (path, f) in &found {
+        let w = listed[path];
+        if f.sha256 != w.sha256 || f.size != w.size {
+            bail!(
+                "{path} has sha256 {} ({} bytes), its config says {} ({} bytes)",
+                f.sha256,
+                f.size,
+                w.sha256,
+                w.size
+            );
+        }
+    }
+    Ok(())
+}

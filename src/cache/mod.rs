@@ -1,0 +1,115 @@
+//! The registry cache (issue 13): a layer between the pipeline and
+//! [`crate::stages`] that shares store entries through OCI registries
+//! (`oci://host/repo`, `oci+http://host:port/repo`) and OCI image layouts on
+//! disk (`file:///dir`).
+//!
+//! - [`config`]: which caches a site uses (`config.toml` in the store root
+//!   or in `$XDG_CONFIG_HOME/oracle-build/`, `--cache`, `ORACLE_BUILD_CACHE`).
+//! - [`trust`]: the signed statement a builder attaches to a wheel, SSHSIG
+//!   signing and verification against an `allowed_signers` file, and the
+//!   [`trust::Verdict`] a pulling box acts on.
+//! - [`catalog`]: the small read/delete interface `cache ls|verify|gc`
+//!   needs from a cache, with its implementation for `file://` layouts.
+//! - [`Transport`]: the few operations of the OCI distribution spec a cache
+//!   needs (blobs by digest, manifests by tag), with two implementations:
+//!   [`registry`] (`oci-client`) and [`layout`] (an OCI image layout).
+//! - [`artifact`]: one OCI artifact per store entry, named by its content
+//!   key in the tag (`wheel-<key>`, `src-<commit>`, `inputs-<key>`, ...).
+//! - [`substitute`]: taking an entry from a cache instead of doing the work,
+//!   every blob checked on arrival and the entry made by one rename; what
+//!   `pull` and `build` share.
+//!
+//! Every blob and manifest is checked against its digest on arrival: by
+//! the transport (the sha256 of what was received) and again by
+//! [`substitute`] before anything is renamed into the store.
+
+pub mod artifact;
+pub mod catalog;
+pub mod config;
+pub mod inspect;
+pub mod layout;
+pub mod registry;
+pub mod substitute;
+pub mod trust;
+
+use std::path::Path;
+
+use anyhow::{Result, bail};
+
+/// A manifest as received: its bytes and their digest (`sha256:<hex>`,
+/// already checked against the bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched {
+    /// The manifest's bytes, exactly as stored.
+    pub bytes: Vec<u8>,
+    /// `sha256:<hex>` of `bytes`.
+    pub digest: String,
+}
+
+/// The operations of the OCI distribution spec (or an image layout) a cache
+/// needs. Implementations check every blob and manifest they receive
+/// against its digest and fail naming it.
+pub trait Transport {
+    /// The cache's URL, for messages.
+    fn describe(&self) -> String;
+    /// The manifest tagged `tag`, or `None` when there is no such tag.
+    ///
+    /// Errors: the cache cannot be reached or refuses; the bytes do not
+    /// match the digest the cache gives.
+    fn manifest(&self, tag: &str) -> Result<Option<Fetched>>;
+    /// Whether the blob `digest` is present.
+    fn has_blob(&self, digest: &str) -> Result<bool>;
+    /// Downloads the blob `digest` of `size` bytes into the new file `dest`.
+    ///
+    /// Errors: the cache fails; what arrived has another digest or size
+    /// (the message names the digest; `dest` is removed).
+    fn get_blob(&self, digest: &str, size: u64, dest: &Path) -> Result<()>;
+    /// Uploads the file `src` as the blob `digest`, skipped when present;
+    /// returns whether it was uploaded.
+    fn put_blob(&self, src: &Path, digest: &str, size: u64) -> Result<bool>;
+    /// Stores `bytes` (an OCI image manifest) under `tag`; returns its digest.
+    fn put_manifest(&self, tag: &str, bytes: &[u8]) -> Result<String>;
+    /// Every tag of the cache.
+    fn tags(&self) -> Result<Vec<String>>;
+}
+
+/// Opens the cache at `url`.
+///
+/// Errors: the layout path is not a directory; the registry client cannot be made.
+pub fn open(url: &config::CacheUrl) -> Result<Box<dyn Transport>> {
+    let shown = url.to_string();
+    Ok(match url {
+        config::CacheUrl::File { dir } => Box::new(layout::Layout::open(dir, &shown)?),
+        config::CacheUrl::Oci { host, port, repo }
+        | config::CacheUrl::OciHttp { host, port, repo } => {
+            let host = match port {
+                Some(p) => format!("{host}:{p}"),
+                None => host.clone(),
+            };
+            let plain = matches!(url, config::CacheUrl::OciHttp { .. });
+            Box::new(registry::Registry::new(&host, repo, plain, &shown)?)
+        }
+    })
+}
+
+/// `sha256:<hex>` of `bytes`.
+pub fn digest_of(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// The hex part of a `sha256:<hex>` digest.
+///
+/// Errors: another algorithm or not 64 lowercase hex digits.
+pub fn digest_hex(digest: &str) -> Result<&str> {
+    match digest.strip_prefix("sha256:") {
+        Some(h)
+            if h.len() == 64
+                && h.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) =>
+        {
+            Ok(h)
+        }
+        _ => bail!("digest {digest:?} is not sha256:<64 hex digits>"),
+    }
+}

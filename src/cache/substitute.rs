@@ -1,0 +1,748 @@
+//! Taking store entries from a cache instead of doing the work: what
+//! `pull` and `build`'s substitution share.
+//!
+//! Two phases. [`Fetcher::prepare`] (and [`Fetcher::prepare_source`]) look
+//! a tag up, download its config and layers into one staging directory
+//! (every blob checked against its digest by the transport, then every
+//! file against the config's list) and check the entry the way its stage
+//! would: a wheelhouse file against the sha256 the lock gives it (its
+//! name), a wheel against its `build.json` and `manifest.json`, a tree
+//! against the path rules `import` applies. Nothing is in the store yet.
+//! [`Fetcher::commit`] then moves each prepared entry into the store by one
+//! rename under the entry's lock (entries that appeared meanwhile are kept),
+//! and fetches a source bundle into the mirror. A pull that fails in the
+//! first phase writes nothing.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow, bail};
+use fs_err as fs;
+
+use super::Transport;
+use super::artifact::{self, Config, Kind, TREE_LAYER, layer_title};
+use crate::host::process::capture;
+use crate::stages::{source, wheel, wheelhouse};
+use crate::store::{Bucket, Entry, Manifest, Staging, Store, TempRoots, sha256_file};
+
+/// What the trust policy says of a wheel's config (its signatures): `Ok`
+/// to accept it, an error naming why not.
+pub type WheelPolicy<'a> = &'a dyn Fn(&Config) -> Result<()>;
+
+/// An entry downloaded and checked in staging, not yet in the store.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The store entry it becomes.
+    pub entry: Entry,
+    /// Its directory in staging (or, for a source, the git bundle file).
+    pub dir: PathBuf,
+    /// The config it came with.
+    pub config: Config,
+    /// The manifest's digest.
+    pub digest: String,
+    /// For a source: the repository URL whose mirror it goes to.
+    pub repo: Option<String>,
+    /// Bytes downloaded.
+    pub bytes: u64,
+}
+
+/// Downloads from one cache into one staging directory of one store.
+pub struct Fetcher<'a> {
+    /// The cache.
+    pub cache: &'a dyn Transport,
+    /// The store.
+    pub store: &'a Store,
+    staging: Staging,
+    n: usize,
+}
+
+impl<'a> Fetcher<'a> {
+    /// A fetcher from `cache` into `store` (a fresh staging directory).
+    ///
+    /// Errors: the staging directory cannot be made.
+    pub fn new(cache: &'a dyn Transport, store: &'a Store) -> Result<Fetcher<'a>> {
+        Ok(Fetcher {
+            cache,
+            store,
+            staging: store.stage("pull")?,
+            n: 0,
+        })
+    }
+
+    fn fresh_dir(&mut self) -> Result<PathBuf> {
+        self.n += 1;
+        let d = self.staging.path().join(format!("{}", self.n));
+        fs::create_dir_all(&d)?;
+        Ok(d)
+    }
+
+    /// Downloads the artifact tagged `tag` of `kind` for the entry `name`:
+    /// `None` when the cache has no such tag. Returns the config, the
+    /// directory with the entry's files and the manifest digest.
+    fn download(
+        &mut self,
+        kind: Kind,
+        name: &str,
+    ) -> Result<Option<(Config, PathBuf, String, u64)>> {
+        let tag = artifact::tag(kind, name);
+        let Some(got) = self.cache.manifest(&tag)? else {
+            return Ok(None);
+        };
+        let url = self.cache.describe();
+        let m = artifact::parse_manifest(&got.bytes, kind, &tag)
+            .with_context(|| format!("cache {url}"))?;
+        let work = self.fresh_dir()?;
+        let config_path = work.join("config.json");
+        let size = u64::try_from(m.config.size).unwrap_or(0);
+        self.cache.get_blob(&m.config.digest, size, &config_path)?;
+        let config: Config = crate::store::read_json(&config_path)
+            .with_context(|| format!("cache {url}: the config of {tag}"))?;
+        if config.kind != kind || config.name != name {
+            bail!(
+                "cache {url}: {tag} carries {:?} {}, not {kind:?} {name}",
+                config.kind,
+                config.name
+            );
+        }
+        let dir = work.join("entry");
+        fs::create_dir_all(&dir)?;
+        let layers = work.join("layers");
+        fs::create_dir_all(&layers)?;
+        let mut bytes = size;
+        for l in &m.layers {
+            let title = layer_title(l).unwrap_or_default();
+            let size = u64::try_from(l.size).unwrap_or(0);
+            let dest = layers.join(title);
+            if dest.exists() {
+                bail!("cache {url}: {tag} has two layers titled {title}");
+            }
+            self.cache.get_blob(&l.digest, size, &dest)?;
+            bytes += size;
+            if title == TREE_LAYER && l.media_type == artifact::TAR_MEDIA_TYPE {
+                artifact::unpack_tree(&dest, &dir)
+                    .with_context(|| format!("cache {url}: refusing {tag} (layer {})", l.digest))?;
+            } else {
+                fs::rename(&dest, dir.join(title))?;
+            }
+        }
+        check_files(&dir, &config).with_context(|| format!("cache {url}: refusing {tag}"))?;
+        Ok(Some((config, dir, got.digest, bytes)))
+    }
+
+    /// Prepares the store entry `entry` (lock, wheelhouse, ext or wheel)
+    /// from the cache: `None` on a miss. A wheel must satisfy `policy`.
+    ///
+    /// Errors: the cache fails; a digest, file or record does not match
+    /// (the message names the digest or file); the policy refuses.
+    pub fn prepare(&mut self, entry: &Entry, policy: WheelPolicy<'_>) -> Result<Option<Prepared>> {
+        let kind = Kind::of_bucket(entry.bucket)
+            .ok_or_else(|| anyhow!("{} entries are not in caches", entry.bucket.dir_name()))?;
+        let Some((config, dir, digest, bytes)) = self.download(kind, &entry.name)? else {
+            return Ok(None);
+        };
+        let url = self.cache.describe();
+        let tag = artifact::tag(kind, &entry.name);
+        let refuse = |why: String| anyhow!("cache {url}: refusing {tag}: {why}");
+        match entry.bucket {
+            Bucket::Wheelhouse => {
+                let e = Entry {
+                    path: dir.clone(),
+                    ..entry.clone()
+                };
+                let f = wheelhouse::file_of(&e).map_err(|e| refuse(format!("{e:#}")))?;
+                let got = sha256_file(&f)?;
+                if got != entry.name {
+                    return Err(refuse(format!(
+                        "its file has sha256 {got}, the lock says {}",
+                        entry.name
+                    )));
+                }
+            }
+            Bucket::Wheels => {
+                let rec = wheel::BuildRecord::read(&dir).map_err(|e| refuse(format!("{e:#}")))?;
+                if rec.key != entry.name {
+                    return Err(refuse(format!("its build.json is for key {}", rec.key)));
+                }
+                let got =
+                    sha256_file(&rec.wheel_path(&dir)).map_err(|e| refuse(format!("{e:#}")))?;
+                if got != rec.sha256 {
+                    return Err(refuse(format!(
+                        "{} has sha256 {got}, its build.json says {}",
+                        rec.wheel, rec.sha256
+                    )));
+                }
+                let problems = Manifest::read(&dir)
+                    .map_or_else(|e| vec![format!("{e:#}")], |m| m.check(&dir, true));
+                if !problems.is_empty() {
+                    return Err(refuse(problems.join("; ")));
+                }
+                policy(&config).map_err(|e| refuse(format!("{e:#}")))?;
+            }
+            Bucket::Ext if !dir.join("ext.json").is_file() => {
+                return Err(refuse("no ext.json".into()));
+            }
+            Bucket::Locks if !dir.join(crate::stages::lock::LOCK_JSON).is_file() => {
+                return Err(refuse("no lock.json".into()));
+            }
+            _ => {}
+        }
+        Ok(Some(Prepared {
+            entry: entry.clone(),
+            dir,
+            config,
+            digest,
+            repo: None,
+            bytes,
+        }))
+    }
+
+    /// Prepares the source of `commit` of `repo` (a git bundle for the
+    /// mirror): `None` on a miss.
+    ///
+    /// Errors: as [`Fetcher::prepare`]; the bundle is not for that commit.
+    pub fn prepare_source(&mut self, repo: &str, commit: &str) -> Result<Option<Prepared>> {
+        let Some((config, dir, digest, bytes)) = self.download(Kind::Source, commit)? else {
+            return Ok(None);
+        };
+        let bundle = dir.join(SOURCE_BUNDLE);
+        if !bundle.is_file() {
+            bail!(
+                "cache {}: {} has no {SOURCE_BUNDLE}",
+                self.cache.describe(),
+                artifact::tag(Kind::Source, commit)
+            );
+        }
+        Ok(Some(Prepared {
+            entry: source::mirror_entry(self.store, repo),
+            dir: bundle,
+            config,
+            digest,
+            repo: Some(repo.to_string()),
+            bytes,
+        }))
+    }
+
+    /// Moves every prepared entry into the store (see the module docs),
+    /// each registered in `temp` first; returns the labels added.
+    ///
+    /// Errors: a rename or the git fetch fails.
+    pub fn commit(&self, items: Vec<Prepared>, temp: &TempRoots) -> Result<Vec<String>> {
+        let mut added = Vec::new();
+        for p in items {
+            temp.add(self.store, &p.entry)?;
+            if let (Some(repo), Some(commit)) = (&p.repo, Some(&p.config.name)) {
+                fetch_bundle(self.store, repo, &p.dir, self.staging.path())?;
+                if !source::mirror_has(self.store, repo, commit) {
+                    bail!("the source bundle from the cache does not hold commit {commit}");
+                }
+                added.push(format!("{} ({commit})", p.entry.label()));
+                continue;
+            }
+            let _lock = p.entry.lock()?;
+            if p.entry.exists() {
+                continue;
+            }
+            fs::create_dir_all(self.store.bucket_dir(p.entry.bucket))?;
+            self.store.persist(&p.dir, &p.entry)?;
+            added.push(p.entry.label());
+        }
+        Ok(added)
+    }
+}
+
+/// The name of the git bundle layer of a source artifact.
+pub const SOURCE_BUNDLE: &str = "source.bundle";
+
+/// Every regular file under `dir` matches the config's list (same paths,
+/// sizes and sha256) and nothing else is there.
+fn check_files(dir: &Path, config: &Config) -> Result<()> {
+    let mut found = Vec::new();
+    fn walk(base: &Path, d: &Path, out: &mut Vec<String>) -> Result<()> {
+        for e in fs::read_dir(d)? {
+            let e = e?;
+            let ft = e.file_type()?;
+            if ft.is_dir() {
+                walk(base, &e.path(), out)?;
+            } else if ft.is_file() {
+                out.push(
+                    e.path()
+                        .strip_prefix(base)
+                        .unwrap_or(&e.path())
+                        .to_string_lossy()
+                        .into_owned(),
+                );
+            }
+        }
+        Ok(())
+    }
+    walk(dir, dir, &mut found)?;
+    found.sort();
+    let mut listed: Vec<&str> = config.files.iter().map(|f| f.path.as_str()).collect();
+    listed.sort();
+    if found != listed {
+        bail!("its files {found:?} are not the ones its config lists {listed:?}");
+    }
+    for f in &config.files {
+        let p = dir.join(&f.path);
+        let (size, sha) = (fs::metadata(&p)?.len(), sha256_file(&p)?);
+        if size != f.size || sha != f.sha256 {
+            bail!(
+                "{} has sha256 {sha} ({size} bytes), its config says {} ({} bytes)",
+                f.path,
+                f.sha256,
+                f.size
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Fetches the git bundle `bundle` (the commit under
+/// `refs/oracle-build/pins/` and its tags) into the mirror of `repo`,
+/// creating the mirror in `scratch` and renaming it into place when absent.
+///
+/// Errors: git fails.
+pub fn fetch_bundle(store: &Store, repo: &str, bundle: &Path, scratch: &Path) -> Result<()> {
+    let git =
+        which::which("git").context("taking a source from a cache needs the git command line")?;
+    let mirror = source::mirror_entry(store, repo);
+    let _lock = mirror.lock()?;
+    let bundle = bundle.display().to_string();
+    let fetch = |dir: &Path| {
+        capture(
+            "git fetch <bundle>",
+            duct::cmd(
+                &git,
+                [
+                    "-C",
+                    &dir.display().to_string(),
+                    "fetch",
+                    "--quiet",
+                    &bundle,
+                    "+refs/tags/*:refs/tags/*",
+                    "+refs/oracle-build/*:refs/oracle-build/*",
+                ],
+            ),
+        )
+    };
+    if mirror.exists() {
+        fetch(&mirror.path)?;
+    } else {
+        let dir = scratch.join("mirror.git");
+        git2::Repository::init_bare(&dir)?;
+        fetch(&dir)?;
+        fs::create_dir_all(store.bucket_dir(Bucket::Git))?;
+        fs::rename(&dir, &mirror.path)?;
+    }
+    Ok(())
+}
+
+/// The record of an `inputs-<key>` artifact: what a box needs to build a
+/// pin, as the pushing box found it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct InputsRecord {
+    /// Recipe name.
+    pub recipe: String,
+    /// The pinned commit.
+    pub commit: String,
+    /// The recipe's repository URL.
+    pub repo: String,
+    /// The platform it was built for (uv's `--python-platform` spelling).
+    pub platform: Option<String>,
+    /// The store entries it needs (`wheelhouse/<sha>`, `ext/<name>`,
+    /// `lockfiles/<key>`, `wheels/<key>`), in pipeline order.
+    pub entries: Vec<String>,
+    /// The wheel key of the pushing box's oracle.
+    pub wheel_key: String,
+    /// The venv key of the pushing box's oracle (evidence: the pulling box
+    /// installs and measures its own).
+    pub venv_key: String,
+}
+
+/// The key of the `inputs-<key>` artifact of recipe `lr` on this host: the
+/// sha256 of the recipe's exact text and the host platform, so any box with
+/// the same recipe finds it without a lock or a checkout.
+pub fn inputs_key(lr: &crate::recipe::LoadedRecipe) -> String {
+    use sha2::{Digest, Sha256};
+    crate::store::key::content_key(&serde_json::json!({
+        "schema": crate::store::key::KEY_SCHEMA, "stage": "inputs",
+        "recipe_sha256": hex::encode(Sha256::digest(lr.text.as_bytes())),
+        "platform": crate::host::platform::Platform::host().map(|p| p.spelled),
+    }))
+}
+
+/// The statement's view of a wheel entry: only the wheel file (its
+/// `build.json` and `build.log` name paths and times of the box that built
+/// it; the reproducible part is the wheel).
+pub fn wheel_files(record: &wheel::BuildRecord) -> Vec<super::trust::FileDigest> {
+    vec![super::trust::FileDigest {
+        path: record.wheel.clone(),
+        sha256: record.sha256.clone(),
+        size: record.size,
+    }]
+}
+
+/// The trust settings of `cache` (its `allowed_signers` loaded).
+///
+/// Errors: the allowed_signers file cannot be read or parsed.
+pub fn policy_of(cache: &super::config::Cache) -> Result<super::trust::Policy> {
+    Ok(super::trust::Policy {
+        allowed: cache
+            .trusted_signers
+            .as_deref()
+            .map(super::trust::AllowedSigners::load)
+            .transpose()?,
+        min_signatures: cache.min_signatures,
+    })
+}
+
+/// The verdict of `policy` on the wheel artifact config `config`.
+pub fn wheel_verdict(config: &Config, policy: &super::trust::Policy) -> super::trust::Verdict {
+    let files = serde_json::from_value::<wheel::BuildRecord>(config.record.clone())
+        .map(|r| wheel_files(&r))
+        .unwrap_or_default();
+    super::trust::verify(
+        "wheel",
+        &config.name,
+        &files,
+        &config.attestations,
+        policy,
+        jiff::Timestamp::now().as_second(),
+    )
+}
+
+/// What [`pull_pin`] did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Pulled {
+    /// The cache.
+    pub cache: String,
+    /// The inputs the pushing box recorded.
+    pub inputs: InputsRecord,
+    /// Entries added to the store (the mirror with its commit included).
+    pub added: Vec<String>,
+    /// Entries already present.
+    pub present: Vec<String>,
+    /// Bytes downloaded.
+    pub bytes: u64,
+}
+
+/// Fetches everything a `build --offline` of `lr` needs from `cache` into
+/// `store`: the inputs artifact, the source (unless mirrored), the lock
+/// (kept as the store's lock of the recipe when `lock_dir` has none), every
+/// wheelhouse, ext and wheel entry it lists (the wheel only when `policy`
+/// accepts it). Everything is downloaded and checked before anything is
+/// written (see the module docs).
+///
+/// Errors: the cache has no inputs for this recipe and platform; any
+/// download or check fails (nothing is written); the policy refuses the wheel.
+pub fn pull_pin(
+    cache: &dyn Transport,
+    store: &Store,
+    lr: &crate::recipe::LoadedRecipe,
+    lock_dir: &Path,
+    policy: WheelPolicy<'_>,
+    temp: &TempRoots,
+) -> Result<Pulled> {
+    let r = &lr.recipe;
+    let key = inputs_key(lr);
+    let mut f = Fetcher::new(cache, store)?;
+    let Some((config, _, _, mut bytes)) = f.download(Kind::Inputs, &key)? else {
+        bail!(
+            "cache {} has no inputs for {} on this platform (tag {}); push it from a box that built it: oracle-build push {}",
+            cache.describe(),
+            r.name,
+            artifact::tag(Kind::Inputs, &key),
+            r.name
+        );
+    };
+    let inputs: InputsRecord = serde_json::from_value(config.record.clone())
+        .with_context(|| format!("cache {}: the record of inputs-{key}", cache.describe()))?;
+    if inputs.commit != r.source.commit || inputs.recipe != r.name {
+        bail!(
+            "cache {}: inputs-{key} is for {} @ {}, not {} @ {}",
+            cache.describe(),
+            inputs.recipe,
+            inputs.commit,
+            r.name,
+            r.source.commit
+        );
+    }
+    let mut items = Vec::new();
+    let mut present = Vec::new();
+    if !source::mirror_has(store, &r.source.repo, &r.source.commit) {
+        let p = f
+            .prepare_source(&r.source.repo, &r.source.commit)?
+            .ok_or_else(|| {
+                anyhow!(
+                    "cache {} has no source for {} ({})",
+                    cache.describe(),
+                    r.source.commit,
+                    artifact::tag(Kind::Source, &r.source.commit)
+                )
+            })?;
+        items.push(p);
+    } else {
+        present.push(source::mirror_entry(store, &r.source.repo).label());
+    }
+    let mut labels = inputs.entries.clone();
+    let has_lock = matches!(crate::stages::lock::load(lock_dir, lr), Ok(Some(_)));
+    let auto = crate::stages::lock::auto_entry(store, r);
+    if !has_lock && !labels.contains(&auto.label()) {
+        labels.insert(0, auto.label());
+    }
+    for label in &labels {
+        let entry = store
+            .entry_by_label(label)
+            .filter(|e| Kind::of_bucket(e.bucket).is_some())
+            .ok_or_else(|| anyhow!("cache {}: inputs-{key} lists {label:?}", cache.describe()))?;
+        temp.add(store, &entry)?;
+        if entry.exists() {
+            present.push(entry.label());
+            continue;
+        }
+        match f.prepare(&entry, policy)? {
+            Some(p) => {
+                bytes += p.bytes;
+                items.push(p);
+            }
+            None => bail!(
+                "cache {} lacks {} ({}), which inputs-{key} lists",
+                cache.describe(),
+                label,
+                artifact::tag(
+                    Kind::of_bucket(entry.bucket).unwrap_or(Kind::Lock),
+                    &entry.name
+                )
+            ),
+        }
+    }
+    let added = f.commit(items, temp)?;
+    Ok(Pulled {
+        cache: cache.describe(),
+        inputs,
+        added,
+        present,
+        bytes,
+    })
+}
+
+/// The caches `build` substitutes from, opened, each with its trust policy.
+pub struct Substituter<'a> {
+    store: &'a Store,
+    caches: Vec<(Box<dyn Transport>, super::trust::Policy)>,
+}
+
+impl<'a> Substituter<'a> {
+    /// Opens `caches` for substitution into `store`. A cache that cannot be
+    /// opened (a bad allowed_signers file) is an error: a build must not
+    /// silently trust less or more than configured.
+    ///
+    /// Errors: a cache or its allowed_signers file cannot be opened.
+    pub fn new(store: &'a Store, caches: &[super::config::Cache]) -> Result<Substituter<'a>> {
+        let mut out = Vec::new();
+        for c in caches {
+            out.push((super::open(&c.url)?, policy_of(c)?));
+        }
+        Ok(Substituter { store, caches: out })
+    }
+
+    /// Whether there is no cache to substitute from.
+    pub fn is_empty(&self) -> bool {
+        self.caches.is_empty()
+    }
+
+    /// Takes `entry` from the first cache that has it (the wheel only when
+    /// trusted), registered in `temp` first; returns the cache's URL on a
+    /// hit. A cache that fails or whose content is refused is reported on
+    /// stderr and skipped: the stage then does the work.
+    ///
+    /// Errors: the store cannot be written.
+    pub fn entry(&self, entry: &Entry, temp: &TempRoots) -> Result<Option<String>> {
+        temp.add(self.store, entry)?;
+        for (t, policy) in &self.caches {
+            let accept = |cfg: &Config| {
+                let v = wheel_verdict(cfg, policy);
+                if v.is_trusted() {
+                    Ok(())
+                } else {
+                    Err(anyhow!("the wheel is not trusted: {v}"))
+                }
+            };
+            let got = Fetcher::new(t.as_ref(), self.store).and_then(|mut f| {
+                match f.prepare(entry, &accept)? {
+                    Some(p) => f.commit(vec![p], temp).map(Some),
+                    None => Ok(None),
+                }
+            });
+            match got {
+                Ok(Some(_)) => {
+                    crate::progress::stage(
+                        entry.bucket.dir_name(),
+                        format!("substituted {} from {}", entry.label(), t.describe()),
+                    );
+                    return Ok(Some(t.describe()));
+                }
+                Ok(None) => {}
+                Err(e) => crate::progress::stage(
+                    entry.bucket.dir_name(),
+                    format!(
+                        "not substituting {} from {}: {e:#}",
+                        entry.label(),
+                        t.describe()
+                    ),
+                ),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Takes the source of `commit` of `repo` from the first cache that has
+    /// it, into the mirror (as [`Substituter::entry`]).
+    ///
+    /// Errors: the store cannot be written.
+    pub fn source(&self, repo: &str, commit: &str, temp: &TempRoots) -> Result<Option<String>> {
+        for (t, _) in &self.caches {
+            let got = Fetcher::new(t.as_ref(), self.store).and_then(|mut f| {
+                match f.prepare_source(repo, commit)? {
+                    Some(p) => f.commit(vec![p], temp).map(Some),
+                    None => Ok(None),
+                }
+            });
+            match got {
+                Ok(Some(_)) => {
+                    crate::progress::stage(
+                        "source",
+                        format!("substituted {commit} from {}", t.describe()),
+                    );
+                    return Ok(Some(t.describe()));
+                }
+                Ok(None) => {}
+                Err(e) => crate::progress::stage(
+                    "source",
+                    format!("not substituting {commit} from {}: {e:#}", t.describe()),
+                ),
+            }
+        }
+        Ok(None)
+    }
+
+    /// What `plan` shows for the artifact of `kind` named `name`: the first
+    /// cache holding its tag and, for a wheel, the verdict on its signatures; `None` when no cache has
+    /// it. Reads manifests and config blobs only; writes nothing to the store.
+    pub fn lookup(&self, kind: Kind, name: &str, scratch: &Path) -> Option<Lookup> {
+        let tag = artifact::tag(kind, name);
+        for (t, policy) in &self.caches {
+            let Ok(Some(m)) = t.manifest(&tag) else {
+                continue;
+            };
+            let mut verdict = None;
+            if kind == Kind::Wheel
+                && let Ok(parsed) = artifact::parse_manifest(&m.bytes, kind, &tag)
+            {
+                let p = scratch.join("lookup-config.json");
+                let size = u64::try_from(parsed.config.size).unwrap_or(0);
+                if t.get_blob(&parsed.config.digest, size, &p).is_ok()
+                    && let Ok(cfg) = crate::store::read_json::<Config>(&p)
+                {
+                    verdict = Some(wheel_verdict(&cfg, policy));
+                }
+                let _ = fs::remove_file(&p);
+            }
+            return Some(Lookup {
+                cache: t.describe(),
+                tag,
+                verdict,
+            });
+        }
+        None
+    }
+}
+
+/// A cache hit as `plan` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Lookup {
+    /// The cache holding it.
+    pub cache: String,
+    /// Its tag.
+    pub tag: String,
+    /// For a wheel: the trust verdict on its signatures (who signed it).
+    pub verdict: Option<super::trust::Verdict>,
+}
+
+/// Substitutes the hermetic inputs of `lr` before they are needed: the
+/// source (when the mirror lacks the commit), the lock (when neither
+/// `lock_dir` nor the store holds one), every wheelhouse artifact of the
+/// lock and every external source the commit's CMake files declare that the
+/// store lacks. Returns the stages taken from a cache (`source`, `lock`,
+/// `wheelhouse`, `ext`), each once.
+///
+/// Errors: the store cannot be written (a cache's failure only skips it).
+pub fn inputs(
+    subs: &Substituter<'_>,
+    lr: &crate::recipe::LoadedRecipe,
+    lock_dir: &Path,
+    temp: &TempRoots,
+) -> Result<Vec<String>> {
+    let store = subs.store;
+    let r = &lr.recipe;
+    let mut taken = Vec::new();
+    let mirror = source::mirror_entry(store, &r.source.repo);
+    temp.add(store, &mirror)?;
+    if !source::mirror_has(store, &r.source.repo, &r.source.commit)
+        && subs
+            .source(&r.source.repo, &r.source.commit, temp)?
+            .is_some()
+    {
+        taken.push("source".to_string());
+    }
+    let auto = crate::stages::lock::auto_entry(store, r);
+    let mut lock = crate::stages::lock::load(lock_dir, lr).ok().flatten();
+    if lock.is_none() {
+        if !auto.exists() && subs.entry(&auto, temp)?.is_some() {
+            taken.push("lock".to_string());
+        }
+        lock = crate::stages::lock::load(&auto.path, lr).ok().flatten();
+    }
+    if let Some(l) = lock {
+        let mut hit = false;
+        for p in l.build.iter().chain(l.runtime.iter()) {
+            let wanted = p.wanted();
+            if wanted
+                .iter()
+                .any(|a| wheelhouse::entry(store, &a.sha256).exists())
+            {
+                continue;
+            }
+            for a in wanted {
+                if subs
+                    .entry(&wheelhouse::entry(store, &a.sha256), temp)?
+                    .is_some()
+                {
+                    hit = true;
+                    break;
+                }
+            }
+        }
+        if hit {
+            taken.push("wheelhouse".to_string());
+        }
+    }
+    if source::mirror_has(store, &r.source.repo, &r.source.commit)
+        && let Ok(found) = crate::stages::ext::discover_in_mirror(
+            &mirror.path,
+            &r.source.commit,
+            &r.build.target_device,
+        )
+    {
+        let mut hit = false;
+        for s in &found.sources {
+            let e = crate::stages::ext::entry(store, s);
+            if !e.exists() && subs.entry(&e, temp)?.is_some() {
+                hit = true;
+            }
+        }
+        if hit {
+            taken.push("ext".to_string());
+        }
+    }
+    Ok(taken)
+}

@@ -1,0 +1,91 @@
+//! `oracle-build pull <PIN> [--cache URL]`: fetch from a cache everything
+//! `build <PIN> --offline` needs (see [`crate::cache::substitute::pull_pin`]):
+//! the source into the mirror, the lock, every wheelhouse and ext entry, and
+//! the built wheel when its signatures satisfy the cache's trust policy.
+//! Every blob is checked against its digest and every entry as its stage
+//! would check it before anything is written; entries appear by rename
+//! under their locks, registered as temporary GC roots first.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, anyhow, bail};
+
+use crate::cache::substitute::{self, Pulled};
+use crate::ops::print_json;
+use crate::recipe::pin;
+use crate::stages::lock;
+use crate::store::Store;
+
+/// Options of `pull`.
+#[derive(Debug, Clone, Default)]
+pub struct PullOptions {
+    /// `--cache URL|NAME` (else the configured caches, first hit wins).
+    pub cache: Option<String>,
+    /// `--lockfiles DIR`.
+    pub lockfiles: Option<PathBuf>,
+    /// `--json`.
+    pub json: bool,
+}
+
+/// Pulls PIN's inputs from the first cache that has them.
+///
+/// Errors (exit 2): bad input, no cache; errors: no cache has the pin; a
+/// digest or check fails (nothing written); the wheel is not trusted.
+pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Result<()> {
+    let lr = pin::resolve(pin_arg)?;
+    let root = Store::default_root(store_arg)?;
+    let caches = crate::ops::push::caches_for(&root, opts.cache.as_deref())?;
+    let store = Store::at(&root)?;
+    store.init()?;
+    let lock_dir = lock::lock_dir(&lr, opts.lockfiles.as_deref());
+    let temp = store.temp_roots()?;
+    let mut errors = Vec::new();
+    let mut done: Option<Pulled> = None;
+    for c in &caches {
+        let t = crate::cache::open(&c.url)?;
+        let policy = substitute::policy_of(c)?;
+        let accept = |cfg: &crate::cache::artifact::Config| {
+            let v = substitute::wheel_verdict(cfg, &policy);
+            if v.is_trusted() {
+                Ok(())
+            } else {
+                Err(anyhow!("the wheel is not trusted: {v}"))
+            }
+        };
+        match substitute::pull_pin(t.as_ref(), &store, &lr, &lock_dir, &accept, &temp) {
+            Ok(p) => {
+                done = Some(p);
+                break;
+            }
+            Err(e) => errors.push(format!("{e:#}")),
+        }
+    }
+    drop(temp);
+    let Some(p) = done else {
+        bail!(
+            "cannot pull {} (nothing was written to {}):\n  - {}",
+            lr.recipe.name,
+            root.display(),
+            errors.join("\n  - ")
+        );
+    };
+    if opts.json {
+        return print_json(&p);
+    }
+    println!(
+        "pulled {} from {}: {} entries added ({:.1} MiB), {} already present",
+        p.inputs.recipe,
+        p.cache,
+        p.added.len(),
+        p.bytes as f64 / (1u64 << 20) as f64,
+        p.present.len()
+    );
+    for a in &p.added {
+        println!("added    {a}");
+    }
+    println!(
+        "the pushing box's oracle: venv key {} (wheel {}); build it here with: oracle-build build {} --offline",
+        p.inputs.venv_key, p.inputs.wheel_key, pin_arg
+    );
+    Ok(())
+}

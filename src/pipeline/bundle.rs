@@ -1,0 +1,675 @@
+//! Export and import of bundles: everything needed to rebuild an oracle,
+//! moved to a box without network, prepared on a box that need not build it
+//! (docs/offline.md). The archive format and its checks are
+//! [`crate::store::bundle`]; this module gathers what goes in and puts what
+//! comes out in its place.
+//!
+//! `export` builds nothing: it fetches, locks (for `--platform`), downloads
+//! and stages (see [`export`]). `import` ([`import`]) checks the archive
+//! without writing ([`bundle::check_archive`]), extracts it into
+//! `<root>/tmp/` and checks it again ([`bundle::extract`],
+//! [`bundle::check_extracted`]), then moves each store entry into place by
+//! rename (entries already present are kept). The git bundle is fetched
+//! into the repository's mirror; the uv goes to the tools directory; the
+//! lock becomes the store's lock of the recipe (so it builds by its usual
+//! PIN); goldens go to `<root>/goldens/<name>/`; recipe, lockfiles and
+//! goldens also to `<root>/imported/<name>/`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow, bail};
+use fs_err as fs;
+use serde::Serialize;
+
+use crate::exit::bad_input;
+use crate::host::platform::Platform;
+use crate::host::process::capture;
+use crate::host::toolchain::{self, Toolchain, UV_VERSION};
+use crate::progress;
+use crate::recipe::LoadedRecipe;
+use crate::stages::oracle::OracleRecord;
+use crate::stages::smoke::golden;
+use crate::stages::wheelhouse;
+use crate::stages::{Ctx, ext, lock, source};
+use crate::store::bundle::{self, BundleManifest, BundledUv, Member, SOURCE_BUNDLE, add_entry};
+use crate::store::{Bucket, Entry, Store, TempRoots, make_writable};
+
+/// What `export` reports.
+#[derive(Debug, Serialize)]
+pub struct ExportReport {
+    /// The archive written.
+    pub file: PathBuf,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// Files in it.
+    pub files: usize,
+    /// Store entries in it.
+    pub entries: Vec<String>,
+    /// The platform it was prepared for.
+    pub platform: String,
+    /// The cases whose goldens it carries.
+    pub goldens: Vec<String>,
+}
+
+/// What `export` writes.
+#[derive(Debug, Clone)]
+pub struct Export<'a> {
+    /// `--lockfiles DIR`.
+    pub lockfiles: Option<&'a Path>,
+    /// `-o FILE`.
+    pub output: &'a Path,
+    /// `--platform P` (`None`: this host).
+    pub target: Option<Platform>,
+    /// The platform it is prepared for: `target`, else this host's.
+    pub platform: Platform,
+}
+
+/// The lock to bundle for `target` (`None`: this host): the recipe's
+/// lockfile for that platform ([`lock::pick`]: `lockfiles/<name>/` or
+/// `lockfiles/<name>/<P>/`) when it has one, else the store's lock for it, else
+/// one resolved now into the store (for another platform with `uv pip
+/// compile --python-platform`, needing no interpreter of it).
+///
+/// Errors (exit 2): the recipe's lockfile is stale. Errors: uv cannot resolve.
+fn lock_for(
+    cx: &Ctx<'_>,
+    src: &Entry,
+    lock_dir: &Path,
+    target: Option<&Platform>,
+    temp: &TempRoots,
+) -> Result<lock::Locked> {
+    let Ctx { store, lr, tc, .. } = *cx;
+    let r = &lr.recipe;
+    if let lock::Pick::Dir(d) = lock::pick(lock_dir, target)?
+        && let Some(l) = lock::load_for(lock_dir, lr, target)?
+    {
+        progress::stage("lock", format!("using {}", d.display()));
+        return Ok(l);
+    }
+    let entry = match target {
+        None => lock::auto_entry(store, r),
+        Some(p) => lock::platform_entry(store, r, p),
+    };
+    temp.add(store, &entry)?;
+    if let Ok(Some(l)) = lock::load_for(&entry.path, lr, target) {
+        return Ok(l);
+    }
+    if target.is_none() && !tc.python.version.starts_with(&format!("{}.", r.python)) {
+        return Err(anyhow!(
+            "cannot lock {} for this host: Python {} not found (found {} at {}); install it, or export with --platform to resolve without it",
+            r.name,
+            r.python,
+            tc.python.version,
+            tc.python.path.display()
+        ));
+    }
+    let _lock = entry.lock()?;
+    if !entry.exists() {
+        let staging = store.stage("autolock")?;
+        let dir = staging.path().join("lock");
+        lock::resolve_for(cx, &src.path, &dir, target, &|b, w| {
+            crate::pipeline::inputs::metadata_runtime(cx, &src.path, b, w, target)
+        })?;
+        store.persist(&dir, &entry)?;
+    }
+    lock::load_for(&entry.path, lr, target)?
+        .ok_or_else(|| anyhow!("{} holds no lock", entry.path.display()))
+}
+
+/// The pinned uv's wheel for `platform`, from the package index, in the
+/// wheelhouse: resolved with `uv pip compile --python-platform` (so its
+/// sha256 comes from the index, as every locked artifact's), the lock kept
+/// in the store (`store/lockfiles/<key>/pylock.tools.toml`), one wheel of it
+/// downloaded and hash-checked like every artifact.
+///
+/// Errors: uv cannot resolve it; the download or hash check fails.
+fn uv_wheel(
+    cx: &Ctx<'_>,
+    platform: &Platform,
+    temp: &TempRoots,
+) -> Result<(Entry, lock::pylock::Artifact)> {
+    let Ctx { store, lr, uv, .. } = *cx;
+    let key = crate::store::key::content_key(&serde_json::json!({
+        "schema": crate::store::key::KEY_SCHEMA, "stage": "tools-lock", "uv": UV_VERSION,
+        "platform": platform.spelled, "python": lr.recipe.python,
+    }));
+    let entry = store.entry(Bucket::Locks, &key);
+    temp.add(store, &entry)?;
+    let file = "pylock.tools.toml";
+    {
+        let _lock = entry.lock()?;
+        if !entry.exists() {
+            let staging = store.stage("tools-lock")?;
+            let dir = staging.path().join("lock");
+            fs::create_dir_all(&dir)?;
+            let input = staging.path().join("tools.in");
+            fs::write(&input, format!("uv=={UV_VERSION}\n"))?;
+            // The recipe's indexes serve its stack, not the tool.
+            let plain = crate::host::uv::Uv {
+                indexes: Vec::new(),
+                ..uv.clone()
+            };
+            let args: Vec<String> = vec![
+                "--format".into(),
+                "pylock.toml".into(),
+                "--generate-hashes".into(),
+                "--no-header".into(),
+                "--no-annotate".into(),
+                "--python-version".into(),
+                lr.recipe.python.clone(),
+                "--python-platform".into(),
+                platform.spelled.clone(),
+                "-o".into(),
+                dir.join(file).display().to_string(),
+                input.display().to_string(),
+            ];
+            progress::stage("export", format!("locking uv {UV_VERSION} for {platform}"));
+            plain
+                .pip_compile(&args, &staging.path().join("tools.log"))
+                .with_context(|| format!("locking uv {UV_VERSION} for {platform}"))?;
+            store.persist(&dir, &entry)?;
+        }
+    }
+    let pkgs = lock::pylock::parse_pylock(&entry.path.join(file))?;
+    let mut pkg = pkgs
+        .into_iter()
+        .find(|p| p.name == "uv" && p.version == UV_VERSION)
+        .ok_or_else(|| anyhow!("the index has no uv {UV_VERSION} for {platform}"))?;
+    let wheel = pkg
+        .wheels
+        .first()
+        .cloned()
+        .ok_or_else(|| anyhow!("the index has no uv {UV_VERSION} wheel for {platform}"))?;
+    pkg.wheels = vec![wheel.clone()];
+    let got = wheelhouse::ensure(
+        store,
+        std::slice::from_ref(&pkg),
+        &entry.path,
+        false,
+        Some(temp),
+    )?;
+    let e = got
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow!("uv's wheel is not in the wheelhouse"))?;
+    Ok((e, wheel))
+}
+
+/// Writes the bundle of `lr` from `store` to `opts.output` (through a temporary
+/// file and a rename), preparing it without building: fetches the source
+/// with its history, reads or resolves the lock for the target platform,
+/// downloads every artifact of it and the pinned uv's wheel into the
+/// wheelhouse, stages every external source the checkout's build
+/// configures, and adds the recorded goldens. No compiler, nvcc or GPU is
+/// needed. The built wheel goes in too when the store has one built from
+/// exactly the bundled build lock.
+///
+/// Returns what it wrote. Errors (exit 2): a stale lockfile. Errors: the
+/// source cannot be fetched; uv cannot resolve; a download or hash check
+/// fails; git fails.
+pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<ExportReport> {
+    let r = &lr.recipe;
+    let (target, platform, output) = (&opts.target, &opts.platform, opts.output);
+    let found_uv = toolchain::find_uv(store, None, false).ok();
+    // The recipe's Python resolves a lock for this host; any Python does
+    // for another platform (uv needs none) and for the downloads.
+    let python = match toolchain::find_python(&r.python, found_uv.as_ref()) {
+        Ok(p) => p,
+        Err(e) => which::which("python3")
+            .ok()
+            .and_then(|p| toolchain::probe_python(&p).ok())
+            .ok_or_else(|| anyhow!("cannot export {}: {e}", r.name))?,
+    };
+    store.init()?;
+    let uv_tool = match found_uv {
+        Some(u) => u,
+        None => toolchain::find_uv(store, Some(&python), true)?,
+    };
+    let tc = Toolchain {
+        python,
+        uv: uv_tool.clone(),
+        git: toolchain::find_git(),
+        libgit2: toolchain::libgit2_version(),
+        gcc: None,
+        nvcc: None,
+    };
+    let uv = crate::host::uv::Uv {
+        tool: uv_tool,
+        indexes: crate::host::uv::plain_indexes(&r.indexes),
+        offline: false,
+        cache_dir: Some(store.uv_cache_dir()),
+    };
+    let cx = Ctx {
+        store,
+        lr,
+        tc: &tc,
+        uv: &uv,
+    };
+    let temp = store.temp_roots()?;
+    temp.add(store, &source::mirror_entry(store, &r.source.repo))?;
+    temp.add(store, &source::checkout_entry(store, &r.source.commit))?;
+    let mirror = source::ensure_mirror(store, &r.source.repo, &r.source.commit, false)?;
+    let (src, _) = source::ensure_checkout(store, &mirror, &r.source.commit)?;
+    let lock_dir = lock::lock_dir(lr, opts.lockfiles);
+    let locked = lock_for(&cx, &src, &lock_dir, target.as_ref(), &temp)?;
+
+    let mut files: Vec<Member> = Vec::new();
+    let mut entries = Vec::new();
+    for pkgs in [&locked.build, &locked.runtime] {
+        for e in wheelhouse::ensure(store, pkgs, &locked.dir, false, Some(&temp))? {
+            add_entry(&e, &mut entries, &mut files)?;
+        }
+    }
+    let found = ext::discover_in_tree(&src.path, &r.build.target_device)?;
+    for line in &found.unmapped {
+        progress::stage(
+            "ext",
+            format!("cannot redirect (the offline build would download): {line}"),
+        );
+    }
+    for s in &found.sources {
+        temp.add(store, &ext::entry(store, s))?;
+        let (e, _) = ext::ensure(store, s, false)?;
+        add_entry(&e, &mut entries, &mut files)?;
+    }
+    let (uv_entry, uv_artifact) = uv_wheel(&cx, platform, &temp)?;
+    add_entry(&uv_entry, &mut entries, &mut files)?;
+
+    // The built wheel of the pin's oracle, when it was built from this very build lock.
+    if let Some(root_link) = store
+        .roots()?
+        .into_iter()
+        .find(|x| x.name == r.name && x.live)
+        && let Ok(target) = root_link.path.canonicalize()
+        && let Ok(rec) = OracleRecord::read(&target)
+        && rec.identity.commit == r.source.commit
+    {
+        let e = store.entry(Bucket::Wheels, &rec.wheel_key);
+        let built_from: Option<String> =
+            crate::store::read_json::<serde_json::Value>(&e.path.join("build.json"))
+                .ok()
+                .and_then(|b| b["inputs"]["build_lock"].as_str().map(str::to_string));
+        if e.exists() && built_from.as_ref() == locked.build_sha256() {
+            add_entry(&e, &mut entries, &mut files)?;
+        }
+    }
+    // Recorded JSON goldens, beside the recipe or in the store.
+    let mut goldens = Vec::new();
+    let gdirs = golden::dirs(store.root(), lr);
+    for c in &r.smoke.cases {
+        let loc = golden::locate(lr, &gdirs, c);
+        if loc.kind == golden::Kind::Json && loc.path.is_file() {
+            files.push(Member {
+                name: format!("goldens/{}/{}.json", r.name, c.name),
+                path: loc.path.clone(),
+                symlink: false,
+            });
+            goldens.push(c.name.clone());
+        }
+    }
+    let staging = store.stage("export")?;
+    let gitb = staging.path().join(SOURCE_BUNDLE);
+    git_bundle(store, &r.source.repo, &r.source.commit, &gitb)?;
+    files.push(Member {
+        name: SOURCE_BUNDLE.into(),
+        path: gitb,
+        symlink: false,
+    });
+    let recipe_file = staging.path().join("recipe.yaml");
+    fs::write(&recipe_file, &lr.text)?;
+    files.push(Member {
+        name: format!("recipe/{}.yaml", r.name),
+        path: recipe_file,
+        symlink: false,
+    });
+    for name in std::iter::once(lock::LOCK_JSON).chain(locked.info.files.keys().map(String::as_str))
+    {
+        files.push(Member {
+            name: format!("lockfiles/{}/{name}", r.name),
+            path: locked.dir.join(name),
+            symlink: false,
+        });
+    }
+    files.sort_by(|a, b| a.name.cmp(&b.name));
+
+    let mut manifest = BundleManifest {
+        format: 1,
+        recipe: r.name.clone(),
+        commit: r.source.commit.clone(),
+        repo: r.source.repo.clone(),
+        files: Vec::new(),
+        symlinks: Vec::new(),
+        platform: Some(platform.spelled.clone()),
+        uv: Some(BundledUv {
+            version: UV_VERSION.into(),
+            sha256: uv_artifact.sha256.clone(),
+        }),
+    };
+    bundle::list_members(&mut manifest, &files)?;
+    progress::stage(
+        "export",
+        format!(
+            "writing {} files into {}",
+            files.len() + 1,
+            output.display()
+        ),
+    );
+    bundle::write_archive(output, &manifest, &files)?;
+    let report = ExportReport {
+        file: output.to_path_buf(),
+        bytes: fs::metadata(output)?.len(),
+        files: files.len() + 1,
+        entries,
+        platform: platform.spelled.clone(),
+        goldens,
+    };
+    drop(temp);
+    Ok(report)
+}
+
+/// `git bundle create` of `commit` (under `refs/oracle-build/pins/<commit>`,
+/// created in the mirror if missing) and every tag reachable from it, so
+/// setuptools-scm finds the same version on the other side.
+pub(crate) fn git_bundle(store: &Store, repo_url: &str, commit: &str, out: &Path) -> Result<()> {
+    let git = which::which("git").context("export needs the git command line (git bundle)")?;
+    let mirror = source::mirror_entry(store, repo_url);
+    let _lock = mirror.lock()?;
+    let pin_ref = format!("refs/oracle-build/pins/{commit}");
+    let oid = git2::Oid::from_str(commit)?;
+    // A read-only store: the refs go into a scratch repository that borrows
+    // the mirror's objects (git alternates), so nothing is written to the store.
+    let scratch = if store.read_only() {
+        let tmp = tempfile::tempdir().context("creating a scratch git repository")?;
+        git2::Repository::init_bare(tmp.path())?;
+        fs_err::write(
+            tmp.path().join("objects/info/alternates"),
+            format!("{}\n", mirror.path.join("objects").display()),
+        )?;
+        let scratch = git2::Repository::open_bare(tmp.path())?;
+        let m = git2::Repository::open_bare(&mirror.path)?;
+        for r in m.references_glob("refs/tags/*")? {
+            let r = r?;
+            if let (Some(name), Some(target)) = (r.name(), r.target()) {
+                scratch.reference(name, target, true, "oracle-build export")?;
+            }
+        }
+        scratch.reference(&pin_ref, oid, true, "oracle-build export")?;
+        Some(tmp)
+    } else {
+        let repo = git2::Repository::open_bare(&mirror.path)?;
+        repo.reference(&pin_ref, oid, true, "oracle-build export")?;
+        None
+    };
+    let dir = scratch
+        .as_ref()
+        .map_or(mirror.path.as_path(), |t| t.path())
+        .display()
+        .to_string();
+    let tags = capture(
+        "git tag --merged",
+        duct::cmd(&git, ["-C", &dir, "tag", "--merged", commit]),
+    )?;
+    let mut args: Vec<String> = vec![
+        "-C".into(),
+        dir,
+        "bundle".into(),
+        "create".into(),
+        "--quiet".into(),
+        out.display().to_string(),
+        pin_ref,
+    ];
+    args.extend(
+        tags.lines()
+            .filter(|t| !t.is_empty())
+            .map(|t| format!("refs/tags/{t}")),
+    );
+    capture("git bundle create", duct::cmd(&git, args))?;
+    Ok(())
+}
+
+/// What `import` reports.
+#[derive(Debug, Serialize)]
+pub struct ImportReport {
+    /// Recipe name.
+    pub recipe: String,
+    /// Store entries added.
+    pub added: Vec<String>,
+    /// Store entries that were already present.
+    pub present: Vec<String>,
+    /// The imported recipe file (build it with `--offline`).
+    pub recipe_file: PathBuf,
+    /// The lock directory.
+    pub lockfiles: PathBuf,
+    /// The platform the bundle was prepared for.
+    pub platform: Option<String>,
+    /// The uv installed into the tools directory, if the bundle carries one.
+    pub uv: Option<PathBuf>,
+    /// The store entry that now holds the lock for this host's builds by PIN.
+    pub lock_entry: Option<String>,
+    /// Goldens copied into `<root>/goldens/<recipe>/`.
+    pub goldens: Vec<PathBuf>,
+    /// Anything the import could not do (the rest was done).
+    pub notes: Vec<String>,
+}
+
+/// Verifies the bundle `file` and adds it to `store`, whose root is `root`
+/// as the user named it (see the module docs).
+///
+/// Returns what it did. Errors (exit 2): the archive is hostile or tampered
+/// with (nothing is written). Errors: git cannot read the source bundle.
+pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
+    let refuse = |why: String| {
+        bad_input(format!(
+            "refusing {}: {why}; nothing was written",
+            file.display()
+        ))
+    };
+    let f = fs::File::open(file).map_err(|e| refuse(e.to_string()))?;
+    let m = bundle::check_archive(f).map_err(refuse)?;
+
+    store.init()?;
+    let staging = store.stage("import")?;
+    let x = staging.path().join("x");
+    fs::create_dir_all(&x)?;
+    bundle::extract(file, &m, &x)?;
+    // Wheelhouse entries are named by their artifact's sha256: check that too.
+    let tops: BTreeSet<(String, String)> = bundle::store_entries(&m);
+    bundle::check_extracted(&x, &m, &refuse)?;
+    let recipe_text = fs::read_to_string(x.join("recipe").join(format!("{}.yaml", m.recipe)))?;
+    let recipe = crate::recipe::parse(
+        &recipe_text,
+        &format!("{} (recipe/{}.yaml)", file.display(), m.recipe),
+    )
+    .map_err(|e| refuse(format!("its recipe does not parse: {e:#}")))?;
+    if recipe.name != m.recipe || recipe.source.commit != m.commit || recipe.source.repo != m.repo {
+        return Err(refuse(
+            "its recipe is not the one the manifest names".into(),
+        ));
+    }
+    // The recipe as it will be once imported: hints name that file.
+    let imported_dir = root.join("imported").join(&m.recipe).join("recipes");
+    let imported = LoadedRecipe {
+        recipe,
+        origin: imported_dir
+            .join(format!("{}.yaml", m.recipe))
+            .display()
+            .to_string(),
+        dir: Some(imported_dir),
+        text: recipe_text,
+    };
+
+    // The source: fetch the git bundle into the mirror.
+    let git = which::which("git").context("import needs the git command line (git bundle)")?;
+    let mirror = source::mirror_entry(store, &m.repo);
+    {
+        let _lock = mirror.lock()?;
+        let bundle = x.join(SOURCE_BUNDLE).display().to_string();
+        let fetch = |dir: &Path| {
+            capture(
+                "git fetch <bundle>",
+                duct::cmd(
+                    &git,
+                    [
+                        "-C",
+                        &dir.display().to_string(),
+                        "fetch",
+                        "--quiet",
+                        &bundle,
+                        "+refs/tags/*:refs/tags/*",
+                        "+refs/oracle-build/*:refs/oracle-build/*",
+                    ],
+                ),
+            )
+        };
+        if mirror.exists() {
+            fetch(&mirror.path)?;
+        } else {
+            let dir = staging.path().join("mirror.git");
+            git2::Repository::init_bare(&dir)?;
+            fetch(&dir)?;
+            fs::rename(&dir, &mirror.path)?;
+        }
+    }
+    if !source::mirror_has(store, &m.repo, &m.commit) {
+        bail!("the source bundle does not hold commit {}", m.commit);
+    }
+    let mut added = vec![mirror.label()];
+    let mut present = Vec::new();
+    for (bucket, name) in &tops {
+        let b = Bucket::from_dir_name(bucket).ok_or_else(|| anyhow!("unknown bucket {bucket}"))?;
+        let e = store.entry(b, name);
+        let _lock = e.lock()?;
+        if e.exists() {
+            present.push(e.label());
+            continue;
+        }
+        store.persist(&x.join("store").join(bucket).join(name), &e)?;
+        added.push(e.label());
+    }
+    let mut notes = Vec::new();
+    // The pinned uv, into the tools directory, when it runs here.
+    let mut uv_installed = None;
+    if let Some(u) = &m.uv {
+        let e = store.entry(Bucket::Wheelhouse, &u.sha256);
+        let fits = m
+            .platform
+            .as_deref()
+            .is_none_or(|p| lock::platform_fits(Some(p), None).is_ok());
+        if u.version != UV_VERSION {
+            notes.push(format!(
+                "the bundle carries uv {}, not the pinned {UV_VERSION}; not installed",
+                u.version
+            ));
+        } else if !fits {
+            notes.push(format!(
+                "the bundle was prepared for {}, which this host cannot run; uv not installed",
+                m.platform.as_deref().unwrap_or("?")
+            ));
+        } else {
+            let tool = toolchain::install_uv_wheel(store, &wheelhouse::file_of(&e)?)?;
+            uv_installed = Some(tool.path);
+        }
+    }
+    // The lock, also as the store's lock for builds of this recipe by its
+    // usual PIN (the built-in recipe, its name, or the same file anywhere).
+    let lock_src = x.join("lockfiles").join(&m.recipe);
+    let mut lock_entry = None;
+    match lock::load(&lock_src, &imported) {
+        Ok(Some(_)) => {
+            let e = lock::auto_entry(store, &imported.recipe);
+            let _lock = e.lock()?;
+            if !e.exists() {
+                let copy = staging.path().join("autolock");
+                crate::store::copy_tree(&lock_src, &copy)?;
+                store.persist(&copy, &e)?;
+                added.push(e.label());
+            } else if lock::load(&e.path, &imported)
+                .ok()
+                .flatten()
+                .is_some_and(|l| {
+                    Some(&l.info.files)
+                        != lock::load(&lock_src, &imported)
+                            .ok()
+                            .flatten()
+                            .map(|k| k.info.files)
+                            .as_ref()
+                })
+            {
+                notes.push(format!(
+                    "the store already keeps another lock for {} ({}); builds by PIN use that one",
+                    m.recipe,
+                    e.label()
+                ));
+            }
+            lock_entry = Some(e.label());
+        }
+        Ok(None) => notes.push("the bundle carries no lock".into()),
+        Err(e) => notes.push(format!("its lock cannot be used on this host: {e:#}")),
+    }
+    // Goldens: the store keeps a copy (an existing one is kept).
+    let mut goldens = Vec::new();
+    let gsrc = x.join("goldens").join(&m.recipe);
+    if gsrc.is_dir() {
+        let gdst = golden::default_dir(root, &m.recipe);
+        fs::create_dir_all(&gdst)?;
+        let mut names: Vec<_> = fs::read_dir(&gsrc)?
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        names.sort();
+        for n in names {
+            let dst = gdst.join(&n);
+            let bytes = fs::read(gsrc.join(&n))?;
+            if dst.exists() {
+                if fs::read(&dst)? != bytes {
+                    notes.push(format!(
+                        "kept the golden already at {} (the bundle's differs)",
+                        dst.display()
+                    ));
+                }
+                continue;
+            }
+            crate::store::write_atomic(&dst, &bytes)?;
+            goldens.push(dst);
+        }
+    }
+
+    // The recipe and its lock, beside each other as `lock` expects.
+    let dest = root.join("imported").join(&m.recipe);
+    let new = staging.path().join("imported");
+    fs::create_dir_all(new.join("recipes"))?;
+    fs::create_dir_all(new.join("lockfiles"))?;
+    fs::rename(
+        x.join("recipe").join(format!("{}.yaml", m.recipe)),
+        new.join("recipes").join(format!("{}.yaml", m.recipe)),
+    )?;
+    fs::rename(
+        x.join("lockfiles").join(&m.recipe),
+        new.join("lockfiles").join(&m.recipe),
+    )?;
+    if gsrc.is_dir() {
+        fs::create_dir_all(new.join("goldens"))?;
+        fs::rename(&gsrc, new.join("goldens").join(&m.recipe))?;
+    }
+    fs::create_dir_all(root.join("imported"))?;
+    if dest.exists() {
+        let aside = staging.path().join("old");
+        fs::rename(&dest, &aside)?;
+        make_writable(&aside);
+    }
+    fs::rename(&new, &dest)?;
+    let report = ImportReport {
+        recipe: m.recipe.clone(),
+        added,
+        present,
+        recipe_file: dest.join("recipes").join(format!("{}.yaml", m.recipe)),
+        lockfiles: dest.join("lockfiles").join(&m.recipe),
+        platform: m.platform.clone(),
+        uv: uv_installed,
+        lock_entry,
+        goldens,
+        notes,
+    };
+    Ok(report)
+}

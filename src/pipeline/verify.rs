@@ -1,0 +1,294 @@
+//! The verification engine of `verify` and `activate`: measure a venv's
+//! identity now and check each field against its own expected value
+//! (docs/identity.md). The command (`ops::verify`) finds the venv and the
+//! recipe to check it against and renders the result.
+//!
+//! Expected values come from, each in its own check:
+//! - the recipe: commit (`+g<sha>` prefix), clean tree, non-editable, imported
+//!   from inside the venv, compiled extensions, build mode, Python version,
+//!   `pins.torch` / `pins.flashinfer-*`, and the `expect` block;
+//! - the oracle's own `oracle.json` (`recorded <field>`), when it has one;
+//! - the entry's manifest (`files (manifest)`) and the package's `RECORD`
+//!   (`files (RECORD)`): present with their sizes, or with `--deep` their hashes;
+//! - the users' pin record (`--pin-file`): `vllm_commit`,
+//!   `vllm_runtime_version`, `vllm_distribution_version`, `flashinfer_version`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::recipe::Recipe;
+use crate::stages::identity::pin_block::PinRecord;
+use crate::stages::identity::record::{self, RecordCheck};
+use crate::stages::identity::{self, Check, Identity};
+use crate::stages::oracle::{self, ORACLE_JSON, OracleRecord};
+use crate::stages::source;
+use crate::store::{Manifest, Store};
+
+/// How the `files (RECORD)` and `files (manifest)` checks compare files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    /// Present with the recorded size (`verify` without `--deep`).
+    Sizes,
+    /// Present with the recorded sha256, each file hashed once: the entry's
+    /// manifest (which lists every file of the venv) by hash and RECORD by
+    /// size, or, for a venv that is no store entry, RECORD by hash
+    /// (`activate`, `doctor`).
+    Content,
+    /// Both RECORD and the manifest re-hashed (`verify --deep`).
+    Deep,
+}
+
+/// What `--deep` found, in full (the checks carry a summary).
+#[derive(Debug, Serialize, Default)]
+pub struct Deep {
+    /// The package's files against its `RECORD`, re-hashed (absent when the RECORD could not be read).
+    pub record: Option<RecordCheck>,
+    /// The entry's files against its `manifest.json`, re-hashed (absent when the venv is not a store entry).
+    pub manifest: Option<Vec<String>>,
+}
+
+/// The verification document (`--json`).
+#[derive(Debug, Serialize)]
+pub struct Verification {
+    /// The venv verified (resolved).
+    pub venv: PathBuf,
+    /// The recipe it was checked against.
+    pub recipe: String,
+    /// Why that recipe: `its oracle.json`, `--pin X`, or `the alias registry`.
+    pub checked_against: String,
+    /// The recipe the oracle was built from (its `oracle.json`), when it has one.
+    pub built_from: Option<String>,
+    /// Measured now.
+    pub identity: Identity,
+    /// Every check, passed or failed.
+    pub checks: Vec<Check>,
+    /// `--deep` details.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deep: Option<Deep>,
+    /// The pin file compared with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin_file: Option<PathBuf>,
+    /// Warnings recorded with the oracle when it was built (a fork-only
+    /// commit, a tagless history).
+    pub warnings: Vec<String>,
+    /// Whether all passed.
+    pub ok: bool,
+    /// `--emit-pin-block`: the block measured from this oracle (only when `ok`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin_block: Option<String>,
+}
+
+/// The first line of `s` (an error chain shown in one check or message).
+pub fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+fn summarize(problems: &[String]) -> String {
+    const SHOWN: usize = 8;
+    let mut s = problems
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    if problems.len() > SHOWN {
+        s.push_str(&format!("; and {} more", problems.len() - SHOWN));
+    }
+    s
+}
+
+/// Checks of the venv's files: the package's `RECORD` and, for a store
+/// entry, its manifest; sizes or hashes as `depth` says.
+pub fn file_checks(venv: &Path, package: &str, depth: Depth, out: &mut Vec<Check>) -> Deep {
+    let mut d = Deep::default();
+    let in_store = venv.join(crate::store::MANIFEST).is_file();
+    let (record_deep, manifest_deep) = match depth {
+        Depth::Sizes => (false, false),
+        Depth::Content => (!in_store, true),
+        Depth::Deep => (true, true),
+    };
+    let kind = if record_deep { "sha256" } else { "size" };
+    match record::check(venv, package, record_deep) {
+        Ok(rc) => {
+            out.push(Check {
+                field: "files (RECORD)".into(),
+                expected: format!(
+                    "every file in {} present, {kind} as recorded ({} files)",
+                    rc.record.strip_prefix(venv).unwrap_or(&rc.record).display(),
+                    rc.files
+                ),
+                found: if rc.problems.is_empty() {
+                    "intact".into()
+                } else {
+                    summarize(&rc.problems)
+                },
+                ok: rc.problems.is_empty(),
+            });
+            d.record = Some(rc);
+        }
+        Err(e) => out.push(Check {
+            field: "files (RECORD)".into(),
+            expected: format!("a readable {package} *.dist-info/RECORD"),
+            found: format!("{e:#}"),
+            ok: false,
+        }),
+    }
+    if in_store {
+        // Without --deep: sizes, and sha256 in directories changed since
+        // the build (`Manifest::check_sizes`).
+        let kind = if manifest_deep { "sha256" } else { "size" };
+        match Manifest::read(venv) {
+            Ok(m) => {
+                let problems = if manifest_deep {
+                    m.check(venv, true)
+                } else {
+                    m.check_sizes(venv)
+                };
+                out.push(Check {
+                    field: "files (manifest)".into(),
+                    expected: format!(
+                        "every file of the store entry present, {kind} as recorded ({} files)",
+                        m.files.len()
+                    ),
+                    found: if problems.is_empty() {
+                        "intact".into()
+                    } else {
+                        summarize(&problems)
+                    },
+                    ok: problems.is_empty(),
+                });
+                d.manifest = Some(problems);
+            }
+            Err(e) => out.push(Check {
+                field: "files (manifest)".into(),
+                expected: "a readable manifest.json".into(),
+                found: format!("{e:#}"),
+                ok: false,
+            }),
+        }
+    }
+    d
+}
+
+/// The `recorded <field>` checks: what was measured now against what
+/// `oracle.json` recorded when the oracle was built.
+fn recorded_checks(rec: &OracleRecord, id: &Identity) -> Vec<Check> {
+    let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
+    let pairs = [
+        (
+            "recorded runtime_version",
+            &rec.identity.runtime_version,
+            &id.runtime_version,
+        ),
+        (
+            "recorded distribution_version",
+            &rec.identity.distribution_version,
+            &id.distribution_version,
+        ),
+        (
+            "recorded flashinfer_version",
+            &rec.identity.flashinfer_version,
+            &id.flashinfer_version,
+        ),
+        (
+            "recorded torch_version",
+            &rec.identity.torch_version,
+            &id.torch_version,
+        ),
+    ];
+    let mut out: Vec<Check> = pairs
+        .into_iter()
+        .map(|(field, want, got)| Check {
+            field: field.into(),
+            expected: show(want),
+            found: show(got),
+            ok: want == got,
+        })
+        .collect();
+    out.push(Check {
+        field: "recorded python_version".into(),
+        expected: rec.identity.python_version.clone(),
+        found: id.python_version.clone(),
+        ok: rec.identity.python_version == id.python_version,
+    });
+    out
+}
+
+/// Measures the venv at `venv` and checks it against `recipe` (and its own
+/// `oracle.json`, the manifest, RECORD and `pin_file` when given).
+///
+/// The tags pointing at the recipe's commit (evidence for a release-tag
+/// version without `+g<sha>`) come from `oracle.json` when it was built from
+/// that commit, else from `store`'s mirror of the recipe's repository.
+///
+/// Errors: the venv's Python cannot be run or reports garbage (exit 1). A
+/// failed check is not an error: see [`Verification::ok`].
+pub fn verify_venv(
+    venv: &Path,
+    recipe: &Recipe,
+    against: &str,
+    depth: Depth,
+    pin_file: Option<(&Path, &PinRecord)>,
+    store: Option<&Store>,
+) -> Result<Verification> {
+    let (record, record_error) = match OracleRecord::read(venv) {
+        Ok(r) => (Some(r), None),
+        Err(_) if !venv.join(ORACLE_JSON).exists() => (None, None),
+        Err(e) => (None, Some(e)),
+    };
+    // Tags at the commit and the history's version were recorded when the
+    // oracle was built; the build mode is measured with the wheel's own record.
+    let mut id = oracle::measure_oracle(
+        venv,
+        &recipe.source.package,
+        &recipe.source.commit,
+        record.as_ref(),
+    )?;
+    if id.tags_at_commit.is_empty()
+        && let Some(store) = store
+    {
+        let mirror = source::mirror_entry(store, &recipe.source.repo);
+        if mirror.path.is_dir() {
+            id.tags_at_commit = source::tags_at(&mirror.path, &recipe.source.commit);
+        }
+    }
+    let mut checks = identity::checks(&id, recipe);
+    if let Some(rec) = &record {
+        checks.extend(recorded_checks(rec, &id));
+    }
+    if let Some(e) = record_error {
+        // A record that is there but does not read is damage, not absence:
+        // the `recorded` checks it would give cannot be silently dropped.
+        checks.push(Check {
+            field: "record (oracle.json)".into(),
+            expected: "a readable oracle.json (the oracle's record: what the recorded checks compare with)".into(),
+            found: format!("unreadable: {}", first_line(&format!("{e:#}"))),
+            ok: false,
+        });
+    }
+    let d = file_checks(venv, &recipe.source.package, depth, &mut checks);
+    if let Some((_, pf)) = pin_file {
+        let built = record.as_ref().map(|r| r.identity.commit.as_str());
+        checks.extend(pf.checks(&id, built));
+    }
+    let ok = checks.iter().all(|c| c.ok);
+    let warnings = record
+        .as_ref()
+        .map(|r| r.warnings.clone())
+        .unwrap_or_default();
+    Ok(Verification {
+        warnings,
+        venv: venv.to_path_buf(),
+        recipe: recipe.name.clone(),
+        checked_against: against.to_string(),
+        built_from: record.map(|r| r.recipe),
+        identity: id,
+        checks,
+        deep: (depth == Depth::Deep).then_some(d),
+        pin_file: pin_file.map(|(p, _)| p.to_path_buf()),
+        ok,
+        pin_block: None,
+    })
+}

@@ -1,0 +1,478 @@
+//! The OCI cache end to end (issue 13): `push`, `pull`, substitution in
+//! `build`, trust, and faults, through a real `docker-registry` on
+//! 127.0.0.1 ([`crate::registry`]) and through a `file://` OCI image layout,
+//! with the real binary, git, uv, python and ssh-keygen.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::registry::Registry;
+use crate::support::*;
+use serde_json::Value;
+
+const REPO: &str = "team/oracles";
+
+/// An ed25519 key pair made by ssh-keygen: (private key, allowed_signers line).
+fn keypair(dir: &Path, principal: &str) -> (PathBuf, String) {
+    let key = dir.join(format!("key-{principal}"));
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", principal, "-f"])
+        .arg(&key)
+        .output()
+        .expect("ssh-keygen runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    let mut parts = public.split_whitespace();
+    let (t, k) = (parts.next().unwrap(), parts.next().unwrap());
+    (key, format!("{principal} {t} {k}\n"))
+}
+
+/// Writes `<store>/config.toml` with one `[[cache]]` entry.
+fn configure(store: &Path, url: &str, key: Option<&Path>, signers: Option<&Path>, min: u32) {
+    std::fs::create_dir_all(store).unwrap();
+    let mut t = format!("[[cache]]\nname = \"team\"\nurl = \"{url}\"\nmin_signatures = {min}\n");
+    if let Some(k) = key {
+        t.push_str(&format!("signing_key = \"{}\"\n", k.display()));
+    }
+    if let Some(s) = signers {
+        t.push_str(&format!("trusted_signers = \"{}\"\n", s.display()));
+    }
+    std::fs::write(store.join("config.toml"), t).unwrap();
+}
+
+/// `oracle-build <args> --store <store>` with the registry's credentials
+/// (`DOCKER_CONFIG`), no user config, and this box's builder name.
+fn ob(fx: &Fx, store: &Path, docker: Option<&Path>, builder: &str, args: &[&str]) -> Output {
+    let mut c = fx.cmd_at(store, args);
+    c.env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
+        .env("HOME", fx.dir())
+        .env("ORACLE_BUILD_BUILDER", builder)
+        .env_remove("REGISTRY_AUTH_FILE");
+    match docker {
+        Some(d) => c.env("DOCKER_CONFIG", d),
+        None => c.env("DOCKER_CONFIG", fx.dir().join("no-docker-config")),
+    };
+    c.output().expect("oracle-build runs")
+}
+
+fn ok(out: &Output) -> Value {
+    assert_eq!(code(out), 0, "{}", text(out));
+    json(out)
+}
+
+fn entries(store: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in [
+        "git",
+        "src",
+        "ext",
+        "lockfiles",
+        "wheelhouse",
+        "wheels",
+        "venvs",
+    ] {
+        if let Ok(d) = std::fs::read_dir(store.join("store").join(b)) {
+            out.extend(
+                d.flatten()
+                    .map(|e| format!("{b}/{}", e.file_name().to_string_lossy())),
+            );
+        }
+    }
+    out.sort();
+    out
+}
+
+fn strs(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Box A: build the fixture pin and push it (signed by `principal`).
+/// Returns (fx, recipe, A's build report, the allowed_signers file).
+fn built_and_pushed(url: &str, docker: Option<&Path>) -> (Fx, PathBuf, Value, PathBuf) {
+    let fx = Fx::new();
+    let (repo, _, recipe) = fx.pin();
+    let a = fx.dir().join("store-a");
+    let (key, line) = keypair(fx.dir(), "builder-a@test");
+    let allowed = fx.dir().join("allowed_signers");
+    std::fs::write(&allowed, line).unwrap();
+    configure(&a, url, Some(&key), None, 1);
+    let r = recipe.to_str().unwrap();
+    let first = ok(&ob(
+        &fx,
+        &a,
+        docker,
+        "builder-a@test",
+        &["build", r, "--json"],
+    ));
+    assert!(
+        strs(&first["built"]).contains(&"wheel".to_string()),
+        "{first}"
+    );
+    let pushed = ok(&ob(
+        &fx,
+        &a,
+        docker,
+        "builder-a@test",
+        &["push", r, "--json"],
+    ));
+    let arts = pushed[0]["artifacts"].as_array().unwrap();
+    let tags: Vec<&str> = arts.iter().map(|a| a["tag"].as_str().unwrap()).collect();
+    for prefix in ["src-", "lock-", "wheelhouse-", "wheel-", "inputs-"] {
+        assert!(
+            tags.iter().any(|t| t.starts_with(prefix)),
+            "{prefix}: {pushed}"
+        );
+    }
+    assert_eq!(
+        tags.last().unwrap().split('-').next(),
+        Some("inputs"),
+        "{pushed}"
+    );
+    assert_eq!(pushed[0]["signed"], true, "{pushed}");
+    // The upstream repository is gone: sources must come from the cache.
+    force_remove(&repo);
+    (fx, recipe, first, allowed)
+}
+
+/// Box B: pull into an empty store, then `build --offline`: no wheel is
+/// built, the venv key is A's, the oracle is gateable.
+fn pull_then_offline_build(
+    fx: &Fx,
+    url: &str,
+    docker: Option<&Path>,
+    recipe: &Path,
+    first: &Value,
+    allowed: &Path,
+) {
+    let b = fx.dir().join("store-b");
+    configure(&b, url, None, Some(allowed), 1);
+    let r = recipe.to_str().unwrap();
+    let pulled = ok(&ob(
+        fx,
+        &b,
+        docker,
+        "builder-b@test",
+        &["pull", r, "--json"],
+    ));
+    assert!(
+        strs(&pulled["added"])
+            .iter()
+            .any(|a| a.starts_with("wheels/")),
+        "{pulled}"
+    );
+    assert_eq!(pulled["inputs"]["venv_key"], first["key"], "{pulled}");
+    let again = ok(&ob(
+        fx,
+        &b,
+        None,
+        "builder-b@test",
+        &["build", r, "--offline", "--json"],
+    ));
+    assert!(
+        !strs(&again["built"]).contains(&"wheel".to_string()),
+        "{again}"
+    );
+    assert_eq!(again["key"], first["key"], "{again}");
+    assert_eq!(again["verdict"], "gateable", "{again}");
+}
+
+#[test]
+fn push_pull_offline_build_and_substitution_through_a_registry_with_auth() {
+    let reg = Registry::start(Some(("team", "s3cret-pw")));
+    let url = reg.url(REPO);
+    let docker = reg.docker_config.clone();
+    let (fx, recipe, first, allowed) = built_and_pushed(&url, Some(&docker));
+    let r = recipe.to_str().unwrap();
+    let wheel_tag = format!("wheel-{}", first["keys"]["wheel"].as_str().unwrap());
+    assert!(reg.tags(REPO).contains(&wheel_tag), "{:?}", reg.tags(REPO));
+
+    // Without credentials the registry refuses, and nothing is written.
+    let c0 = fx.dir().join("store-c0");
+    configure(&c0, &url, None, Some(&allowed), 1);
+    let out = ob(&fx, &c0, None, "x@test", &["pull", r]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(entries(&c0).is_empty(), "{:?}", entries(&c0));
+
+    pull_then_offline_build(&fx, &url, Some(&docker), &recipe, &first, &allowed);
+
+    // Substitution: an empty store with the cache configured builds no wheel.
+    let c = fx.dir().join("store-c");
+    configure(&c, &url, None, Some(&allowed), 1);
+    let sub = ok(&ob(
+        &fx,
+        &c,
+        Some(&docker),
+        "builder-c@test",
+        &["build", r, "--json"],
+    ));
+    assert!(!strs(&sub["built"]).contains(&"wheel".to_string()), "{sub}");
+    let taken = strs(&sub["substituted"]);
+    for stage in ["source", "lock", "wheelhouse", "wheel"] {
+        assert!(taken.contains(&stage.to_string()), "{stage}: {sub}");
+    }
+    assert_eq!(sub["key"], first["key"], "{sub}");
+    assert_eq!(sub["verdict"], "gateable", "{sub}");
+
+    // --no-substitute does the work here (the source is gone upstream: it fails).
+    let d = fx.dir().join("store-d");
+    configure(&d, &url, None, Some(&allowed), 1);
+    let out = ob(
+        &fx,
+        &d,
+        Some(&docker),
+        "x@test",
+        &["build", r, "--no-substitute"],
+    );
+    assert_ne!(code(&out), 0, "{}", text(&out));
+}
+
+#[test]
+fn the_same_round_trip_through_a_file_oci_layout() {
+    let layout = tempfile::tempdir().unwrap();
+    let dir = layout.path().join("cache");
+    let url = format!("file://{}", dir.display());
+    let (fx, recipe, first, allowed) = built_and_pushed(&url, None);
+    // An OCI image layout: oci-layout, index.json with tags, blobs by digest.
+    assert!(dir.join("oci-layout").is_file());
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
+    let wheel_tag = format!("wheel-{}", first["keys"]["wheel"].as_str().unwrap());
+    assert!(
+        index["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["annotations"]["org.opencontainers.image.ref.name"] == wheel_tag.as_str()),
+        "{index}"
+    );
+    pull_then_offline_build(&fx, &url, None, &recipe, &first, &allowed);
+    // `plan` shows, per stage, whether a cache has it and who signed it.
+    let b = fx.dir().join("store-b");
+    for bucket in ["venvs", "wheels"] {
+        for e in std::fs::read_dir(b.join("store").join(bucket)).unwrap() {
+            force_remove(&e.unwrap().path());
+        }
+    }
+    let out = ob(
+        &fx,
+        &b,
+        None,
+        "b@test",
+        &["plan", recipe.to_str().unwrap(), "--json", "--offline"],
+    );
+    let plan = json(&out);
+    let rows = plan["caches"].as_array().unwrap();
+    let wheel = rows
+        .iter()
+        .find(|c| c["stage"] == "wheel")
+        .unwrap_or_else(|| panic!("{plan}"));
+    assert_eq!(wheel["cache"].as_str(), Some(url.as_str()), "{plan}");
+    assert_eq!(strs(&wheel["signed_by"]), ["builder-a@test"], "{plan}");
+    // --offline substitutes from file:// caches.
+    let c = fx.dir().join("store-c");
+    configure(&c, &url, None, Some(&allowed), 1);
+    let r = recipe.to_str().unwrap();
+    let sub = ok(&ob(
+        &fx,
+        &c,
+        None,
+        "c@test",
+        &["build", r, "--offline", "--json"],
+    ));
+    assert!(
+        strs(&sub["substituted"]).contains(&"wheel".to_string()),
+        "{sub}"
+    );
+    assert_eq!(sub["key"], first["key"], "{sub}");
+}
+
+/// Makes the wheel of the store entry `dir` different bytes (one byte
+/// appended) and updates its `build.json` and `manifest.json` to match: a
+/// box whose build of the same key gave another wheel.
+fn rebuild_differently(dir: &Path) {
+    let script = r#"
+import hashlib, json, os, stat, sys
+d = sys.argv[1]
+for root, dirs, files in os.walk(d):
+    os.chmod(root, 0o755)
+    for f in files:
+        os.chmod(os.path.join(root, f), 0o644)
+b = json.load(open(os.path.join(d, "build.json")))
+w = os.path.join(d, b["wheel"])
+open(w, "ab").write(b"\0")
+data = open(w, "rb").read()
+b["sha256"] = hashlib.sha256(data).hexdigest(); b["size"] = len(data)
+open(os.path.join(d, "build.json"), "w").write(json.dumps(b, indent=2))
+m = json.load(open(os.path.join(d, "manifest.json")))
+for f in m["files"]:
+    p = os.path.join(d, f["path"])
+    f["sha256"] = hashlib.sha256(open(p, "rb").read()).hexdigest(); f["size"] = os.path.getsize(p)
+open(os.path.join(d, "manifest.json"), "w").write(json.dumps(m, indent=2))
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn faults_trust_and_concurrency_through_a_registry() {
+    let reg = Registry::start(None);
+    let url = reg.url(REPO);
+    let (fx, recipe, first, allowed) = built_and_pushed(&url, None);
+    let r = recipe.to_str().unwrap();
+    let a = fx.dir().join("store-a");
+    let wheel_key = first["keys"]["wheel"].as_str().unwrap().to_string();
+    let wheel_tag = format!("wheel-{wheel_key}");
+
+    // A wheel signed by a key this box does not trust is refused; nothing is written.
+    let (_, stranger) = keypair(fx.dir(), "stranger@test");
+    let other = fx.dir().join("other_signers");
+    std::fs::write(&other, stranger).unwrap();
+    let u = fx.dir().join("store-untrusted");
+    configure(&u, &url, None, Some(&other), 1);
+    let out = ob(&fx, &u, None, "u@test", &["pull", r]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(text(&out).contains("not trusted"), "{}", text(&out));
+    assert!(entries(&u).is_empty(), "{:?}", entries(&u));
+
+    // min_signatures 2: one signature is not enough ...
+    let (key_b, line_b) = keypair(fx.dir(), "builder-b@test");
+    let both = fx.dir().join("both_signers");
+    std::fs::write(
+        &both,
+        format!("{}{line_b}", std::fs::read_to_string(&allowed).unwrap()),
+    )
+    .unwrap();
+    let m = fx.dir().join("store-two");
+    configure(&m, &url, None, Some(&both), 2);
+    let out = ob(&fx, &m, None, "m@test", &["pull", r]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(entries(&m).is_empty(), "{:?}", entries(&m));
+    // ... until a second box that built the same key signs the same wheel.
+    let a2 = fx.dir().join("store-a2");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(&a)
+        .arg(&a2)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    configure(&a2, &url, Some(&key_b), None, 1);
+    let pushed = ok(&ob(
+        &fx,
+        &a2,
+        None,
+        "builder-b@test",
+        &["push", r, "--json"],
+    ));
+    let states: Vec<&str> = pushed[0]["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["tag"] == wheel_tag.as_str())
+        .map(|x| x["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["signed"], "{pushed}");
+    ok(&ob(&fx, &m, None, "m@test", &["pull", r, "--json"]));
+
+    // A different wheel for the same key: a reproducibility failure, never overwritten.
+    let revisions = reg.tag_revisions(REPO, &wheel_tag);
+    let a3 = fx.dir().join("store-a3");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(&a)
+        .arg(&a3)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    rebuild_differently(&a3.join("store/wheels").join(&wheel_key));
+    let out = ob(&fx, &a3, None, "builder-a@test", &["push", r]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(
+        text(&out).contains("reproducibility failure"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(reg.tag_revisions(REPO, &wheel_tag), revisions);
+
+    // SIGKILL after the wheel's blobs, before its manifest: no tag.
+    let killed = reg.url("team/killed");
+    let out = fx
+        .cmd_at(&a, &["push", r, "--cache", &killed])
+        .env("ORACLE_BUILD_FAULT", "push-kill-wheel")
+        .env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{}", text(&out));
+    let tags = reg.tags("team/killed");
+    assert!(tags.iter().any(|t| t.starts_with("src-")), "{tags:?}");
+    assert!(!tags.contains(&wheel_tag), "{tags:?}");
+    assert!(!tags.iter().any(|t| t.starts_with("inputs-")), "{tags:?}");
+    ok(&ob(
+        &fx,
+        &a,
+        None,
+        "x@test",
+        &["push", r, "--cache", &killed, "--json"],
+    ));
+    assert!(reg.tags("team/killed").contains(&wheel_tag));
+
+    // Two concurrent pushes of one key leave one manifest.
+    let twice = reg.url("team/twice");
+    let mut kids: Vec<_> = (0..2)
+        .map(|_| {
+            fx.cmd_at(&a, &["push", r, "--cache", &twice])
+                .env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for k in kids.drain(..) {
+        let out = k.wait_with_output().unwrap();
+        assert_eq!(code(&out), 0, "{}", text(&out));
+    }
+    assert_eq!(reg.tag_revisions("team/twice", &wheel_tag), 1);
+
+    // A byte flipped in a blob of the registry's storage: the pull fails
+    // naming the digest, and nothing is written.
+    let sha = read_json(&a.join("store/wheels").join(&wheel_key).join("build.json"))["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let blob = reg.blob_file(&sha);
+    let mut bytes = std::fs::read(&blob).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&blob, &bytes).unwrap();
+    let f = fx.dir().join("store-flipped");
+    configure(&f, &url, None, Some(&allowed), 1);
+    let out = ob(&fx, &f, None, "f@test", &["pull", r]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("sha256:{sha}")),
+        "{}",
+        text(&out)
+    );
+    assert!(entries(&f).is_empty(), "{:?}", entries(&f));
+}

@@ -1,0 +1,306 @@
+//! `cache ls|verify|gc` (issue 13) against a real `file://` OCI layout
+//! filled by `push` from a real build of the fixture pin, with keys and
+//! allowed_signers files made by the real ssh-keygen.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::support::*;
+use serde_json::Value;
+
+/// An ed25519 key made by ssh-keygen: (private key, allowed_signers line).
+fn keypair(dir: &Path, principal: &str) -> (PathBuf, String) {
+    let key = dir.join(format!("key-{principal}"));
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", principal, "-f"])
+        .arg(&key)
+        .output()
+        .expect("ssh-keygen runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    (key, format!("{principal} {public}"))
+}
+
+/// `<store>/config.toml` with one cache at `url`.
+fn configure(store: &Path, url: &str, key: Option<&Path>, signers: &Path, min: u32) {
+    std::fs::create_dir_all(store).unwrap();
+    let mut t = format!(
+        "[[cache]]\nname = \"team\"\nurl = \"{url}\"\nmin_signatures = {min}\ntrusted_signers = \"{}\"\n",
+        signers.display()
+    );
+    if let Some(k) = key {
+        t.push_str(&format!("signing_key = \"{}\"\n", k.display()));
+    }
+    std::fs::write(store.join("config.toml"), t).unwrap();
+}
+
+fn ob(fx: &Fx, store: &Path, args: &[&str]) -> Output {
+    fx.cmd_at(store, args)
+        .env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
+        .env("ORACLE_BUILD_BUILDER", "builder-a@test")
+        .env_remove("ORACLE_BUILD_CACHE")
+        .output()
+        .expect("oracle-build runs")
+}
+
+/// The artifacts of the first cache of a `cache ls|verify --json` document.
+fn artifacts(doc: &Value) -> Vec<Value> {
+    doc["caches"][0]["artifacts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn wheel(doc: &Value) -> Value {
+    artifacts(doc)
+        .into_iter()
+        .find(|a| a["kind"] == "wheel")
+        .unwrap_or_else(|| panic!("no wheel in {doc}"))
+}
+
+fn blobs(layout: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(layout.join("blobs/sha256"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn cache_ls_verify_and_gc_on_a_file_layout() {
+    let fx = Fx::new();
+    let (_repo, _, recipe) = fx.pin();
+    let r = recipe.to_str().unwrap();
+    let layout = fx.dir().join("layout");
+    let url = format!("file://{}", layout.display());
+    let a = fx.dir().join("store-a");
+    let (key, line) = keypair(fx.dir(), "builder-a@test");
+    let allowed = fx.dir().join("allowed_signers");
+    std::fs::write(&allowed, &line).unwrap();
+    configure(&a, &url, Some(&key), &allowed, 1);
+
+    // No cache yet: ls says so (exit 2) and names where to configure one.
+    let bare = fx.dir().join("store-bare");
+    let out = ob(&fx, &bare, &["cache", "ls"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains("no cache is configured"),
+        "{}",
+        text(&out)
+    );
+
+    let built = ob(&fx, &a, &["build", r, "--json"]);
+    assert_eq!(code(&built), 0, "{}", text(&built));
+    let pushed = ob(&fx, &a, &["push", r, "--json"]);
+    assert_eq!(code(&pushed), 0, "{}", text(&pushed));
+
+    // ls: every kind, the wheel signed by A and trusted, the rest pinned.
+    let out = ob(&fx, &a, &["cache", "ls", "--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let doc = json(&out);
+    let kinds: Vec<String> = artifacts(&doc)
+        .iter()
+        .map(|a| a["kind"].as_str().unwrap().to_string())
+        .collect();
+    for k in ["source", "lock", "wheelhouse", "wheel", "inputs"] {
+        assert!(kinds.contains(&k.to_string()), "{k}: {doc}");
+    }
+    let w = wheel(&doc);
+    assert_eq!(w["trust"], "signed", "{w}");
+    assert_eq!(w["verdict"]["verdict"], "trusted", "{w}");
+    assert_eq!(
+        w["verdict"]["signers"][0]["builder"], "builder-a@test",
+        "{w}"
+    );
+    assert!(w["size"].as_u64().unwrap() > 0);
+    for a in artifacts(&doc).iter().filter(|a| a["kind"] != "wheel") {
+        assert_eq!(a["trust"], "pinned", "{a}");
+        assert_eq!(a["problems"], serde_json::json!([]), "{a}");
+    }
+    let wheel_tag = w["tag"].as_str().unwrap().to_string();
+    let out = ob(&fx, &a, &["cache", "ls"]);
+    eprintln!("$ oracle-build cache ls\n{}", text(&out));
+    assert!(text(&out).contains(&wheel_tag), "{}", text(&out));
+    assert!(
+        text(&out).contains("trusted: signed by builder-a@test"),
+        "{}",
+        text(&out)
+    );
+
+    // What an operator runs (docs/cache.md): the statement and signature
+    // from the wheel's config blob, checked by ssh-keygen itself.
+    let index: Value = read_json(&layout.join("index.json"));
+    let d = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == wheel_tag.as_str())
+        .unwrap()["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let m: Value = read_json(&layout.join("blobs/sha256").join(&d["sha256:".len()..]));
+    let config_digest = m["config"]["digest"].as_str().unwrap();
+    let config: Value = read_json(
+        &layout
+            .join("blobs/sha256")
+            .join(&config_digest["sha256:".len()..]),
+    );
+    let att = &config["attestations"][0];
+    let statement = fx.dir().join("statement.json");
+    let sig = fx.dir().join("statement.sig");
+    std::fs::write(&statement, att["statement"].as_str().unwrap()).unwrap();
+    std::fs::write(&sig, att["signature"].as_str().unwrap()).unwrap();
+    let signed: Value = read_json(&statement);
+    let check = Command::new("ssh-keygen")
+        .args(["-Y", "verify", "-n", "oracle-build", "-f"])
+        .arg(&allowed)
+        .args(["-I", signed["builder"].as_str().unwrap(), "-s"])
+        .arg(&sig)
+        .stdin(std::fs::File::open(&statement).unwrap())
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
+    assert_eq!(
+        signed["files"][0]["sha256"], config["record"]["sha256"],
+        "{signed}"
+    );
+
+    // verify: everything downloaded and sound.
+    let out = ob(&fx, &a, &["cache", "verify", "--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(json(&out)["failed"], 0, "{}", text(&out));
+
+    // Another box's policy: two signatures needed, one is not enough;
+    // a file that trusts another key does not trust A's wheel.
+    let b = fx.dir().join("store-b");
+    configure(&b, &url, None, &allowed, 2);
+    let out = ob(&fx, &b, &["cache", "verify", "--json"]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let v = &wheel(&json(&out))["verdict"];
+    assert_eq!(
+        (
+            v["verdict"].as_str(),
+            v["have"].as_u64(),
+            v["need"].as_u64()
+        ),
+        (Some("not-enough"), Some(1), Some(2)),
+        "{v}"
+    );
+    let (_, other) = keypair(fx.dir(), "mallory@test");
+    let other_file = fx.dir().join("allowed_other");
+    std::fs::write(&other_file, other).unwrap();
+    configure(&b, &url, None, &other_file, 1);
+    let out = ob(&fx, &b, &["cache", "ls", "--json"]);
+    assert_eq!(code(&out), 0, "ls lists, it does not judge: {}", text(&out));
+    let v = &wheel(&json(&out))["verdict"];
+    assert_eq!(v["verdict"], "untrusted", "{v}");
+    assert!(v["why"][0].as_str().unwrap().contains("is not in"), "{v}");
+
+    // A flipped byte in the wheel's blob: verify fails naming the digest.
+    let layer = m["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| {
+            l["annotations"]["org.opencontainers.image.title"]
+                .as_str()
+                .unwrap()
+                .ends_with(".whl")
+        })
+        .unwrap()["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let blob = layout.join("blobs/sha256").join(&layer["sha256:".len()..]);
+    let good = std::fs::read(&blob).unwrap();
+    let mut bad = good.clone();
+    bad[good.len() / 2] ^= 0xff;
+    make_writable(&blob);
+    std::fs::write(&blob, &bad).unwrap();
+    let out = ob(&fx, &a, &["cache", "verify"]);
+    eprintln!(
+        "$ oracle-build cache verify   # one byte of the wheel blob flipped\n{}",
+        text(&out)
+    );
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(
+        text(&out).contains(&layer),
+        "the digest is named: {}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("1 artifact(s) failed verification"),
+        "{}",
+        text(&out)
+    );
+    std::fs::write(&blob, &good).unwrap();
+
+    // gc: A roots its oracle, so nothing goes; without the root every tag
+    // goes, and the blobs after them.
+    let out = ob(&fx, &a, &["cache", "gc", "--dry-run", "--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let g = &json(&out)["caches"][0];
+    assert_eq!(g["deleted"], serde_json::json!([]), "{g}");
+    assert_eq!(g["kept"].as_array().unwrap().len(), kinds.len(), "{g}");
+    let out = ob(&fx, &a, &["unkeep", r]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let before = blobs(&layout);
+    let out = ob(&fx, &a, &["cache", "gc", "--dry-run"]);
+    eprintln!(
+        "$ oracle-build cache gc --dry-run   # after unkeep\n{}",
+        text(&out)
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("would delete {wheel_tag}")),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(blobs(&layout), before, "a dry run deletes nothing");
+    assert_eq!(
+        json(&ob(&fx, &a, &["cache", "ls", "--json"]))["caches"][0]["artifacts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        kinds.len()
+    );
+    // Blobs pushed within the grace period are left to pushes in flight: age them.
+    let st = Command::new("touch")
+        .args(["-d", "3 hours ago"])
+        .args(&before)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = ob(&fx, &a, &["cache", "gc", "--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let g = &json(&out)["caches"][0];
+    assert_eq!(g["deleted"].as_array().unwrap().len(), kinds.len(), "{g}");
+    assert_eq!(g["blobs"].as_array().unwrap().len(), before.len(), "{g}");
+    assert!(blobs(&layout).is_empty(), "{:?}", blobs(&layout));
+    let doc = json(&ob(&fx, &a, &["cache", "ls", "--json"]));
+    assert!(artifacts(&doc).is_empty(), "{doc}");
+
+    // A registry cannot be collected yet: exit 2, and the dry run still lists.
+    let out = ob(
+        &fx,
+        &a,
+        &["cache", "gc", "--cache", "oci+http://127.0.0.1:9/x"],
+    );
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("not supported yet"), "{}", text(&out));
+}
+
+/// Makes `path` writable by its owner (layout blobs may be read-only).
+fn make_writable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut p = std::fs::metadata(path).unwrap().permissions();
+    p.set_mode(p.mode() | 0o200);
+    std::fs::set_permissions(path, p).unwrap();
+}
