@@ -411,7 +411,7 @@ pub fn push_artifact(t: &dyn Transport, a: &Artifact, scratch: &Path) -> Result<
             Err(e) if attempt < ATTEMPTS => {
                 crate::progress::stage(
                     "push",
-                    &format!("{tag}: the manifest was refused ({e:#}); checking the blobs again"),
+                    format!("{tag}: the manifest was refused ({e:#}); checking the blobs again"),
                 );
                 std::thread::sleep(std::time::Duration::from_millis(500 * u64::from(attempt)));
                 attempt += 1;
