@@ -499,38 +499,10 @@ pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
         text: recipe_text,
     };
 
-    // The source: fetch the git bundle into the mirror.
-    let git = which::which("git").context("import needs the git command line (git bundle)")?;
+    // The source: fetch the git bundle into the mirror (the same way a pull
+    // takes a source from a cache).
+    crate::cache::substitute::fetch_bundle(store, &m.repo, &x.join(SOURCE_BUNDLE), staging.path())?;
     let mirror = source::mirror_entry(store, &m.repo);
-    {
-        let _lock = mirror.lock()?;
-        let bundle = x.join(SOURCE_BUNDLE).display().to_string();
-        let fetch = |dir: &Path| {
-            capture(
-                "git fetch <bundle>",
-                duct::cmd(
-                    &git,
-                    [
-                        "-C",
-                        &dir.display().to_string(),
-                        "fetch",
-                        "--quiet",
-                        &bundle,
-                        "+refs/tags/*:refs/tags/*",
-                        "+refs/oracle-build/*:refs/oracle-build/*",
-                    ],
-                ),
-            )
-        };
-        if mirror.exists() {
-            fetch(&mirror.path)?;
-        } else {
-            let dir = staging.path().join("mirror.git");
-            git2::Repository::init_bare(&dir)?;
-            fetch(&dir)?;
-            fs::rename(&dir, &mirror.path)?;
-        }
-    }
     if !source::mirror_has(store, &m.repo, &m.commit) {
         bail!("the source bundle does not hold commit {}", m.commit);
     }
