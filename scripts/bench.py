@@ -438,9 +438,12 @@ def cache_rows(work, binary, env, store, r1, first, first_s, runs):
             assert "wheel" not in out["built"] and out["key"] == first["key"], out
         both_s, _ = timed(pull_and_build, runs, fresh)
         pull_s = split["pull"]
-        blobs = sorted((reg / "storage/docker/registry/v2/blobs/sha256").glob("*/*/data"))
+        # The repository's layer and config blobs (its _layers links; manifests
+        # are stored as blobs too but are not served by /blobs/).
+        v2 = reg / "storage/docker/registry/v2"
+        digests = sorted(l.parent.name for l in (v2 / "repositories/bench/oracles/_layers/sha256").glob("*/link"))
+        blobs = [v2 / "blobs/sha256" / d[:2] / d / "data" for d in digests]
         total = sum(b.stat().st_size for b in blobs)
-        digests = [b.parent.name for b in blobs]
 
         def plain_copy():
             dest = work / "plain-copy"
