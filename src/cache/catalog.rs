@@ -87,15 +87,7 @@ impl LayoutPrune {
     /// Runs `f` holding the layout's index lock (`.index.lock`, the lock
     /// pushers take), so no concurrent push loses its tag.
     fn locked<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let lock_path = self.dir.join(".index.lock");
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .with_context(|| format!("opening {}", lock_path.display()))?;
-        lock.lock()
-            .with_context(|| format!("locking {}", lock_path.display()))?;
+        let lock = super::layout::lock_index(&self.dir)?;
         let out = f();
         drop(lock);
         out

@@ -189,15 +189,7 @@ impl Transport for Layout {
         self.init()?;
         let digest = digest_of(bytes);
         self.write_blob(&digest, |f| Ok(f.write_all(bytes)?))?;
-        let lock_path = self.dir.join(".index.lock");
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .with_context(|| format!("opening {}", lock_path.display()))?;
-        lock.lock()
-            .with_context(|| format!("locking {}", lock_path.display()))?;
+        let lock = lock_index(&self.dir)?;
         let mut index = self.index()?;
         let list = index["manifests"]
             .as_array_mut()
@@ -229,4 +221,22 @@ impl Transport for Layout {
         out.dedup();
         Ok(out)
     }
+}
+
+/// Takes the exclusive lock of the layout at `dir` (`<dir>/.index.lock`),
+/// held while the returned file is open: pushers hold it to rewrite
+/// `index.json`, `cache gc` to delete tags.
+///
+/// Errors: the lock file cannot be opened or locked (naming it).
+pub fn lock_index(dir: &Path) -> Result<std::fs::File> {
+    let lock_path = dir.join(".index.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("opening {}", lock_path.display()))?;
+    lock.lock()
+        .with_context(|| format!("locking {}", lock_path.display()))?;
+    Ok(lock)
 }
