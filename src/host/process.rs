@@ -180,6 +180,12 @@ pub fn capture(what: &str, expr: duct::Expression) -> Result<String> {
     let out = handle
         .into_output()
         .with_context(|| format!("cannot run {what}"))?;
+    stdout_of(what, &out)
+}
+
+/// The trimmed stdout of a finished `what`, or an error naming it with the
+/// last lines of its combined output when it exited non-zero.
+fn stdout_of(what: &str, out: &std::process::Output) -> Result<String> {
     if !out.status.success() {
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
             + &String::from_utf8_lossy(&out.stderr);
@@ -228,12 +234,7 @@ pub fn capture_within(
     let out = handle
         .into_output()
         .with_context(|| format!("cannot run {what}"))?;
-    if !out.status.success() {
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        bail!("{what} failed ({}):\n{}", out.status, tail(&text, 30));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    stdout_of(what, &out)
 }
 
 /// Sends SIGKILL to the process group each of `pids` leads.
