@@ -27,7 +27,7 @@ use crate::stages::identity::{self, Check, Identity};
 use crate::stages::smoke::{self, SmokeReport};
 use crate::stages::venv::{self, VenvPlan};
 use crate::stages::wheel::BuildRecord;
-use crate::store::{self, Bucket, Entry, MANIFEST, Manifest, Store, read_json, write_json};
+use crate::store::{self, Bucket, Entry, MANIFEST, Manifest, STAMPS, Store, read_json, write_json};
 
 /// The record file of an oracle venv.
 pub const ORACLE_JSON: &str = "oracle.json";
@@ -236,10 +236,8 @@ pub fn ensure(
     let entry = plan.entry.clone();
     let smoke_key = smoke::smoke_key(store, lr);
     if entry.exists() {
-        // The quick check (directory times; see `Manifest::check_quick`):
-        // what it leaves out, a file rewritten in place, `verify` finds.
-        let problems = Manifest::read(&entry.path)
-            .map_or_else(|e| vec![format!("{e:#}")], |m| m.check_quick(&entry.path));
+        // The quick check: the entry's stamps (see `Manifest::check_quick`).
+        let problems = Manifest::check_quick(&entry.path);
         if !problems.is_empty() {
             let _lock = plan.entry.lock()?;
             store.quarantine(&entry, &problems)?;
@@ -347,9 +345,9 @@ pub fn write_record(venv: &Path, record: &OracleRecord) -> Result<()> {
     let res = write_json(&venv.join(ORACLE_JSON), record).and_then(|()| {
         let mut m = Manifest::read(venv)?;
         m.refresh(venv, ORACLE_JSON)?;
-        m.write(venv)
+        m.write_stamped(venv)
     });
-    for name in [ORACLE_JSON, MANIFEST] {
+    for name in [ORACLE_JSON, MANIFEST, STAMPS] {
         if let Ok(meta) = fs::metadata(venv.join(name)) {
             let m = meta.permissions().mode() & !0o222;
             let _ = fs::set_permissions(venv.join(name), std::fs::Permissions::from_mode(m));
@@ -476,7 +474,7 @@ fn build(
     record.timings.manifest_s = t_manifest.elapsed().as_secs_f64();
     write_json(&venv.join(ORACLE_JSON), &record)?;
     manifest.refresh(&venv, ORACLE_JSON)?;
-    manifest.write(&venv)?;
+    manifest.write_stamped(&venv)?;
     store.persist(&venv, entry)?;
     let _ = fs::remove_file(&log);
     Ok(record)

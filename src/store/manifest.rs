@@ -1,9 +1,9 @@
 //! Entry manifests: every file of a store entry with its size and sha256,
 //! and every directory with its modification time; checked by the no-op path
-//! (directory times, [`Manifest::check_quick`]), `status`, `doctor`, `verify`
+//! (the entry's stamps, [`Manifest::check_quick`]), `status`, `doctor`, `verify`
 //! (sizes) and `verify --deep` (hashes).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use anyhow::Result;
@@ -11,6 +11,7 @@ use fs_err as fs;
 use serde::{Deserialize, Serialize};
 
 use super::fsutil::{read_json, sha256_file, write_json};
+use super::stamps::{STAMPS, Stamps};
 
 /// The file name of every entry's manifest.
 pub const MANIFEST: &str = "manifest.json";
@@ -153,23 +154,46 @@ impl Manifest {
         self.check_hashing(dir, |f| deep || RECORDS.contains(&f.path.as_str()))
     }
 
-    /// The no-op's check, whose cost grows with the number of directories,
-    /// not of files. Every file, symlink and directory at the entry's top is
-    /// checked as [`Manifest::check`] does (the top directory's own time
-    /// changes when a record is replaced); below it, each directory's
-    /// modification time is compared with [`Manifest::dirs`]. When all
-    /// match, nothing was added, removed or renamed anywhere, and no file was
-    /// replaced by a new one (an editor's save, `pip`, `sed -i`, `cp` to a new
-    /// name then `mv`): the entry is taken as intact. When one differs, the
-    /// whole entry is checked as [`Manifest::check`] does, and every file
-    /// directly in a changed directory is hashed as well, so a replaced file
-    /// of the same size (its own mtime restored) is found.
-    ///
-    /// Left to `verify`: a file rewritten in place (its inode kept, its
-    /// directory untouched), found by its size (`verify`) or sha256
-    /// (`verify --deep`). Manifests without directory times get
+    /// The no-op's check of the entry at `dir`, which reads the manifest
+    /// only when something changed. With stamps ([`Stamps`], written by
+    /// [`Manifest::write_stamped`]): every directory's time and every file's
+    /// size and time are compared with one `fstatat` each, and the records
+    /// (`oracle.json`) hashed; when all match the entry is intact. When a
+    /// stamp differs (a file rewritten in place, added, removed, replaced, a
+    /// directory's time), the manifest is read and the whole entry checked
+    /// as [`Manifest::check`] does, hashing every file the stamps name and
+    /// every file directly in a changed directory: a `touch` costs those
+    /// hashes, never a rebuild. Entries without stamps get
+    /// [`Manifest::check_dirs`]. Empty means intact.
+    pub fn check_quick(dir: &Path) -> Vec<String> {
+        let changes = match Stamps::read(dir) {
+            Ok(stamps) => stamps.changes(dir),
+            Err(_) => {
+                return Manifest::read(dir)
+                    .map_or_else(|e| vec![format!("{e:#}")], |m| m.check_dirs(dir));
+            }
+        };
+        if changes.is_empty() {
+            return Vec::new();
+        }
+        match Manifest::read(dir) {
+            Ok(m) => m.check_changed(dir, &changes.iter().map(String::as_str).collect()),
+            Err(e) => vec![format!("{e:#}")],
+        }
+    }
+
+    /// The no-op's check of an entry written before stamps, whose cost grows
+    /// with the number of directories, not of files. Every file, symlink and
+    /// directory at the entry's top is checked as [`Manifest::check`] does;
+    /// below it, each directory's modification time is compared with
+    /// [`Manifest::dirs`]. When all match, nothing was added, removed or
+    /// renamed anywhere, and no file was replaced by a new one. When one
+    /// differs, the whole entry is checked as [`Manifest::check`] does, and
+    /// every file directly in a changed directory is hashed as well.
+    /// A file rewritten in place (its inode kept, its directory untouched)
+    /// is left to `verify`. Manifests without directory times get
     /// [`Manifest::check`] with sizes. Empty means intact.
-    pub fn check_quick(&self, dir: &Path) -> Vec<String> {
+    pub fn check_dirs(&self, dir: &Path) -> Vec<String> {
         if self.dirs.is_empty() {
             return self.check(dir, false);
         }
@@ -177,21 +201,36 @@ impl Manifest {
         if changed.is_empty() {
             return self.check_top(dir);
         }
-        self.check_in_changed_dirs(dir, &changed)
+        self.check_changed(dir, &changed)
     }
 
     /// [`Manifest::check`] with sizes (what `verify` without `--deep` does),
     /// and the sha256 of every file directly in a directory whose
-    /// modification time differs from [`Manifest::dirs`]: a file replaced by
-    /// one of the same size is found without hashing the whole entry.
+    /// modification time differs from [`Manifest::dirs`] and of every file
+    /// the entry's stamps name as changed: a file replaced by one of the
+    /// same size, or rewritten in place, is found without hashing the whole entry.
     pub fn check_sizes(&self, dir: &Path) -> Vec<String> {
-        let changed = self.changed_dirs(dir);
-        self.check_in_changed_dirs(dir, &changed)
+        let stamped = Stamps::read(dir)
+            .map(|s| s.changes(dir))
+            .unwrap_or_default();
+        let mut changed = self.changed_dirs(dir);
+        changed.extend(stamped.iter().map(String::as_str));
+        self.check_changed(dir, &changed)
+    }
+
+    /// Writes the manifest to `<dir>/manifest.json`, then the stamps of the
+    /// entry's files as they are now to `<dir>/manifest.stamps` (see
+    /// [`Stamps`]), for the no-op's [`Manifest::check_quick`].
+    ///
+    /// Errors: either file cannot be written; a listed path cannot be stat'ed.
+    pub fn write_stamped(&self, dir: &Path) -> Result<()> {
+        self.write(dir)?;
+        Stamps::take(dir, self)?.write(dir)
     }
 
     /// Directories of [`Manifest::dirs`] that are gone, not directories, or
     /// of another modification time now.
-    fn changed_dirs(&self, dir: &Path) -> std::collections::HashSet<&str> {
+    fn changed_dirs(&self, dir: &Path) -> HashSet<&str> {
         self.dirs
             .iter()
             .filter(|d| match std::fs::symlink_metadata(dir.join(&d.path)) {
@@ -202,13 +241,12 @@ impl Manifest {
             .collect()
     }
 
-    fn check_in_changed_dirs(
-        &self,
-        dir: &Path,
-        changed: &std::collections::HashSet<&str>,
-    ) -> Vec<String> {
+    /// [`Manifest::check`] with sizes, hashing the records, every file named
+    /// in `changed` and every file directly in a directory named there.
+    fn check_changed(&self, dir: &Path, changed: &HashSet<&str>) -> Vec<String> {
         self.check_hashing(dir, |f| {
             RECORDS.contains(&f.path.as_str())
+                || changed.contains(f.path.as_str())
                 || changed.contains(f.path.rsplit_once('/').map_or("", |(parent, _)| parent))
         })
     }
@@ -238,7 +276,9 @@ impl Manifest {
             let mut extra: Vec<String> = rd
                 .flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| !known.contains(n.as_str()) && !self.excluded.contains(n))
+                .filter(|n| {
+                    !known.contains(n.as_str()) && !self.excluded.contains(n) && n != STAMPS
+                })
                 .collect();
             extra.sort();
             problems.extend(extra.into_iter().map(|p| format!("added: {p}")));
@@ -317,7 +357,7 @@ fn added(
             .unwrap_or(&path)
             .to_string_lossy()
             .into_owned();
-        if dir == base && excluded.contains(&rel) {
+        if dir == base && (excluded.contains(&rel) || rel == STAMPS) {
             continue;
         }
         let Ok(ft) = e.file_type() else { continue };
@@ -348,7 +388,7 @@ fn walk(
             .unwrap_or(&path)
             .to_string_lossy()
             .into_owned();
-        if dir == base && skip.contains(&rel.as_str()) {
+        if dir == base && (skip.contains(&rel.as_str()) || rel == STAMPS) {
             continue;
         }
         let ft = e.file_type()?;

@@ -38,6 +38,7 @@ use crate::exit::bad_input;
 
 mod fsutil;
 mod manifest;
+mod stamps;
 
 pub mod alias;
 pub mod bundle;
@@ -56,6 +57,7 @@ pub use fsutil::{
 pub use lock::{Lock, LockName, lock_tools, release_run_lock};
 use lock::{lock_file, take_run_lock, wait_for_run_lock};
 pub use manifest::{ARTIFACT_JSON, MANIFEST, Manifest, ManifestFile, RECORDS};
+pub use stamps::{STAMPS, Stamps};
 
 /// The kinds of store entries; each is one directory under `<root>/store/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -1,0 +1,580 @@
+//! Stamps: the no-op's record of an entry's files, beside its manifest.
+//!
+//! `manifest.json` says what every file of an entry is (size, sha256);
+//! proving that reads every byte (`verify --deep`), and even reading the
+//! manifest is a 22 MB parse at 100,000 files. The no-op needs something far
+//! cheaper that still notices any change, so every venv entry also holds
+//! `manifest.stamps`, taken right after its manifest was written:
+//!
+//! - every directory's modification time: adding, removing or renaming
+//!   anything in a directory changes it (the top directory's own time is not
+//!   kept, since replacing the record renames into it; its names are compared
+//!   instead);
+//! - every file's size and modification time: a write in place (same inode,
+//!   e.g. `echo >> f`) changes it, though its directory's time stays;
+//! - every name's kind (file, directory, symlink), and the sha256 of the
+//!   entry's records (`oracle.json`), which are hashed on every check.
+//!
+//! Checking is one `fstatat` per name relative to its directory's open
+//! descriptor, spread over threads ([`Stamps::changes`]). A stamp that
+//! differs is not a verdict: the caller checks the paths it names against the
+//! manifest, so a `touch` costs a hash, never a rebuild.
+//!
+//! The file is a small binary format (below), so reading it costs no parse of
+//! the per-file JSON. A file that cannot be read as stamps is treated as
+//! absent and the caller falls back to the manifest.
+//!
+//! ```text
+//! "oracle-build stamps 1\n"
+//! u32 number of directories, then per directory:
+//!   str path (relative; "" for the top), i64 mtime_ns, u32 number of names, then per name:
+//!     u8 kind ('f', 'd', 'l'), str name, u64 size, i64 mtime_ns, u8 has_sha256 [32 bytes]
+//! str: u32 length + UTF-8 bytes; integers little-endian
+//! ```
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::{Context, Result, bail};
+use fs_err as fs;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
+use super::fsutil::write_atomic;
+use super::manifest::{MANIFEST, Manifest, RECORDS};
+
+/// The file name of a venv entry's stamps, beside [`MANIFEST`].
+pub const STAMPS: &str = "manifest.stamps";
+
+const MAGIC: &[u8] = b"oracle-build stamps 1\n";
+
+/// What kind of thing a name is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    File,
+    Dir,
+    Link,
+}
+
+impl Kind {
+    fn byte(self) -> u8 {
+        match self {
+            Kind::File => b'f',
+            Kind::Dir => b'd',
+            Kind::Link => b'l',
+        }
+    }
+
+    fn from_byte(b: u8) -> Option<Kind> {
+        match b {
+            b'f' => Some(Kind::File),
+            b'd' => Some(Kind::Dir),
+            b'l' => Some(Kind::Link),
+            _ => None,
+        }
+    }
+
+    fn of(ft: FileType) -> Option<Kind> {
+        match ft {
+            FileType::RegularFile => Some(Kind::File),
+            FileType::Directory => Some(Kind::Dir),
+            FileType::Symlink => Some(Kind::Link),
+            _ => None,
+        }
+    }
+}
+
+/// One name of a directory and what it was, read from the stamps' bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Stamp<'a> {
+    name: &'a str,
+    kind: Kind,
+    /// Size in bytes (files; 0 otherwise).
+    size: u64,
+    /// Modification time in ns (files and symlinks; 0 for a directory,
+    /// whose own time is kept with its own names).
+    mtime_ns: i64,
+    /// The manifest's sha256 of a record (see [`RECORDS`]).
+    sha256: Option<&'a [u8]>,
+}
+
+/// Where one directory's stamps are in [`Stamps::bytes`].
+#[derive(Debug, Clone, PartialEq)]
+struct DirAt {
+    /// Relative to the entry; "" for the top.
+    path: String,
+    /// Modification time in ns (not compared for the top).
+    mtime_ns: i64,
+    /// Offset of its first name, and how many there are.
+    names_at: usize,
+    count: usize,
+}
+
+/// The stamps of one entry (see the module docs): the file's bytes, and
+/// where each directory's names start in them, so that checking allocates
+/// nothing per name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stamps {
+    bytes: Vec<u8>,
+    /// The top first, then every directory of the manifest.
+    dirs: Vec<DirAt>,
+}
+
+/// A path's kind, size and modification time as `fstatat` gives them.
+struct Meta {
+    kind: Option<Kind>,
+    size: u64,
+    mtime_ns: i64,
+}
+
+#[allow(clippy::unnecessary_cast)] // the field types differ between targets
+fn meta(st: &rustix::fs::Stat) -> Meta {
+    Meta {
+        kind: Kind::of(FileType::from_raw_mode(st.st_mode as _)),
+        size: st.st_size as u64,
+        mtime_ns: (st.st_mtime as i64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(st.st_mtime_nsec as i64),
+    }
+}
+
+fn stat(dir: &Path, rel: &str) -> Result<Meta> {
+    let p = dir.join(rel);
+    let st = rustix::fs::statat(rustix::fs::CWD, &p, AtFlags::SYMLINK_NOFOLLOW)
+        .with_context(|| format!("stat {}", p.display()))?;
+    Ok(meta(&st))
+}
+
+fn open_dir(path: &Path) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+impl Stamps {
+    /// Stamps every file, symlink and directory `manifest` lists for the
+    /// entry at `dir`, as they are now (call it right after writing the
+    /// manifest).
+    ///
+    /// Errors: a listed path cannot be stat'ed, or is not a file, directory
+    /// or symlink; a record's sha256 in the manifest is not one.
+    pub fn take(dir: &Path, manifest: &Manifest) -> Result<Stamps> {
+        struct Name<'m> {
+            name: &'m str,
+            kind: Kind,
+            meta: Meta,
+            sha256: Option<Vec<u8>>,
+        }
+        let mut by_dir: BTreeMap<&str, Vec<Name<'_>>> = BTreeMap::new();
+        by_dir.insert("", Vec::new());
+        for d in &manifest.dirs {
+            by_dir.entry(d.path.as_str()).or_default();
+        }
+        let records: HashMap<&str, &str> = manifest
+            .files
+            .iter()
+            .filter(|f| RECORDS.contains(&f.path.as_str()))
+            .map(|f| (f.path.as_str(), f.sha256.as_str()))
+            .collect();
+        let listed = manifest
+            .files
+            .iter()
+            .map(|f| f.path.as_str())
+            .chain(manifest.symlinks.iter().map(|(p, _)| p.as_str()))
+            .chain(manifest.dirs.iter().map(|d| d.path.as_str()));
+        for path in listed {
+            let meta = stat(dir, path)?;
+            let Some(kind) = meta.kind else {
+                bail!(
+                    "{} is not a file, directory or symlink",
+                    dir.join(path).display()
+                );
+            };
+            let sha256 = match records.get(path) {
+                Some(h) => Some(
+                    hex::decode(h)
+                        .ok()
+                        .filter(|v| v.len() == 32)
+                        .with_context(|| format!("the manifest's sha256 of {path} is not one"))?,
+                ),
+                None => None,
+            };
+            let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+            by_dir.entry(parent).or_default().push(Name {
+                name,
+                kind,
+                meta,
+                sha256,
+            });
+        }
+        let mut out = Vec::with_capacity(
+            MAGIC.len() + by_dir.values().map(|n| 64 + 40 * n.len()).sum::<usize>(),
+        );
+        out.extend_from_slice(MAGIC);
+        put_u32(&mut out, by_dir.len());
+        for (path, mut names) in by_dir {
+            let mtime_ns = if path.is_empty() {
+                0
+            } else {
+                stat(dir, path)?.mtime_ns
+            };
+            names.sort_by(|a, b| a.name.cmp(b.name));
+            put_str(&mut out, path);
+            out.extend_from_slice(&mtime_ns.to_le_bytes());
+            put_u32(&mut out, names.len());
+            for n in names {
+                out.push(n.kind.byte());
+                put_str(&mut out, n.name);
+                let size = if n.kind == Kind::File { n.meta.size } else { 0 };
+                let mtime = if n.kind == Kind::Dir {
+                    0
+                } else {
+                    n.meta.mtime_ns
+                };
+                out.extend_from_slice(&size.to_le_bytes());
+                out.extend_from_slice(&mtime.to_le_bytes());
+                match n.sha256 {
+                    Some(h) => {
+                        out.push(1);
+                        out.extend_from_slice(&h);
+                    }
+                    None => out.push(0),
+                }
+            }
+        }
+        Stamps::parse(out)
+    }
+
+    /// Writes the stamps to `<dir>/manifest.stamps`, atomically.
+    ///
+    /// Errors: the file cannot be written.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        write_atomic(&dir.join(STAMPS), &self.bytes)
+    }
+
+    /// Reads `<dir>/manifest.stamps`.
+    ///
+    /// Errors: the file is absent or is not stamps (then use the manifest).
+    pub fn read(dir: &Path) -> Result<Stamps> {
+        let path = dir.join(STAMPS);
+        Stamps::parse(fs::read(&path)?)
+            .with_context(|| format!("{} is not an oracle-build stamps file", path.display()))
+    }
+
+    /// Checks `bytes` against the format (every length in bounds, every
+    /// name one path component) and indexes its directories.
+    fn parse(bytes: Vec<u8>) -> Result<Stamps> {
+        let mut r = Reader {
+            bytes: &bytes,
+            at: 0,
+        };
+        if r.take(MAGIC.len())? != MAGIC {
+            bail!(
+                "it does not start with {:?}",
+                String::from_utf8_lossy(MAGIC)
+            );
+        }
+        let n = r.u32()?;
+        // Each directory takes at least 16 bytes: a count cannot exceed that.
+        let mut dirs = Vec::with_capacity(n.min(bytes.len() / 16));
+        for _ in 0..n {
+            let path = r.str()?;
+            if path.starts_with('/') || path.split('/').any(|c| c == ".." || c == ".") {
+                bail!("bad path {path:?}");
+            }
+            let mtime_ns = r.i64()?;
+            let count = r.u32()?;
+            let names_at = r.at;
+            for _ in 0..count {
+                r.stamp()?;
+            }
+            dirs.push(DirAt {
+                path: path.to_string(),
+                mtime_ns,
+                names_at,
+                count,
+            });
+        }
+        if r.at != bytes.len() {
+            bail!("trailing bytes");
+        }
+        Ok(Stamps { bytes, dirs })
+    }
+
+    /// The names of `d`, as [`Stamps::parse`] checked them.
+    fn names<'s>(&'s self, d: &DirAt) -> impl Iterator<Item = Stamp<'s>> + 's {
+        let mut r = Reader {
+            bytes: &self.bytes,
+            at: d.names_at,
+        };
+        (0..d.count).map_while(move |_| r.stamp().ok())
+    }
+
+    /// The paths (relative to the entry at `dir`) whose stamp differs now:
+    /// a directory gone or of another time, a file gone or of another kind,
+    /// size or time, a record whose sha256 differs, a symlink at the top
+    /// replaced, a name added at the top (other than the manifest and the
+    /// stamps). Sorted; empty means nothing changed since [`Stamps::take`].
+    pub fn changes(&self, dir: &Path) -> Vec<String> {
+        let next = AtomicUsize::new(0);
+        let found = Mutex::new(Vec::new());
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 8)
+            .min(self.dirs.len().div_ceil(64).max(1));
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(d) = self.dirs.get(i) else { break };
+                        self.check_dir(dir, d, &mut mine);
+                    }
+                    if let Ok(mut all) = found.lock() {
+                        all.append(&mut mine);
+                    }
+                });
+            }
+        });
+        let mut out = found.into_inner().unwrap_or_default();
+        out.extend(self.added_at_top(dir));
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Checks one directory's stamps, pushing the paths that differ.
+    fn check_dir(&self, base: &Path, d: &DirAt, out: &mut Vec<String>) {
+        let top = d.path.is_empty();
+        let Ok(fd) = open_dir(&base.join(&d.path)) else {
+            out.push(d.path.clone());
+            return;
+        };
+        if !top && rustix::fs::fstat(&fd).map(|st| meta(&st).mtime_ns) != Ok(d.mtime_ns) {
+            out.push(d.path.clone());
+        }
+        for s in self.names(d) {
+            // Below the top, a symlink or directory removed, added or
+            // replaced changes its directory's time, and a directory is
+            // checked by its own stamps (opened without following symlinks):
+            // only a file can change in place. At the top, whose time is not
+            // kept, a symlink is compared by its own time (a replaced one is
+            // new) and a directory by its kind.
+            if s.kind != Kind::File && !top {
+                continue;
+            }
+            let same = rustix::fs::statat(&fd, s.name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+                let m = meta(&st);
+                m.kind == Some(s.kind)
+                    && match s.kind {
+                        Kind::File => m.size == s.size && m.mtime_ns == s.mtime_ns,
+                        Kind::Link => m.mtime_ns == s.mtime_ns,
+                        Kind::Dir => true,
+                    }
+            });
+            let same = same
+                && s.sha256.is_none_or(|h| {
+                    super::sha256_file(&base.join(&d.path).join(s.name))
+                        .ok()
+                        .is_some_and(|got| hex::decode(got).is_ok_and(|v| v == h))
+                });
+            if !same {
+                out.push(join(&d.path, s.name));
+            }
+        }
+    }
+
+    /// Names at the top of the entry that the stamps do not list.
+    fn added_at_top(&self, dir: &Path) -> Vec<String> {
+        let Some(top) = self.dirs.iter().find(|d| d.path.is_empty()) else {
+            return vec![String::new()];
+        };
+        let known: HashSet<&str> = self.names(top).map(|s| s.name).collect();
+        match std::fs::read_dir(dir) {
+            Ok(rd) => rd
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !known.contains(n.as_str()) && n != MANIFEST && n != STAMPS)
+                .collect(),
+            Err(_) => vec![String::new()],
+        }
+    }
+}
+
+fn put_u32(out: &mut Vec<u8>, n: usize) {
+    // Counts and lengths come from the file system: a name is at most 255
+    // bytes, a path 4096, a directory far fewer than 2^32 names.
+    out.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes());
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_u32(out, s.len());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// A bounds-checked reader of the format in the module docs.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.at.checked_add(n).context("length overflows")?;
+        let s = self.bytes.get(self.at..end).context("truncated")?;
+        self.at = end;
+        Ok(s)
+    }
+
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<usize> {
+        let b: [u8; 4] = self.take(4)?.try_into()?;
+        Ok(u32::from_le_bytes(b) as usize)
+    }
+
+    fn u64(&mut self) -> Result<u64> {
+        let b: [u8; 8] = self.take(8)?.try_into()?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    fn i64(&mut self) -> Result<i64> {
+        let b: [u8; 8] = self.take(8)?.try_into()?;
+        Ok(i64::from_le_bytes(b))
+    }
+
+    fn str(&mut self) -> Result<&'a str> {
+        let n = self.u32()?;
+        Ok(std::str::from_utf8(self.take(n)?)?)
+    }
+
+    fn stamp(&mut self) -> Result<Stamp<'a>> {
+        let kind = Kind::from_byte(self.u8()?).context("unknown kind")?;
+        let name = self.str()?;
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            bail!("bad name {name:?}");
+        }
+        let size = self.u64()?;
+        let mtime_ns = self.i64()?;
+        let sha256 = match self.u8()? {
+            0 => None,
+            1 => Some(self.take(32)?),
+            _ => bail!("bad sha256 flag"),
+        };
+        Ok(Stamp {
+            name,
+            kind,
+            size,
+            mtime_ns,
+            sha256,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    fn entry() -> (tempfile::TempDir, Manifest) {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        std::fs::create_dir_all(d.join("lib/pkg/sub")).unwrap();
+        std::fs::write(d.join("oracle.json"), "{}").unwrap();
+        std::fs::write(d.join("lib/pkg/a.py"), "A = 1\n").unwrap();
+        std::fs::write(d.join("lib/pkg/sub/b.py"), "B = 2\n").unwrap();
+        std::os::unix::fs::symlink("lib", d.join("lib64")).unwrap();
+        let m = Manifest::build(d, &[MANIFEST]).unwrap();
+        m.write(d).unwrap();
+        Stamps::take(d, &m).unwrap().write(d).unwrap();
+        (t, m)
+    }
+
+    /// Sets the mtime of `p` to a fixed time far from now, so that a change
+    /// within the same clock tick is still seen as one.
+    fn set_mtime(p: &Path, secs: u64) {
+        let f = std::fs::File::options().write(true).open(p).unwrap();
+        f.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+            .unwrap();
+    }
+
+    #[test]
+    fn round_trip_and_intact_entry_has_no_changes() {
+        let (t, m) = entry();
+        let read = Stamps::read(t.path()).unwrap();
+        assert_eq!(read, Stamps::take(t.path(), &m).unwrap());
+        assert_eq!(read.changes(t.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_rewrite_in_place_of_the_same_size_is_a_change() {
+        let (t, _) = entry();
+        let b = t.path().join("lib/pkg/sub/b.py");
+        let before = std::fs::metadata(&b).unwrap().modified().unwrap();
+        // Same inode, same size, the directory untouched.
+        std::fs::write(&b, "B = 3\n").unwrap();
+        set_mtime(&b, 1_000_000);
+        assert_ne!(std::fs::metadata(&b).unwrap().modified().unwrap(), before);
+        let s = Stamps::read(t.path()).unwrap();
+        assert_eq!(s.changes(t.path()), vec!["lib/pkg/sub/b.py".to_string()]);
+    }
+
+    #[test]
+    fn removals_additions_and_kind_changes_are_changes() {
+        let (t, _) = entry();
+        let d = t.path();
+        std::fs::remove_file(d.join("lib/pkg/a.py")).unwrap();
+        std::fs::write(d.join("sitecustomize.py"), "").unwrap();
+        std::fs::remove_file(d.join("lib64")).unwrap();
+        std::fs::create_dir(d.join("lib64")).unwrap();
+        let c = Stamps::read(d).unwrap().changes(d);
+        assert_eq!(c, ["lib/pkg", "lib/pkg/a.py", "lib64", "sitecustomize.py"]);
+    }
+
+    #[test]
+    fn a_record_of_the_same_size_and_time_is_hashed() {
+        let (t, _) = entry();
+        let rec = t.path().join("oracle.json");
+        let mtime = std::fs::metadata(&rec).unwrap().modified().unwrap();
+        std::fs::write(&rec, "[]").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&rec)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        let c = Stamps::read(t.path()).unwrap().changes(t.path());
+        assert_eq!(c, ["oracle.json"]);
+    }
+
+    #[test]
+    fn damaged_stamps_files_are_refused_not_trusted() {
+        let (t, _) = entry();
+        let p = t.path().join(STAMPS);
+        let good = std::fs::read(&p).unwrap();
+        for bad in [
+            good[..good.len() - 1].to_vec(),
+            [good.clone(), vec![0]].concat(),
+            b"oracle-build stamps 2\n".to_vec(),
+            [MAGIC, &u32::MAX.to_le_bytes()[..]].concat(),
+        ] {
+            std::fs::write(&p, &bad).unwrap();
+            assert!(Stamps::read(t.path()).is_err());
+        }
+    }
+}
