@@ -38,13 +38,18 @@ pub struct Python {
     pub platform: String,
 }
 
-const PROBE: &str = "import sys,platform,sysconfig,os;print(os.path.realpath(sys.executable));print(platform.python_version());print(sys.implementation.name);print(sysconfig.get_platform())";
+/// What [`probe_python`] runs. `sys.version`'s first word is what
+/// `platform.python_version()` returns (it parses the same string), without
+/// importing `platform`.
+const PROBE: &str = "import sys,sysconfig,os;print(os.path.realpath(sys.executable));print(sys.version.split()[0]);print(sys.implementation.name);print(sysconfig.get_platform())";
 
-/// Runs `candidate` and reads its identity. Errors: it does not run (a broken shim).
+/// Runs `candidate` and reads its identity: isolated (`-I`) and without
+/// the `site` module (`-S`), whose `.pth` files may take longer than the
+/// probe and change nothing it reads. Errors: it does not run (a broken shim).
 pub fn probe_python(candidate: &Path) -> Result<Python> {
     let out = capture(
         &format!("{} (probe)", candidate.display()),
-        duct::cmd(candidate, ["-I", "-c", PROBE]),
+        duct::cmd(candidate, ["-I", "-S", "-c", PROBE]),
     )?;
     let mut lines = out.lines();
     let mut next = || {
