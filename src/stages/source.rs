@@ -50,9 +50,13 @@ pub fn checkout_entry(store: &Store, commit: &str) -> Entry {
     store.entry(Bucket::Src, commit)
 }
 
-/// Whether the mirror of `url` exists and holds `commit`.
+/// Whether the mirror of `url` exists and holds `commit`: its pin ref
+/// ([`pin_ref_holds`]) says so, else libgit2 finds the commit.
 pub fn mirror_has(store: &Store, url: &str, commit: &str) -> bool {
     let entry = mirror_entry(store, url);
+    if pin_ref_holds(&entry.path, commit) {
+        return true;
+    }
     Repository::open_bare(&entry.path)
         .ok()
         .and_then(|r| {
@@ -147,6 +151,9 @@ fn reached_by_branch_or_tag(repo: &Repository, oid: git2::Oid) -> bool {
 ///
 /// Errors: the mirror cannot be opened, lacks the commit, or the ref cannot be written.
 pub fn keep_pin(mirror: &std::path::Path, commit: &str) -> Result<()> {
+    if pin_ref_holds(mirror, commit) {
+        return Ok(());
+    }
     let repo = Repository::open_bare(mirror)
         .with_context(|| format!("opening mirror {}", mirror.display()))?;
     let oid = git2::Oid::from_str(commit)?;
@@ -157,6 +164,21 @@ pub fn keep_pin(mirror: &std::path::Path, commit: &str) -> Result<()> {
     repo.reference(&name, oid, true, "oracle-build: pinned commit")
         .with_context(|| format!("writing {name} in {}", mirror.display()))?;
     Ok(())
+}
+
+/// Whether the mirror at `mirror` holds the loose ref
+/// `refs/oracle-build/pins/<commit>` (written by [`keep_pin`]) naming
+/// exactly `commit`: a ref names an object the repository holds, so the
+/// commit is there and pinned. Read as a file (a loose ref is one line
+/// holding the object id, gitrepository-layout(5)), so the no-op never
+/// starts libgit2, whose start-up loads every system CA certificate (about
+/// 40 ms). False when the ref was packed or is absent: callers then ask libgit2.
+pub fn pin_ref_holds(mirror: &std::path::Path, commit: &str) -> bool {
+    if commit.len() != 40 || !commit.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return false;
+    }
+    std::fs::read_to_string(mirror.join(format!("{PIN_REFS}{commit}")))
+        .is_ok_and(|line| line.trim_end() == commit)
 }
 
 /// How `commit` is reached in the mirror at `mirror`, when no branch or tag
