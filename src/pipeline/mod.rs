@@ -575,10 +575,17 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     }
     let mirror = source::ensure_mirror(store, &r.source.repo, &r.source.commit, o.offline)?;
     let (src, src_built) = source::ensure_checkout(store, &mirror, &r.source.commit)?;
-    let fork_warning = source::fork_only_warning(&mirror.path, &r.source.repo, &r.source.commit);
-    if let Some(w) = &fork_warning {
-        progress::stage("source", format!("warning: {w}"));
-    }
+    // Whether a fork-only commit is reached by no branch or tag: asked only
+    // when something is built (the answer goes into the oracle's record,
+    // which a no-op prints), since libgit2's start-up alone costs a no-op
+    // about 40 ms (it loads every system CA certificate).
+    let fork_warning = || {
+        let w = source::fork_only_warning(&mirror.path, &r.source.repo, &r.source.commit);
+        if let Some(w) = &w {
+            progress::stage("source", format!("warning: {w}"));
+        }
+        w
+    };
     if src_built {
         built.push("source".to_string());
     }
@@ -589,6 +596,9 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
 
     // 6. Wheel.
     let plan = wheel_plan(store, lr, &tc, &src.path, o.jobs, hermetic.wheel)?;
+    // Said before the wheel is built (hours, for vLLM), else once the venv is known.
+    let warned_early = src_built || !plan.entry.exists();
+    let mut source_warning = if warned_early { fork_warning() } else { None };
     temp.add(store, &plan.entry)?;
     if !plan.entry.exists() && !subs.is_empty() && subs.entry(&plan.entry, &temp)?.is_some() {
         substituted.push("wheel".to_string());
@@ -605,7 +615,10 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     // rebuilt, as a damaged venv is (the build is reproducible, so the key
     // stays valid).
     let mut vplan = venv_plan(store, lr, &tc, &record, &src.path, hermetic.venv);
-    vplan.source_warnings.extend(fork_warning);
+    if !warned_early && !vplan.entry.exists() {
+        source_warning = fork_warning();
+    }
+    vplan.source_warnings.extend(source_warning);
     temp.add(store, &vplan.entry)?;
     if !vplan.entry.exists() && wheel::quarantine_if_damaged(store, &plan.entry, &record)? {
         (record, wheel_built) = wheel::ensure(&cx, &plan, &src, &requires)?;
