@@ -527,6 +527,69 @@ mod tests {
     }
 
     #[test]
+    fn shared_damage_names_the_shared_files_and_their_distributions() {
+        let tmp = tempfile::tempdir().unwrap();
+        let venv = tmp.path().join("venv");
+        let site = venv.join("lib/python3.11/site-packages");
+        for d in [
+            "pkg/__pycache__",
+            "pkg-1.0.dist-info",
+            "Other_Pkg-2.0.dist-info",
+            "other",
+        ] {
+            std::fs::create_dir_all(site.join(d)).unwrap();
+        }
+        let shared = |rel: &str| {
+            let outside = tmp.path().join(rel.replace('/', "_"));
+            std::fs::write(&outside, rel).unwrap();
+            std::fs::hard_link(&outside, site.join(rel)).unwrap();
+        };
+        shared("pkg/a.py");
+        shared("pkg/__pycache__/a.cpython-311.pyc");
+        shared("other/b.py");
+        shared("stray.py");
+        std::fs::write(site.join("pkg/own.py"), "x").unwrap();
+        std::fs::write(
+            site.join("pkg-1.0.dist-info/RECORD"),
+            "pkg/a.py,sha256=x,1\npkg/own.py,,\n",
+        )
+        .unwrap();
+        std::fs::write(
+            site.join("Other_Pkg-2.0.dist-info/RECORD"),
+            "other/b.py,sha256=x,1\n",
+        )
+        .unwrap();
+        let sp = "lib/python3.11/site-packages";
+        let problems: Vec<String> = [
+            format!("changed content: {sp}/pkg/a.py"),
+            format!("changed size: {sp}/other/b.py (1 -> 2 bytes)"),
+            format!("changed content: {sp}/pkg/__pycache__/a.cpython-311.pyc"),
+            // A file of its own (replaced, not rewritten in place): not shared.
+            format!("changed content: {sp}/pkg/own.py"),
+            format!("added: {sp}/stray.py"),
+            format!("missing: {sp}/pkg/gone.py"),
+        ]
+        .into();
+        let d = shared_damage(&venv, &problems);
+        let rel = |r: &str| venv.join(sp).join(r);
+        assert_eq!(
+            d.files,
+            vec![
+                rel("pkg/a.py"),
+                rel("other/b.py"),
+                rel("pkg/__pycache__/a.cpython-311.pyc")
+            ]
+        );
+        assert_eq!(d.dists, vec!["other-pkg".to_string(), "pkg".to_string()]);
+        assert!(d.unowned.is_empty(), "{d:?}");
+        // A shared file no RECORD lists (not bytecode): its owner is unknown.
+        let d = shared_damage(&venv, &[format!("changed content: {sp}/stray.py")]);
+        assert_eq!(d.unowned, vec![format!("{sp}/stray.py")]);
+        assert!(d.dists.is_empty());
+        assert_eq!(shared_damage(&venv, &[]), SharedDamage::default());
+    }
+
+    #[test]
     fn record_hashes_trust_only_hard_links_of_the_recorded_size() {
         let tmp = tempfile::tempdir().unwrap();
         let venv = tmp.path().join("venv");
