@@ -274,6 +274,11 @@ pub fn shared_damage(venv: &Path, problems: &[String]) -> SharedDamage {
     if rels.is_empty() {
         return out;
     }
+    let index: HashMap<PathBuf, usize> = rels
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (PathBuf::from(r), i))
+        .collect();
     let mut owned = vec![false; rels.len()];
     for rec in records(venv).unwrap_or_default() {
         let stem = rec.dist_info.trim_end_matches(".dist-info");
@@ -289,7 +294,7 @@ pub fn shared_damage(venv: &Path, problems: &[String]) -> SharedDamage {
             let Ok(rel) = file.strip_prefix(venv) else {
                 continue;
             };
-            if let Some(i) = rels.iter().position(|r| Path::new(r) == rel) {
+            if let Some(&i) = index.get(rel) {
                 owned[i] = true;
                 if !out.dists.contains(&name.to_string()) {
                     out.dists.push(name.to_string());
