@@ -211,6 +211,74 @@ pub fn ensure(
     Ok(out)
 }
 
+/// Removes from the bytecode pool at `pool` (every cache tag's directory)
+/// the files that `damaged` (files of a damaged venv, rewritten in place)
+/// may have spoiled: a `.pyc` that *is* a damaged file (the same device and
+/// inode: a venv's `.pyc` hard-linked from the pool shares its bytes, and
+/// the pool's recorded sha256 would vouch for them), and every `.pyc`
+/// compiled from a damaged source (its key starts with the source's device
+/// and inode, whatever mtime and size it was keyed with). Each goes with its
+/// `<key>.sha256`, the `.pyc` first (its link is the entry's commit point,
+/// see [`ensure`]). The next [`ensure`] compiles those sources again.
+/// Paths of `damaged` that are no regular file now are skipped.
+///
+/// Returns how many `.pyc` files were removed.
+///
+/// Errors: the pool cannot be read or a file of it cannot be removed.
+pub fn evict(pool: &Path, damaged: &[PathBuf]) -> Result<usize> {
+    use std::collections::HashSet;
+    let mut inodes: HashSet<(u64, u64)> = HashSet::new();
+    let mut prefixes: Vec<String> = Vec::new();
+    for p in damaged {
+        if let Ok(m) = std::fs::symlink_metadata(p)
+            && m.is_file()
+        {
+            inodes.insert((m.dev(), m.ino()));
+            prefixes.push(format!("{:x}-{:x}-", m.dev(), m.ino()));
+        }
+    }
+    if inodes.is_empty() || !pool.is_dir() {
+        return Ok(0);
+    }
+    let mut removed = 0;
+    for tag in fs::read_dir(pool)? {
+        let tag = tag?;
+        if !tag.file_type()?.is_dir() {
+            continue;
+        }
+        for e in fs::read_dir(tag.path())? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".pyc") {
+                continue;
+            }
+            let spoiled = prefixes.iter().any(|p| name.starts_with(p.as_str()))
+                || e.metadata()
+                    .is_ok_and(|m| inodes.contains(&(m.dev(), m.ino())));
+            if !spoiled {
+                continue;
+            }
+            let path = e.path();
+            match std::fs::remove_file(&path) {
+                Ok(()) => removed += 1,
+                // Removed by a concurrent eviction.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => bail!("removing {} from the bytecode pool: {e}", path.display()),
+            }
+            match std::fs::remove_file(path.with_extension("sha256")) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    bail!(
+                        "removing {} from the bytecode pool: {e}",
+                        path.with_extension("sha256").display()
+                    )
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(removed)
+}
+
 /// The pool file name of a source: `<dev>-<ino>-<mtime ns>-<size>.pyc`.
 fn pool_key(meta: &std::fs::Metadata) -> String {
     let mtime = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
@@ -255,6 +323,55 @@ mod tests {
             implementation: implementation.into(),
             platform: "linux-x86_64".into(),
         }
+    }
+
+    #[test]
+    fn evict_removes_a_damaged_pyc_and_the_bytecode_of_a_damaged_source() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (pool, venv, cache) = (
+            tmp.path().join("pool"),
+            tmp.path().join("venv"),
+            tmp.path().join("cache"),
+        );
+        let tag = pool.join("cpython-311");
+        for d in [&tag, &venv.join("__pycache__"), &cache] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        // A source shared with the uv cache, its `.pyc` in the pool.
+        let (cached, a) = (cache.join("a.py"), venv.join("a.py"));
+        std::fs::write(&cached, "a = 1\n").unwrap();
+        std::fs::hard_link(&cached, &a).unwrap();
+        let pooled = |src: &Path| tag.join(pool_key(&std::fs::metadata(src).unwrap()));
+        // Keyed with the mtime a had when it was compiled (an older one).
+        let am = std::fs::metadata(&a).unwrap();
+        let a_pool = tag.join(format!("{:x}-{:x}-1-6.pyc", am.dev(), am.ino()));
+        let (b_src, c_src) = (cache.join("b.py"), cache.join("c.py"));
+        std::fs::write(&b_src, "b = 2\n").unwrap();
+        std::fs::write(&c_src, "c = 3\n").unwrap();
+        let (b_pool, c_pool) = (pooled(&b_src), pooled(&c_src));
+        for p in [&a_pool, &b_pool, &c_pool] {
+            std::fs::write(p, b"pyc").unwrap();
+            std::fs::write(p.with_extension("sha256"), "0".repeat(64)).unwrap();
+        }
+        // The venv's `.pyc` of b is the pool's file (hard link).
+        let b_pyc = venv.join("__pycache__/b.cpython-311.pyc");
+        std::fs::hard_link(&b_pool, &b_pyc).unwrap();
+
+        // Damaged: the source a (rewritten in place) and b's `.pyc`.
+        std::fs::write(&a, "a = 9\n").unwrap();
+        let n = evict(&pool, &[a.clone(), b_pyc.clone(), venv.join("gone.py")]).unwrap();
+        assert_eq!(n, 2);
+        for p in [&a_pool, &b_pool] {
+            assert!(
+                !p.exists() && !p.with_extension("sha256").exists(),
+                "{}",
+                p.display()
+            );
+        }
+        assert!(c_pool.exists() && c_pool.with_extension("sha256").exists());
+        // Nothing damaged, or no pool: nothing removed.
+        assert_eq!(evict(&pool, &[]).unwrap(), 0);
+        assert_eq!(evict(&tmp.path().join("none"), &[a]).unwrap(), 0);
     }
 
     #[test]

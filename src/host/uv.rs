@@ -134,7 +134,52 @@ impl Uv {
     }
 }
 
+/// What [`Uv::cache_clean`] removes from uv's cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheClean {
+    /// Every cache entry of these distributions (`uv cache clean <name>...`):
+    /// their unpacked wheels, so the next install unpacks them again.
+    Packages(Vec<String>),
+    /// The whole cache (`uv cache clean`).
+    Everything,
+}
+
 impl Uv {
+    /// Removes `what` from uv's cache with uv's own `uv cache clean`, so
+    /// the next install unpacks those wheels again into new files: a file
+    /// of a venv hard-linked from the cache and rewritten in place has
+    /// changed the cache's copy too, and linking it again would carry the
+    /// damage into the rebuilt venv. uv 0.13.9 removes the unpacked
+    /// archives of the named packages (`archive-v0/`), whether they came
+    /// from `--find-links` or a direct `file://` wheel; a later install from
+    /// the same local wheel unpacks it again (checked by experiment:
+    /// `--refresh`/`--refresh-package` are refused together with
+    /// `--offline`, which every locked install uses). uv waits while
+    /// another uv process uses the cache. Logged to `log`.
+    ///
+    /// Does nothing when this uv has no cache of the store's
+    /// (`cache_dir` is `None`: installs copy, so no venv shares a file
+    /// with that cache) or when `what` names no package.
+    ///
+    /// Errors: uv fails (the error quotes its output and names the log).
+    pub fn cache_clean(&self, what: &CacheClean, log: &Path) -> Result<()> {
+        if self.cache_dir.is_none() {
+            return Ok(());
+        }
+        let mut args: Vec<String> = vec!["cache".into(), "clean".into()];
+        match what {
+            CacheClean::Packages(names) if names.is_empty() => return Ok(()),
+            CacheClean::Packages(names) => args.extend(names.iter().cloned()),
+            CacheClean::Everything => {}
+        }
+        run_logged(
+            "uv cache clean",
+            self.cmd(args),
+            log,
+            &Progress::new("venv"),
+        )
+    }
+
     /// `uv pip compile <args...>` with the indexes (and `--offline` when set),
     /// logged to `log`. The caller passes the inputs, `--format`, `-o` and
     /// the flags that make the output byte-stable (`--no-header`, `--no-annotate`).

@@ -240,6 +240,8 @@ pub fn ensure(
         let problems = Manifest::check_quick(&entry.path);
         if !problems.is_empty() {
             let _lock = plan.entry.lock()?;
+            // A file rewritten in place is shared with the store's caches.
+            venv::evict_shared_damage(cx, &entry, &problems)?;
             store.quarantine(&entry, &problems)?;
         }
     }

@@ -139,53 +139,243 @@ pub fn record_hashes(venv: &Path) -> Result<HashMap<String, String>> {
     use base64::Engine;
     use std::os::unix::fs::MetadataExt;
     let mut out = HashMap::new();
+    for rec in records(venv)? {
+        for line in rec.text.lines() {
+            let Some((path, hash, size)) = record_row(line) else {
+                continue;
+            };
+            let (Some(b64), Ok(size)) = (hash.strip_prefix("sha256="), size.parse::<u64>()) else {
+                continue;
+            };
+            let Ok(raw) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(b64) else {
+                continue;
+            };
+            if raw.len() != 32 {
+                continue;
+            }
+            let file = rec.site.join(path);
+            let Ok(meta) = std::fs::symlink_metadata(&file) else {
+                continue;
+            };
+            if !meta.is_file() || meta.nlink() < 2 || meta.len() != size {
+                continue;
+            }
+            if let Ok(rel) = file.strip_prefix(venv) {
+                out.insert(rel.to_string_lossy().into_owned(), hex::encode(raw));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One installed distribution's `RECORD` (PEP 376) in a venv.
+struct Record {
+    /// The `site-packages` holding its `.dist-info`.
+    site: PathBuf,
+    /// The `.dist-info` directory's name (`<name>-<version>.dist-info`, PEP 427).
+    dist_info: String,
+    /// The `RECORD`'s text.
+    text: String,
+}
+
+/// The readable `RECORD` of every `.dist-info` under `<venv>/lib/*/site-packages`.
+///
+/// Errors: the venv's `lib` cannot be read.
+fn records(venv: &Path) -> Result<Vec<Record>> {
+    let mut out = Vec::new();
     for e in fs::read_dir(venv.join("lib"))? {
         let site = e?.path().join("site-packages");
         let Ok(rd) = std::fs::read_dir(&site) else {
             continue;
         };
         for d in rd.flatten() {
-            let name = d.file_name();
-            if !name.to_string_lossy().ends_with(".dist-info") {
+            let dist_info = d.file_name().to_string_lossy().into_owned();
+            if !dist_info.ends_with(".dist-info") {
                 continue;
             }
-            let Ok(text) = std::fs::read_to_string(d.path().join("RECORD")) else {
-                continue;
-            };
-            for line in text.lines() {
-                // path,sha256=...,size; the path may itself hold commas (then quoted).
-                let mut it = line.rsplitn(3, ',');
-                let (Some(size), Some(hash), Some(path)) = (it.next(), it.next(), it.next()) else {
-                    continue;
-                };
-                let path = path.trim_matches('"');
-                let (Some(b64), Ok(size)) = (hash.strip_prefix("sha256="), size.parse::<u64>())
-                else {
-                    continue;
-                };
-                if path.starts_with('/') || path.split('/').any(|c| c == ".." || c.is_empty()) {
-                    continue;
-                }
-                let Ok(raw) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(b64) else {
-                    continue;
-                };
-                if raw.len() != 32 {
-                    continue;
-                }
-                let file = site.join(path);
-                let Ok(meta) = std::fs::symlink_metadata(&file) else {
-                    continue;
-                };
-                if !meta.is_file() || meta.nlink() < 2 || meta.len() != size {
-                    continue;
-                }
-                if let Ok(rel) = file.strip_prefix(venv) {
-                    out.insert(rel.to_string_lossy().into_owned(), hex::encode(raw));
-                }
+            if let Ok(text) = std::fs::read_to_string(d.path().join("RECORD")) {
+                out.push(Record {
+                    site: site.clone(),
+                    dist_info,
+                    text,
+                });
             }
         }
     }
     Ok(out)
+}
+
+/// `(path, hash, size)` of one `RECORD` line (`path,sha256=...,size`; the
+/// path may itself hold commas, then quoted), for a path inside
+/// site-packages (not absolute, no `..` or empty component).
+fn record_row(line: &str) -> Option<(&str, &str, &str)> {
+    let mut it = line.rsplitn(3, ',');
+    let (size, hash, path) = (it.next()?, it.next()?, it.next()?);
+    let path = path.trim_matches('"');
+    if path.starts_with('/') || path.split('/').any(|c| c == ".." || c.is_empty()) {
+        return None;
+    }
+    Some((path, hash, size))
+}
+
+/// The files of a damaged venv entry whose damage the store's caches share,
+/// found by [`shared_damage`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SharedDamage {
+    /// Damaged files (absolute paths) that share their inode with another
+    /// link (the uv cache's unpacked wheel, the bytecode pool, other venvs).
+    pub files: Vec<PathBuf>,
+    /// The distributions whose `RECORD` lists one of `files`, by their
+    /// normalized name (PEP 503): uv's cache holds their unpacked wheels.
+    pub dists: Vec<String>,
+    /// Files of `files` no `RECORD` lists, other than `__pycache__/*.pyc`
+    /// (those come from the bytecode pool), by path relative to the venv:
+    /// where in uv's cache they live is not known.
+    pub unowned: Vec<String>,
+}
+
+/// The damage of the venv entry at `venv` that the store's caches share,
+/// from the problems its manifest check reported (`problems`, as
+/// `Manifest::check` words them, `<kind>: <path>[ (<detail>)]`): every
+/// file a problem names, other than `missing:` and `added:` ones, that is
+/// still a regular file with more than one link. Such a file was rewritten
+/// in place (a file replaced by a new one has a link of its own), so the
+/// other links (uv's cache, the bytecode pool) hold the damaged bytes too.
+/// Each is attributed to the distributions whose `RECORD` (PEP 376) lists it.
+pub fn shared_damage(venv: &Path, problems: &[String]) -> SharedDamage {
+    use std::os::unix::fs::MetadataExt;
+    use std::str::FromStr;
+    let mut rels: Vec<String> = Vec::new();
+    for p in problems {
+        let Some((kind, rest)) = p.split_once(": ") else {
+            continue;
+        };
+        if matches!(kind, "missing" | "added") {
+            continue;
+        }
+        let shared = |rel: &str| {
+            std::fs::symlink_metadata(venv.join(rel)).is_ok_and(|m| m.is_file() && m.nlink() > 1)
+        };
+        // The path, or the path before a detail (`changed size: <path> (a -> b bytes)`).
+        let rel = [Some(rest), rest.rsplit_once(" (").map(|(a, _)| a)]
+            .into_iter()
+            .flatten()
+            .find(|r| !r.is_empty() && !Path::new(r).is_absolute() && shared(r));
+        if let Some(rel) = rel
+            && !rels.iter().any(|r| r == rel)
+        {
+            rels.push(rel.to_string());
+        }
+    }
+    let mut out = SharedDamage {
+        files: rels.iter().map(|r| venv.join(r)).collect(),
+        ..SharedDamage::default()
+    };
+    if rels.is_empty() {
+        return out;
+    }
+    let index: HashMap<PathBuf, usize> = rels
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (PathBuf::from(r), i))
+        .collect();
+    let mut owned = vec![false; rels.len()];
+    for rec in records(venv).unwrap_or_default() {
+        let stem = rec.dist_info.trim_end_matches(".dist-info");
+        let name = stem.split_once('-').map_or(stem, |(n, _)| n);
+        let Ok(name) = pep508_rs::PackageName::from_str(name) else {
+            continue;
+        };
+        for line in rec.text.lines() {
+            let Some((path, _, _)) = record_row(line) else {
+                continue;
+            };
+            let file = rec.site.join(path);
+            let Ok(rel) = file.strip_prefix(venv) else {
+                continue;
+            };
+            if let Some(&i) = index.get(rel) {
+                owned[i] = true;
+                if !out.dists.contains(&name.to_string()) {
+                    out.dists.push(name.to_string());
+                }
+            }
+        }
+    }
+    out.dists.sort();
+    out.unowned = rels
+        .iter()
+        .zip(&owned)
+        .filter(|(r, o)| {
+            let pyc = Path::new(r.as_str())
+                .parent()
+                .is_some_and(|d| d.ends_with("__pycache__"))
+                && r.ends_with(".pyc");
+            !**o && !pyc
+        })
+        .map(|(r, _)| r.clone())
+        .collect();
+    out
+}
+
+/// Before the damaged venv entry at `venv` is moved aside and rebuilt (the
+/// caller holds its lock): takes out of the store's caches what shares the
+/// damaged files' inodes ([`shared_damage`] of `problems`), so the rebuild
+/// neither links the damaged bytes again nor records them as right
+/// ([`record_hashes`] trusts a hard link of the recorded size):
+/// - uv's cache: every entry of the distributions owning a damaged file
+///   (`uv cache clean <name>...`), or the whole cache when a damaged shared
+///   file belongs to no distribution's `RECORD`;
+/// - the bytecode pool: the damaged `.pyc` files and the bytecode of
+///   damaged sources (`host::bytecode::evict`).
+///
+/// Says on stderr what was evicted (one line), nothing when no damaged file
+/// is shared. Other venvs that link the same files keep the damaged bytes
+/// (`verify --deep` finds them). Logged to `<root>/logs/evict-<name>.log`.
+///
+/// Errors: uv fails or the pool cannot be changed; the entry is then left
+/// in place (the next run finds it damaged again).
+pub fn evict_shared_damage(cx: &Ctx<'_>, entry: &Entry, problems: &[String]) -> Result<()> {
+    use crate::host::uv::CacheClean;
+    let damage = shared_damage(&entry.path, problems);
+    if damage.files.is_empty() {
+        return Ok(());
+    }
+    let log = cx.store.stage_log(&format!("evict-{}", entry.name))?;
+    let clean = if damage.unowned.is_empty() {
+        CacheClean::Packages(damage.dists.clone())
+    } else {
+        CacheClean::Everything
+    };
+    cx.uv.cache_clean(&clean, &log).with_context(|| {
+        format!(
+            "evicting the damaged files of {} from uv's cache",
+            entry.label()
+        )
+    })?;
+    let pyc = bytecode::evict(&cx.store.bytecode_dir(), &damage.files).with_context(|| {
+        format!(
+            "evicting the damaged files of {} from the bytecode pool",
+            entry.label()
+        )
+    })?;
+    let uv = match &clean {
+        CacheClean::Packages(d) if d.is_empty() => "nothing from uv's cache".to_string(),
+        CacheClean::Packages(d) => format!("{} from uv's cache", d.join(", ")),
+        CacheClean::Everything => format!(
+            "all of uv's cache ({} belongs to no RECORD)",
+            damage.unowned.join(", ")
+        ),
+    };
+    progress::stage(
+        "venv",
+        format!(
+            "{}: {} damaged file(s) share their inode with the store's caches; evicted {uv} and {pyc} file(s) from the bytecode pool, so the rebuild unpacks and compiles them again",
+            entry.label(),
+            damage.files.len()
+        ),
+    );
+    Ok(())
 }
 
 /// Installs the wheel of `wheel_entry` (checked against `wheel`'s sha256)
@@ -339,6 +529,69 @@ mod tests {
 
     fn b64(data: &[u8]) -> String {
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(data))
+    }
+
+    #[test]
+    fn shared_damage_names_the_shared_files_and_their_distributions() {
+        let tmp = tempfile::tempdir().unwrap();
+        let venv = tmp.path().join("venv");
+        let site = venv.join("lib/python3.11/site-packages");
+        for d in [
+            "pkg/__pycache__",
+            "pkg-1.0.dist-info",
+            "Other_Pkg-2.0.dist-info",
+            "other",
+        ] {
+            std::fs::create_dir_all(site.join(d)).unwrap();
+        }
+        let shared = |rel: &str| {
+            let outside = tmp.path().join(rel.replace('/', "_"));
+            std::fs::write(&outside, rel).unwrap();
+            std::fs::hard_link(&outside, site.join(rel)).unwrap();
+        };
+        shared("pkg/a.py");
+        shared("pkg/__pycache__/a.cpython-311.pyc");
+        shared("other/b.py");
+        shared("stray.py");
+        std::fs::write(site.join("pkg/own.py"), "x").unwrap();
+        std::fs::write(
+            site.join("pkg-1.0.dist-info/RECORD"),
+            "pkg/a.py,sha256=x,1\npkg/own.py,,\n",
+        )
+        .unwrap();
+        std::fs::write(
+            site.join("Other_Pkg-2.0.dist-info/RECORD"),
+            "other/b.py,sha256=x,1\n",
+        )
+        .unwrap();
+        let sp = "lib/python3.11/site-packages";
+        let problems: Vec<String> = [
+            format!("changed content: {sp}/pkg/a.py"),
+            format!("changed size: {sp}/other/b.py (1 -> 2 bytes)"),
+            format!("changed content: {sp}/pkg/__pycache__/a.cpython-311.pyc"),
+            // A file of its own (replaced, not rewritten in place): not shared.
+            format!("changed content: {sp}/pkg/own.py"),
+            format!("added: {sp}/stray.py"),
+            format!("missing: {sp}/pkg/gone.py"),
+        ]
+        .into();
+        let d = shared_damage(&venv, &problems);
+        let rel = |r: &str| venv.join(sp).join(r);
+        assert_eq!(
+            d.files,
+            vec![
+                rel("pkg/a.py"),
+                rel("other/b.py"),
+                rel("pkg/__pycache__/a.cpython-311.pyc")
+            ]
+        );
+        assert_eq!(d.dists, vec!["other-pkg".to_string(), "pkg".to_string()]);
+        assert!(d.unowned.is_empty(), "{d:?}");
+        // A shared file no RECORD lists (not bytecode): its owner is unknown.
+        let d = shared_damage(&venv, &[format!("changed content: {sp}/stray.py")]);
+        assert_eq!(d.unowned, vec![format!("{sp}/stray.py")]);
+        assert!(d.dists.is_empty());
+        assert_eq!(shared_damage(&venv, &[]), SharedDamage::default());
     }
 
     #[test]

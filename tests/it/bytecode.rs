@@ -186,3 +186,118 @@ fn a_restored_oracle_imports_everything_without_compiling_and_tracebacks_name_it
     assert_eq!(code(&v), 3, "{}", text(&v));
     assert!(text(&v).contains("packaging/version.py"), "{}", text(&v));
 }
+
+/// Rewrites the file at `path` in place (same inode, same size): one byte
+/// changed, the file opened for writing without being replaced. Returns the
+/// bytes it held before.
+fn rewrite_in_place(path: &Path) -> Vec<u8> {
+    use std::io::{Seek, SeekFrom, Write};
+    use std::os::unix::fs::PermissionsExt;
+    let before = std::fs::read(path).unwrap();
+    let ino = std::fs::metadata(path).unwrap().ino();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    let at = before.len() / 2;
+    f.seek(SeekFrom::Start(at as u64)).unwrap();
+    f.write_all(&[if before[at] == b'#' { b'%' } else { b'#' }])
+        .unwrap();
+    drop(f);
+    let after = std::fs::metadata(path).unwrap();
+    assert_eq!(after.ino(), ino, "rewritten in place");
+    assert_eq!(after.len(), before.len() as u64, "same size");
+    assert_ne!(std::fs::read(path).unwrap(), before);
+    before
+}
+
+/// Deletes `path` from its (read-only) directory, which changes that
+/// directory's modification time: the no-op then checks its files.
+fn delete_beside(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = path.parent().unwrap();
+    std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn a_file_rewritten_in_place_is_not_linked_again_into_the_rebuilt_oracle() {
+    let fx = Fx::new();
+    let (_, _, recipe) = fx.pin();
+    let r = recipe.to_str().unwrap();
+    let first = json(&fx.exits(&["build", r, "--no-smoke", "--json"], 4));
+    let venv = PathBuf::from(first["oracle"].as_str().unwrap());
+    let site = venv.join("lib/python3.11/site-packages");
+
+    // A dependency's source, hard-linked from the store's uv cache, and
+    // another one's `.pyc`, hard-linked from the store's bytecode pool, both
+    // rewritten in place: the uv cache's and the pool's copies change with them.
+    let py = site.join("packaging/version.py");
+    let pyc = site.join("idna/__pycache__/core.cpython-311.pyc");
+    let pyc_src = site.join("idna/core.py");
+    let pyc_src_ino = std::fs::metadata(&pyc_src).unwrap().ino();
+    for f in [&py, &pyc] {
+        assert!(
+            std::fs::metadata(f).unwrap().nlink() > 1,
+            "{} is shared",
+            f.display()
+        );
+    }
+    let py_bytes = rewrite_in_place(&py);
+    let pyc_bytes = rewrite_in_place(&pyc);
+    let (py_ino, pyc_ino) = (
+        std::fs::metadata(&py).unwrap().ino(),
+        std::fs::metadata(&pyc).unwrap().ino(),
+    );
+    // Another file deleted in each directory, so the no-op looks there.
+    delete_beside(&site.join("packaging/py.typed"));
+    delete_beside(&site.join("idna/__pycache__/codec.cpython-311.pyc"));
+
+    let out = fx.exits(&["build", r, "--no-smoke", "--json"], 4);
+    let t = text(&out);
+    assert!(t.contains("is damaged ("), "{t}");
+    assert!(
+        json(&out)["built"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b == "venv"),
+        "{t}"
+    );
+    assert_eq!(json(&out)["oracle"], first["oracle"]);
+
+    // The rebuilt oracle holds the wheel's bytes, in files of their own.
+    assert!(
+        std::fs::read(&py).unwrap() == py_bytes,
+        "the rebuilt {} holds the damaged bytes, not the wheel's:\n{t}",
+        py.display()
+    );
+    assert_ne!(std::fs::metadata(&py).unwrap().ino(), py_ino);
+    assert_ne!(std::fs::metadata(&pyc).unwrap().ino(), pyc_ino);
+    // idna's source is the uv cache's same file as before: only the pool's
+    // eviction keeps the damaged `.pyc` out.
+    assert_eq!(std::fs::metadata(&pyc_src).unwrap().ino(), pyc_src_ino);
+    assert_eq!(std::fs::read(&pyc).unwrap().len(), pyc_bytes.len());
+    // The .pyc was compiled again: it is what Python compiles from the source.
+    let check = Command::new(venv.join("bin/python"))
+        .args([
+            "-I",
+            "-c",
+            "import importlib.util as u, sys, marshal, pathlib\n\
+             src = pathlib.Path(sys.argv[1])\n\
+             data = pathlib.Path(sys.argv[2]).read_bytes()\n\
+             code = compile(src.read_bytes(), str(src), 'exec')\n\
+             assert marshal.loads(data[16:]).co_code == code.co_code, 'stale pyc'\n",
+        ])
+        .arg(&pyc_src)
+        .arg(&pyc)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", text(&check));
+    let v = fx.run(&["verify", r, "--deep"]);
+    assert_eq!(code(&v), 0, "{}", text(&v));
+    // stderr said what was evicted: packaging's unpacked wheel, and the
+    // pool's `.pyc` of version.py and idna's damaged `.pyc`.
+    assert!(
+        t.contains("2 damaged file(s) share their inode with the store's caches; evicted packaging from uv's cache and 2 file(s) from the bytecode pool"),
+        "{t}"
+    );
+}
