@@ -577,4 +577,37 @@ mod tests {
             assert!(Stamps::read(t.path()).is_err());
         }
     }
+
+    #[test]
+    fn the_quick_check_hashes_what_the_stamps_name_so_a_touch_is_no_damage() {
+        let (t, _) = entry();
+        let a = t.path().join("lib/pkg/a.py");
+        // Touched: the stamp differs, the content does not.
+        set_mtime(&a, 2_000_000);
+        assert_eq!(
+            Stamps::read(t.path()).unwrap().changes(t.path()),
+            ["lib/pkg/a.py"]
+        );
+        assert_eq!(Manifest::check_quick(t.path()), Vec::<String>::new());
+        // Rewritten in place, same size: damage.
+        std::fs::write(&a, "A = 2\n").unwrap();
+        assert_eq!(
+            Manifest::check_quick(t.path()),
+            ["changed content: lib/pkg/a.py"]
+        );
+        // Without stamps, the directory times alone miss it (entries from before stamps).
+        std::fs::remove_file(t.path().join(STAMPS)).unwrap();
+        assert_eq!(Manifest::check_quick(t.path()), Vec::<String>::new());
+        // The manifest and the stamps themselves are never "added".
+        Manifest::read(t.path())
+            .unwrap()
+            .write_stamped(t.path())
+            .unwrap();
+        // (sizes only: the same-size rewrite is left to the hash.)
+        assert!(t.path().join(STAMPS).is_file());
+        assert_eq!(
+            Manifest::read(t.path()).unwrap().check(t.path(), false),
+            Vec::<String>::new()
+        );
+    }
 }
