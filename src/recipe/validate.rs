@@ -405,21 +405,8 @@ pub fn is_distribution_name(s: &str) -> bool {
 }
 
 /// Whether `s` is one exact PEP 440 version (`2.13.0`, `0.6.15.post1`,
-/// `1!2.0rc1.dev3`, `2.13.0+cu130`): no operators, wildcards, commas,
-/// spaces or markers.
+/// `1!2.0rc1.dev3`, `2.13.0+cu130`), as `pep440_rs` parses one: no
+/// operators, wildcards, commas, spaces or markers.
 pub fn is_exact_version(s: &str) -> bool {
-    static PEP440: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
-        // packaging's VERSION_PATTERN, anchored, without surrounding spaces.
-        regex::Regex::new(
-            r"(?ix)^v?
-            (?:[0-9]+!)?
-            [0-9]+(?:\.[0-9]+)*
-            (?:[-_.]?(?:alpha|a|beta|b|preview|pre|c|rc)[-_.]?[0-9]*)?
-            (?:-[0-9]+|[-_.]?(?:post|rev|r)[-_.]?[0-9]*)?
-            (?:[-_.]?dev[-_.]?[0-9]*)?
-            (?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?$",
-        )
-        .expect("the PEP 440 pattern compiles")
-    });
-    PEP440.is_match(s)
+    s.trim() == s && !s.is_empty() && s.parse::<pep440_rs::Version>().is_ok()
 }
