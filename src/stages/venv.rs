@@ -330,8 +330,9 @@ pub fn shared_damage(venv: &Path, problems: &[String]) -> SharedDamage {
 ///   damaged sources (`host::bytecode::evict`).
 ///
 /// Says on stderr what was evicted (one line), nothing when no damaged file
-/// is shared. Other venvs that link the same files keep the damaged bytes
-/// (`verify --deep` finds them). Logged to `<root>/logs/evict-<name>.log`.
+/// is shared. Other venvs that link the same files hold the damaged bytes
+/// too; the inode's new time shows in their stamps, so their own next build
+/// (or `verify`) finds them. Logged to `<root>/logs/evict-<name>.log`.
 ///
 /// Errors: uv fails or the pool cannot be changed; the entry is then left
 /// in place (the next run finds it damaged again).
