@@ -26,26 +26,100 @@ pub fn make_writable(dir: &Path) {
     let _ = set_write_bits(dir, true);
 }
 
+/// Sets or clears the write bits of `path` and, for a directory, of
+/// everything below it (symlinks untouched). A directory's tree is walked by
+/// a few threads sharing a queue of directories: a venv holds 10,000 to
+/// 100,000 files, each a `lstat` and maybe a `chmod`. Order does not matter:
+/// changing a file's mode needs no write permission on its directory.
+///
+/// Errors: the first entry that cannot be read or changed.
 fn set_write_bits(path: &Path, writable: bool) -> Result<()> {
+    use std::sync::{Condvar, Mutex};
     let meta = fs::symlink_metadata(path)?;
     if meta.file_type().is_symlink() {
         return Ok(());
     }
+    set_mode_bits(path, &meta, writable)?;
+    if !meta.is_dir() {
+        return Ok(());
+    }
+    struct Walk {
+        dirs: Vec<std::path::PathBuf>,
+        /// Directories queued or being read.
+        pending: usize,
+        error: Option<anyhow::Error>,
+    }
+    let walk = Mutex::new(Walk {
+        dirs: vec![path.to_path_buf()],
+        pending: 1,
+        error: None,
+    });
+    let wake = Condvar::new();
+    let one_dir = |dir: &Path, found: &mut Vec<std::path::PathBuf>| -> Result<()> {
+        for e in fs::read_dir(dir)? {
+            let e = e?;
+            let meta = fs::symlink_metadata(e.path())?;
+            if meta.file_type().is_symlink() {
+                continue;
+            }
+            set_mode_bits(&e.path(), &meta, writable)?;
+            if meta.is_dir() {
+                found.push(e.path());
+            }
+        }
+        Ok(())
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                let Ok(mut w) = walk.lock() else { return };
+                loop {
+                    if w.pending == 0 || w.error.is_some() {
+                        wake.notify_all();
+                        return;
+                    }
+                    let Some(dir) = w.dirs.pop() else {
+                        w = match wake.wait(w) {
+                            Ok(w) => w,
+                            Err(_) => return,
+                        };
+                        continue;
+                    };
+                    drop(w);
+                    let mut found = Vec::new();
+                    let res = one_dir(&dir, &mut found);
+                    w = match walk.lock() {
+                        Ok(w) => w,
+                        Err(_) => return,
+                    };
+                    w.pending = w.pending + found.len() - 1;
+                    w.dirs.extend(found);
+                    if let Err(e) = res {
+                        w.error.get_or_insert(e);
+                    }
+                    wake.notify_all();
+                }
+            });
+        }
+    });
+    match walk.into_inner() {
+        Ok(Walk { error: Some(e), .. }) => Err(e),
+        Ok(_) => Ok(()),
+        Err(_) => anyhow::bail!("a thread changing modes under {} panicked", path.display()),
+    }
+}
+
+/// Sets or clears the write bits of the one file or directory `path`
+/// whose metadata is `meta`, when they differ.
+fn set_mode_bits(path: &Path, meta: &std::fs::Metadata, writable: bool) -> Result<()> {
     let mode = meta.permissions().mode();
     let new = if writable {
         mode | 0o200
     } else {
         mode & !0o222
     };
-    if writable && new != mode {
-        fs::set_permissions(path, std::fs::Permissions::from_mode(new))?;
-    }
-    if meta.is_dir() {
-        for e in fs::read_dir(path)? {
-            set_write_bits(&e?.path(), writable)?;
-        }
-    }
-    if !writable && new != mode {
+    if new != mode {
         fs::set_permissions(path, std::fs::Permissions::from_mode(new))?;
     }
     Ok(())

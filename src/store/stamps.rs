@@ -140,13 +140,6 @@ fn meta(st: &rustix::fs::Stat) -> Meta {
     }
 }
 
-fn stat(dir: &Path, rel: &str) -> Result<Meta> {
-    let p = dir.join(rel);
-    let st = rustix::fs::statat(rustix::fs::CWD, &p, AtFlags::SYMLINK_NOFOLLOW)
-        .with_context(|| format!("stat {}", p.display()))?;
-    Ok(meta(&st))
-}
-
 fn open_dir(path: &Path) -> rustix::io::Result<OwnedFd> {
     rustix::fs::open(
         path,
@@ -177,7 +170,7 @@ impl Stamps {
             meta: Meta,
             sha256: Option<Vec<u8>>,
         }
-        let mut by_dir: BTreeMap<&str, Vec<Name<'_>>> = BTreeMap::new();
+        let mut by_dir: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         by_dir.insert("", Vec::new());
         for d in &manifest.dirs {
             by_dir.entry(d.path.as_str()).or_default();
@@ -195,41 +188,61 @@ impl Stamps {
             .chain(manifest.symlinks.iter().map(|(p, _)| p.as_str()))
             .chain(manifest.dirs.iter().map(|d| d.path.as_str()));
         for path in listed {
-            let meta = stat(dir, path)?;
-            let Some(kind) = meta.kind else {
-                bail!(
-                    "{} is not a file, directory or symlink",
-                    dir.join(path).display()
-                );
-            };
-            let sha256 = match records.get(path) {
-                Some(h) => Some(
-                    hex::decode(h)
-                        .ok()
-                        .filter(|v| v.len() == 32)
-                        .with_context(|| format!("the manifest's sha256 of {path} is not one"))?,
-                ),
-                None => None,
-            };
-            let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
-            by_dir.entry(parent).or_default().push(Name {
-                name,
-                kind,
-                meta,
-                sha256,
-            });
+            let parent = path.rsplit_once('/').map_or("", |(parent, _)| parent);
+            by_dir.entry(parent).or_default().push(path);
         }
-        let mut out = Vec::with_capacity(
-            MAGIC.len() + by_dir.values().map(|n| 64 + 40 * n.len()).sum::<usize>(),
-        );
-        out.extend_from_slice(MAGIC);
-        put_u32(&mut out, by_dir.len());
-        for (path, mut names) in by_dir {
+        // Each name stat'ed relative to its directory's descriptor, as
+        // `changes` will (no path walk per file).
+        let mut stamped: Vec<(&str, i64, Vec<Name<'_>>)> = Vec::with_capacity(by_dir.len());
+        for (path, members) in by_dir {
+            let at = dir.join(path);
+            let fd = open_dir(&at).with_context(|| format!("opening {}", at.display()))?;
             let mtime_ns = if path.is_empty() {
                 0
             } else {
-                stat(dir, path)?.mtime_ns
+                meta(&rustix::fs::fstat(&fd).with_context(|| format!("stat {}", at.display()))?)
+                    .mtime_ns
             };
+            let mut names = Vec::with_capacity(members.len());
+            for rel in members {
+                let name = rel.rsplit_once('/').map_or(rel, |(_, n)| n);
+                let st = rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW)
+                    .with_context(|| format!("stat {}", dir.join(rel).display()))?;
+                let meta = meta(&st);
+                let Some(kind) = meta.kind else {
+                    bail!(
+                        "{} is not a file, directory or symlink",
+                        dir.join(rel).display()
+                    );
+                };
+                let sha256 =
+                    match records.get(rel) {
+                        Some(h) => {
+                            Some(hex::decode(h).ok().filter(|v| v.len() == 32).with_context(
+                                || format!("the manifest's sha256 of {rel} is not one"),
+                            )?)
+                        }
+                        None => None,
+                    };
+                names.push(Name {
+                    name,
+                    kind,
+                    meta,
+                    sha256,
+                });
+            }
+            stamped.push((path, mtime_ns, names));
+        }
+        let mut out = Vec::with_capacity(
+            MAGIC.len()
+                + stamped
+                    .iter()
+                    .map(|(_, _, n)| 64 + 40 * n.len())
+                    .sum::<usize>(),
+        );
+        out.extend_from_slice(MAGIC);
+        put_u32(&mut out, stamped.len());
+        for (path, mtime_ns, mut names) in stamped {
             names.sort_by(|a, b| a.name.cmp(b.name));
             put_str(&mut out, path);
             out.extend_from_slice(&mtime_ns.to_le_bytes());
