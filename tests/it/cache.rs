@@ -12,25 +12,6 @@ use serde_json::Value;
 
 const REPO: &str = "team/oracles";
 
-/// An ed25519 key pair made by ssh-keygen: (private key, allowed_signers line).
-fn keypair(dir: &Path, principal: &str) -> (PathBuf, String) {
-    let key = dir.join(format!("key-{principal}"));
-    let out = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", principal, "-f"])
-        .arg(&key)
-        .output()
-        .expect("ssh-keygen runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
-    let mut parts = public.split_whitespace();
-    let (t, k) = (parts.next().unwrap(), parts.next().unwrap());
-    (key, format!("{principal} {t} {k}\n"))
-}
-
 /// Writes `<store>/config.toml` with one `[[cache]]` entry.
 fn configure(store: &Path, url: &str, key: Option<&Path>, signers: Option<&Path>, min: u32) {
     std::fs::create_dir_all(store).unwrap();

@@ -8,23 +8,6 @@ use std::process::{Command, Output};
 use crate::support::*;
 use serde_json::Value;
 
-/// An ed25519 key made by ssh-keygen: (private key, allowed_signers line).
-fn keypair(dir: &Path, principal: &str) -> (PathBuf, String) {
-    let key = dir.join(format!("key-{principal}"));
-    let out = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", principal, "-f"])
-        .arg(&key)
-        .output()
-        .expect("ssh-keygen runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
-    (key, format!("{principal} {public}"))
-}
-
 /// `<store>/config.toml` with one cache at `url`.
 fn configure(store: &Path, url: &str, key: Option<&Path>, signers: &Path, min: u32) {
     std::fs::create_dir_all(store).unwrap();

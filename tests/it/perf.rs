@@ -14,15 +14,7 @@ const TUS: usize = 48;
 /// The fixture with the C/C++-heavy CMake overlay (tests/fixture/cmake-heavy)
 /// and `TUS` generated C++ translation units in `csrc/gen/`, committed.
 fn heavy_fixture(dir: &Path) -> (PathBuf, String) {
-    let (repo, _) = fixture_repo(dir);
-    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixture/cmake-heavy");
-    let st = Command::new("cp")
-        .arg("-rT")
-        .arg(&overlay)
-        .arg(&repo)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let (repo, _) = fixture_repo_with(dir, "cmake-heavy");
     let gen_dir = repo.join("csrc/gen");
     std::fs::create_dir_all(&gen_dir).unwrap();
     for i in 0..TUS {

@@ -588,15 +588,7 @@ fn cmake_fixture(dir: &Path) -> (PathBuf, String) {
     );
     ext_repo(&sm, &[("README", "with a submodule\n")]);
 
-    let (repo, _) = fixture_repo(dir);
-    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixture/cmake");
-    let st = Command::new("cp")
-        .arg("-rT")
-        .arg(&overlay)
-        .arg(&repo)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let (repo, _) = fixture_repo_with(dir, "cmake");
     for f in [
         "CMakeLists.txt",
         "cmake/external_projects/fxenv.cmake",

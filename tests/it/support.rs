@@ -301,3 +301,45 @@ pub fn plan_exit(out: &Output) -> i32 {
         .is_some_and(|p| !p.is_empty());
     i32::from(blocked)
 }
+
+/// An ed25519 key pair made by `ssh-keygen` in `dir` for `principal`: the
+/// private key's path and the key's `allowed_signers` line.
+pub fn keypair(dir: &Path, principal: &str) -> (PathBuf, String) {
+    let key = dir.join(format!("key-{principal}"));
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", principal, "-f"])
+        .arg(&key)
+        .output()
+        .expect("ssh-keygen runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    let mut parts = public.split_whitespace();
+    let (t, k) = (parts.next().unwrap(), parts.next().unwrap());
+    (key, format!("{principal} {t} {k}\n"))
+}
+
+/// [`fixture_repo`] with the files of `tests/fixture/<overlay>/` copied
+/// over the package (not yet committed): the CMake variants of the fixture.
+pub fn fixture_repo_with(dir: &Path, overlay: &str) -> (PathBuf, String) {
+    let (repo, commit) = fixture_repo(dir);
+    let from = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixture")
+        .join(overlay);
+    let st = Command::new("cp")
+        .arg("-rT")
+        .arg(&from)
+        .arg(&repo)
+        .status()
+        .unwrap();
+    assert!(
+        st.success(),
+        "copying {} over {}",
+        from.display(),
+        repo.display()
+    );
+    (repo, commit)
+}
