@@ -124,22 +124,20 @@ pub fn inspect(
     let Some(kind) = kind_of(generic["artifactType"].as_str()) else {
         return Ok(None);
     };
-    let mut problems = Vec::new();
+    // An artifact whose manifest or config cannot be read: what is known of it.
+    let unreadable = |size: u64, layers: usize, e: anyhow::Error| Inspected {
+        tag: tag.to_string(),
+        kind,
+        name: String::new(),
+        digest: fetched.digest.clone(),
+        size,
+        layers,
+        trust: Trust::Pinned,
+        problems: vec![format!("{e:#}")],
+    };
     let manifest = match artifact::parse_manifest(&fetched.bytes, kind, tag) {
         Ok(m) => m,
-        Err(e) => {
-            problems.push(format!("{e:#}"));
-            return Ok(Some(Inspected {
-                tag: tag.to_string(),
-                kind,
-                name: String::new(),
-                digest: fetched.digest,
-                size: 0,
-                layers: 0,
-                trust: Trust::Pinned,
-                problems,
-            }));
-        }
+        Err(e) => return Ok(Some(unreadable(0, 0, e))),
     };
     let size = size_of(&manifest);
     fs::create_dir_all(scratch)?;
@@ -151,20 +149,9 @@ pub fn inspect(
         .with_context(|| format!("the config {} of {tag}", manifest.config.digest));
     let config = match config {
         Ok(c) => c,
-        Err(e) => {
-            problems.push(format!("{e:#}"));
-            return Ok(Some(Inspected {
-                tag: tag.to_string(),
-                kind,
-                name: String::new(),
-                digest: fetched.digest,
-                size,
-                layers: manifest.layers.len(),
-                trust: Trust::Pinned,
-                problems,
-            }));
-        }
+        Err(e) => return Ok(Some(unreadable(size, manifest.layers.len(), e))),
     };
+    let mut problems = Vec::new();
     if config.kind != kind {
         problems.push(format!(
             "its config says kind {:?}, its artifactType {kind:?}",
