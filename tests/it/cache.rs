@@ -300,17 +300,7 @@ for f in m["files"]:
     f["sha256"] = hashlib.sha256(open(p, "rb").read()).hexdigest(); f["size"] = os.path.getsize(p)
 open(os.path.join(d, "manifest.json"), "w").write(json.dumps(m, indent=2))
 "#;
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeds(Command::new("python3").arg("-c").arg(script).arg(dir));
 }
 
 #[test]

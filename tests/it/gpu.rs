@@ -17,20 +17,6 @@ fn fixture_cuda() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixture/cuda")
 }
 
-/// Copies the files of `src` into `dst` (created), replacing files already there.
-fn overlay(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let to = dst.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            overlay(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), &to).unwrap();
-        }
-    }
-}
-
 /// A git repository of the CUDA fixture at `dir/repo`: pkg/ with cuda/ over
 /// it, committed, tagged `v0.1.0`, one more commit. Returns (repo, head commit).
 fn cuda_fixture_repo(dir: &Path) -> (PathBuf, String) {

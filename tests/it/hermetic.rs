@@ -448,15 +448,10 @@ include(cmake/external_projects/kernels.cmake)
     // The staged sources reached the build, through their variables.
     let venv = PathBuf::from(first["oracle"].as_str().unwrap());
     let sources = |venv: &Path| {
-        let out = Command::new(venv.join("bin/python"))
+        let out = succeeds(
+            Command::new(venv.join("bin/python"))
             .args(["-c", "import json, fixturellm._ext_sources as e; print(json.dumps(e.SOURCES, sort_keys=True))"])
             .current_dir("/")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
         );
         serde_json::from_slice::<Value>(&out.stdout).unwrap()
     };
@@ -770,20 +765,6 @@ fn bundle_dir_file(members: &[(String, Vec<u8>)], dir: &Path) -> PathBuf {
     path
 }
 
-/// Copies the files under `src` over `dst` (replacing those of the same path).
-fn overlay(src: &Path, dst: &Path) {
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let to = dst.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&to).unwrap();
-            overlay(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), &to).unwrap();
-        }
-    }
-}
-
 #[test]
 fn export_of_a_cuda_pin_for_another_platform_prepares_everything_without_building() {
     let tmp = tempfile::tempdir().unwrap();
@@ -983,23 +964,15 @@ with tarfile.open(dst, "w:gz") as t:
             d = json.dumps(man).encode(); m.size = len(d)
         t.addfile(m, io.BytesIO(d) if d is not None else None)
 "#;
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            script,
-            src.to_str().unwrap(),
-            dst.to_str().unwrap(),
-            package,
-            new_name,
-            new_version,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeds(Command::new("python3").args([
+        "-c",
+        script,
+        src.to_str().unwrap(),
+        dst.to_str().unwrap(),
+        package,
+        new_name,
+        new_version,
+    ]));
 }
 
 #[test]

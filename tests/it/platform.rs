@@ -43,18 +43,13 @@ fn wheels_of(path: &Path, name: &str) -> Vec<(String, String, String)> {
 
 /// The sha256 of what the index serves at `url`, downloaded by Python.
 fn served_sha256(url: &str) -> String {
-    let out = Command::new("python3")
+    let out = succeeds(
+        Command::new("python3")
         .args([
             "-c",
             "import hashlib, sys, urllib.request\nprint(hashlib.sha256(urllib.request.urlopen(sys.argv[1], timeout=120).read()).hexdigest())",
             url,
         ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }

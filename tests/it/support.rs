@@ -324,22 +324,39 @@ pub fn keypair(dir: &Path, principal: &str) -> (PathBuf, String) {
 
 /// [`fixture_repo`] with the files of `tests/fixture/<overlay>/` copied
 /// over the package (not yet committed): the CMake variants of the fixture.
-pub fn fixture_repo_with(dir: &Path, overlay: &str) -> (PathBuf, String) {
+pub fn fixture_repo_with(dir: &Path, name: &str) -> (PathBuf, String) {
     let (repo, commit) = fixture_repo(dir);
-    let from = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixture")
-        .join(overlay);
-    let st = Command::new("cp")
-        .arg("-rT")
-        .arg(&from)
-        .arg(&repo)
-        .status()
-        .unwrap();
-    assert!(
-        st.success(),
-        "copying {} over {}",
-        from.display(),
-        repo.display()
+    overlay(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixture")
+            .join(name),
+        &repo,
     );
     (repo, commit)
+}
+
+/// Runs `c` to its end and returns its output, failing the test with its
+/// stderr when it exits non-zero.
+pub fn succeeds(c: &mut Command) -> Output {
+    let out = c.output().expect("the command starts");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Copies the files of `src` into `dst` (created), replacing files already there.
+pub fn overlay(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            overlay(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
 }
