@@ -1,11 +1,13 @@
 //! The host layer: what the machine provides to the stages, behind one API
 //! each: the toolchain found on it ([`toolchain`]), uv ([`uv`]), child
 //! processes with timeouts and process groups ([`process`]), and disk space
-//! ([`disk`]), HTTP downloads ([`http`]), and the bytecode of a venv, shared through the store's pool
+//! ([`disk`]), HTTP downloads ([`http`]), the git command line for fetches
+//! and checkouts ([`git`]), and the bytecode of a venv, shared through the store's pool
 //! ([`bytecode`]). It may use the store and the recipe, never a stage.
 
 pub mod bytecode;
 pub mod disk;
+pub mod git;
 pub mod http;
 pub mod platform;
 pub mod process;

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use std::path::Path;
 
 use crate::exit::bad_input;
+use crate::host::git::Git;
 use crate::progress::{self, Progress};
 use crate::store::{Bucket, Entry, Store};
 
@@ -51,20 +52,76 @@ pub fn checkout_entry(store: &Store, commit: &str) -> Entry {
 }
 
 /// Whether the mirror of `url` exists and holds `commit`: its pin ref
-/// ([`pin_ref_holds`]) says so, else libgit2 finds the commit.
+/// ([`pin_ref_holds`]) says so, else the repository is asked.
 pub fn mirror_has(store: &Store, url: &str, commit: &str) -> bool {
     let entry = mirror_entry(store, url);
-    if pin_ref_holds(&entry.path, commit) {
-        return true;
+    pin_ref_holds(&entry.path, commit)
+        || (entry.exists() && Backend::find().has_commit(&entry.path, commit))
+}
+
+/// How the source stage works on repositories: the git command line when it
+/// is on PATH (faster for fetches and checkouts, see [`crate::host::git`]),
+/// else libgit2. Reads of history (tags, ranges, resolving) always use libgit2.
+enum Backend {
+    /// `git` on PATH.
+    Cli(Git),
+    /// No `git`: libgit2 does everything.
+    Libgit2,
+}
+
+impl Backend {
+    /// The git command line if it is on PATH, else libgit2.
+    fn find() -> Backend {
+        Git::find().map_or(Backend::Libgit2, Backend::Cli)
     }
-    Repository::open_bare(&entry.path)
-        .ok()
-        .and_then(|r| {
-            git2::Oid::from_str(commit)
+
+    /// Whether the repository at `dir` holds the commit `commit`.
+    fn has_commit(&self, dir: &Path, commit: &str) -> bool {
+        match self {
+            Backend::Cli(git) => git.has_commit(dir, commit),
+            Backend::Libgit2 => Repository::open(dir)
                 .ok()
-                .map(|oid| r.find_commit(oid).is_ok())
-        })
-        .unwrap_or(false)
+                .zip(git2::Oid::from_str(commit).ok())
+                .is_some_and(|(r, oid)| r.find_commit(oid).is_ok()),
+        }
+    }
+
+    /// Whether a branch or tag of the repository at `dir` reaches `commit`.
+    fn reached_by_branch_or_tag(&self, dir: &Path, commit: &str) -> bool {
+        match self {
+            Backend::Cli(git) => git.reached_from(dir, commit, &["refs/heads/", "refs/tags/"]),
+            Backend::Libgit2 => Repository::open(dir)
+                .ok()
+                .zip(git2::Oid::from_str(commit).ok())
+                .is_some_and(|(r, oid)| reached_by_branch_or_tag(&r, oid)),
+        }
+    }
+
+    /// Fetches `refspecs` of `url` into the repository at `dir`, with every tag.
+    fn fetch(&self, dir: &Path, url: &str, refspecs: &[&str]) -> Result<()> {
+        match self {
+            Backend::Cli(git) => git.fetch(dir, url, refspecs),
+            Backend::Libgit2 => {
+                let repo = Repository::open_bare(dir)
+                    .with_context(|| format!("opening mirror {}", dir.display()))?;
+                fetch(&repo, url, refspecs)
+            }
+        }
+    }
+
+    /// Creates the bare mirror `dir` of `url` (remote `origin`, [`MIRROR_REFSPECS`]).
+    fn init_mirror(&self, dir: &Path, url: &str) -> Result<()> {
+        match self {
+            Backend::Cli(git) => git.init_mirror(dir, url, MIRROR_REFSPECS),
+            Backend::Libgit2 => {
+                let repo = Repository::init_bare(dir)
+                    .with_context(|| format!("creating mirror {}", dir.display()))?;
+                repo.remote_with_fetch("origin", url, MIRROR_REFSPECS[0])?;
+                repo.remote_add_fetch("origin", MIRROR_REFSPECS[1])?;
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Checks that `url` answers (a connect and ref listing). Errors name the repository.
@@ -100,18 +157,19 @@ pub fn ensure_mirror(store: &Store, url: &str, commit: &str, offline: bool) -> R
             entry.path.display()
         );
     }
-    with_mirror(store, &entry, url, |repo| {
-        fetch(repo, url, MIRROR_REFSPECS)?;
-        let oid = git2::Oid::from_str(commit)?;
-        if !reached_by_branch_or_tag(repo, oid) {
+    let backend = Backend::find();
+    with_mirror(store, &entry, url, &backend, |dir| {
+        backend.fetch(dir, url, MIRROR_REFSPECS)?;
+        if !backend.reached_by_branch_or_tag(dir, commit) {
             // A fork-only commit: GitHub keeps pull requests under refs/pull/*.
-            let _ = fetch(repo, url, &[PULL_REFSPEC]);
+            let _ = backend.fetch(dir, url, &[PULL_REFSPEC]);
         }
-        if repo.find_commit(oid).is_err() {
-            let spec = format!("+{commit}:{PIN_REFS}{commit}");
-            let _ = fetch(repo, url, &[spec.as_str()]);
+        if backend.has_commit(dir, commit) {
+            return Ok(());
         }
-        if repo.find_commit(oid).is_err() {
+        let spec = format!("+{commit}:{PIN_REFS}{commit}");
+        let _ = backend.fetch(dir, url, &[spec.as_str()]);
+        if !backend.has_commit(dir, commit) {
             return Err(bad_input(format!(
                 "repository {url} does not have commit {commit} (fetched all branches, tags and pull requests, and asked for the commit by id)"
             )));
@@ -154,10 +212,13 @@ pub fn keep_pin(mirror: &std::path::Path, commit: &str) -> Result<()> {
     if pin_ref_holds(mirror, commit) {
         return Ok(());
     }
+    let name = format!("{PIN_REFS}{commit}");
+    if let Backend::Cli(git) = Backend::find() {
+        return git.update_ref(mirror, &name, commit);
+    }
     let repo = Repository::open_bare(mirror)
         .with_context(|| format!("opening mirror {}", mirror.display()))?;
     let oid = git2::Oid::from_str(commit)?;
-    let name = format!("{PIN_REFS}{commit}");
     if repo.find_reference(&name).ok().and_then(|r| r.target()) == Some(oid) {
         return Ok(());
     }
@@ -220,35 +281,31 @@ pub fn fork_only_warning(mirror: &std::path::Path, url: &str, commit: &str) -> O
     ))
 }
 
-/// Runs `work` (fetches) on the mirror `entry` of `url`: the existing one,
-/// updated in place (git writes objects and refs atomically), or a new one
-/// made in staging and renamed into place only when `work` succeeds.
-/// Callers hold the mirror's lock.
+/// Runs `work` (fetches) on the directory of the mirror `entry` of `url`:
+/// the existing one, updated in place (git writes objects and refs
+/// atomically), or a new one made in staging by `backend` and renamed into
+/// place only when `work` succeeds. Callers hold the mirror's lock.
 fn with_mirror(
     store: &Store,
     entry: &Entry,
     url: &str,
-    work: impl FnOnce(&Repository) -> Result<()>,
+    backend: &Backend,
+    work: impl FnOnce(&Path) -> Result<()>,
 ) -> Result<()> {
+    progress::stage("source", format!("fetching {url} into {}", entry.label()));
     if entry.exists() {
-        let repo = Repository::open_bare(&entry.path)
-            .with_context(|| format!("opening mirror {}", entry.path.display()))?;
-        progress::stage("source", format!("fetching {url} into {}", entry.label()));
-        return work(&repo);
+        return work(&entry.path);
     }
     let staging = store.stage("git")?;
     let dir = staging.path().join("mirror.git");
-    let repo = Repository::init_bare(&dir)
-        .with_context(|| format!("creating mirror {}", dir.display()))?;
-    repo.remote_with_fetch("origin", url, MIRROR_REFSPECS[0])?;
-    repo.remote_add_fetch("origin", MIRROR_REFSPECS[1])?;
-    progress::stage("source", format!("fetching {url} into {}", entry.label()));
-    work(&repo)?;
-    drop(repo);
+    backend.init_mirror(&dir, url)?;
+    work(&dir)?;
     fs_err::rename(&dir, &entry.path)?;
     Ok(())
 }
 
+/// Fetches `refspecs` of `url` into `repo` through libgit2, with every tag
+/// and a progress bar of received objects.
 fn fetch(repo: &Repository, url: &str, refspecs: &[&str]) -> Result<()> {
     let bar = Progress::new("fetch");
     let mut cb = RemoteCallbacks::new();
@@ -270,12 +327,14 @@ fn fetch(repo: &Repository, url: &str, refspecs: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// Ensures `store/src/<commit>` holds a clean, read-only checkout of exactly
+/// Ensures `store/src/<commit>` holds a read-only checkout of exactly
 /// `commit` with the full history and tags of the mirror (cloned locally,
-/// objects hard-linked where the filesystem allows). Returns the entry and
-/// whether this call created it.
+/// objects hard-linked where the filesystem allows), by the git command line
+/// when it is on PATH, else by libgit2 (which also checks the tree is clean
+/// afterwards). Returns the entry and whether this call created it.
 ///
-/// Errors: the clone or checkout fails; HEAD is not `commit`; the tree is dirty.
+/// Errors: the clone or checkout fails; HEAD is not `commit`; (libgit2) the
+/// tree is dirty.
 pub fn ensure_checkout(store: &Store, mirror: &Entry, commit: &str) -> Result<(Entry, bool)> {
     let entry = checkout_entry(store, commit);
     if entry.exists() {
@@ -291,7 +350,29 @@ pub fn ensure_checkout(store: &Store, mirror: &Entry, commit: &str) -> Result<(E
     );
     let staging = store.stage("src")?;
     let dir = staging.path().join("src");
-    let url = mirror.path.to_string_lossy().into_owned();
+    match Backend::find() {
+        Backend::Cli(git) => {
+            git.clone_local(&mirror.path, &dir)?;
+            // git checks out the tree itself; no status pass afterwards: just
+            // after a checkout every file is "racily clean" to git (written
+            // in the second the index was), so a status hashes the whole
+            // tree again, which took as long as the checkout. A tree that
+            // still differs (an attribute's filter) shows as a dirty version
+            // to the identity gate.
+            git.checkout_detached(&dir, commit)?;
+        }
+        Backend::Libgit2 => checkout_with_libgit2(&mirror.path, &dir, commit)?,
+    }
+    store.persist(&dir, &entry)?;
+    Ok((entry, true))
+}
+
+/// Clones the bare `mirror` into `dir` through libgit2 and checks out
+/// `commit` there (detached HEAD), then checks the tree is clean.
+///
+/// Errors: the clone or checkout fails; HEAD is not `commit`; the tree is dirty.
+fn checkout_with_libgit2(mirror: &Path, dir: &Path, commit: &str) -> Result<()> {
+    let url = mirror.to_string_lossy().into_owned();
     // Objects read from our own mirror were hashed by libgit2's indexer when
     // they were fetched; hashing each blob again as the checkout reads it
     // (libgit2's default, which git itself does not do) was a third of the
@@ -313,8 +394,13 @@ pub fn ensure_checkout(store: &Store, mirror: &Entry, commit: &str) -> Result<(E
             repo.remote_add_fetch(name, "+refs/oracle-build/*:refs/oracle-build/*")?;
             repo.find_remote(name)
         })
-        .clone(&url, &dir)
-        .with_context(|| format!("cloning {} into {}", mirror.path.display(), dir.display()))?;
+        .clone(&url, dir)
+        .with_context(|| format!("cloning {} into {}", mirror.display(), dir.display()))?;
+    // The user's global configuration must not change the files (libgit2
+    // reads ~/.gitconfig): line endings as committed.
+    let mut config = repo.config()?;
+    config.set_bool("core.autocrlf", false)?;
+    config.set_str("core.eol", "lf")?;
     let oid = git2::Oid::from_str(commit)?;
     {
         let obj = repo
@@ -330,10 +416,7 @@ pub fn ensure_checkout(store: &Store, mirror: &Entry, commit: &str) -> Result<(E
             ),
         )?;
     }
-    check_clean_at(&repo, commit)?;
-    drop(repo);
-    store.persist(&dir, &entry)?;
-    Ok((entry, true))
+    check_clean_at(&repo, commit)
 }
 
 /// Fetches every branch and tag of `url` into its mirror (creating it if
@@ -350,7 +433,10 @@ pub fn update_mirror(store: &Store, url: &str, offline: bool) -> Result<Entry> {
         }
         return Ok(entry);
     }
-    with_mirror(store, &entry, url, |repo| fetch(repo, url, MIRROR_REFSPECS))?;
+    let backend = Backend::find();
+    with_mirror(store, &entry, url, &backend, |dir| {
+        backend.fetch(dir, url, MIRROR_REFSPECS)
+    })?;
     Ok(entry)
 }
 

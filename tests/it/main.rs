@@ -26,4 +26,5 @@ mod recipes;
 mod registry;
 mod roots;
 mod smoke;
+mod source;
 mod store;

@@ -1,0 +1,193 @@
+//! The source stage's two ways of working on repositories: the git command
+//! line when it is on PATH, libgit2 when it is not. Both must give the same
+//! mirror refs and the same checkout, byte for byte, whatever the user's own
+//! git configuration says.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use crate::support::*;
+
+/// Which programs the binary finds on PATH.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Path_ {
+    /// The test's own PATH (git on it).
+    WithGit,
+    /// An empty directory only: no git, so libgit2 does everything.
+    NoGit,
+}
+
+/// Runs `oracle-build fetch <recipe> --store <store> --json` with a HOME whose
+/// global git configuration converts line endings on checkout
+/// (`core.autocrlf=true`), which a checkout of a pin must ignore.
+fn fetch(d: &Path, recipe: &Path, store: &Path, path: Path_) -> Output {
+    let home = d.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let gitconfig = home.join(".gitconfig");
+    std::fs::write(&gitconfig, "[core]\n\tautocrlf = true\n\teol = crlf\n").unwrap();
+    let mut c = cmd(d);
+    c.args(["fetch", recipe.to_str().unwrap(), "--json", "--store"])
+        .arg(store)
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("GIT_CONFIG_GLOBAL", &gitconfig);
+    if path == Path_::NoGit {
+        let empty = d.join("empty-path");
+        std::fs::create_dir_all(&empty).unwrap();
+        c.env("PATH", &empty);
+    }
+    c.output().unwrap()
+}
+
+/// The checkout directory a `fetch --json` reports.
+fn checkout_of(out: &Output) -> PathBuf {
+    assert_eq!(code(out), 0, "{}", text(out));
+    PathBuf::from(json(out)["checkout"].as_str().unwrap())
+}
+
+/// The single mirror of a store.
+fn mirror_of(store: &Path) -> PathBuf {
+    let mirrors: Vec<PathBuf> = std::fs::read_dir(store.join("store/git"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(mirrors.len(), 1, "{mirrors:?}");
+    mirrors[0].clone()
+}
+
+/// Checks that `checkout` holds exactly `commit` of `repo`: a detached HEAD
+/// at it, every tracked file with the blob's own bytes, read-only, the tag
+/// history for setuptools-scm, and the pin ref.
+fn assert_is_the_pin(checkout: &Path, repo: &Path, commit: &str, describe: &str) {
+    let head = std::fs::read_to_string(checkout.join(".git/HEAD")).unwrap();
+    assert_eq!(head.trim_end(), commit, "{}", checkout.display());
+    let files = git(repo, &["ls-tree", "-r", "--name-only", commit]);
+    assert!(files.lines().count() > 5, "{files}");
+    for f in files.lines() {
+        let want = std::process::Command::new("git")
+            .args(["cat-file", "blob", &format!("{commit}:{f}")])
+            .current_dir(repo)
+            .output()
+            .unwrap()
+            .stdout;
+        let got = std::fs::read(checkout.join(f)).unwrap();
+        assert!(
+            got == want,
+            "{}: {f} differs from its blob in {commit}",
+            checkout.display()
+        );
+        let mode = std::fs::metadata(checkout.join(f))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o222, 0, "{f} is writable: {mode:o}");
+    }
+    assert_eq!(git(checkout, &["describe", "--tags"]), describe);
+    let pins = git(
+        checkout,
+        &["for-each-ref", "--format=%(refname)", "refs/oracle-build/"],
+    );
+    assert!(
+        pins.contains(&format!("refs/oracle-build/pins/{commit}")),
+        "{pins}"
+    );
+}
+
+#[test]
+fn the_git_command_line_and_libgit2_give_the_same_mirror_and_checkout_of_each_pin() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, first) = fixture_repo(d);
+    let short = |c: &str| c[..7].to_string();
+    let first_recipe = write_recipe(d, "first", &repo, &first, "");
+
+    let mut refs = Vec::new();
+    for path in [Path_::WithGit, Path_::NoGit] {
+        let store = d.join(format!("store-{path:?}"));
+        let out = fetch(d, &first_recipe, &store, path);
+        let checkout = checkout_of(&out);
+        assert_is_the_pin(
+            &checkout,
+            &repo,
+            &first,
+            &format!("v0.1.0-1-g{}", short(&first)),
+        );
+        refs.push(git(
+            &mirror_of(&store),
+            &["for-each-ref", "--format=%(objectname) %(refname)"],
+        ));
+    }
+    assert_eq!(
+        refs[0], refs[1],
+        "the mirrors' refs differ between git and libgit2"
+    );
+
+    // A second pin, 2 commits on: both stores fetch only what is new into
+    // their mirror and check it out; the first pin stays pinned.
+    for n in 0..2 {
+        std::fs::write(repo.join("NOTES.md"), format!("commit {n}\r\nand more\n")).unwrap();
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-qm", &format!("later {n}")]);
+    }
+    let second = git(&repo, &["rev-parse", "HEAD"]);
+    let second_recipe = write_recipe(d, "second", &repo, &second, "");
+    let mut refs = Vec::new();
+    for path in [Path_::WithGit, Path_::NoGit] {
+        let store = d.join(format!("store-{path:?}"));
+        let out = fetch(d, &second_recipe, &store, path);
+        assert!(json(&out)["created"].as_bool().unwrap(), "{}", text(&out));
+        let checkout = checkout_of(&out);
+        assert_is_the_pin(
+            &checkout,
+            &repo,
+            &second,
+            &format!("v0.1.0-3-g{}", short(&second)),
+        );
+        let mirror = mirror_of(&store);
+        let pins = git(
+            &mirror,
+            &[
+                "for-each-ref",
+                "--format=%(refname)",
+                "refs/oracle-build/pins/",
+            ],
+        );
+        assert!(pins.contains(&first) && pins.contains(&second), "{pins}");
+        refs.push(git(
+            &mirror,
+            &["for-each-ref", "--format=%(objectname) %(refname)"],
+        ));
+        // Fetching again changes nothing and says the checkout was there.
+        let again = fetch(d, &second_recipe, &store, path);
+        assert!(
+            !json(&again)["created"].as_bool().unwrap(),
+            "{}",
+            text(&again)
+        );
+    }
+    assert_eq!(
+        refs[0], refs[1],
+        "the mirrors' refs differ between git and libgit2"
+    );
+}
+
+#[test]
+fn a_commit_the_repository_does_not_have_is_bad_input_with_either_backend() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, _) = fixture_repo(d);
+    let missing = "0123456789abcdef0123456789abcdef01234567";
+    let recipe = write_recipe(d, "missing", &repo, missing, "");
+    for path in [Path_::WithGit, Path_::NoGit] {
+        let store = d.join(format!("store-{path:?}"));
+        let out = fetch(d, &recipe, &store, path);
+        assert_eq!(code(&out), 2, "{path:?}: {}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(missing) && err.contains("does not have commit"),
+            "{err}"
+        );
+        assert!(!store.join("store/src").join(missing).exists());
+    }
+}
