@@ -474,7 +474,15 @@ def second_pin_rows(binary, env, work, runs):
     `git fetch` of the new commits, then `git worktree add` of the commit in a
     fresh directory) and against a fresh full clone. The source repository's
     `main` is at the old commit while the mirror and the clone are made, then
-    moved to the new one, so both sides fetch the same 50 commits."""
+    moved to the new one, so both sides fetch the same 50 commits.
+
+    Fair to both sides: nothing is deleted while they are measured. Each run
+    gets its own copy of the git directory it fetches into (the store with
+    only its mirror, the user clone's `.git`: a few pack files) and its own
+    new checkout directory, and the runs alternate, ours then git's.
+    (Deleting a few thousand files makes ext4 skip the recently freed inodes
+    when it creates new ones, which slowed the next checkout up to tenfold
+    here and made the ratio swing from 1.1x to 2.7x between runs.)"""
     big = big_repo(work)
     size = disk_bytes(big / ".git")
     head = git(big, "rev-parse", "HEAD")
@@ -488,44 +496,49 @@ def second_pin_rows(binary, env, work, runs):
                         "build:\n  target_device: cpu\n")
     at = lambda c: sh("git", "-C", src, "update-ref", "refs/heads/main", c)
     at(old)
-    base_clone = work / "big-base-clone"
-    sh("git", "clone", "-q", "--no-local", f"file://{src}", base_clone)
+    pristine_store = work / "big-store-pristine"
+    sh(binary, "fetch", ra, "--store", pristine_store, env=env)
+    force_rmtree(pristine_store / "store/src" / old)
+    pristine_clone = work / "big-user-clone-pristine"
+    sh("git", "clone", "-q", "--no-local", "--no-checkout", f"file://{src}", pristine_clone)
     at(head)
+    runs_dir = work / "big-runs"
+    runs_dir.mkdir()
 
-    def second_pin():
-        force_rmtree(work / "big-store")
-        at(old)
-        sh(binary, "fetch", ra, "--store", work / "big-store", env=env)
-        at(head)
+    def second_pin(i):
+        store = runs_dir / f"store-{i}"
+        shutil.copytree(pristine_store, store, symlinks=True)
         os.sync()
         t0 = time.perf_counter()
-        sh(binary, "fetch", rb, "--store", work / "big-store", env=env)
+        sh(binary, "fetch", rb, "--store", store, env=env)
         return time.perf_counter() - t0
 
-    def git_incremental():
-        clone = work / "big-user-clone"
-        tree = work / "big-user-tree"
-        force_rmtree(clone)
-        force_rmtree(tree)
-        shutil.copytree(base_clone, clone, symlinks=True)
+    def git_incremental(i):
+        clone = runs_dir / f"clone-{i}"
+        shutil.copytree(pristine_clone, clone, symlinks=True)
         os.sync()
         t0 = time.perf_counter()
         sh("git", "-C", clone, "fetch", "-q", "origin")
-        sh("git", "-C", clone, "worktree", "add", "-q", "--detach", tree, head)
+        sh("git", "-C", clone, "worktree", "add", "-q", "--detach", runs_dir / f"tree-{i}", head)
         return time.perf_counter() - t0
 
-    def full_clone():
-        target = work / "big-clone"
-        force_rmtree(target)
+    def full_clone(i):
+        target = runs_dir / f"full-clone-{i}"
         os.sync()
         t0 = time.perf_counter()
         sh("git", "clone", "-q", "--no-local", f"file://{src}", target)
         sh("git", "-C", target, "checkout", "-q", head)
         return time.perf_counter() - t0
 
-    second = statistics.median([second_pin() for _ in range(runs)])
-    incr = statistics.median([git_incremental() for _ in range(runs)])
-    clone = statistics.median([full_clone() for _ in range(runs)])
+    ours, theirs, clones = [], [], []
+    for i in range(runs):
+        ours.append(second_pin(i))
+        theirs.append(git_incremental(i))
+        clones.append(full_clone(i))
+    if os.environ.get("BENCH_DEBUG"):
+        print("second pin runs", ours, theirs, clones, file=sys.stderr)
+    force_rmtree(runs_dir)
+    second, incr, clone = statistics.median(ours), statistics.median(theirs), statistics.median(clones)
     ratio = second / incr
     return [
         ("second pin: `oracle-build fetch` of a commit 50 past the mirror's (fetch + checkout)",
