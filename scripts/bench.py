@@ -15,7 +15,9 @@ repository), then measures, as medians over several runs:
               into a fresh venv;
 2. no-op      `oracle-build <PIN>` when the oracle exists and is intact;
 3. second pin fetching a second commit of a large repository into the store
-              when its mirror exists, against a fresh full `git clone`;
+              when its mirror exists, against git's incremental path (`git
+              fetch` into an existing clone + `git worktree add`, runs
+              alternating with ours) and a fresh full `git clone`;
 4. footprint  disk used by two oracles sharing their dependencies, against one;
 5. cache      `push` to a local registry (Debian's docker-registry, started on
               127.0.0.1 with its own config), then `pull` + `build --offline`
