@@ -43,6 +43,11 @@ pub struct BuildArgs {
     /// Build and verify, but do not run the smoke gate.
     #[arg(long)]
     pub no_smoke: bool,
+    /// Hash every file of an existing oracle before trusting it (as `verify
+    /// --deep` does); a damaged one is moved aside, its damaged files dropped
+    /// from the store's caches, and rebuilt.
+    #[arg(long)]
+    pub deep: bool,
     /// Parallel compile jobs (overrides the recipe's build.max_jobs).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: Option<u32>,

@@ -178,6 +178,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         pin,
         offline: build_args.offline,
         no_smoke: build_args.no_smoke,
+        deep: build_args.deep,
         jobs: build_args.jobs.map(|j| j as usize),
         activate: build_args.activate,
         cache: build_args.cache,

@@ -21,6 +21,8 @@ pub struct BuildOptions {
     pub offline: bool,
     /// `--no-smoke`.
     pub no_smoke: bool,
+    /// `--deep`: hash every file of an existing oracle before trusting it.
+    pub deep: bool,
     /// `--jobs N`: overrides `build.max_jobs`.
     pub jobs: Option<usize>,
     /// `--activate PATH`: after a gateable build, point the alias PATH at the oracle.
@@ -164,6 +166,7 @@ pub fn execute(s: &Session, opts: &BuildOptions) -> Result<BuildReport> {
         lock_dir: &lock_dir,
         offline: opts.offline,
         no_smoke: opts.no_smoke,
+        deep: opts.deep,
         jobs: opts.jobs,
         caches: &caches,
     })?;

@@ -479,9 +479,10 @@ impl Doctor {
             .join("; ");
         let more = problems.len().saturating_sub(6);
         let fix = if in_store {
+            // Not "delete it and rebuild": a file rewritten in place is shared
+            // with the store's caches, which a plain rebuild links again.
             format!(
-                "the entry is damaged: delete it (`chmod -R u+w {0} && rm -rf {0}`) and rebuild: `oracle-build build {pin}`",
-                shell_quote(&venv.display().to_string())
+                "the entry is damaged: `oracle-build build {pin} --deep` hashes every file, moves the entry aside, drops its damaged files from the store's caches and rebuilds it"
             )
         } else {
             format!("reinstall, or replace it with an oracle: `oracle-build build {pin}`")

@@ -471,6 +471,8 @@ pub struct RunOptions<'a> {
     pub offline: bool,
     /// `--no-smoke`: skip the gate (verdict `unsmoked`).
     pub no_smoke: bool,
+    /// `--deep`: hash every file of an existing oracle before trusting it.
+    pub deep: bool,
     /// `--jobs N`: overrides `build.max_jobs`.
     pub jobs: Option<usize>,
     /// The caches to substitute stages from, in lookup order (empty: none;
@@ -656,6 +658,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         &vplan,
         oracle::Options {
             no_smoke: o.no_smoke,
+            deep: o.deep,
         },
     )?;
     if outcome.built {

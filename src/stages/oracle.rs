@@ -216,6 +216,10 @@ pub struct Outcome {
 pub struct Options {
     /// Skip the smoke run (verdict `unsmoked`).
     pub no_smoke: bool,
+    /// Check an existing entry by hashing every file against its manifest
+    /// (`build --deep`), instead of the quick check of its stamps: finds a
+    /// file rewritten in place with its size and time restored.
+    pub deep: bool,
 }
 
 /// Returns the oracle venv of `plan`, building it when absent (or when the
@@ -236,8 +240,14 @@ pub fn ensure(
     let entry = plan.entry.clone();
     let smoke_key = smoke::smoke_key(store, lr);
     if entry.exists() {
-        // The quick check: the entry's stamps (see `Manifest::check_quick`).
-        let problems = Manifest::check_quick(&entry.path);
+        // The quick check: the entry's stamps (see `Manifest::check_quick`);
+        // with `deep`, every file hashed.
+        let problems = if opts.deep {
+            Manifest::read(&entry.path)
+                .map_or_else(|e| vec![format!("{e:#}")], |m| m.check(&entry.path, true))
+        } else {
+            Manifest::check_quick(&entry.path)
+        };
         if !problems.is_empty() {
             let _lock = plan.entry.lock()?;
             // A file rewritten in place is shared with the store's caches.

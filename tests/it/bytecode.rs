@@ -302,3 +302,70 @@ fn a_file_rewritten_in_place_is_not_linked_again_into_the_rebuilt_oracle() {
         "{t}"
     );
 }
+
+#[test]
+fn a_rewrite_that_restores_size_and_time_is_found_by_doctor_and_its_fix_rebuilds_from_clean_copies()
+{
+    let fx = Fx::new();
+    let (_, _, recipe) = fx.pin();
+    let r = recipe.to_str().unwrap();
+    let first = json(&fx.exits(&["build", r, "--no-smoke", "--json"], 4));
+    let venv = PathBuf::from(first["oracle"].as_str().unwrap());
+    let py = venv.join("lib/python3.11/site-packages/packaging/version.py");
+    assert!(
+        std::fs::metadata(&py).unwrap().nlink() > 1,
+        "shared with uv's cache"
+    );
+
+    // Rewritten in place, then its mode and modification time put back: the
+    // stamps (size, time) cannot see it, only hashing can.
+    let meta = std::fs::metadata(&py).unwrap();
+    let wheel_bytes = rewrite_in_place(&py);
+    std::fs::File::options()
+        .write(true)
+        .open(&py)
+        .unwrap()
+        .set_modified(meta.modified().unwrap())
+        .unwrap();
+    std::fs::set_permissions(&py, meta.permissions()).unwrap();
+    let quick = fx.exits(&["build", r, "--no-smoke", "--json"], 4);
+    assert!(
+        !json(&quick)["built"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b == "venv"),
+        "the quick check is by stamps: {}",
+        text(&quick)
+    );
+
+    // doctor hashes every file, names the damage and a fix that does not
+    // relink the damaged copy kept in uv's cache.
+    let out = fx.exits(&["doctor", "--json"], 1);
+    let fixes: Vec<String> = json(&out)["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "files-missing")
+        .map(|p| p["fix"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(fixes.len(), 1, "{}", text(&out));
+    let cmd_line = fixes[0].split('`').nth(1).unwrap().to_string();
+    assert!(cmd_line.ends_with(" --deep"), "{}", fixes[0]);
+    let args: Vec<&str> = cmd_line.split(' ').skip(1).collect();
+    assert_eq!(args[0], "build", "{cmd_line}");
+    let mut all = args.clone();
+    all.push("--no-smoke");
+    all.push("--json");
+    let fixed = fx.exits(&all, 4);
+    let t = text(&fixed);
+    assert!(t.contains("is damaged (changed content: "), "{t}");
+    assert!(t.contains("evicted packaging from uv's cache"), "{t}");
+    assert!(
+        std::fs::read(&py).unwrap() == wheel_bytes,
+        "the rebuilt oracle holds the wheel's bytes:\n{t}"
+    );
+    let v = fx.run(&["verify", r, "--deep"]);
+    assert_eq!(code(&v), 0, "{}", text(&v));
+    fx.exits(&["doctor"], 0);
+}

@@ -332,11 +332,10 @@ fn deep_verify_names_missing_and_changed_files_and_doctor_gives_the_fix() {
     );
     let fix = fm[0]["fix"].as_str().unwrap();
     assert!(
-        fix.contains("rm -rf")
-            && fix.contains(&format!(
-                "`oracle-build build {}`",
-                recipe.canonicalize().unwrap().display()
-            )),
+        fix.contains(&format!(
+            "`oracle-build build {} --deep`",
+            recipe.canonicalize().unwrap().display()
+        )),
         "the recipe file, not its name: {fix}"
     );
     let t = text(&fx.exits(&["doctor"], 1));
@@ -934,7 +933,7 @@ fn doctor_fixes_name_the_recipe_file_and_run_as_printed_from_anywhere() {
         out
     };
 
-    // Damage the oracle: the fix deletes the entry and rebuilds from the file.
+    // Damage the oracle: the fix rebuilds it from the recipe's file, every file checked.
     let venv = fx.oracle("fx");
     let removed = venv.join("lib/python3.11/site-packages/fixturellm/_custom_ops.py");
     unlock(&removed);
@@ -946,15 +945,22 @@ fn doctor_fixes_name_the_recipe_file_and_run_as_printed_from_anywhere() {
     let quoted = format!("'{}'", recipe.canonicalize().unwrap().display());
     let cmds: Vec<&str> = fix.split('`').skip(1).step_by(2).collect();
     assert_eq!(
-        cmds.get(1).copied(),
-        Some(format!("oracle-build build {quoted}").as_str()),
+        cmds,
+        [format!("oracle-build build {quoted} --deep").as_str()],
         "{fix}"
     );
-    run_fix(&elsewhere, cmds[0], None);
-    assert!(!venv.exists(), "the damaged entry is deleted");
+    run_fix(&elsewhere, cmds[0], Some(store));
+    assert!(removed.is_file(), "the fix rebuilt the damaged entry");
+    let ps = problems(&there(&["doctor", "--json"], 0));
+    assert!(
+        find(&ps, "files-missing", "venvs/").is_empty(),
+        "{:?}",
+        kinds(&ps)
+    );
 
-    // Its alias now dangles: the fix rebuilds and re-activates it, named by
-    // the recipe's file and the alias's quoted path.
+    // The oracle deleted by hand: its alias dangles, and the fix rebuilds and
+    // re-activates it, named by the recipe's file and the alias's quoted path.
+    force_remove(&venv);
     let ps = problems(&there(&["doctor", "--json"], 1));
     let dangling = find(&ps, "alias-dangling", l);
     assert_eq!(dangling.len(), 1, "{:?}", kinds(&ps));
