@@ -32,6 +32,7 @@ fn main() {
     };
     let json = cli.json;
     process::install_signal_handlers();
+    quiet_on_closed_stdout();
     let result = dispatch(cli);
     // Ended normally (every child finished): leave no run lock behind.
     oracle_build::store::release_run_lock();
@@ -185,4 +186,26 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         no_substitute: build_args.no_substitute,
     };
     ops::build::run(&s, &opts).map(|_| ())
+}
+
+/// Makes a closed stdout (`oracle-build status | head -1`) end the process
+/// quietly with 141 (128 + SIGPIPE, what a shell reports for a tool killed by
+/// it) instead of a panic and a backtrace: Rust ignores SIGPIPE, so
+/// `println!` panics with "failed printing to stdout". Every other panic
+/// keeps the default report.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            oracle_build::store::release_run_lock();
+            std::process::exit(141);
+        }
+        default(info);
+    }));
 }

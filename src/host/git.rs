@@ -48,7 +48,25 @@ impl Git {
     }
 
     fn command(&self, config: Config, args: Vec<std::ffi::OsString>) -> duct::Expression {
-        let mut cmd = duct::cmd(&self.path, args)
+        let mut all: Vec<std::ffi::OsString> = Vec::new();
+        for setting in [
+            // No hook of the user's runs (`core.hooksPath` in their
+            // configuration would apply to the store's repositories too).
+            "core.hooksPath=/dev/null",
+            // Only the plain transports for a recipe's URL, never a remote
+            // helper such as `ext::<command>` (git-config(1) `protocol.allow`).
+            "protocol.allow=never",
+            "protocol.file.allow=always",
+            "protocol.git.allow=always",
+            "protocol.http.allow=always",
+            "protocol.https.allow=always",
+            "protocol.ssh.allow=always",
+        ] {
+            all.push("-c".into());
+            all.push(setting.into());
+        }
+        all.extend(args);
+        let mut cmd = duct::cmd(&self.path, all)
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("LC_ALL", "C");
         if config == Config::Hermetic {
@@ -92,7 +110,9 @@ impl Git {
         ];
         let terminal = std::io::stderr().is_terminal();
         args.push(if terminal { "--progress" } else { "--quiet" }.into());
-        args.push(url.into());
+        // After `--`, the URL is never an option.
+        args.push("--".into());
+        args.push(absolute_local(url).into());
         args.extend(refspecs.iter().map(Into::into));
         let cmd = self.command(Config::User, args);
         if terminal {
@@ -112,14 +132,11 @@ impl Git {
             .with_context(|| format!("fetching {url}"))
     }
 
-    /// Whether the repository at `repo` holds the commit `commit`.
+    /// Whether the repository at `repo` holds the commit `commit` (an object
+    /// of type commit: an annotated tag's id is not one).
     pub fn has_commit(&self, repo: &Path, commit: &str) -> bool {
-        self.run(
-            Config::Hermetic,
-            repo,
-            &["cat-file", "-e", &format!("{commit}^{{commit}}")],
-        )
-        .is_ok()
+        self.run(Config::Hermetic, repo, &["cat-file", "-t", commit])
+            .is_ok_and(|t| t == "commit")
     }
 
     /// Whether a ref under one of `prefixes` (`refs/heads/`, `refs/tags/`) of
@@ -163,7 +180,11 @@ impl Git {
             parent,
             &["init", "--quiet", "--bare", "--template=", &name],
         )?;
-        self.run(Config::Hermetic, dir, &["config", "remote.origin.url", url])?;
+        self.run(
+            Config::Hermetic,
+            dir,
+            &["config", "remote.origin.url", &absolute_local(url)],
+        )?;
         for spec in refspecs {
             self.run(
                 Config::Hermetic,
@@ -231,5 +252,45 @@ impl Git {
             );
         }
         Ok(())
+    }
+}
+
+/// `url` as git should get it when it runs in another directory (`-C`): a
+/// relative local path made absolute against the current directory (as
+/// libgit2 reads it); URLs (`scheme://`), absolute paths and scp-like
+/// `host:path` unchanged.
+fn absolute_local(url: &str) -> String {
+    let scp_like = url
+        .find(':')
+        .is_some_and(|colon| url.find('/').is_none_or(|slash| colon < slash));
+    if url.contains("://") || url.starts_with('/') || scp_like {
+        return url.to_string();
+    }
+    std::path::absolute(url).map_or_else(|_| url.to_string(), |p| p.to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::absolute_local;
+
+    #[test]
+    fn only_relative_local_paths_are_made_absolute() {
+        for url in [
+            "https://github.com/vllm-project/vllm",
+            "file:///srv/vllm.git",
+            "/srv/vllm.git",
+            "git@github.com:vllm-project/vllm.git",
+        ] {
+            assert_eq!(absolute_local(url), url);
+        }
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            absolute_local("./repo"),
+            cwd.join("repo").display().to_string()
+        );
+        assert_eq!(
+            absolute_local("repo"),
+            cwd.join("repo").display().to_string()
+        );
     }
 }

@@ -14,6 +14,7 @@ pub fn run(s: &Session, pin_arg: &str, offline: bool) -> Result<()> {
     } = s.open(pin_arg)?;
     let r = &lr.recipe;
     store.init()?;
+    store.clean_stale_staging()?;
     let temp = store.temp_roots()?;
     temp.add(&store, &source::mirror_entry(&store, &r.source.repo))?;
     temp.add(&store, &source::checkout_entry(&store, &r.source.commit))?;

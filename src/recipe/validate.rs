@@ -101,6 +101,16 @@ pub(super) fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
     if r.source.repo.trim().is_empty() {
         return Err(fail("source.repo", "must not be empty".into()));
     }
+    if r.source.repo.starts_with('-') {
+        // git would read it as an option (`--upload-pack=<command>`).
+        return Err(fail(
+            "source.repo",
+            format!(
+                "{:?} starts with '-': a repository URL or path cannot",
+                r.source.repo
+            ),
+        ));
+    }
     let mut index_names = Vec::new();
     for (i, idx) in r.indexes.iter().enumerate() {
         let field = format!("indexes[{i}]");

@@ -37,12 +37,7 @@ fn heavy_fixture(dir: &Path) -> (PathBuf, String) {
 
 /// `build.json` of the store's only wheel entry.
 fn wheel_record(store: &Path) -> Value {
-    let wheels: Vec<PathBuf> = std::fs::read_dir(store.join("store/wheels"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(wheels.len(), 1, "{wheels:?}");
-    read_json(&wheels[0].join("build.json"))
+    read_json(&only_entry(&store.join("store/wheels")).join("build.json"))
 }
 
 #[test]

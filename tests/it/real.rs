@@ -334,12 +334,7 @@ fn a_fork_only_commit_builds_with_a_warning_and_pinned_commits_survive_gc() {
     ok(&out);
 
     // The pull-request ref goes away; gc prunes everything unreferenced.
-    let mirrors: Vec<PathBuf> = std::fs::read_dir(store.join("store/git"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(mirrors.len(), 1, "{mirrors:?}");
-    let m = &mirrors[0];
+    let m = &only_entry(&store.join("store/git"));
     let pins = git(
         m,
         &[

@@ -68,6 +68,23 @@ fn short_commit_names_the_field_line_and_value() {
 }
 
 #[test]
+fn a_repository_value_that_git_would_read_as_an_option() {
+    let text = good("x", COMMIT).replace("file:///nonexistent", "\"--upload-pack=touch PWNED;\"");
+    let fx = dir_with(&[("x.yaml", text)]);
+    refused(
+        &fx,
+        "recipes/x.yaml",
+        &[
+            "recipes/x.yaml",
+            "source.repo",
+            "--upload-pack=touch PWNED;",
+            "starts with '-'",
+        ],
+    );
+    assert!(!fx.dir().join("PWNED").exists());
+}
+
+#[test]
 fn recipe_name_with_slash_or_dotdot() {
     let fx = dir_with(&[
         ("a.yaml", good("../evil", COMMIT)),

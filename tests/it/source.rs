@@ -48,12 +48,7 @@ fn checkout_of(out: &Output) -> PathBuf {
 
 /// The single mirror of a store.
 fn mirror_of(store: &Path) -> PathBuf {
-    let mirrors: Vec<PathBuf> = std::fs::read_dir(store.join("store/git"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(mirrors.len(), 1, "{mirrors:?}");
-    mirrors[0].clone()
+    only_entry(&store.join("store/git"))
 }
 
 /// Checks that `checkout` holds exactly `commit` of `repo`: a detached HEAD
@@ -190,4 +185,113 @@ fn a_commit_the_repository_does_not_have_is_bad_input_with_either_backend() {
         );
         assert!(!store.join("store/src").join(missing).exists());
     }
+}
+
+#[test]
+fn a_repository_value_runs_no_command_and_no_hook_of_the_user_and_a_relative_path_works() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, head) = fixture_repo(d);
+    // A hook the user's global configuration points every repository at.
+    let hooks = d.join("hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    for hook in ["reference-transaction", "post-checkout", "post-merge"] {
+        let path = hooks.join(hook);
+        std::fs::write(
+            &path,
+            format!("#!/bin/sh\ntouch {}/HOOK-RAN\n", d.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let home = d.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        home.join(".gitconfig"),
+        format!("[core]\n\thooksPath = {}\n", hooks.display()),
+    )
+    .unwrap();
+    let run = |recipe: &Path, store: &Path, path: Path_| {
+        let mut c = cmd(d);
+        c.args(["fetch", recipe.to_str().unwrap(), "--json", "--store"])
+            .arg(store)
+            .env("HOME", &home)
+            .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"));
+        if path == Path_::NoGit {
+            c.env("PATH", d.join("home"));
+        }
+        c.output().unwrap()
+    };
+    let text_of = |name: &str, repo: &str, commit: &str| {
+        let path = d.join(format!("{name}.yaml"));
+        std::fs::write(
+            &path,
+            format!("name: {name}\nsource:\n  repo: {repo:?}\n  commit: {commit}\npython: \"3.11\"\nbuild:\n  target_device: empty\n"),
+        )
+        .unwrap();
+        path
+    };
+
+    // A relative path is read against the current directory by both.
+    let relative = text_of("relative", "./repo", &head);
+    for path in [Path_::WithGit, Path_::NoGit] {
+        let store = d.join(format!("store-rel-{path:?}"));
+        let out = run(&relative, &store, path);
+        let checkout = checkout_of(&out);
+        assert_eq!(
+            std::fs::read_to_string(checkout.join(".git/HEAD"))
+                .unwrap()
+                .trim_end(),
+            head
+        );
+    }
+    assert!(!d.join("HOOK-RAN").exists(), "a user hook ran");
+
+    // A remote helper that would run a command is refused.
+    let ext = text_of(
+        "ext",
+        &format!("ext::sh -c touch% {}/EXT-RAN", d.display()),
+        &head,
+    );
+    let out = run(&ext, &d.join("store-ext"), Path_::WithGit);
+    assert_ne!(code(&out), 0, "{}", text(&out));
+    assert!(!d.join("EXT-RAN").exists(), "ext:: ran its command");
+
+    // An annotated tag's id is not a commit, for either backend.
+    let repo = d.join("repo");
+    git(&repo, &["tag", "-a", "v0.2.0", "-m", "annotated"]);
+    let tag = git(&repo, &["rev-parse", "v0.2.0"]);
+    assert_ne!(tag, head);
+    let tagged = text_of("tag", "./repo", &tag);
+    for path in [Path_::WithGit, Path_::NoGit] {
+        let store = d.join(format!("store-tag-{path:?}"));
+        let out = run(&tagged, &store, path);
+        assert_eq!(code(&out), 2, "{path:?}: {}", text(&out));
+        assert!(
+            text(&out).contains("does not have commit"),
+            "{}",
+            text(&out)
+        );
+        assert!(!store.join("store/src").join(&tag).exists());
+    }
+}
+
+#[test]
+fn a_closed_stdout_ends_the_tool_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, head) = fixture_repo(d);
+    let recipe = write_recipe(d, "fx", &repo, &head, "");
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = cmd(d)
+        .args(["fetch", recipe.to_str().unwrap(), "--store"])
+        .arg(d.join("store"))
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(code(&out), 141, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
 }

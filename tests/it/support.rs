@@ -360,3 +360,14 @@ pub fn overlay(src: &Path, dst: &Path) {
         }
     }
 }
+
+/// The one entry of the directory `dir` (a store bucket holding a single
+/// mirror, wheel...); panics naming what is there when it is not exactly one.
+pub fn only_entry(dir: &Path) -> PathBuf {
+    let entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{}: {entries:?}", dir.display());
+    entries[0].clone()
+}
