@@ -70,9 +70,13 @@ impl Git {
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("LC_ALL", "C");
         if config == Config::Hermetic {
+            // HOME and XDG_CONFIG_HOME too, for a git older than 2.32,
+            // which ignores GIT_CONFIG_GLOBAL.
             cmd = cmd
                 .env("GIT_CONFIG_GLOBAL", "/dev/null")
-                .env("GIT_CONFIG_NOSYSTEM", "1");
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", "/nonexistent")
+                .env("XDG_CONFIG_HOME", "/nonexistent");
         }
         cmd
     }
