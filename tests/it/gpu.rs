@@ -288,15 +288,7 @@ fn with_setup_py(code: &str) -> String {
         "import importlib.util\nspec = importlib.util.spec_from_file_location('fx', {:?})\nfx = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(fx)\n",
         setup.display().to_string()
     );
-    let out = Command::new("python3")
-        .args(["-c", &format!("{prelude}{code}")])
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeds(Command::new("python3").args(["-c", &format!("{prelude}{code}")]));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

@@ -23,19 +23,6 @@ pub fn shared_tools() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("oracle-build-tools")
 }
 
-fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let to = dst.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), &to).unwrap();
-        }
-    }
-}
-
 /// Runs git in `dir` with a fixed identity; panics on failure.
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
@@ -63,7 +50,7 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 /// one more commit. Returns (repo path, head commit).
 pub fn fixture_repo(dir: &Path) -> (PathBuf, String) {
     let repo = dir.join("repo");
-    copy_dir(&fixture_pkg(), &repo);
+    overlay(&fixture_pkg(), &repo);
     git(&repo, &["init", "-q"]);
     git(&repo, &["add", "-A"]);
     git(&repo, &["commit", "-qm", "fixture"]);
@@ -306,15 +293,10 @@ pub fn plan_exit(out: &Output) -> i32 {
 /// private key's path and the key's `allowed_signers` line.
 pub fn keypair(dir: &Path, principal: &str) -> (PathBuf, String) {
     let key = dir.join(format!("key-{principal}"));
-    let out = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", principal, "-f"])
-        .arg(&key)
-        .output()
-        .expect("ssh-keygen runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeds(
+        Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", principal, "-f"])
+            .arg(&key),
     );
     let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
     let mut parts = public.split_whitespace();
