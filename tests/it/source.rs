@@ -18,20 +18,23 @@ enum Path_ {
     NoGit,
 }
 
-/// Runs `oracle-build fetch <recipe> --store <store> --json` with a HOME whose
-/// global git configuration converts line endings on checkout
-/// (`core.autocrlf=true`), which a checkout of a pin must ignore.
-fn fetch(d: &Path, recipe: &Path, store: &Path, path: Path_) -> Output {
+/// A user's global git configuration that converts line endings on checkout,
+/// which a checkout of a pin must ignore.
+const AUTOCRLF: &str = "[core]\n\tautocrlf = true\n\teol = crlf\n";
+
+/// Runs `oracle-build fetch <recipe> --store <store> --json` with a HOME
+/// (`d/home`) whose global git configuration is `gitconfig`.
+fn fetch_as_user(d: &Path, gitconfig: &str, recipe: &Path, store: &Path, path: Path_) -> Output {
     let home = d.join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let gitconfig = home.join(".gitconfig");
-    std::fs::write(&gitconfig, "[core]\n\tautocrlf = true\n\teol = crlf\n").unwrap();
+    let global = home.join(".gitconfig");
+    std::fs::write(&global, gitconfig).unwrap();
     let mut c = cmd(d);
     c.args(["fetch", recipe.to_str().unwrap(), "--json", "--store"])
         .arg(store)
         .env("HOME", &home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("GIT_CONFIG_GLOBAL", &gitconfig);
+        .env("GIT_CONFIG_GLOBAL", &global);
     if path == Path_::NoGit {
         let empty = d.join("empty-path");
         std::fs::create_dir_all(&empty).unwrap();
@@ -100,7 +103,7 @@ fn the_git_command_line_and_libgit2_give_the_same_mirror_and_checkout_of_each_pi
     let mut refs = Vec::new();
     for path in [Path_::WithGit, Path_::NoGit] {
         let store = d.join(format!("store-{path:?}"));
-        let out = fetch(d, &first_recipe, &store, path);
+        let out = fetch_as_user(d, AUTOCRLF, &first_recipe, &store, path);
         let checkout = checkout_of(&out);
         assert_is_the_pin(
             &checkout,
@@ -130,7 +133,7 @@ fn the_git_command_line_and_libgit2_give_the_same_mirror_and_checkout_of_each_pi
     let mut refs = Vec::new();
     for path in [Path_::WithGit, Path_::NoGit] {
         let store = d.join(format!("store-{path:?}"));
-        let out = fetch(d, &second_recipe, &store, path);
+        let out = fetch_as_user(d, AUTOCRLF, &second_recipe, &store, path);
         assert!(json(&out)["created"].as_bool().unwrap(), "{}", text(&out));
         let checkout = checkout_of(&out);
         assert_is_the_pin(
@@ -154,7 +157,7 @@ fn the_git_command_line_and_libgit2_give_the_same_mirror_and_checkout_of_each_pi
             &["for-each-ref", "--format=%(objectname) %(refname)"],
         ));
         // Fetching again changes nothing and says the checkout was there.
-        let again = fetch(d, &second_recipe, &store, path);
+        let again = fetch_as_user(d, AUTOCRLF, &second_recipe, &store, path);
         assert!(
             !json(&again)["created"].as_bool().unwrap(),
             "{}",
@@ -176,7 +179,7 @@ fn a_commit_the_repository_does_not_have_is_bad_input_with_either_backend() {
     let recipe = write_recipe(d, "missing", &repo, missing, "");
     for path in [Path_::WithGit, Path_::NoGit] {
         let store = d.join(format!("store-{path:?}"));
-        let out = fetch(d, &recipe, &store, path);
+        let out = fetch_as_user(d, AUTOCRLF, &recipe, &store, path);
         assert_eq!(code(&out), 2, "{path:?}: {}", text(&out));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -204,23 +207,9 @@ fn a_repository_value_runs_no_command_and_no_hook_of_the_user_and_a_relative_pat
         .unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let home = d.join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::write(
-        home.join(".gitconfig"),
-        format!("[core]\n\thooksPath = {}\n", hooks.display()),
-    )
-    .unwrap();
+    let hooks_config = format!("[core]\n\thooksPath = {}\n", hooks.display());
     let run = |recipe: &Path, store: &Path, path: Path_| {
-        let mut c = cmd(d);
-        c.args(["fetch", recipe.to_str().unwrap(), "--json", "--store"])
-            .arg(store)
-            .env("HOME", &home)
-            .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"));
-        if path == Path_::NoGit {
-            c.env("PATH", d.join("home"));
-        }
-        c.output().unwrap()
+        fetch_as_user(d, &hooks_config, recipe, store, path)
     };
     let text_of = |name: &str, repo: &str, commit: &str| {
         let path = d.join(format!("{name}.yaml"));
