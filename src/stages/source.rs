@@ -109,6 +109,24 @@ impl Backend {
         }
     }
 
+    /// Points the ref `name` of the repository at `dir` at `commit`.
+    fn write_ref(&self, dir: &Path, name: &str, commit: &str) -> Result<()> {
+        match self {
+            Backend::Cli(git) => git.update_ref(dir, name, commit),
+            Backend::Libgit2 => {
+                let repo = Repository::open_bare(dir)
+                    .with_context(|| format!("opening mirror {}", dir.display()))?;
+                let oid = git2::Oid::from_str(commit)?;
+                if repo.find_reference(name).ok().and_then(|r| r.target()) == Some(oid) {
+                    return Ok(());
+                }
+                repo.reference(name, oid, true, "oracle-build: pinned commit")
+                    .with_context(|| format!("writing {name} in {}", dir.display()))?;
+                Ok(())
+            }
+        }
+    }
+
     /// Creates the bare mirror `dir` of `url` (remote `origin`, [`MIRROR_REFSPECS`]).
     fn init_mirror(&self, dir: &Path, url: &str) -> Result<()> {
         match self {
@@ -212,19 +230,7 @@ pub fn keep_pin(mirror: &std::path::Path, commit: &str) -> Result<()> {
     if pin_ref_holds(mirror, commit) {
         return Ok(());
     }
-    let name = format!("{PIN_REFS}{commit}");
-    if let Backend::Cli(git) = Backend::find() {
-        return git.update_ref(mirror, &name, commit);
-    }
-    let repo = Repository::open_bare(mirror)
-        .with_context(|| format!("opening mirror {}", mirror.display()))?;
-    let oid = git2::Oid::from_str(commit)?;
-    if repo.find_reference(&name).ok().and_then(|r| r.target()) == Some(oid) {
-        return Ok(());
-    }
-    repo.reference(&name, oid, true, "oracle-build: pinned commit")
-        .with_context(|| format!("writing {name} in {}", mirror.display()))?;
-    Ok(())
+    Backend::find().write_ref(mirror, &format!("{PIN_REFS}{commit}"), commit)
 }
 
 /// Whether the mirror at `mirror` holds the loose ref
