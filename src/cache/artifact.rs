@@ -30,7 +30,7 @@ use super::digest_hex;
 use crate::store::{Bucket, Entry, ManifestFile, sha256_file};
 
 /// The kind of an artifact: which store entry (or pin summary) it carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Kind {
     /// A commit with its history: a git bundle for the mirror.
@@ -46,6 +46,10 @@ pub enum Kind {
     /// What a pin needs: the list of the other artifacts, its recipe and
     /// the oracle record of the box that pushed it.
     Inputs,
+    /// One signed statement about another artifact's content (see
+    /// [`super::attest`]): its own small artifact, so signing never
+    /// rewrites what it signs.
+    Attestation,
 }
 
 impl Kind {
@@ -58,6 +62,7 @@ impl Kind {
             Kind::Ext => "ext",
             Kind::Wheel => "wheel",
             Kind::Inputs => "inputs",
+            Kind::Attestation => "att",
         }
     }
 
@@ -74,7 +79,10 @@ impl Kind {
         )
     }
 
-    fn name(self) -> &'static str {
+    /// The kind's name in artifact types, annotations and statements
+    /// (`source`, `lock`, `wheelhouse`, `ext`, `wheel`, `inputs`,
+    /// `attestation`).
+    pub fn name(self) -> &'static str {
         match self {
             Kind::Source => "source",
             Kind::Lock => "lock",
@@ -82,6 +90,19 @@ impl Kind {
             Kind::Ext => "ext",
             Kind::Wheel => "wheel",
             Kind::Inputs => "inputs",
+            Kind::Attestation => "attestation",
+        }
+    }
+
+    /// The length of the qualifier between an entry's name and the
+    /// manifest digest in its tag: 16 hex digits of the wheel's sha256 for
+    /// a wheel, `<16 hex of the subject>-<16 hex of the signer's key>` for
+    /// an attestation, none for the rest.
+    pub fn qualifier_len(self) -> usize {
+        match self {
+            Kind::Wheel => TAG_HEX,
+            Kind::Attestation => 2 * TAG_HEX + 1,
+            _ => 0,
         }
     }
 
@@ -98,11 +119,22 @@ impl Kind {
     }
 }
 
-/// The tag of the artifact of `kind` named `name` (`wheel-<key>`): at most
-/// 128 characters, `[A-Za-z0-9_.-]`, else `<prefix>-h<sha256 of name>`.
+/// The tag of the present layout's `kind` `name` prefix, and the whole
+/// tag of the layout before issue 23 (`wheel-<key>`, read but never
+/// written): `<prefix>-<name>` when that is at most 128 characters of
+/// `[A-Za-z0-9_.-]`, else `<prefix>-h<sha256 of name>`.
 pub fn tag(kind: Kind, name: &str) -> String {
+    base_tag(kind, name, 0)
+}
+
+/// How many hex digits of a digest a tag quotes (the manifest's, a
+/// wheel's, a signer's key's).
+pub const TAG_HEX: usize = 16;
+
+/// [`tag`] leaving `reserve` of the 128 characters for what follows it.
+fn base_tag(kind: Kind, name: &str, reserve: usize) -> String {
     let t = format!("{}-{name}", kind.prefix());
-    let ok = t.len() <= 128
+    let ok = t.len() + reserve <= 128
         && t.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
     if ok {
@@ -115,6 +147,127 @@ pub fn tag(kind: Kind, name: &str) -> String {
             hex::encode(Sha256::digest(name.as_bytes()))
         )
     }
+}
+
+/// The tag of an artifact in the append-only layout (docs/cache.md):
+/// `<prefix>-<name>[-<qualifier>]-<first 16 hex digits of the manifest's
+/// sha256>`, e.g. `wheel-<key>-<wheel sha256[..16]>-<manifest[..16]>`. A
+/// tag names one manifest forever, so pushing never changes what a tag
+/// names; two boxes pushing different content for one entry push two tags.
+///
+/// Errors: `manifest_digest` is not a sha256 digest.
+pub fn content_tag(
+    kind: Kind,
+    name: &str,
+    qualifier: Option<&str>,
+    manifest_digest: &str,
+) -> Result<String> {
+    let hex = digest_hex(manifest_digest)?;
+    let q = qualifier.map(|q| format!("-{q}")).unwrap_or_default();
+    let base = base_tag(kind, name, q.len() + 1 + TAG_HEX);
+    Ok(format!("{base}{q}-{}", &hex[..TAG_HEX]))
+}
+
+/// How a tag names an entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TagForm {
+    /// The append-only layout: its qualifier (wheels, attestations) and
+    /// the manifest digest prefix it ends with.
+    Content {
+        /// The qualifier (`None` for kinds without one).
+        qualifier: Option<String>,
+        /// The 16 hex digits of the manifest's sha256.
+        manifest: String,
+    },
+    /// The layout before issue 23: exactly [`tag`] of kind and name.
+    Legacy,
+}
+
+/// How `tag` names the entry `kind` `name` (`None`: it names another).
+pub fn tag_form(t: &str, kind: Kind, name: &str) -> Option<TagForm> {
+    if t == tag(kind, name) {
+        return Some(TagForm::Legacy);
+    }
+    let qlen = kind.qualifier_len();
+    let base = base_tag(kind, name, if qlen > 0 { qlen + 1 } else { 0 } + 1 + TAG_HEX);
+    let rest = t.strip_prefix(base.as_str())?.strip_prefix('-')?;
+    let is_hex = |s: &str| s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let (qualifier, manifest) = if qlen > 0 {
+        if rest.len() != qlen + 1 + TAG_HEX {
+            return None;
+        }
+        let (q, m) = rest.split_at(qlen);
+        let ok = q.split('-').all(|p| p.len() == TAG_HEX && is_hex(p));
+        if !ok {
+            return None;
+        }
+        (Some(q.to_string()), m.strip_prefix('-')?.to_string())
+    } else {
+        (None, rest.to_string())
+    };
+    (manifest.len() == TAG_HEX && is_hex(&manifest)).then_some(TagForm::Content {
+        qualifier,
+        manifest,
+    })
+}
+
+/// The qualifier the tag of an artifact of `kind` with config `config`
+/// carries: the wheel's sha256 (its `build.json`'s), or an attestation's
+/// subject and signer ([`super::attest::qualifier`]); `None` for the other kinds.
+///
+/// Errors: a wheel's record has no sha256; an attestation does not parse.
+pub fn qualifier(kind: Kind, config: &Config) -> Result<Option<String>> {
+    match kind {
+        Kind::Wheel => {
+            let sha = config.record["sha256"]
+                .as_str()
+                .filter(|s| s.len() >= TAG_HEX)
+                .ok_or_else(|| anyhow!("the wheel's record has no sha256"))?;
+            Ok(Some(sha[..TAG_HEX].to_string()))
+        }
+        Kind::Attestation => {
+            let att: super::trust::Attestation = serde_json::from_value(config.record.clone())
+                .context("the attestation's record is not a statement and signature")?;
+            Ok(Some(super::attest::qualifier(&att)?))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Whether the artifact read from tag `t` (manifest `manifest_digest`,
+/// config `config`) is what the tag says: the tag names `config`'s entry,
+/// and in the append-only layout it quotes the manifest's digest and the
+/// qualifier of the config. A legacy tag is accepted as is.
+///
+/// Errors: why not (naming the tag).
+pub fn check_tag(t: &str, kind: Kind, config: &Config, manifest_digest: &str) -> Result<TagForm> {
+    let form = tag_form(t, kind, &config.name).ok_or_else(|| {
+        anyhow!(
+            "its config names {} {}, whose tags start {}, not {t}",
+            kind.name(),
+            config.name,
+            tag(kind, &config.name)
+        )
+    })?;
+    if let TagForm::Content {
+        qualifier: q,
+        manifest,
+    } = &form
+    {
+        let hex = digest_hex(manifest_digest)?;
+        if !hex.starts_with(manifest.as_str()) {
+            bail!("tag {t} names manifest {manifest}..., but it holds {manifest_digest}");
+        }
+        let want = qualifier(kind, config)?;
+        if *q != want {
+            bail!(
+                "tag {t} quotes {}, but its content gives {}",
+                q.as_deref().unwrap_or("nothing"),
+                want.as_deref().unwrap_or("nothing")
+            );
+        }
+    }
+    Ok(form)
 }
 
 /// The media type of a layer holding one file.
@@ -191,9 +344,18 @@ pub struct Artifact {
 }
 
 impl Artifact {
-    /// Its tag.
-    pub fn tag(&self) -> String {
-        tag(self.kind, &self.name)
+    /// Its tag in the append-only layout ([`content_tag`]).
+    ///
+    /// Errors: a wheel's record has no sha256; an attestation does not parse.
+    pub fn tag(&self) -> Result<String> {
+        let config = self.config_bytes();
+        let manifest = self.manifest_bytes(&config);
+        content_tag(
+            self.kind,
+            &self.name,
+            qualifier(self.kind, &self.config)?.as_deref(),
+            &super::digest_of(&manifest),
+        )
     }
 
     /// The config blob's bytes (pretty JSON, deterministic).
@@ -497,6 +659,28 @@ mod tests {
             tag(Kind::Wheelhouse, &"a".repeat(64)).len(),
             "wheelhouse-".len() + 64
         );
+    }
+
+    #[test]
+    fn content_tags_quote_the_manifest_and_are_told_apart_from_other_entries() {
+        let m = format!("sha256:{}", "ab".repeat(32));
+        let key = "0".repeat(32);
+        let w = content_tag(Kind::Wheel, &key, Some(&"c".repeat(16)), &m).unwrap();
+        assert_eq!(w, format!("wheel-{key}-{}-{}", "c".repeat(16), "ab".repeat(8)));
+        assert!(matches!(
+            tag_form(&w, Kind::Wheel, &key),
+            Some(TagForm::Content { qualifier: Some(q), .. }) if q == "c".repeat(16)
+        ));
+        assert_eq!(tag_form(&format!("wheel-{key}"), Kind::Wheel, &key), Some(TagForm::Legacy));
+        assert_eq!(tag_form(&w, Kind::Wheel, &"1".repeat(32)), None);
+        // An ext entry whose name extends another's is not the other's.
+        let e = content_tag(Kind::Ext, "foo-bar", None, &m).unwrap();
+        assert_eq!(tag_form(&e, Kind::Ext, "foo"), None);
+        assert!(tag_form(&e, Kind::Ext, "foo-bar").is_some());
+        // Long names stay within 128 characters with their suffix.
+        let long = content_tag(Kind::Attestation, &"x".repeat(120), Some(&format!("{}-{}", "a".repeat(16), "b".repeat(16))), &m).unwrap();
+        assert!(long.len() <= 128, "{long}");
+        assert!(tag_form(&long, Kind::Attestation, &"x".repeat(120)).is_some());
     }
 
     #[test]

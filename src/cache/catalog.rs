@@ -5,9 +5,14 @@
 //! `org.opencontainers.image.ref.name` annotations in the index).
 //!
 //! Reading (tags, manifests, blobs) goes through [`super::Transport`];
-//! only deletion is here. A registry (`oci://`, `oci+http://`) has no
-//! implementation yet: [`pruner`] refuses it with exit 2 and says what to
-//! use instead.
+//! only deletion is here. In a registry (`oci://`, `oci+http://`,
+//! [`RegistryPrune`]) a tag is deleted by deleting the manifest it names
+//! (OCI distribution spec, "Deleting manifests": `DELETE
+//! /v2/<name>/manifests/<digest>`; distribution needs `storage: delete:
+//! enabled: true`), which is safe because in the append-only layout a
+//! manifest belongs to one entry; its blobs are left to the registry's own
+//! garbage collector (`registry garbage-collect`), which is the only thing
+//! that knows what other repositories reference.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -19,7 +24,6 @@ use serde_json::Value;
 use super::config::CacheUrl;
 use super::digest_hex;
 use super::layout::REF_NAME;
-use crate::exit::bad_input;
 
 /// How old an unreferenced blob must be before [`Prune::sweep`] removes it:
 /// a push uploads its blobs first and its manifest last, so a younger blob
@@ -45,16 +49,41 @@ pub trait Prune {
 
 /// The [`Prune`] of cache `url`.
 ///
-/// Errors: exit 2 for a registry: deleting from a registry is not
-/// implemented (use the registry's own tools, then its garbage collector).
+/// Errors: the registry client cannot be made.
 pub fn pruner(url: &CacheUrl) -> Result<Box<dyn Prune>> {
     match url {
         CacheUrl::File { dir } => Ok(Box::new(LayoutPrune {
             dir: dir.to_path_buf(),
         })),
-        CacheUrl::Oci { .. } | CacheUrl::OciHttp { .. } => Err(bad_input(format!(
-            "cache gc: {url}: deleting tags from a registry is not supported yet; `cache gc --dry-run` lists what to delete, delete those tags with the registry's own tools (`skopeo delete`, `regctl tag rm`) and run its garbage collector"
-        ))),
+        CacheUrl::Oci { .. } | CacheUrl::OciHttp { .. } => Ok(Box::new(RegistryPrune {
+            transport: super::open(url)?,
+        })),
+    }
+}
+
+/// Deletion in a registry, through its API.
+pub struct RegistryPrune {
+    /// The registry.
+    pub transport: Box<dyn super::Transport>,
+}
+
+impl Prune for RegistryPrune {
+    /// Deletes the manifest `tag` names (nothing when the tag is gone).
+    ///
+    /// Errors: the registry refuses (deletes not enabled: distribution
+    /// answers 405 `UNSUPPORTED`; the message says so).
+    fn delete_tag(&self, tag: &str) -> Result<()> {
+        let Some(m) = self.transport.manifest(tag)? else {
+            return Ok(());
+        };
+        self.transport
+            .delete_manifest(&m.digest)
+            .with_context(|| format!("cache gc: deleting {tag}"))
+    }
+
+    /// Nothing: a registry's blobs are collected by the registry itself.
+    fn sweep(&self, _dry_run: bool) -> Result<(Vec<String>, u64)> {
+        Ok((Vec::new(), 0))
     }
 }
 
@@ -273,11 +302,4 @@ mod tests {
         assert_eq!(index["manifests"], serde_json::json!([]));
     }
 
-    #[test]
-    fn registries_are_refused_with_exit_2() {
-        let url = CacheUrl::parse("oci://reg.example/team").unwrap();
-        let err = pruner(&url).err().unwrap();
-        assert_eq!(crate::exit::code_of(&err), 2);
-        assert!(format!("{err:#}").contains("not supported yet"));
-    }
 }

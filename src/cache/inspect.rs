@@ -23,13 +23,14 @@ use crate::stages::wheel::BuildRecord;
 use crate::store::{ManifestFile, sha256_file};
 
 /// Every artifact kind, in pipeline order.
-pub const KINDS: [Kind; 6] = [
+pub const KINDS: [Kind; 7] = [
     Kind::Source,
     Kind::Lock,
     Kind::Wheelhouse,
     Kind::Ext,
     Kind::Wheel,
     Kind::Inputs,
+    Kind::Attestation,
 ];
 
 /// How an artifact's content is trusted.
@@ -43,6 +44,12 @@ pub enum Trust {
     Signed {
         /// The verdict.
         verdict: Verdict,
+    },
+    /// An attestation: what it says it signs and who signed it (judged
+    /// with the wheel it signs, not on its own).
+    Statement {
+        /// `<kind> <key> (<file> sha256 <hex>, ...) by <builder> (<fingerprint>)`.
+        signs: String,
     },
 }
 
@@ -74,7 +81,7 @@ impl Inspected {
     pub fn is_sound(&self) -> bool {
         self.problems.is_empty()
             && match &self.trust {
-                Trust::Pinned => true,
+                Trust::Pinned | Trust::Statement { .. } => true,
                 Trust::Signed { verdict } => verdict.is_trusted(),
             }
     }
@@ -90,6 +97,31 @@ impl Inspected {
     }
 }
 
+/// Every attestation of cache `cache` among `tags`, by the name of what it
+/// signs ([`super::attest::signed_name`]); configs go through the new
+/// directory `scratch`. One that cannot be read is left out (it vouches for
+/// nothing; `cache verify` reports it as its own artifact).
+///
+/// Errors: the cache cannot be read.
+pub fn attestations(
+    cache: &dyn Transport,
+    tags: &[String],
+    scratch: &Path,
+) -> Result<BTreeMap<String, Vec<trust::Attestation>>> {
+    let mut out: BTreeMap<String, Vec<trust::Attestation>> = BTreeMap::new();
+    let prefix = format!("{}-", Kind::Attestation.prefix());
+    for (i, tag) in tags.iter().filter(|t| t.starts_with(&prefix)).enumerate() {
+        let dir = scratch.join(format!("att{i}"));
+        if let Ok(Some(r)) = super::listing::read_config(cache, tag, Kind::Attestation, &dir)
+            && let Ok(att) = super::attest::of_config(&r.config)
+        {
+            out.entry(r.config.name.clone()).or_default().push(att);
+        }
+        let _ = fs::remove_dir_all(&dir);
+    }
+    Ok(out)
+}
+
 /// The kind whose `artifactType` is `artifact_type`.
 pub fn kind_of(artifact_type: Option<&str>) -> Option<Kind> {
     KINDS
@@ -100,7 +132,10 @@ pub fn kind_of(artifact_type: Option<&str>) -> Option<Kind> {
 /// Reads and checks the artifact tagged `tag` of `cache` (see the module
 /// docs); `deep` downloads and checks every layer into `scratch` (a fresh
 /// directory, emptied afterwards). `None`: the tag is not an oracle-build
-/// artifact (another artifact type, or a per-recipe index hint).
+/// artifact (another artifact type, or a per-recipe index hint). A wheel
+/// is judged with `attestations` (every attestation artifact of its key,
+/// [`super::attest::read`], by [`super::attest::signed_name`]) and those
+/// its config embeds (the layout before issue 23).
 ///
 /// What is wrong with the artifact goes into [`Inspected::problems`].
 ///
@@ -112,6 +147,7 @@ pub fn inspect(
     policy: &Policy,
     deep: bool,
     scratch: &Path,
+    attestations: &BTreeMap<String, Vec<trust::Attestation>>,
 ) -> Result<Option<Inspected>> {
     let url = cache.describe();
     let fetched = cache
@@ -158,12 +194,8 @@ pub fn inspect(
             config.kind
         ));
     }
-    if artifact::tag(kind, &config.name) != tag {
-        problems.push(format!(
-            "its config names {}, whose tag is {}, not {tag}",
-            config.name,
-            artifact::tag(kind, &config.name)
-        ));
+    if let Err(e) = artifact::check_tag(tag, kind, &config, &fetched.digest) {
+        problems.push(format!("{e:#}"));
     }
     let trust = if kind == Kind::Wheel {
         match serde_json::from_value::<BuildRecord>(config.record.clone()) {
@@ -175,8 +207,17 @@ pub fn inspect(
                     ));
                 }
                 check_wheel_layer(&manifest, &rec, &mut problems);
+                let mut all = attestations
+                    .get(&super::attest::signed_name(Kind::Wheel.name(), &config.name))
+                    .cloned()
+                    .unwrap_or_default();
+                for a in &config.attestations {
+                    if !all.contains(a) {
+                        all.push(a.clone());
+                    }
+                }
                 Trust::Signed {
-                    verdict: trust::verify_wheel(&rec, &config.attestations, policy),
+                    verdict: trust::verify_wheel(&rec, &all, policy),
                 }
             }
             Err(e) => {
@@ -185,6 +226,16 @@ pub fn inspect(
                     verdict: Verdict::Untrusted {
                         why: vec!["no build.json to check the statements against".into()],
                     },
+                }
+            }
+        }
+    } else if kind == Kind::Attestation {
+        match describe_attestation(&config) {
+            Ok(signs) => Trust::Statement { signs },
+            Err(e) => {
+                problems.push(format!("{e:#}"));
+                Trust::Statement {
+                    signs: "nothing readable".into(),
                 }
             }
         }
@@ -208,6 +259,27 @@ pub fn inspect(
         trust,
         problems,
     }))
+}
+
+/// What an attestation artifact says it signs, and who signed it.
+fn describe_attestation(config: &Config) -> Result<String> {
+    let att = super::attest::of_config(config)?;
+    let st = trust::Statement::from_canonical(att.statement.as_bytes())?;
+    let files: Vec<String> = st
+        .files
+        .iter()
+        .map(|f| format!("{} sha256 {}", f.path, f.sha256))
+        .collect();
+    let sig = ssh_key::SshSig::from_pem(att.signature.as_bytes())
+        .map_err(|e| anyhow!("the signature is not an armored SSHSIG ({e})"))?;
+    Ok(format!(
+        "signs {} {} ({}) by {} ({})",
+        st.kind,
+        st.key,
+        files.join(", "),
+        st.builder,
+        sig.public_key().fingerprint(ssh_key::HashAlg::Sha256)
+    ))
 }
 
 /// Bytes of the config and layers of `m`.

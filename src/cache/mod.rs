@@ -14,7 +14,15 @@
 //!   needs (blobs by digest, manifests by tag), with two implementations:
 //!   [`registry`] (`oci-client`) and [`layout`] (an OCI image layout).
 //! - [`artifact`]: one OCI artifact per store entry, named by its content
-//!   key in the tag (`wheel-<key>`, `src-<commit>`, `inputs-<key>`, ...).
+//!   key and its manifest's digest in the tag (`wheel-<key>-<wheel
+//!   sha256>-<manifest>`, `src-<commit>-<manifest>`, ...): append-only, a
+//!   tag names one manifest forever.
+//! - [`attest`]: each signed statement its own small artifact
+//!   (`att-<kind>-<key>-<subject>-<signer>-<manifest>`), generic over what
+//!   it signs.
+//! - [`listing`]: what a cache holds for one entry, found by listing tags:
+//!   every artifact of it and every attestation, so every reader sees the
+//!   same (a reproducibility failure included).
 //! - [`substitute`]: taking an entry from a cache instead of doing the work,
 //!   every blob checked on arrival and the entry made by one rename; what
 //!   `pull` and `build` share.
@@ -24,10 +32,13 @@
 //! [`substitute`] before anything is renamed into the store.
 
 pub mod artifact;
+pub mod attest;
 pub mod catalog;
 pub mod config;
+pub mod delete;
 pub mod inspect;
 pub mod layout;
+pub mod listing;
 pub mod registry;
 pub mod substitute;
 pub mod trust;
@@ -71,6 +82,20 @@ pub trait Transport {
     fn put_manifest(&self, tag: &str, bytes: &[u8]) -> Result<String>;
     /// Every tag of the cache.
     fn tags(&self) -> Result<Vec<String>>;
+    /// Deletes the manifest `digest` (and with it every tag naming it):
+    /// `DELETE /v2/<name>/manifests/<digest>` on a registry. Used by
+    /// `cache gc` ([`catalog`]); blobs are left to the registry's own
+    /// garbage collector.
+    ///
+    /// Errors: the cache refuses (a registry without deletes enabled
+    /// answers 405 `UNSUPPORTED`); the default: not supported by this
+    /// transport.
+    fn delete_manifest(&self, digest: &str) -> Result<()> {
+        bail!(
+            "cache {}: deleting manifest {digest} is not supported",
+            self.describe()
+        )
+    }
 }
 
 /// Opens the cache at `url`.

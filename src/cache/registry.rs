@@ -268,4 +268,16 @@ impl Transport for Registry {
         out.dedup();
         Ok(out)
     }
+
+    fn delete_manifest(&self, digest: &str) -> Result<()> {
+        let target = super::delete::Target {
+            host: &self.host,
+            repo: &self.repo,
+            plain_http: self.url.starts_with("oci+http://"),
+            auth: &self.auth,
+            url: &self.url,
+        };
+        self.runtime
+            .block_on(super::delete::delete_manifest(&target, digest))
+    }
 }

@@ -18,15 +18,20 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow, bail};
 use fs_err as fs;
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use super::Transport;
 use super::artifact::{self, Config, Kind, TREE_LAYER, layer_title};
+use super::listing::{self, TagList};
+use super::trust::Attestation;
 use crate::host::process::capture;
 use crate::stages::{source, wheel, wheelhouse};
 use crate::store::{Bucket, Entry, Manifest, Staging, Store, TempRoots, sha256_file};
 
-/// What the trust policy says of a wheel's config (its signatures): `Ok`
-/// to accept it, an error naming why not.
-pub type WheelPolicy<'a> = &'a dyn Fn(&Config) -> Result<()>;
+/// What the trust policy says of a wheel's config and every attestation of
+/// its key the cache holds: `Ok` to accept it, an error naming why not.
+pub type WheelPolicy<'a> = &'a dyn Fn(&Config, &[Attestation]) -> Result<()>;
 
 /// An entry downloaded and checked in staging, not yet in the store.
 #[derive(Debug)]
@@ -53,6 +58,7 @@ pub struct Fetcher<'a> {
     pub store: &'a Store,
     staging: Staging,
     n: usize,
+    tags: Option<Rc<TagList>>,
 }
 
 impl<'a> Fetcher<'a> {
@@ -65,7 +71,99 @@ impl<'a> Fetcher<'a> {
             store,
             staging: store.stage("pull")?,
             n: 0,
+            tags: None,
         })
+    }
+
+    /// A fetcher that uses `tags`, the cache's tag list read already.
+    ///
+    /// Errors: as [`Fetcher::new`].
+    pub fn with_tags(
+        cache: &'a dyn Transport,
+        store: &'a Store,
+        tags: Rc<TagList>,
+    ) -> Result<Fetcher<'a>> {
+        let mut f = Fetcher::new(cache, store)?;
+        f.tags = Some(tags);
+        Ok(f)
+    }
+
+    /// The cache's tags, listed on first use.
+    fn tag_list(&mut self) -> Result<Rc<TagList>> {
+        if let Some(t) = &self.tags {
+            return Ok(t.clone());
+        }
+        let t = Rc::new(TagList::read(self.cache)?);
+        self.tags = Some(t.clone());
+        Ok(t)
+    }
+
+    /// The tags to try for entry `kind` `name`: `preferred` first (a tag a
+    /// pin's inputs name, when listed), then every tag of the entry.
+    fn candidates(&mut self, kind: Kind, name: &str, preferred: Option<&str>) -> Result<Vec<String>> {
+        let tags = self.tag_list()?;
+        let mut out: Vec<String> = preferred
+            .filter(|p| tags.contains(p))
+            .map(str::to_string)
+            .into_iter()
+            .collect();
+        for t in tags.of(kind, name) {
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Downloads entry `kind` `name` from the first of its tags
+    /// ([`Fetcher::candidates`]) whose artifact passes every check; `None`
+    /// when it has none. Content pinned by its name (a commit, a sha256, a
+    /// URL_HASH) may come from any of its artifacts; a lock without
+    /// `preferred` only when every artifact of it holds the same files,
+    /// since a lock is resolved, not pinned, and no reader picks one.
+    ///
+    /// Errors: every artifact of it is refused (naming each); several
+    /// different locks.
+    fn download(
+        &mut self,
+        kind: Kind,
+        name: &str,
+        preferred: Option<&str>,
+    ) -> Result<Option<(Config, PathBuf, String, u64)>> {
+        let tags = self.candidates(kind, name, preferred)?;
+        let url = self.cache.describe();
+        if kind == Kind::Lock && tags.len() > 1 && !preferred.is_some_and(|p| tags.first().map(String::as_str) == Some(p)) {
+            let mut contents = Vec::new();
+            for (i, t) in tags.iter().enumerate() {
+                let dir = self.staging.path().join(format!("lock-{i}"));
+                if let Ok(Some(r)) = listing::read_config(self.cache, t, kind, &dir) {
+                    let mut files = r.config.files.clone();
+                    files.sort_by(|a, b| a.path.cmp(&b.path));
+                    if !contents.contains(&files) {
+                        contents.push(files);
+                    }
+                }
+            }
+            if contents.len() > 1 {
+                bail!(
+                    "cache {url} holds {} different locks for lock {name} ({}); taking none: `pull` takes the one the pin's inputs name, or commit a lock beside the recipe",
+                    contents.len(),
+                    tags.join(", ")
+                );
+            }
+        }
+        let mut refused = Vec::new();
+        for t in &tags {
+            match self.download_tag(kind, name, t) {
+                Ok(Some(got)) => return Ok(Some(got)),
+                Ok(None) => {}
+                Err(e) => refused.push(format!("{e:#}")),
+            }
+        }
+        if refused.is_empty() {
+            return Ok(None);
+        }
+        bail!("{}", refused.join("; "))
     }
 
     fn fresh_dir(&mut self) -> Result<PathBuf> {
@@ -78,24 +176,19 @@ impl<'a> Fetcher<'a> {
     /// Downloads the artifact tagged `tag` of `kind` for the entry `name`:
     /// `None` when the cache has no such tag. Returns the config, the
     /// directory with the entry's files and the manifest digest.
-    fn download(
+    fn download_tag(
         &mut self,
         kind: Kind,
         name: &str,
+        tag: &str,
     ) -> Result<Option<(Config, PathBuf, String, u64)>> {
-        let tag = artifact::tag(kind, name);
-        let Some(got) = self.cache.manifest(&tag)? else {
+        let work = self.fresh_dir()?;
+        let Some(read) = listing::read_config(self.cache, tag, kind, &work.join("cfg"))? else {
             return Ok(None);
         };
         let url = self.cache.describe();
-        let m = artifact::parse_manifest(&got.bytes, kind, &tag)
-            .with_context(|| format!("cache {url}"))?;
-        let work = self.fresh_dir()?;
-        let config_path = work.join("config.json");
+        let (m, config, got_digest) = (read.manifest, read.config, read.digest);
         let size = u64::try_from(m.config.size).unwrap_or(0);
-        self.cache.get_blob(&m.config.digest, size, &config_path)?;
-        let config: Config = crate::store::read_json(&config_path)
-            .with_context(|| format!("cache {url}: the config of {tag}"))?;
         if config.kind != kind || config.name != name {
             bail!(
                 "cache {url}: {tag} carries {:?} {}, not {kind:?} {name}",
@@ -125,21 +218,79 @@ impl<'a> Fetcher<'a> {
             }
         }
         check_files(&dir, &config).with_context(|| format!("cache {url}: refusing {tag}"))?;
-        Ok(Some((config, dir, got.digest, bytes)))
+        Ok(Some((config, dir, got_digest, bytes)))
+    }
+
+    /// The tag of the wheel of key `key` to take: every wheel artifact of
+    /// the key and every attestation of it are read ([`listing::wheels`]),
+    /// and the first artifact (`preferred` first) that `policy` accepts
+    /// is taken. `None` when the cache has no wheel for the key.
+    ///
+    /// Errors: the cache fails; the policy accepts none (its reason, a
+    /// reproducibility failure when two trusted builders disagree).
+    fn choose_wheel(
+        &mut self,
+        key: &str,
+        policy: WheelPolicy<'_>,
+        preferred: Option<&str>,
+    ) -> Result<Option<String>> {
+        let tags = self.tag_list()?;
+        let scratch = self.fresh_dir()?;
+        let w = listing::wheels(self.cache, &tags, key, &scratch)?;
+        let _ = fs::remove_dir_all(&scratch);
+        if w.candidates.is_empty() {
+            if w.problems.is_empty() {
+                return Ok(None);
+            }
+            bail!("{}", w.problems.join("; "));
+        }
+        let mut order: Vec<&listing::Read> = w.candidates.iter().collect();
+        order.sort_by_key(|c| Some(c.tag.as_str()) != preferred);
+        let mut why = Vec::new();
+        for c in order {
+            match policy(&c.config, &w.attestations) {
+                Ok(()) => return Ok(Some(c.tag.clone())),
+                Err(e) => why.push(format!("{e:#}")),
+            }
+        }
+        why.dedup();
+        let shas = w.shas();
+        let many = if shas.len() > 1 {
+            format!(" ({} different wheels for this key: {})", shas.len(), shas.join(", "))
+        } else {
+            String::new()
+        };
+        bail!("{}{many}", why.join("; "))
     }
 
     /// Prepares the store entry `entry` (lock, wheelhouse, ext or wheel)
-    /// from the cache: `None` on a miss. A wheel must satisfy `policy`.
+    /// from the cache: `None` on a miss. A wheel must satisfy `policy`;
+    /// `preferred` is the tag a pin's inputs name for it, tried first.
     ///
     /// Errors: the cache fails; a digest, file or record does not match
     /// (the message names the digest or file); the policy refuses.
-    pub fn prepare(&mut self, entry: &Entry, policy: WheelPolicy<'_>) -> Result<Option<Prepared>> {
+    pub fn prepare(
+        &mut self,
+        entry: &Entry,
+        policy: WheelPolicy<'_>,
+        preferred: Option<&str>,
+    ) -> Result<Option<Prepared>> {
         let kind = Kind::of_bucket(entry.bucket)
             .ok_or_else(|| anyhow!("{} entries are not in caches", entry.bucket.dir_name()))?;
-        let Some((config, dir, digest, bytes)) = self.download(kind, &entry.name)? else {
+        let url = self.cache.describe();
+        let got = if kind == Kind::Wheel {
+            let tag = artifact::tag(kind, &entry.name);
+            let refuse = |e: anyhow::Error| anyhow!("cache {url}: refusing {tag}: {e:#}");
+            match self.choose_wheel(&entry.name, policy, preferred).map_err(refuse)? {
+                Some(t) => self.download_tag(kind, &entry.name, &t)?,
+                None => None,
+            }
+        } else {
+            self.download(kind, &entry.name, preferred)?
+        };
+        let Some((config, dir, digest, bytes)) = got else {
             return Ok(None);
         };
-        let url = self.cache.describe();
         let tag = artifact::tag(kind, &entry.name);
         let refuse = |why: String| anyhow!("cache {url}: refusing {tag}: {why}");
         match entry.bucket {
@@ -175,7 +326,6 @@ impl<'a> Fetcher<'a> {
                 if !problems.is_empty() {
                     return Err(refuse(problems.join("; ")));
                 }
-                policy(&config).map_err(|e| refuse(format!("{e:#}")))?;
             }
             Bucket::Ext if !dir.join("ext.json").is_file() => {
                 return Err(refuse("no ext.json".into()));
@@ -195,12 +345,53 @@ impl<'a> Fetcher<'a> {
         }))
     }
 
+    /// The inputs artifact of key `key` (the config and the bytes read):
+    /// `None` when the cache has none. Several (two boxes pushed one
+    /// recipe) are fine when they name the same wheel key, and the first
+    /// in tag order is taken; naming different wheel keys they are refused,
+    /// since the boxes locked or built differently and no reader picks one.
+    ///
+    /// Errors: the cache fails; the inputs disagree; none can be read.
+    fn inputs(&mut self, key: &str) -> Result<Option<(Config, u64)>> {
+        let url = self.cache.describe();
+        let tags = self.candidates(Kind::Inputs, key, None)?;
+        let mut wheels: Vec<(String, String)> = Vec::new();
+        for (i, t) in tags.iter().enumerate() {
+            let dir = self.staging.path().join(format!("inputs-{i}"));
+            if let Ok(Some(r)) = listing::read_config(self.cache, t, Kind::Inputs, &dir)
+                && let Ok(rec) = serde_json::from_value::<InputsRecord>(r.config.record)
+                && !wheels.iter().any(|(_, w)| *w == rec.wheel_key)
+            {
+                wheels.push((t.clone(), rec.wheel_key));
+            }
+        }
+        if wheels.len() > 1 {
+            bail!(
+                "cache {url} holds inputs for this recipe naming different wheels ({}): boxes locked or built it differently; pull from one with --cache, or commit a lock beside the recipe",
+                wheels
+                    .iter()
+                    .map(|(t, w)| format!("{t}: wheel {w}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        Ok(self
+            .download(Kind::Inputs, key, wheels.first().map(|(t, _)| t.as_str()))?
+            .map(|(config, _, _, bytes)| (config, bytes)))
+    }
+
     /// Prepares the source of `commit` of `repo` (a git bundle for the
     /// mirror): `None` on a miss.
     ///
     /// Errors: as [`Fetcher::prepare`]; the bundle is not for that commit.
-    pub fn prepare_source(&mut self, repo: &str, commit: &str) -> Result<Option<Prepared>> {
-        let Some((config, dir, digest, bytes)) = self.download(Kind::Source, commit)? else {
+    pub fn prepare_source(
+        &mut self,
+        repo: &str,
+        commit: &str,
+        preferred: Option<&str>,
+    ) -> Result<Option<Prepared>> {
+        let Some((config, dir, digest, bytes)) = self.download(Kind::Source, commit, preferred)?
+        else {
             return Ok(None);
         };
         let bundle = dir.join(SOURCE_BUNDLE);
@@ -356,6 +547,11 @@ pub struct InputsRecord {
     /// The venv key of the pushing box's oracle (evidence: the pulling box
     /// installs and measures its own).
     pub venv_key: String,
+    /// The tag each entry was pushed under (by label; the source as
+    /// `src/<commit>`), so `pull` takes exactly what the pushing box built
+    /// with; empty in inputs pushed before issue 23.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tags: std::collections::BTreeMap<String, String>,
 }
 
 /// The key of the `inputs-<key>` artifact of recipe `lr` on this host: the
@@ -395,19 +591,28 @@ pub fn policy_of(cache: &super::config::Cache) -> Result<super::trust::Policy> {
     })
 }
 
-/// The verdict of `policy` on the wheel artifact config `config`.
-pub fn wheel_verdict(config: &Config, policy: &super::trust::Policy) -> super::trust::Verdict {
-    let files = serde_json::from_value::<wheel::BuildRecord>(config.record.clone())
-        .map(|r| wheel_files(&r))
-        .unwrap_or_default();
-    super::trust::verify(
-        "wheel",
-        &config.name,
-        &files,
-        &config.attestations,
-        policy,
-        jiff::Timestamp::now().as_second(),
-    )
+/// The verdict of `policy` on the wheel artifact config `config` from
+/// `attestations`, every attestation of its key ([`listing::verdict`]).
+pub fn wheel_verdict(
+    config: &Config,
+    attestations: &[Attestation],
+    policy: &super::trust::Policy,
+) -> super::trust::Verdict {
+    listing::verdict(config, attestations, policy)
+}
+
+/// The [`WheelPolicy`] of `policy`: a wheel is taken only when trusted.
+pub fn trusted_only(
+    policy: &super::trust::Policy,
+) -> impl Fn(&Config, &[Attestation]) -> Result<()> + '_ {
+    move |cfg, atts| {
+        let v = wheel_verdict(cfg, atts, policy);
+        if v.is_trusted() {
+            Ok(())
+        } else {
+            Err(anyhow!("the wheel is not trusted: {v}"))
+        }
+    }
 }
 
 /// What [`pull_pin`] did.
@@ -445,9 +650,9 @@ pub fn pull_pin(
     let r = &lr.recipe;
     let key = inputs_key(lr);
     let mut f = Fetcher::new(cache, store)?;
-    let Some((config, _, _, mut bytes)) = f.download(Kind::Inputs, &key)? else {
+    let Some((config, mut bytes)) = f.inputs(&key)? else {
         bail!(
-            "cache {} has no inputs for {} on this platform (tag {}); push it from a box that built it: oracle-build push {}",
+            "cache {} has no inputs for {} on this platform (tags {}-*); push it from a box that built it: oracle-build push {}",
             cache.describe(),
             r.name,
             artifact::tag(Kind::Inputs, &key),
@@ -469,8 +674,13 @@ pub fn pull_pin(
     let mut items = Vec::new();
     let mut present = Vec::new();
     if !source::mirror_has(store, &r.source.repo, &r.source.commit) {
+        let src_label = format!("{}/{}", Bucket::Src.dir_name(), r.source.commit);
         let p = f
-            .prepare_source(&r.source.repo, &r.source.commit)?
+            .prepare_source(
+                &r.source.repo,
+                &r.source.commit,
+                inputs.tags.get(&src_label).map(String::as_str),
+            )?
             .ok_or_else(|| {
                 anyhow!(
                     "cache {} has no source for {} ({})",
@@ -499,7 +709,7 @@ pub fn pull_pin(
             present.push(entry.label());
             continue;
         }
-        match f.prepare(&entry, policy)? {
+        match f.prepare(&entry, policy, inputs.tags.get(label).map(String::as_str))? {
             Some(p) => {
                 bytes += p.bytes;
                 items.push(p);
@@ -529,6 +739,9 @@ pub fn pull_pin(
 pub struct Substituter<'a> {
     store: &'a Store,
     caches: Vec<(Box<dyn Transport>, super::trust::Policy)>,
+    /// Each cache's tag list, read on first use (again for a wheel, which
+    /// may be looked up long after the inputs).
+    tags: Vec<RefCell<Option<Rc<TagList>>>>,
 }
 
 impl<'a> Substituter<'a> {
@@ -542,7 +755,28 @@ impl<'a> Substituter<'a> {
         for c in caches {
             out.push((super::open(&c.url)?, policy_of(c)?));
         }
-        Ok(Substituter { store, caches: out })
+        let tags = out.iter().map(|_| RefCell::new(None)).collect();
+        Ok(Substituter {
+            store,
+            caches: out,
+            tags,
+        })
+    }
+
+    /// A fetcher from cache `i`, with its tag list (listed now when not
+    /// yet, or when `fresh`).
+    fn fetcher(&self, i: usize, fresh: bool) -> Result<Fetcher<'_>> {
+        let t = self.caches[i].0.as_ref();
+        let mut slot = self.tags[i].borrow_mut();
+        let list = match &*slot {
+            Some(l) if !fresh => l.clone(),
+            _ => {
+                let l = Rc::new(TagList::read(t)?);
+                *slot = Some(l.clone());
+                l
+            }
+        };
+        Fetcher::with_tags(t, self.store, list)
     }
 
     /// Whether there is no cache to substitute from.
@@ -558,17 +792,11 @@ impl<'a> Substituter<'a> {
     /// Errors: the store cannot be written.
     pub fn entry(&self, entry: &Entry, temp: &TempRoots) -> Result<Option<String>> {
         temp.add(self.store, entry)?;
-        for (t, policy) in &self.caches {
-            let accept = |cfg: &Config| {
-                let v = wheel_verdict(cfg, policy);
-                if v.is_trusted() {
-                    Ok(())
-                } else {
-                    Err(anyhow!("the wheel is not trusted: {v}"))
-                }
-            };
-            let got = Fetcher::new(t.as_ref(), self.store).and_then(|mut f| {
-                match f.prepare(entry, &accept)? {
+        for (i, (t, policy)) in self.caches.iter().enumerate() {
+            let accept = trusted_only(policy);
+            let fresh = entry.bucket == Bucket::Wheels;
+            let got = self.fetcher(i, fresh).and_then(|mut f| {
+                match f.prepare(entry, &accept, None)? {
                     Some(p) => f.commit(vec![p], temp).map(Some),
                     None => Ok(None),
                 }
@@ -600,9 +828,9 @@ impl<'a> Substituter<'a> {
     ///
     /// Errors: the store cannot be written.
     pub fn source(&self, repo: &str, commit: &str, temp: &TempRoots) -> Result<Option<String>> {
-        for (t, _) in &self.caches {
-            let got = Fetcher::new(t.as_ref(), self.store).and_then(|mut f| {
-                match f.prepare_source(repo, commit)? {
+        for (i, (t, _)) in self.caches.iter().enumerate() {
+            let got = self.fetcher(i, false).and_then(|mut f| {
+                match f.prepare_source(repo, commit, None)? {
                     Some(p) => f.commit(vec![p], temp).map(Some),
                     None => Ok(None),
                 }
@@ -629,29 +857,36 @@ impl<'a> Substituter<'a> {
     /// cache holding its tag and, for a wheel, the verdict on its signatures; `None` when no cache has
     /// it. Reads manifests and config blobs only; writes nothing to the store.
     pub fn lookup(&self, kind: Kind, name: &str, scratch: &Path) -> Option<Lookup> {
-        let tag = artifact::tag(kind, name);
-        for (t, policy) in &self.caches {
-            let Ok(Some(m)) = t.manifest(&tag) else {
+        for (i, (t, policy)) in self.caches.iter().enumerate() {
+            let Ok(mut f) = self.fetcher(i, false) else {
                 continue;
             };
-            let mut verdict = None;
-            if kind == Kind::Wheel
-                && let Ok(parsed) = artifact::parse_manifest(&m.bytes, kind, &tag)
-            {
-                let p = scratch.join("lookup-config.json");
-                let size = u64::try_from(parsed.config.size).unwrap_or(0);
-                if t.get_blob(&parsed.config.digest, size, &p).is_ok()
-                    && let Ok(cfg) = crate::store::read_json::<Config>(&p)
-                {
-                    verdict = Some(wheel_verdict(&cfg, policy));
-                }
-                let _ = fs::remove_file(&p);
-            }
-            return Some(Lookup {
+            let Ok(tags) = f.tag_list() else {
+                continue;
+            };
+            let found = tags.of(kind, name);
+            let Some(first) = found.first() else {
+                continue;
+            };
+            let mut hit = Lookup {
                 cache: t.describe(),
-                tag,
-                verdict,
-            });
+                tag: first.clone(),
+                verdict: None,
+            };
+            if kind == Kind::Wheel
+                && let Ok(w) = listing::wheels(t.as_ref(), &tags, name, scratch)
+            {
+                let verdicts: Vec<_> = w.candidates.iter().map(|c| (c, w.verdict(c, policy))).collect();
+                let pick = verdicts
+                    .iter()
+                    .find(|(_, v)| v.is_trusted())
+                    .or(verdicts.first());
+                if let Some((c, v)) = pick {
+                    hit.tag = c.tag.clone();
+                    hit.verdict = Some(v.clone());
+                }
+            }
+            return Some(hit);
         }
         None
     }

@@ -6,8 +6,10 @@
 //!   its digest and the config's file list, and every wheel's statements
 //!   against the cache's trust policy; exit 1 when anything fails.
 //! - `gc`: deletes the tags this store's roots do not reach (directly, or
-//!   through the `inputs-<key>` artifact of a rooted oracle), then, in a
-//!   `file://` layout, the blobs no tag references; `--dry-run` lists them.
+//!   through the `inputs-<key>` artifact of a rooted oracle), through the
+//!   registry API or in the layout's `index.json` (`cache::catalog`), then,
+//!   in a `file://` layout, the blobs no tag references; `--dry-run` lists
+//!   them.
 //!   Tags of other tools (other artifact types) are never touched.
 
 use std::collections::BTreeSet;
@@ -156,9 +158,11 @@ fn list(c: &Cache, deep: bool, store: Option<&Store>) -> Result<Listing> {
     let tmp = scratch(store)?;
     let mut artifacts = Vec::new();
     let mut other_tags = Vec::new();
-    for (i, tag) in t.tags()?.into_iter().enumerate() {
+    let tags = t.tags()?;
+    let atts = inspect::attestations(t.as_ref(), &tags, &tmp.path().join("atts"))?;
+    for (i, tag) in tags.into_iter().enumerate() {
         let dir = tmp.path().join(i.to_string());
-        match inspect::inspect(t.as_ref(), &tag, &policy, deep, &dir)? {
+        match inspect::inspect(t.as_ref(), &tag, &policy, deep, &dir, &atts)? {
             Some(a) => artifacts.push(a),
             None => other_tags.push(tag),
         }
@@ -171,7 +175,10 @@ fn list(c: &Cache, deep: bool, store: Option<&Store>) -> Result<Listing> {
     })
 }
 
-/// The tags this store's roots reach in cache `c` (see the module docs).
+/// The tags this store's roots reach in cache `c` (see the module docs):
+/// every artifact of an entry a root reaches (each of its tags, the legacy
+/// one included) and every attestation of it, and what the `inputs`
+/// artifact of a rooted oracle lists.
 fn referenced(
     store: Option<&Store>,
     artifacts: &[Inspected],
@@ -182,15 +189,17 @@ fn referenced(
         return Ok(BTreeSet::new());
     };
     let labels = gc::reachable(store)?;
-    let tag_of = |label: &str| -> Option<String> {
+    let entry_of = |label: &str| -> Option<(Kind, String)> {
         let (bucket, name) = label.split_once('/')?;
         let bucket = Bucket::from_dir_name(bucket)?;
-        match bucket {
-            Bucket::Src => Some(artifact::tag(Kind::Source, name)),
-            b => Kind::of_bucket(b).map(|k| artifact::tag(k, name)),
-        }
+        let kind = match bucket {
+            Bucket::Src => Kind::Source,
+            b => Kind::of_bucket(b)?,
+        };
+        Some((kind, name.to_string()))
     };
-    let mut keep: BTreeSet<String> = labels.iter().filter_map(|l| tag_of(l)).collect();
+    let mut reach: BTreeSet<(Kind, String)> = labels.iter().filter_map(|l| entry_of(l)).collect();
+    let mut keep: BTreeSet<String> = BTreeSet::new();
     // An inputs artifact whose oracle is rooted here keeps itself, its
     // source and every entry it lists.
     let t = crate::cache::open(&c.url)?;
@@ -203,8 +212,23 @@ fn referenced(
         };
         if labels.contains(&format!("{}/{}", Bucket::Venvs.dir_name(), rec.venv_key)) {
             keep.insert(a.tag.clone());
-            keep.insert(artifact::tag(Kind::Source, &rec.commit));
-            keep.extend(rec.entries.iter().filter_map(|l| tag_of(l)));
+            reach.insert((Kind::Source, rec.commit.clone()));
+            reach.extend(rec.entries.iter().filter_map(|l| entry_of(l)));
+            keep.extend(rec.tags.values().cloned());
+        }
+    }
+    for a in artifacts {
+        let reached = match a.kind {
+            // `<kind>-<name>` of what it signs.
+            Kind::Attestation => a.name.split_once('-').is_some_and(|(k, n)| {
+                reach
+                    .iter()
+                    .any(|(rk, rn)| rk.name() == k && rn == n)
+            }),
+            k => reach.contains(&(k, a.name.clone())),
+        };
+        if reached {
+            keep.insert(a.tag.clone());
         }
     }
     Ok(keep)
@@ -244,11 +268,7 @@ fn collect(c: &Cache, store: Option<&Store>, dry_run: bool) -> Result<Collected>
             c.url
         )));
     }
-    // Refuse a cache we cannot delete from before reading anything.
     let prune = catalog::pruner(&c.url);
-    if !dry_run && let Err(e) = prune {
-        return Err(e);
-    }
     let listing = list(c, false, store)?;
     let tmp = scratch(store)?;
     let keep = referenced(store, &listing.artifacts, c, tmp.path())?;
@@ -261,8 +281,6 @@ fn collect(c: &Cache, store: Option<&Store>, dry_run: bool) -> Result<Collected>
         }
     }
     let (blobs, blob_bytes) = match prune {
-        // A registry: `--dry-run` still lists what to delete by hand.
-        Err(_) if dry_run => (Vec::new(), 0),
         Err(e) => return Err(e),
         Ok(_) if dry_run => (Vec::new(), 0),
         Ok(p) => {
@@ -315,6 +333,7 @@ fn render_listing(l: &Listing, deep: bool) {
         let trust = match &a.trust {
             Trust::Pinned => "pinned (digest)".to_string(),
             Trust::Signed { verdict } => verdict.to_string(),
+            Trust::Statement { signs } => signs.clone(),
         };
         let state = if !a.problems.is_empty() {
             format!("  FAILED: {}", a.problems.join("; "))

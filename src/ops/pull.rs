@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, bail};
 
 use crate::cache::substitute::{self, Pulled};
 use crate::ops::print_json;
@@ -44,14 +44,7 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     for c in &caches {
         let t = crate::cache::open(&c.url)?;
         let policy = substitute::policy_of(c)?;
-        let accept = |cfg: &crate::cache::artifact::Config| {
-            let v = substitute::wheel_verdict(cfg, &policy);
-            if v.is_trusted() {
-                Ok(())
-            } else {
-                Err(anyhow!("the wheel is not trusted: {v}"))
-            }
-        };
+        let accept = substitute::trusted_only(&policy);
         match substitute::pull_pin(t.as_ref(), &store, &lr, &lock_dir, &accept, &temp) {
             Ok(p) => {
                 done = Some(p);

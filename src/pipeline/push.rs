@@ -6,22 +6,27 @@
 //! and the pin's inputs with the oracle's record as evidence. Venvs are
 //! never pushed: the pulling box installs, measures and gates its own.
 //!
-//! Per artifact: blobs first (skipped when the cache has them), the
-//! manifest last, so a tag exists only when all its blobs do. A tag that
-//! already exists is kept (content-addressed: same key, same content),
-//! except that a wheel's attestations are merged; a wheel whose sha256
-//! differs from the cached one for the same key is a reproducibility
-//! failure and the cached one is never overwritten.
+//! The cache is append-only (issue 23, docs/cache.md): every tag quotes
+//! its manifest's digest ([`artifact::content_tag`]), so a tag names one
+//! manifest forever and nothing in the cache is read, changed and written
+//! back. Per artifact: blobs first (skipped when the cache has them), the
+//! manifest last, so a tag exists only when all its blobs do; a tag the
+//! cache lists already is left as it is. The wheel's signature is its own
+//! artifact ([`crate::cache::attest`]), so two boxes signing at once both
+//! keep their signatures. A wheel whose sha256 differs from another the
+//! cache holds for the same key is pushed too (both stay visible to every
+//! reader) and the push then fails: a reproducibility failure.
 
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
 
-use crate::cache::artifact::{self, Artifact, Config, Kind, Layer};
+use crate::cache::artifact::{self, Artifact, Config, Kind, Layer, TagForm};
 use crate::cache::config::{self, Cache};
+use crate::cache::listing::{self, TagList};
 use crate::cache::substitute::{self, InputsRecord, SOURCE_BUNDLE};
-use crate::cache::{Transport, trust};
+use crate::cache::{Transport, attest, trust};
 use crate::recipe::LoadedRecipe;
 use crate::stages::lock;
 use crate::stages::oracle::OracleRecord;
@@ -36,7 +41,7 @@ pub enum PushState {
     Pushed,
     /// The cache had it.
     Present,
-    /// The cache had it; this box's signature was added.
+    /// This box's signature (an attestation artifact) was pushed now.
     Signed,
 }
 
@@ -108,9 +113,23 @@ pub fn push(
     cache: Option<&str>,
     lockfiles: Option<&Path>,
 ) -> Result<Vec<PushReport>> {
+    let caches = caches_for(root, cache)?;
+    push_to(lr, root, &caches, &lock::lock_dir(lr, lockfiles))
+}
+
+/// [`push`] to the caches `caches`, the recipe's lock taken from `lock_dir`
+/// (a lock directory, as `stages::lock::lock_dir` gives) when it holds one:
+/// what `push = "auto"` runs after a build.
+///
+/// Errors: as [`push`].
+pub fn push_to(
+    lr: &LoadedRecipe,
+    root: &Path,
+    caches: &[Cache],
+    lock_dir: &Path,
+) -> Result<Vec<PushReport>> {
     let r = &lr.recipe;
     let root = root.to_path_buf();
-    let caches = caches_for(&root, cache)?;
     let store = Store::open_existing(&root)
         .ok_or_else(|| anyhow!("no store at {}: build {} first", root.display(), r.name))?;
     let oracle = store
@@ -144,9 +163,8 @@ pub fn push(
     // What the pin needs: the records' `requires`, venvs and checkouts left out.
     let mut entries: Vec<Entry> = Vec::new();
     let auto = lock::auto_entry(&store, r);
-    let lock_dir = lock::lock_dir(lr, lockfiles);
-    let lock_from = if matches!(lock::load(&lock_dir, lr), Ok(Some(_))) {
-        Some(lock_dir.clone())
+    let lock_from = if matches!(lock::load(lock_dir, lr), Ok(Some(_))) {
+        Some(lock_dir.to_path_buf())
     } else if auto.exists() {
         Some(auto.path.clone())
     } else {
@@ -203,7 +221,19 @@ pub fn push(
         };
         artifacts.push(artifact::of_entry(e, &dir, &scratch.join("trees"))?);
     }
-    // The inputs, with the recipe and the oracle's record as evidence.
+    // The inputs, with the recipe and the oracle's record as evidence, and
+    // the tag of every artifact above, so `pull` takes exactly those.
+    let mut tags = std::collections::BTreeMap::new();
+    for a in &artifacts {
+        let label = match a.kind {
+            Kind::Source => format!("{}/{}", Bucket::Src.dir_name(), a.name),
+            _ => match entries.iter().find(|e| e.name == a.name && Kind::of_bucket(e.bucket) == Some(a.kind)) {
+                Some(e) => e.label(),
+                None => continue,
+            },
+        };
+        tags.insert(label, a.tag()?);
+    }
     let key = substitute::inputs_key(lr);
     let recipe_file = scratch.join("recipe.yaml");
     fs_err::write(&recipe_file, &lr.text)?;
@@ -215,6 +245,7 @@ pub fn push(
         entries: entries.iter().map(Entry::label).collect(),
         wheel_key: rec.wheel_key.clone(),
         venv_key: rec.key.clone(),
+        tags,
     };
     let mut layers = Vec::new();
     let mut files = Vec::new();
@@ -244,32 +275,50 @@ pub fn push(
         layers,
     });
 
+    // The statement carries the build's time (build.json's `started`), not
+    // the push's: a re-push signs the same bytes, so its attestation
+    // artifact, and tag, are the same.
+    let time = statement_time(&build.started)
+        .with_context(|| format!("the `started` of {}", wheel_entry.path.join("build.json").display()))?;
+    let statement = trust::Statement::for_wheel(&build, &builder_name(), &time);
     let mut reports = Vec::new();
-    for c in &caches {
+    for (i, c) in caches.iter().enumerate() {
         let t = crate::cache::open(&c.url)?;
+        let listed = TagList::read(t.as_ref())?;
         let mut signed = false;
-        let mut arts = artifacts.clone();
-        if let Some(key_path) = &c.signing_key
-            && let Some(w) = arts.iter_mut().find(|a| a.kind == Kind::Wheel)
-        {
-            let key = trust::SigningKey::load(key_path)?;
-            let statement = trust::Statement {
-                kind: "wheel".into(),
-                key: build.key.clone(),
-                inputs: build.inputs.clone(),
-                files: substitute::wheel_files(&build),
-                builder: builder_name(),
-                time: jiff::Timestamp::now()
-                    .strftime("%Y-%m-%dT%H:%M:%SZ")
-                    .to_string(),
-            };
-            w.config.attestations.push(trust::sign(&statement, &key)?);
-            signed = true;
-        }
         let mut out = Vec::new();
-        for a in &arts {
-            crate::progress::stage("push", format!("{} -> {}", a.tag(), t.describe()));
-            out.push(push_artifact(t.as_ref(), a, scratch)?);
+        let (body, inputs) = artifacts.split_at(artifacts.len() - 1);
+        for a in body {
+            out.push(push_one(t.as_ref(), a, &listed, scratch)?);
+            if a.kind == Kind::Wheel
+                && let Some(key_path) = &c.signing_key
+            {
+                let key = trust::SigningKey::load(key_path)?;
+                let att = trust::sign(&statement, &key)?;
+                let art = attest::artifact(&att, &scratch.join(format!("att-{i}")))?;
+                let mut p = push_one(t.as_ref(), &art, &listed, scratch)?;
+                if p.state == PushState::Pushed {
+                    p.state = PushState::Signed;
+                }
+                out.push(p);
+                signed = true;
+            }
+        }
+        for a in inputs {
+            out.push(push_one(t.as_ref(), a, &listed, scratch)?);
+        }
+        // Checked after writing, so of two boxes racing with different
+        // wheels at least the later one sees the other's.
+        let others = other_wheels(t.as_ref(), &build, scratch)?;
+        if !others.is_empty() {
+            bail!(
+                "reproducibility failure: {} holds wheel {} for key {} with sha256 {}, this box built sha256 {}; both are in the cache now and no reader trusts either (compare the two build.json files)",
+                t.describe(),
+                others.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>().join(", "),
+                build.key,
+                others.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>().join(", "),
+                build.sha256
+            );
         }
         reports.push(PushReport {
             cache: t.describe(),
@@ -280,6 +329,46 @@ pub fn push(
     }
     drop(temp);
     Ok(reports)
+}
+
+/// `2026-12-01T10:00:00Z` of an RFC 3339 time (`build.json`'s `started`).
+///
+/// Errors: not an RFC 3339 time.
+pub fn statement_time(started: &str) -> Result<String> {
+    let t: jiff::Timestamp = started
+        .parse()
+        .with_context(|| format!("{started:?} is not an RFC 3339 time"))?;
+    Ok(t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+}
+
+/// The wheel artifacts `t` holds for the key of `build` with another
+/// sha256 than its wheel's: (tag, sha256).
+fn other_wheels(
+    t: &dyn Transport,
+    build: &BuildRecord,
+    scratch: &Path,
+) -> Result<Vec<(String, String)>> {
+    let tags = TagList::read(t)?;
+    let mut out = Vec::new();
+    for (i, tag) in tags.of(Kind::Wheel, &build.key).into_iter().enumerate() {
+        if let Some(TagForm::Content {
+            qualifier: Some(q), ..
+        }) = artifact::tag_form(&tag, Kind::Wheel, &build.key)
+            && build.sha256.starts_with(&q)
+        {
+            continue;
+        }
+        let dir = scratch.join(format!("other-{i}"));
+        let sha = match listing::read_config(t, &tag, Kind::Wheel, &dir) {
+            Ok(Some(r)) => r.config.record["sha256"].as_str().unwrap_or_default().to_string(),
+            Ok(None) => continue,
+            Err(e) => format!("(unreadable: {e:#})"),
+        };
+        if sha != build.sha256 {
+            out.push((tag, sha));
+        }
+    }
+    Ok(out)
 }
 
 /// Fault injection for the tests: with `ORACLE_BUILD_FAULT=push-kill-<kind>`
@@ -297,93 +386,27 @@ fn kill_point(kind: Kind) {
     }
 }
 
-/// Reads the config blob of the cached manifest `bytes` of `kind` and `tag`.
-fn cached_config(
-    t: &dyn Transport,
-    bytes: &[u8],
-    kind: Kind,
-    tag: &str,
-    scratch: &Path,
-) -> Result<Config> {
-    let m = artifact::parse_manifest(bytes, kind, tag)?;
-    let p = scratch.join(format!(
-        "cached-{}.json",
-        crate::cache::digest_hex(&m.config.digest)?
-    ));
-    t.get_blob(
-        &m.config.digest,
-        u64::try_from(m.config.size).unwrap_or(0),
-        &p,
-    )?;
-    crate::store::read_json(&p).with_context(|| format!("the config of the cached {tag}"))
-}
-
-/// Pushes one artifact: blobs first (skipped when present), manifest last;
-/// an existing tag is kept (a wheel's attestations merged into it).
+/// Pushes one artifact under its content tag ([`Artifact::tag`]): nothing
+/// when `listed` has the tag (it names this very manifest); else blobs
+/// first (skipped when present) and the manifest last.
 ///
-/// Errors: the cache fails; a cached wheel for the same key has another
-/// sha256 (a reproducibility failure; nothing is overwritten).
-pub fn push_artifact(t: &dyn Transport, a: &Artifact, scratch: &Path) -> Result<PushedArtifact> {
-    let tag = a.tag();
-    let mut config = a.config.clone();
-    let mut state = PushState::Pushed;
-    if let Some(existing) = t.manifest(&tag)? {
-        if a.kind != Kind::Wheel {
-            let ours = a.manifest_bytes(&a.config_bytes());
-            if a.kind != Kind::Inputs || ours == existing.bytes {
-                return Ok(PushedArtifact {
-                    tag,
-                    state: PushState::Present,
-                    uploaded: 0,
-                });
-            }
-        } else {
-            let cached = cached_config(t, &existing.bytes, a.kind, &tag, scratch)?;
-            let sha = |c: &Config| c.record["sha256"].as_str().map(str::to_string);
-            if sha(&cached) != sha(&config) {
-                bail!(
-                    "reproducibility failure: {} already holds wheel {} for key {} with sha256 {}, this box built sha256 {}; the cached wheel is kept (compare the two build.json files)",
-                    t.describe(),
-                    tag,
-                    a.name,
-                    sha(&cached).unwrap_or_default(),
-                    sha(&config).unwrap_or_default()
-                );
-            }
-            let mut merged = cached.clone();
-            for at in &config.attestations {
-                if !merged.attestations.contains(at) {
-                    merged.attestations.push(at.clone());
-                }
-            }
-            if merged == cached {
-                return Ok(PushedArtifact {
-                    tag,
-                    state: PushState::Present,
-                    uploaded: 0,
-                });
-            }
-            // The cached files stay; only the attestations grow.
-            config = merged;
-            state = PushState::Signed;
-            let m = artifact::parse_manifest(&existing.bytes, a.kind, &tag)?;
-            let config_bytes = serde_json::to_vec_pretty(&config)?;
-            let cfg_path = scratch.join(format!("{tag}.config.json"));
-            fs_err::write(&cfg_path, &config_bytes)?;
-            let digest = crate::cache::digest_of(&config_bytes);
-            t.put_blob(&cfg_path, &digest, config_bytes.len() as u64)?;
-            let mut m2 = m.clone();
-            m2.config.digest = digest;
-            m2.config.size = config_bytes.len() as i64;
-            t.put_manifest(&tag, &serde_json::to_vec_pretty(&m2)?)?;
-            return Ok(PushedArtifact {
-                tag,
-                state,
-                uploaded: config_bytes.len() as u64,
-            });
-        }
+/// Errors: the cache fails.
+pub fn push_one(
+    t: &dyn Transport,
+    a: &Artifact,
+    listed: &TagList,
+    scratch: &Path,
+) -> Result<PushedArtifact> {
+    let tag = a.tag()?;
+    crate::progress::stage("push", format!("{tag} -> {}", t.describe()));
+    if listed.contains(&tag) {
+        return Ok(PushedArtifact {
+            tag,
+            state: PushState::Present,
+            uploaded: 0,
+        });
     }
-    let config_bytes = serde_json::to_vec_pretty(&config)?;
+    let config_bytes = a.config_bytes();
     let cfg_path = scratch.join(format!("{tag}.config.json"));
     fs_err::write(&cfg_path, &config_bytes)?;
     let mut uploaded = 0;
@@ -421,7 +444,7 @@ pub fn push_artifact(t: &dyn Transport, a: &Artifact, scratch: &Path) -> Result<
     }
     Ok(PushedArtifact {
         tag,
-        state,
+        state: PushState::Pushed,
         uploaded,
     })
 }

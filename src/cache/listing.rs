@@ -1,0 +1,266 @@
+//! What a cache holds for one entry, found by listing its tags (issue 23):
+//! the OCI distribution tag list (`GET /v2/<name>/tags/list`), which every
+//! registry serves, or a layout's `index.json`.
+//!
+//! In the append-only layout (docs/cache.md) an entry may have several
+//! artifacts: two boxes that built one reproducible wheel push two wheel
+//! artifacts with the same wheel and their own `build.json`; two boxes
+//! that built different wheels for one key push both, and every reader
+//! sees both. [`TagList::of`] gives an entry's tags (the present layout's
+//! first, then the tag of the layout before, which is still read);
+//! [`wheels`] reads every wheel artifact of a key with every attestation
+//! of it, so the verdict ([`Wheels::verdict`]) is the same for every reader:
+//! `pull`, `build`'s substitution, `plan`, `cache ls` and `cache verify`.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use fs_err as fs;
+use oci_client::manifest::OciImageManifest;
+
+use super::Transport;
+use super::artifact::{self, Config, Kind, TagForm};
+use super::attest;
+use super::trust::{Attestation, Policy, Verdict};
+
+/// Every tag of a cache, sorted, as listed once.
+#[derive(Debug, Clone, Default)]
+pub struct TagList {
+    tags: Vec<String>,
+}
+
+impl TagList {
+    /// Lists the tags of `cache`.
+    ///
+    /// Errors: the cache cannot be read.
+    pub fn read(cache: &dyn Transport) -> Result<TagList> {
+        let mut tags = cache.tags()?;
+        tags.sort();
+        tags.dedup();
+        Ok(TagList { tags })
+    }
+
+    /// The list `tags` (for tests and callers that listed already).
+    pub fn from_tags(mut tags: Vec<String>) -> TagList {
+        tags.sort();
+        tags.dedup();
+        TagList { tags }
+    }
+
+    /// Every tag.
+    pub fn all(&self) -> &[String] {
+        &self.tags
+    }
+
+    /// Whether `tag` is listed.
+    pub fn contains(&self, tag: &str) -> bool {
+        self.tags.binary_search_by(|t| t.as_str().cmp(tag)).is_ok()
+    }
+
+    /// The tags of the entry `kind` `name`: the append-only layout's, in
+    /// tag order, then the legacy tag when there is one.
+    pub fn of(&self, kind: Kind, name: &str) -> Vec<String> {
+        let mut content = Vec::new();
+        let mut legacy = Vec::new();
+        let prefix = artifact::tag(kind, name);
+        let hashed = format!("{}-h", kind.prefix());
+        for t in &self.tags {
+            // Cheap filter first: the tag starts with the entry's name or
+            // with the hashed form a long name takes.
+            if !t.starts_with(&prefix) && !t.starts_with(&hashed) {
+                continue;
+            }
+            match artifact::tag_form(t, kind, name) {
+                Some(TagForm::Legacy) => legacy.push(t.clone()),
+                Some(TagForm::Content { .. }) => content.push(t.clone()),
+                None => {}
+            }
+        }
+        content.extend(legacy);
+        content
+    }
+
+    /// The tags of the attestations of entry `kind` `key` (kind as in
+    /// statements: `wheel`).
+    pub fn attestations(&self, kind: &str, key: &str) -> Vec<String> {
+        self.of(Kind::Attestation, &attest::signed_name(kind, key))
+            .into_iter()
+            .filter(|t| {
+                matches!(
+                    artifact::tag_form(t, Kind::Attestation, &attest::signed_name(kind, key)),
+                    Some(TagForm::Content { .. })
+                )
+            })
+            .collect()
+    }
+}
+
+/// An artifact's manifest and config, read and checked.
+#[derive(Debug, Clone)]
+pub struct Read {
+    /// Its tag.
+    pub tag: String,
+    /// The manifest's digest.
+    pub digest: String,
+    /// The manifest.
+    pub manifest: OciImageManifest,
+    /// The config blob.
+    pub config: Config,
+}
+
+/// Reads the manifest of `tag` (an artifact of `kind`) and its config blob
+/// (through the new directory `scratch`, removed afterwards) and checks
+/// that the tag names them ([`artifact::check_tag`]). `None` when the tag
+/// is gone.
+///
+/// Errors: the cache fails; the manifest or config is not one of `kind`,
+/// or the tag does not name them (naming the cache and the tag).
+pub fn read_config(
+    cache: &dyn Transport,
+    tag: &str,
+    kind: Kind,
+    scratch: &Path,
+) -> Result<Option<Read>> {
+    let url = cache.describe();
+    let Some(got) = cache.manifest(tag)? else {
+        return Ok(None);
+    };
+    let manifest =
+        artifact::parse_manifest(&got.bytes, kind, tag).with_context(|| format!("cache {url}"))?;
+    fs::create_dir_all(scratch)?;
+    let p = scratch.join("config.json");
+    let size = u64::try_from(manifest.config.size).unwrap_or(0);
+    let config: Result<Config> = cache
+        .get_blob(&manifest.config.digest, size, &p)
+        .and_then(|()| crate::store::read_json(&p));
+    let _ = fs::remove_file(&p);
+    let config = config.with_context(|| format!("cache {url}: the config of {tag}"))?;
+    if config.kind != kind {
+        anyhow::bail!(
+            "cache {url}: {tag} carries {:?}, not {kind:?}",
+            config.kind
+        );
+    }
+    artifact::check_tag(tag, kind, &config, &got.digest)
+        .with_context(|| format!("cache {url}: refusing {tag}"))?;
+    Ok(Some(Read {
+        tag: tag.to_string(),
+        digest: got.digest,
+        manifest,
+        config,
+    }))
+}
+
+/// Every wheel artifact a cache holds for one key, and every attestation
+/// of that key.
+#[derive(Debug, Clone)]
+pub struct Wheels {
+    /// The wheel key.
+    pub key: String,
+    /// Each wheel artifact read (tag order; the legacy tag last).
+    pub candidates: Vec<Read>,
+    /// Every attestation: the attestation artifacts', then those embedded
+    /// in a legacy wheel's config.
+    pub attestations: Vec<Attestation>,
+    /// What could not be read (`<tag>: <why>`): an unreadable artifact is
+    /// reported and never counts.
+    pub problems: Vec<String>,
+}
+
+/// Reads every wheel artifact of `key` in `cache` and every attestation of
+/// it (see the module docs), through the new directory `scratch`.
+///
+/// Errors: the cache cannot be read.
+pub fn wheels(cache: &dyn Transport, tags: &TagList, key: &str, scratch: &Path) -> Result<Wheels> {
+    let mut out = Wheels {
+        key: key.to_string(),
+        candidates: Vec::new(),
+        attestations: Vec::new(),
+        problems: Vec::new(),
+    };
+    let found = attest::read(cache, tags, Kind::Wheel.name(), key, scratch)?;
+    out.attestations = found.attestations;
+    out.problems = found.problems;
+    for (i, tag) in tags.of(Kind::Wheel, key).into_iter().enumerate() {
+        match read_config(cache, &tag, Kind::Wheel, &scratch.join(format!("w{i}"))) {
+            Ok(Some(r)) => {
+                for a in &r.config.attestations {
+                    if !out.attestations.contains(a) {
+                        out.attestations.push(a.clone());
+                    }
+                }
+                out.candidates.push(r);
+            }
+            Ok(None) => {}
+            Err(e) => out.problems.push(format!("{e:#}")),
+        }
+    }
+    Ok(out)
+}
+
+impl Wheels {
+    /// The verdict of `policy` on the wheel of `candidate`, from every
+    /// attestation of the key: two trusted statements naming different
+    /// wheels give the reproducibility failure whichever artifact is asked.
+    pub fn verdict(&self, candidate: &Read, policy: &Policy) -> Verdict {
+        verdict(&candidate.config, &self.attestations, policy)
+    }
+
+    /// The distinct wheel sha256s the candidates hold.
+    pub fn shas(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .candidates
+            .iter()
+            .filter_map(|c| c.config.record["sha256"].as_str().map(str::to_string))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+}
+
+/// The verdict of `policy`, now, on the wheel whose artifact config is
+/// `config` from `attestations` (every attestation of its key).
+pub fn verdict(config: &Config, attestations: &[Attestation], policy: &Policy) -> Verdict {
+    super::trust::verify(
+        Kind::Wheel.name(),
+        &config.name,
+        &attest::wheel_files(config),
+        attestations,
+        policy,
+        jiff::Timestamp::now().as_second(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_s_tags_are_its_own_content_tags_then_its_legacy_tag() {
+        let key = "a".repeat(32);
+        let m = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+        let w1 = artifact::content_tag(Kind::Wheel, &key, Some(&"1".repeat(16)), &m('b')).unwrap();
+        let w2 = artifact::content_tag(Kind::Wheel, &key, Some(&"2".repeat(16)), &m('c')).unwrap();
+        let other = artifact::content_tag(Kind::Wheel, &"f".repeat(32), Some(&"1".repeat(16)), &m('b')).unwrap();
+        let att = artifact::content_tag(
+            Kind::Attestation,
+            &attest::signed_name("wheel", &key),
+            Some(&format!("{}-{}", "1".repeat(16), "9".repeat(16))),
+            &m('d'),
+        )
+        .unwrap();
+        let legacy = format!("wheel-{key}");
+        let list = TagList::from_tags(vec![
+            legacy.clone(),
+            w2.clone(),
+            other,
+            att.clone(),
+            w1.clone(),
+            "latest".into(),
+        ]);
+        assert_eq!(list.of(Kind::Wheel, &key), vec![w1, w2, legacy]);
+        assert_eq!(list.attestations("wheel", &key), vec![att]);
+        assert!(list.attestations("lock", &key).is_empty());
+    }
+}
