@@ -229,7 +229,9 @@ pub enum PushPolicy {
     /// Only `oracle-build push` uploads (the default).
     #[default]
     Manual,
-    /// A successful `build` pushes what it built as well.
+    /// A successful `build` that built the wheel pushes as well, after
+    /// the oracle is made (`pipeline::push::auto`); a failed push is
+    /// reported, never a build failure.
     Auto,
 }
 

@@ -56,6 +56,9 @@ pub struct BuildReport {
     pub built: Vec<String>,
     /// Stages taken from a cache instead of being done here.
     pub substituted: Vec<String>,
+    /// What `push = "auto"` did, per cache (left out when nothing).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pushed: Vec<crate::pipeline::push::AutoPushed>,
     /// Wall time of this run, seconds.
     pub seconds: f64,
     /// `--activate`: the alias switched to this oracle.
@@ -160,6 +163,16 @@ pub fn execute(s: &Session, opts: &BuildOptions) -> Result<BuildReport> {
             .cloned()
             .collect()
     };
+    // `push = "auto"` caches (`--offline`: file:// ones only).
+    let push: Vec<crate::cache::config::Cache> =
+        crate::cache::config::load(store.root(), opts.cache.as_deref())?
+            .caches
+            .into_iter()
+            .filter(|c| {
+                c.push == crate::cache::config::PushPolicy::Auto
+                    && (!opts.offline || c.url.is_local())
+            })
+            .collect();
     let done = pipeline::run(pipeline::RunOptions {
         lr: &lr,
         store: &store,
@@ -169,6 +182,7 @@ pub fn execute(s: &Session, opts: &BuildOptions) -> Result<BuildReport> {
         deep: opts.deep,
         jobs: opts.jobs,
         caches: &caches,
+        push: &push,
     })?;
     let r = &lr.recipe;
     let rec = done.record();
@@ -183,6 +197,7 @@ pub fn execute(s: &Session, opts: &BuildOptions) -> Result<BuildReport> {
         warnings: rec.warnings.clone(),
         built: done.built.clone(),
         substituted: done.substituted.clone(),
+        pushed: done.pushed.clone(),
         seconds: done.seconds,
         activated: None,
         keys: done.keys.clone(),

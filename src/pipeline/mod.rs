@@ -478,6 +478,9 @@ pub struct RunOptions<'a> {
     /// The caches to substitute stages from, in lookup order (empty: none;
     /// see `cache::config::CacheConfig::substituters`).
     pub caches: &'a [crate::cache::config::Cache],
+    /// The caches with `push = "auto"`: a build that built the wheel
+    /// pushes to them after the oracle is made ([`push::auto`]).
+    pub push: &'a [crate::cache::config::Cache],
 }
 
 /// What [`run`] did.
@@ -491,6 +494,8 @@ pub struct Built {
     pub keys: Keys,
     /// The stages taken from a cache instead of being done here, in order.
     pub substituted: Vec<String>,
+    /// What `push = "auto"` did, per cache (empty: nothing was pushed).
+    pub pushed: Vec<push::AutoPushed>,
     /// Wall time, seconds.
     pub seconds: f64,
 }
@@ -670,6 +675,13 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     // 9. One root per pin: the oracle; its record's `requires` keeps the rest.
     store.set_root(&r.name, &outcome.entry)?;
     drop(temp);
+    // 10. `push = "auto"`: a wheel built here is pushed; a failed push is
+    // reported and the build stands.
+    let pushed = if built.iter().any(|b| b == "wheel") {
+        push::auto(lr, store.root(), o.push, o.lock_dir)
+    } else {
+        Vec::new()
+    };
     Ok(Built {
         keys: Keys {
             source: r.source.commit.clone(),
@@ -679,6 +691,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         oracle: outcome,
         built,
         substituted,
+        pushed,
         seconds: t0.elapsed().as_secs_f64(),
     })
 }

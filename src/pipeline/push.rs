@@ -331,6 +331,58 @@ pub fn push_to(
     Ok(reports)
 }
 
+/// What `push = "auto"` did for one cache.
+#[derive(Debug, Clone, Serialize)]
+pub struct AutoPushed {
+    /// The cache.
+    pub cache: String,
+    /// Artifacts uploaded now (0 when the push failed).
+    pub uploaded: usize,
+    /// Why the push failed (`None`: it did not).
+    pub error: Option<String>,
+}
+
+/// `push = "auto"`: pushes the oracle of `lr` just built in the store at
+/// `root` to each of `caches` ([`push_to`]), one cache at a time. A push
+/// that fails is reported on stderr and in the result, never as an error:
+/// the build it follows stands.
+pub fn auto(lr: &LoadedRecipe, root: &Path, caches: &[Cache], lock_dir: &Path) -> Vec<AutoPushed> {
+    let mut out = Vec::new();
+    for c in caches {
+        let shown = c.url.to_string();
+        match push_to(lr, root, std::slice::from_ref(c), lock_dir) {
+            Ok(reports) => {
+                let uploaded = reports
+                    .iter()
+                    .flat_map(|r| &r.artifacts)
+                    .filter(|a| a.state != PushState::Present)
+                    .count();
+                crate::progress::stage(
+                    "push",
+                    format!("push = \"auto\": pushed to {shown} ({uploaded} artifact(s) uploaded)"),
+                );
+                out.push(AutoPushed {
+                    cache: shown,
+                    uploaded,
+                    error: None,
+                });
+            }
+            Err(e) => {
+                crate::progress::stage(
+                    "push",
+                    format!("push = \"auto\": pushing to {shown} failed (the build stands; run `oracle-build push` again): {e:#}"),
+                );
+                out.push(AutoPushed {
+                    cache: shown,
+                    uploaded: 0,
+                    error: Some(format!("{e:#}")),
+                });
+            }
+        }
+    }
+    out
+}
+
 /// `2026-12-01T10:00:00Z` of an RFC 3339 time (`build.json`'s `started`).
 ///
 /// Errors: not an RFC 3339 time.
