@@ -10,10 +10,10 @@ use crate::registry::Registry;
 use crate::support::*;
 use serde_json::Value;
 
-const REPO: &str = "team/oracles";
+pub const REPO: &str = "team/oracles";
 
 /// Writes `<store>/config.toml` with one `[[cache]]` entry.
-fn configure(store: &Path, url: &str, key: Option<&Path>, signers: Option<&Path>, min: u32) {
+pub fn configure(store: &Path, url: &str, key: Option<&Path>, signers: Option<&Path>, min: u32) {
     std::fs::create_dir_all(store).unwrap();
     let mut t = format!("[[cache]]\nname = \"team\"\nurl = \"{url}\"\nmin_signatures = {min}\n");
     if let Some(k) = key {
@@ -27,7 +27,7 @@ fn configure(store: &Path, url: &str, key: Option<&Path>, signers: Option<&Path>
 
 /// `oracle-build <args> --store <store>` with the registry's credentials
 /// (`DOCKER_CONFIG`), no user config, and this box's builder name.
-fn ob(fx: &Fx, store: &Path, docker: Option<&Path>, builder: &str, args: &[&str]) -> Output {
+pub fn ob(fx: &Fx, store: &Path, docker: Option<&Path>, builder: &str, args: &[&str]) -> Output {
     let mut c = fx.cmd_at(store, args);
     c.env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
         .env("HOME", fx.dir())
@@ -40,12 +40,12 @@ fn ob(fx: &Fx, store: &Path, docker: Option<&Path>, builder: &str, args: &[&str]
     c.output().expect("oracle-build runs")
 }
 
-fn ok(out: &Output) -> Value {
+pub fn ok(out: &Output) -> Value {
     assert_eq!(code(out), 0, "{}", text(out));
     json(out)
 }
 
-fn entries(store: &Path) -> Vec<String> {
+pub fn entries(store: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for b in [
         "git",
@@ -67,7 +67,7 @@ fn entries(store: &Path) -> Vec<String> {
     out
 }
 
-fn strs(v: &Value) -> Vec<String> {
+pub fn strs(v: &Value) -> Vec<String> {
     v.as_array()
         .map(|a| {
             a.iter()
@@ -174,8 +174,17 @@ fn push_pull_offline_build_and_substitution_through_a_registry_with_auth() {
     let docker = reg.docker_config.clone();
     let (fx, recipe, first, allowed) = built_and_pushed(&url, Some(&docker));
     let r = recipe.to_str().unwrap();
-    let wheel_tag = format!("wheel-{}", first["keys"]["wheel"].as_str().unwrap());
-    assert!(reg.tags(REPO).contains(&wheel_tag), "{:?}", reg.tags(REPO));
+    // The append-only layout: wheel-<key>-<wheel sha256>-<manifest>, and
+    // the signature its own att-wheel-<key>-... artifact.
+    let wheel_tag = format!("wheel-{}-", first["keys"]["wheel"].as_str().unwrap());
+    let att_tag = format!("att-wheel-{}-", first["keys"]["wheel"].as_str().unwrap());
+    for prefix in [&wheel_tag, &att_tag] {
+        assert!(
+            reg.tags(REPO).iter().any(|t| t.starts_with(prefix.as_str())),
+            "{prefix}: {:?}",
+            reg.tags(REPO)
+        );
+    }
 
     // Without credentials the registry refuses, and nothing is written.
     let c0 = fx.dir().join("store-c0");
@@ -227,13 +236,12 @@ fn the_same_round_trip_through_a_file_oci_layout() {
     assert!(dir.join("oci-layout").is_file());
     let index: Value =
         serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
-    let wheel_tag = format!("wheel-{}", first["keys"]["wheel"].as_str().unwrap());
+    let wheel_tag = format!("wheel-{}-", first["keys"]["wheel"].as_str().unwrap());
     assert!(
-        index["manifests"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|m| m["annotations"]["org.opencontainers.image.ref.name"] == wheel_tag.as_str()),
+        index["manifests"].as_array().unwrap().iter().any(|m| m["annotations"]
+            ["org.opencontainers.image.ref.name"]
+            .as_str()
+            .is_some_and(|t| t.starts_with(&wheel_tag))),
         "{index}"
     );
     pull_then_offline_build(&fx, &url, None, &recipe, &first, &allowed);
@@ -280,7 +288,7 @@ fn the_same_round_trip_through_a_file_oci_layout() {
 /// Makes the wheel of the store entry `dir` different bytes (one byte
 /// appended) and updates its `build.json` and `manifest.json` to match: a
 /// box whose build of the same key gave another wheel.
-fn rebuild_differently(dir: &Path) {
+pub fn rebuild_differently(dir: &Path) {
     let script = r#"
 import hashlib, json, os, stat, sys
 d = sys.argv[1]
@@ -311,7 +319,14 @@ fn faults_trust_and_concurrency_through_a_registry() {
     let r = recipe.to_str().unwrap();
     let a = fx.dir().join("store-a");
     let wheel_key = first["keys"]["wheel"].as_str().unwrap().to_string();
-    let wheel_tag = format!("wheel-{wheel_key}");
+    let wheel_prefix = format!("wheel-{wheel_key}-");
+    let wheel_tags = |repo: &str| -> Vec<String> {
+        reg.tags(repo)
+            .into_iter()
+            .filter(|t| t.starts_with(&wheel_prefix))
+            .collect()
+    };
+    let wheel_tag = wheel_tags(REPO).pop().expect("the wheel's tag");
 
     // A wheel signed by a key this box does not trust is refused; nothing is written.
     let (_, stranger) = keypair(fx.dir(), "stranger@test");
@@ -354,35 +369,25 @@ fn faults_trust_and_concurrency_through_a_registry() {
         "builder-b@test",
         &["push", r, "--json"],
     ));
-    let states: Vec<&str> = pushed[0]["artifacts"]
+    // The wheel is there already (the same bytes); B's signature is its
+    // own artifact, and A's stays.
+    let states: Vec<(&str, &str)> = pushed[0]["artifacts"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|x| x["tag"] == wheel_tag.as_str())
-        .map(|x| x["state"].as_str().unwrap())
+        .filter(|x| {
+            x["tag"] == wheel_tag.as_str()
+                || x["tag"].as_str().unwrap().starts_with("att-wheel-")
+        })
+        .map(|x| {
+            (
+                &x["tag"].as_str().unwrap()[..4],
+                x["state"].as_str().unwrap(),
+            )
+        })
         .collect();
-    assert_eq!(states, ["signed"], "{pushed}");
+    assert_eq!(states, [("whee", "present"), ("att-", "signed")], "{pushed}");
     ok(&ob(&fx, &m, None, "m@test", &["pull", r, "--json"]));
-
-    // A different wheel for the same key: a reproducibility failure, never overwritten.
-    let revisions = reg.tag_revisions(REPO, &wheel_tag);
-    let a3 = fx.dir().join("store-a3");
-    let cp = Command::new("cp")
-        .arg("-a")
-        .arg(&a)
-        .arg(&a3)
-        .status()
-        .unwrap();
-    assert!(cp.success());
-    rebuild_differently(&a3.join("store/wheels").join(&wheel_key));
-    let out = ob(&fx, &a3, None, "builder-a@test", &["push", r]);
-    assert_eq!(code(&out), 1, "{}", text(&out));
-    assert!(
-        text(&out).contains("reproducibility failure"),
-        "{}",
-        text(&out)
-    );
-    assert_eq!(reg.tag_revisions(REPO, &wheel_tag), revisions);
 
     // SIGKILL after the wheel's blobs, before its manifest: no tag.
     let killed = reg.url("team/killed");
@@ -396,7 +401,7 @@ fn faults_trust_and_concurrency_through_a_registry() {
     assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{}", text(&out));
     let tags = reg.tags("team/killed");
     assert!(tags.iter().any(|t| t.starts_with("src-")), "{tags:?}");
-    assert!(!tags.contains(&wheel_tag), "{tags:?}");
+    assert!(!tags.iter().any(|t| t.starts_with(&wheel_prefix)), "{tags:?}");
     assert!(!tags.iter().any(|t| t.starts_with("inputs-")), "{tags:?}");
     ok(&ob(
         &fx,
@@ -405,7 +410,7 @@ fn faults_trust_and_concurrency_through_a_registry() {
         "x@test",
         &["push", r, "--cache", &killed, "--json"],
     ));
-    assert!(reg.tags("team/killed").contains(&wheel_tag));
+    assert_eq!(wheel_tags("team/killed"), [wheel_tag.clone()]);
 
     // Two concurrent pushes of one key leave one manifest.
     let twice = reg.url("team/twice");
@@ -423,7 +428,10 @@ fn faults_trust_and_concurrency_through_a_registry() {
         let out = k.wait_with_output().unwrap();
         assert_eq!(code(&out), 0, "{}", text(&out));
     }
-    assert_eq!(reg.tag_revisions("team/twice", &wheel_tag), 1);
+    assert_eq!(wheel_tags("team/twice"), [wheel_tag.clone()]);
+    for t in reg.tags("team/twice") {
+        assert_eq!(reg.tag_revisions("team/twice", &t), 1, "{t}");
+    }
 
     // A byte flipped in a blob of the registry's storage: the pull fails
     // naming the digest, and nothing is written.
@@ -446,4 +454,26 @@ fn faults_trust_and_concurrency_through_a_registry() {
         text(&out)
     );
     assert!(entries(&f).is_empty(), "{:?}", entries(&f));
+
+    // A different wheel for the same key: a reproducibility failure; the
+    // cached wheel's tag is never rewritten, and both wheels are visible.
+    let revisions = reg.tag_revisions(REPO, &wheel_tag);
+    let a3 = fx.dir().join("store-a3");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(&a)
+        .arg(&a3)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    rebuild_differently(&a3.join("store/wheels").join(&wheel_key));
+    let out = ob(&fx, &a3, None, "builder-a@test", &["push", r]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(
+        text(&out).contains("reproducibility failure"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(reg.tag_revisions(REPO, &wheel_tag), revisions);
+    assert_eq!(wheel_tags(REPO).len(), 2, "{:?}", reg.tags(REPO));
 }

@@ -103,9 +103,18 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
     );
     assert!(w["size"].as_u64().unwrap() > 0);
     for a in artifacts(&doc).iter().filter(|a| a["kind"] != "wheel") {
-        assert_eq!(a["trust"], "pinned", "{a}");
+        let want = if a["kind"] == "attestation" { "statement" } else { "pinned" };
+        assert_eq!(a["trust"], want, "{a}");
         assert_eq!(a["problems"], serde_json::json!([]), "{a}");
     }
+    let att = artifacts(&doc)
+        .into_iter()
+        .find(|a| a["kind"] == "attestation")
+        .unwrap_or_else(|| panic!("no attestation in {doc}"));
+    assert!(
+        att["signs"].as_str().unwrap().contains("by builder-a@test"),
+        "{att}"
+    );
     let wheel_tag = w["tag"].as_str().unwrap().to_string();
     let out = ob(&fx, &a, &["cache", "ls"]);
     eprintln!("$ oracle-build cache ls\n{}", text(&out));
@@ -116,30 +125,43 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
         text(&out)
     );
 
-    // What an operator runs (docs/cache.md): the statement and signature
-    // from the wheel's config blob, checked by ssh-keygen itself.
+    // What an operator runs (docs/cache.md): the statement and signature,
+    // the two layers of the attestation artifact, checked by ssh-keygen itself.
     let index: Value = read_json(&layout.join("index.json"));
-    let d = index["manifests"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == wheel_tag.as_str())
-        .unwrap()["digest"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let m: Value = read_json(&layout.join("blobs/sha256").join(&d["sha256:".len()..]));
+    let manifest_of = |tag: &str| -> Value {
+        let d = index["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
+            .unwrap()["digest"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        read_json(&layout.join("blobs/sha256").join(&d["sha256:".len()..]))
+    };
+    let m = manifest_of(&wheel_tag);
     let config_digest = m["config"]["digest"].as_str().unwrap();
     let config: Value = read_json(
         &layout
             .join("blobs/sha256")
             .join(&config_digest["sha256:".len()..]),
     );
-    let att = &config["attestations"][0];
-    let statement = fx.dir().join("statement.json");
-    let sig = fx.dir().join("statement.sig");
-    std::fs::write(&statement, att["statement"].as_str().unwrap()).unwrap();
-    std::fs::write(&sig, att["signature"].as_str().unwrap()).unwrap();
+    let layer_file = |m: &Value, title: &str| -> PathBuf {
+        let d = m["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["annotations"]["org.opencontainers.image.title"] == title)
+            .unwrap()["digest"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        layout.join("blobs/sha256").join(&d["sha256:".len()..])
+    };
+    let am = manifest_of(att["tag"].as_str().unwrap());
+    let statement = layer_file(&am, "statement.json");
+    let sig = layer_file(&am, "statement.sig");
     let signed: Value = read_json(&statement);
     let check = Command::new("ssh-keygen")
         .args(["-Y", "verify", "-n", "oracle-build", "-f"])
@@ -270,14 +292,6 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
     let doc = json(&ob(&fx, &a, &["cache", "ls", "--json"]));
     assert!(artifacts(&doc).is_empty(), "{doc}");
 
-    // A registry cannot be collected yet: exit 2, and the dry run still lists.
-    let out = ob(
-        &fx,
-        &a,
-        &["cache", "gc", "--cache", "oci+http://127.0.0.1:9/x"],
-    );
-    assert_eq!(code(&out), 2, "{}", text(&out));
-    assert!(text(&out).contains("not supported yet"), "{}", text(&out));
 }
 
 /// Makes `path` writable by its owner (layout blobs may be read-only).
