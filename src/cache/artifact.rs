@@ -213,7 +213,7 @@ pub fn tag_form(t: &str, kind: Kind, name: &str) -> Option<TagForm> {
 
 /// The qualifier the tag of an artifact of `kind` with config `config`
 /// carries: the wheel's sha256 (its `build.json`'s), or an attestation's
-/// subject and signer ([`super::attest::qualifier`]); `None` for the other kinds.
+/// subject and signer ([`qualifier_of_attestation`]); `None` for the other kinds.
 ///
 /// Errors: a wheel's record has no sha256; an attestation does not parse.
 pub fn qualifier(kind: Kind, config: &Config) -> Result<Option<String>> {
@@ -228,7 +228,7 @@ pub fn qualifier(kind: Kind, config: &Config) -> Result<Option<String>> {
         Kind::Attestation => {
             let att: super::trust::Attestation = serde_json::from_value(config.record.clone())
                 .context("the attestation's record is not a statement and signature")?;
-            Ok(Some(super::attest::qualifier(&att)?))
+            Ok(Some(qualifier_of_attestation(&att)?))
         }
         _ => Ok(None),
     }
@@ -268,6 +268,46 @@ pub fn check_tag(t: &str, kind: Kind, config: &Config, manifest_digest: &str) ->
         }
     }
     Ok(form)
+}
+
+/// The hex sha256 a statement's tag quotes as its subject: the sha256 of
+/// its one file (a wheel), else of the canonical JSON of its `files`
+/// (a lock's several files).
+///
+/// Errors: the files cannot be encoded canonically.
+pub fn subject_digest(statement: &super::trust::Statement) -> Result<String> {
+    if let [one] = statement.files.as_slice() {
+        return Ok(one.sha256.clone());
+    }
+    use sha2::{Digest, Sha256};
+    let bytes = crate::store::key::canonical_json(&statement.files);
+    Ok(hex::encode(Sha256::digest(bytes.as_bytes())))
+}
+
+/// The hex SHA256 fingerprint of the key that made the armored SSHSIG
+/// `signature`.
+///
+/// Errors: not an armored SSHSIG.
+pub fn signer_hex(signature: &str) -> Result<String> {
+    let sig = ssh_key::SshSig::from_pem(signature.as_bytes())
+        .map_err(|e| anyhow!("the signature is not an armored SSHSIG ({e})"))?;
+    Ok(hex::encode(
+        sig.public_key().fingerprint(ssh_key::HashAlg::Sha256).as_bytes(),
+    ))
+}
+
+/// The tag qualifier of the attestation `att`: `<subject[..16]>-<signer[..16]>`.
+///
+/// Errors: the statement or the signature does not parse.
+pub fn qualifier_of_attestation(att: &super::trust::Attestation) -> Result<String> {
+    let statement: super::trust::Statement =
+        serde_json::from_str(&att.statement).context("the statement is not a statement's JSON")?;
+    let subject = subject_digest(&statement)?;
+    let signer = signer_hex(&att.signature)?;
+    if subject.len() < TAG_HEX {
+        return Err(anyhow!("the statement's subject digest {subject:?} is too short"));
+    }
+    Ok(format!("{}-{}", &subject[..TAG_HEX], &signer[..TAG_HEX]))
 }
 
 /// The media type of a layer holding one file.

@@ -134,7 +134,7 @@ pub fn kind_of(artifact_type: Option<&str>) -> Option<Kind> {
 /// directory, emptied afterwards). `None`: the tag is not an oracle-build
 /// artifact (another artifact type, or a per-recipe index hint). A wheel
 /// is judged with `attestations` (every attestation artifact of its key,
-/// [`super::attest::read`], by [`super::attest::signed_name`]) and those
+/// [`super::listing::attestations`], by [`super::attest::signed_name`]) and those
 /// its config embeds (the layout before issue 23).
 ///
 /// What is wrong with the artifact goes into [`Inspected::problems`].

@@ -95,6 +95,53 @@ impl TagList {
     }
 }
 
+/// The attestations found for one entry: those that could be read, and
+/// what was wrong with the others (an unreadable attestation vouches for
+/// nothing; it is reported, never counted).
+#[derive(Debug, Clone, Default)]
+pub struct Found {
+    /// Every attestation read, in tag order.
+    pub attestations: Vec<Attestation>,
+    /// `<tag>: <why>` for each one that could not be read.
+    pub problems: Vec<String>,
+}
+
+/// Every attestation `cache` holds for entry `kind` `key` (kind as in
+/// statements: `wheel`), found in `tags`; config blobs go through the new
+/// directory `scratch`.
+///
+/// Errors: the cache cannot be read (a refused or garbled artifact is a
+/// [`Found::problems`] line instead).
+pub fn attestations(
+    cache: &dyn Transport,
+    tags: &TagList,
+    kind: &str,
+    key: &str,
+    scratch: &Path,
+) -> Result<Found> {
+    let mut found = Found::default();
+    for (i, tag) in tags.attestations(kind, key).into_iter().enumerate() {
+        let dir = scratch.join(format!("att{i}"));
+        match read_config(cache, &tag, Kind::Attestation, &dir) {
+            Ok(Some(read)) => match attest::of_config(&read.config) {
+                Ok(att) if read.config.name == attest::signed_name(kind, key) => {
+                    found.attestations.push(att)
+                }
+                Ok(_) => found.problems.push(format!(
+                    "{tag}: its config names {}, not {}",
+                    read.config.name,
+                    attest::signed_name(kind, key)
+                )),
+                Err(e) => found.problems.push(format!("{tag}: {e:#}")),
+            },
+            Ok(None) => {}
+            Err(e) => found.problems.push(format!("{tag}: {e:#}")),
+        }
+        let _ = fs::remove_dir_all(&dir);
+    }
+    Ok(found)
+}
+
 /// An artifact's manifest and config, read and checked.
 #[derive(Debug, Clone)]
 pub struct Read {
@@ -178,7 +225,7 @@ pub fn wheels(cache: &dyn Transport, tags: &TagList, key: &str, scratch: &Path) 
         attestations: Vec::new(),
         problems: Vec::new(),
     };
-    let found = attest::read(cache, tags, Kind::Wheel.name(), key, scratch)?;
+    let found = attestations(cache, tags, Kind::Wheel.name(), key, scratch)?;
     out.attestations = found.attestations;
     out.problems = found.problems;
     for (i, tag) in tags.of(Kind::Wheel, key).into_iter().enumerate() {

@@ -32,6 +32,8 @@
 //!    (`stages::venv`), check its identity (`stages::identity`), run the gate
 //!    (`stages::smoke`), record `oracle.json`, persist.
 //! 9. Point the pin's GC root at the oracle; drop the temporary roots.
+//! 10. When the wheel was built here, push to the `push = "auto"` caches
+//!     ([`push::auto`]); a failed push is reported, not a build failure.
 
 pub mod advance;
 pub mod bundle;
