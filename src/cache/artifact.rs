@@ -189,9 +189,16 @@ pub fn tag_form(t: &str, kind: Kind, name: &str) -> Option<TagForm> {
         return Some(TagForm::Legacy);
     }
     let qlen = kind.qualifier_len();
-    let base = base_tag(kind, name, if qlen > 0 { qlen + 1 } else { 0 } + 1 + TAG_HEX);
+    let base = base_tag(
+        kind,
+        name,
+        if qlen > 0 { qlen + 1 } else { 0 } + 1 + TAG_HEX,
+    );
     let rest = t.strip_prefix(base.as_str())?.strip_prefix('-')?;
-    let is_hex = |s: &str| s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let is_hex = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
     let (qualifier, manifest) = if qlen > 0 {
         if rest.len() != qlen + 1 + TAG_HEX {
             return None;
@@ -292,7 +299,9 @@ pub fn signer_hex(signature: &str) -> Result<String> {
     let sig = ssh_key::SshSig::from_pem(signature.as_bytes())
         .map_err(|e| anyhow!("the signature is not an armored SSHSIG ({e})"))?;
     Ok(hex::encode(
-        sig.public_key().fingerprint(ssh_key::HashAlg::Sha256).as_bytes(),
+        sig.public_key()
+            .fingerprint(ssh_key::HashAlg::Sha256)
+            .as_bytes(),
     ))
 }
 
@@ -305,7 +314,9 @@ pub fn qualifier_of_attestation(att: &super::trust::Attestation) -> Result<Strin
     let subject = subject_digest(&statement)?;
     let signer = signer_hex(&att.signature)?;
     if subject.len() < TAG_HEX {
-        return Err(anyhow!("the statement's subject digest {subject:?} is too short"));
+        return Err(anyhow!(
+            "the statement's subject digest {subject:?} is too short"
+        ));
     }
     Ok(format!("{}-{}", &subject[..TAG_HEX], &signer[..TAG_HEX]))
 }
@@ -706,19 +717,31 @@ mod tests {
         let m = format!("sha256:{}", "ab".repeat(32));
         let key = "0".repeat(32);
         let w = content_tag(Kind::Wheel, &key, Some(&"c".repeat(16)), &m).unwrap();
-        assert_eq!(w, format!("wheel-{key}-{}-{}", "c".repeat(16), "ab".repeat(8)));
+        assert_eq!(
+            w,
+            format!("wheel-{key}-{}-{}", "c".repeat(16), "ab".repeat(8))
+        );
         assert!(matches!(
             tag_form(&w, Kind::Wheel, &key),
             Some(TagForm::Content { qualifier: Some(q), .. }) if q == "c".repeat(16)
         ));
-        assert_eq!(tag_form(&format!("wheel-{key}"), Kind::Wheel, &key), Some(TagForm::Legacy));
+        assert_eq!(
+            tag_form(&format!("wheel-{key}"), Kind::Wheel, &key),
+            Some(TagForm::Legacy)
+        );
         assert_eq!(tag_form(&w, Kind::Wheel, &"1".repeat(32)), None);
         // An ext entry whose name extends another's is not the other's.
         let e = content_tag(Kind::Ext, "foo-bar", None, &m).unwrap();
         assert_eq!(tag_form(&e, Kind::Ext, "foo"), None);
         assert!(tag_form(&e, Kind::Ext, "foo-bar").is_some());
         // Long names stay within 128 characters with their suffix.
-        let long = content_tag(Kind::Attestation, &"x".repeat(120), Some(&format!("{}-{}", "a".repeat(16), "b".repeat(16))), &m).unwrap();
+        let long = content_tag(
+            Kind::Attestation,
+            &"x".repeat(120),
+            Some(&format!("{}-{}", "a".repeat(16), "b".repeat(16))),
+            &m,
+        )
+        .unwrap();
         assert!(long.len() <= 128, "{long}");
         assert!(tag_form(&long, Kind::Attestation, &"x".repeat(120)).is_some());
     }

@@ -111,6 +111,9 @@ mod tests {
     #[test]
     fn signed_names_are_kind_and_key() {
         assert_eq!(signed_name("wheel", "abc"), "wheel-abc");
-        assert!(super::super::artifact::tag(Kind::Attestation, &signed_name("wheel", "abc")).starts_with("att-wheel-abc"));
+        assert!(
+            super::super::artifact::tag(Kind::Attestation, &signed_name("wheel", "abc"))
+                .starts_with("att-wheel-abc")
+        );
     }
 }

@@ -301,5 +301,4 @@ mod tests {
             serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
         assert_eq!(index["manifests"], serde_json::json!([]));
     }
-
 }

@@ -110,7 +110,9 @@ async fn authorization(
     };
     let (scheme, params) = challenge.split_once(' ').unwrap_or((challenge, ""));
     if scheme.eq_ignore_ascii_case("basic") {
-        return basic.ok_or_else(|| anyhow!("the registry asks for credentials and none are configured (docker login)"));
+        return basic.ok_or_else(|| {
+            anyhow!("the registry asks for credentials and none are configured (docker login)")
+        });
     }
     if !scheme.eq_ignore_ascii_case("bearer") {
         bail!("the registry's challenge {challenge:?} is neither Basic nor Bearer");
@@ -126,9 +128,9 @@ async fn authorization(
         })
     };
     let realm = param("realm").ok_or_else(|| anyhow!("the Bearer challenge has no realm"))?;
-    let mut req = client.get(&realm).query(&[
-        ("scope", format!("repository:{}:delete", target.repo)),
-    ]);
+    let mut req = client
+        .get(&realm)
+        .query(&[("scope", format!("repository:{}:delete", target.repo))]);
     if let Some(service) = param("service") {
         req = req.query(&[("service", service)]);
     }
@@ -141,8 +143,8 @@ async fn authorization(
     if !status.is_success() {
         bail!("the token realm {realm} answered {status} {body}");
     }
-    let v: serde_json::Value =
-        serde_json::from_str(&body).with_context(|| format!("the token from {realm} is not JSON"))?;
+    let v: serde_json::Value = serde_json::from_str(&body)
+        .with_context(|| format!("the token from {realm} is not JSON"))?;
     let token = v["token"]
         .as_str()
         .or_else(|| v["access_token"].as_str())

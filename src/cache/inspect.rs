@@ -208,7 +208,10 @@ pub fn inspect(
                 }
                 check_wheel_layer(&manifest, &rec, &mut problems);
                 let mut all = attestations
-                    .get(&super::attest::signed_name(Kind::Wheel.name(), &config.name))
+                    .get(&super::attest::signed_name(
+                        Kind::Wheel.name(),
+                        &config.name,
+                    ))
                     .cloned()
                     .unwrap_or_default();
                 for a in &config.attestations {

@@ -183,10 +183,7 @@ pub fn read_config(
     let _ = fs::remove_file(&p);
     let config = config.with_context(|| format!("cache {url}: the config of {tag}"))?;
     if config.kind != kind {
-        anyhow::bail!(
-            "cache {url}: {tag} carries {:?}, not {kind:?}",
-            config.kind
-        );
+        anyhow::bail!("cache {url}: {tag} carries {:?}, not {kind:?}", config.kind);
     }
     artifact::check_tag(tag, kind, &config, &got.digest)
         .with_context(|| format!("cache {url}: refusing {tag}"))?;
@@ -289,7 +286,9 @@ mod tests {
         let m = |c: char| format!("sha256:{}", c.to_string().repeat(64));
         let w1 = artifact::content_tag(Kind::Wheel, &key, Some(&"1".repeat(16)), &m('b')).unwrap();
         let w2 = artifact::content_tag(Kind::Wheel, &key, Some(&"2".repeat(16)), &m('c')).unwrap();
-        let other = artifact::content_tag(Kind::Wheel, &"f".repeat(32), Some(&"1".repeat(16)), &m('b')).unwrap();
+        let other =
+            artifact::content_tag(Kind::Wheel, &"f".repeat(32), Some(&"1".repeat(16)), &m('b'))
+                .unwrap();
         let att = artifact::content_tag(
             Kind::Attestation,
             &attest::signed_name("wheel", &key),

@@ -100,7 +100,12 @@ impl<'a> Fetcher<'a> {
 
     /// The tags to try for entry `kind` `name`: `preferred` first (a tag a
     /// pin's inputs name, when listed), then every tag of the entry.
-    fn candidates(&mut self, kind: Kind, name: &str, preferred: Option<&str>) -> Result<Vec<String>> {
+    fn candidates(
+        &mut self,
+        kind: Kind,
+        name: &str,
+        preferred: Option<&str>,
+    ) -> Result<Vec<String>> {
         let tags = self.tag_list()?;
         let mut out: Vec<String> = preferred
             .filter(|p| tags.contains(p))
@@ -132,7 +137,10 @@ impl<'a> Fetcher<'a> {
     ) -> Result<Option<(Config, PathBuf, String, u64)>> {
         let tags = self.candidates(kind, name, preferred)?;
         let url = self.cache.describe();
-        if kind == Kind::Lock && tags.len() > 1 && !preferred.is_some_and(|p| tags.first().map(String::as_str) == Some(p)) {
+        if kind == Kind::Lock
+            && tags.len() > 1
+            && !preferred.is_some_and(|p| tags.first().map(String::as_str) == Some(p))
+        {
             let mut contents = Vec::new();
             for (i, t) in tags.iter().enumerate() {
                 let dir = self.staging.path().join(format!("lock-{i}"));
@@ -256,7 +264,11 @@ impl<'a> Fetcher<'a> {
         why.dedup();
         let shas = w.shas();
         let many = if shas.len() > 1 {
-            format!(" ({} different wheels for this key: {})", shas.len(), shas.join(", "))
+            format!(
+                " ({} different wheels for this key: {})",
+                shas.len(),
+                shas.join(", ")
+            )
         } else {
             String::new()
         };
@@ -281,7 +293,10 @@ impl<'a> Fetcher<'a> {
         let got = if kind == Kind::Wheel {
             let tag = artifact::tag(kind, &entry.name);
             let refuse = |e: anyhow::Error| anyhow!("cache {url}: refusing {tag}: {e:#}");
-            match self.choose_wheel(&entry.name, policy, preferred).map_err(refuse)? {
+            match self
+                .choose_wheel(&entry.name, policy, preferred)
+                .map_err(refuse)?
+            {
                 Some(t) => self.download_tag(kind, &entry.name, &t)?,
                 None => None,
             }
@@ -795,12 +810,12 @@ impl<'a> Substituter<'a> {
         for (i, (t, policy)) in self.caches.iter().enumerate() {
             let accept = trusted_only(policy);
             let fresh = entry.bucket == Bucket::Wheels;
-            let got = self.fetcher(i, fresh).and_then(|mut f| {
-                match f.prepare(entry, &accept, None)? {
-                    Some(p) => f.commit(vec![p], temp).map(Some),
-                    None => Ok(None),
-                }
-            });
+            let got =
+                self.fetcher(i, fresh)
+                    .and_then(|mut f| match f.prepare(entry, &accept, None)? {
+                        Some(p) => f.commit(vec![p], temp).map(Some),
+                        None => Ok(None),
+                    });
             match got {
                 Ok(Some(_)) => {
                     crate::progress::stage(
@@ -876,7 +891,11 @@ impl<'a> Substituter<'a> {
             if kind == Kind::Wheel
                 && let Ok(w) = listing::wheels(t.as_ref(), &tags, name, scratch)
             {
-                let verdicts: Vec<_> = w.candidates.iter().map(|c| (c, w.verdict(c, policy))).collect();
+                let verdicts: Vec<_> = w
+                    .candidates
+                    .iter()
+                    .map(|c| (c, w.verdict(c, policy)))
+                    .collect();
                 let pick = verdicts
                     .iter()
                     .find(|(_, v)| v.is_trusted())

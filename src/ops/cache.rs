@@ -219,12 +219,13 @@ fn referenced(
     }
     for a in artifacts {
         let reached = match a.kind {
-            // `<kind>-<name>` of what it signs.
-            Kind::Attestation => a.name.split_once('-').is_some_and(|(k, n)| {
-                reach
-                    .iter()
-                    .any(|(rk, rn)| rk.name() == k && rn == n)
-            }),
+            // `<kind>-<key>` of what it signs: kept with the entry whose
+            // name is that key, whatever the statement's kind (a wheel's
+            // own statement, or another kind about the same key).
+            Kind::Attestation => a
+                .name
+                .split_once('-')
+                .is_some_and(|(_, n)| reach.iter().any(|(_, rn)| rn == n)),
             k => reach.contains(&(k, a.name.clone())),
         };
         if reached {

@@ -146,7 +146,10 @@ fn cache_rows(pin_arg: &str, p: &Plan, offline: bool) -> Result<Vec<CacheRow>> {
             };
             CacheRow {
                 stage: stage.into(),
-                tag: crate::cache::artifact::tag(kind, &name),
+                tag: hit.as_ref().map_or_else(
+                    || crate::cache::artifact::tag(kind, &name),
+                    |h| h.tag.clone(),
+                ),
                 cache: hit.as_ref().map(|h| h.cache.clone()),
                 verdict: hit.and_then(|h| h.verdict.map(|v| v.to_string())),
                 signed_by,

@@ -227,7 +227,10 @@ pub fn push_to(
     for a in &artifacts {
         let label = match a.kind {
             Kind::Source => format!("{}/{}", Bucket::Src.dir_name(), a.name),
-            _ => match entries.iter().find(|e| e.name == a.name && Kind::of_bucket(e.bucket) == Some(a.kind)) {
+            _ => match entries
+                .iter()
+                .find(|e| e.name == a.name && Kind::of_bucket(e.bucket) == Some(a.kind))
+            {
                 Some(e) => e.label(),
                 None => continue,
             },
@@ -278,8 +281,12 @@ pub fn push_to(
     // The statement carries the build's time (build.json's `started`), not
     // the push's: a re-push signs the same bytes, so its attestation
     // artifact, and tag, are the same.
-    let time = statement_time(&build.started)
-        .with_context(|| format!("the `started` of {}", wheel_entry.path.join("build.json").display()))?;
+    let time = statement_time(&build.started).with_context(|| {
+        format!(
+            "the `started` of {}",
+            wheel_entry.path.join("build.json").display()
+        )
+    })?;
     let statement = trust::Statement::for_wheel(&build, &builder_name(), &time);
     let mut reports = Vec::new();
     for (i, c) in caches.iter().enumerate() {
@@ -314,9 +321,17 @@ pub fn push_to(
             bail!(
                 "reproducibility failure: {} holds wheel {} for key {} with sha256 {}, this box built sha256 {}; both are in the cache now and no reader trusts either (compare the two build.json files)",
                 t.describe(),
-                others.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>().join(", "),
+                others
+                    .iter()
+                    .map(|(t, _)| t.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 build.key,
-                others.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>().join(", "),
+                others
+                    .iter()
+                    .map(|(_, s)| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 build.sha256
             );
         }
@@ -370,7 +385,9 @@ pub fn auto(lr: &LoadedRecipe, root: &Path, caches: &[Cache], lock_dir: &Path) -
             Err(e) => {
                 crate::progress::stage(
                     "push",
-                    format!("push = \"auto\": pushing to {shown} failed (the build stands; run `oracle-build push` again): {e:#}"),
+                    format!(
+                        "push = \"auto\": pushing to {shown} failed (the build stands; run `oracle-build push` again): {e:#}"
+                    ),
                 );
                 out.push(AutoPushed {
                     cache: shown,
@@ -412,7 +429,10 @@ fn other_wheels(
         }
         let dir = scratch.join(format!("other-{i}"));
         let sha = match listing::read_config(t, &tag, Kind::Wheel, &dir) {
-            Ok(Some(r)) => r.config.record["sha256"].as_str().unwrap_or_default().to_string(),
+            Ok(Some(r)) => r.config.record["sha256"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
             Ok(None) => continue,
             Err(e) => format!("(unreadable: {e:#})"),
         };

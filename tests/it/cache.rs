@@ -180,7 +180,9 @@ fn push_pull_offline_build_and_substitution_through_a_registry_with_auth() {
     let att_tag = format!("att-wheel-{}-", first["keys"]["wheel"].as_str().unwrap());
     for prefix in [&wheel_tag, &att_tag] {
         assert!(
-            reg.tags(REPO).iter().any(|t| t.starts_with(prefix.as_str())),
+            reg.tags(REPO)
+                .iter()
+                .any(|t| t.starts_with(prefix.as_str())),
             "{prefix}: {:?}",
             reg.tags(REPO)
         );
@@ -238,10 +240,11 @@ fn the_same_round_trip_through_a_file_oci_layout() {
         serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
     let wheel_tag = format!("wheel-{}-", first["keys"]["wheel"].as_str().unwrap());
     assert!(
-        index["manifests"].as_array().unwrap().iter().any(|m| m["annotations"]
-            ["org.opencontainers.image.ref.name"]
-            .as_str()
-            .is_some_and(|t| t.starts_with(&wheel_tag))),
+        index["manifests"].as_array().unwrap().iter().any(|m| {
+            m["annotations"]["org.opencontainers.image.ref.name"]
+                .as_str()
+                .is_some_and(|t| t.starts_with(&wheel_tag))
+        }),
         "{index}"
     );
     pull_then_offline_build(&fx, &url, None, &recipe, &first, &allowed);
@@ -376,8 +379,7 @@ fn faults_trust_and_concurrency_through_a_registry() {
         .unwrap()
         .iter()
         .filter(|x| {
-            x["tag"] == wheel_tag.as_str()
-                || x["tag"].as_str().unwrap().starts_with("att-wheel-")
+            x["tag"] == wheel_tag.as_str() || x["tag"].as_str().unwrap().starts_with("att-wheel-")
         })
         .map(|x| {
             (
@@ -386,7 +388,11 @@ fn faults_trust_and_concurrency_through_a_registry() {
             )
         })
         .collect();
-    assert_eq!(states, [("whee", "present"), ("att-", "signed")], "{pushed}");
+    assert_eq!(
+        states,
+        [("whee", "present"), ("att-", "signed")],
+        "{pushed}"
+    );
     ok(&ob(&fx, &m, None, "m@test", &["pull", r, "--json"]));
 
     // SIGKILL after the wheel's blobs, before its manifest: no tag.
@@ -401,7 +407,10 @@ fn faults_trust_and_concurrency_through_a_registry() {
     assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{}", text(&out));
     let tags = reg.tags("team/killed");
     assert!(tags.iter().any(|t| t.starts_with("src-")), "{tags:?}");
-    assert!(!tags.iter().any(|t| t.starts_with(&wheel_prefix)), "{tags:?}");
+    assert!(
+        !tags.iter().any(|t| t.starts_with(&wheel_prefix)),
+        "{tags:?}"
+    );
     assert!(!tags.iter().any(|t| t.starts_with("inputs-")), "{tags:?}");
     ok(&ob(
         &fx,

@@ -103,7 +103,11 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
     );
     assert!(w["size"].as_u64().unwrap() > 0);
     for a in artifacts(&doc).iter().filter(|a| a["kind"] != "wheel") {
-        let want = if a["kind"] == "attestation" { "statement" } else { "pinned" };
+        let want = if a["kind"] == "attestation" {
+            "statement"
+        } else {
+            "pinned"
+        };
         assert_eq!(a["trust"], want, "{a}");
         assert_eq!(a["problems"], serde_json::json!([]), "{a}");
     }
@@ -291,7 +295,6 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
     assert!(blobs(&layout).is_empty(), "{:?}", blobs(&layout));
     let doc = json(&ob(&fx, &a, &["cache", "ls", "--json"]));
     assert!(artifacts(&doc).is_empty(), "{doc}");
-
 }
 
 /// Makes `path` writable by its owner (layout blobs may be read-only).

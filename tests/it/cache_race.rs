@@ -52,7 +52,12 @@ fn copy_store(from: &Path, to: &Path) {
 
 /// Every builder in `builders` (store, principal, signing key) pushes the
 /// pin to `url` at the same moment; their outputs, in order.
-fn push_at_once(fx: &Fx, recipe: &str, url: &str, builders: &[(&Path, &str, &Path)]) -> Vec<Output> {
+fn push_at_once(
+    fx: &Fx,
+    recipe: &str,
+    url: &str,
+    builders: &[(&Path, &str, &Path)],
+) -> Vec<Output> {
     let kids: Vec<_> = builders
         .iter()
         .map(|(store, principal, key)| {
@@ -120,10 +125,21 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
         ),
     )
     .unwrap();
-    let built = ok(&ob(&fx, &a, None, "builder-a@test", &["build", r, "--json"]));
-    assert!(strs(&built["built"]).contains(&"wheel".to_string()), "{built}");
+    let built = ok(&ob(
+        &fx,
+        &a,
+        None,
+        "builder-a@test",
+        &["build", r, "--json"],
+    ));
+    assert!(
+        strs(&built["built"]).contains(&"wheel".to_string()),
+        "{built}"
+    );
     let wheel_key = built["keys"]["wheel"].as_str().unwrap().to_string();
-    let pushed = built["pushed"].as_array().unwrap_or_else(|| panic!("{built}"));
+    let pushed = built["pushed"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{built}"));
     assert_eq!(pushed.len(), 2, "{built}");
     assert_eq!(pushed[0]["error"], Value::Null, "{built}");
     assert!(pushed[0]["uploaded"].as_u64().unwrap() > 0, "{built}");
@@ -135,7 +151,10 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
     for prefix in ["src-", "lock-", "wheelhouse-", "inputs-"]
         .map(String::from)
         .into_iter()
-        .chain([format!("wheel-{wheel_key}-"), format!("att-wheel-{wheel_key}-")])
+        .chain([
+            format!("wheel-{wheel_key}-"),
+            format!("att-wheel-{wheel_key}-"),
+        ])
     {
         assert!(
             auto_tags.iter().any(|t| t.starts_with(&prefix)),
@@ -143,7 +162,13 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
         );
     }
     // A build that builds no wheel pushes nothing.
-    let again = ok(&ob(&fx, &a, None, "builder-a@test", &["build", r, "--json"]));
+    let again = ok(&ob(
+        &fx,
+        &a,
+        None,
+        "builder-a@test",
+        &["build", r, "--json"],
+    ));
     assert!(again.get("pushed").is_none(), "{again}");
 
     // Box B: the same wheel, its own build.json and key; box C: another
@@ -166,18 +191,31 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
             &fx,
             r,
             &url,
-            &[(&a, "builder-a@test", &key_a), (&b, "builder-b@test", &key_b)],
+            &[
+                (&a, "builder-a@test", &key_a),
+                (&b, "builder-b@test", &key_b),
+            ],
         );
         for o in &outs {
             assert_eq!(code(o), 0, "round {round}: {}", text(o));
         }
         same_exit_zero += 1;
         configure(&reader, &url, None, Some(&allowed), 2);
-        let doc = ok(&ob(&fx, &reader, None, "r@test", &["cache", "ls", "--json"]));
+        let doc = ok(&ob(
+            &fx,
+            &reader,
+            None,
+            "r@test",
+            &["cache", "ls", "--json"],
+        ));
         let atts = of_kind(&doc, "attestation");
         assert_eq!(atts.len(), 2, "round {round}: {doc}");
         let wheels = of_kind(&doc, "wheel");
-        assert_eq!(wheels.len(), 2, "round {round}: two evidence variants: {doc}");
+        assert_eq!(
+            wheels.len(),
+            2,
+            "round {round}: two evidence variants: {doc}"
+        );
         for w in &wheels {
             assert_eq!(w["verdict"]["verdict"], "trusted", "round {round}: {w}");
             assert_eq!(
@@ -223,7 +261,10 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
             &fx,
             r,
             &url,
-            &[(&a, "builder-a@test", &key_a), (&c, "builder-b@test", &key_b)],
+            &[
+                (&a, "builder-a@test", &key_a),
+                (&c, "builder-b@test", &key_b),
+            ],
         );
         let failed = outs.iter().filter(|o| code(o) != 0).count();
         for o in outs.iter().filter(|o| code(o) != 0) {
@@ -274,8 +315,14 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
     configure(&sub, &reg.url("race/diff-0"), None, Some(&allowed), 1);
     let out = ob(&fx, &sub, None, "s@test", &["build", r, "--json"]);
     let doc = ok(&out);
-    assert!(strs(&doc["substituted"]).contains(&"source".to_string()), "{doc}");
-    assert!(!strs(&doc["substituted"]).contains(&"wheel".to_string()), "{doc}");
+    assert!(
+        strs(&doc["substituted"]).contains(&"source".to_string()),
+        "{doc}"
+    );
+    assert!(
+        !strs(&doc["substituted"]).contains(&"wheel".to_string()),
+        "{doc}"
+    );
     assert!(strs(&doc["built"]).contains(&"wheel".to_string()), "{doc}");
     assert!(
         text(&out).contains("reproducibility failure"),
@@ -297,7 +344,11 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
         &["cache", "gc", "--cache", &url0, "--json"],
     ));
     assert_eq!(g["caches"][0]["deleted"], serde_json::json!([]), "{g}");
-    assert_eq!(g["caches"][0]["kept"].as_array().unwrap().len(), tags.len(), "{g}");
+    assert_eq!(
+        g["caches"][0]["kept"].as_array().unwrap().len(),
+        tags.len(),
+        "{g}"
+    );
     let out = ob(&fx, &a, None, "a@test", &["unkeep", r]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     let g = ok(&ob(
@@ -307,7 +358,11 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
         "a@test",
         &["cache", "gc", "--cache", &url0, "--dry-run", "--json"],
     ));
-    assert_eq!(g["caches"][0]["deleted"].as_array().unwrap().len(), tags.len(), "{g}");
+    assert_eq!(
+        g["caches"][0]["deleted"].as_array().unwrap().len(),
+        tags.len(),
+        "{g}"
+    );
     assert_eq!(reg.tags("race/same-0"), tags, "a dry run deletes nothing");
     let g = ok(&ob(
         &fx,
@@ -316,8 +371,16 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
         "a@test",
         &["cache", "gc", "--cache", &url0, "--json"],
     ));
-    assert_eq!(g["caches"][0]["deleted"].as_array().unwrap().len(), tags.len(), "{g}");
-    assert!(reg.tags("race/same-0").is_empty(), "{:?}", reg.tags("race/same-0"));
+    assert_eq!(
+        g["caches"][0]["deleted"].as_array().unwrap().len(),
+        tags.len(),
+        "{g}"
+    );
+    assert!(
+        reg.tags("race/same-0").is_empty(),
+        "{:?}",
+        reg.tags("race/same-0")
+    );
     let doc = ok(&ob(
         &fx,
         &a,
@@ -325,5 +388,9 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
         "a@test",
         &["cache", "ls", "--cache", &url0, "--json"],
     ));
-    assert_eq!(doc["caches"][0]["artifacts"], serde_json::json!([]), "{doc}");
+    assert_eq!(
+        doc["caches"][0]["artifacts"],
+        serde_json::json!([]),
+        "{doc}"
+    );
 }
