@@ -139,7 +139,7 @@ impl<'a> Fetcher<'a> {
         let url = self.cache.describe();
         if kind == Kind::Lock
             && tags.len() > 1
-            && !preferred.is_some_and(|p| tags.first().map(String::as_str) == Some(p))
+            && preferred.is_none_or(|p| tags.first().map(String::as_str) != Some(p))
         {
             let mut contents = Vec::new();
             for (i, t) in tags.iter().enumerate() {
