@@ -279,6 +279,68 @@ pub fn verdict(config: &Config, attestations: &[Attestation], policy: &Policy) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::artifact::Artifact;
+    use crate::cache::layout::Layout;
+
+    /// Pushes `a` (config only, no layers) to `t` under `tag`.
+    fn put(t: &Layout, a: &Artifact, tag: &str, dir: &Path) {
+        let bytes = a.config_bytes();
+        let p = dir.join(format!("{tag}.json"));
+        std::fs::write(&p, &bytes).unwrap();
+        t.put_blob(&p, &crate::cache::digest_of(&bytes), bytes.len() as u64)
+            .unwrap();
+        t.put_manifest(tag, &a.manifest_bytes(&bytes)).unwrap();
+    }
+
+    fn wheel(key: &str, sha: &str, embedded: Vec<Attestation>) -> Artifact {
+        Artifact {
+            kind: Kind::Wheel,
+            name: key.to_string(),
+            config: Config {
+                format: 1,
+                kind: Kind::Wheel,
+                name: key.to_string(),
+                record: serde_json::json!({ "sha256": sha }),
+                files: Vec::new(),
+                attestations: embedded,
+            },
+            layers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_legacy_wheel_is_read_with_its_embedded_attestations_beside_new_ones() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = Layout::open(&tmp.path().join("layout"), "file:///layout").unwrap();
+        let key = "e".repeat(32);
+        let old = Attestation {
+            statement: "{\"old\":true}".into(),
+            signature: "sig".into(),
+        };
+        // The layout before issue 23: `wheel-<key>`, signatures in the config.
+        put(
+            &t,
+            &wheel(&key, &"1".repeat(64), vec![old.clone()]),
+            &format!("wheel-{key}"),
+            tmp.path(),
+        );
+        // The append-only layout: another wheel for the key, under its content tag.
+        let new = wheel(&key, &"2".repeat(64), Vec::new());
+        let new_tag = new.tag().unwrap();
+        put(&t, &new, &new_tag, tmp.path());
+        // A tag that quotes another manifest than it holds is refused.
+        let liar = format!("{}-{}", &new_tag[..new_tag.len() - 17], "0".repeat(16));
+        put(&t, &new, &liar, tmp.path());
+
+        let tags = TagList::read(&t).unwrap();
+        let w = wheels(&t, &tags, &key, &tmp.path().join("scratch")).unwrap();
+        let read: Vec<&str> = w.candidates.iter().map(|c| c.tag.as_str()).collect();
+        assert_eq!(read, [new_tag.as_str(), format!("wheel-{key}").as_str()]);
+        assert_eq!(w.attestations, vec![old]);
+        assert_eq!(w.shas(), vec!["1".repeat(64), "2".repeat(64)]);
+        assert_eq!(w.problems.len(), 1, "{:?}", w.problems);
+        assert!(w.problems[0].contains("names manifest"), "{:?}", w.problems);
+    }
 
     #[test]
     fn an_entry_s_tags_are_its_own_content_tags_then_its_legacy_tag() {
