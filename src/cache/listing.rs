@@ -21,7 +21,7 @@ use oci_client::manifest::OciImageManifest;
 use super::Transport;
 use super::artifact::{self, Config, Kind, TagForm};
 use super::attest;
-use super::trust::{Attestation, Policy, Verdict};
+use super::trust::{Attestation, FileDigest, Policy, Verdict};
 
 /// Every tag of a cache, sorted, as listed once.
 #[derive(Debug, Clone, Default)]
@@ -195,38 +195,56 @@ pub fn read_config(
     }))
 }
 
-/// Every wheel artifact a cache holds for one key, and every attestation
-/// of that key.
+/// Every artifact a cache holds for one signed entry (a wheel today; a
+/// lock, or any kind whose content a statement vouches for, the same way)
+/// and every attestation of its key.
 #[derive(Debug, Clone)]
-pub struct Wheels {
-    /// The wheel key.
+pub struct Signed {
+    /// The artifact kind.
+    pub kind: Kind,
+    /// The entry's key.
     pub key: String,
-    /// Each wheel artifact read (tag order; the legacy tag last).
+    /// Each artifact read (tag order; the legacy tag last).
     pub candidates: Vec<Read>,
     /// Every attestation: the attestation artifacts', then those embedded
-    /// in a legacy wheel's config.
+    /// in a legacy artifact's config.
     pub attestations: Vec<Attestation>,
     /// What could not be read (`<tag>: <why>`): an unreadable artifact is
     /// reported and never counts.
     pub problems: Vec<String>,
+    /// The files a statement about a candidate must name (for a wheel:
+    /// [`attest::wheel_files`], the wheel alone).
+    pub files_of: fn(&Config) -> Vec<FileDigest>,
 }
 
-/// Reads every wheel artifact of `key` in `cache` and every attestation of
-/// it (see the module docs), through the new directory `scratch`.
+/// The wheels of a key: [`Signed`] of kind wheel.
+pub type Wheels = Signed;
+
+/// Reads every artifact of entry `kind` `key` in `cache` and every
+/// attestation of it (statement kind [`Kind::name`]), through the new
+/// directory `scratch`; `files_of` gives the files a statement about a
+/// candidate must name.
 ///
 /// Errors: the cache cannot be read.
-pub fn wheels(cache: &dyn Transport, tags: &TagList, key: &str, scratch: &Path) -> Result<Wheels> {
-    let mut out = Wheels {
+pub fn signed(
+    cache: &dyn Transport,
+    tags: &TagList,
+    kind: Kind,
+    key: &str,
+    files_of: fn(&Config) -> Vec<FileDigest>,
+    scratch: &Path,
+) -> Result<Signed> {
+    let found = attestations(cache, tags, kind.name(), key, scratch)?;
+    let mut out = Signed {
+        kind,
         key: key.to_string(),
         candidates: Vec::new(),
-        attestations: Vec::new(),
-        problems: Vec::new(),
+        attestations: found.attestations,
+        problems: found.problems,
+        files_of,
     };
-    let found = attestations(cache, tags, Kind::Wheel.name(), key, scratch)?;
-    out.attestations = found.attestations;
-    out.problems = found.problems;
-    for (i, tag) in tags.of(Kind::Wheel, key).into_iter().enumerate() {
-        match read_config(cache, &tag, Kind::Wheel, &scratch.join(format!("w{i}"))) {
+    for (i, tag) in tags.of(kind, key).into_iter().enumerate() {
+        match read_config(cache, &tag, kind, &scratch.join(format!("c{i}"))) {
             Ok(Some(r)) => {
                 for a in &r.config.attestations {
                     if !out.attestations.contains(a) {
@@ -242,20 +260,37 @@ pub fn wheels(cache: &dyn Transport, tags: &TagList, key: &str, scratch: &Path) 
     Ok(out)
 }
 
-impl Wheels {
-    /// The verdict of `policy` on the wheel of `candidate`, from every
-    /// attestation of the key: two trusted statements naming different
-    /// wheels give the reproducibility failure whichever artifact is asked.
+/// Every wheel artifact of `key` and every attestation of it: [`signed`]
+/// with kind wheel and [`attest::wheel_files`].
+///
+/// Errors: the cache cannot be read.
+pub fn wheels(cache: &dyn Transport, tags: &TagList, key: &str, scratch: &Path) -> Result<Wheels> {
+    signed(cache, tags, Kind::Wheel, key, attest::wheel_files, scratch)
+}
+
+impl Signed {
+    /// The verdict of `policy`, now, on the content of `candidate`, from
+    /// every attestation of the key: two trusted statements naming
+    /// different files give the reproducibility failure whichever artifact
+    /// is asked.
     pub fn verdict(&self, candidate: &Read, policy: &Policy) -> Verdict {
-        verdict(&candidate.config, &self.attestations, policy)
+        super::trust::verify(
+            self.kind.name(),
+            &self.key,
+            &(self.files_of)(&candidate.config),
+            &self.attestations,
+            policy,
+            jiff::Timestamp::now().as_second(),
+        )
     }
 
-    /// The distinct wheel sha256s the candidates hold.
+    /// The distinct contents the candidates hold (the sha256 of each
+    /// candidate's first signed file: for wheels, the wheel's).
     pub fn shas(&self) -> Vec<String> {
         let mut v: Vec<String> = self
             .candidates
             .iter()
-            .filter_map(|c| c.config.record["sha256"].as_str().map(str::to_string))
+            .filter_map(|c| (self.files_of)(&c.config).first().map(|f| f.sha256.clone()))
             .collect();
         v.sort();
         v.dedup();
@@ -337,7 +372,12 @@ mod tests {
         let read: Vec<&str> = w.candidates.iter().map(|c| c.tag.as_str()).collect();
         assert_eq!(read, [new_tag.as_str(), format!("wheel-{key}").as_str()]);
         assert_eq!(w.attestations, vec![old]);
-        assert_eq!(w.shas(), vec!["1".repeat(64), "2".repeat(64)]);
+        let shas: Vec<&str> = w
+            .candidates
+            .iter()
+            .map(|c| c.config.record["sha256"].as_str().unwrap())
+            .collect();
+        assert_eq!(shas, ["2".repeat(64), "1".repeat(64)]);
         assert_eq!(w.problems.len(), 1, "{:?}", w.problems);
         assert!(w.problems[0].contains("names manifest"), "{:?}", w.problems);
     }
