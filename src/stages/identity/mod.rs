@@ -1,6 +1,7 @@
 //! Stage 5, identity: measure what the oracle *is*, from its own Python, and
 //! check each field against its own expected value (docs/identity.md).
 
+pub mod fatbin;
 pub mod pin_block;
 pub mod record;
 
@@ -21,6 +22,14 @@ pub struct CompiledExtension {
     pub path: String,
     /// Size in bytes.
     pub size: u64,
+    /// sha256 of the file (hex), read when the identity is measured; `None`
+    /// in a record written before it was measured, or when the file could not be read.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// Its device code, read from its CUDA fat binary ([`fatbin::read_elf`]);
+    /// `None` in a record written before it was read.
+    #[serde(default)]
+    pub kernels: Option<fatbin::Kernels>,
 }
 
 /// What the identity script measured inside a venv, plus the recipe's commit
@@ -268,10 +277,36 @@ pub fn measure(
         import_error: m.import_error,
         tags_at_commit: Vec::new(),
     };
+    if let Some(dir) = id.package_dir.clone() {
+        for ext in &mut id.compiled_extensions {
+            read_device_code(Path::new(&dir), ext);
+        }
+    }
     let (mode, evidence) = measured_mode(&id, build_env);
     id.build_mode = mode.as_str().to_string();
     id.build_mode_evidence = evidence;
     Ok(id)
+}
+
+/// Fills `ext`'s `sha256` and `kernels` from the file `package_dir/<path>`
+/// (read whole: a fat binary's section may be most of it). A file that
+/// cannot be read has no sha256 and an unreadable-kernels record naming why.
+pub fn read_device_code(package_dir: &Path, ext: &mut CompiledExtension) {
+    use sha2::Digest;
+    let path = package_dir.join(&ext.path);
+    match fs_err::read(&path) {
+        Ok(bytes) => {
+            ext.sha256 = Some(hex::encode(sha2::Sha256::digest(&bytes)));
+            ext.kernels = Some(fatbin::read_elf(&bytes));
+        }
+        Err(e) => {
+            ext.sha256 = None;
+            ext.kernels = Some(fatbin::Kernels {
+                error: Some(format!("cannot read {}: {e}", path.display())),
+                ..fatbin::Kernels::default()
+            });
+        }
+    }
 }
 
 /// The `<hex>` of a PEP 440 local version segment `+g<hex>` (setuptools-scm), if any.
