@@ -555,3 +555,234 @@ fn check_payload(prefix: &[u8], arch: Arch) -> Result<(), String> {
     Ok(())
 }
 
+
+#[cfg(test)]
+mod tests {
+    //! On the fixtures of `tests/data/fatbin/` (nvcc 13.0; its README says
+    //! how they were made), each read checked against what the committed
+    //! `cuobjdump --list-elf` / `--list-ptx` listing says of the same file.
+    use super::*;
+
+    const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/fatbin");
+
+    fn fixture(name: &str) -> Vec<u8> {
+        std::fs::read(format!("{DIR}/{name}")).unwrap()
+    }
+
+    fn archs(v: &[Arch]) -> Vec<String> {
+        v.iter().map(Arch::to_string).collect()
+    }
+
+    fn section(bytes: &[u8], name: &str) -> (usize, usize) {
+        let f = object::File::parse(bytes).unwrap();
+        let s = f.section_by_name(name).unwrap();
+        let (off, len) = s.file_range().unwrap();
+        (off as usize, len as usize)
+    }
+
+    /// What cuobjdump listed for `file`: (cubin names, PTX names), e.g. `sm_90a`.
+    fn cuobjdump(file: &str) -> (Vec<String>, Vec<String>) {
+        let text = std::fs::read_to_string(format!("{DIR}/cuobjdump.txt")).unwrap();
+        let block = text
+            .split("== ")
+            .find(|b| b.lines().next() == Some(file))
+            .unwrap_or_else(|| panic!("{file} is not in cuobjdump.txt"));
+        let names = |suffix: &str| -> Vec<String> {
+            block
+                .lines()
+                .filter_map(|l| l.split(": ").nth(1))
+                .filter_map(|n| n.strip_suffix(suffix))
+                .map(|n| n.rsplit('.').next().unwrap().to_string())
+                .collect()
+        };
+        (names(".cubin"), names(".ptx"))
+    }
+
+    /// The reader's entries as cuobjdump names them: a family cubin by its
+    /// plain name (cuobjdump lists `sm_100f` as `sm_100`), PTX as `sm_XY`.
+    fn as_cuobjdump(k: &Kernels) -> (Vec<String>, Vec<String>) {
+        let mut elf = Vec::new();
+        let mut ptx = Vec::new();
+        for e in &k.entries {
+            let mut a = e.arch;
+            if e.kind == EntryKind::Cubin && a.variant == Variant::Family {
+                a.variant = Variant::Plain;
+            }
+            let name = a.to_string().replacen("compute_", "sm_", 1);
+            match e.kind {
+                EntryKind::Cubin => elf.push(name),
+                EntryKind::Ptx => ptx.push(name),
+            }
+        }
+        (elf, ptx)
+    }
+
+    #[test]
+    fn every_fixture_reads_as_cuobjdump_lists_it() {
+        for file in [
+            "multi.so",
+            "ptx_only.so",
+            "variants.so",
+            "size.so",
+            "speed.so",
+            "host_only.so",
+            "rdc.o",
+        ] {
+            let k = read_elf(&fixture(file));
+            assert_eq!(k.error, None, "{file}");
+            let (mut elf, mut ptx) = as_cuobjdump(&k);
+            let (mut want_elf, mut want_ptx) = cuobjdump(file);
+            for v in [&mut elf, &mut ptx, &mut want_elf, &mut want_ptx] {
+                v.sort();
+            }
+            assert_eq!((elf, ptx), (want_elf, want_ptx), "{file}");
+        }
+    }
+
+    #[test]
+    fn several_cubins_and_a_ptx() {
+        let k = read_elf(&fixture("multi.so"));
+        assert_eq!(k.sections, [".nv_fatbin"]);
+        assert_eq!(archs(&k.cubins), ["sm_80", "sm_86", "sm_90", "sm_90a"]);
+        assert_eq!(archs(&k.ptx), ["compute_90"]);
+        // nvcc 13.0's default: cubins stored plain, PTX zstd-compressed.
+        let ptx = k.entries.iter().find(|e| e.kind == EntryKind::Ptx).unwrap();
+        assert_eq!((ptx.compression, ptx.stored_bytes, ptx.bytes), (Compression::Zstd, 271, 482));
+        assert!(k
+            .entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::Cubin)
+            .all(|e| e.compression == Compression::None && e.bytes == e.stored_bytes));
+        assert_eq!(
+            k.describe(),
+            "cubins sm_80, sm_86, sm_90, sm_90a; PTX compute_90"
+        );
+    }
+
+    #[test]
+    fn ptx_only() {
+        let k = read_elf(&fixture("ptx_only.so"));
+        assert!(k.has_device_code());
+        assert!(k.cubins.is_empty());
+        assert_eq!(archs(&k.ptx), ["compute_80"]);
+        assert_eq!(k.describe(), "cubins none; PTX compute_80");
+    }
+
+    #[test]
+    fn arch_specific_and_family_variants() {
+        let k = read_elf(&fixture("variants.so"));
+        assert_eq!(
+            archs(&k.cubins),
+            ["sm_90a", "sm_100a", "sm_100f", "sm_120f", "sm_121a"]
+        );
+        assert_eq!(archs(&k.ptx), ["compute_90a"]);
+        // sm_100+ cubins have a 112-byte entry header; all read.
+        assert_eq!(k.entries.len(), 6);
+    }
+
+    #[test]
+    fn compressed_entries_zstd_and_lz4() {
+        let k = read_elf(&fixture("size.so"));
+        assert_eq!(archs(&k.cubins), ["sm_80"]);
+        assert_eq!(archs(&k.ptx), ["compute_80"]);
+        let cubin = k.entries.iter().find(|e| e.kind == EntryKind::Cubin).unwrap();
+        assert_eq!(
+            (cubin.compression, cubin.stored_bytes, cubin.bytes),
+            (Compression::Zstd, 815, 3240)
+        );
+        let k = read_elf(&fixture("speed.so"));
+        let ptx = k.entries.iter().find(|e| e.kind == EntryKind::Ptx).unwrap();
+        assert_eq!(
+            (ptx.compression, ptx.stored_bytes, ptx.bytes),
+            (Compression::Lz4, 340, 482)
+        );
+        assert_eq!(archs(&k.ptx), ["compute_80"]);
+    }
+
+    #[test]
+    fn no_device_code() {
+        let k = read_elf(&fixture("host_only.so"));
+        assert_eq!(k, Kernels::default());
+        assert!(!k.has_device_code());
+        assert_eq!(k.describe(), "no device code");
+    }
+
+    #[test]
+    fn relocatable_device_code_is_listed_but_not_loadable() {
+        let k = read_elf(&fixture("rdc.o"));
+        assert_eq!(k.sections, ["__nv_relfatbin"]);
+        assert_eq!(k.entries.len(), 1);
+        assert_eq!(k.entries[0].arch.to_string(), "sm_90");
+        assert_eq!(k.entries[0].compression, Compression::Zstd);
+        assert!(k.cubins.is_empty() && k.ptx.is_empty());
+    }
+
+    #[test]
+    fn a_truncated_section_is_reported_at_every_cut() {
+        for file in ["multi.so", "size.so", "speed.so", "variants.so"] {
+            let bytes = fixture(file);
+            let (off, len) = section(&bytes, LOADABLE);
+            let data = &bytes[off..off + len];
+            assert!(read_section(data, LOADABLE).is_ok());
+            for cut in 1..len {
+                // A cut inside trailing zero padding is not a truncation.
+                if data[cut..].iter().all(|&b| b == 0) {
+                    continue;
+                }
+                let err = read_section(&data[..cut], LOADABLE).unwrap_err();
+                assert!(err.contains("truncated"), "{file} cut at {cut}: {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn damage_inside_the_file_is_reported_not_guessed() {
+        let bytes = fixture("multi.so");
+        let (off, _) = section(&bytes, LOADABLE);
+        // The first entry (sm_80, stored plain) starts after the 16-byte header.
+        let entry = off + 16;
+        let patched = |at: usize, with: &[u8]| {
+            let mut b = bytes.clone();
+            b[at..at + with.len()].copy_from_slice(with);
+            read_elf(&b)
+        };
+        let k = patched(entry + 28, &75u32.to_le_bytes());
+        let err = k.error.unwrap();
+        assert!(err.contains("sm_75") && err.contains("its ELF says sm_80"), "{err}");
+        assert!(k.cubins.is_empty() && k.entries.is_empty());
+        let err = patched(entry, &7u16.to_le_bytes()).error.unwrap();
+        assert!(err.contains("kind 7"), "{err}");
+        let err = patched(off, &[0xde, 0xad, 0xbe, 0xef]).error.unwrap();
+        assert!(err.contains("magic"), "{err}");
+        // Both variant flags, both compression flags.
+        let err = patched(entry + 42, &[0x30]).error.unwrap();
+        assert!(err.contains("both arch-specific and family"), "{err}");
+        let err = patched(entry + 41, &[0xa0]).error.unwrap();
+        assert!(err.contains("both LZ4- and zstd"), "{err}");
+        // A payload flagged compressed that is not.
+        let err = patched(entry + 41, &[0x80]).error.unwrap();
+        assert!(err.contains("compressed size"), "{err}");
+        // A file that is not ELF at all, or empty.
+        assert!(read_elf(b"not an elf").error.unwrap().contains("not an ELF"));
+        assert!(read_elf(&[]).error.is_some());
+        // Cut anywhere: an error or a read, never a panic.
+        for cut in (0..bytes.len()).step_by(97) {
+            let _ = read_elf(&bytes[..cut]);
+        }
+    }
+
+    #[test]
+    fn arch_names_round_trip() {
+        for s in ["sm_80", "sm_90a", "sm_100f", "sm_121a", "compute_90", "compute_120f"] {
+            assert_eq!(s.parse::<Arch>().unwrap().to_string(), s);
+        }
+        let a: Arch = "sm_121a".parse().unwrap();
+        assert_eq!((a.major(), a.minor(), a.variant), (12, 1, Variant::Specific));
+        for bad in ["sm_", "sm_9", "sm_9x", "90", "compute_a", "sm_90af"] {
+            assert!(bad.parse::<Arch>().is_err(), "{bad}");
+        }
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(json, "\"sm_121a\"");
+        assert_eq!(serde_json::from_str::<Arch>(&json).unwrap(), a);
+    }
+}
