@@ -1,6 +1,7 @@
 //! Stage 5, identity: measure what the oracle *is*, from its own Python, and
 //! check each field against its own expected value (docs/identity.md).
 
+pub mod coverage;
 pub mod fatbin;
 pub mod pin_block;
 pub mod record;
@@ -93,6 +94,11 @@ pub struct Identity {
     /// version without `+g<sha>` (setuptools-scm), which is then checked against them.
     #[serde(default)]
     pub tags_at_commit: Vec<String>,
+    /// What the kernel coverage check holds the compiled extensions against
+    /// when measured: the GPUs `nvidia-smi` listed, else the arch list the
+    /// wheel was built for ([`coverage::target`]); `None` when neither was known.
+    #[serde(default)]
+    pub kernel_target: Option<coverage::Target>,
 }
 
 #[derive(Deserialize)]
@@ -276,6 +282,12 @@ pub fn measure(
         sys_prefix: m.sys_prefix,
         import_error: m.import_error,
         tags_at_commit: Vec::new(),
+        kernel_target: coverage::target(
+            &crate::host::toolchain::gpus(),
+            build_env
+                .and_then(|e| e.get("TORCH_CUDA_ARCH_LIST"))
+                .map(String::as_str),
+        ),
     };
     if let Some(dir) = id.package_dir.clone() {
         for ext in &mut id.compiled_extensions {
@@ -452,6 +464,14 @@ pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
                 names.join(", ")
             },
             !names.is_empty(),
+        ));
+    }
+    if recipe.build.device() == crate::recipe::TargetDevice::Cuda {
+        out.extend(coverage::checks(
+            &id.compiled_extensions,
+            id.kernel_target.as_ref(),
+            &recipe.build.cuda_arch_list,
+            recipe.smoke.allow_ptx_jit,
         ));
     }
     let precompiled_mark = id
@@ -761,6 +781,7 @@ mod commit_tests {
             package_path: None,
             package_in_venv: true,
             compiled_extensions: vec![],
+            kernel_target: None,
             build_mode: "source".into(),
             build_mode_evidence: vec![],
             history_version: None,
