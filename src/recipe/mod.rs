@@ -604,14 +604,24 @@ mod tests {
     #[test]
     fn allow_ptx_jit_is_a_cuda_boolean() {
         assert!(!with_smoke("  runs: 1\n").unwrap().smoke.allow_ptx_jit);
-        assert!(with_smoke("  allow_ptx_jit: true\n").unwrap().smoke.allow_ptx_jit);
-        let e = with_smoke("  allow_ptx_jit: \"sure\"\n").unwrap_err().to_string();
+        assert!(
+            with_smoke("  allow_ptx_jit: true\n")
+                .unwrap()
+                .smoke
+                .allow_ptx_jit
+        );
+        let e = with_smoke("  allow_ptx_jit: \"sure\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("allow_ptx_jit"), "{e}");
         let cpu = GOOD.replace("  max_jobs: 6\n", "  max_jobs: 6\n  target_device: cpu\n");
         let e = parse(&format!("{cpu}smoke:\n  allow_ptx_jit: true\n"), "t.yaml")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("smoke.allow_ptx_jit") && e.contains("cpu"), "{e}");
+        assert!(
+            e.contains("smoke.allow_ptx_jit") && e.contains("cpu"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -102,7 +102,12 @@ pub fn verdict(k: &Kernels, cc: Capability) -> Verdict {
     if let Some(a) = k.cubins.iter().find(|a| cubin_runs_on(**a, cc)) {
         return Verdict::Cubin(*a);
     }
-    let jit: Vec<Arch> = k.ptx.iter().copied().filter(|a| ptx_jits_on(*a, cc)).collect();
+    let jit: Vec<Arch> = k
+        .ptx
+        .iter()
+        .copied()
+        .filter(|a| ptx_jits_on(*a, cc))
+        .collect();
     if jit.is_empty() {
         Verdict::Missing
     } else {
@@ -174,6 +179,44 @@ pub fn planned(list: &str) -> Result<(Vec<Arch>, Vec<Arch>), String> {
     ptx.sort();
     ptx.dedup();
     Ok((cubins, ptx))
+}
+
+/// The device code a build of a recipe with `build.cuda_arch_list` =
+/// `cuda_arch_list` will ask nvcc for, on this box: `auto` is resolved from
+/// the GPUs `nvidia-smi` lists (as the wheel stage does,
+/// [`crate::host::toolchain::arch_list_for`]), then read by [`planned`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Planned {
+    /// The `TORCH_CUDA_ARCH_LIST` the build will set.
+    pub arch_list: String,
+    /// The cubins it asks for.
+    pub cubins: Vec<Arch>,
+    /// The PTX it asks for.
+    pub ptx: Vec<Arch>,
+}
+
+/// [`Planned`] for `cuda_arch_list`.
+///
+/// Errors: `auto` with no GPU visible; an arch list that does not read.
+pub fn planned_build(cuda_arch_list: &str) -> Result<Planned, String> {
+    let arch_list = if cuda_arch_list == "auto" {
+        let caps: Vec<String> = crate::host::toolchain::gpus()
+            .into_iter()
+            .map(|g| g.compute_cap)
+            .collect();
+        if caps.is_empty() {
+            return Err("cuda_arch_list is auto and no GPU is visible".into());
+        }
+        crate::host::toolchain::arch_list_for(&caps)
+    } else {
+        cuda_arch_list.to_string()
+    };
+    let (cubins, ptx) = planned(&arch_list)?;
+    Ok(Planned {
+        arch_list,
+        cubins,
+        ptx,
+    })
 }
 
 fn arch_list_entries(list: &str) -> Result<Vec<(Arch, bool)>, String> {
@@ -417,7 +460,10 @@ mod tests {
         assert_eq!(join(&cubins), "sm_80, sm_90a, sm_121a");
         assert_eq!(join(&ptx), "compute_121a");
         let (cubins, ptx) = planned("8.0+PTX").unwrap();
-        assert_eq!((join(&cubins), join(&ptx)), ("sm_80".into(), "compute_80".into()));
+        assert_eq!(
+            (join(&cubins), join(&ptx)),
+            ("sm_80".into(), "compute_80".into())
+        );
         let caps = arch_list_capabilities("8.0;9.0a;9.0+PTX;10.0f").unwrap();
         assert_eq!(
             caps.iter().map(Capability::to_string).collect::<Vec<_>>(),
@@ -463,21 +509,39 @@ mod tests {
         let t = target(&[gpu("9.0")], Some("8.0")).unwrap();
         assert_eq!(t.source, TargetSource::Gpu);
         // Built for 8.0: refused, naming sm_80 and the device's 9.0.
-        let c = checks(&[host.clone(), ext("_cuda_C.so", &["sm_80"], &[])], Some(&t), "8.0", false);
+        let c = checks(
+            &[host.clone(), ext("_cuda_C.so", &["sm_80"], &[])],
+            Some(&t),
+            "8.0",
+            false,
+        );
         assert_eq!(c.len(), 2, "{c:?}");
         assert!(c[0].ok);
         assert_eq!(c[1].field, "kernels _cuda_C.so");
         assert!(!c[1].ok);
-        assert!(c[1].found.contains("no cubin or PTX runs on 9.0") && c[1].found.contains("sm_80"), "{}", c[1].found);
+        assert!(
+            c[1].found.contains("no cubin or PTX runs on 9.0") && c[1].found.contains("sm_80"),
+            "{}",
+            c[1].found
+        );
         assert!(c[1].expected.contains("9.0") && c[1].expected.contains("NVIDIA H200"));
         // 8.0+PTX: PTX only, refused unless JIT is allowed.
         let e = ext("_cuda_C.so", &["sm_80"], &["compute_80"]);
         let c = checks(std::slice::from_ref(&e), Some(&t), "8.0+PTX", false);
-        assert!(!c[1].ok && c[1].found.contains("PTX only for 9.0"), "{}", c[1].found);
+        assert!(
+            !c[1].ok && c[1].found.contains("PTX only for 9.0"),
+            "{}",
+            c[1].found
+        );
         let c = checks(std::slice::from_ref(&e), Some(&t), "8.0+PTX", true);
         assert!(c[1].ok && c[1].found.contains("allowed by smoke.allow_ptx_jit"));
         // auto on this GPU: 9.0a.
-        let c = checks(&[ext("_cuda_C.so", &["sm_90a"], &[])], Some(&t), "auto", false);
+        let c = checks(
+            &[ext("_cuda_C.so", &["sm_90a"], &[])],
+            Some(&t),
+            "auto",
+            false,
+        );
         assert!(c.iter().all(|c| c.ok), "{c:?}");
         // No device code anywhere: refused.
         let c = checks(&[host], Some(&t), "auto", false);
@@ -495,9 +559,17 @@ mod tests {
         assert_eq!(t.source, TargetSource::ArchList);
         assert_eq!(t.capabilities, ["9.0", "12.1"]);
         // A build that dropped the 12.1a kernels fails for 12.1 only.
-        let c = checks(&[ext("_C.so", &["sm_90a"], &[])], Some(&t), "9.0a;12.1a", false);
+        let c = checks(
+            &[ext("_C.so", &["sm_90a"], &[])],
+            Some(&t),
+            "9.0a;12.1a",
+            false,
+        );
         assert!(!c[1].ok);
-        assert!(c[1].found.contains("sm_90a runs on 9.0") && c[1].found.contains("no cubin or PTX runs on 12.1"));
+        assert!(
+            c[1].found.contains("sm_90a runs on 9.0")
+                && c[1].found.contains("no cubin or PTX runs on 12.1")
+        );
         // No target recorded: the recipe's list, unless auto.
         let c = checks(&[ext("_C.so", &["sm_90a"], &[])], None, "9.0a", false);
         assert!(c[1].ok && c[1].expected.contains("build.cuda_arch_list 9.0a"));

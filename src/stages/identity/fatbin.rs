@@ -306,13 +306,19 @@ pub fn read_elf(bytes: &[u8]) -> Kernels {
 }
 
 fn u16_at(d: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(d.get(at..at.checked_add(2)?)?.try_into().ok()?))
+    Some(u16::from_le_bytes(
+        d.get(at..at.checked_add(2)?)?.try_into().ok()?,
+    ))
 }
 fn u32_at(d: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(d.get(at..at.checked_add(4)?)?.try_into().ok()?))
+    Some(u32::from_le_bytes(
+        d.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
 }
 fn u64_at(d: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(d.get(at..at.checked_add(8)?)?.try_into().ok()?))
+    Some(u64::from_le_bytes(
+        d.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
 }
 
 /// Reads every fat binary of one section's bytes `data` (named `section`
@@ -425,7 +431,9 @@ fn read_entry(data: &[u8], at: usize, section: &str) -> Result<(FatbinEntry, usi
         .ok()
         .filter(|n| (10..10_000).contains(n))
         .ok_or_else(|| {
-            format!("the entry at offset {at} names architecture {number}, not a compute capability")
+            format!(
+                "the entry at offset {at} names architecture {number}, not a compute capability"
+            )
         })?;
     let arch = Arch {
         virtual_arch: kind == EntryKind::Ptx,
@@ -555,7 +563,6 @@ fn check_payload(prefix: &[u8], arch: Arch) -> Result<(), String> {
     Ok(())
 }
 
-
 #[cfg(test)]
 mod tests {
     //! On the fixtures of `tests/data/fatbin/` (nvcc 13.0; its README says
@@ -647,12 +654,16 @@ mod tests {
         assert_eq!(archs(&k.ptx), ["compute_90"]);
         // nvcc 13.0's default: cubins stored plain, PTX zstd-compressed.
         let ptx = k.entries.iter().find(|e| e.kind == EntryKind::Ptx).unwrap();
-        assert_eq!((ptx.compression, ptx.stored_bytes, ptx.bytes), (Compression::Zstd, 271, 482));
-        assert!(k
-            .entries
-            .iter()
-            .filter(|e| e.kind == EntryKind::Cubin)
-            .all(|e| e.compression == Compression::None && e.bytes == e.stored_bytes));
+        assert_eq!(
+            (ptx.compression, ptx.stored_bytes, ptx.bytes),
+            (Compression::Zstd, 271, 482)
+        );
+        assert!(
+            k.entries
+                .iter()
+                .filter(|e| e.kind == EntryKind::Cubin)
+                .all(|e| e.compression == Compression::None && e.bytes == e.stored_bytes)
+        );
         assert_eq!(
             k.describe(),
             "cubins sm_80, sm_86, sm_90, sm_90a; PTX compute_90"
@@ -685,7 +696,11 @@ mod tests {
         let k = read_elf(&fixture("size.so"));
         assert_eq!(archs(&k.cubins), ["sm_80"]);
         assert_eq!(archs(&k.ptx), ["compute_80"]);
-        let cubin = k.entries.iter().find(|e| e.kind == EntryKind::Cubin).unwrap();
+        let cubin = k
+            .entries
+            .iter()
+            .find(|e| e.kind == EntryKind::Cubin)
+            .unwrap();
         assert_eq!(
             (cubin.compression, cubin.stored_bytes, cubin.bytes),
             (Compression::Zstd, 815, 3240)
@@ -748,7 +763,10 @@ mod tests {
         };
         let k = patched(entry + 28, &75u32.to_le_bytes());
         let err = k.error.unwrap();
-        assert!(err.contains("sm_75") && err.contains("its ELF says sm_80"), "{err}");
+        assert!(
+            err.contains("sm_75") && err.contains("its ELF says sm_80"),
+            "{err}"
+        );
         assert!(k.cubins.is_empty() && k.entries.is_empty());
         let err = patched(entry, &7u16.to_le_bytes()).error.unwrap();
         assert!(err.contains("kind 7"), "{err}");
@@ -763,7 +781,12 @@ mod tests {
         let err = patched(entry + 41, &[0x80]).error.unwrap();
         assert!(err.contains("compressed size"), "{err}");
         // A file that is not ELF at all, or empty.
-        assert!(read_elf(b"not an elf").error.unwrap().contains("not an ELF"));
+        assert!(
+            read_elf(b"not an elf")
+                .error
+                .unwrap()
+                .contains("not an ELF")
+        );
         assert!(read_elf(&[]).error.is_some());
         // Cut anywhere: an error or a read, never a panic.
         for cut in (0..bytes.len()).step_by(97) {
@@ -772,12 +795,48 @@ mod tests {
     }
 
     #[test]
+    fn random_byte_damage_never_panics() {
+        // A fixed linear congruential sequence: the same damage every run.
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            (state >> 33) as usize
+        };
+        for file in ["multi.so", "size.so", "speed.so", "variants.so"] {
+            let bytes = fixture(file);
+            let (off, len) = section(&bytes, LOADABLE);
+            for _ in 0..500 {
+                let mut data = bytes[off..off + len].to_vec();
+                for _ in 0..1 + next() % 4 {
+                    let at = next() % data.len();
+                    data[at] = next() as u8;
+                }
+                if let Ok(entries) = read_section(&data, LOADABLE) {
+                    assert!(entries.iter().all(|e| e.stored_bytes <= len as u64));
+                }
+            }
+        }
+    }
+
+    #[test]
     fn arch_names_round_trip() {
-        for s in ["sm_80", "sm_90a", "sm_100f", "sm_121a", "compute_90", "compute_120f"] {
+        for s in [
+            "sm_80",
+            "sm_90a",
+            "sm_100f",
+            "sm_121a",
+            "compute_90",
+            "compute_120f",
+        ] {
             assert_eq!(s.parse::<Arch>().unwrap().to_string(), s);
         }
         let a: Arch = "sm_121a".parse().unwrap();
-        assert_eq!((a.major(), a.minor(), a.variant), (12, 1, Variant::Specific));
+        assert_eq!(
+            (a.major(), a.minor(), a.variant),
+            (12, 1, Variant::Specific)
+        );
         for bad in ["sm_", "sm_9", "sm_9x", "90", "compute_a", "sm_90af"] {
             assert!(bad.parse::<Arch>().is_err(), "{bad}");
         }
