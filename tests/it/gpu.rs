@@ -417,7 +417,12 @@ fn cuda_fixture_builds_for_cpu_anywhere() {
         hex::encode(sha2::Sha256::digest(std::fs::read(&c).unwrap()))
     };
     assert_eq!(exts[0]["sha256"], sha.as_str(), "{}", exts[0]);
-    assert_eq!(exts[0]["kernels"]["sections"], serde_json::json!([]), "{}", exts[0]);
+    assert_eq!(
+        exts[0]["kernels"]["sections"],
+        serde_json::json!([]),
+        "{}",
+        exts[0]
+    );
     assert_eq!(exts[0]["kernels"]["error"], Value::Null, "{}", exts[0]);
     // `plan` of the same tree for cuda names the device code the arch list asks for.
     let cuda = cuda_recipe(
