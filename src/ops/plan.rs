@@ -56,7 +56,10 @@ pub fn run(s: &Session, pin_arg: &str, offline: bool) -> Result<()> {
         print_json(&PlanReport {
             plan: &p,
             caches: &caches,
-            kernels: kernels.as_ref(),
+            kernels: kernels.as_ref().map(|k| match k {
+                Ok(p) => serde_json::to_value(p).unwrap_or_default(),
+                Err(e) => serde_json::json!({ "error": e }),
+            }),
         })?;
     } else {
         print!("{}", render(&p));
@@ -83,8 +86,9 @@ struct PlanReport<'a> {
     /// Per stage whose key is known and whose entry the store lacks: which
     /// substituting cache has it and, for the wheel, who signed it.
     caches: &'a [CacheRow],
-    /// For a `cuda` recipe: the device code the build will ask for, or why it is not known.
-    kernels: Option<&'a Result<Planned, String>>,
+    /// For a `cuda` recipe: the device code the build will ask for
+    /// (`arch_list`, `cubins`, `ptx`), or `{"error": why it is not known}`.
+    kernels: Option<serde_json::Value>,
 }
 
 /// The device code a build of `pin_arg` will ask for (`cuda` recipes only).

@@ -447,6 +447,20 @@ fn cuda_fixture_builds_for_cpu_anywhere() {
         "{}",
         text(&out)
     );
+    let out = cmd(tmp.path())
+        .arg("plan")
+        .arg(&cuda)
+        .arg("--json")
+        .arg("--store")
+        .arg(&store)
+        .output()
+        .unwrap();
+    let plan = json(&out);
+    assert_eq!(
+        plan["kernels"],
+        serde_json::json!({"arch_list": "8.0;9.0a+PTX", "cubins": ["sm_80", "sm_90a"], "ptx": ["compute_90a"]}),
+        "{plan}"
+    );
     let check = Command::new(venv.join("bin/python"))
         .current_dir(tmp.path())
         .args([
