@@ -403,7 +403,8 @@ fn show(v: &Option<String>) -> String {
 
 /// Checks `id` against the recipe: import works, `+g<sha>` prefixes the
 /// commit, no dirty-tree mark, not editable, imported from inside the venv,
-/// compiled extensions present (except for `target_device: empty`), build
+/// compiled extensions present (except for `target_device: empty`), for
+/// `target_device: cuda` their kernel coverage ([`coverage::checks`]), build
 /// mode, Python version, the installed torch and FlashInfer against the
 /// recipe's `pins` (`pins.<name>`), and every field of the recipe's `expect`
 /// block. Each check compares one measured value with its own expected value.
