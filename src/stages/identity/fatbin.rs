@@ -28,8 +28,11 @@
 //! compressed (LZ4 block format: `lz4_flex`; zstd: `ruzstd`, the first
 //! [`PREFIX`] bytes only): a cubin must be a CUDA ELF (`EM_CUDA`) whose
 //! `e_flags` name the same SM (bits 8..15 from ELF ABI version 8, the low
-//! byte before), a PTX must declare `.target sm_<same>[variant]`. Anything
-//! that does not read or does not agree is an error, never a guess.
+//! byte before), a PTX must declare `.target sm_<same>[variant]`. A cubin of
+//! the older layout may also say `a` in its own `e_flags`
+//! (`EF_CUDA_ACCELERATORS_V1`); from ABI version 8 the cubin carries neither
+//! `a` nor `f` (the fixtures show sm_90 and sm_90a cubins with equal flags).
+//! Anything that does not read or does not agree is an error, never a guess.
 
 use std::fmt;
 use std::io::Read;
@@ -496,7 +499,8 @@ fn read_entry(data: &[u8], at: usize, section: &str) -> Result<(FatbinEntry, usi
     } else {
         decompressed
     };
-    check_payload(&prefix, arch).map_err(|e| format!("the {arch} entry at offset {at}: {e}"))?;
+    let arch = check_payload(&prefix, arch)
+        .map_err(|e| format!("the {arch} entry at offset {at}: {e}"))?;
     Ok((
         FatbinEntry {
             section: section.to_string(),
@@ -510,8 +514,12 @@ fn read_entry(data: &[u8], at: usize, section: &str) -> Result<(FatbinEntry, usi
     ))
 }
 
-/// Checks the start of a decompressed payload against the header's `arch`.
-fn check_payload(prefix: &[u8], arch: Arch) -> Result<(), String> {
+/// Checks the start of a decompressed payload against the header's `arch`;
+/// returns the architecture, marked arch-specific when a cubin of the older
+/// ELF layout (ABI version 7) says so in its `e_flags`
+/// (`EF_CUDA_ACCELERATORS_V1`, 0x800, LLVM BinaryFormat/ELF.h) and its
+/// entry header does not.
+fn check_payload(prefix: &[u8], arch: Arch) -> Result<Arch, String> {
     if arch.virtual_arch {
         let text = String::from_utf8_lossy(prefix);
         let target = text
@@ -532,7 +540,7 @@ fn check_payload(prefix: &[u8], arch: Arch) -> Result<(), String> {
         {
             return Err(format!("its PTX says .target {first}"));
         }
-        return Ok(());
+        return Ok(arch);
     }
     if prefix.len() < 64 || &prefix[..4] != b"\x7fELF" {
         return Err("a cubin payload that is not an ELF file".into());
@@ -560,7 +568,13 @@ fn check_payload(prefix: &[u8], arch: Arch) -> Result<(), String> {
             "its ELF says sm_{sm} (e_flags {flags:#x}, ABI version {abi})"
         ));
     }
-    Ok(())
+    if abi < 8 && flags & 0x800 != 0 && arch.variant == Variant::Plain {
+        return Ok(Arch {
+            variant: Variant::Specific,
+            ..arch
+        });
+    }
+    Ok(arch)
 }
 
 #[cfg(test)]
@@ -792,6 +806,31 @@ mod tests {
         for cut in (0..bytes.len()).step_by(97) {
             let _ = read_elf(&bytes[..cut]);
         }
+    }
+
+    #[test]
+    fn an_older_cubin_says_arch_specific_in_its_elf_flags() {
+        // The sm_80 cubin of multi.so (stored plain), rewritten to ELF ABI
+        // version 7 with the SM in the low byte and EF_CUDA_ACCELERATORS_V1.
+        let mut bytes = fixture("multi.so");
+        let (off, _) = section(&bytes, LOADABLE);
+        let elf = off + 16 + 64;
+        assert_eq!(&bytes[elf..elf + 4], b"\x7fELF");
+        bytes[elf + 8] = 7;
+        bytes[elf + 48..elf + 52].copy_from_slice(&(0x0050_0850u32).to_le_bytes());
+        let k = read_elf(&bytes);
+        assert_eq!(k.error, None);
+        assert_eq!(archs(&k.cubins), ["sm_80a", "sm_86", "sm_90", "sm_90a"]);
+        // Without the flag it stays plain; a wrong SM is refused.
+        bytes[elf + 48..elf + 52].copy_from_slice(&(0x0050_0550u32).to_le_bytes());
+        assert_eq!(archs(&read_elf(&bytes).cubins)[0], "sm_80");
+        bytes[elf + 48..elf + 52].copy_from_slice(&(0x0050_0556u32).to_le_bytes());
+        assert!(
+            read_elf(&bytes)
+                .error
+                .unwrap()
+                .contains("its ELF says sm_86")
+        );
     }
 
     #[test]
