@@ -8,6 +8,7 @@ use anyhow::Result;
 use crate::ops::{Opened, Session, print_json};
 use crate::pipeline::{self, Plan, StepState};
 use crate::recipe::pin;
+use crate::stages::identity::coverage::{Planned, planned_build};
 use crate::store::Store;
 
 const GIB: u64 = 1 << 30;
@@ -50,13 +51,21 @@ fn blocked(p: &Plan) -> Result<()> {
 pub fn run(s: &Session, pin_arg: &str, offline: bool) -> Result<()> {
     let p = plan(s, pin_arg, offline)?;
     let caches = cache_rows(pin_arg, &p, offline)?;
+    let kernels = planned_kernels(s, pin_arg)?;
     if s.json {
         print_json(&PlanReport {
             plan: &p,
             caches: &caches,
+            kernels: kernels.as_ref().map(|k| match k {
+                Ok(p) => serde_json::to_value(p).unwrap_or_default(),
+                Err(e) => serde_json::json!({ "error": e }),
+            }),
         })?;
     } else {
         print!("{}", render(&p));
+        if let Some(k) = &kernels {
+            println!("{}", render_kernels(k));
+        }
         for c in &caches {
             let state = match (&c.cache, &c.verdict) {
                 (None, _) => "no cache has it".to_string(),
@@ -77,6 +86,41 @@ struct PlanReport<'a> {
     /// Per stage whose key is known and whose entry the store lacks: which
     /// substituting cache has it and, for the wheel, who signed it.
     caches: &'a [CacheRow],
+    /// For a `cuda` recipe: the device code the build will ask for
+    /// (`arch_list`, `cubins`, `ptx`), or `{"error": why it is not known}`.
+    kernels: Option<serde_json::Value>,
+}
+
+/// The device code a build of `pin_arg` will ask for (`cuda` recipes only).
+fn planned_kernels(s: &Session, pin_arg: &str) -> Result<Option<Result<Planned, String>>> {
+    let lr = s.recipe(pin_arg)?;
+    if lr.recipe.build.device() != crate::recipe::TargetDevice::Cuda {
+        return Ok(None);
+    }
+    Ok(Some(planned_build(&lr.recipe.build.cuda_arch_list)))
+}
+
+/// `kernels  cubins sm_80, sm_90a; PTX none (TORCH_CUDA_ARCH_LIST 8.0;9.0a)`.
+fn render_kernels(k: &Result<Planned, String>) -> String {
+    let list = |v: &[crate::stages::identity::fatbin::Arch]| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    match k {
+        Ok(p) => format!(
+            "kernels  cubins {}; PTX {} (TORCH_CUDA_ARCH_LIST {}, as torch's cpp_extension reads it)",
+            list(&p.cubins),
+            list(&p.ptx),
+            p.arch_list
+        ),
+        Err(e) => format!("kernels  unknown: {e}"),
+    }
 }
 
 /// One stage as the caches see it.

@@ -258,6 +258,12 @@ pub struct Smoke {
     /// (`SamplingParams(logprobs=k)`); 0 requests none (no gaps can be reported).
     #[serde(default = "default_logprobs", deserialize_with = "strict::u32")]
     pub logprobs: u32,
+    /// Accept an extension whose only device code for the GPU is PTX (the
+    /// driver JIT-compiles it at load, so the code that runs is not the code
+    /// that was built and reviewed); `false` (the default) refuses it in the
+    /// `kernels` identity checks (`stages::identity::coverage`).
+    #[serde(default)]
+    pub allow_ptx_jit: bool,
     /// The gate models.
     #[serde(default)]
     pub cases: Vec<Case>,
@@ -363,6 +369,7 @@ impl Default for Smoke {
             timeout_s: default_timeout(),
             near_tie_nats: default_near_tie_nats(),
             logprobs: default_logprobs(),
+            allow_ptx_jit: false,
             cases: Vec::new(),
         }
     }
@@ -591,6 +598,29 @@ mod tests {
         assert_eq!(
             custom.smoke.probe.describe("vllm").as_deref(),
             Some("lab.probes.gemm")
+        );
+    }
+
+    #[test]
+    fn allow_ptx_jit_is_a_cuda_boolean() {
+        assert!(!with_smoke("  runs: 1\n").unwrap().smoke.allow_ptx_jit);
+        assert!(
+            with_smoke("  allow_ptx_jit: true\n")
+                .unwrap()
+                .smoke
+                .allow_ptx_jit
+        );
+        let e = with_smoke("  allow_ptx_jit: \"sure\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("allow_ptx_jit"), "{e}");
+        let cpu = GOOD.replace("  max_jobs: 6\n", "  max_jobs: 6\n  target_device: cpu\n");
+        let e = parse(&format!("{cpu}smoke:\n  allow_ptx_jit: true\n"), "t.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("smoke.allow_ptx_jit") && e.contains("cpu"),
+            "{e}"
         );
     }
 

@@ -260,6 +260,15 @@ pub(super) fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
     if r.smoke.runs == 0 {
         return Err(fail("smoke.runs", "must be at least 1".into()));
     }
+    if r.smoke.allow_ptx_jit && b.device() != TargetDevice::Cuda {
+        return Err(fail(
+            "smoke.allow_ptx_jit",
+            format!(
+                "is for build.target_device: cuda (PTX is CUDA's), not {}",
+                b.target_device
+            ),
+        ));
+    }
     if r.smoke.runs > MAX_RUNS {
         return Err(fail(
             "smoke.runs",

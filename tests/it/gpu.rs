@@ -222,6 +222,33 @@ fn cuda_fixture_builds_verifies_and_smokes_on_the_gpu() {
     } else {
         eprintln!("no cuobjdump beside {}: cubins not listed", nvcc.display());
     }
+    // The tool read the same from the binary itself: a cubin per arch, and
+    // the kernels check against this GPU passed (docs/identity.md).
+    let cuda_ext = rec["identity"]["compiled_extensions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["path"].as_str().unwrap().starts_with("_cuda_C."))
+        .unwrap();
+    let cubins: Vec<&str> = cuda_ext["kernels"]["cubins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    for a in &archs {
+        let sm = format!("sm_{}", a.replace('.', ""));
+        assert!(cubins.contains(&sm.as_str()), "{sm} not read: {cuda_ext}");
+    }
+    let field = format!("kernels {}", cuda_ext["path"].as_str().unwrap());
+    let kcheck = rec["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["field"] == field.as_str())
+        .unwrap_or_else(|| panic!("no {field} check: {}", rec["checks"]));
+    assert_eq!(kcheck["ok"], true, "{kcheck}");
+    assert_eq!(rec["identity"]["kernel_target"]["source"], "gpu", "{rec}");
     let ldd = Command::new("ldd").arg(&so).output().unwrap();
     let ldd = String::from_utf8_lossy(&ldd.stdout);
     assert!(!ldd.contains("libcudart"), "dynamic CUDA runtime:\n{ldd}");
@@ -378,6 +405,61 @@ fn cuda_fixture_builds_for_cpu_anywhere() {
     assert!(
         find_so(&venv, "_cuda_C.").is_none(),
         "a cpu build holds _cuda_C"
+    );
+    // The record names each compiled extension by sha256 and reads its
+    // device code: the host-only _C has none (docs/identity.md, kernels).
+    let rec = read_json(&venv.join("oracle.json"));
+    let exts = rec["identity"]["compiled_extensions"].as_array().unwrap();
+    assert_eq!(exts.len(), 1, "{rec}");
+    let c = find_so(&venv, "_C.").unwrap();
+    let sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(std::fs::read(&c).unwrap()))
+    };
+    assert_eq!(exts[0]["sha256"], sha.as_str(), "{}", exts[0]);
+    assert_eq!(
+        exts[0]["kernels"]["sections"],
+        serde_json::json!([]),
+        "{}",
+        exts[0]
+    );
+    assert_eq!(exts[0]["kernels"]["error"], Value::Null, "{}", exts[0]);
+    // `plan` of the same tree for cuda names the device code the arch list asks for.
+    let cuda = cuda_recipe(
+        tmp.path(),
+        "fxarch",
+        &repo,
+        &commit,
+        &python3_minor(),
+        "  target_device: cuda\n  cuda_arch_list: \"8.0;9.0a+PTX\"\n",
+    );
+    let out = cmd(tmp.path())
+        .arg("plan")
+        .arg(&cuda)
+        .arg("--store")
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(
+            "kernels  cubins sm_80, sm_90a; PTX compute_90a (TORCH_CUDA_ARCH_LIST 8.0;9.0a+PTX"
+        ),
+        "{}",
+        text(&out)
+    );
+    let out = cmd(tmp.path())
+        .arg("plan")
+        .arg(&cuda)
+        .arg("--json")
+        .arg("--store")
+        .arg(&store)
+        .output()
+        .unwrap();
+    let plan = json(&out);
+    assert_eq!(
+        plan["kernels"],
+        serde_json::json!({"arch_list": "8.0;9.0a+PTX", "cubins": ["sm_80", "sm_90a"], "ptx": ["compute_90a"]}),
+        "{plan}"
     );
     let check = Command::new(venv.join("bin/python"))
         .current_dir(tmp.path())

@@ -1,6 +1,8 @@
 //! Stage 5, identity: measure what the oracle *is*, from its own Python, and
 //! check each field against its own expected value (docs/identity.md).
 
+pub mod coverage;
+pub mod fatbin;
 pub mod pin_block;
 pub mod record;
 
@@ -21,6 +23,14 @@ pub struct CompiledExtension {
     pub path: String,
     /// Size in bytes.
     pub size: u64,
+    /// sha256 of the file (hex), read when the identity is measured; `None`
+    /// in a record written before it was measured, or when the file could not be read.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// Its device code, read from its CUDA fat binary ([`fatbin::read_elf`]);
+    /// `None` in a record written before it was read.
+    #[serde(default)]
+    pub kernels: Option<fatbin::Kernels>,
 }
 
 /// What the identity script measured inside a venv, plus the recipe's commit
@@ -84,6 +94,11 @@ pub struct Identity {
     /// version without `+g<sha>` (setuptools-scm), which is then checked against them.
     #[serde(default)]
     pub tags_at_commit: Vec<String>,
+    /// What the kernel coverage check holds the compiled extensions against
+    /// when measured: the GPUs `nvidia-smi` listed, else the arch list the
+    /// wheel was built for ([`coverage::target`]); `None` when neither was known.
+    #[serde(default)]
+    pub kernel_target: Option<coverage::Target>,
 }
 
 #[derive(Deserialize)]
@@ -267,11 +282,43 @@ pub fn measure(
         sys_prefix: m.sys_prefix,
         import_error: m.import_error,
         tags_at_commit: Vec::new(),
+        kernel_target: coverage::target(
+            &crate::host::toolchain::gpus(),
+            build_env
+                .and_then(|e| e.get("TORCH_CUDA_ARCH_LIST"))
+                .map(String::as_str),
+        ),
     };
+    if let Some(dir) = id.package_dir.clone() {
+        for ext in &mut id.compiled_extensions {
+            read_device_code(Path::new(&dir), ext);
+        }
+    }
     let (mode, evidence) = measured_mode(&id, build_env);
     id.build_mode = mode.as_str().to_string();
     id.build_mode_evidence = evidence;
     Ok(id)
+}
+
+/// Fills `ext`'s `sha256` and `kernels` from the file `package_dir/<path>`
+/// (read whole: a fat binary's section may be most of it). A file that
+/// cannot be read has no sha256 and an unreadable-kernels record naming why.
+pub fn read_device_code(package_dir: &Path, ext: &mut CompiledExtension) {
+    use sha2::Digest;
+    let path = package_dir.join(&ext.path);
+    match fs_err::read(&path) {
+        Ok(bytes) => {
+            ext.sha256 = Some(hex::encode(sha2::Sha256::digest(&bytes)));
+            ext.kernels = Some(fatbin::read_elf(&bytes));
+        }
+        Err(e) => {
+            ext.sha256 = None;
+            ext.kernels = Some(fatbin::Kernels {
+                error: Some(format!("cannot read {}: {e}", path.display())),
+                ..fatbin::Kernels::default()
+            });
+        }
+    }
 }
 
 /// The `<hex>` of a PEP 440 local version segment `+g<hex>` (setuptools-scm), if any.
@@ -356,7 +403,8 @@ fn show(v: &Option<String>) -> String {
 
 /// Checks `id` against the recipe: import works, `+g<sha>` prefixes the
 /// commit, no dirty-tree mark, not editable, imported from inside the venv,
-/// compiled extensions present (except for `target_device: empty`), build
+/// compiled extensions present (except for `target_device: empty`), for
+/// `target_device: cuda` their kernel coverage ([`coverage::checks`]), build
 /// mode, Python version, the installed torch and FlashInfer against the
 /// recipe's `pins` (`pins.<name>`), and every field of the recipe's `expect`
 /// block. Each check compares one measured value with its own expected value.
@@ -417,6 +465,14 @@ pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
                 names.join(", ")
             },
             !names.is_empty(),
+        ));
+    }
+    if recipe.build.device() == crate::recipe::TargetDevice::Cuda {
+        out.extend(coverage::checks(
+            &id.compiled_extensions,
+            id.kernel_target.as_ref(),
+            &recipe.build.cuda_arch_list,
+            recipe.smoke.allow_ptx_jit,
         ));
     }
     let precompiled_mark = id
@@ -726,6 +782,7 @@ mod commit_tests {
             package_path: None,
             package_in_venv: true,
             compiled_extensions: vec![],
+            kernel_target: None,
             build_mode: "source".into(),
             build_mode_evidence: vec![],
             history_version: None,

@@ -95,11 +95,16 @@ pub fn smoke_key_in(lr: &LoadedRecipe, goldens_dirs: &[PathBuf]) -> String {
             })
         })
         .collect();
-    content_key(&json!({
+    let mut key = json!({
         "schema": KEY_SCHEMA, "stage": "smoke", "env": s.env, "runs": s.runs, "probe": s.probe,
         "timeout_s": s.timeout_s, "near_tie_nats": s.near_tie_nats, "logprobs": s.logprobs,
         "cases": cases, "driver": hex::encode(sha2_digest(DRIVER_PY.as_bytes())),
-    }))
+    });
+    // Only when set, so the keys of recipes without it stay as they were.
+    if s.allow_ptx_jit {
+        key["allow_ptx_jit"] = Value::Bool(true);
+    }
+    content_key(&key)
 }
 
 fn sha2_digest(bytes: &[u8]) -> Vec<u8> {
