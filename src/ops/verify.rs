@@ -43,6 +43,9 @@ pub struct VerifyOptions {
     pub emit_pin_block: bool,
     /// `--write-pin-block FILE`: replace the block in FILE with the measured one.
     pub write_pin_block: Option<PathBuf>,
+    /// `--provenance`: also check the signed provenance of the oracle's
+    /// wheel in the configured caches ([`crate::cache::provenance`]).
+    pub provenance: bool,
 }
 
 /// The venv and the recipe to check it against.

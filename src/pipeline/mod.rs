@@ -39,6 +39,7 @@ pub mod doctor;
 pub mod inputs;
 pub mod preflight;
 pub mod push;
+pub mod sbom;
 pub mod verify;
 
 use std::path::{Path, PathBuf};

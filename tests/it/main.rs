@@ -25,6 +25,7 @@ mod real;
 mod recipes;
 mod registry;
 mod roots;
+mod sbom;
 mod smoke;
 mod source;
 mod store;

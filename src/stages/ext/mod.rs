@@ -480,6 +480,45 @@ pub fn key_inputs(staged: &[(ExtSource, ExtRecord)]) -> serde_json::Value {
     )
 }
 
+/// The sha256 of the staged tree of the ext entry at `dir` (its `src/`), as
+/// the bill of materials and the provenance name it: the lowercase hex
+/// sha256 of the canonical JSON ([`crate::store::key::canonical_json`]) of
+/// `{"files": [[path, size, sha256], ...], "symlinks": [[path, target], ...]}`,
+/// paths relative to `src/` and sorted, read from the entry's manifest
+/// (every file hashed when it was staged) after the entry's quick check
+/// ([`Manifest::check_quick`]), so a changed tree is refused, not described.
+///
+/// Errors: the entry's manifest cannot be read, or the entry is damaged
+/// (names the problems).
+pub fn tree_digest(dir: &Path) -> Result<String> {
+    let problems = Manifest::check_quick(dir);
+    if !problems.is_empty() {
+        bail!(
+            "the staged source {} is damaged: {}",
+            dir.display(),
+            problems.join("; ")
+        );
+    }
+    let m = Manifest::read(dir)?;
+    let files: Vec<serde_json::Value> = m
+        .files
+        .iter()
+        .filter_map(|f| {
+            let rel = f.path.strip_prefix("src/")?;
+            Some(serde_json::json!([rel, f.size, f.sha256]))
+        })
+        .collect();
+    let symlinks: Vec<serde_json::Value> = m
+        .symlinks
+        .iter()
+        .filter_map(|(p, t)| Some(serde_json::json!([p.strip_prefix("src/")?, t])))
+        .collect();
+    let text = crate::store::key::canonical_json(&serde_json::json!({
+        "files": files, "symlinks": symlinks,
+    }));
+    Ok(hex::encode(Sha256::digest(text.as_bytes())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
