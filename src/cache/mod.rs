@@ -15,6 +15,8 @@
 //!   [`registry`] (`oci-client`) and [`layout`] (an OCI image layout).
 //! - [`artifact`]: one OCI artifact per store entry, named by its content
 //!   key in the tag (`wheel-<key>`, `src-<commit>`, `inputs-<key>`, ...).
+//! - [`provenance`]: the wheel's build as a signed in-toto Statement with an
+//!   SLSA v1 provenance predicate, kept as its own append-only artifact.
 //! - [`substitute`]: taking an entry from a cache instead of doing the work,
 //!   every blob checked on arrival and the entry made by one rename; what
 //!   `pull` and `build` share.
@@ -28,6 +30,7 @@ pub mod catalog;
 pub mod config;
 pub mod inspect;
 pub mod layout;
+pub mod provenance;
 pub mod registry;
 pub mod substitute;
 pub mod trust;

@@ -51,6 +51,9 @@ pub struct Listing {
     pub artifacts: Vec<Inspected>,
     /// Tags that are not oracle-build artifacts (left alone).
     pub other_tags: Vec<String>,
+    /// The wheels' signed provenance artifacts, each checked
+    /// ([`crate::cache::provenance::inspect`]).
+    pub provenance: Vec<crate::cache::provenance::Checked>,
 }
 
 /// What `gc` did (or would do) to one cache.
@@ -106,7 +109,12 @@ pub fn run(
                 .iter()
                 .flat_map(|l| &l.artifacts)
                 .filter(|a| !a.is_sound())
-                .count();
+                .count()
+                + listings
+                    .iter()
+                    .flat_map(|l| &l.provenance)
+                    .filter(|p| !p.is_sound())
+                    .count();
             if json {
                 print_json(&serde_json::json!({ "caches": listings, "failed": failed }))?;
             } else {
@@ -156,8 +164,18 @@ fn list(c: &Cache, deep: bool, store: Option<&Store>) -> Result<Listing> {
     let tmp = scratch(store)?;
     let mut artifacts = Vec::new();
     let mut other_tags = Vec::new();
+    let mut provenance = Vec::new();
     for (i, tag) in t.tags()?.into_iter().enumerate() {
         let dir = tmp.path().join(i.to_string());
+        if crate::cache::provenance::key_of_tag(&tag).is_some() {
+            provenance.push(crate::cache::provenance::inspect(
+                t.as_ref(),
+                &tag,
+                &policy,
+                &dir,
+            ));
+            continue;
+        }
         match inspect::inspect(t.as_ref(), &tag, &policy, deep, &dir)? {
             Some(a) => artifacts.push(a),
             None => other_tags.push(tag),
@@ -168,6 +186,7 @@ fn list(c: &Cache, deep: bool, store: Option<&Store>) -> Result<Listing> {
         url: c.url.to_string(),
         artifacts,
         other_tags,
+        provenance,
     })
 }
 
@@ -260,6 +279,15 @@ fn collect(c: &Cache, store: Option<&Store>, dry_run: bool) -> Result<Collected>
             deleted.push(a.tag.clone());
         }
     }
+    // A wheel's provenance goes with its wheel.
+    for p in &listing.provenance {
+        let key = crate::cache::provenance::key_of_tag(&p.tag).unwrap_or_default();
+        if keep.contains(&artifact::tag(Kind::Wheel, key)) {
+            kept.push(p.tag.clone());
+        } else {
+            deleted.push(p.tag.clone());
+        }
+    }
     let (blobs, blob_bytes) = match prune {
         // A registry: `--dry-run` still lists what to delete by hand.
         Err(_) if dry_run => (Vec::new(), 0),
@@ -331,6 +359,10 @@ fn render_listing(l: &Listing, deep: bool) {
             kind_name(a.kind),
             human(a.size)
         );
+    }
+    for p in &l.provenance {
+        let state = if p.is_sound() { "ok" } else { "FAILED" };
+        println!("  {:<48} provenance {state}: {}", p.tag, p.describe());
     }
     if !l.other_tags.is_empty() {
         println!(

@@ -38,6 +38,7 @@ pub mod bundle;
 pub mod doctor;
 pub mod inputs;
 pub mod preflight;
+pub mod provenance;
 pub mod push;
 pub mod sbom;
 pub mod verify;

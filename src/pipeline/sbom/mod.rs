@@ -29,7 +29,7 @@ use serde_json::Value;
 
 use crate::host::toolchain::Toolchain;
 use crate::recipe::Recipe;
-use crate::stages::ext::{self, ExtRecord, ExtSource, Origin, Variable};
+use crate::stages::ext::{self, ExtRecord, Origin};
 use crate::stages::lock::pylock::Artifact;
 use crate::stages::lock::{LOCK_JSON, LockInfo, RUNTIME_LOCK};
 use crate::stages::oracle::{ORACLE_JSON, OracleRecord};
@@ -57,22 +57,6 @@ pub struct Subject<'a> {
     /// platform subdirectories, is taken when its `pylock.runtime.toml`
     /// has the sha256 the oracle recorded.
     pub lock_dirs: Vec<PathBuf>,
-}
-
-/// One item of the wheel key's `inputs.ext` ([`crate::stages::ext::key_inputs`]).
-#[derive(Debug, Clone, Deserialize)]
-struct KeyedExt {
-    name: String,
-    origin: Origin,
-    variable: Variable,
-    #[serde(default)]
-    subdir: Option<String>,
-    #[serde(default)]
-    commit: Option<String>,
-    #[serde(default)]
-    archive_sha256: Option<String>,
-    #[serde(default)]
-    submodules: BTreeMap<String, String>,
 }
 
 /// One `[[packages]]` of a PEP 751 lock, for its `index` (PEP 751:
@@ -369,23 +353,10 @@ fn extensions(venv: &Path, package_dir: Option<&str>, raw: &Value) -> Result<Vec
 /// Errors: `inputs.ext` is not the key inputs' shape; a staged entry's
 /// record cannot be read or the entry is damaged.
 fn ext_sources(store: &Store, build: &BuildRecord) -> Result<Vec<Component>> {
-    let items: Vec<KeyedExt> = match build.inputs.get("ext") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(v) => serde_json::from_value(v.clone())
-            .context("the wheel's build.json inputs.ext is not a list of staged sources")?,
-    };
+    let items = ext::keyed_sources(build.inputs.get("ext"))?;
     let mut out = Vec::new();
     for k in items {
-        let src = ExtSource {
-            name: k.name.clone(),
-            file: String::new(),
-            origin: k.origin.clone(),
-            submodules: !k.submodules.is_empty(),
-            variable: k.variable.clone(),
-            subdir: k.subdir.clone(),
-            condition: None,
-        };
-        let entry = ext::entry(store, &src);
+        let entry = k.entry(store);
         let mut properties = vec![
             Property::new("variable", k.variable.name()),
             Property::new("entry", entry.label()),

@@ -480,6 +480,58 @@ pub fn key_inputs(staged: &[(ExtSource, ExtRecord)]) -> serde_json::Value {
     )
 }
 
+/// One staged source as the wheel key records it (an item of
+/// [`key_inputs`]), read back from a `build.json` for the bill of materials
+/// and the provenance.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct KeyedSource {
+    /// The FetchContent name.
+    pub name: String,
+    /// Where it comes from.
+    pub origin: Origin,
+    /// The variable the build read it from.
+    pub variable: Variable,
+    /// The path inside the source the variable pointed at.
+    #[serde(default)]
+    pub subdir: Option<String>,
+    /// The commit `GIT_TAG` resolved to (git sources).
+    #[serde(default)]
+    pub commit: Option<String>,
+    /// The archive's sha256 (URL sources).
+    #[serde(default)]
+    pub archive_sha256: Option<String>,
+    /// Submodules fetched: path -> commit.
+    #[serde(default)]
+    pub submodules: BTreeMap<String, String>,
+}
+
+impl KeyedSource {
+    /// The store entry it was staged as (`store/ext/<name>-<rev>-<h>`).
+    pub fn entry(&self, store: &Store) -> Entry {
+        let src = ExtSource {
+            name: self.name.clone(),
+            file: String::new(),
+            origin: self.origin.clone(),
+            submodules: !self.submodules.is_empty(),
+            variable: self.variable.clone(),
+            subdir: self.subdir.clone(),
+            condition: None,
+        };
+        entry(store, &src)
+    }
+}
+
+/// The staged sources a wheel key's `inputs.ext` lists (`None` or null: none).
+///
+/// Errors: the value is not the shape [`key_inputs`] writes.
+pub fn keyed_sources(inputs_ext: Option<&serde_json::Value>) -> Result<Vec<KeyedSource>> {
+    match inputs_ext {
+        None | Some(serde_json::Value::Null) => Ok(Vec::new()),
+        Some(v) => serde_json::from_value(v.clone())
+            .context("the wheel's inputs.ext is not a list of staged sources"),
+    }
+}
+
 /// The sha256 of the staged tree of the ext entry at `dir` (its `src/`), as
 /// the bill of materials and the provenance name it: the lowercase hex
 /// sha256 of the canonical JSON ([`crate::store::key::canonical_json`]) of
