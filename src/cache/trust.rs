@@ -171,9 +171,7 @@ impl SigningKey {
             .key
             .sign(NAMESPACE, HashAlg::Sha512, bytes)
             .context("signing")?;
-        Ok(sig
-            .to_pem(LineEnding::LF)
-            .context("encoding the signature")?)
+        sig.to_pem(LineEnding::LF).context("encoding the signature")
     }
 
     /// The public key as one OpenSSH line (`ssh-ed25519 AAAA... comment`).

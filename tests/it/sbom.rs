@@ -449,23 +449,20 @@ fn sbom_lists_every_source_and_distribution_and_the_signed_provenance_verifies_o
         .collect();
     let field =
         "provenance predicate.buildDefinition.resolvedDependencies[ext:fxenv].digest.sha256";
+    let fxenv = staged
+        .iter()
+        .find(|e| {
+            e.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("fxenv-")
+        })
+        .unwrap();
+    let quoted = |s: &str| format!("\"{s}\"");
     assert!(
         failed.iter().any(|c| c["field"] == field
-            && c["found"] == format!("\"{}\"", "0".repeat(64))
-            && c["expected"]
-                == format!(
-                    "\"{}\"",
-                    tree_digest(
-                        &staged
-                            .iter()
-                            .find(|e| e
-                                .file_name()
-                                .unwrap()
-                                .to_string_lossy()
-                                .starts_with("fxenv-"))
-                            .unwrap()
-                    )
-                )),
+            && c["found"] == quoted(&"0".repeat(64))
+            && c["expected"] == quoted(&tree_digest(fxenv))),
         "{v}"
     );
     assert!(

@@ -185,7 +185,7 @@ pub fn bom(s: &Subject<'_>) -> Result<Bom> {
         Property::new("editable", id.editable.to_string()),
         Property::new(
             "smoke_verdict",
-            serde_json::to_value(&rec.smoke.verdict)
+            serde_json::to_value(rec.smoke.verdict)
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_default(),
@@ -201,6 +201,17 @@ pub fn bom(s: &Subject<'_>) -> Result<Bom> {
         if let Some(v) = v {
             oracle_props.push(Property::new(name, v));
         }
+    }
+    // The identity checks recorded at build time (kernel coverage among them).
+    for c in &rec.checks {
+        oracle_props.push(Property::new(
+            &format!("check:{}", c.field),
+            if c.ok {
+                format!("ok: {}", c.found)
+            } else {
+                format!("FAILED: expected {}, found {}", c.expected, c.found)
+            },
+        ));
     }
     // Kernel coverage, in whatever form oracle.json records it.
     for field in ["kernels", "kernel_coverage", "coverage"] {
@@ -330,8 +341,19 @@ fn extensions(venv: &Path, package_dir: Option<&str>, raw: &Value) -> Result<Vec
         }
         if let Some(obj) = e.as_object() {
             for (k, v) in obj {
-                if k != "path" && k != "sha256" {
-                    properties.push(Property::new(k, value_text(v)));
+                match v {
+                    _ if k == "path" || k == "sha256" || v.is_null() => {}
+                    // An object (the kernel coverage read from the fat
+                    // binary: sections, cubins, ptx, entries, error): one
+                    // property per member.
+                    Value::Object(members) => {
+                        for (m, mv) in members {
+                            if !mv.is_null() {
+                                properties.push(Property::new(&format!("{k}:{m}"), list_text(mv)));
+                            }
+                        }
+                    }
+                    _ => properties.push(Property::new(k, value_text(v))),
                 }
             }
         }
@@ -661,6 +683,18 @@ fn tool(step: &str, name: &str, version: &str, path: &Path) -> Component {
     }
 }
 
+/// A property value: a list of strings joined by `,`, else [`value_text`].
+fn list_text(v: &Value) -> String {
+    match v.as_array() {
+        Some(items) if items.iter().all(Value::is_string) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(","),
+        _ => value_text(v),
+    }
+}
+
 /// A property value: a string as is, anything else as compact JSON.
 fn value_text(v: &Value) -> String {
     match v {
@@ -691,6 +725,36 @@ fn serial(key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compiled_extensions_carry_their_sha256_and_kernel_coverage_when_recorded() {
+        let venv = Path::new("/v");
+        let sha = "a".repeat(64);
+        let raw = serde_json::json!({"identity": {"compiled_extensions": [
+            {"path": "_C.abi3.so", "size": 10, "sha256": sha, "kernels": {
+                "sections": [".nv_fatbin"], "cubins": ["sm_80", "sm_90a"], "ptx": [],
+                "entries": [{"kind": "cubin", "arch": "sm_80"}], "error": null}},
+            {"path": "_old.so", "size": 3}
+        ]}});
+        let c = extensions(venv, Some("/v/lib/python3.11/site-packages/pkg"), &raw).unwrap();
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].hashes[0].content, sha);
+        let props: BTreeMap<&str, &str> = c[0]
+            .properties
+            .iter()
+            .map(|p| (p.name.as_str(), p.value.as_str()))
+            .collect();
+        assert_eq!(props["oracle-build:kernels:cubins"], "sm_80,sm_90a");
+        assert_eq!(props["oracle-build:kernels:sections"], ".nv_fatbin");
+        assert_eq!(props["oracle-build:kernels:ptx"], "");
+        assert!(!props.contains_key("oracle-build:kernels:error"));
+        assert_eq!(
+            props["oracle-build:path_in_venv"],
+            "lib/python3.11/site-packages/pkg/_C.abi3.so"
+        );
+        // A record without them (written before they were measured): no hash, no failure.
+        assert!(c[1].hashes.is_empty());
+    }
 
     #[test]
     fn purls_are_percent_encoded_and_serials_are_uuids() {
