@@ -245,6 +245,14 @@ pub fn key_of_tag(tag: &str) -> Option<&str> {
     (h.len() == 16 && !key.is_empty()).then_some(key)
 }
 
+/// Whether `tag` is a wheel artifact's tag for `key`: `wheel-<key>`, or
+/// `wheel-<key>-<qualifiers>` (a layout that keeps several per key).
+pub fn is_wheel_tag_of(tag: &str, key: &str) -> bool {
+    tag.strip_prefix("wheel-")
+        .and_then(|r| r.strip_prefix(key))
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+}
+
 /// Pushes `signed` (the provenance of wheel `key`) to `t`: both layers and
 /// the config first, the manifest last; a tag already there is kept (it
 /// names the same bytes). Returns the tag and whether it was pushed now.
@@ -407,27 +415,55 @@ pub fn inspect(t: &dyn Transport, tag: &str, policy: &Policy, scratch: &Path) ->
         Ok(s) => s,
         Err(e) => return failed(format!("{e:#}")),
     };
-    let wheel_tag = super::artifact::tag(super::artifact::Kind::Wheel, &key);
-    let build = (|| -> Result<BuildRecord> {
+    // The wheel artifacts of the key (`wheel-<key>`, or `wheel-<key>-...`
+    // in a layout where one key may have several): the one whose sha256 is
+    // the statement's subject, else the first (its subject then differs).
+    let subject = serde_json::from_str::<Value>(&signed.statement)
+        .ok()
+        .and_then(|v| {
+            v["subject"][0]["digest"]["sha256"]
+                .as_str()
+                .map(str::to_string)
+        });
+    let read_build = |wheel_tag: &str, i: usize| -> Result<BuildRecord> {
         let m = t
-            .manifest(&wheel_tag)?
-            .ok_or_else(|| anyhow!("the cache has no {wheel_tag} for it to describe"))?;
-        let m =
-            super::artifact::parse_manifest(&m.bytes, super::artifact::Kind::Wheel, &wheel_tag)?;
+            .manifest(wheel_tag)?
+            .ok_or_else(|| anyhow!("tag {wheel_tag} is gone"))?;
+        let m = super::artifact::parse_manifest(&m.bytes, super::artifact::Kind::Wheel, wheel_tag)?;
         let size = u64::try_from(m.config.size).unwrap_or(u64::MAX);
         if size > MAX_BYTES {
             bail!("the config of {wheel_tag} is {size} bytes, more than {MAX_BYTES}");
         }
-        let p = scratch.join("wheel-config.json");
+        let p = scratch.join(format!("wheel-config-{i}.json"));
         fs_err::create_dir_all(scratch)?;
         let _ = std::fs::remove_file(&p);
         t.get_blob(&m.config.digest, size, &p)?;
         let c: super::artifact::Config = crate::store::read_json(&p)?;
         Ok(serde_json::from_value(c.record)?)
-    })();
-    let build = match build {
-        Ok(b) => b,
+    };
+    let wheel_tags: Vec<String> = match t.tags() {
+        Ok(tags) => tags
+            .into_iter()
+            .filter(|w| is_wheel_tag_of(w, &key))
+            .collect(),
         Err(e) => return failed(format!("{e:#}")),
+    };
+    let mut builds = Vec::new();
+    for (i, w) in wheel_tags.iter().enumerate() {
+        match read_build(w, i) {
+            Ok(b) => builds.push(b),
+            Err(e) => return failed(format!("{w}: {e:#}")),
+        }
+    }
+    let Some(build) = builds
+        .iter()
+        .find(|b| Some(&b.sha256) == subject.as_ref())
+        .or(builds.first())
+        .cloned()
+    else {
+        return failed(format!(
+            "the cache has no wheel-{key} artifact for it to describe"
+        ));
     };
     let expected = match expected_parameters(&build) {
         Ok(v) => v,
@@ -723,6 +759,10 @@ mod tests {
         assert_eq!(key_of_tag(&t), Some("k123"));
         assert_ne!(tag("k123", "{\"a\":2}"), t);
         assert_eq!(key_of_tag("wheel-k123"), None);
+        assert!(is_wheel_tag_of("wheel-k123", "k123"));
+        assert!(is_wheel_tag_of("wheel-k123-abcd-ef01", "k123"));
+        assert!(!is_wheel_tag_of("wheel-k1234", "k123"));
+        assert!(!is_wheel_tag_of("att-wheel-k123", "k123"));
     }
 
     #[test]

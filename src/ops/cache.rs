@@ -282,7 +282,10 @@ fn collect(c: &Cache, store: Option<&Store>, dry_run: bool) -> Result<Collected>
     // A wheel's provenance goes with its wheel.
     for p in &listing.provenance {
         let key = crate::cache::provenance::key_of_tag(&p.tag).unwrap_or_default();
-        if keep.contains(&artifact::tag(Kind::Wheel, key)) {
+        if keep
+            .iter()
+            .any(|t| crate::cache::provenance::is_wheel_tag_of(t, key))
+        {
             kept.push(p.tag.clone());
         } else {
             deleted.push(p.tag.clone());
