@@ -85,6 +85,9 @@ pub struct VerifyArgs {
     /// (appended when FILE has none; created when FILE is absent); only if every check passes.
     #[arg(long, value_name = "FILE")]
     pub write_pin_block: Option<PathBuf>,
+    /// Also check the signed SLSA provenance of the oracle's wheel in the configured caches.
+    #[arg(long)]
+    pub provenance: bool,
 }
 
 /// The commands.
@@ -261,6 +264,21 @@ pub enum Command {
         /// Write `oracle-build.1` and `oracle-build-<command>.1` into DIR instead.
         #[arg(long, value_name = "DIR")]
         out_dir: Option<PathBuf>,
+    },
+    /// Write the oracle's bill of materials (CycloneDX 1.6 JSON) to stdout or --out FILE.
+    Sbom {
+        /// A PIN, or the path of an oracle venv (or an alias of one).
+        target: String,
+        /// Write the document to FILE (atomically) instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Whether COMMIT is in the oracle's history, from the store's mirror (exit 0 yes, 1 no, 2 unknown).
+    Contains {
+        /// A PIN, or the path of an oracle venv (or an alias of one).
+        target: String,
+        /// A commit id, or a prefix of at least 7 hex digits.
+        commit: String,
     },
     /// Internal: terminate process group PGID when stdin closes (see process.rs).
     #[command(name = "__watchdog", hide = true)]

@@ -109,6 +109,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 pin_file: a.pin_file,
                 emit_pin_block: a.emit_pin_block,
                 write_pin_block: a.write_pin_block,
+                provenance: a.provenance,
             };
             return ops::verify::run(&s, &a.target, &opts);
         }
@@ -155,6 +156,12 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 C::Gc { cache, dry_run } => (Action::Gc { dry_run }, cache),
             };
             return ops::cache::run(action, cache.as_deref(), s.store_arg(), s.json);
+        }
+        Some(Command::Sbom { target, out }) => {
+            return ops::sbom::run(&s, &target, out.as_deref());
+        }
+        Some(Command::Contains { target, commit }) => {
+            return ops::contains::run(&s, &target, &commit);
         }
         Some(Command::Import { file }) => return ops::bundle::import(&s, &file),
         Some(Command::Demo { python }) => {

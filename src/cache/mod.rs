@@ -23,6 +23,8 @@
 //! - [`listing`]: what a cache holds for one entry, found by listing tags:
 //!   every artifact of it and every attestation, so every reader sees the
 //!   same (a reproducibility failure included).
+//! - [`provenance`]: the wheel's build as a signed in-toto Statement with an
+//!   SLSA v1 provenance predicate, kept as its own append-only artifact.
 //! - [`substitute`]: taking an entry from a cache instead of doing the work,
 //!   every blob checked on arrival and the entry made by one rename; what
 //!   `pull` and `build` share.
@@ -39,6 +41,7 @@ pub mod delete;
 pub mod inspect;
 pub mod layout;
 pub mod listing;
+pub mod provenance;
 pub mod registry;
 pub mod substitute;
 pub mod trust;

@@ -161,6 +161,19 @@ impl SigningKey {
         self.key.fingerprint(HashAlg::Sha256).to_string()
     }
 
+    /// An armored SSHSIG signature (namespace [`NAMESPACE`], sha512) over
+    /// `bytes`, as [`sign`] makes for a statement: for other signed
+    /// documents (the SLSA provenance, `cache::provenance`).
+    ///
+    /// Errors: signing or encoding fails.
+    pub fn sign_bytes(&self, bytes: &[u8]) -> Result<String> {
+        let sig = self
+            .key
+            .sign(NAMESPACE, HashAlg::Sha512, bytes)
+            .context("signing")?;
+        sig.to_pem(LineEnding::LF).context("encoding the signature")
+    }
+
     /// The public key as one OpenSSH line (`ssh-ed25519 AAAA... comment`).
     ///
     /// Errors: the key cannot be encoded (not expected for a loaded key).
@@ -796,6 +809,16 @@ fn parse_time(v: &str) -> std::result::Result<i64, String> {
     };
     let zoned = dt.to_zoned(tz).map_err(|_| bad())?;
     Ok(zoned.timestamp().as_second())
+}
+
+/// The RFC 8785 canonical JSON bytes of `value` (the subset documented in
+/// the module docs), as [`Statement::canonical`] signs them.
+///
+/// Errors: `value` holds a float or an integer beyond 2^53.
+pub fn canonical_bytes(value: &Value) -> Result<Vec<u8>> {
+    let mut out = String::new();
+    canonical_into(value, &mut out)?;
+    Ok(out.into_bytes())
 }
 
 /// Appends the RFC 8785 form of `value` to `out` (the subset documented in

@@ -53,6 +53,9 @@ pub struct Listing {
     pub artifacts: Vec<Inspected>,
     /// Tags that are not oracle-build artifacts (left alone).
     pub other_tags: Vec<String>,
+    /// The wheels' signed provenance artifacts, each checked
+    /// ([`crate::cache::provenance::inspect`]).
+    pub provenance: Vec<crate::cache::provenance::Checked>,
 }
 
 /// What `gc` did (or would do) to one cache.
@@ -108,7 +111,12 @@ pub fn run(
                 .iter()
                 .flat_map(|l| &l.artifacts)
                 .filter(|a| !a.is_sound())
-                .count();
+                .count()
+                + listings
+                    .iter()
+                    .flat_map(|l| &l.provenance)
+                    .filter(|p| !p.is_sound())
+                    .count();
             if json {
                 print_json(&serde_json::json!({ "caches": listings, "failed": failed }))?;
             } else {
@@ -160,8 +168,18 @@ fn list(c: &Cache, deep: bool, store: Option<&Store>) -> Result<Listing> {
     let mut other_tags = Vec::new();
     let tags = t.tags()?;
     let atts = inspect::attestations(t.as_ref(), &tags, &tmp.path().join("atts"))?;
+    let mut provenance = Vec::new();
     for (i, tag) in tags.into_iter().enumerate() {
         let dir = tmp.path().join(i.to_string());
+        if crate::cache::provenance::key_of_tag(&tag).is_some() {
+            provenance.push(crate::cache::provenance::inspect(
+                t.as_ref(),
+                &tag,
+                &policy,
+                &dir,
+            ));
+            continue;
+        }
         match inspect::inspect(t.as_ref(), &tag, &policy, deep, &dir, &atts)? {
             Some(a) => artifacts.push(a),
             None => other_tags.push(tag),
@@ -172,6 +190,7 @@ fn list(c: &Cache, deep: bool, store: Option<&Store>) -> Result<Listing> {
         url: c.url.to_string(),
         artifacts,
         other_tags,
+        provenance,
     })
 }
 
@@ -281,6 +300,18 @@ fn collect(c: &Cache, store: Option<&Store>, dry_run: bool) -> Result<Collected>
             deleted.push(a.tag.clone());
         }
     }
+    // A wheel's provenance goes with its wheel.
+    for p in &listing.provenance {
+        let key = crate::cache::provenance::key_of_tag(&p.tag).unwrap_or_default();
+        if keep
+            .iter()
+            .any(|t| crate::cache::provenance::is_wheel_tag_of(t, key))
+        {
+            kept.push(p.tag.clone());
+        } else {
+            deleted.push(p.tag.clone());
+        }
+    }
     let (blobs, blob_bytes) = match prune {
         Err(e) => return Err(e),
         Ok(_) if dry_run => (Vec::new(), 0),
@@ -351,6 +382,10 @@ fn render_listing(l: &Listing, deep: bool) {
             kind_name(a.kind),
             human(a.size)
         );
+    }
+    for p in &l.provenance {
+        let state = if p.is_sound() { "ok" } else { "FAILED" };
+        println!("  {:<48} provenance {state}: {}", p.tag, p.describe());
     }
     if !l.other_tags.is_empty() {
         println!(

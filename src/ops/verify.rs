@@ -43,6 +43,9 @@ pub struct VerifyOptions {
     pub emit_pin_block: bool,
     /// `--write-pin-block FILE`: replace the block in FILE with the measured one.
     pub write_pin_block: Option<PathBuf>,
+    /// `--provenance`: also check the signed provenance of the oracle's
+    /// wheel in the configured caches ([`crate::cache::provenance`]).
+    pub provenance: bool,
 }
 
 /// The venv and the recipe to check it against.
@@ -223,6 +226,18 @@ pub fn verify(s: &Session, target: &str, opts: &VerifyOptions) -> Result<Verific
         pin_file.as_ref().map(|(p, r)| (p.as_path(), r)),
         loc.store.as_ref(),
     )?;
+    if opts.provenance {
+        let store = loc.store.as_ref().ok_or_else(|| {
+            anyhow!(
+                "verify --provenance: {} lies in no store, so its wheel's record cannot be found",
+                loc.venv.display()
+            )
+        })?;
+        let rec = OracleRecord::read(&loc.venv)?;
+        let rows = crate::pipeline::provenance::checks(store, &rec, &loc.recipe.source.repo)?;
+        v.ok = v.ok && rows.iter().all(|c| c.ok);
+        v.checks.extend(rows);
+    }
     if (opts.emit_pin_block || opts.write_pin_block.is_some()) && v.ok {
         v.pin_block =
             Some(PinRecord::from_identity(&loc.recipe.source.commit, &v.identity).render());

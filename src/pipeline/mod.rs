@@ -40,7 +40,9 @@ pub mod bundle;
 pub mod doctor;
 pub mod inputs;
 pub mod preflight;
+pub mod provenance;
 pub mod push;
+pub mod sbom;
 pub mod verify;
 
 use std::path::{Path, PathBuf};

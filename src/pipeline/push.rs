@@ -309,6 +309,15 @@ pub fn push_to(
                 }
                 out.push(p);
                 signed = true;
+                // The signed SLSA provenance of the wheel, its own artifact.
+                out.push(push_provenance(
+                    t.as_ref(),
+                    &store,
+                    &build,
+                    r,
+                    key_path,
+                    scratch,
+                )?);
             }
         }
         for a in inputs {
@@ -441,6 +450,39 @@ fn other_wheels(
         }
     }
     Ok(out)
+}
+
+/// Signs the provenance of the wheel `build` of `r` with the key at
+/// `key_path` and pushes it to `t` ([`crate::cache::provenance`]).
+///
+/// Errors: the key cannot be loaded; a staged source is missing; the cache fails.
+fn push_provenance(
+    t: &dyn Transport,
+    store: &Store,
+    build: &BuildRecord,
+    r: &crate::recipe::Recipe,
+    key_path: &Path,
+    scratch: &Path,
+) -> Result<PushedArtifact> {
+    use crate::cache::provenance;
+    let key = trust::SigningKey::load(key_path)?;
+    let statement = provenance::describe(store, build, &r.source.repo, &builder_name())?;
+    let signed = provenance::sign(&statement, &key)?;
+    let (tag, pushed) = provenance::push(t, &build.key, &signed, &scratch.join("provenance"))?;
+    crate::progress::stage("push", format!("{tag} -> {}", t.describe()));
+    Ok(PushedArtifact {
+        tag,
+        state: if pushed {
+            PushState::Pushed
+        } else {
+            PushState::Present
+        },
+        uploaded: if pushed {
+            (signed.statement.len() + signed.signature.len()) as u64
+        } else {
+            0
+        },
+    })
 }
 
 /// Fault injection for the tests: with `ORACLE_BUILD_FAULT=push-kill-<kind>`

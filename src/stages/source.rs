@@ -594,6 +594,126 @@ pub fn commit_time(dir: &Path, commit: &str) -> Result<i64> {
         .seconds())
 }
 
+/// Whether a commit is in the history of another (`contains`), answered
+/// from a repository alone: no network.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "answer", rename_all = "lowercase")]
+pub enum Containment {
+    /// `commit` is `head` or an ancestor of it.
+    Yes {
+        /// The commit asked about, in full.
+        commit: String,
+        /// First-parent steps from `head` back to `commit` when it lies on
+        /// `head`'s first-parent chain; else back to the merge that brought
+        /// it in (`merged_by`).
+        first_parent_distance: usize,
+        /// Whether `commit` lies on `head`'s first-parent chain.
+        on_first_parent: bool,
+        /// The commit of the first-parent chain whose other parent brought
+        /// `commit` in (`None` when it lies on the chain).
+        merged_by: Option<String>,
+    },
+    /// The repository holds `commit`, and it is not in `head`'s history.
+    No {
+        /// The commit asked about, in full.
+        commit: String,
+    },
+    /// The repository does not hold `commit` (or no commit matches the prefix).
+    Unknown {
+        /// The commit as asked.
+        commit: String,
+    },
+}
+
+/// Whether `spec` (a full commit id or a prefix of at least 7 hex digits) is
+/// in the history of `head`, in the repository (bare mirror or checkout) at
+/// `dir`: libgit2's `graph_descendant_of`, then a first-parent walk from
+/// `head` for the distance (see [`Containment::Yes`]). A prefix is resolved
+/// among the repository's commits.
+///
+/// Errors (exit 2): `spec` is not hex or too short, or the prefix is
+/// ambiguous; `head` is not in the repository. Errors: the repository
+/// cannot be opened.
+pub fn contains(dir: &Path, head: &str, spec: &str) -> Result<Containment> {
+    if spec.len() < 7 || spec.len() > 40 || !spec.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(bad_input(format!(
+            "{spec:?} is not a commit id or a prefix of at least 7 hex digits"
+        )));
+    }
+    let repo = Repository::open(dir).with_context(|| format!("opening {}", dir.display()))?;
+    let head_id = git2::Oid::from_str(head)
+        .ok()
+        .and_then(|o| repo.find_commit(o).ok())
+        .map(|c| c.id())
+        .ok_or_else(|| {
+            bad_input(format!(
+                "the oracle's commit {head} is not in {}",
+                dir.display()
+            ))
+        })?;
+    let found = match repo.revparse_single(spec) {
+        Ok(obj) => obj.peel_to_commit().ok(),
+        Err(e) if e.code() == git2::ErrorCode::Ambiguous => {
+            return Err(bad_input(format!(
+                "the prefix {spec} names more than one object in {}; give more digits",
+                dir.display()
+            )));
+        }
+        Err(_) => None,
+    };
+    let Some(target) = found.filter(|c| c.id().to_string().starts_with(&spec.to_ascii_lowercase()))
+    else {
+        return Ok(Containment::Unknown {
+            commit: spec.to_string(),
+        });
+    };
+    let t = target.id();
+    let commit = t.to_string();
+    let reaches =
+        |from: git2::Oid| -> Result<bool> { Ok(from == t || repo.graph_descendant_of(from, t)?) };
+    if !reaches(head_id)? {
+        return Ok(Containment::No { commit });
+    }
+    // The first-parent chain from head, until the commit itself.
+    let mut chain = vec![head_id];
+    let mut cur = repo.find_commit(head_id)?;
+    while cur.id() != t {
+        match cur.parent_ids().next() {
+            Some(p) => {
+                chain.push(p);
+                cur = repo.find_commit(p)?;
+            }
+            None => break,
+        }
+    }
+    if cur.id() == t {
+        return Ok(Containment::Yes {
+            commit,
+            first_parent_distance: chain.len() - 1,
+            on_first_parent: true,
+            merged_by: None,
+        });
+    }
+    // Off the chain: reachable from chain[0], not from the root; the last
+    // chain commit that still reaches it is the merge that brought it in
+    // (reachability is monotone along the chain, so a binary search).
+    let (mut lo, mut hi) = (0usize, chain.len() - 1);
+    while lo + 1 < hi {
+        let mid = lo + (hi - lo) / 2;
+        if reaches(chain[mid])? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(Containment::Yes {
+        commit,
+        first_parent_distance: lo,
+        on_first_parent: false,
+        merged_by: Some(chain[lo].to_string()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -257,7 +257,14 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
     assert_eq!(code(&out), 0, "{}", text(&out));
     let g = &json(&out)["caches"][0];
     assert_eq!(g["deleted"], serde_json::json!([]), "{g}");
-    assert_eq!(g["kept"].as_array().unwrap().len(), kinds.len(), "{g}");
+    // The wheel's signed provenance goes with the wheel (docs/cache.md).
+    let provenance = doc["caches"][0]["provenance"].as_array().unwrap().len();
+    assert_eq!(provenance, 1, "{doc}");
+    assert_eq!(
+        g["kept"].as_array().unwrap().len(),
+        kinds.len() + provenance,
+        "{g}"
+    );
     let out = ob(&fx, &a, &["unkeep", r]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     let before = blobs(&layout);
@@ -290,7 +297,11 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
     let out = ob(&fx, &a, &["cache", "gc", "--json"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     let g = &json(&out)["caches"][0];
-    assert_eq!(g["deleted"].as_array().unwrap().len(), kinds.len(), "{g}");
+    assert_eq!(
+        g["deleted"].as_array().unwrap().len(),
+        kinds.len() + provenance,
+        "{g}"
+    );
     assert_eq!(g["blobs"].as_array().unwrap().len(), before.len(), "{g}");
     assert!(blobs(&layout).is_empty(), "{:?}", blobs(&layout));
     let doc = json(&ob(&fx, &a, &["cache", "ls", "--json"]));

@@ -26,6 +26,7 @@ mod real;
 mod recipes;
 mod registry;
 mod roots;
+mod sbom;
 mod smoke;
 mod source;
 mod store;

@@ -550,7 +550,7 @@ fn ext_repo(dir: &Path, files: &[(&str, &str)]) {
 
 /// The fixture with the CMake overlay (tests/fixture/cmake), its four
 /// FetchContent sources made as git repositories under `dir/ext`.
-fn cmake_fixture(dir: &Path) -> (PathBuf, String) {
+pub(crate) fn cmake_fixture(dir: &Path) -> (PathBuf, String) {
     let ext = dir.join("ext");
     ext_repo(&ext.join("fxenv"), &[("fixture-ext.txt", "fxenv v1.0\n")]);
     ext_repo(

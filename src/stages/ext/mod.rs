@@ -480,6 +480,97 @@ pub fn key_inputs(staged: &[(ExtSource, ExtRecord)]) -> serde_json::Value {
     )
 }
 
+/// One staged source as the wheel key records it (an item of
+/// [`key_inputs`]), read back from a `build.json` for the bill of materials
+/// and the provenance.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct KeyedSource {
+    /// The FetchContent name.
+    pub name: String,
+    /// Where it comes from.
+    pub origin: Origin,
+    /// The variable the build read it from.
+    pub variable: Variable,
+    /// The path inside the source the variable pointed at.
+    #[serde(default)]
+    pub subdir: Option<String>,
+    /// The commit `GIT_TAG` resolved to (git sources).
+    #[serde(default)]
+    pub commit: Option<String>,
+    /// The archive's sha256 (URL sources).
+    #[serde(default)]
+    pub archive_sha256: Option<String>,
+    /// Submodules fetched: path -> commit.
+    #[serde(default)]
+    pub submodules: BTreeMap<String, String>,
+}
+
+impl KeyedSource {
+    /// The store entry it was staged as (`store/ext/<name>-<rev>-<h>`).
+    pub fn entry(&self, store: &Store) -> Entry {
+        let src = ExtSource {
+            name: self.name.clone(),
+            file: String::new(),
+            origin: self.origin.clone(),
+            submodules: !self.submodules.is_empty(),
+            variable: self.variable.clone(),
+            subdir: self.subdir.clone(),
+            condition: None,
+        };
+        entry(store, &src)
+    }
+}
+
+/// The staged sources a wheel key's `inputs.ext` lists (`None` or null: none).
+///
+/// Errors: the value is not the shape [`key_inputs`] writes.
+pub fn keyed_sources(inputs_ext: Option<&serde_json::Value>) -> Result<Vec<KeyedSource>> {
+    match inputs_ext {
+        None | Some(serde_json::Value::Null) => Ok(Vec::new()),
+        Some(v) => serde_json::from_value(v.clone())
+            .context("the wheel's inputs.ext is not a list of staged sources"),
+    }
+}
+
+/// The sha256 of the staged tree of the ext entry at `dir` (its `src/`), as
+/// the bill of materials and the provenance name it: the lowercase hex
+/// sha256 of the canonical JSON ([`crate::store::key::canonical_json`]) of
+/// `{"files": [[path, size, sha256], ...], "symlinks": [[path, target], ...]}`,
+/// paths relative to `src/` and sorted, read from the entry's manifest
+/// (every file hashed when it was staged) after the entry's quick check
+/// ([`Manifest::check_quick`]), so a changed tree is refused, not described.
+///
+/// Errors: the entry's manifest cannot be read, or the entry is damaged
+/// (names the problems).
+pub fn tree_digest(dir: &Path) -> Result<String> {
+    let problems = Manifest::check_quick(dir);
+    if !problems.is_empty() {
+        bail!(
+            "the staged source {} is damaged: {}",
+            dir.display(),
+            problems.join("; ")
+        );
+    }
+    let m = Manifest::read(dir)?;
+    let files: Vec<serde_json::Value> = m
+        .files
+        .iter()
+        .filter_map(|f| {
+            let rel = f.path.strip_prefix("src/")?;
+            Some(serde_json::json!([rel, f.size, f.sha256]))
+        })
+        .collect();
+    let symlinks: Vec<serde_json::Value> = m
+        .symlinks
+        .iter()
+        .filter_map(|(p, t)| Some(serde_json::json!([p.strip_prefix("src/")?, t])))
+        .collect();
+    let text = crate::store::key::canonical_json(&serde_json::json!({
+        "files": files, "symlinks": symlinks,
+    }));
+    Ok(hex::encode(Sha256::digest(text.as_bytes())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
