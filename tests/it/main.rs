@@ -11,6 +11,7 @@ mod bytecode;
 mod cache;
 mod cache_admin;
 mod carry;
+mod compiler_cache;
 mod demo;
 mod download;
 mod driver;
