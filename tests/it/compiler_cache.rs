@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::perf::{TUS, heavy_fixture, wheel_record};
+use crate::perf::{TUS, heavy_fixture};
 use crate::support::*;
 use serde_json::Value;
 
