@@ -494,11 +494,12 @@ impl CompilerCache {
     /// store lives, for a build in `work` (recorded in `build.json`): for
     /// ccache, `CCACHE_BASEDIR=<work>` (ccache's `base_dir`: absolute paths
     /// under `work` are rewritten relative to the compiler's working
-    /// directory, the same in every store). `hash_dir` stays on: ccache
-    /// hashes the working directory only for debug builds, and maps it
-    /// through the build's `-ffile-prefix-map` first (so it is the same in
-    /// every store too), while a build whose debug info keeps the path
-    /// (nvcc without a prefix map) misses rather than get another box's path.
+    /// directory, the same in every store) and `CCACHE_NOHASHDIR=1`
+    /// (`hash_dir = false`: ccache hashes the working directory for every
+    /// call it takes to make debug information, and it takes nvcc's
+    /// `-gencode=...` for a `-g` option, so every nvcc call would key on the
+    /// store's path; the C and C++ debug information holds no store path,
+    /// the build's `-ffile-prefix-map` maps it).
     /// When a team cache is configured, also the compiler launchers in
     /// `CMAKE_ARGS` (CMake's `CMAKE_<LANG>_COMPILER_LAUNCHER` for C, C++ and
     /// CUDA, after the tree's own: vLLM's setup.py puts sccache first when
@@ -507,7 +508,10 @@ impl CompilerCache {
         if self.kind != CacheKind::Ccache {
             return Vec::new();
         }
-        let mut env = vec![("CCACHE_BASEDIR".to_string(), work.display().to_string())];
+        let mut env = vec![
+            ("CCACHE_BASEDIR".to_string(), work.display().to_string()),
+            ("CCACHE_NOHASHDIR".to_string(), "1".to_string()),
+        ];
         if self.remote.is_some() {
             let launcher = self.tool.path.display().to_string();
             let mut args = cmake_args.unwrap_or("").to_string();

@@ -18,13 +18,16 @@ const REDIS: &str = "redis-server";
 /// What the build says, once, when the team cache fails it.
 const FELL_BACK: &str = "did not answer";
 
+/// The test server's password: it must never reach a record or a message.
+const PASSWORD: &str = "s3cret-team-pw";
+
 fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("a free port");
     l.local_addr().expect("its address").port()
 }
 
 /// A `redis-server` of this test: 127.0.0.1, a free port, its own config
-/// and directory, no persistence; stopped by its pid.
+/// and directory, no persistence, a password ([`PASSWORD`]); stopped by its pid.
 struct Redis {
     child: Option<Child>,
     port: u16,
@@ -39,7 +42,7 @@ impl Redis {
         std::fs::write(
             &conf,
             format!(
-                "bind 127.0.0.1\nport {port}\nsave \"\"\nappendonly no\ndaemonize no\ndir {}\nlogfile {}\n",
+                "bind 127.0.0.1\nport {port}\nsave \"\"\nappendonly no\ndaemonize no\nrequirepass {PASSWORD}\ndir {}\nlogfile {}\n",
                 dir.path().display(),
                 dir.path().join("redis.log").display()
             ),
@@ -68,8 +71,14 @@ impl Redis {
         panic!("redis-server did not listen on 127.0.0.1:{port}");
     }
 
+    /// The URL with the password, as `config.toml` holds it.
     fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis://:{PASSWORD}@127.0.0.1:{}", self.port)
+    }
+
+    /// The URL as records and messages show it.
+    fn shown(&self) -> String {
+        format!("redis://:***@127.0.0.1:{}", self.port)
     }
 
     /// Kills it by its pid (the child we started) and reaps it.
@@ -164,8 +173,25 @@ fn two_stores_share_compiler_hits_through_a_team_redis_and_a_lost_cache_costs_on
     team_cache(&b, &redis.url());
 
     // Store A, cold: every translation unit compiled, and written to Redis.
-    let (cold, _) = build(&fx, &a, &r1);
-    assert_eq!(cold["compiler_cache_remote"], redis.url().as_str());
+    let (cold, err) = build(&fx, &a, &r1);
+    assert_eq!(cold["compiler_cache_remote"], redis.shown().as_str());
+    assert!(err.contains(&redis.shown()), "{err}");
+    // The password is in no record and no message.
+    assert!(!err.contains(PASSWORD), "{err}");
+    let records = tree(&a.join("store/wheels"))
+        .into_iter()
+        .chain(tree(&a.join("store/venvs")).into_iter().filter(|p| p.ends_with("oracle.json")))
+        .chain(tree(&a.join("logs")));
+    for f in records {
+        if f.is_file() {
+            let bytes = std::fs::read(&f).unwrap();
+            assert!(
+                !bytes.windows(PASSWORD.len()).any(|w| w == PASSWORD.as_bytes()),
+                "{} holds the password",
+                f.display()
+            );
+        }
+    }
     let (calls, _, remote, misses, errors) = stats(&cold);
     assert!(misses > TUS as u64, "{cold}");
     assert_eq!((remote, errors), (0, 0), "{cold}");
