@@ -10,7 +10,9 @@
 //! (a WebDAV-like server) and `redis://` / `redis+unix:` (a Redis server).
 //! A URL's user information (`redis://[[USER:]PASSWORD@]HOST[:PORT][/DB]`,
 //! `http://USER:PASSWORD@HOST/...`) is a secret: it is only ever put in the
-//! environment of the compilers, never in a record or a message.
+//! environment of the compilers, never in a record or a message. A Redis
+//! password alone is `redis://PASSWORD@HOST`: ccache 4.7 reads
+//! `redis://:PASSWORD@HOST` as an empty user name, which Redis refuses.
 
 use std::fmt;
 

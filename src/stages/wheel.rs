@@ -955,3 +955,59 @@ fn shell_word(s: &str) -> String {
         format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ccache_stats_log_gives_local_and_remote_hits_misses_and_failures() {
+        // As ccache 4.7 writes it: one `# <source>` line per call, then its counters.
+        let log = "# ../../csrc/a.cpp\ndirect_cache_hit\nlocal_storage_hit\nlocal_storage_read_hit\n\
+                   # ../../csrc/b.cpp\ndirect_cache_hit\nlocal_storage_miss\nremote_storage_hit\nremote_storage_read_hit\n\
+                   # ../../csrc/c.cpp\ncache_miss\ndirect_cache_miss\nlocal_storage_miss\nremote_storage_error\nremote_storage_error\n\
+                   # ../../csrc/d.cu\ncache_miss\nremote_storage_timeout\n";
+        let s = CacheStats::from_ccache_log(log);
+        assert_eq!((s.calls, s.hits, s.misses), (4, 2, 2));
+        assert_eq!((s.local_hits, s.remote_hits), (1, 1));
+        assert_eq!(
+            s.remote_errors, 2,
+            "one per call, however many errors it logged"
+        );
+        assert_eq!(s.missed, ["../../csrc/c.cpp", "../../csrc/d.cu"]);
+        assert_eq!(CacheStats::from_ccache_log(""), CacheStats::default());
+    }
+
+    #[test]
+    fn the_team_cache_sets_base_dir_no_hash_dir_and_the_launchers() {
+        let tool = Tool {
+            path: PathBuf::from("/usr/bin/ccache"),
+            version: "ccache version 4.7.5".into(),
+        };
+        let mut c = CompilerCache {
+            kind: CacheKind::Ccache,
+            tool,
+            dir: PathBuf::from("/s/ccache"),
+            var: "CCACHE_DIR",
+            remote: None,
+        };
+        let work = Path::new("/s/tmp/build-k");
+        let local: BTreeMap<String, String> = c.path_env(work, Some("-DX=1")).into_iter().collect();
+        assert_eq!(local["CCACHE_BASEDIR"], "/s/tmp/build-k");
+        assert_eq!(local["CCACHE_NOHASHDIR"], "1");
+        assert!(!local.contains_key("CMAKE_ARGS"), "{local:?}");
+        c.remote = Some(RemoteStorage::parse("redis://:pw@h:6379", false).unwrap());
+        let team: BTreeMap<String, String> = c.path_env(work, Some("-DX=1")).into_iter().collect();
+        assert_eq!(
+            team["CMAKE_ARGS"],
+            "-DX=1 -DCMAKE_C_COMPILER_LAUNCHER=/usr/bin/ccache -DCMAKE_CXX_COMPILER_LAUNCHER=/usr/bin/ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=/usr/bin/ccache"
+        );
+        assert_eq!(team["VLLM_DISABLE_SCCACHE"], "1");
+        assert!(
+            !format!("{team:?}").contains("pw"),
+            "the URL is not in the recorded environment"
+        );
+        c.kind = CacheKind::Sccache;
+        assert!(c.path_env(work, None).is_empty());
+    }
+}

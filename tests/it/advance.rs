@@ -104,7 +104,12 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
     let r = json(&out);
 
     // The compile cost, said before TO was built: model.py is no extension source.
-    assert_eq!(r["compile_cost"]["since"], c1.as_str(), "{}", r["compile_cost"]);
+    assert_eq!(
+        r["compile_cost"]["since"],
+        c1.as_str(),
+        "{}",
+        r["compile_cost"]
+    );
     assert_eq!(r["compile_cost"]["changed"], 0);
     assert!(
         String::from_utf8_lossy(&out.stderr)

@@ -71,14 +71,15 @@ impl Redis {
         panic!("redis-server did not listen on 127.0.0.1:{port}");
     }
 
-    /// The URL with the password, as `config.toml` holds it.
+    /// The URL with the password (ccache's password-only form), as
+    /// `config.toml` holds it.
     fn url(&self) -> String {
-        format!("redis://:{PASSWORD}@127.0.0.1:{}", self.port)
+        format!("redis://{PASSWORD}@127.0.0.1:{}", self.port)
     }
 
     /// The URL as records and messages show it.
     fn shown(&self) -> String {
-        format!("redis://:***@127.0.0.1:{}", self.port)
+        format!("redis://***@127.0.0.1:{}", self.port)
     }
 
     /// Kills it by its pid (the child we started) and reaps it.
@@ -175,18 +176,43 @@ fn two_stores_share_compiler_hits_through_a_team_redis_and_a_lost_cache_costs_on
     // Store A, cold: every translation unit compiled, and written to Redis.
     let (cold, err) = build(&fx, &a, &r1);
     assert_eq!(cold["compiler_cache_remote"], redis.shown().as_str());
+    // ccache is every compiler's launcher; its keys ignore the store's path.
+    let env = &cold["env"];
+    for lang in ["C", "CXX", "CUDA"] {
+        assert!(
+            env["CMAKE_ARGS"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("-DCMAKE_{lang}_COMPILER_LAUNCHER=")),
+            "{env}"
+        );
+    }
+    assert_eq!(env["CCACHE_NOHASHDIR"], "1");
+    assert!(
+        env["CCACHE_BASEDIR"]
+            .as_str()
+            .unwrap()
+            .starts_with(a.to_str().unwrap())
+    );
+    assert!(env.get("CCACHE_REMOTE_STORAGE").is_none(), "{env}");
     assert!(err.contains(&redis.shown()), "{err}");
     // The password is in no record and no message.
     assert!(!err.contains(PASSWORD), "{err}");
     let records = tree(&a.join("store/wheels"))
         .into_iter()
-        .chain(tree(&a.join("store/venvs")).into_iter().filter(|p| p.ends_with("oracle.json")))
+        .chain(
+            tree(&a.join("store/venvs"))
+                .into_iter()
+                .filter(|p| p.ends_with("oracle.json")),
+        )
         .chain(tree(&a.join("logs")));
     for f in records {
         if f.is_file() {
             let bytes = std::fs::read(&f).unwrap();
             assert!(
-                !bytes.windows(PASSWORD.len()).any(|w| w == PASSWORD.as_bytes()),
+                !bytes
+                    .windows(PASSWORD.len())
+                    .any(|w| w == PASSWORD.as_bytes()),
                 "{} holds the password",
                 f.display()
             );
