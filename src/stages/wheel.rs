@@ -275,7 +275,7 @@ pub struct CompilerCache {
 /// the server's `--show-stats --stats-format json` counters before and
 /// after the build (shared by every build the server serves meanwhile; no
 /// local/remote split).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheStats {
     /// Compiler calls the cache looked up.
     pub calls: u64,
@@ -350,20 +350,6 @@ impl CacheStats {
             misses,
             ..CacheStats::default()
         })
-    }
-}
-
-impl Default for CacheStats {
-    fn default() -> CacheStats {
-        CacheStats {
-            calls: 0,
-            hits: 0,
-            misses: 0,
-            local_hits: 0,
-            remote_hits: 0,
-            remote_errors: 0,
-            missed: Vec::new(),
-        }
     }
 }
 
