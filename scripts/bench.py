@@ -2,8 +2,12 @@
 """Benchmarks of oracle-build where users wait, against what they would do otherwise.
 
 Usage (from the repository root):  scripts/bench [--runs N] [--quick] [--work DIR] [--out BENCHMARKS.md]
+                                                  [--rows team-cache] [--binary PATH]
 
 --quick: one run of each (no-op: 3), and no second-pin and footprint rows.
+--rows team-cache: only the team compiler cache rows (8 below); the table is
+printed, and written only to an --out given explicitly.
+--binary: use this oracle-build instead of building target/release/oracle-build.
 
 Builds its own inputs (the release binary, a git repository of the test
 fixture, a realistic dependency set from PyPI, a large generated git
@@ -29,6 +33,12 @@ repository), then measures, as medians over several runs:
               venv entries are wiped (the cache in the store kept);
 7. no-op      at 10k, 50k and 100k files: fixture oracles with generated
    growth    modules (.py and their .pyc), so the no-op's growth is visible.
+8. team       the same C/C++-heavy fixture with a team compiler cache
+   compiler  (`[compiler_cache] remote`, a redis-server started on 127.0.0.1
+   cache     with its own config): store A's cold build, store B (another
+              path) building the same pin from the shared cache, and store B
+              building the next pin where one C++ file changed. Skipped when
+              ccache or redis-server is absent.
 
 It prints a Markdown table and writes it to --out. Timings are wall clock on
 this machine; the ratios are what the goals are about.
@@ -262,21 +272,33 @@ def main():
     ap.add_argument("--work", type=Path)
     ap.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
     ap.add_argument("--quick", action="store_true", help="one run each; skip the second-pin and footprint rows")
+    ap.add_argument("--rows", choices=["all", "team-cache"], default="all",
+                    help="team-cache: only the team compiler cache rows")
+    ap.add_argument("--binary", type=Path, help="the oracle-build to measure (default: build the release one)")
     args = ap.parse_args()
+    out_given = any(a == "--out" or a.startswith("--out=") for a in sys.argv[1:])
     if args.quick:
         args.runs = 1
     work = args.work or Path(tempfile.mkdtemp(prefix="oracle-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"work dir {work}", file=sys.stderr)
 
-    sh("cargo", "build", "--release", "--locked", cwd=ROOT, capture=False)
-    binary = ROOT / "target" / "release" / "oracle-build"
+    if args.binary:
+        binary = args.binary.resolve()
+    else:
+        sh("cargo", "build", "--release", "--locked", cwd=ROOT, capture=False)
+        binary = ROOT / "target" / "release" / "oracle-build"
     env = dict(os.environ, ORACLE_BUILD_TOOLS=str(work / "tools"))
     env.pop("ORACLE_BUILD_HOME", None)
     # The interpreter itself, not a version manager's shim (pyenv's bash
     # shims take 0.1-1 s per call, which the toolchain probe would time).
     env.setdefault("ORACLE_BUILD_PYTHON", real_python())
     store = work / "store"
+    if args.rows == "team-cache":
+        rows = team_cache_rows(binary, env, work)
+        if not out_given:
+            args.out = None
+        return finish(args, rows, None)
 
     def ob(*a, check=True):
         return sh(binary, *a, "--store", store, env=env, check=check)
@@ -586,20 +608,8 @@ def compiler_cache_rows(binary, env, work, runs, tus=48):
     uv's cache with the build requirements (cmake, ninja) for both."""
     if not shutil.which("ccache"):
         return [("compiler cache: wheel stage rebuild", "", None, "skipped: ccache is not on PATH")]
-    repo = work / "heavy-repo"
-    shutil.copytree(FIXTURE / "pkg", repo)
-    shutil.copytree(FIXTURE / "cmake-heavy", repo, dirs_exist_ok=True)
-    (repo / "csrc" / "gen").mkdir(parents=True)
-    for i in range(tus):
-        (repo / "csrc" / "gen" / f"k{i:02}.cpp").write_text(HEAVY_TU.format(i=i))
-    git(repo, "init", "-q")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "heavy")
-    git(repo, "tag", "v0.1.0")
-    commit = git(repo, "rev-parse", "HEAD")
-    path = work / "heavy.yaml"
-    path.write_text(f"name: heavy\nsource:\n  repo: file://{repo}\n  commit: {commit}\n  package: fixturellm\n"
-                    f"python: \"{PYTHON}\"\nbuild:\n  target_device: cpu\n")
+    repo, commit = heavy_repo(work, tus)
+    path = heavy_recipe(work, "heavy", repo, commit)
     store = work / "heavy-store"
 
     def build():
@@ -632,6 +642,133 @@ def compiler_cache_rows(binary, env, work, runs, tus=48):
         ("compiler cache: wheel stage rebuilt after wiping the wheel and venv entries (cache kept)",
          f"{w['hits']} hits, {w['misses']} misses", warm_s,
          f"{ratio:.2f}x the cold build (goal <= 0.25x: {'met' if ratio <= 0.25 else 'missed'})"),
+    ]
+
+
+def heavy_repo(work, tus, name="heavy-repo"):
+    """The fixture with the C/C++-heavy CMake overlay and `tus` generated C++
+    translation units, committed and tagged: (path, commit)."""
+    repo = work / name
+    shutil.copytree(FIXTURE / "pkg", repo)
+    shutil.copytree(FIXTURE / "cmake-heavy", repo, dirs_exist_ok=True)
+    (repo / "csrc" / "gen").mkdir(parents=True)
+    for i in range(tus):
+        (repo / "csrc" / "gen" / f"k{i:02}.cpp").write_text(HEAVY_TU.format(i=i))
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "heavy")
+    git(repo, "tag", "v0.1.0")
+    return repo, git(repo, "rev-parse", "HEAD")
+
+
+def heavy_recipe(work, name, repo, commit):
+    path = work / f"{name}.yaml"
+    path.write_text(f"name: {name}\nsource:\n  repo: file://{repo}\n  commit: {commit}\n  package: fixturellm\n"
+                    f"python: \"{PYTHON}\"\nbuild:\n  target_device: cpu\n")
+    return path
+
+
+class Redis:
+    """A redis-server on 127.0.0.1 with its own config in `dir` (a free port,
+    no persistence), stopped by its pid."""
+
+    def __init__(self, dir):
+        import socket
+        dir.mkdir(parents=True, exist_ok=True)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        conf = dir / "redis.conf"
+        conf.write_text(f"bind 127.0.0.1\nport {self.port}\nsave \"\"\nappendonly no\ndaemonize no\n"
+                        f"dir {dir}\nlogfile {dir / 'redis.log'}\n")
+        self.proc = subprocess.Popen(["redis-server", str(conf)], stdout=subprocess.DEVNULL)
+        for _ in range(400):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None:
+                    sys.exit(f"redis-server exited {self.proc.returncode}")
+                time.sleep(0.025)
+        self.stop()
+        sys.exit("redis-server did not listen")
+
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def team_cache_rows(binary, env, work, tus=48):
+    """The wheel stage (build.json `duration_s`) of the C/C++-heavy fixture
+    with a team compiler cache (a redis-server on 127.0.0.1): store A cold
+    (its own and the team cache empty), store B at another path building
+    the same pin from the team cache, and store B building the next pin,
+    where one C++ file changed. Each store first builds once untimed (A
+    without the team cache, B from it), then its wheel and venv entries and
+    its local compiler cache are wiped, so every timed build has warm uv
+    and wheelhouse entries and differs only in what the compiler cache
+    holds."""
+    if not shutil.which("ccache") or not shutil.which("redis-server"):
+        return [("team compiler cache", "", None, "skipped: ccache or redis-server is not on PATH")]
+    repo, c1 = heavy_repo(work, tus, "team-repo")
+    tu = repo / "csrc" / "gen" / "k07.cpp"
+    tu.write_text(tu.read_text() + "extern \"C\" int fx_gen_7b(int x) { return x + 7; }\n")
+    git(repo, "commit", "-qam", "k07: one more function")
+    c2 = git(repo, "rev-parse", "HEAD")
+    r1 = heavy_recipe(work, "team", repo, c1)
+    r2 = heavy_recipe(work, "team-next", repo, c2)
+    a, b = work / "box-a" / "store", work / "box-b" / "home" / "someone" / "store"
+
+    def build(store, recipe):
+        res = sh(binary, "build", recipe, "--no-smoke", "--json", "--store", store, env=env, check=False)
+        assert res.returncode == 4, res.stdout + res.stderr  # built, not smoked
+        recs = [json.loads((w / "build.json").read_text()) for w in (store / "store" / "wheels").iterdir()]
+        return max(recs, key=lambda r: r["started"])
+
+    def wipe(store):
+        for bucket in ("venvs", "wheels"):
+            for e in (store / "store" / bucket).iterdir():
+                force_rmtree(e)
+        force_rmtree(store / "ccache")
+
+    def configure(store, url):
+        store.mkdir(parents=True, exist_ok=True)
+        (store / "config.toml").write_text(f"[compiler_cache]\nremote = \"{url}\"\n" if url else "")
+
+    redis = Redis(work / "redis")
+    try:
+        configure(a, None)
+        build(a, r1)  # untimed: fills A's uv cache and wheelhouse, not the team cache
+        wipe(a)
+        configure(a, redis.url())
+        cold = build(a, r1)
+        configure(b, redis.url())
+        build(b, r1)  # untimed: B's uv cache and wheelhouse
+        wipe(b)
+        same = build(b, r1)
+        nxt = build(b, r2)
+    finally:
+        redis.stop()
+    assert same["sha256"] == cold["sha256"], "the team cache changed the wheel"
+    cs, ss, ns = cold["compiler_cache_stats"], same["compiler_cache_stats"], nxt["compiler_cache_stats"]
+    ratio_same = same["duration_s"] / cold["duration_s"]
+    ratio_next = nxt["duration_s"] / cold["duration_s"]
+    missed = ", ".join(m.split("/")[-1] for m in ns.get("missed", []))
+    return [
+        (f"team compiler cache: wheel stage, store A cold ({tus + 1} C/C++ TUs, CMake + Ninja + ccache, "
+         "Redis on 127.0.0.1 empty)",
+         f"{cs['misses']} misses, {cs['remote_hits']} remote hits", cold["duration_s"], "baseline"),
+        ("team compiler cache: store B (another path) building the same pin",
+         f"{ss['remote_hits']} remote hits of {ss['calls']} calls, {ss['misses']} misses; same wheel sha256",
+         same["duration_s"],
+         f"{ratio_same:.2f}x the cold build (goal <= 0.2x: {'met' if ratio_same <= 0.2 else 'missed'})"),
+        ("team compiler cache: store B building the next pin, one C++ file changed",
+         f"{ns['misses']} miss ({missed}), {ns['local_hits']} local hits, {ns['remote_hits']} remote",
+         nxt["duration_s"],
+         f"{ratio_next:.2f}x the cold build (goal <= 0.3x: {'met' if ratio_next <= 0.3 else 'missed'})"),
     ]
 
 
@@ -697,7 +834,7 @@ def build_files(binary, env, work, store, name, repo, commit):
 
 
 def finish(args, rows, first_s):
-    """Prints the table and writes it to --out."""
+    """Prints the table and writes it to --out (none: printed only)."""
     date = datetime.date.today().isoformat()
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     machine = (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
@@ -705,9 +842,10 @@ def finish(args, rows, first_s):
     lines = [
         "# Benchmarks",
         "",
-        f"`scripts/bench --runs {args.runs}{' --quick' if args.quick else ''}` on {date}; {machine}. Medians of {args.runs} runs "
-        "(no-op: of 10). First build of the bench oracle (downloads, wheel build): "
-        f"{first_s:.1f} s.",
+        f"`scripts/bench --runs {args.runs}{' --quick' if args.quick else ''}"
+        f"{' --rows ' + args.rows if args.rows != 'all' else ''}` on {date}; {machine}. "
+        + (f"Medians of {args.runs} runs (no-op: of 10). First build of the bench oracle (downloads, wheel "
+           f"build): {first_s:.1f} s." if first_s is not None else "One run of each row."),
         "",
         "| what | on | median | ratio |",
         "|---|---|---|---|",
@@ -716,8 +854,9 @@ def finish(args, rows, first_s):
         lines.append(f"| {what} | {on} | {'' if secs is None else f'{secs:.3f} s'} | {ratio_text} |")
     table = "\n".join(lines) + "\n"
     print(table)
-    args.out.write_text(table)
-    print(f"wrote {args.out}", file=sys.stderr)
+    if args.out is not None:
+        args.out.write_text(table)
+        print(f"wrote {args.out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

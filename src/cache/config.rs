@@ -419,6 +419,10 @@ pub fn load_from(sources: &Sources) -> Result<CacheConfig> {
 struct RawFile {
     #[serde(default)]
     cache: Vec<RawCache>,
+    /// The team compiler cache: read by `cache/compiler.rs`.
+    #[serde(default)]
+    #[allow(dead_code)]
+    compiler_cache: Option<toml::Table>,
 }
 
 /// One `[[cache]]` entry as written; values keep their span for messages.

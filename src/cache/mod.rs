@@ -28,6 +28,8 @@
 //! - [`substitute`]: taking an entry from a cache instead of doing the work,
 //!   every blob checked on arrival and the entry made by one rename; what
 //!   `pull` and `build` share.
+//! - [`compiler`]: the team compiler cache (`[compiler_cache]` in the same
+//!   `config.toml`), ccache's remote storage for the wheel stage's compilers.
 //!
 //! Every blob and manifest is checked against its digest on arrival: by
 //! the transport (the sha256 of what was received) and again by
@@ -36,6 +38,7 @@
 pub mod artifact;
 pub mod attest;
 pub mod catalog;
+pub mod compiler;
 pub mod config;
 pub mod delete;
 pub mod inspect;

@@ -148,9 +148,9 @@ fn candidate_recipe(
 
 fn side(store: &Store, lr: &LoadedRecipe, oracle: &Path, smoke: &SmokeReport) -> Result<Side> {
     let rec = OracleRecord::read(oracle)?;
-    let build_seconds = BuildRecord::read(&store.entry(Bucket::Wheels, &rec.wheel_key).path)
-        .ok()
-        .map(|b| b.duration_s);
+    let build = BuildRecord::read(&store.entry(Bucket::Wheels, &rec.wheel_key).path).ok();
+    let build_seconds = build.as_ref().map(|b| b.duration_s);
+    let compiler_cache_stats = build.and_then(|b| b.compiler_cache_stats);
     Ok(Side {
         recipe: lr.recipe.name.clone(),
         origin: lr.origin.clone(),
@@ -161,6 +161,7 @@ fn side(store: &Store, lr: &LoadedRecipe, oracle: &Path, smoke: &SmokeReport) ->
         identity: rec.identity,
         wheel_sha256: rec.wheel_sha256,
         build_seconds,
+        compiler_cache_stats,
         verdict: smoke.verdict.as_str().to_string(),
         reasons: smoke.reasons.clone(),
     })
@@ -255,6 +256,11 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
         Ok(e) => e.path,
         Err(_) => build(s, &from.origin, opts)?.oracle,
     };
+    // The compile cost, said before TO is built.
+    let compile_cost = advance::compile_cost(&store, &from, &to);
+    if let Some(c) = &compile_cost {
+        progress::stage("advance", format!("compile cost: {}", c.summary));
+    }
     progress::stage(
         "advance",
         format!("building TO ({}) in its own entries", to.recipe.name),
@@ -292,6 +298,7 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
             &advance::compare::installed(&from_oracle),
             &advance::compare::installed(&to_oracle),
         ),
+        compile_cost,
         identity: advance::compare::identity_delta(&from_side.identity, &to_side.identity),
         cases: advance::compare::compare_cases(
             &from_smoke,

@@ -277,6 +277,9 @@ fn render(p: &Plan) -> String {
             "ext", "report"
         ));
     }
+    if let Some(c) = &p.compile_cost {
+        line(format!("compile  {}", c.summary));
+    }
     if p.offline_missing.is_empty() {
         line("offline  ready: an --offline build needs nothing more".into());
     } else {

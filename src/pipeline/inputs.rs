@@ -215,7 +215,7 @@ pub fn prepare(
     }
     prepared.wheel.ext = staged;
     prepared.wheel.ext_key = ext::key_inputs(&records);
-    prepared.wheel.compiler_cache = CompilerCache::find(store);
+    prepared.wheel.compiler_cache = compiler_cache(store)?;
     if !prepared.wheel.ext.is_empty() {
         progress::stage(
             "ext",
@@ -227,6 +227,43 @@ pub fn prepare(
         );
     }
     Ok(prepared)
+}
+
+/// The compiler cache of a build in `store`: with a team cache configured
+/// (`[compiler_cache]`, [`crate::cache::compiler`]), ccache with it as its
+/// remote storage; else sccache or ccache with the store's directory only
+/// ([`CompilerCache::find`]). A team cache without ccache on PATH is said
+/// once and the build goes on without it (it changes time, never bytes).
+///
+/// Errors (exit 2): a bad `[compiler_cache]` table.
+pub fn compiler_cache(store: &Store) -> Result<Option<CompilerCache>> {
+    let Some(team) = crate::cache::compiler::load(store.root())? else {
+        return Ok(CompilerCache::find(store));
+    };
+    let remote = team.remote.to_string();
+    match CompilerCache::with_remote(store, team.remote) {
+        Some(c) => {
+            progress::stage(
+                "build",
+                format!(
+                    "team compiler cache {remote} (from {}), through {}",
+                    team.file.display(),
+                    c.tool.version
+                ),
+            );
+            Ok(Some(c))
+        }
+        None => {
+            progress::stage(
+                "build",
+                format!(
+                    "{} sets the team compiler cache {remote}, but ccache is not on PATH: building without it (install ccache 4.4 or later)",
+                    team.file.display()
+                ),
+            );
+            Ok(CompilerCache::find(store))
+        }
+    }
 }
 
 /// The same key inputs as [`prepare`], computed without any network or

@@ -37,6 +37,7 @@
 
 pub mod advance;
 pub mod bundle;
+pub mod compile_cost;
 pub mod doctor;
 pub mod inputs;
 pub mod preflight;
@@ -201,6 +202,10 @@ pub struct Plan {
     pub offline_missing: Vec<String>,
     /// The keys a build would use now (see [`Keys`]).
     pub keys: Keys,
+    /// When the wheel is to be built: the extension sources changed since
+    /// the wheel this store built last from the repository, and what the
+    /// compiler cache will do ([`compile_cost::for_plan`]).
+    pub compile_cost: Option<compile_cost::CompileCost>,
 }
 
 /// The lock as `plan` shows it.
@@ -410,6 +415,9 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
             0,
         ));
     }
+    let compile_cost = (wheel_state.state != StepState::Cached)
+        .then(|| compile_cost::for_plan(store, lr))
+        .flatten();
     steps.push(wheel_state);
     steps.push(venv_state);
     let cases: Vec<String> = r
@@ -459,6 +467,7 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         ext_no_cmake: found.no_cmake,
         offline_missing,
         keys,
+        compile_cost,
     }
 }
 

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::exit::bad_input;
+use crate::host::ccache::{REMOTE_STORAGE_VAR, RemoteStorage};
 use crate::host::toolchain::Tool;
 use crate::host::toolchain::{self, Toolchain};
 use crate::host::uv::pin_lines;
@@ -256,6 +257,9 @@ pub struct CompilerCache {
     pub dir: PathBuf,
     /// Which variable points at `dir`.
     pub var: &'static str,
+    /// The team cache (ccache's remote storage) the site configured, if
+    /// any: ccache only (`[compiler_cache]`, [`crate::host::ccache`]).
+    pub remote: Option<RemoteStorage>,
 }
 
 /// What the compiler cache did during one wheel build (`build.json`
@@ -263,34 +267,67 @@ pub struct CompilerCache {
 ///
 /// For ccache, read from the build's own stats log (`CCACHE_STATSLOG`, ccache
 /// 4.4+): one `# <source>` line per cacheable call, then the counters that
-/// call bumped (`direct_cache_hit`, `preprocessed_cache_hit`, `cache_miss`;
-/// ccache's `doc/MANUAL.adoc`, "stats_log"), so builds running at the same
-/// time do not mix. For sccache, the difference of the server's
-/// `--show-stats --stats-format json` counters before and after the build
-/// (shared by every build the server serves meanwhile).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// call bumped (`direct_cache_hit`, `preprocessed_cache_hit`, `cache_miss`,
+/// `local_storage_hit`, `remote_storage_hit`, `remote_storage_error`,
+/// `remote_storage_timeout`; ccache's `doc/MANUAL.adoc`, "stats_log", and
+/// `src/core/Statistic.hpp`), so builds running at the same time, even on
+/// one local cache directory, do not mix. For sccache, the difference of
+/// the server's `--show-stats --stats-format json` counters before and
+/// after the build (shared by every build the server serves meanwhile; no
+/// local/remote split).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheStats {
     /// Compiler calls the cache looked up.
     pub calls: u64,
-    /// Calls answered from the cache.
+    /// Calls answered from the cache (local or remote).
     pub hits: u64,
     /// Calls that ran the compiler and stored the result.
     pub misses: u64,
+    /// Hits from the store's own cache directory.
+    #[serde(default)]
+    pub local_hits: u64,
+    /// Hits from the team cache (ccache's remote storage).
+    #[serde(default)]
+    pub remote_hits: u64,
+    /// Calls whose team cache lookup or store failed (unreachable, stopped,
+    /// timed out): compiled here all the same.
+    #[serde(default)]
+    pub remote_errors: u64,
+    /// The sources of the calls that missed, as ccache logged them (relative
+    /// to the build directory), at most [`MISSED_SHOWN`].
+    #[serde(default)]
+    pub missed: Vec<String>,
 }
+
+/// How many missed sources [`CacheStats::missed`] lists at most.
+pub const MISSED_SHOWN: usize = 1000;
 
 impl CacheStats {
     /// Counts the calls of a ccache stats log's `text` (see [`CacheStats`]).
     pub fn from_ccache_log(text: &str) -> CacheStats {
-        let mut s = CacheStats {
-            calls: 0,
-            hits: 0,
-            misses: 0,
-        };
+        let mut s = CacheStats::default();
+        let mut source = "";
+        let mut call_failed = false;
         for line in text.lines().map(str::trim) {
             match line {
-                l if l.starts_with('#') => s.calls += 1,
+                l if l.starts_with('#') => {
+                    s.calls += 1;
+                    source = l.trim_start_matches('#').trim();
+                    call_failed = false;
+                }
                 "direct_cache_hit" | "preprocessed_cache_hit" => s.hits += 1,
-                "cache_miss" => s.misses += 1,
+                "local_storage_hit" => s.local_hits += 1,
+                "remote_storage_hit" => s.remote_hits += 1,
+                "remote_storage_error" | "remote_storage_timeout" if !call_failed => {
+                    call_failed = true;
+                    s.remote_errors += 1;
+                }
+                "cache_miss" => {
+                    s.misses += 1;
+                    if s.missed.len() < MISSED_SHOWN {
+                        s.missed.push(source.to_string());
+                    }
+                }
                 _ => {}
             }
         }
@@ -311,6 +348,7 @@ impl CacheStats {
             calls: hits + misses,
             hits,
             misses,
+            ..CacheStats::default()
         })
     }
 }
@@ -368,13 +406,14 @@ impl CacheCounter {
                 &std::fs::read_to_string(&self.statslog).unwrap_or_default(),
             )),
             CacheKind::Sccache => {
-                let (b, a) = (self.before?, sccache_stats(&self.cache)?);
+                let (b, a) = (self.before.as_ref()?, sccache_stats(&self.cache)?);
                 let hits = a.hits.saturating_sub(b.hits);
                 let misses = a.misses.saturating_sub(b.misses);
                 Some(CacheStats {
                     calls: hits + misses,
                     hits,
                     misses,
+                    ..CacheStats::default()
                 })
             }
         }
@@ -412,10 +451,63 @@ impl CompilerCache {
                     },
                     dir: store.compiler_cache_dir(dir),
                     var,
+                    remote: None,
                 });
             }
         }
         None
+    }
+
+    /// ccache on PATH (even when sccache is there too) with the team cache
+    /// `remote`: what a build uses when the site configures one (sccache
+    /// does not read ccache's remote storage). `None` when ccache is absent.
+    pub fn with_remote(store: &Store, remote: RemoteStorage) -> Option<CompilerCache> {
+        let path = which::which("ccache").ok()?;
+        let out = crate::host::process::capture("ccache", duct::cmd(&path, ["--version"])).ok()?;
+        Some(CompilerCache {
+            kind: CacheKind::Ccache,
+            tool: Tool {
+                path,
+                version: out.lines().next().unwrap_or("").trim().to_string(),
+            },
+            dir: store.compiler_cache_dir("ccache"),
+            var: "CCACHE_DIR",
+            remote: Some(remote),
+        })
+    }
+
+    /// The variables that make this cache's keys independent of where the
+    /// store lives, for a build in `work` (recorded in `build.json`): for
+    /// ccache, `CCACHE_BASEDIR=<work>` (ccache's `base_dir`: absolute paths
+    /// under `work` are rewritten relative to the compiler's working
+    /// directory, the same in every store) and `CCACHE_NOHASHDIR=1`
+    /// (`hash_dir = false`: ccache hashes the working directory for every
+    /// call it takes to make debug information, and it takes nvcc's
+    /// `-gencode=...` for a `-g` option, so every nvcc call would key on the
+    /// store's path; the C and C++ debug information holds no store path,
+    /// the build's `-ffile-prefix-map` maps it).
+    /// When a team cache is configured, also the compiler launchers in
+    /// `CMAKE_ARGS` (CMake's `CMAKE_<LANG>_COMPILER_LAUNCHER` for C, C++ and
+    /// CUDA, after the tree's own: vLLM's setup.py puts sccache first when
+    /// it is on PATH) and `VLLM_DISABLE_SCCACHE=1`.
+    pub fn path_env(&self, work: &Path, cmake_args: Option<&str>) -> Vec<(String, String)> {
+        if self.kind != CacheKind::Ccache {
+            return Vec::new();
+        }
+        let mut env = vec![
+            ("CCACHE_BASEDIR".to_string(), work.display().to_string()),
+            ("CCACHE_NOHASHDIR".to_string(), "1".to_string()),
+        ];
+        if self.remote.is_some() {
+            let launcher = self.tool.path.display().to_string();
+            let mut args = cmake_args.unwrap_or("").to_string();
+            for lang in ["C", "CXX", "CUDA"] {
+                args = format!("{args} -DCMAKE_{lang}_COMPILER_LAUNCHER={launcher}");
+            }
+            env.push(("CMAKE_ARGS".into(), args.trim().to_string()));
+            env.push(("VLLM_DISABLE_SCCACHE".into(), "1".into()));
+        }
+        env
     }
 }
 
@@ -560,6 +652,10 @@ pub struct BuildRecord {
     /// (`None`: no cache found, or its counters could not be read).
     #[serde(default)]
     pub compiler_cache_stats: Option<CacheStats>,
+    /// The team compiler cache the build used, redacted (no password):
+    /// `redis://host:port`, with ` (read-only)` when so.
+    #[serde(default)]
+    pub compiler_cache_remote: Option<String>,
     /// When the build started (RFC 3339).
     pub started: String,
     /// Wall time, seconds.
@@ -713,6 +809,11 @@ pub fn ensure(
         .hermetic
         .env(&work, r.build.env.get("CMAKE_ARGS").map(String::as_str))?;
     env.extend(ext_env);
+    let cache = plan.hermetic.compiler_cache.as_ref();
+    if let Some(c) = cache {
+        let paths = c.path_env(&work, env.get("CMAKE_ARGS").map(String::as_str));
+        env.extend(paths);
+    }
     if uv.offline && crate::stages::ext::runs_cmake(&r.build.target_device) {
         // Offline, CMake itself must fail on any source that was not
         // redirected to a staged copy (CMake docs, FetchContent).
@@ -739,6 +840,12 @@ pub fn ensure(
         env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     if let Some((_, extra)) = &counter {
         env_pairs.extend(extra.iter().cloned());
+    }
+    // The team cache's URL may hold a password: it reaches the compilers'
+    // environment only; the record keeps the redacted form.
+    let remote = cache.and_then(|c| c.remote.as_ref());
+    if let Some(r) = remote {
+        env_pairs.push((REMOTE_STORAGE_VAR.into(), r.ccache_value()));
     }
     uv.build_wheel(&venv, &tree, &out, &env_pairs, &scrubbed, &log, &bar)?;
     bar.finish();
@@ -773,6 +880,7 @@ pub fn ensure(
             .as_ref()
             .map(|c| c.tool.clone()),
         compiler_cache_stats: cache_stats,
+        compiler_cache_remote: remote.map(ToString::to_string),
         started,
         duration_s: t0.elapsed().as_secs_f64(),
     };
@@ -783,13 +891,34 @@ pub fn ensure(
     let _ = fs::remove_file(&log);
     let cache_note = record
         .compiler_cache_stats
+        .as_ref()
         .map(|c| {
+            let split = if remote.is_some() {
+                format!(
+                    " ({} local, {} from the team cache)",
+                    c.local_hits, c.remote_hits
+                )
+            } else {
+                String::new()
+            };
             format!(
-                "; compiler cache: {} hits, {} misses of {} calls",
+                "; compiler cache: {} hits{split}, {} misses of {} calls",
                 c.hits, c.misses, c.calls
             )
         })
         .unwrap_or_default();
+    if let (Some(r), Some(c)) = (remote, &record.compiler_cache_stats)
+        && c.remote_errors > 0
+    {
+        // Said once per build: ccache itself only logs each failure.
+        progress::stage(
+            "build",
+            format!(
+                "the team compiler cache {r} did not answer {} of {} compiler calls (unreachable or stopped): ccache compiled them here, so only time was lost; the wheel is the same",
+                c.remote_errors, c.calls
+            ),
+        );
+    }
     progress::stage(
         "build",
         format!(
@@ -810,5 +939,61 @@ fn shell_word(s: &str) -> String {
         s.to_string()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ccache_stats_log_gives_local_and_remote_hits_misses_and_failures() {
+        // As ccache 4.7 writes it: one `# <source>` line per call, then its counters.
+        let log = "# ../../csrc/a.cpp\ndirect_cache_hit\nlocal_storage_hit\nlocal_storage_read_hit\n\
+                   # ../../csrc/b.cpp\ndirect_cache_hit\nlocal_storage_miss\nremote_storage_hit\nremote_storage_read_hit\n\
+                   # ../../csrc/c.cpp\ncache_miss\ndirect_cache_miss\nlocal_storage_miss\nremote_storage_error\nremote_storage_error\n\
+                   # ../../csrc/d.cu\ncache_miss\nremote_storage_timeout\n";
+        let s = CacheStats::from_ccache_log(log);
+        assert_eq!((s.calls, s.hits, s.misses), (4, 2, 2));
+        assert_eq!((s.local_hits, s.remote_hits), (1, 1));
+        assert_eq!(
+            s.remote_errors, 2,
+            "one per call, however many errors it logged"
+        );
+        assert_eq!(s.missed, ["../../csrc/c.cpp", "../../csrc/d.cu"]);
+        assert_eq!(CacheStats::from_ccache_log(""), CacheStats::default());
+    }
+
+    #[test]
+    fn the_team_cache_sets_base_dir_no_hash_dir_and_the_launchers() {
+        let tool = Tool {
+            path: PathBuf::from("/usr/bin/ccache"),
+            version: "ccache version 4.7.5".into(),
+        };
+        let mut c = CompilerCache {
+            kind: CacheKind::Ccache,
+            tool,
+            dir: PathBuf::from("/s/ccache"),
+            var: "CCACHE_DIR",
+            remote: None,
+        };
+        let work = Path::new("/s/tmp/build-k");
+        let local: BTreeMap<String, String> = c.path_env(work, Some("-DX=1")).into_iter().collect();
+        assert_eq!(local["CCACHE_BASEDIR"], "/s/tmp/build-k");
+        assert_eq!(local["CCACHE_NOHASHDIR"], "1");
+        assert!(!local.contains_key("CMAKE_ARGS"), "{local:?}");
+        c.remote = Some(RemoteStorage::parse("redis://:pw@h:6379", false).unwrap());
+        let team: BTreeMap<String, String> = c.path_env(work, Some("-DX=1")).into_iter().collect();
+        assert_eq!(
+            team["CMAKE_ARGS"],
+            "-DX=1 -DCMAKE_C_COMPILER_LAUNCHER=/usr/bin/ccache -DCMAKE_CXX_COMPILER_LAUNCHER=/usr/bin/ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=/usr/bin/ccache"
+        );
+        assert_eq!(team["VLLM_DISABLE_SCCACHE"], "1");
+        assert!(
+            !format!("{team:?}").contains("pw"),
+            "the URL is not in the recorded environment"
+        );
+        c.kind = CacheKind::Sccache;
+        assert!(c.path_env(work, None).is_empty());
     }
 }

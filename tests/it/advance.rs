@@ -103,6 +103,26 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
     );
     let r = json(&out);
 
+    // The compile cost, said before TO was built: model.py is no extension source.
+    assert_eq!(
+        r["compile_cost"]["since"],
+        c1.as_str(),
+        "{}",
+        r["compile_cost"]
+    );
+    assert_eq!(r["compile_cost"]["changed"], 0);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("compile cost: no extension source changed since"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        std::fs::read_to_string(&report_file)
+            .unwrap()
+            .contains("Compile cost expected before TO was built: no extension source changed"),
+    );
+
     // TO was a commit: a candidate recipe derived from FROM was written.
     let candidate = d.join("recipes").join(format!("fx-{}.yaml", &c2[..9]));
     assert_eq!(r["candidate_recipe"], candidate.to_str().unwrap());

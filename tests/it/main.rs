@@ -12,6 +12,7 @@ mod cache;
 mod cache_admin;
 mod cache_race;
 mod carry;
+mod compiler_cache;
 mod demo;
 mod download;
 mod driver;

@@ -9,11 +9,11 @@ use crate::support::*;
 use serde_json::Value;
 
 /// Translation units the C/C++-heavy fixture adds to `fixturellm._C`.
-const TUS: usize = 48;
+pub const TUS: usize = 48;
 
 /// The fixture with the C/C++-heavy CMake overlay (tests/fixture/cmake-heavy)
 /// and `TUS` generated C++ translation units in `csrc/gen/`, committed.
-fn heavy_fixture(dir: &Path) -> (PathBuf, String) {
+pub fn heavy_fixture(dir: &Path) -> (PathBuf, String) {
     let (repo, _) = fixture_repo_with(dir, "cmake-heavy");
     let gen_dir = repo.join("csrc/gen");
     std::fs::create_dir_all(&gen_dir).unwrap();
@@ -36,7 +36,7 @@ fn heavy_fixture(dir: &Path) -> (PathBuf, String) {
 }
 
 /// `build.json` of the store's only wheel entry.
-fn wheel_record(store: &Path) -> Value {
+pub fn wheel_record(store: &Path) -> Value {
     read_json(&only_entry(&store.join("store/wheels")).join("build.json"))
 }
 

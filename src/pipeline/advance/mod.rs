@@ -35,6 +35,9 @@ pub struct Side {
     pub wheel_sha256: String,
     /// Seconds the wheel build took (when it was built by this store).
     pub build_seconds: Option<f64>,
+    /// What the compiler cache did in that build (`build.json`).
+    #[serde(default)]
+    pub compiler_cache_stats: Option<crate::stages::wheel::CacheStats>,
     /// Gate verdict and reasons, under the shared smoke configuration.
     pub verdict: String,
     /// Why not gateable.
@@ -116,6 +119,9 @@ pub struct AdvanceReport {
     pub recipe_delta: Vec<Delta>,
     /// Installed distributions that differ (the resolved lock of each oracle).
     pub package_delta: PackageDelta,
+    /// The extension sources that changed from FROM to TO and the compile
+    /// cost expected, worked out before TO was built.
+    pub compile_cost: Option<crate::pipeline::compile_cost::CompileCost>,
     /// Identity fields side by side.
     pub identity: Vec<Delta>,
     /// Per smoke case.
@@ -128,3 +134,13 @@ pub struct AdvanceReport {
 
 pub mod compare;
 pub mod report;
+
+/// The compile cost of TO since FROM (see
+/// [`crate::pipeline::compile_cost::for_advance`]).
+pub fn compile_cost(
+    store: &crate::store::Store,
+    from: &crate::recipe::LoadedRecipe,
+    to: &crate::recipe::LoadedRecipe,
+) -> Option<crate::pipeline::compile_cost::CompileCost> {
+    crate::pipeline::compile_cost::for_advance(store, from, to)
+}

@@ -169,6 +169,26 @@ pub fn markdown(r: &AdvanceReport) -> String {
         secs(r.from.build_seconds),
         secs(r.to.build_seconds)
     ));
+    let cc = |s: &Option<crate::stages::wheel::CacheStats>| {
+        s.as_ref().map_or("—".into(), |c| {
+            format!(
+                "{} hits ({} local, {} team), {} misses",
+                c.hits, c.local_hits, c.remote_hits, c.misses
+            )
+        })
+    };
+    line(format!(
+        "| compiler cache | {} | {} |",
+        cc(&r.from.compiler_cache_stats),
+        cc(&r.to.compiler_cache_stats)
+    ));
+    if let Some(c) = &r.compile_cost {
+        line(String::new());
+        line(format!(
+            "Compile cost expected before TO was built: {}.",
+            c.summary
+        ));
+    }
     line(String::new());
     line("## Smoke cases (same configuration on both sides)".into());
     line(String::new());

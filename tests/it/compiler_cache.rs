@@ -1,0 +1,332 @@
+//! The team compiler cache (issue 25): two stores at different paths share
+//! ccache hits through a real `redis-server` on 127.0.0.1, the next pin
+//! recompiles only the file that changed, `plan` says so up front, and a
+//! team cache that is unreachable or dies mid-build costs time, never bytes.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::perf::{TUS, heavy_fixture};
+use crate::support::*;
+use serde_json::Value;
+
+/// The Redis server binary (`apt-get install redis-server`).
+const REDIS: &str = "redis-server";
+
+/// What the build says, once, when the team cache fails it.
+const FELL_BACK: &str = "did not answer";
+
+/// The test server's password: it must never reach a record or a message.
+const PASSWORD: &str = "s3cret-team-pw";
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    l.local_addr().expect("its address").port()
+}
+
+/// A `redis-server` of this test: 127.0.0.1, a free port, its own config
+/// and directory, no persistence, a password ([`PASSWORD`]); stopped by its pid.
+struct Redis {
+    child: Option<Child>,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let port = free_port();
+        let conf = dir.path().join("redis.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "bind 127.0.0.1\nport {port}\nsave \"\"\nappendonly no\ndaemonize no\nrequirepass {PASSWORD}\ndir {}\nlogfile {}\n",
+                dir.path().display(),
+                dir.path().join("redis.log").display()
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(REDIS)
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{REDIS} starts ({e}): apt-get install redis-server"));
+        for _ in 0..400 {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Redis {
+                    child: Some(child),
+                    port,
+                    _dir: dir,
+                };
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("redis-server exited: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        let _ = child.kill();
+        panic!("redis-server did not listen on 127.0.0.1:{port}");
+    }
+
+    /// The URL with the password (ccache's password-only form), as
+    /// `config.toml` holds it.
+    fn url(&self) -> String {
+        format!("redis://{PASSWORD}@127.0.0.1:{}", self.port)
+    }
+
+    /// The URL as records and messages show it.
+    fn shown(&self) -> String {
+        format!("redis://***@127.0.0.1:{}", self.port)
+    }
+
+    /// Kills it by its pid (the child we started) and reaps it.
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `<store>/config.toml` naming the team compiler cache `remote`.
+fn team_cache(store: &Path, remote: &str) {
+    std::fs::create_dir_all(store).unwrap();
+    std::fs::write(
+        store.join("config.toml"),
+        format!("[compiler_cache]\nremote = \"{remote}\"\n"),
+    )
+    .unwrap();
+}
+
+/// `build <recipe> --no-smoke` in `store` (built, not gated: exit 4);
+/// returns the wheel's `build.json` and stderr.
+fn build(fx: &Fx, store: &Path, recipe: &Path) -> (Value, String) {
+    let out = fx.run_at(store, &["build", recipe.to_str().unwrap(), "--no-smoke"]);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    (
+        newest_wheel(store),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `build.json` of the wheel of `store` built last.
+fn newest_wheel(store: &Path) -> Value {
+    let mut recs: Vec<Value> = std::fs::read_dir(store.join("store/wheels"))
+        .unwrap()
+        .map(|e| read_json(&e.unwrap().path().join("build.json")))
+        .collect();
+    recs.sort_by_key(|r| r["started"].as_str().unwrap_or("").to_string());
+    recs.pop().expect("a wheel")
+}
+
+fn stats(rec: &Value) -> (u64, u64, u64, u64, u64) {
+    let s = &rec["compiler_cache_stats"];
+    let n = |f: &str| s[f].as_u64().unwrap_or_else(|| panic!("{f} in {s}"));
+    (
+        n("calls"),
+        n("local_hits"),
+        n("remote_hits"),
+        n("misses"),
+        n("remote_errors"),
+    )
+}
+
+/// The fixture's next pins: `k07.cpp` changed (c2), then a README only (c3).
+fn next_pins(repo: &Path) -> (String, String) {
+    let tu = repo.join("csrc/gen/k07.cpp");
+    let mut text = std::fs::read_to_string(&tu).unwrap();
+    text.push_str("extern \"C\" int fx_gen_7b(int x) { return x + 7; }\n");
+    std::fs::write(&tu, text).unwrap();
+    git(repo, &["commit", "-qam", "k07: one more function"]);
+    let c2 = git(repo, &["rev-parse", "HEAD"]);
+    std::fs::write(repo.join("NOTES.md"), "docs only\n").unwrap();
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-qm", "docs only"]);
+    (c2, git(repo, &["rev-parse", "HEAD"]))
+}
+
+#[test]
+fn two_stores_share_compiler_hits_through_a_team_redis_and_a_lost_cache_costs_only_time() {
+    assert!(
+        which::which("ccache").is_ok(),
+        "ccache is not on PATH (.ci/run installs it)"
+    );
+    let fx = Fx::new();
+    let (repo, c1) = heavy_fixture(fx.dir());
+    let (c2, c3) = next_pins(&repo);
+    let r1 = fx.recipe("fx", &repo, &c1, "");
+    let r2 = fx.recipe("fx-next", &repo, &c2, "");
+    let r3 = fx.recipe("fx-docs", &repo, &c3, "");
+    let mut redis = Redis::start();
+    // Two boxes: stores at different paths, so different build directories.
+    let a = fx.dir().join("box-a/store");
+    let b = fx.dir().join("box-b/home/someone/store");
+    team_cache(&a, &redis.url());
+    team_cache(&b, &redis.url());
+
+    // Store A, cold: every translation unit compiled, and written to Redis.
+    let (cold, err) = build(&fx, &a, &r1);
+    assert_eq!(cold["compiler_cache_remote"], redis.shown().as_str());
+    // ccache is every compiler's launcher; its keys ignore the store's path.
+    let env = &cold["env"];
+    for lang in ["C", "CXX", "CUDA"] {
+        assert!(
+            env["CMAKE_ARGS"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("-DCMAKE_{lang}_COMPILER_LAUNCHER=")),
+            "{env}"
+        );
+    }
+    assert_eq!(env["CCACHE_NOHASHDIR"], "1");
+    assert!(
+        env["CCACHE_BASEDIR"]
+            .as_str()
+            .unwrap()
+            .starts_with(a.to_str().unwrap())
+    );
+    assert!(env.get("CCACHE_REMOTE_STORAGE").is_none(), "{env}");
+    assert!(err.contains(&redis.shown()), "{err}");
+    // The password is in no record and no message.
+    assert!(!err.contains(PASSWORD), "{err}");
+    let records = tree(&a.join("store/wheels"))
+        .into_iter()
+        .chain(
+            tree(&a.join("store/venvs"))
+                .into_iter()
+                .filter(|p| p.ends_with("oracle.json")),
+        )
+        .chain(tree(&a.join("logs")));
+    for f in records {
+        if f.is_file() {
+            let bytes = std::fs::read(&f).unwrap();
+            assert!(
+                !bytes
+                    .windows(PASSWORD.len())
+                    .any(|w| w == PASSWORD.as_bytes()),
+                "{} holds the password",
+                f.display()
+            );
+        }
+    }
+    let (calls, _, remote, misses, errors) = stats(&cold);
+    assert!(misses > TUS as u64, "{cold}");
+    assert_eq!((remote, errors), (0, 0), "{cold}");
+    assert!(calls >= misses);
+
+    // Store B, the same pin: served by the team cache, the same wheel.
+    let (warm, _) = build(&fx, &b, &r1);
+    assert_eq!(warm["key"], cold["key"]);
+    assert_eq!(
+        warm["sha256"], cold["sha256"],
+        "hits change time, never bytes"
+    );
+    let (calls, local, remote, misses, _) = stats(&warm);
+    assert_eq!(local, 0, "{warm}");
+    assert!(
+        remote * 100 >= calls * 95,
+        "at least 95% remote hits: {warm}"
+    );
+    assert!(remote > TUS as u64, "{warm}");
+    assert_eq!(misses, 0, "{warm}");
+
+    // `plan` for the next pin says, before any build, what will recompile.
+    let plan = fx.run_at(&b, &["plan", r2.to_str().unwrap(), "--json"]);
+    let cost = &json(&plan)["compile_cost"];
+    assert_eq!(cost["since"], c1.as_str(), "{cost}");
+    assert_eq!(
+        cost["translation_units"],
+        serde_json::json!(["csrc/gen/k07.cpp"]),
+        "{cost}"
+    );
+    let shown = fx.run_at(&b, &["plan", r2.to_str().unwrap()]);
+    assert!(
+        text(&shown).contains("1 translation unit changed since"),
+        "{}",
+        text(&shown)
+    );
+
+    // Store B, the next pin: only the changed file misses.
+    let (next, _) = build(&fx, &b, &r2);
+    let (_, _, _, misses, _) = stats(&next);
+    assert_eq!(misses, 1, "{next}");
+    let missed = next["compiler_cache_stats"]["missed"].as_array().unwrap();
+    assert_eq!(missed.len(), 1, "{next}");
+    assert!(
+        missed[0].as_str().unwrap().ends_with("csrc/gen/k07.cpp"),
+        "{next}"
+    );
+    // A pin that changes no extension source: hits expected, said up front.
+    let docs = fx.run_at(&b, &["plan", r3.to_str().unwrap()]);
+    assert!(
+        text(&docs).contains("no extension source changed since"),
+        "{}",
+        text(&docs)
+    );
+
+    // The cache configuration is no part of the wheel key.
+    let key = |store: &Path| {
+        json(&fx.run_at(store, &["plan", r1.to_str().unwrap(), "--json"]))["keys"]["wheel"].clone()
+    };
+    let with = key(&a);
+    std::fs::remove_file(a.join("config.toml")).unwrap();
+    assert_eq!(key(&a), with);
+    assert_eq!(with, cold["key"]);
+
+    // Unreachable (a closed port): built all the same, said once, same wheel.
+    team_cache(&a, &format!("redis://127.0.0.1:{}", free_port()));
+    let (lost, err) = build(&fx, &a, &r2);
+    assert_eq!(lost["sha256"], next["sha256"]);
+    assert_eq!(err.matches(FELL_BACK).count(), 1, "{err}");
+    let (_, _, _, misses, errors) = stats(&lost);
+    assert_eq!(misses, 1, "{lost}");
+    assert!(errors >= 1, "{lost}");
+
+    // Killed mid-build: store C takes its first hits from Redis, then the
+    // server is stopped by its pid; ccache compiles the rest.
+    let c = fx.dir().join("box-c/store");
+    team_cache(&c, &redis.url());
+    let mut child = fx
+        .cmd_at(&c, &["build", r1.to_str().unwrap(), "--no-smoke"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let log = c.join("tmp").join(format!(
+        "build-{}/ccache-stats.log",
+        cold["key"].as_str().unwrap()
+    ));
+    loop {
+        let calls = std::fs::read_to_string(&log)
+            .map(|t| t.lines().filter(|l| l.starts_with('#')).count())
+            .unwrap_or(0);
+        if calls >= 1 {
+            redis.stop();
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the build ended before its first compiler call"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(600), "no compiler call");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    let killed = newest_wheel(&c);
+    assert_eq!(killed["sha256"], cold["sha256"]);
+    assert_eq!(err.matches(FELL_BACK).count(), 1, "{err}");
+    let (_, _, _, misses, errors) = stats(&killed);
+    assert!(errors >= 1 && misses >= 1, "{killed}");
+}
