@@ -56,8 +56,8 @@ pub use fsutil::{
 };
 pub use lock::{Lock, LockName, lock_tools, release_run_lock};
 use lock::{lock_file, take_run_lock, wait_for_run_lock};
-pub use manifest::{ARTIFACT_JSON, MANIFEST, Manifest, ManifestFile, RECORDS};
-pub use stamps::{STAMPS, Stamps};
+pub use manifest::{ARTIFACT_JSON, MANIFEST, Manifest, ManifestFile, RECORDS, STAMPS};
+pub use stamps::Stamps;
 
 /// The kinds of store entries; each is one directory under `<root>/store/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
