@@ -104,11 +104,7 @@ fn with_super_resolved(rel: &str, text: &str) -> String {
         .split('/')
         .filter(|p| *p != "mod")
         .collect();
-    let path = |segs: &[&str]| {
-        segs.iter()
-            .map(|s| format!("{s}::"))
-            .collect::<String>()
-    };
+    let path = |segs: &[&str]| segs.iter().map(|s| format!("{s}::")).collect::<String>();
     let parent = format!("crate::{}", path(&segs[..segs.len().saturating_sub(1)]));
     let own = format!("crate::{}", path(&segs));
     let split = text.find("\nmod tests").unwrap_or(text.len());
@@ -308,7 +304,10 @@ fn a_cycle_through_super_paths_is_reported() {
     // The circle of issue 26: two files of one directory naming each other
     // as `super::x`, which the `crate::` paths alone never showed.
     let files = tree(&[
-        ("store/mod.rs", "mod manifest;\nmod stamps;\npub use stamps::Stamps;"),
+        (
+            "store/mod.rs",
+            "mod manifest;\nmod stamps;\npub use stamps::Stamps;",
+        ),
         ("store/manifest.rs", "use super::stamps::{STAMPS, Stamps};"),
         (
             "store/stamps.rs",

@@ -59,6 +59,17 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         lockfiles: cli.lockfiles.clone(),
         json: cli.json,
     };
+    // Only the global options (`--store`, `--json`, `--lockfiles`) may come
+    // before a command's name; a build's own would be ignored there.
+    if let Some(command) = &cli.command
+        && let Some(arg) = cli.build.first_given()
+    {
+        let name = format!("{command:?}").to_lowercase();
+        let name = name.split([' ', '(', '{']).next().unwrap_or("").to_string();
+        return Err(exit::bad_input(format!(
+            "{arg} is given before the command `{name}`, where it does nothing: only --store, --json and --lockfiles may come before a command; put the others after it (`oracle-build {name} ...`)"
+        )));
+    }
     let build_args = match cli.command {
         Some(Command::Plan { pin, offline }) => return ops::plan::run(&s, &pin, offline),
         Some(Command::Advance {

@@ -27,6 +27,7 @@ pub mod artifact;
 pub mod catalog;
 pub mod config;
 pub mod inspect;
+pub mod keyfile;
 pub mod layout;
 pub mod registry;
 pub mod substitute;

@@ -249,10 +249,9 @@ pub fn push(
         let t = crate::cache::open(&c.url)?;
         let mut signed = false;
         let mut arts = artifacts.clone();
-        if let Some(key_path) = &c.signing_key
+        if let Some(key) = trust::SigningKey::for_cache(c)?
             && let Some(w) = arts.iter_mut().find(|a| a.kind == Kind::Wheel)
         {
-            let key = trust::SigningKey::load(key_path)?;
             let statement = trust::Statement {
                 kind: "wheel".into(),
                 key: build.key.clone(),

@@ -240,8 +240,12 @@ impl Manifest {
     /// size, and (when `hash`) its sha256.
     fn check_file(&self, dir: &Path, f: &ManifestFile, hash: bool, problems: &mut Vec<String>) {
         let p = dir.join(&f.path);
-        match std::fs::metadata(&p) {
+        match std::fs::symlink_metadata(&p) {
             Err(_) => problems.push(format!("missing: {}", f.path)),
+            // A regular file of the entry replaced by a link (to an identical
+            // file elsewhere, perhaps): its bytes are no longer the entry's.
+            Ok(m) if m.file_type().is_symlink() => problems.push(replaced_by_link(dir, &f.path)),
+            Ok(m) if !m.is_file() => problems.push(format!("not a file: {}", f.path)),
             Ok(m) if m.len() != f.size => problems.push(format!(
                 "changed size: {} ({} -> {} bytes)",
                 f.path,
@@ -266,6 +270,13 @@ impl Manifest {
         for (path, target) in &self.symlinks {
             check_link(dir, path, target, &mut problems);
         }
+        for d in &self.dirs {
+            if std::fs::symlink_metadata(dir.join(&d.path))
+                .is_ok_and(|m| m.file_type().is_symlink())
+            {
+                problems.push(replaced_by_link(dir, &d.path));
+            }
+        }
         let known: std::collections::HashSet<&str> = self
             .files
             .iter()
@@ -281,6 +292,23 @@ impl Manifest {
 }
 
 /// Checks that the symlink `path` of the entry at `dir` still points at `target`.
+/// The problem of `path` (relative to the entry at `dir`), recorded as a
+/// file or directory and now a symlink: where it points, and whether that
+/// leaves the entry.
+fn replaced_by_link(dir: &Path, path: &str) -> String {
+    let p = dir.join(path);
+    let target = std::fs::read_link(&p).unwrap_or_default();
+    let leaves = match (p.canonicalize(), dir.canonicalize()) {
+        (Ok(t), Ok(d)) => !t.starts_with(d),
+        _ => true,
+    };
+    format!(
+        "replaced by a symlink: {path} -> {}{}",
+        target.display(),
+        if leaves { " (outside the entry)" } else { "" }
+    )
+}
+
 fn check_link(dir: &Path, path: &str, target: &str, problems: &mut Vec<String>) {
     match std::fs::read_link(dir.join(path)) {
         Ok(t) if t.to_string_lossy() == *target => {}
