@@ -1229,3 +1229,62 @@ fn bad_store_roots_option_order_and_missing_caches_are_answered_up_front() {
     );
     assert!(!nowhere.exists());
 }
+
+// Issue 26, the house: the README stays at most 12 KiB (details live in docs/).
+#[test]
+fn the_readme_stays_at_most_12_kib() {
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let n = std::fs::metadata(&readme).unwrap().len();
+    assert!(
+        n <= 12_288,
+        "README.md is {n} bytes; move detail into docs/"
+    );
+}
+
+// Issue 26, item 12: a second store uses the pinned uv that the user's
+// default store already holds instead of provisioning its own copy
+// (without `ORACLE_BUILD_TOOLS`, which names one shared tools directory).
+#[test]
+fn a_second_store_uses_the_default_stores_uv() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, store) = fixture_pin(d);
+    // The shared tools directory of the tests gets the pinned uv (a build).
+    let out = build_out(d, &recipe, &store, &["--no-smoke"]);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let uv_dir = shared_tools().join("uv-0.13.9");
+    assert!(uv_dir.join("bin/uv").is_file());
+    // PATH without any uv, so only the tools directories can give one.
+    let path: Vec<PathBuf> = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .filter(|p| !p.join("uv").exists())
+        .collect();
+    let path = std::env::join_paths(path).unwrap();
+    let home = d.join("home");
+    let plan = |home: &Path| {
+        let out = cmd(d)
+            .env("HOME", home)
+            .env("PATH", &path)
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("ORACLE_BUILD_TOOLS")
+            .args(["plan", recipe.to_str().unwrap(), "--json", "--store"])
+            .arg(d.join("second"))
+            .output()
+            .unwrap();
+        json(&out)["steps"][0].clone()
+    };
+    let alone = plan(&home);
+    assert_eq!(alone["state"], "to do", "no uv anywhere yet: {alone}");
+    let tools = home.join(".local/share/oracle-build/tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    std::os::unix::fs::symlink(&uv_dir, tools.join("uv-0.13.9")).unwrap();
+    let shared = plan(&home);
+    assert_eq!(
+        shared["state"], "cached",
+        "the default store's uv: {shared}"
+    );
+    assert!(
+        shared["detail"].to_string().contains("uv 0.13.9"),
+        "{shared}"
+    );
+    assert!(!d.join("second/tools").exists(), "nothing provisioned");
+}
