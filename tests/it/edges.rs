@@ -1,5 +1,6 @@
-//! The edges a real user hits (issue 16, items 7-17): each gets a clear
-//! answer, with the contract's exit code, and leaves the store valid.
+//! The edges a real user hits (issue 16, items 7-17; issue 26, items 1-13):
+//! each gets a clear answer, with the contract's exit code, and leaves the
+//! store valid.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
