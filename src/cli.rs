@@ -8,12 +8,7 @@ pub mod manual;
 
 /// Turn a vLLM parity pin into a verified, immutable, gateable oracle venv.
 #[derive(Debug, Parser)]
-#[command(
-    name = "oracle-build",
-    version,
-    args_conflicts_with_subcommands = true,
-    subcommand_negates_reqs = true
-)]
+#[command(name = "oracle-build", version, subcommand_negates_reqs = true)]
 pub struct Cli {
     /// Store root (default: $ORACLE_BUILD_HOME, else $XDG_DATA_HOME/oracle-build).
     #[arg(long, global = true, value_name = "DIR")]
@@ -61,6 +56,30 @@ pub struct BuildArgs {
     /// Never take a stage from a cache: do all the work here.
     #[arg(long)]
     pub no_substitute: bool,
+}
+
+impl BuildArgs {
+    /// The first of these build arguments given (`PIN`, `--offline`, ...),
+    /// for refusing them before another command's name, where they would do
+    /// nothing (`oracle-build --offline status`).
+    pub fn first_given(&self) -> Option<String> {
+        let flags = [
+            (self.offline, "--offline"),
+            (self.no_smoke, "--no-smoke"),
+            (self.deep, "--deep"),
+            (self.jobs.is_some(), "--jobs"),
+            (self.activate.is_some(), "--activate"),
+            (self.cache.is_some(), "--cache"),
+            (self.no_substitute, "--no-substitute"),
+        ];
+        if let Some(pin) = &self.pin {
+            return Some(format!("the PIN {pin:?}"));
+        }
+        flags
+            .iter()
+            .find(|(given, _)| *given)
+            .map(|(_, name)| name.to_string())
+    }
 }
 
 /// Arguments of `verify`.

@@ -2,7 +2,8 @@
 //!
 //! Every `crate::<module>` reference in a file under `src/` (code, `use`
 //! lines and doc links alike) must point to the same layer or a lower one,
-//! no two modules may reference each other through a cycle, and within
+//! no two modules may reference each other through a cycle (`super::`
+//! paths count as the `crate::` paths they name), and within
 //! `stages` no stage may reference a stage that runs after it.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -49,7 +50,8 @@ fn module_of(rel: &str) -> String {
 }
 
 /// Every `crate::a::b` reference of `text`, as the module path `a` or
-/// `a::b` (the latter when `a::b` is a module of `modules`).
+/// `a::b` (the latter when `a::b` is a module of `modules`). A group
+/// (`crate::{a, b}`, `crate::a::{b, c}`) gives one reference per item.
 fn references(text: &str, modules: &BTreeSet<String>) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = text;
@@ -63,17 +65,19 @@ fn references(text: &str, modules: &BTreeSet<String>) -> Vec<String> {
         if !before_ok {
             continue;
         }
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(rest.len());
+        let prefix = &rest[..end];
         let mut paths: Vec<String> = Vec::new();
-        if let Some(group) = rest.strip_prefix('{') {
-            let end = group.find('}').unwrap_or(group.len());
-            for item in group[..end].split(',') {
-                paths.push(item.trim().to_string());
+        match rest[end..].strip_prefix('{') {
+            Some(group) if prefix.is_empty() || prefix.ends_with("::") => {
+                let close = group.find('}').unwrap_or(group.len());
+                for item in group[..close].split(',') {
+                    paths.push(format!("{prefix}{}", item.trim()));
+                }
             }
-        } else {
-            let end = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-                .unwrap_or(rest.len());
-            paths.push(rest[..end].to_string());
+            _ => paths.push(prefix.to_string()),
         }
         for p in paths {
             let segs: Vec<&str> = p.split("::").filter(|s| !s.is_empty()).collect();
@@ -86,6 +90,30 @@ fn references(text: &str, modules: &BTreeSet<String>) -> Vec<String> {
         }
     }
     out
+}
+
+/// `text` of the file `rel` with every `super::` written as the `crate::`
+/// path it names, so that a reference between two files of one directory
+/// (`use super::manifest::X` in `store/stamps.rs`) is an edge like any
+/// other. Below the file's `mod tests`, `super::` is the file itself.
+/// A `mod.rs` using its own children by plain paths (`pub use gc::X`) is
+/// not an edge: a module may hold its submodules.
+fn with_super_resolved(rel: &str, text: &str) -> String {
+    let segs: Vec<&str> = rel
+        .trim_end_matches(".rs")
+        .split('/')
+        .filter(|p| *p != "mod")
+        .collect();
+    let path = |segs: &[&str]| segs.iter().map(|s| format!("{s}::")).collect::<String>();
+    let parent = format!("crate::{}", path(&segs[..segs.len().saturating_sub(1)]));
+    let own = format!("crate::{}", path(&segs));
+    let split = text.find("\nmod tests").unwrap_or(text.len());
+    let (code, tests) = text.split_at(split);
+    format!(
+        "{}{}",
+        code.replace("super::", &parent),
+        tests.replace("super::", &own)
+    )
 }
 
 /// The violations of the rules in `files` (path relative to `src/`, text).
@@ -111,7 +139,7 @@ pub(crate) fn violations(files: &[(String, String)]) -> Vec<String> {
         let text = if rel == "main.rs" {
             text.replace("oracle_build::", "crate::")
         } else {
-            text.clone()
+            with_super_resolved(rel, text)
         };
         for to in references(&text, &modules) {
             let to_top = to.split("::").next().unwrap_or_default().to_string();
@@ -269,6 +297,41 @@ fn a_cycle_inside_one_layer_is_reported() {
     let p = violations(&files);
     assert_eq!(p.len(), 1, "{p:?}");
     assert!(p[0].contains("cycle"), "{p:?}");
+}
+
+#[test]
+fn a_cycle_through_super_paths_is_reported() {
+    // The circle of issue 26: two files of one directory naming each other
+    // as `super::x`, which the `crate::` paths alone never showed.
+    let files = tree(&[
+        (
+            "store/mod.rs",
+            "mod manifest;\nmod stamps;\npub use stamps::Stamps;",
+        ),
+        ("store/manifest.rs", "use super::stamps::{STAMPS, Stamps};"),
+        (
+            "store/stamps.rs",
+            "use super::manifest::Manifest;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}",
+        ),
+    ]);
+    let p = violations(&files);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].contains("cycle") && p[0].contains("store::manifest -> store::stamps"),
+        "{p:?}"
+    );
+    // One way only, and a test module's `super::*`, are no cycle.
+    let files = tree(&[
+        ("store/mod.rs", "pub use stamps::Stamps;"),
+        ("store/manifest.rs", "use super::fsutil::write_json;"),
+        (
+            "store/stamps.rs",
+            "use super::manifest::Manifest;\nuse super::{Bucket, fsutil};\nmod tests {\n    use super::*;\n}",
+        ),
+        ("store/fsutil.rs", "pub fn write_json() {}"),
+    ]);
+    let p = violations(&files);
+    assert!(p.is_empty(), "{p:?}");
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! `main` only parses the command line, dispatches to [`ops`], and maps errors
 //! to the exit codes of the contract (see [`exit`]).
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 use oracle_build::host::{disk, process};
 use oracle_build::{exit, ops};
@@ -11,8 +11,13 @@ use oracle_build::{exit, ops};
 use oracle_build::cli::{Cli, Command};
 
 fn main() {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    // The matches give the command's name as typed (for the message below).
+    let parsed = Cli::command().try_get_matches().and_then(|m| {
+        let name = m.subcommand_name().map(str::to_string);
+        Ok((Cli::from_arg_matches(&m)?, name))
+    });
+    let (cli, command_name) = match parsed {
+        Ok(parsed) => parsed,
         Err(e) => {
             // Usage errors exit 2; with --json stdout still gets one document.
             let usage = e.use_stderr();
@@ -33,7 +38,7 @@ fn main() {
     let json = cli.json;
     process::install_signal_handlers();
     quiet_on_closed_stdout();
-    let result = dispatch(cli);
+    let result = dispatch(cli, command_name.as_deref());
     // Ended normally (every child finished): leave no run lock behind.
     oracle_build::store::release_run_lock();
     if let Err(err) = result {
@@ -52,13 +57,22 @@ fn main() {
     }
 }
 
-fn dispatch(cli: Cli) -> anyhow::Result<()> {
+fn dispatch(cli: Cli, command_name: Option<&str>) -> anyhow::Result<()> {
     // The global options, opened the same way by every command.
     let s = ops::Session {
         store: cli.store.clone(),
         lockfiles: cli.lockfiles.clone(),
         json: cli.json,
     };
+    // Only the global options (`--store`, `--json`, `--lockfiles`) may come
+    // before a command's name; a build's own would be ignored there.
+    if let Some(name) = command_name
+        && let Some(arg) = cli.build.first_given()
+    {
+        return Err(exit::bad_input(format!(
+            "{arg} is given before the command `{name}`, where it does nothing: only --store, --json and --lockfiles may come before a command; put the others after it (`oracle-build {name} ...`)"
+        )));
+    }
     let build_args = match cli.command {
         Some(Command::Plan { pin, offline }) => return ops::plan::run(&s, &pin, offline),
         Some(Command::Advance {

@@ -280,9 +280,63 @@ pub struct Cache {
     pub min_signatures: u32,
     /// Where these settings came from.
     pub origin: Origin,
+    /// Where the key paths were set in `origin`, for errors that name the
+    /// file, line and field ([`Cache::key_field`]).
+    pub key_lines: KeyLines,
+}
+
+/// The entry index and the lines of a `[[cache]]` entry's key paths.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyLines {
+    /// The entry's index in its file (`cache[i]`).
+    pub index: usize,
+    /// The line of `trusted_signers`.
+    pub trusted_signers: Option<usize>,
+    /// The line of `signing_key`.
+    pub signing_key: Option<usize>,
 }
 
 impl Cache {
+    /// Checks that a `file://` cache's directory exists, for commands that
+    /// only read a cache (`cache ls`, `verify`, `gc`): a mistyped path is
+    /// not an empty cache. (`push` creates the directory.)
+    ///
+    /// Errors (exit 2): the directory does not exist, naming the cache, its
+    /// URL, where it was configured and the fix.
+    pub fn check_exists(&self) -> Result<()> {
+        if let CacheUrl::File { dir } = &self.url
+            && !dir.exists()
+        {
+            return Err(bad_input(format!(
+                "cache `{}` ({}): {} does not exist, so there is nothing to read; fix the url, or push to it first (`oracle-build push <PIN> --cache {}` creates it)",
+                self.name,
+                self.origin,
+                dir.display(),
+                self.url
+            )));
+        }
+        Ok(())
+    }
+
+    /// Where the key path `field` (`trusted_signers` or `signing_key`) of
+    /// this cache was set: `<file>: line N: field `cache[i].<field>``, or
+    /// the cache's name and origin for one not read from a file.
+    pub fn key_field(&self, field: &str) -> String {
+        let line = match field {
+            "trusted_signers" => self.key_lines.trusted_signers,
+            "signing_key" => self.key_lines.signing_key,
+            _ => None,
+        };
+        match (&self.origin, line) {
+            (Origin::File(f), Some(l)) => format!(
+                "{}: line {l}: field `cache[{}].{field}`",
+                f.display(),
+                self.key_lines.index
+            ),
+            _ => format!("cache `{}` ({}): field `{field}`", self.name, self.origin),
+        }
+    }
+
     /// An ad-hoc cache at `url` with the defaults, from `origin`.
     pub fn ad_hoc(url: CacheUrl, origin: Origin) -> Cache {
         Cache {
@@ -294,6 +348,7 @@ impl Cache {
             signing_key: None,
             min_signatures: 1,
             origin,
+            key_lines: KeyLines::default(),
         }
     }
 }
@@ -516,6 +571,8 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<Cache>> {
                 base.join(p)
             }))
         };
+        let key_line =
+            |v: &Option<toml::Spanned<String>>| v.as_ref().map(|v| line_of(text, v.span().start));
         let trusted_signers = path(&rc.trusted_signers, "trusted_signers")?;
         let signing_key = path(&rc.signing_key, "signing_key")?;
         let min_signatures = match &rc.min_signatures {
@@ -541,6 +598,11 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<Cache>> {
             signing_key,
             min_signatures,
             origin: Origin::File(file.to_path_buf()),
+            key_lines: KeyLines {
+                index: i,
+                trusted_signers: key_line(&rc.trusted_signers),
+                signing_key: key_line(&rc.signing_key),
+            },
         });
     }
     Ok(out)

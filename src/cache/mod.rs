@@ -42,6 +42,7 @@ pub mod compiler;
 pub mod config;
 pub mod delete;
 pub mod inspect;
+pub mod keyfile;
 pub mod layout;
 pub mod listing;
 pub mod provenance;

@@ -596,14 +596,8 @@ pub fn wheel_files(record: &wheel::BuildRecord) -> Vec<super::trust::FileDigest>
 ///
 /// Errors: the allowed_signers file cannot be read or parsed.
 pub fn policy_of(cache: &super::config::Cache) -> Result<super::trust::Policy> {
-    Ok(super::trust::Policy {
-        allowed: cache
-            .trusted_signers
-            .as_deref()
-            .map(super::trust::AllowedSigners::load)
-            .transpose()?,
-        min_signatures: cache.min_signatures,
-    })
+    // One reading of the key file, whose errors name the config line.
+    super::trust::Policy::for_cache(cache)
 }
 
 /// The verdict of `policy` on the wheel artifact config `config` from

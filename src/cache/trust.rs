@@ -130,8 +130,22 @@ impl SigningKey {
     /// unattended, so decrypt a copy with `ssh-keygen -p`), or is not
     /// ed25519; 1 when it cannot be read.
     pub fn load(path: &Path) -> Result<SigningKey> {
-        let text = fs_err::read_to_string(path)?;
-        SigningKey::from_openssh(&text, &path.display().to_string())
+        let shown = path.display().to_string();
+        let text = super::keyfile::read(path, &shown, super::keyfile::KeyKind::PrivateKey)?;
+        SigningKey::from_openssh(&text, &shown)
+    }
+
+    /// The `signing_key` of `cache`, read as [`SigningKey::load`] does, each
+    /// error naming the config file, line and field; `None` without one.
+    ///
+    /// Errors: exit 2 as [`super::keyfile::read`] and [`SigningKey::from_openssh`].
+    pub fn for_cache(cache: &Cache) -> Result<Option<SigningKey>> {
+        let Some(path) = &cache.signing_key else {
+            return Ok(None);
+        };
+        let named = cache.key_field("signing_key");
+        let text = super::keyfile::read(path, &named, super::keyfile::KeyKind::PrivateKey)?;
+        SigningKey::from_openssh(&text, &format!("{named}: {}", path.display())).map(Some)
     }
 
     /// The key from the text of an OpenSSH private key file; `origin` names
@@ -244,15 +258,10 @@ impl Policy {
         let allowed = match &cache.trusted_signers {
             None => None,
             Some(path) => {
-                if !path.is_file() {
-                    return Err(bad_input(format!(
-                        "cache `{}` ({}): trusted_signers {} does not exist",
-                        cache.name,
-                        cache.origin,
-                        path.display()
-                    )));
-                }
-                Some(AllowedSigners::load(path)?)
+                let named = cache.key_field("trusted_signers");
+                let text =
+                    super::keyfile::read(path, &named, super::keyfile::KeyKind::AllowedSigners)?;
+                Some(AllowedSigners::parse(&text, &path.display().to_string())?)
             }
         };
         Ok(Policy {
@@ -316,8 +325,9 @@ impl AllowedSigners {
     /// key type other than `ssh-ed25519`, a bad key or time); 1 when it
     /// cannot be read.
     pub fn load(path: &Path) -> Result<AllowedSigners> {
-        let text = fs_err::read_to_string(path)?;
-        AllowedSigners::parse(&text, &path.display().to_string())
+        let shown = path.display().to_string();
+        let text = super::keyfile::read(path, &shown, super::keyfile::KeyKind::AllowedSigners)?;
+        AllowedSigners::parse(&text, &shown)
     }
 
     /// The signers of `text` read from `origin` (as [`AllowedSigners::load`]).

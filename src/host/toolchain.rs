@@ -206,6 +206,9 @@ pub fn find_uv(store: &Store, python: Option<&Python>, provision: bool) -> Resul
     if let Some(tool) = probe_tool(&bin, &["--version"]) {
         return Ok(tool);
     }
+    if let Some(tool) = shared_uv(store) {
+        return Ok(tool);
+    }
     if !provision {
         anyhow::bail!(
             "uv not found on PATH and not yet provisioned in {}",
@@ -255,6 +258,33 @@ pub fn find_uv(store: &Store, python: Option<&Python>, provision: bool) -> Resul
     fs::rename(&target, &dir)?;
     probe_tool(&bin, &["--version"])
         .with_context(|| format!("provisioned uv at {} does not run", bin.display()))
+}
+
+/// The pinned uv another store of this user already holds, so that a second
+/// store does not provision its own copy: the default store's
+/// (`Store::default_root(None)`, i.e. `$ORACLE_BUILD_HOME` or
+/// `~/.local/share/oracle-build`) `tools/uv-<UV_VERSION>/bin/uv`, used when
+/// it runs and reports the pinned version. `None` when `ORACLE_BUILD_TOOLS`
+/// names the tools directory (then that one is the shared one), when this
+/// store is the default store, or when it holds no such uv.
+fn shared_uv(store: &Store) -> Option<Tool> {
+    if std::env::var_os("ORACLE_BUILD_TOOLS").is_some_and(|v| !v.is_empty()) {
+        return None;
+    }
+    let default = Store::default_root(None).ok()?;
+    let same = |a: &Path, b: &Path| {
+        a.canonicalize()
+            .ok()
+            .is_some_and(|a| Some(a) == b.canonicalize().ok())
+    };
+    if same(&default, store.root()) {
+        return None;
+    }
+    let bin = default
+        .join("tools")
+        .join(format!("uv-{UV_VERSION}"))
+        .join("bin/uv");
+    probe_tool(&bin, &["--version"]).filter(|t| uv_version_number(&t.version) == UV_VERSION)
 }
 
 /// The tools directory: `$ORACLE_BUILD_TOOLS`, else `<root>/tools`.

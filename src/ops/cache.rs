@@ -99,6 +99,9 @@ pub fn run(
             config::CONFIG_FILE
         )));
     }
+    for c in &caches {
+        c.check_exists()?;
+    }
     let store = Store::open_existing(&root);
     match action {
         Action::Ls | Action::Verify => {
@@ -145,17 +148,17 @@ pub fn run(
     }
 }
 
-/// A scratch directory: in the store's `tmp/` when there is a store (big
-/// wheels), else the system's.
+/// A scratch directory: in the store's `tmp/` when there is a writable
+/// store (big wheels), else the system's.
 fn scratch(store: Option<&Store>) -> Result<tempfile::TempDir> {
     Ok(match store {
-        Some(s) => {
+        Some(s) if !s.read_only() => {
             fs_err::create_dir_all(s.tmp_dir())?;
             tempfile::Builder::new()
                 .prefix("cache-")
                 .tempdir_in(s.tmp_dir())?
         }
-        None => tempfile::tempdir()?,
+        _ => tempfile::tempdir()?,
     })
 }
 

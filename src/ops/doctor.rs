@@ -11,6 +11,8 @@ use crate::pipeline::doctor::diagnose;
 /// `doctor`: prints the problems and their fixes; exit 1 when there are any.
 pub fn run(s: &Session, opts: &DoctorOptions) -> Result<()> {
     let root = s.root()?;
+    // A root that is a file, or inside a checkout, is refused (exit 2).
+    s.store()?;
     let report = diagnose(&root, opts)?;
     if s.json {
         print_json(&report)?;

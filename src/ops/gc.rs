@@ -17,6 +17,8 @@ use crate::store::{Bucket, Entry, Store};
 /// `gc`: deletes (or lists) unreachable entries and the bytes freed.
 pub fn run(s: &Session, dry_run: bool) -> Result<()> {
     let root = s.root()?;
+    // A root that is a file, or inside a checkout, is refused (exit 2).
+    s.store()?;
     let Some(store) = Store::open_existing(&root) else {
         if s.json {
             return print_json(&gc::GcReport {
@@ -99,6 +101,7 @@ pub fn keep(s: &Session, pin_arg: &str, keep: bool) -> Result<()> {
     let lr = s.recipe(pin_arg)?;
     let r = &lr.recipe;
     let root = s.root()?;
+    s.store()?;
     let link = std::path::absolute(&root)
         .unwrap_or_else(|_| root.clone())
         .join("roots")

@@ -190,6 +190,9 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
                 .join("; ")
         ));
     }
+    store.refuse_read_only(
+        "record the gate in the oracle's oracle.json (run `oracle-build smoke` where the store is writable; `oracle-build verify` checks the oracle read-only)",
+    )?;
     let _lock = store.entry(Bucket::Venvs, &rec.key).lock()?;
     let mut opts = smoke::Options::new(&store, &lr);
     opts.only = args.case.clone();

@@ -113,6 +113,43 @@ fn reached_by(store: &Store, roots: &[Root]) -> BTreeMap<String, Vec<String>> {
     out
 }
 
+/// Adds to `rows` the recipes of the oracles the store holds (their
+/// `oracle.json`) that no row lists at that commit: a store lists what it
+/// holds wherever `status` runs. The oracle shown is the one a root reaches
+/// when there is one.
+fn held_recipes(store: &Store, roots: &[Root], rows: &mut Vec<RecipeRow>) -> Result<()> {
+    let rooted: Vec<PathBuf> = roots
+        .iter()
+        .filter_map(|r| r.path.canonicalize().ok())
+        .collect();
+    let listed = rows.len();
+    for e in store.entries(Bucket::Venvs)? {
+        let Ok(rec) = OracleRecord::read(&e.path) else {
+            continue;
+        };
+        let commit = rec.identity.commit.clone();
+        let row = RecipeRow {
+            name: rec.recipe.clone(),
+            commit: commit.clone(),
+            origin: format!("store ({})", rec.recipe_origin),
+            oracle: Some(e.path.clone()),
+            verdict: Some(rec.smoke.verdict.as_str().to_string()),
+        };
+        let same = |r: &RecipeRow| r.name == rec.recipe && r.commit == commit;
+        if rows[..listed].iter().any(same) {
+            continue;
+        }
+        match rows[listed..].iter().position(same) {
+            Some(i) if rooted.contains(&e.path.canonicalize().unwrap_or_default()) => {
+                rows[listed + i] = row
+            }
+            Some(_) => {}
+            None => rows.push(row),
+        }
+    }
+    Ok(())
+}
+
 /// Collects the status of the store at `root` (empty when it does not exist).
 pub fn status(root: &Path) -> Result<Status> {
     let store = Store::open_existing(root);
@@ -151,7 +188,7 @@ pub fn status(root: &Path) -> Result<Status> {
         }
     }
     let (recipes, recipe_errors) = pin::all_recipes();
-    let recipes = recipes
+    let mut recipes: Vec<RecipeRow> = recipes
         .into_iter()
         .map(|lr| {
             let root = roots.iter().find(|r| r.name == lr.recipe.name && r.live);
@@ -165,6 +202,9 @@ pub fn status(root: &Path) -> Result<Status> {
             }
         })
         .collect();
+    if let Some(s) = &store {
+        held_recipes(s, &roots, &mut recipes)?;
+    }
     Ok(Status {
         store: root.to_path_buf(),
         recipes,
@@ -177,6 +217,8 @@ pub fn status(root: &Path) -> Result<Status> {
 /// `status`: prints the status (text or `--json`).
 pub fn run(session: &Session) -> Result<()> {
     let root = session.root()?;
+    // A root that is a file, or inside a checkout, is refused (exit 2).
+    session.store()?;
     let s = status(&root)?;
     if session.json {
         return print_json(&s);

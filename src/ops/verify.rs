@@ -289,6 +289,10 @@ pub fn print_checks(v: &Verification, to_stderr: bool) {
 /// (it is left unchanged); exit 1 when it cannot be read or written.
 pub fn write_pin_block(file: &Path, block: &str) -> Result<()> {
     use std::io::Write;
+    // A symlink is written through: its target gets the new text (by
+    // rename beside it) and the link stays a link.
+    let target = follow_links(file)?;
+    let file = target.as_path();
     let (text, perms) = match std::fs::read(file) {
         Ok(bytes) => {
             let text = String::from_utf8(bytes).map_err(|_| {
@@ -320,6 +324,30 @@ pub fn write_pin_block(file: &Path, block: &str) -> Result<()> {
     tmp.persist(file)
         .map_err(|e| anyhow!("replacing {}: {}", file.display(), e.error))?;
     Ok(())
+}
+
+/// The file `path` names once every symlink on it is followed (the path
+/// itself when it is no link; a dangling link's target, to be created).
+///
+/// Errors: more than 40 links in a row (a loop).
+fn follow_links(path: &Path) -> Result<std::path::PathBuf> {
+    let mut p = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let to = std::fs::read_link(&p)?;
+                p = match p.parent() {
+                    Some(dir) if to.is_relative() => dir.join(to),
+                    _ => to,
+                };
+            }
+            _ => return Ok(p),
+        }
+    }
+    Err(bad_input(format!(
+        "{}: too many levels of symbolic links; point it at the file to write",
+        path.display()
+    )))
 }
 
 /// `verify`: prints every check; with `--emit-pin-block`, the checks go to

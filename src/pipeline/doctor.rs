@@ -568,7 +568,10 @@ impl Doctor {
             build_activate.clone()
         };
         let rooted = store.roots_dir().join(&a.root).canonicalize().ok();
-        let moved = if rooted.as_ref() == Some(&target) {
+        // The same directory, compared as a file (device and inode): the
+        // store may be reached by another path (a bind mount) than the
+        // alias's target.
+        let moved = if rooted.as_ref().is_some_and(|p| same_file(p, &target)) {
             String::new()
         } else {
             format!(
@@ -634,6 +637,15 @@ impl Doctor {
                 activate,
             );
         }
+    }
+}
+
+/// Whether `a` and `b` are the same file or directory (device and inode).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => a == b,
     }
 }
 
@@ -746,15 +758,14 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
         }
         // Reachable through roots and the entries' `requires` (as `gc` sees it).
         let reached = crate::store::gc::reachable(store)?;
-        for bucket in [
-            Bucket::Git,
-            Bucket::Src,
-            Bucket::Ext,
-            Bucket::Wheels,
-            Bucket::Venvs,
-        ] {
+        // Every entry is counted (as `status` lists them); the wheelhouse
+        // and resolved locks are the inputs' caches, not diagnosed here.
+        for bucket in Bucket::ALL {
             for e in store.entries(bucket)? {
                 n_entries += 1;
+                if matches!(bucket, Bucket::Wheelhouse | Bucket::Locks) {
+                    continue;
+                }
                 let label = e.label();
                 if !reached.contains(&label) {
                     d.add(

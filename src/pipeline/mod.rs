@@ -350,6 +350,8 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         "key known once the wheel exists",
         disk::needed(r, Stage::Venv),
     );
+    // The verdict of a built oracle whose gate a build would not run again.
+    let mut gated: Option<String> = None;
     if src.exists() {
         steps.push(step("checkout", StepState::Cached, src.label(), 0));
         if let Some(tc) = known_toolchain(&findings) {
@@ -392,6 +394,7 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
                                 let e = venv_plan(store, lr, &tc, &rec, &src.path, h.venv).entry;
                                 keys.venv = Some(e.name.clone());
                                 venv_state = if e.exists() {
+                                    gated = gate_recorded(store, lr, &e.path);
                                     step("venv", StepState::Cached, e.label(), 0)
                                 } else {
                                     step(
@@ -430,11 +433,20 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
             Err(e) => format!("{} ({e})", c.name),
         })
         .collect();
+    let (smoke_state, smoke_note) = match gated {
+        Some(verdict) => (
+            StepState::Cached,
+            format!(
+                "{verdict}, recorded in oracle.json (`oracle-build smoke` runs the gate again); "
+            ),
+        ),
+        None => (StepState::ToDo, String::new()),
+    };
     steps.push(step(
         "smoke",
-        StepState::ToDo,
+        smoke_state,
         format!(
-            "probe {}; {} runs of: {}",
+            "{smoke_note}probe {}; {} runs of: {}",
             r.smoke
                 .probe
                 .describe(&r.source.package)
@@ -662,7 +674,8 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
             locked,
             &r.pins,
             &lock_file,
-            &r.name,
+            // As the user can run it: the recipe file, or a name PIN resolution finds.
+            &crate::recipe::shell_arg(lr),
         )?;
         disk::check(store.root(), r, Stage::Venv)?;
     }
@@ -725,4 +738,14 @@ fn known_toolchain(findings: &preflight::Findings) -> Option<Toolchain> {
         gcc: toolchain::find_gcc(),
         nvcc: findings.nvcc.clone(),
     })
+}
+
+/// The verdict recorded by the oracle at `venv` when a build would not run
+/// its gate again (the same smoke key, not `unsmoked`: as
+/// `stages::oracle::ensure` decides); `None` when it would.
+fn gate_recorded(store: &Store, lr: &LoadedRecipe, venv: &Path) -> Option<String> {
+    let rec = OracleRecord::read(venv).ok()?;
+    let unsmoked = rec.smoke.verdict == crate::stages::smoke::Verdict::Unsmoked;
+    (rec.smoke.key == crate::stages::smoke::smoke_key(store, lr) && !unsmoked)
+        .then(|| rec.smoke.verdict.as_str().to_string())
 }

@@ -298,9 +298,8 @@ pub fn push_to(
         for a in body {
             out.push(push_one(t.as_ref(), a, &listed, scratch)?);
             if a.kind == Kind::Wheel
-                && let Some(key_path) = &c.signing_key
+                && let Some(key) = trust::SigningKey::for_cache(c)?
             {
-                let key = trust::SigningKey::load(key_path)?;
                 let att = trust::sign(&statement, &key)?;
                 let art = attest::artifact(&att, &scratch.join(format!("att-{i}")))?;
                 let mut p = push_one(t.as_ref(), &art, &listed, scratch)?;
@@ -315,7 +314,7 @@ pub fn push_to(
                     &store,
                     &build,
                     r,
-                    key_path,
+                    &key,
                     scratch,
                 )?);
             }
@@ -452,22 +451,21 @@ fn other_wheels(
     Ok(out)
 }
 
-/// Signs the provenance of the wheel `build` of `r` with the key at
-/// `key_path` and pushes it to `t` ([`crate::cache::provenance`]).
+/// Signs the provenance of the wheel `build` of `r` with `key` and pushes
+/// it to `t` ([`crate::cache::provenance`]).
 ///
-/// Errors: the key cannot be loaded; a staged source is missing; the cache fails.
+/// Errors: a staged source is missing; the cache fails.
 fn push_provenance(
     t: &dyn Transport,
     store: &Store,
     build: &BuildRecord,
     r: &crate::recipe::Recipe,
-    key_path: &Path,
+    key: &trust::SigningKey,
     scratch: &Path,
 ) -> Result<PushedArtifact> {
     use crate::cache::provenance;
-    let key = trust::SigningKey::load(key_path)?;
     let statement = provenance::describe(store, build, &r.source.repo, &builder_name())?;
-    let signed = provenance::sign(&statement, &key)?;
+    let signed = provenance::sign(&statement, key)?;
     let (tag, pushed) = provenance::push(t, &build.key, &signed, &scratch.join("provenance"))?;
     crate::progress::stage("push", format!("{tag} -> {}", t.describe()));
     Ok(PushedArtifact {

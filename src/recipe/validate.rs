@@ -40,9 +40,11 @@ pub fn controlled_build_var(key: &str) -> Option<&'static str> {
     })
 }
 
-/// Whether `s` is a valid recipe or case name: `[a-z0-9._-]+`, not `.` or `..`.
+/// Whether `s` is a valid recipe or case name: `[a-z0-9._-]+`, not `.` or
+/// `..`, and not starting with `-` (a command line would read it as an option).
 pub fn is_valid_name(s: &str) -> bool {
     !s.is_empty()
+        && !s.starts_with('-')
         && s != "."
         && s != ".."
         && !s.contains("..")
@@ -68,6 +70,15 @@ pub(super) fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
             format!(
                 "is {} characters long; a name is at most {MAX_NAME_LEN} (it names files and GC roots in the store)",
                 r.name.len()
+            ),
+        ));
+    }
+    if r.name.starts_with('-') {
+        return Err(fail(
+            "name",
+            format!(
+                "{:?} starts with `-`, which a command line reads as an option (`oracle-build {}`); start the name with a letter or digit",
+                r.name, r.name
             ),
         ));
     }

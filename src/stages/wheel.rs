@@ -847,10 +847,13 @@ pub fn ensure(
     if let Some(r) = remote {
         env_pairs.push((REMOTE_STORAGE_VAR.into(), r.ccache_value()));
     }
-    uv.build_wheel(&venv, &tree, &out, &env_pairs, &scrubbed, &log, &bar)?;
+    // uv writes its own files beside the wheel (a `.gitignore`): the build
+    // goes to `dist/`, and only the wheel moves into the entry.
+    let dist = work.join("dist");
+    uv.build_wheel(&venv, &tree, &dist, &env_pairs, &scrubbed, &log, &bar)?;
     bar.finish();
     let cache_stats = counter.as_ref().and_then(|(c, _)| c.finish());
-    let wheels: Vec<String> = fs::read_dir(&out)?
+    let wheels: Vec<String> = fs::read_dir(&dist)?
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".whl"))
@@ -859,10 +862,14 @@ pub fn ensure(
         bail!(
             "the build produced {} wheels in {} (expected one): {wheels:?}",
             wheels.len(),
-            out.display()
+            dist.display()
         );
     };
     let wheel_path = out.join(wheel);
+    if fs::rename(dist.join(wheel), &wheel_path).is_err() {
+        // Another file system (a staging directory outside the store).
+        fs::copy(dist.join(wheel), &wheel_path)?;
+    }
     let record = BuildRecord {
         key: plan.key.clone(),
         wheel: wheel.clone(),

@@ -251,10 +251,18 @@ struct Scanned {
     symlinks: BTreeMap<String, String>,
 }
 
-/// Validates a member path: relative, only normal components, UTF-8.
+/// Validates a member path: relative, only normal components, UTF-8. A
+/// leading `./` (what `tar czf x.tar.gz -C dir .` writes) is dropped, and
+/// the archive's root itself (`.`, `./`) is the empty path.
 fn member_path(raw: &[u8]) -> Result<String, String> {
     let s = std::str::from_utf8(raw).map_err(|_| "a member path is not UTF-8".to_string())?;
-    let s = s.trim_end_matches('/');
+    let mut s = s.trim_end_matches('/');
+    if s == "." {
+        return Ok(String::new());
+    }
+    while let Some(rest) = s.strip_prefix("./") {
+        s = rest.trim_start_matches('/');
+    }
     if s.is_empty() {
         return Err("a member has an empty path".into());
     }
@@ -328,6 +336,12 @@ fn scan<R: Read>(mut ar: tar::Archive<R>) -> Result<Scanned, String> {
     for entry in entries {
         let mut entry = entry.map_err(|e| format!("corrupt archive: {e}"))?;
         let path = member_path(&entry.path_bytes())?;
+        if path.is_empty() {
+            if entry.header().entry_type() == tar::EntryType::Directory {
+                continue;
+            }
+            return Err("the member \".\" is not a directory".into());
+        }
         if !seen.insert(path.clone()) {
             return Err(format!("member {path:?} appears twice"));
         }
@@ -572,6 +586,10 @@ pub fn extract(file: &Path, m: &BundleManifest, x: &Path) -> Result<()> {
     ar.set_preserve_permissions(true);
     for entry in ar.entries()? {
         let mut entry = entry?;
+        // The archive's root (`./`) is `x` itself: nothing to unpack.
+        if member_path(&entry.path_bytes()).is_ok_and(|p| p.is_empty()) {
+            continue;
+        }
         if !entry.unpack_in(x)? {
             bail!("archive member escapes the extraction directory");
         }
@@ -621,6 +639,10 @@ mod tests {
         assert!(member_path(b"../x").is_err());
         assert!(member_path(b"a/../../x").is_err());
         assert!(member_path(b"/etc/passwd").is_err());
+        assert_eq!(member_path(b"./store/src/a").unwrap(), "store/src/a");
+        assert_eq!(member_path(b"./").unwrap(), "");
+        assert!(member_path(b"./../x").is_err());
+        assert!(member_path(b".//etc").is_ok_and(|p| p == "etc"));
         assert!(link_stays_inside("store/ext/a/src/l", "../b"));
         assert!(link_stays_inside("store/ext/a/src/l", "../x"));
         assert!(!link_stays_inside("store/ext/a/src/l", "../../x"));

@@ -93,7 +93,26 @@ pub struct GcReport {
 ///
 /// Each deleted entry is first renamed into `<root>/tmp/` (it vanishes from
 /// the store atomically) and then removed.
+///
+/// Errors: an entry cannot be moved or removed; the store is read-only
+/// ([`Store::read_only`]) and something would be deleted (nothing is).
 pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
+    if !dry_run && store.read_only() {
+        // Nothing is deleted from a store this process cannot write: say
+        // what would go instead of failing on the first rename.
+        let would = collect(store, true)?;
+        if !would.deleted.is_empty() {
+            store.refuse_read_only(&format!(
+                "delete {} unreachable entr{} (`oracle-build gc --dry-run` lists them; run `gc` where the store is writable)",
+                would.deleted.len(),
+                if would.deleted.len() == 1 { "y" } else { "ies" }
+            ))?;
+        }
+        return Ok(GcReport {
+            dry_run: false,
+            ..would
+        });
+    }
     let _gc = store.gc_lock(true)?;
     let live = reachable(store)?;
     let mut deleted = Vec::new();

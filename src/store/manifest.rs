@@ -11,10 +11,12 @@ use fs_err as fs;
 use serde::{Deserialize, Serialize};
 
 use super::fsutil::{read_json, sha256_file, write_json};
-use super::stamps::{STAMPS, Stamps};
 
 /// The file name of every entry's manifest.
 pub const MANIFEST: &str = "manifest.json";
+
+/// The file name of a venv entry's stamps (`store::stamps`), beside [`MANIFEST`].
+pub const STAMPS: &str = "manifest.stamps";
 
 /// The records of entries (`oracle.json` of a venv, `build.json` of a
 /// wheel): small files that say what the entry is, so [`Manifest::check`]
@@ -154,34 +156,6 @@ impl Manifest {
         self.check_hashing(dir, |f| deep || RECORDS.contains(&f.path.as_str()))
     }
 
-    /// The no-op's check of the entry at `dir`, which reads the manifest
-    /// only when something changed. With stamps ([`Stamps`], written by
-    /// [`Manifest::write_stamped`]): every directory's time and every file's
-    /// size and time are compared with one `fstatat` each, and the records
-    /// (`oracle.json`) hashed; when all match the entry is intact. When a
-    /// stamp differs (a file rewritten in place, added, removed, replaced, a
-    /// directory's time), the manifest is read and the whole entry checked
-    /// as [`Manifest::check`] does, hashing every file the stamps name and
-    /// every file directly in a changed directory: a `touch` costs those
-    /// hashes, never a rebuild. Entries without stamps get
-    /// [`Manifest::check_dirs`]. Empty means intact.
-    pub fn check_quick(dir: &Path) -> Vec<String> {
-        let changes = match Stamps::read(dir) {
-            Ok(stamps) => stamps.changes(dir),
-            Err(_) => {
-                return Manifest::read(dir)
-                    .map_or_else(|e| vec![format!("{e:#}")], |m| m.check_dirs(dir));
-            }
-        };
-        if changes.is_empty() {
-            return Vec::new();
-        }
-        match Manifest::read(dir) {
-            Ok(m) => m.check_changed(dir, &changes.iter().map(String::as_str).collect()),
-            Err(e) => vec![format!("{e:#}")],
-        }
-    }
-
     /// The no-op's check of an entry written before stamps, whose cost grows
     /// with the number of directories, not of files. Every file, symlink and
     /// directory at the entry's top is checked as [`Manifest::check`] does;
@@ -204,33 +178,9 @@ impl Manifest {
         self.check_changed(dir, &changed)
     }
 
-    /// [`Manifest::check`] with sizes (what `verify` without `--deep` does),
-    /// and the sha256 of every file directly in a directory whose
-    /// modification time differs from [`Manifest::dirs`] and of every file
-    /// the entry's stamps name as changed: a file replaced by one of the
-    /// same size, or rewritten in place, is found without hashing the whole entry.
-    pub fn check_sizes(&self, dir: &Path) -> Vec<String> {
-        let stamped = Stamps::read(dir)
-            .map(|s| s.changes(dir))
-            .unwrap_or_default();
-        let mut changed = self.changed_dirs(dir);
-        changed.extend(stamped.iter().map(String::as_str));
-        self.check_changed(dir, &changed)
-    }
-
-    /// Writes the manifest to `<dir>/manifest.json`, then the stamps of the
-    /// entry's files as they are now to `<dir>/manifest.stamps` (see
-    /// [`Stamps`]), for the no-op's [`Manifest::check_quick`].
-    ///
-    /// Errors: either file cannot be written; a listed path cannot be stat'ed.
-    pub fn write_stamped(&self, dir: &Path) -> Result<()> {
-        self.write(dir)?;
-        Stamps::take(dir, self)?.write(dir)
-    }
-
     /// Directories of [`Manifest::dirs`] that are gone, not directories, or
     /// of another modification time now.
-    fn changed_dirs(&self, dir: &Path) -> HashSet<&str> {
+    pub(super) fn changed_dirs(&self, dir: &Path) -> HashSet<&str> {
         self.dirs
             .iter()
             .filter(|d| match std::fs::symlink_metadata(dir.join(&d.path)) {
@@ -243,7 +193,7 @@ impl Manifest {
 
     /// [`Manifest::check`] with sizes, hashing the records, every file named
     /// in `changed` and every file directly in a directory named there.
-    fn check_changed(&self, dir: &Path, changed: &HashSet<&str>) -> Vec<String> {
+    pub(super) fn check_changed(&self, dir: &Path, changed: &HashSet<&str>) -> Vec<String> {
         self.check_hashing(dir, |f| {
             RECORDS.contains(&f.path.as_str())
                 || changed.contains(f.path.as_str())
@@ -290,8 +240,12 @@ impl Manifest {
     /// size, and (when `hash`) its sha256.
     fn check_file(&self, dir: &Path, f: &ManifestFile, hash: bool, problems: &mut Vec<String>) {
         let p = dir.join(&f.path);
-        match std::fs::metadata(&p) {
+        match std::fs::symlink_metadata(&p) {
             Err(_) => problems.push(format!("missing: {}", f.path)),
+            // A regular file of the entry replaced by a link (to an identical
+            // file elsewhere, perhaps): its bytes are no longer the entry's.
+            Ok(m) if m.file_type().is_symlink() => problems.push(replaced_by_link(dir, &f.path)),
+            Ok(m) if !m.is_file() => problems.push(format!("not a file: {}", f.path)),
             Ok(m) if m.len() != f.size => problems.push(format!(
                 "changed size: {} ({} -> {} bytes)",
                 f.path,
@@ -316,6 +270,13 @@ impl Manifest {
         for (path, target) in &self.symlinks {
             check_link(dir, path, target, &mut problems);
         }
+        for d in &self.dirs {
+            if std::fs::symlink_metadata(dir.join(&d.path))
+                .is_ok_and(|m| m.file_type().is_symlink())
+            {
+                problems.push(replaced_by_link(dir, &d.path));
+            }
+        }
         let known: std::collections::HashSet<&str> = self
             .files
             .iter()
@@ -331,6 +292,23 @@ impl Manifest {
 }
 
 /// Checks that the symlink `path` of the entry at `dir` still points at `target`.
+/// The problem of `path` (relative to the entry at `dir`), recorded as a
+/// file or directory and now a symlink: where it points, and whether that
+/// leaves the entry.
+fn replaced_by_link(dir: &Path, path: &str) -> String {
+    let p = dir.join(path);
+    let target = std::fs::read_link(&p).unwrap_or_default();
+    let leaves = match (p.canonicalize(), dir.canonicalize()) {
+        (Ok(t), Ok(d)) => !t.starts_with(d),
+        _ => true,
+    };
+    format!(
+        "replaced by a symlink: {path} -> {}{}",
+        target.display(),
+        if leaves { " (outside the entry)" } else { "" }
+    )
+}
+
 fn check_link(dir: &Path, path: &str, target: &str, problems: &mut Vec<String>) {
     match std::fs::read_link(dir.join(path)) {
         Ok(t) if t.to_string_lossy() == *target => {}

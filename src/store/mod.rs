@@ -56,8 +56,8 @@ pub use fsutil::{
 };
 pub use lock::{Lock, LockName, lock_tools, release_run_lock};
 use lock::{lock_file, take_run_lock, wait_for_run_lock};
-pub use manifest::{ARTIFACT_JSON, MANIFEST, Manifest, ManifestFile, RECORDS};
-pub use stamps::{STAMPS, Stamps};
+pub use manifest::{ARTIFACT_JSON, MANIFEST, Manifest, ManifestFile, RECORDS, STAMPS};
+pub use stamps::Stamps;
 
 /// The kinds of store entries; each is one directory under `<root>/store/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -305,13 +305,22 @@ impl Store {
 
     /// The store at `root`, validated but not created (see [`Store::init`]).
     ///
-    /// Errors (exit 2): `root` lies inside a git checkout.
+    /// Errors (exit 2): `root` exists and is not a directory, holds a `$`,
+    /// or lies inside a git checkout.
     pub fn at(root: &Path) -> Result<Store> {
         let abs =
             std::path::absolute(root).with_context(|| format!("resolving {}", root.display()))?;
         if abs.exists() && !abs.is_dir() {
             return Err(bad_input(format!(
                 "store root {} exists and is not a directory (--store or ORACLE_BUILD_HOME)",
+                abs.display()
+            )));
+        }
+        if abs.to_string_lossy().contains('$') {
+            // setuptools expands `$name` in the build's install paths
+            // (distutils `subst_vars`) and fails deep in a build.
+            return Err(bad_input(format!(
+                "store root {} holds a `$`, which Python's setuptools reads as a variable in the build's paths; choose a path without `$` (--store or ORACLE_BUILD_HOME)",
                 abs.display()
             )));
         }
@@ -360,6 +369,17 @@ impl Store {
     /// naming the store as read-only.
     pub fn read_only(&self) -> bool {
         dir_read_only(&self.root)
+    }
+
+    /// Refuses a command that must write a read-only store ([`Store::read_only`])
+    /// before it changes anything: the error names the store and `what`.
+    ///
+    /// Errors: the store is read-only.
+    pub fn refuse_read_only(&self, what: &str) -> Result<()> {
+        if self.read_only() {
+            return Err(self.read_only_error(what));
+        }
+        Ok(())
     }
 
     /// The error for a write a read-only store refuses: names the store and `what`.

@@ -43,10 +43,7 @@ use fs_err as fs;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use super::fsutil::write_atomic;
-use super::manifest::{MANIFEST, Manifest, RECORDS};
-
-/// The file name of a venv entry's stamps, beside [`MANIFEST`].
-pub const STAMPS: &str = "manifest.stamps";
+use super::manifest::{MANIFEST, Manifest, RECORDS, STAMPS};
 
 const MAGIC: &[u8] = b"oracle-build stamps 1\n";
 
@@ -146,6 +143,61 @@ fn open_dir(path: &Path) -> rustix::io::Result<OwnedFd> {
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
+}
+
+/// The checks and the write of a [`Manifest`] that use its entry's stamps.
+impl Manifest {
+    /// The no-op's check of the entry at `dir`, which reads the manifest
+    /// only when something changed. With stamps ([`Stamps`], written by
+    /// [`Manifest::write_stamped`]): every directory's time and every file's
+    /// size and time are compared with one `fstatat` each, and the records
+    /// (`oracle.json`) hashed; when all match the entry is intact. When a
+    /// stamp differs (a file rewritten in place, added, removed, replaced, a
+    /// directory's time), the manifest is read and the whole entry checked
+    /// as [`Manifest::check`] does, hashing every file the stamps name and
+    /// every file directly in a changed directory: a `touch` costs those
+    /// hashes, never a rebuild. Entries without stamps get
+    /// [`Manifest::check_dirs`]. Empty means intact.
+    pub fn check_quick(dir: &Path) -> Vec<String> {
+        let changes = match Stamps::read(dir) {
+            Ok(stamps) => stamps.changes(dir),
+            Err(_) => {
+                return Manifest::read(dir)
+                    .map_or_else(|e| vec![format!("{e:#}")], |m| m.check_dirs(dir));
+            }
+        };
+        if changes.is_empty() {
+            return Vec::new();
+        }
+        match Manifest::read(dir) {
+            Ok(m) => m.check_changed(dir, &changes.iter().map(String::as_str).collect()),
+            Err(e) => vec![format!("{e:#}")],
+        }
+    }
+
+    /// [`Manifest::check`] with sizes (what `verify` without `--deep` does),
+    /// and the sha256 of every file directly in a directory whose
+    /// modification time differs from [`Manifest::dirs`] and of every file
+    /// the entry's stamps name as changed: a file replaced by one of the
+    /// same size, or rewritten in place, is found without hashing the whole entry.
+    pub fn check_sizes(&self, dir: &Path) -> Vec<String> {
+        let stamped = Stamps::read(dir)
+            .map(|s| s.changes(dir))
+            .unwrap_or_default();
+        let mut changed = self.changed_dirs(dir);
+        changed.extend(stamped.iter().map(String::as_str));
+        self.check_changed(dir, &changed)
+    }
+
+    /// Writes the manifest to `<dir>/manifest.json`, then the stamps of the
+    /// entry's files as they are now to `<dir>/manifest.stamps` (see
+    /// [`Stamps`]), for the no-op's [`Manifest::check_quick`].
+    ///
+    /// Errors: either file cannot be written; a listed path cannot be stat'ed.
+    pub fn write_stamped(&self, dir: &Path) -> Result<()> {
+        self.write(dir)?;
+        Stamps::take(dir, self)?.write(dir)
+    }
 }
 
 fn join(dir: &str, name: &str) -> String {

@@ -1,5 +1,6 @@
-//! The edges a real user hits (issue 16, items 7-17): each gets a clear
-//! answer, with the contract's exit code, and leaves the store valid.
+//! The edges a real user hits (issue 16, items 7-17; issue 26, items 1-13):
+//! each gets a clear answer, with the contract's exit code, and leaves the
+//! store valid.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -710,4 +711,581 @@ fn killing_the_whole_process_group_ends_the_build_it_started() {
     std::fs::remove_file(&flag).unwrap();
     let out = build_out(d, &recipe, &store, &[]);
     assert_eq!(code(&out), 0, "{}", text(&out));
+}
+
+// Issue 26: the edges a new user hits, one answer each. The tests below
+// share built fixture oracles where they can.
+
+/// `oracle-build args...` in a mount namespace after the shell lines `setup`
+/// (e.g. `mount --bind A B`): as [`run_with_read_only`], for any mounts.
+fn run_in_namespace(cwd: &Path, setup: &str, args: &[&str]) -> Output {
+    let script = format!("set -e\n{setup}\nexec \"$@\"\n");
+    let c = cmd(cwd);
+    let mut u = std::process::Command::new("unshare");
+    u.current_dir(cwd)
+        .args(["-rm", "sh", "-c", &script, "sh", bin().to_str().unwrap()])
+        .args(args)
+        .envs(c.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))))
+        .env_remove("ORACLE_BUILD_HOME")
+        .env("XDG_CONFIG_HOME", cwd.join("xdg"));
+    u.output().unwrap()
+}
+
+/// `'s'` with `'` escaped, for the shell lines of [`run_in_namespace`].
+fn sq(p: &Path) -> String {
+    format!("'{}'", p.to_str().unwrap().replace('\'', "'\\''"))
+}
+
+/// `<store>/config.toml` with one `[[cache]]` named `team` at `url` and the
+/// `extra` lines (line 3 on).
+fn configure_cache(store: &Path, url: &str, extra: &str) -> PathBuf {
+    std::fs::create_dir_all(store).unwrap();
+    let file = store.join("config.toml");
+    std::fs::write(
+        &file,
+        format!("[[cache]]\nname = \"team\"\nurl = \"{url}\"\n{extra}"),
+    )
+    .unwrap();
+    file
+}
+
+/// `oracle-build args...` in `cwd` with a private `XDG_CONFIG_HOME`, so no
+/// user-level cache configuration is read.
+fn run_own_config(cwd: &Path, args: &[&str]) -> Output {
+    cmd(cwd)
+        .env("XDG_CONFIG_HOME", cwd.join("xdg"))
+        .env("ORACLE_BUILD_BUILDER", "builder-a@test")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+// Issue 26, item 1: a store reached through a bind mount is the same store
+// for `doctor` (no false `alias-moved`); a read-only store lists a cache
+// (`cache ls`), and `smoke` and `gc` refuse in plain words (no errno text),
+// naming the store, what they would write and what to run instead; nothing
+// changes.
+#[test]
+fn a_read_only_or_bind_mounted_store_answers_in_plain_words() {
+    if !can_unshare() {
+        eprintln!("SKIPPED: no unprivileged mount namespaces here (unshare -rm)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, _, recipe, store) = fixture_pin(d);
+    let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
+    let alias = d.join("venvs/oracle");
+    let out = build_out(d, &recipe, &store, &["--activate", alias.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+
+    // The same store at another path: a bind mount (this test runs as root
+    // of its own user namespace), read-only and writable alike.
+    let bind = d.join("bind");
+    std::fs::create_dir_all(&bind).unwrap();
+    let b = bind.to_str().unwrap();
+    for ro in ["", &format!("mount -o remount,bind,ro {}", sq(&bind))] {
+        let setup = format!("mount --bind {} {}\n{ro}", sq(&store), sq(&bind));
+        let out = run_in_namespace(d, &setup, &["doctor", "--store", b]);
+        assert_eq!(code(&out), 0, "{ro}: {}", text(&out));
+        assert!(!text(&out).contains("alias-moved"), "{ro}: {}", text(&out));
+    }
+
+    // Something for gc to delete: an oracle whose root is removed.
+    let old = write_recipe(d, "fx-old", &repo, &first_commit(&repo), SMOKE);
+    let out = build_out(d, &old, &store, &["--no-smoke"]);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let out = run(d, &["unkeep", old.to_str().unwrap(), "--store", s]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let layout = d.join("layout");
+    std::fs::create_dir_all(&layout).unwrap();
+    configure_cache(&store, &format!("file://{}", layout.display()), "");
+
+    let before = tree(&store);
+    let ro = format!(
+        "mount --bind {0} {0}\nmount -o remount,bind,ro {0}",
+        sq(&store)
+    );
+    let out = run_in_namespace(d, &ro, &["cache", "ls", "--store", s]);
+    assert_eq!(code(&out), 0, "cache ls: {}", text(&out));
+    for (args, says) in [
+        (vec!["smoke", r, "--store", s], "oracle-build verify"),
+        (vec!["gc", "--store", s], "gc --dry-run"),
+    ] {
+        let out = run_in_namespace(d, &ro, &args);
+        let t = text(&out);
+        assert_eq!(code(&out), 1, "{args:?}: {t}");
+        assert!(
+            t.contains(&format!("the store {s} is read-only")) && t.contains(says),
+            "{args:?}: {t}"
+        );
+        assert!(!t.contains("os error"), "{args:?}: {t}");
+    }
+    assert_eq!(tree(&store), before, "the store is as it was");
+}
+
+/// Sets the modification time of the directory `dir` to `t`.
+fn set_dir_mtime(dir: &Path, t: std::time::SystemTime) {
+    std::fs::File::open(dir).unwrap().set_modified(t).unwrap();
+}
+
+// Issue 26, item 2: a module of an oracle replaced by a symlink to an
+// identical file outside the store (its directory's time restored) is
+// found by verify, verify --deep and doctor, and the next build rebuilds the
+// oracle instead of taking it as it is.
+#[test]
+fn a_symlink_planted_in_an_oracle_is_found_by_every_check() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, store) = fixture_pin(d);
+    let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
+    let out = build_out(d, &recipe, &store, &["--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let venv = store.join("roots/fx").canonicalize().unwrap();
+    let module = venv.join("lib/python3.11/site-packages/fixturellm/model.py");
+    let dir = module.parent().unwrap();
+    let (mode, mtime) = {
+        let m = std::fs::metadata(dir).unwrap();
+        (m.permissions().mode(), m.modified().unwrap())
+    };
+    let outside = d.join("model.py");
+    std::fs::copy(&module, &outside).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o200)).unwrap();
+    std::fs::remove_file(&module).unwrap();
+    std::os::unix::fs::symlink(&outside, &module).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).unwrap();
+    set_dir_mtime(dir, mtime);
+    assert_eq!(std::fs::metadata(dir).unwrap().modified().unwrap(), mtime);
+
+    let says = "replaced by a symlink: lib/python3.11/site-packages/fixturellm/model.py";
+    for args in [
+        vec!["verify", r, "--store", s],
+        vec!["verify", r, "--deep", "--store", s],
+        vec!["doctor", "--store", s],
+    ] {
+        let out = run(d, &args);
+        let t = text(&out);
+        assert_ne!(code(&out), 0, "{args:?}: {t}");
+        assert!(
+            t.contains(says) && t.contains("(outside the entry)"),
+            "{args:?}: {t}"
+        );
+    }
+    let out = build_out(d, &recipe, &store, &["--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(
+        json(&out)["built"].to_string().contains("venv"),
+        "{}",
+        text(&out)
+    );
+    let out = run(d, &["verify", r, "--deep", "--store", s]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+}
+
+// Issue 26, items 5, 8, 11 and 12 on one built oracle: `plan` after a
+// gateable build shows the gate as cached; `doctor` counts the entries
+// `status` lists, and `status` lists the recipes the store holds wherever
+// it runs; no wheel entry holds uv's `.gitignore`; `--write-pin-block`
+// writes through a symlink (the link stays); a bundle repacked with
+// `tar czf x.tar.gz -C dir .` imports.
+#[test]
+fn one_built_oracle_plans_counts_lists_writes_through_links_and_imports_repacked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, store) = fixture_pin(d);
+    let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
+    let out = build_out(d, &recipe, &store, &[]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+
+    // Item 5.
+    let out = run(d, &["plan", r, "--store", s, "--json"]);
+    let j = json(&out);
+    let smoke = j["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|st| st["stage"] == "smoke")
+        .cloned()
+        .unwrap();
+    assert_eq!(smoke["state"], "cached", "{j}");
+    assert!(smoke["detail"].to_string().contains("gateable"), "{smoke}");
+
+    // Item 12: counts, recipes, no .gitignore.
+    let elsewhere = d.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let status = json(&run(&elsewhere, &["status", "--store", s, "--json"]));
+    let doctor = json(&run(&elsewhere, &["doctor", "--store", s, "--json"]));
+    let listed = status["entries"].as_array().unwrap().len();
+    assert!(listed > 5, "{status}");
+    assert_eq!(doctor["entries"], listed, "{doctor}");
+    let fx = status["recipes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["name"] == "fx")
+        .cloned()
+        .unwrap_or_else(|| panic!("the store's recipe is listed: {status}"));
+    assert_eq!(fx["verdict"], "gateable", "{fx}");
+    assert_eq!(
+        Path::new(fx["oracle"].as_str().unwrap()),
+        store.join("roots/fx").canonicalize().unwrap()
+    );
+    for w in std::fs::read_dir(store.join("store/wheels")).unwrap() {
+        let w = w.unwrap().path();
+        assert!(!w.join(".gitignore").exists(), "{}", w.display());
+    }
+
+    // Item 8: the link stays a link, its target gets the block.
+    let notes = d.join("notes");
+    std::fs::create_dir_all(&notes).unwrap();
+    std::fs::write(notes.join("SYNC.md"), "# sync notes\n").unwrap();
+    let link = d.join("SYNC.md");
+    std::os::unix::fs::symlink("notes/SYNC.md", &link).unwrap();
+    let l = link.to_str().unwrap();
+    let out = run(d, &["verify", r, "--store", s, "--write-pin-block", l]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let written = std::fs::read_to_string(notes.join("SYNC.md")).unwrap();
+    assert!(
+        written.starts_with("# sync notes\n") && written.contains("```parity-pin\n"),
+        "{written}"
+    );
+    let out = run(d, &["verify", r, "--store", s, "--pin-file", l]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+
+    // Item 11: a bundle unpacked and packed again the usual way.
+    let bundle = d.join("fx.tar.gz");
+    let out = run(
+        d,
+        &["export", r, "-o", bundle.to_str().unwrap(), "--store", s],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let unpacked = d.join("unpacked");
+    std::fs::create_dir_all(&unpacked).unwrap();
+    succeeds(
+        std::process::Command::new("tar")
+            .arg("xzf")
+            .arg(&bundle)
+            .arg("-C")
+            .arg(&unpacked),
+    );
+    let repacked = d.join("repacked.tar.gz");
+    succeeds(
+        std::process::Command::new("tar")
+            .arg("czf")
+            .arg(&repacked)
+            .arg("-C")
+            .arg(&unpacked)
+            .arg("."),
+    );
+    let s2 = d.join("s2");
+    let out = run(
+        d,
+        &[
+            "import",
+            repacked.to_str().unwrap(),
+            "--store",
+            s2.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let out = run(
+        d,
+        &["build", r, "--offline", "--store", s2.to_str().unwrap()],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+}
+
+/// `s` with every run of digits (and of `.` between them) written `N`.
+fn digits_as_n(s: &str) -> String {
+    let mut out = String::new();
+    let mut in_number = false;
+    for c in s.chars() {
+        if c.is_ascii_digit() || (in_number && c == '.') {
+            if !in_number {
+                out.push('N');
+            }
+            in_number = true;
+        } else {
+            in_number = false;
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The report part (after `<url>: `) of the first `pushed ...` line of `text`.
+fn push_report(text: &str) -> String {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("pushed "))
+        .unwrap_or_else(|| panic!("no `pushed` line in:\n{text}"));
+    digits_as_n(line.split_once(": ").unwrap().1)
+}
+
+// Issue 26, items 7 and 13: key files that are not what they should be are
+// refused before anything is pushed (exit 2), naming the config file, line
+// and field, the path and the fix: a directory, FIFO or device as
+// `trusted_signers`, a public key, `/dev/zero` (without hanging), a
+// world-readable key and a missing file as `signing_key`. Then a good key
+// pushes, and README.md and docs/cache.md show the line `push` prints.
+#[test]
+fn hostile_key_files_are_refused_naming_file_line_and_field() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, store) = fixture_pin(d);
+    let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
+    let layout = d.join("layout");
+    let url = format!("file://{}", layout.display());
+
+    std::fs::create_dir_all(&layout).unwrap();
+    let fifo = d.join("fifo");
+    succeeds(std::process::Command::new("mkfifo").arg(&fifo));
+    for (path, what) in [
+        (d.to_path_buf(), "is a directory"),
+        (fifo.clone(), "is a FIFO, not a regular file"),
+        (
+            PathBuf::from("/dev/zero"),
+            "is a device, not a regular file",
+        ),
+    ] {
+        let extra = format!("trusted_signers = \"{}\"\n", path.display());
+        let config = configure_cache(&store, &url, &extra);
+        let out = output_or_hang(
+            cmd(d)
+                .env("XDG_CONFIG_HOME", d.join("xdg"))
+                .args(["cache", "ls", "--store", s]),
+            120,
+        );
+        let t = text(&out);
+        assert_eq!(code(&out), 2, "{t}");
+        let at = format!(
+            "{}: line 4: field `cache[0].trusted_signers`",
+            config.display()
+        );
+        assert!(t.contains(&at) && t.contains(what), "{what}: {t}");
+    }
+    std::fs::remove_dir(&layout).unwrap();
+    // A build reads the same key files: refused the same way.
+    let out = build_out(d, &recipe, &store, &[]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains("field `cache[0].trusted_signers`"),
+        "{}",
+        text(&out)
+    );
+    std::fs::remove_file(store.join("config.toml")).unwrap();
+
+    let out = build_out(d, &recipe, &store, &[]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let (key, line) = keypair(d, "builder-a@test");
+    let public = key.with_extension("pub");
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let open = d.join("open-key");
+    std::fs::copy(&key, &open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let allowed = d.join("allowed_signers");
+    std::fs::write(&allowed, &line).unwrap();
+    let missing = d.join("no-such-key");
+    for (path, what) in [
+        (
+            public.clone(),
+            "holds a public key, not a private key".to_string(),
+        ),
+        (PathBuf::from("/dev/zero"), "is a device".to_string()),
+        (
+            open.clone(),
+            format!(
+                "(mode 0644); like ssh, oracle-build refuses it: `chmod 600 {}`",
+                open.display()
+            ),
+        ),
+        (
+            missing.clone(),
+            format!(
+                "does not exist; make a key (`ssh-keygen -t ed25519 -N '' -f {}`)",
+                missing.display()
+            ),
+        ),
+    ] {
+        let extra = format!(
+            "trusted_signers = \"{}\"\nsigning_key = \"{}\"\n",
+            allowed.display(),
+            path.display()
+        );
+        let config = configure_cache(&store, &url, &extra);
+        let out = output_or_hang(
+            cmd(d)
+                .env("XDG_CONFIG_HOME", d.join("xdg"))
+                .args(["push", r, "--store", s]),
+            120,
+        );
+        let t = text(&out);
+        assert_eq!(code(&out), 2, "{what}: {t}");
+        let at = format!("{}: line 5: field `cache[0].signing_key`", config.display());
+        assert!(t.contains(&at) && t.contains(&what), "{what}: {t}");
+        assert!(
+            !layout.join("index.json").exists(),
+            "{what}: nothing was pushed"
+        );
+    }
+
+    // A good key: the line README.md and docs/cache.md show is the one printed.
+    let extra = format!(
+        "trusted_signers = \"{}\"\nsigning_key = \"{}\"\n",
+        allowed.display(),
+        key.display()
+    );
+    configure_cache(&store, &url, &extra);
+    let out = run_own_config(d, &["push", r, "--store", s]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let printed = push_report(&text(&out));
+    for doc in ["README.md", "docs/cache.md"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(doc);
+        let shown = push_report(&std::fs::read_to_string(&path).unwrap());
+        assert_eq!(shown, printed, "{doc} shows what push prints");
+    }
+}
+
+// Issue 26, items 3, 4, 6 and 9, before any build: a store root that is a
+// file is refused (exit 2) by status, doctor and gc, and stays as it was;
+// global options may come before the command; a build option there is
+// refused; a store path holding `$` is refused up front and nothing is
+// made; a `file://` cache that does not exist is an error naming it.
+#[test]
+fn bad_store_roots_option_order_and_missing_caches_are_answered_up_front() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let file = d.join("not-a-store");
+    std::fs::write(&file, "keep me\n").unwrap();
+    let f = file.to_str().unwrap();
+    for args in [
+        vec!["status", "--store", f],
+        vec!["doctor", "--store", f],
+        vec!["gc", "--store", f],
+        vec!["gc", "--dry-run", "--store", f],
+    ] {
+        let out = run(d, &args);
+        let t = text(&out);
+        assert_eq!(code(&out), 2, "{args:?}: {t}");
+        assert!(
+            t.contains(&format!("store root {f} exists and is not a directory")),
+            "{args:?}: {t}"
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me\n");
+    }
+
+    let store = d.join("store");
+    let s = store.to_str().unwrap();
+    let out = run(d, &["--store", s, "status"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(
+        text(&out).starts_with(&format!("store {s}\n")),
+        "{}",
+        text(&out)
+    );
+    let out = run(d, &["--json", "--store", s, "gc", "--dry-run"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(json(&out)["dry_run"], true);
+    let out = run(d, &["--offline", "status", "--store", s]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains("--offline is given before the command `status`"),
+        "{}",
+        text(&out)
+    );
+
+    let (_, _, recipe, _) = fixture_pin(d);
+    let dollar = d.join("a$x");
+    let out = run(
+        d,
+        &[
+            "build",
+            recipe.to_str().unwrap(),
+            "--store",
+            dollar.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("holds a `$`"), "{}", text(&out));
+    assert!(!dollar.exists(), "nothing was made");
+
+    let nowhere = d.join("nowhere");
+    let url = format!("file://{}", nowhere.display());
+    let out = run_own_config(d, &["cache", "ls", "--cache", &url, "--store", s]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("{} does not exist", nowhere.display()))
+            && text(&out).contains("push"),
+        "{}",
+        text(&out)
+    );
+    assert!(!nowhere.exists());
+}
+
+// Issue 26, the house: the README stays at most 12 KiB (details live in docs/).
+#[test]
+fn the_readme_stays_at_most_12_kib() {
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let n = std::fs::metadata(&readme).unwrap().len();
+    assert!(
+        n <= 12_288,
+        "README.md is {n} bytes; move detail into docs/"
+    );
+}
+
+// Issue 26, item 12: a second store uses the pinned uv that the user's
+// default store already holds instead of provisioning its own copy
+// (without `ORACLE_BUILD_TOOLS`, which names one shared tools directory).
+#[test]
+fn a_second_store_uses_the_default_stores_uv() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, store) = fixture_pin(d);
+    // The shared tools directory of the tests gets the pinned uv (a build).
+    let out = build_out(d, &recipe, &store, &["--no-smoke"]);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let uv_dir = shared_tools().join("uv-0.13.9");
+    assert!(uv_dir.join("bin/uv").is_file());
+    // PATH without any uv, so only the tools directories can give one.
+    let path: Vec<PathBuf> = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .filter(|p| !p.join("uv").exists())
+        .collect();
+    let path = std::env::join_paths(path).unwrap();
+    let home = d.join("home");
+    let plan = |home: &Path| {
+        let out = cmd(d)
+            .env("HOME", home)
+            .env("PATH", &path)
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("ORACLE_BUILD_TOOLS")
+            .args(["plan", recipe.to_str().unwrap(), "--json", "--store"])
+            .arg(d.join("second"))
+            .output()
+            .unwrap();
+        json(&out)["steps"][0].clone()
+    };
+    let alone = plan(&home);
+    assert_eq!(alone["state"], "to do", "no uv anywhere yet: {alone}");
+    let tools = home.join(".local/share/oracle-build/tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    std::os::unix::fs::symlink(&uv_dir, tools.join("uv-0.13.9")).unwrap();
+    let shared = plan(&home);
+    assert_eq!(
+        shared["state"], "cached",
+        "the default store's uv: {shared}"
+    );
+    assert!(
+        shared["detail"].to_string().contains("uv 0.13.9"),
+        "{shared}"
+    );
+    assert!(!d.join("second/tools").exists(), "nothing provisioned");
 }

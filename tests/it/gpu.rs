@@ -21,7 +21,7 @@ fn fixture_cuda() -> PathBuf {
 /// it, committed, tagged `v0.1.0`, one more commit. Returns (repo, head commit).
 fn cuda_fixture_repo(dir: &Path) -> (PathBuf, String) {
     let repo = dir.join("repo");
-    overlay(&fixture_pkg(), &repo);
+    write_fixture_pkg(&repo);
     overlay(&fixture_cuda(), &repo);
     git(&repo, &["init", "-q"]);
     git(&repo, &["add", "-A"]);

@@ -263,7 +263,23 @@ fn a_committed_lock_missing_a_declared_requirement_is_refused_before_install() {
         "{err}"
     );
     assert!(err.contains(&file.display().to_string()), "{err}");
-    assert!(err.contains("`oracle-build lock fx`"), "{err}");
+    // The fix runs as printed, from any directory (the recipe is outside ./recipes).
+    let start = err.find("`oracle-build lock ").expect("a lock hint") + 1;
+    let fix = &err[start..start + err[start..].find('`').unwrap()];
+    assert!(fix.contains(recipe.to_str().unwrap()), "{fix}");
+    let elsewhere = d.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin().parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = test_env(Command::new("sh").args(["-c", fix]).current_dir(&elsewhere))
+        .env("PATH", path)
+        .env("ORACLE_BUILD_HOME", &store)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "`{fix}` runs as printed: {}", text(&out));
     // Nothing was installed.
     let venvs = store.join("store/venvs");
     let n = std::fs::read_dir(&venvs).map_or(0, |r| r.count());

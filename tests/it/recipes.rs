@@ -281,3 +281,20 @@ fn a_pin_that_is_a_stem_and_another_recipes_name_says_which_it_used() {
         text(&out)
     );
 }
+
+// Issue 26, item 10: a name a command line would read as an option.
+#[test]
+fn a_recipe_name_starting_with_a_dash_is_refused() {
+    let fx = dir_with(&[("x.yaml", good("-rf", COMMIT))]);
+    refused(
+        &fx,
+        "recipes/x.yaml",
+        &[
+            "recipes/x.yaml",
+            "line 1",
+            "field `name`",
+            "\"-rf\"",
+            "starts with `-`",
+        ],
+    );
+}

@@ -8,9 +8,64 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-/// The fixture package source, committed under tests/fixture/pkg.
+/// The fixture's own files, committed under tests/fixture/pkg: an overlay
+/// on the demo package (see [`write_fixture_pkg`]).
 pub fn fixture_pkg() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixture/pkg")
+}
+
+/// The demo package `oracle-build demo` builds (`demo/pkg`, package `demollm`).
+pub fn demo_pkg() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("demo/pkg")
+}
+
+/// The demo package's name and its spellings, and the fixture's.
+const DEMO_TO_FIXTURE: &[(&str, &str)] = &[
+    ("demollm", "fixturellm"),
+    ("DEMOLLM", "FIXTURELLM"),
+    ("demo-bigram", "fixture-bigram"),
+];
+
+/// Writes the fixture package `fixturellm` into `dst` (created): the demo
+/// package (`demo/pkg`) under the fixture's name (its `demollm` paths and
+/// names renamed; its README and requirements left out), then the
+/// fixture's own files (`tests/fixture/pkg`: setup.py, pyproject.toml,
+/// config.py, model.py, requirements/) over it, as the CUDA and CMake
+/// variants are overlays on the fixture.
+pub fn write_fixture_pkg(dst: &Path) {
+    fn renamed(s: &str) -> String {
+        DEMO_TO_FIXTURE
+            .iter()
+            .fold(s.to_string(), |s, (from, to)| s.replace(from, to))
+    }
+    fn copy(src: &Path, dst: &Path) {
+        std::fs::create_dir_all(dst).unwrap();
+        for e in std::fs::read_dir(src).unwrap() {
+            let e = e.unwrap();
+            let name = renamed(&e.file_name().to_string_lossy());
+            if e.file_type().unwrap().is_dir() {
+                copy(&e.path(), &dst.join(name));
+            } else {
+                let text = std::fs::read_to_string(e.path()).unwrap();
+                std::fs::write(dst.join(name), renamed(&text)).unwrap();
+            }
+        }
+    }
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(demo_pkg()).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name == "README.md" || name == "requirements" {
+            continue;
+        }
+        let to = dst.join(renamed(&name));
+        if e.file_type().unwrap().is_dir() {
+            copy(&e.path(), &to);
+        } else {
+            std::fs::write(&to, renamed(&std::fs::read_to_string(e.path()).unwrap())).unwrap();
+        }
+    }
+    overlay(&fixture_pkg(), dst);
 }
 
 /// The fixture models directory (holds `model/` and `model-b/`).
@@ -50,7 +105,7 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 /// one more commit. Returns (repo path, head commit).
 pub fn fixture_repo(dir: &Path) -> (PathBuf, String) {
     let repo = dir.join("repo");
-    overlay(&fixture_pkg(), &repo);
+    write_fixture_pkg(&repo);
     git(&repo, &["init", "-q"]);
     git(&repo, &["add", "-A"]);
     git(&repo, &["commit", "-qm", "fixture"]);
