@@ -291,6 +291,9 @@ pub fn push_to(
     let mut reports = Vec::new();
     for (i, c) in caches.iter().enumerate() {
         let t = crate::cache::open(&c.url)?;
+        // The signing key is read before anything is pushed: a bad key
+        // leaves the cache untouched.
+        let signing_key = trust::SigningKey::for_cache(c)?;
         let listed = TagList::read(t.as_ref())?;
         let mut signed = false;
         let mut out = Vec::new();
@@ -298,9 +301,9 @@ pub fn push_to(
         for a in body {
             out.push(push_one(t.as_ref(), a, &listed, scratch)?);
             if a.kind == Kind::Wheel
-                && let Some(key) = trust::SigningKey::for_cache(c)?
+                && let Some(key) = &signing_key
             {
-                let att = trust::sign(&statement, &key)?;
+                let att = trust::sign(&statement, key)?;
                 let art = attest::artifact(&att, &scratch.join(format!("att-{i}")))?;
                 let mut p = push_one(t.as_ref(), &art, &listed, scratch)?;
                 if p.state == PushState::Pushed {
@@ -314,7 +317,7 @@ pub fn push_to(
                     &store,
                     &build,
                     r,
-                    &key,
+                    key,
                     scratch,
                 )?);
             }
