@@ -47,7 +47,7 @@ pub enum Kind {
     /// the oracle record of the box that pushed it.
     Inputs,
     /// One signed statement about another artifact's content (see
-    /// [`super::attest`]): its own small artifact, so signing never
+    /// `cache::attest`): its own small artifact, so signing never
     /// rewrites what it signs.
     Attestation,
 }

@@ -15,13 +15,13 @@
 //! is the [`Attestation`] (statement text and armored SSHSIG); its two
 //! layers are the same as files, `statement.json` and `statement.sig`, for
 //! `ssh-keygen -Y verify`. Readers find every attestation of an entry by
-//! listing tags ([`super::listing::TagList::attestations`]), which works on
+//! listing tags (`listing::TagList::attestations`), which works on
 //! every registry, with or without the referrers API.
 //!
 //! The artifact is generic over what it signs: any kind whose content is
 //! named by a key (a wheel today; a lock or a provenance statement the same
 //! way) is signed with [`crate::cache::trust::sign`], pushed as
-//! [`artifact`], read back with [`super::listing::attestations`] and judged with
+//! [`artifact`], read back with `listing::attestations` and judged with
 //! [`crate::cache::trust::verify`] over every attestation found.
 //! Re-pushing from the same box changes nothing: the statement carries the
 //! build's time, and ed25519 signatures are deterministic, so the artifact

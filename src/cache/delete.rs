@@ -24,7 +24,7 @@ pub struct Target<'a> {
     pub repo: &'a str,
     /// `oci+http://`: plain HTTP.
     pub plain_http: bool,
-    /// The credentials ([`super::registry::credentials`]).
+    /// The credentials (`registry::credentials`).
     pub auth: &'a RegistryAuth,
     /// The cache's URL, for messages.
     pub url: &'a str,

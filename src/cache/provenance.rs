@@ -699,29 +699,8 @@ fn verify_signature(
         .iter()
         .filter(|s| s.key.key_data() == sig.public_key())
     {
-        if !trust::matches_patterns(principal, &line.principals) {
-            refusals.push(format!(
-                "{} line {}: builder `{principal}` is not one of its principals",
-                allowed.origin, line.line
-            ));
-            continue;
-        }
-        if let Some(ns) = &line.namespaces
-            && !trust::matches_patterns(trust::NAMESPACE, ns)
-        {
-            refusals.push(format!(
-                "{} line {}: namespaces does not admit `{}`",
-                allowed.origin,
-                line.line,
-                trust::NAMESPACE
-            ));
-            continue;
-        }
-        if line.valid_after.is_some_and(|t| now < t) || line.valid_before.is_some_and(|t| now > t) {
-            refusals.push(format!(
-                "{} line {}: the key is not valid now",
-                allowed.origin, line.line
-            ));
+        if let Some(why) = line.refusal(&allowed.origin, principal, now) {
+            refusals.push(why);
             continue;
         }
         return match line

@@ -1,0 +1,154 @@
+//! What a builder signs: [`Statement`] and its RFC 8785 canonical JSON
+//! bytes ([`canonical_bytes`]), the files it names ([`FileDigest`]).
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::stages::wheel::BuildRecord;
+
+/// One file of a signed entry: its path inside the entry, sha256 and size.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FileDigest {
+    /// The path relative to the entry directory, `/`-separated.
+    pub path: String,
+    /// Lower-case hex sha256 of the file's bytes.
+    pub sha256: String,
+    /// The size in bytes.
+    pub size: u64,
+}
+
+/// What a builder signs: "the entry of `kind` with `key`, made from
+/// `inputs`, consists of exactly `files`".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Statement {
+    /// The entry kind (`wheel`, the store bucket's lock prefix).
+    pub kind: String,
+    /// The entry's content key (32 hex digits).
+    pub key: String,
+    /// The full key inputs whose canonical JSON hashes to `key` (see
+    /// [`crate::store::key::content_key`]).
+    pub inputs: Value,
+    /// Every file of the entry, sorted by path.
+    pub files: Vec<FileDigest>,
+    /// Who built it: the principal the signing key is listed under in
+    /// `allowed_signers` (`user@host`).
+    pub builder: String,
+    /// When, RFC 3339 UTC (`2026-12-01T10:00:00Z`).
+    pub time: String,
+}
+
+impl Statement {
+    /// The RFC 8785 canonical JSON bytes of the statement: what is signed.
+    ///
+    /// Errors: the inputs hold a float or an integer beyond 2^53 (not in
+    /// the subset we emit).
+    pub fn canonical(&self) -> Result<Vec<u8>> {
+        let value = serde_json::to_value(self).context("encoding the statement")?;
+        let mut out = String::new();
+        canonical_into(&value, &mut out)?;
+        Ok(out.into_bytes())
+    }
+
+    /// The statement of canonical bytes `bytes`.
+    ///
+    /// Errors: not JSON of this shape, or not canonical (re-encoding gives
+    /// other bytes): a statement is accepted only in the exact form signed.
+    pub fn from_canonical(bytes: &[u8]) -> Result<Statement> {
+        let statement: Statement =
+            serde_json::from_slice(bytes).context("the statement is not a statement's JSON")?;
+        if statement.canonical()? != bytes {
+            bail!(
+                "the statement is not in canonical form (RFC 8785), so it is not what was signed"
+            );
+        }
+        Ok(statement)
+    }
+}
+
+impl Statement {
+    /// The statement for the wheel whose `build.json` is `record`: kind
+    /// `wheel`, its key and inputs, the wheel file (name, sha256, size) as
+    /// the only file, signed by `builder` at `time` (RFC 3339 UTC).
+    ///
+    /// `build.json` and `build.log` are evidence, not product: they differ
+    /// between boxes (times, paths), so two boxes agree or disagree on the
+    /// wheel's bytes alone.
+    pub fn for_wheel(record: &BuildRecord, builder: &str, time: &str) -> Statement {
+        Statement {
+            kind: WHEEL.to_string(),
+            key: record.key.clone(),
+            inputs: record.inputs.clone(),
+            files: wheel_files(record),
+            builder: builder.to_string(),
+            time: time.to_string(),
+        }
+    }
+}
+
+/// The statement kind of a built wheel.
+pub const WHEEL: &str = "wheel";
+
+/// The files a wheel statement names for `record`: the wheel alone.
+pub fn wheel_files(record: &BuildRecord) -> Vec<FileDigest> {
+    vec![FileDigest {
+        path: record.wheel.clone(),
+        sha256: record.sha256.clone(),
+        size: record.size,
+    }]
+}
+
+/// The RFC 8785 canonical JSON bytes of `value` (the subset documented in
+/// the module docs), as [`Statement::canonical`] signs them.
+///
+/// Errors: `value` holds a float or an integer beyond 2^53.
+pub fn canonical_bytes(value: &Value) -> Result<Vec<u8>> {
+    let mut out = String::new();
+    canonical_into(value, &mut out)?;
+    Ok(out.into_bytes())
+}
+
+/// Appends the RFC 8785 form of `value` to `out` (the subset documented in
+/// the module docs).
+pub(super) fn canonical_into(value: &Value, out: &mut String) -> Result<()> {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => {
+            const LIMIT: u64 = 1 << 53;
+            let ok = n.as_u64().is_some_and(|v| v <= LIMIT)
+                || n.as_i64().is_some_and(|v| v.unsigned_abs() <= LIMIT);
+            if !ok {
+                bail!("number {n} is outside the canonical subset (integers of at most 2^53)");
+            }
+            out.push_str(&n.to_string());
+        }
+        Value::String(s) => out.push_str(&serde_json::to_string(s)?),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_into(item, out)?;
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+            out.push('{');
+            for (i, (k, v)) in members.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::to_string(k)?);
+                out.push(':');
+                canonical_into(v, out)?;
+            }
+            out.push('}');
+        }
+    }
+    Ok(())
+}
