@@ -37,6 +37,7 @@
 
 pub mod advance;
 pub mod bundle;
+pub mod cache_admin;
 pub mod compile_cost;
 pub mod doctor;
 pub mod inputs;
