@@ -6,10 +6,10 @@
 use anyhow::Result;
 
 use crate::ops::{Opened, Session, print_json};
+use crate::pipeline::plan_extras::{self, CacheRow};
 use crate::pipeline::{self, Plan, StepState};
 use crate::recipe::pin;
-use crate::stages::identity::coverage::{Planned, planned_build};
-use crate::store::Store;
+use crate::stages::identity::coverage::Planned;
 
 const GIB: u64 = 1 << 30;
 
@@ -50,8 +50,9 @@ fn blocked(p: &Plan) -> Result<()> {
 /// 2 when the PIN is bad. Changes nothing either way.
 pub fn run(s: &Session, pin_arg: &str, offline: bool) -> Result<()> {
     let p = plan(s, pin_arg, offline)?;
-    let caches = cache_rows(pin_arg, &p, offline)?;
-    let kernels = planned_kernels(s, pin_arg)?;
+    let lr = s.recipe(pin_arg)?;
+    let caches = plan_extras::cache_rows(&pin::resolve(pin_arg)?, &p, offline)?;
+    let kernels = plan_extras::planned_kernels(&lr);
     if s.json {
         print_json(&PlanReport {
             plan: &p,
@@ -91,15 +92,6 @@ struct PlanReport<'a> {
     kernels: Option<serde_json::Value>,
 }
 
-/// The device code a build of `pin_arg` will ask for (`cuda` recipes only).
-fn planned_kernels(s: &Session, pin_arg: &str) -> Result<Option<Result<Planned, String>>> {
-    let lr = s.recipe(pin_arg)?;
-    if lr.recipe.build.device() != crate::recipe::TargetDevice::Cuda {
-        return Ok(None);
-    }
-    Ok(Some(planned_build(&lr.recipe.build.cuda_arch_list)))
-}
-
 /// `kernels  cubins sm_80, sm_90a; PTX none (TORCH_CUDA_ARCH_LIST 8.0;9.0a)`.
 fn render_kernels(k: &Result<Planned, String>) -> String {
     let list = |v: &[crate::stages::identity::fatbin::Arch]| {
@@ -121,85 +113,6 @@ fn render_kernels(k: &Result<Planned, String>) -> String {
         ),
         Err(e) => format!("kernels  unknown: {e}"),
     }
-}
-
-/// One stage as the caches see it.
-#[derive(Debug, serde::Serialize)]
-pub struct CacheRow {
-    /// `source`, `lock`, `wheel`, `inputs`.
-    pub stage: String,
-    /// The tag looked up.
-    pub tag: String,
-    /// The first substituting cache that has it (`None`: none has it).
-    pub cache: Option<String>,
-    /// For the wheel: the trust verdict on its signatures, as text.
-    pub verdict: Option<String>,
-    /// For the wheel: the trusted signers (builder names).
-    pub signed_by: Vec<String>,
-}
-
-/// Looks up, in the substituting caches (`--offline`: file:// ones), the
-/// stages a build would still do: the source, the lock, the wheel, and the
-/// pin's inputs. Reads manifests and config blobs only; writes nothing to
-/// the store (scratch files go to the system's temporary directory).
-///
-/// Errors (exit 2): the cache configuration is bad.
-fn cache_rows(pin_arg: &str, p: &Plan, offline: bool) -> Result<Vec<CacheRow>> {
-    use crate::cache::artifact::Kind;
-    use crate::cache::substitute::{Substituter, inputs_key};
-    let Some(store) = Store::open_existing(&p.store).or_else(|| Store::at(&p.store).ok()) else {
-        return Ok(Vec::new());
-    };
-    let cfg = crate::cache::config::load(&p.store, None)?;
-    let caches: Vec<_> = cfg.substituters(offline).cloned().collect();
-    if caches.is_empty() {
-        return Ok(Vec::new());
-    }
-    let subs = Substituter::new(&store, &caches)?;
-    let lr = pin::resolve(pin_arg)?;
-    let scratch = tempfile::tempdir()?;
-    let mut wanted = vec![("inputs", Kind::Inputs, inputs_key(&lr))];
-    let cached = |stage: &str| {
-        p.steps
-            .iter()
-            .any(|s| s.stage == stage && s.state == crate::pipeline::StepState::Cached)
-    };
-    if !cached("source") {
-        wanted.push(("source", Kind::Source, lr.recipe.source.commit.clone()));
-    }
-    if p.lock.state != crate::pipeline::LockState::Locked {
-        let auto = crate::stages::lock::auto_entry(&store, &lr.recipe);
-        if !auto.exists() {
-            wanted.push(("lock", Kind::Lock, auto.name));
-        }
-    }
-    if let Some(w) = &p.keys.wheel
-        && !cached("wheel")
-    {
-        wanted.push(("wheel", Kind::Wheel, w.clone()));
-    }
-    Ok(wanted
-        .into_iter()
-        .map(|(stage, kind, name)| {
-            let hit = subs.lookup(kind, &name, scratch.path());
-            let signed_by = match hit.as_ref().and_then(|h| h.verdict.as_ref()) {
-                Some(crate::cache::trust::Verdict::Trusted { signers }) => {
-                    signers.iter().map(|s| s.builder.clone()).collect()
-                }
-                _ => Vec::new(),
-            };
-            CacheRow {
-                stage: stage.into(),
-                tag: hit.as_ref().map_or_else(
-                    || crate::cache::artifact::tag(kind, &name),
-                    |h| h.tag.clone(),
-                ),
-                cache: hit.as_ref().map(|h| h.cache.clone()),
-                verdict: hit.and_then(|h| h.verdict.map(|v| v.to_string())),
-                signed_by,
-            }
-        })
-        .collect())
 }
 
 /// `plan`'s text: one line per step, the lock, the external sources, the

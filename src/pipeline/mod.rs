@@ -41,6 +41,7 @@ pub mod cache_admin;
 pub mod compile_cost;
 pub mod doctor;
 pub mod inputs;
+pub mod plan_extras;
 pub mod preflight;
 pub mod provenance;
 pub mod push;
