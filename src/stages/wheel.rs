@@ -46,9 +46,50 @@ pub const SCRUBBED_ENV: &[&str] = &[
 /// from the run that computes the version the history gives.
 pub const PRETEND_PREFIXES: &[&str] = &["SETUPTOOLS_SCM_PRETEND", "VCS_VERSIONING_PRETEND"];
 
+/// Compiler, linker and build-tool variables of the user's environment,
+/// removed from every wheel build: each reaches the compiler (setuptools'
+/// `customize_compiler` appends `CPPFLAGS`, `CFLAGS`, `LDFLAGS`; CMake reads
+/// `CC`, `CXX`, `CFLAGS`, `CXXFLAGS`, `CUDAFLAGS`, `CUDACXX`, `CUDAHOSTCXX`,
+/// `LDFLAGS` and `CMAKE_*` variables from the environment; nvcc reads
+/// `NVCC_PREPEND_FLAGS` / `NVCC_APPEND_FLAGS`; vLLM's setup.py reads
+/// `CMAKE_ARGS`, `CUDA_HOME`), yet none is in the wheel key. The build
+/// environment is the recipe's `build.env` (keyed) plus the tool's own.
+/// The one table of such names: what else is scrubbed extends it here.
+pub const COMPILER_ENV: &[&str] = &[
+    "CPPFLAGS",
+    "CFLAGS",
+    "CXXFLAGS",
+    "LDFLAGS",
+    "LDSHARED",
+    "LDCXXSHARED",
+    "ARFLAGS",
+    "CC",
+    "CXX",
+    "CPP",
+    "LD",
+    "AR",
+    "CUDAFLAGS",
+    "CUDACXX",
+    "CUDAHOSTCXX",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "NVCC_CCBIN",
+    "CMAKE_ARGS",
+];
+
+/// Prefixes of build-tool variables removed like [`COMPILER_ENV`]: CMake
+/// reads `CMAKE_GENERATOR`, `CMAKE_BUILD_TYPE`, `CMAKE_TOOLCHAIN_FILE`,
+/// `CMAKE_<LANG>_COMPILER_LAUNCHER`... from the environment (cmake-env-variables(7)).
+pub const COMPILER_ENV_PREFIXES: &[&str] = &["CMAKE_"];
+
 /// Whether the inherited variable `key` is removed from builds.
 pub fn is_scrubbed(key: &str) -> bool {
-    SCRUBBED_ENV.contains(&key) || PRETEND_PREFIXES.iter().any(|p| key.starts_with(p))
+    SCRUBBED_ENV.contains(&key)
+        || COMPILER_ENV.contains(&key)
+        || PRETEND_PREFIXES.iter().any(|p| key.starts_with(p))
+        || COMPILER_ENV_PREFIXES.iter().any(|p| key.starts_with(p))
 }
 
 /// The version the history of the checkout at `tree` gives, computed by the
@@ -704,11 +745,14 @@ pub fn ensure(
         "-ffile-prefix-map={}=/oracle-build",
         work.display()
     ));
-    for var in ["CFLAGS", "CXXFLAGS"] {
-        let inherited = std::env::var(var).unwrap_or_default();
-        env.insert(var.into(), format!("{inherited} {map}").trim().to_string());
-    }
+    // The recipe's `build.env` (keyed) over the tool's own, except that its
+    // CFLAGS / CXXFLAGS come before the prefix map rather than replacing it:
+    // the user's environment gives none of them (`is_scrubbed`).
     env.extend(r.build.env.clone());
+    for var in ["CFLAGS", "CXXFLAGS"] {
+        let recipe = r.build.env.get(var).map(String::as_str).unwrap_or_default();
+        env.insert(var.into(), format!("{recipe} {map}").trim().to_string());
+    }
     let ext_env = plan
         .hermetic
         .env(&work, r.build.env.get("CMAKE_ARGS").map(String::as_str))?;
@@ -729,11 +773,13 @@ pub fn ensure(
         Some(c) => Some(CacheCounter::start(c, &work)?),
         None => None,
     };
-    let scrubbed: Vec<String> = std::env::vars()
-        .map(|(k, _)| k)
+    // Names only (never values): every inherited variable that would have
+    // reached the build and was removed (the build may set its own value).
+    let mut scrubbed: Vec<String> = std::env::vars_os()
+        .map(|(k, _)| k.to_string_lossy().into_owned())
         .filter(|k| is_scrubbed(k))
-        .filter(|k| !env.contains_key(k))
         .collect();
+    scrubbed.sort();
     let bar = Progress::new("build");
     let mut env_pairs: Vec<(String, String)> =
         env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
