@@ -154,7 +154,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 C::Verify { cache } => (Action::Verify, cache),
                 C::Gc { cache, dry_run } => (Action::Gc { dry_run }, cache),
             };
-            return ops::cache::run(action, cache.as_deref(), s.store_arg(), s.json);
+            return ops::cache::run(
+                action,
+                cache.as_deref(),
+                s.store_arg(),
+                s.lockfiles(),
+                s.json,
+            );
         }
         Some(Command::Import { file }) => return ops::bundle::import(&s, &file),
         Some(Command::Demo { python }) => {

@@ -278,6 +278,21 @@ pub fn layer_title(l: &OciDescriptor) -> Option<&str> {
     l.annotations.as_ref()?.get(TITLE).map(String::as_str)
 }
 
+/// The attestations (signed statements) of the artifact whose config is
+/// `config`: the one place that knows where they are kept (its config's
+/// `attestations` list), for the lock path; see also [`attach`].
+pub fn attestations(config: &Config) -> &[super::trust::Attestation] {
+    &config.attestations
+}
+
+/// Adds `att` to the attestations of the artifact whose config is `config`
+/// (where [`attestations`] reads them), once.
+pub fn attach(config: &mut Config, att: super::trust::Attestation) {
+    if !config.attestations.contains(&att) {
+        config.attestations.push(att);
+    }
+}
+
 /// Whether `s` is a plain file name: not empty, no `/`, not `.` or `..`, no NUL.
 pub fn plain_name(s: &str) -> bool {
     !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')

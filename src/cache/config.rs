@@ -387,7 +387,8 @@ pub fn load_from(sources: &Sources) -> Result<CacheConfig> {
                 continue;
             }
             let bound = caches.iter().position(|c| {
-                c.url == cache.url && store_file.is_some_and(|f| c.origin == Origin::File(f.clone()))
+                c.url == cache.url
+                    && store_file.is_some_and(|f| c.origin == Origin::File(f.clone()))
             });
             if let Some(i) = bound {
                 bind_to_store(&mut caches[i], &cache);
@@ -733,7 +734,10 @@ mod tests {
         // The user's name finds the store's entry, with the store's policy.
         sources.flag = Some("quick".into());
         let c = load_from(&sources).unwrap();
-        assert_eq!((c.caches[0].name.as_str(), c.caches[0].min_signatures), ("team", 2));
+        assert_eq!(
+            (c.caches[0].name.as_str(), c.caches[0].min_signatures),
+            ("team", 2)
+        );
     }
 
     #[test]

@@ -44,6 +44,12 @@ pub enum Trust {
         /// The verdict.
         verdict: Verdict,
     },
+    /// A lock: pinned by a reviewed lockfile, or a store lock and the
+    /// policy's verdict on its signed statements.
+    Lock {
+        /// How it is trusted.
+        lock: super::substitute::LockTrust,
+    },
 }
 
 /// One tag of a cache, read and checked.
@@ -76,6 +82,7 @@ impl Inspected {
             && match &self.trust {
                 Trust::Pinned => true,
                 Trust::Signed { verdict } => verdict.is_trusted(),
+                Trust::Lock { lock } => lock.is_trusted(),
             }
     }
 
@@ -84,6 +91,12 @@ impl Inspected {
         match &self.trust {
             Trust::Signed {
                 verdict: Verdict::Trusted { signers } | Verdict::NotEnough { signers, .. },
+            }
+            | Trust::Lock {
+                lock:
+                    super::substitute::LockTrust::Signed {
+                        verdict: Verdict::Trusted { signers } | Verdict::NotEnough { signers, .. },
+                    },
             } => signers.iter().map(|s| s.builder.clone()).collect(),
             _ => Vec::new(),
         }
@@ -98,7 +111,8 @@ pub fn kind_of(artifact_type: Option<&str>) -> Option<Kind> {
 }
 
 /// Reads and checks the artifact tagged `tag` of `cache` (see the module
-/// docs); `deep` downloads and checks every layer into `scratch` (a fresh
+/// docs; a lock is checked against the reviewed lockfiles under
+/// `lockfiles`, else against its signatures); `deep` downloads and checks every layer into `scratch` (a fresh
 /// directory, emptied afterwards). `None`: the tag is not an oracle-build
 /// artifact (another artifact type, or a per-recipe index hint).
 ///
@@ -110,6 +124,7 @@ pub fn inspect(
     cache: &dyn Transport,
     tag: &str,
     policy: &Policy,
+    lockfiles: Option<&Path>,
     deep: bool,
     scratch: &Path,
 ) -> Result<Option<Inspected>> {
@@ -187,6 +202,10 @@ pub fn inspect(
                     },
                 }
             }
+        }
+    } else if kind == Kind::Lock {
+        Trust::Lock {
+            lock: super::substitute::lock_trust(&config, policy, lockfiles),
         }
     } else {
         if kind == Kind::Wheelhouse {

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, bail};
 
 use crate::cache::substitute::{self, Pulled};
 use crate::ops::print_json;
@@ -44,13 +44,9 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     for c in &caches {
         let t = crate::cache::open(&c.url)?;
         let policy = substitute::policy_of(c)?;
+        // A lock is pinned by this recipe's reviewed lockfile, else signed.
         let accept = |cfg: &crate::cache::artifact::Config| {
-            let v = substitute::wheel_verdict(cfg, &policy);
-            if v.is_trusted() {
-                Ok(())
-            } else {
-                Err(anyhow!("the wheel is not trusted: {v}"))
-            }
+            substitute::accept(cfg, &policy, lock_dir.parent())
         };
         match substitute::pull_pin(t.as_ref(), &store, &lr, &lock_dir, &accept, &temp) {
             Ok(p) => {
@@ -82,6 +78,9 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     );
     for a in &p.added {
         println!("added    {a}");
+    }
+    for r in &p.refused {
+        println!("refused  {r}");
     }
     println!(
         "the pushing box's oracle: venv key {} (wheel {}); build it here with: oracle-build build {} --offline",

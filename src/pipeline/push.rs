@@ -265,6 +265,17 @@ pub fn push(
             };
             w.config.attestations.push(trust::sign(&statement, &key)?);
             signed = true;
+            // The store lock is signed like the wheel: it decides what is installed.
+            if let Some(l) = arts.iter_mut().find(|a| a.kind == Kind::Lock) {
+                let statement = trust::Statement::for_lock(
+                    &l.name,
+                    &lock::auto_key_inputs(r),
+                    substitute::lock_files(&l.config),
+                    &statement.builder,
+                    &statement.time,
+                );
+                artifact::attach(&mut l.config, trust::sign(&statement, &key)?);
+            }
         }
         let mut out = Vec::new();
         for a in &arts {
@@ -328,7 +339,8 @@ pub fn push_artifact(t: &dyn Transport, a: &Artifact, scratch: &Path) -> Result<
     let mut config = a.config.clone();
     let mut state = PushState::Pushed;
     if let Some(existing) = t.manifest(&tag)? {
-        if a.kind != Kind::Wheel {
+        let lock_grows = a.kind == Kind::Lock && !artifact::attestations(&a.config).is_empty();
+        if a.kind != Kind::Wheel && !lock_grows {
             let ours = a.manifest_bytes(&a.config_bytes());
             if a.kind != Kind::Inputs || ours == existing.bytes {
                 return Ok(PushedArtifact {
@@ -339,8 +351,24 @@ pub fn push_artifact(t: &dyn Transport, a: &Artifact, scratch: &Path) -> Result<
             }
         } else {
             let cached = cached_config(t, &existing.bytes, a.kind, &tag, scratch)?;
+            if a.kind == Kind::Lock && cached.files != config.files {
+                // Another box's resolution under the same key: kept, and
+                // this box's signature is not added to what it did not make.
+                crate::progress::stage(
+                    "push",
+                    format!(
+                        "{tag}: {} holds another lock for this key; kept, not signed by this box",
+                        t.describe()
+                    ),
+                );
+                return Ok(PushedArtifact {
+                    tag,
+                    state: PushState::Present,
+                    uploaded: 0,
+                });
+            }
             let sha = |c: &Config| c.record["sha256"].as_str().map(str::to_string);
-            if sha(&cached) != sha(&config) {
+            if a.kind == Kind::Wheel && sha(&cached) != sha(&config) {
                 bail!(
                     "reproducibility failure: {} already holds wheel {} for key {} with sha256 {}, this box built sha256 {}; the cached wheel is kept (compare the two build.json files)",
                     t.describe(),
@@ -351,10 +379,8 @@ pub fn push_artifact(t: &dyn Transport, a: &Artifact, scratch: &Path) -> Result<
                 );
             }
             let mut merged = cached.clone();
-            for at in &config.attestations {
-                if !merged.attestations.contains(at) {
-                    merged.attestations.push(at.clone());
-                }
+            for at in artifact::attestations(&config) {
+                artifact::attach(&mut merged, at.clone());
             }
             if merged == cached {
                 return Ok(PushedArtifact {

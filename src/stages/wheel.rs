@@ -22,6 +22,7 @@ use crate::progress::{self, Progress};
 use crate::recipe::{BuildMode, LoadedRecipe, TargetDevice};
 use crate::stages::ext::{ExtSource, Variable};
 use crate::stages::lock::{BuildRequirements, build_requirements};
+use crate::stages::source::Describe;
 use crate::stages::wheelhouse::LockedInstall;
 use crate::store::key::{KEY_SCHEMA, content_key};
 use crate::store::{Bucket, Entry, Manifest, Store, copy_tree, read_json, sha256_file, write_json};
@@ -143,6 +144,44 @@ pub fn history_version(venv: &Path, tree: &Path) -> Result<Option<String>> {
     }
 }
 
+/// The recipe's `expect.runtime_version` and `expect.distribution_version`
+/// against `history`, the version the commit's history gives (computed
+/// before the build): the runtime version must be it exactly, the
+/// distribution version it or it with local labels appended (as the
+/// identity gate checks them after the install). `describe` names the tag
+/// the version comes from.
+///
+/// Errors (exit 3, identity mismatch): a field the history contradicts,
+/// naming both versions and the tag.
+pub fn check_expected_versions(
+    lr: &LoadedRecipe,
+    history: &str,
+    describe: Option<&Describe>,
+) -> Result<()> {
+    let r = &lr.recipe;
+    let mut wrong = Vec::new();
+    if let Some(want) = &r.expect.runtime_version
+        && want != history
+    {
+        wrong.push(format!("expect.runtime_version is {want}"));
+    }
+    if let Some(want) = &r.expect.distribution_version
+        && !crate::stages::identity::extends_history(want, history)
+    {
+        wrong.push(format!("expect.distribution_version is {want}"));
+    }
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    let from = describe.map_or_else(|| "no tag reaches it".to_string(), |d| format!("from {d}"));
+    Err(crate::exit::mismatch(format!(
+        "{}: {}, but the history of {} gives {history} ({from}); refusing before the wheel is built",
+        lr.origin,
+        wrong.join(" and "),
+        r.source.commit
+    )))
+}
+
 /// The wheel stage's settings, resolved from the recipe and the checkout
 /// before any work (see [`settings`]).
 #[derive(Debug, Clone)]
@@ -153,6 +192,9 @@ pub struct WheelSettings {
     pub max_jobs: usize,
     /// Where the build requirements come from.
     pub requirements: BuildRequirements,
+    /// The tag the version of the commit's history comes from, read from
+    /// the mirror ([`crate::stages::source::describe`]; `None`: no tag).
+    pub describe: Option<Describe>,
 }
 
 /// Everything the wheel stage needs to know before running: its key, computed
@@ -173,6 +215,8 @@ pub struct WheelPlan {
     pub requirements: BuildRequirements,
     /// Locked build set, staged external sources, compiler cache.
     pub hermetic: WheelHermetic,
+    /// The tag the version comes from (see [`WheelSettings::describe`]).
+    pub describe: Option<Describe>,
 }
 
 /// Resolves the wheel stage's settings for `lr` built from the checkout at
@@ -205,6 +249,7 @@ pub fn settings(lr: &LoadedRecipe, src: &Path, jobs: Option<usize>) -> Result<Wh
         arch_list,
         max_jobs,
         requirements,
+        describe: None,
     })
 }
 
@@ -239,8 +284,11 @@ pub fn plan(
         "pins": r.pins,
         "indexes": r.indexes,
         "ext": ext,
-        // The record carries the version the history gives (`history_version`).
-        "record": 2,
+        // The tag the history's version comes from, and its commit.
+        "describe": settings.describe,
+        // The record carries the version the history gives (`history_version`)
+        // and the tag it comes from (`describe`).
+        "record": 3,
         "toolchain": {
             "python": tc.python.version, "implementation": tc.python.implementation, "platform": tc.python.platform,
             "gcc": tc.gcc.as_ref().map(|t| &t.version), "nvcc": tc.nvcc.as_ref().map(|t| &t.version),
@@ -257,6 +305,7 @@ pub fn plan(
         max_jobs: settings.max_jobs,
         requirements: settings.requirements,
         hermetic,
+        describe: settings.describe,
     }
 }
 
@@ -594,6 +643,10 @@ pub struct BuildRecord {
     /// the tree does not use setuptools-scm (or for wheels built before it was recorded).
     #[serde(default)]
     pub history_version: Option<String>,
+    /// The tag `history_version` comes from and its commit (also in
+    /// `inputs`, so in the key); `None`: no tag reaches the commit.
+    #[serde(default)]
+    pub describe: Option<Describe>,
     /// The compiler cache (sccache / ccache) the build could use, if any.
     #[serde(default)]
     pub compiler_cache: Option<crate::host::toolchain::Tool>,
@@ -688,6 +741,11 @@ pub fn ensure(
     let log = store.stage_log(&format!("build-{}", plan.key))?;
     let tree = work.join("src");
     copy_tree(&src.path, &tree)?;
+    // The tags the key was computed from (the mirror's now), not the ones
+    // the checkout was made with.
+    let mirror = crate::stages::source::mirror_entry(store, &r.source.repo);
+    crate::stages::source::sync_tags(&tree, &mirror.path)
+        .context("giving the build tree the mirror's tags")?;
     let venv = work.join("venv");
     uv.venv(&tc.python.path, &venv, false, &log)?;
     let overrides = work.join("overrides.txt");
@@ -711,6 +769,10 @@ pub fn ensure(
     // before the build writes anything into the tree.
     let history = history_version(&venv, &tree)
         .context("computing the version the commit's history gives")?;
+    // A recipe that expects another version fails now, not after the build.
+    if let Some(h) = &history {
+        check_expected_versions(lr, h, plan.describe.as_ref())?;
+    }
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     env.insert("VLLM_TARGET_DEVICE".into(), r.build.target_device.clone());
     env.insert("MAX_JOBS".into(), plan.max_jobs.to_string());
@@ -813,6 +875,7 @@ pub fn ensure(
         tools: tc.clone(),
         requires: requires.to_vec(),
         history_version: history,
+        describe: plan.describe.clone(),
         compiler_cache: plan
             .hermetic
             .compiler_cache
