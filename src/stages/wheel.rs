@@ -848,7 +848,14 @@ pub fn ensure(
     if let Some((_, extra)) = &counter {
         env_pairs.extend(extra.iter().cloned());
     }
-    uv.build_wheel(&venv, &tree, &out, &env_pairs, &scrubbed, &log, &bar)?;
+    // Removed unless the build sets its own value (a removal would win
+    // over the value: duct applies the earliest modifier last).
+    let remove: Vec<String> = scrubbed
+        .iter()
+        .filter(|k| !env.contains_key(*k))
+        .cloned()
+        .collect();
+    uv.build_wheel(&venv, &tree, &out, &env_pairs, &remove, &log, &bar)?;
     bar.finish();
     let cache_stats = counter.as_ref().and_then(|(c, _)| c.finish());
     let wheels: Vec<String> = fs::read_dir(&out)?

@@ -28,3 +28,4 @@ mod roots;
 mod smoke;
 mod source;
 mod store;
+mod versions;
