@@ -419,10 +419,10 @@ impl<'a> Fetcher<'a> {
 /// this box's own history gives: its `build.json` inputs hash to its key,
 /// and the tag they name (`describe`) is the tag this store's mirror of the
 /// commit describes now ([`source::describe`]). Checked after the source
-/// is in the mirror, before the wheel is.
+/// is in the mirror, before the wheel is (by `pull`, substitution and `import`).
 ///
 /// Errors: a string naming the tags and the wheel's version.
-fn check_wheel_history(store: &Store, dir: &Path) -> std::result::Result<(), String> {
+pub fn check_wheel_history(store: &Store, dir: &Path) -> std::result::Result<(), String> {
     let rec = wheel::BuildRecord::read(dir).map_err(|e| format!("{e:#}"))?;
     let computed = crate::store::key::content_key(&rec.inputs);
     if computed != rec.key {

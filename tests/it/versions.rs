@@ -183,6 +183,9 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
     let stale_version = stale["history_version"].as_str().unwrap().to_string();
     assert!(stale_version.starts_with("0.1.1.dev1+g"), "{stale_version}");
     ok(&ob(&fx, &a, &[], &["push", r, "--json"]));
+    let bundle = fx.dir().join("fx-stale.tar.gz");
+    let out = ob(&fx, &a, &[], &["export", r, "-o", bundle.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
 
     // cache ls: the store lock is signed; pinned when a reviewed lockfile holds it.
     let ls = ok(&ob(&fx, &a, &[], &["cache", "ls", "--json"]));
@@ -192,7 +195,15 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
     assert_eq!(lock["lock"]["verdict"]["verdict"], "trusted", "{lock}");
     assert!(lock.to_string().contains("builder-a@test"), "{lock}");
     let reviewed = fx.dir().join("reviewed");
-    let lock_entry = only_entry(&a.join("store/lockfiles"));
+    let lock_label = stale["requires"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .find(|l| l.starts_with("lockfiles/"))
+        .expect("the wheel requires its lock")
+        .to_string();
+    let lock_entry = a.join("store").join(&lock_label);
     let reviewed_fx = reviewed.join("fx");
     std::fs::create_dir_all(&reviewed_fx).unwrap();
     for f in ["pylock.build.toml", "pylock.runtime.toml", "lock.json"] {
@@ -263,6 +274,23 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
         assert!(refused.contains(want), "{want}: {pulled}");
     }
     assert!(names(&b.join("store/wheels")).is_empty(), "{pulled}");
+    // The same from a bundle: `import` does not take the stale wheel.
+    let imported = ok(&ob(
+        &fx,
+        &b,
+        &[],
+        &["import", bundle.to_str().unwrap(), "--json"],
+    ));
+    let notes = imported["notes"].to_string();
+    for want in [
+        stale_version.as_str(),
+        "tag v0.1.0",
+        "tag v0.2.0",
+        "not taken",
+    ] {
+        assert!(notes.contains(want), "{want}: {imported}");
+    }
+    assert!(names(&b.join("store/wheels")).is_empty(), "{imported}");
 
     // A recipe expecting another version fails before the wheel is built.
     let wrong = fx.recipe(
@@ -401,6 +429,25 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
         "{}",
         text(&out)
     );
+
+    // Box I imports A's bundle: the stale wheel is its history's own, and
+    // the offline build gives no fork-only warning either.
+    let i = fx.dir().join("store-i");
+    let imported = ok(&ob(
+        &fx,
+        &i,
+        &[],
+        &["import", bundle.to_str().unwrap(), "--json"],
+    ));
+    assert!(
+        imported["added"].to_string().contains(&stale_key),
+        "{imported}"
+    );
+    let out = ob(&fx, &i, &[], &["build", r, "--offline", "--json"]);
+    let built_i = ok(&out);
+    assert!(!text(&out).contains("fork-only commit"), "{}", text(&out));
+    assert_eq!(built_i["warnings"], serde_json::json!([]), "{built_i}");
+    assert!(!built_i["built"].to_string().contains("wheel"), "{built_i}");
 
     // A hand-edited store lock whose signature no longer matches, or
     // that carries none, is refused: the box resolves its own.
