@@ -1,6 +1,6 @@
 //! One pin, one version, one runtime set on every box (issue 22): several
 //! stores standing for several boxes, one upstream repository, one
-//! `file://` cache, the real binary, git, uv and ssh-keygen.
+//! `file://` cache (and a registry), the real binary, git, uv and ssh-keygen.
 //!
 //! One test walks the whole story so the fixture is built as few times as
 //! possible: box A builds before upstream tags the pinned commit and pushes;
@@ -11,11 +11,14 @@
 //! B's); box C's moved tag refuses the bundle with nothing written; box D
 //! pulls (no fork-only warning, the check said not made), takes the signed
 //! store lock, and a hand-edited unsigned lock is refused; a same-URL user
-//! entry cannot lower the store's `min_signatures`.
+//! entry cannot lower the store's `min_signatures`; box I imports A's
+//! bundle and builds offline with no fork-only warning; through a real
+//! `docker-registry`, box J takes A's signed store lock and wheel.
 
 use std::path::Path;
 use std::process::Output;
 
+use crate::registry::Registry;
 use crate::support::*;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -467,4 +470,26 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
     }
     let out = ob(&fx, &a, &[], &["cache", "ls"]);
     assert!(text(&out).contains("untrusted"), "{}", text(&out));
+
+    // Through a registry: A (now at 0.2.0) pushes its signed store lock
+    // and wheel; box J takes both, and its history agrees with the wheel's.
+    let reg = Registry::start(None);
+    let reg_url = reg.url("team/oracles");
+    let docker = reg.docker_config.display().to_string();
+    let env = [("DOCKER_CONFIG", docker.as_str())];
+    configure(&a, &reg_url, Some(&key), &allowed, 1);
+    ok(&ob(&fx, &a, &env, &["push", r, "--json"]));
+    let j = fx.dir().join("store-j");
+    configure(&j, &reg_url, None, &allowed, 1);
+    let ls = ok(&ob(&fx, &j, &env, &["cache", "ls", "--json"]));
+    assert_eq!(
+        lock_row(&ls)["lock"]["verdict"]["verdict"],
+        "trusted",
+        "{ls}"
+    );
+    let pulled = ok(&ob(&fx, &j, &env, &["pull", r, "--json"]));
+    assert_eq!(pulled["refused"], serde_json::json!([]), "{pulled}");
+    let added = pulled["added"].to_string();
+    assert!(added.contains("lockfiles/"), "{pulled}");
+    assert!(added.contains(&format!("wheels/{key_b}")), "{pulled}");
 }
