@@ -234,8 +234,8 @@ pub fn ensure_mirror(store: &Store, url: &str, commit: &str, offline: bool) -> R
 pub enum Fetched {
     /// The branches and tags were fetched from the repository now.
     Now,
-    /// Not fetched now (`--offline`, or the repository did not answer a
-    /// refresh: the reason is on stderr).
+    /// Not fetched now (`--offline`, a read-only store, or the repository
+    /// did not answer a refresh: the reason is on stderr).
     Not,
 }
 
@@ -256,7 +256,8 @@ pub fn ensure_mirror_fetched(
     let _lock = entry.lock()?;
     if mirror_has(store, url, commit) {
         keep_pin(&entry.path, commit)?;
-        if offline {
+        // A read-only store is served as it is (nothing may be written).
+        if offline || store.read_only() {
             return Ok((entry, Fetched::Not));
         }
         let backend = Backend::find();

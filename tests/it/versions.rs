@@ -334,6 +334,25 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
     assert_eq!(rec_b["history_version"], "0.2.0");
     assert_eq!(rec_b["describe"]["tag"], "v0.2.0");
 
+    // CFLAGS in the recipe's build.env is allowed, and keyed.
+    let flagged = fx.dir().join("fx-flags.yaml");
+    std::fs::write(
+        &flagged,
+        recipe_text("fx", &repo, &head, SMOKE).replace(
+            "  target_device: cpu\n",
+            "  target_device: cpu\n  env:\n    CFLAGS: \"-O1\"\n",
+        ),
+    )
+    .unwrap();
+    let plan = ok(&ob(
+        &fx,
+        &b,
+        &[],
+        &["plan", flagged.to_str().unwrap(), "--json"],
+    ));
+    let flagged_key = plan["keys"]["wheel"].as_str().expect("a wheel key");
+    assert_ne!(flagged_key, key_b, "{plan}");
+
     // A online again: its mirror is refreshed, so it rebuilds with the new
     // tag under B's key; CPPFLAGS/LDFLAGS of its user's environment are
     // removed (named in build.json) and the wheel is B's, byte for byte.
@@ -451,6 +470,13 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
     assert!(!text(&out).contains("fork-only commit"), "{}", text(&out));
     assert_eq!(built_i["warnings"], serde_json::json!([]), "{built_i}");
     assert!(!built_i["built"].to_string().contains("wheel"), "{built_i}");
+
+    // The next online fetch makes the check: the commit is on `main`.
+    let fetched = ok(&ob(&fx, &d, &[], &["fetch", r, "--json"]));
+    assert_eq!(fetched["warnings"], serde_json::json!([]), "{fetched}");
+    assert_eq!(fetched["not_checked"], serde_json::json!([]), "{fetched}");
+    let plan = ok(&ob(&fx, &d, &[], &["plan", r, "--json", "--offline"]));
+    assert_eq!(plan["not_checked"], serde_json::json!([]), "{plan}");
 
     // A hand-edited store lock whose signature no longer matches, or
     // that carries none, is refused: the box resolves its own.
