@@ -446,7 +446,7 @@ pub fn fork_only_warning(mirror: &std::path::Path, url: &str, commit: &str) -> O
 /// branch reaches `commit` is not known, so nothing is claimed.
 pub fn fork_check_not_made(url: &str, commit: &str) -> String {
     format!(
-        "whether a branch of {url} reaches {commit} (the fork-only check) was not checked: the mirror's branches were not fetched from the repository (the mirror came from a bundle or a cache, or the build was offline); the next online build makes the check"
+        "whether a branch of {url} reaches {commit} (the fork-only check) was not checked: the mirror's branches were not fetched from the repository (the mirror came from a bundle or a cache, or the build was offline); the next online fetch or build makes the check"
     )
 }
 
