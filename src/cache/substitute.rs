@@ -454,11 +454,10 @@ pub fn check_wheel_history(store: &Store, dir: &Path) -> std::result::Result<(),
             .map_or_else(|| "no tag".to_string(), ToString::to_string)
     };
     Err(format!(
-        "it was built as version {} from {}, but this box's history of {commit} gives {} ({}), so another version",
+        "it was built as version {} from {}, but this box's history of {commit} gives {}, so another version (computed when the wheel is built here)",
         rec.history_version.as_deref().unwrap_or("(unknown)"),
         show(&theirs),
         show(&ours),
-        "computed when the wheel is built here"
     ))
 }
 
