@@ -87,8 +87,10 @@ pub fn run(
     action: Action,
     cache: Option<&str>,
     store_arg: Option<&Path>,
+    lockfiles: Option<&Path>,
     json: bool,
 ) -> Result<()> {
+    let lockfiles = lockfiles.map_or_else(lockfiles_root, Path::to_path_buf);
     let root = Store::default_root(store_arg)?;
     let caches = config::load(&root, cache)?.caches;
     if caches.is_empty() {
@@ -105,7 +107,7 @@ pub fn run(
             let deep = action == Action::Verify;
             let mut listings = Vec::new();
             for c in &caches {
-                listings.push(list(c, deep, store.as_ref())?);
+                listings.push(list(c, deep, store.as_ref(), &lockfiles)?);
             }
             let failed: usize = listings
                 .iter()
@@ -145,6 +147,14 @@ pub fn run(
     }
 }
 
+/// The reviewed lockfiles a lock may be pinned by without `--lockfiles`:
+/// `$ORACLE_BUILD_LOCKFILES`, else `./lockfiles`.
+fn lockfiles_root() -> std::path::PathBuf {
+    std::env::var_os("ORACLE_BUILD_LOCKFILES")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| std::path::PathBuf::from("lockfiles"), Into::into)
+}
+
 /// A scratch directory: in the store's `tmp/` when there is a store (big
 /// wheels), else the system's.
 fn scratch(store: Option<&Store>) -> Result<tempfile::TempDir> {
@@ -160,7 +170,7 @@ fn scratch(store: Option<&Store>) -> Result<tempfile::TempDir> {
 }
 
 /// Every artifact of cache `c`, inspected (`deep`: layers too).
-fn list(c: &Cache, deep: bool, store: Option<&Store>) -> Result<Listing> {
+fn list(c: &Cache, deep: bool, store: Option<&Store>, lockfiles: &Path) -> Result<Listing> {
     let t = crate::cache::open(&c.url)?;
     let policy = Policy::for_cache(c)?;
     let tmp = scratch(store)?;
@@ -180,7 +190,15 @@ fn list(c: &Cache, deep: bool, store: Option<&Store>) -> Result<Listing> {
             ));
             continue;
         }
-        match inspect::inspect(t.as_ref(), &tag, &policy, deep, &dir, &atts)? {
+        match inspect::inspect(
+            t.as_ref(),
+            &tag,
+            &policy,
+            Some(lockfiles),
+            deep,
+            &dir,
+            &atts,
+        )? {
             Some(a) => artifacts.push(a),
             None => other_tags.push(tag),
         }
@@ -289,7 +307,7 @@ fn collect(c: &Cache, store: Option<&Store>, dry_run: bool) -> Result<Collected>
         )));
     }
     let prune = catalog::pruner(&c.url);
-    let listing = list(c, false, store)?;
+    let listing = list(c, false, store, &lockfiles_root())?;
     let tmp = scratch(store)?;
     let keep = referenced(store, &listing.artifacts, c, tmp.path())?;
     let (mut deleted, mut kept) = (Vec::new(), Vec::new());
@@ -366,6 +384,7 @@ fn render_listing(l: &Listing, deep: bool) {
             Trust::Pinned => "pinned (digest)".to_string(),
             Trust::Signed { verdict } => verdict.to_string(),
             Trust::Statement { signs } => signs.clone(),
+            Trust::Lock { lock } => lock.to_string(),
         };
         let state = if !a.problems.is_empty() {
             format!("  FAILED: {}", a.problems.join("; "))

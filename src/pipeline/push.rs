@@ -297,6 +297,28 @@ pub fn push_to(
         let (body, inputs) = artifacts.split_at(artifacts.len() - 1);
         for a in body {
             out.push(push_one(t.as_ref(), a, &listed, scratch)?);
+            // The store lock is signed like the wheel, since it decides what
+            // is installed: its signature is its own attestation artifact,
+            // over this box's lock files, with the build's time.
+            if a.kind == Kind::Lock
+                && let Some(key_path) = &c.signing_key
+            {
+                let key = trust::SigningKey::load(key_path)?;
+                let st = trust::Statement::for_lock(
+                    &a.name,
+                    &lock::auto_key_inputs(r),
+                    substitute::lock_files(&a.config),
+                    &statement.builder,
+                    &statement.time,
+                );
+                let att = trust::sign(&st, &key)?;
+                let art = attest::artifact(&att, &scratch.join(format!("att-lock-{i}")))?;
+                let mut p = push_one(t.as_ref(), &art, &listed, scratch)?;
+                if p.state == PushState::Pushed {
+                    p.state = PushState::Signed;
+                }
+                out.push(p);
+            }
             if a.kind == Kind::Wheel
                 && let Some(key_path) = &c.signing_key
             {
