@@ -548,29 +548,34 @@ pub fn push_one(
     let mut uploaded = 0;
     // Blobs first, the manifest last. Two boxes pushing the same blobs at
     // once can make a registry (distribution 2.8) answer the manifest with
-    // MANIFEST_BLOB_UNKNOWN while the other's upload of a blob commits; each
-    // retry checks every blob again (uploading what is still unknown) before
-    // the manifest, so a tag never names a missing blob.
+    // MANIFEST_BLOB_UNKNOWN while the other's upload of a blob commits, or
+    // answer the check of a blob with a 500; each retry checks every blob
+    // again (uploading what is still unknown) before the manifest, so a tag
+    // never names a missing blob.
     const ATTEMPTS: u32 = 4;
     let mut attempt = 1;
     loop {
-        for l in &a.layers {
-            if t.put_blob(&l.path, &l.digest, l.size)? {
-                uploaded += l.size;
+        let mut tried = || -> Result<()> {
+            for l in &a.layers {
+                if t.put_blob(&l.path, &l.digest, l.size)? {
+                    uploaded += l.size;
+                }
             }
-        }
-        t.put_blob(
-            &cfg_path,
-            &crate::cache::digest_of(&config_bytes),
-            config_bytes.len() as u64,
-        )?;
-        kill_point(a.kind);
-        match t.put_manifest(&tag, &a.manifest_bytes(&config_bytes)) {
-            Ok(_) => break,
+            t.put_blob(
+                &cfg_path,
+                &crate::cache::digest_of(&config_bytes),
+                config_bytes.len() as u64,
+            )?;
+            kill_point(a.kind);
+            t.put_manifest(&tag, &a.manifest_bytes(&config_bytes))
+                .map(|_| ())
+        };
+        match tried() {
+            Ok(()) => break,
             Err(e) if attempt < ATTEMPTS => {
                 crate::progress::stage(
                     "push",
-                    format!("{tag}: the manifest was refused ({e:#}); checking the blobs again"),
+                    format!("{tag}: the cache refused the push ({e:#}); checking the blobs again"),
                 );
                 std::thread::sleep(std::time::Duration::from_millis(500 * u64::from(attempt)));
                 attempt += 1;
