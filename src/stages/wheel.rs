@@ -94,6 +94,21 @@ pub fn is_scrubbed(key: &str) -> bool {
         || COMPILER_ENV_PREFIXES.iter().any(|p| key.starts_with(p))
 }
 
+/// The inherited variables to remove from a wheel build: the `scrubbed`
+/// names ([`is_scrubbed`]) the build does not set itself in `env` (the
+/// environment given to the build, last value wins). What the tool sets
+/// wins over the user's: the recipe's `build.env`, `CFLAGS` with the prefix
+/// map, the compiler cache's `CCACHE_*` and its launchers in `CMAKE_ARGS`.
+/// A removal must not name them, since duct applies the earliest modifier
+/// last, so `env_remove(k)` before `env(k, v)` leaves `k` unset.
+pub fn removals(scrubbed: &[String], env: &[(String, String)]) -> Vec<String> {
+    scrubbed
+        .iter()
+        .filter(|k| !env.iter().any(|(set, _)| set == *k))
+        .cloned()
+        .collect()
+}
+
 /// The version the history of the checkout at `tree` gives, computed by the
 /// tree's own version tool: `python -m setuptools_scm` run with the build
 /// venv's Python (`venv`, which holds the tree's build requirements) in the
@@ -977,15 +992,7 @@ pub fn ensure(
     if let Some(r) = remote {
         env_pairs.push((REMOTE_STORAGE_VAR.into(), r.ccache_value()));
     }
-    // Removed unless the build sets its own value (the tool's wins: the
-    // compiler cache's `CCACHE_*` and its launchers in `CMAKE_ARGS`; a
-    // removal would win over the value: duct applies the earliest modifier
-    // last).
-    let remove: Vec<String> = scrubbed
-        .iter()
-        .filter(|k| !env_pairs.iter().any(|(set, _)| set == *k))
-        .cloned()
-        .collect();
+    let remove = removals(&scrubbed, &env_pairs);
     uv.build_wheel(&venv, &tree, &out, &env_pairs, &remove, &log, &bar)?;
     bar.finish();
     let cache_stats = counter.as_ref().and_then(|(c, _)| c.finish());
@@ -1085,6 +1092,42 @@ fn shell_word(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_user_s_compiler_variables_are_removed_and_the_tool_s_own_values_win() {
+        for k in [
+            "CPPFLAGS",
+            "CMAKE_ARGS",
+            "CMAKE_GENERATOR",
+            "CMAKE_CXX_COMPILER_LAUNCHER",
+            "NVCC_APPEND_FLAGS",
+            "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_X",
+        ] {
+            assert!(is_scrubbed(k), "{k}");
+        }
+        for k in ["CCACHE_DIR", "CCACHE_REMOTE_STORAGE", "PATH", "HOME"] {
+            assert!(!is_scrubbed(k), "{k}");
+        }
+        let scrubbed: Vec<String> = ["CFLAGS", "CMAKE_ARGS", "CMAKE_GENERATOR", "CPPFLAGS"]
+            .map(String::from)
+            .to_vec();
+        // The tool sets CFLAGS (the prefix map) and CMAKE_ARGS (ccache's
+        // launchers); duct would unset them if they were also removed.
+        let env: Vec<(String, String)> = [
+            ("CFLAGS", "-ffile-prefix-map=/w=/oracle-build"),
+            ("CMAKE_ARGS", "-DCMAKE_C_COMPILER_LAUNCHER=/usr/bin/ccache"),
+            ("CCACHE_REMOTE_STORAGE", "redis://h"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .to_vec();
+        assert_eq!(removals(&scrubbed, &env), ["CMAKE_GENERATOR", "CPPFLAGS"]);
+        let out = duct::cmd("sh", ["-c", "echo \"${CMAKE_ARGS-unset}\""])
+            .env_remove("CMAKE_ARGS")
+            .env("CMAKE_ARGS", "tool")
+            .read()
+            .unwrap();
+        assert_eq!(out, "unset", "a removal wins over a value set after it");
+    }
 
     #[test]
     fn a_ccache_stats_log_gives_local_and_remote_hits_misses_and_failures() {
