@@ -6,7 +6,9 @@
 //! every layer (each checked against its digest and size on arrival), then
 //! compares the layers with the files the config lists and, for a wheel,
 //! the wheel with its `build.json` and the signed statements with the
-//! cache's trust policy ([`super::trust::verify_wheel`]).
+//! cache's trust policy ([`super::trust::verify_wheel`]); for a lock, the
+//! reviewed lockfiles that pin it or else its signed statements
+//! ([`super::substitute::lock_trust`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
