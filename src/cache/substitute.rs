@@ -1201,7 +1201,8 @@ impl<'a> Substituter<'a> {
     }
 
     /// What `plan` shows for the artifact of `kind` named `name`: the first
-    /// cache holding its tag and, for a wheel, the verdict on its signatures; `None` when no cache has
+    /// cache holding its tag and, for a wheel or a store lock, the verdict
+    /// on its signatures (the artifact a trusted one vouches for first); `None` when no cache has
     /// it. Reads manifests and config blobs only; writes nothing to the store.
     pub fn lookup(&self, kind: Kind, name: &str, scratch: &Path) -> Option<Lookup> {
         for (i, (t, policy)) in self.caches.iter().enumerate() {
@@ -1220,8 +1221,15 @@ impl<'a> Substituter<'a> {
                 tag: first.clone(),
                 verdict: None,
             };
-            if kind == Kind::Wheel
-                && let Ok(w) = listing::wheels(t.as_ref(), &tags, name, scratch)
+            // A wheel and a store lock (a lock `plan` looks up is one no
+            // reviewed lockfile gives) are judged over every attestation.
+            let files_of: Option<fn(&Config) -> Vec<super::trust::FileDigest>> = match kind {
+                Kind::Wheel => Some(super::attest::wheel_files),
+                Kind::Lock => Some(lock_files),
+                _ => None,
+            };
+            if let Some(files_of) = files_of
+                && let Ok(w) = listing::signed(t.as_ref(), &tags, kind, name, files_of, scratch)
             {
                 let verdicts: Vec<_> = w
                     .candidates
@@ -1250,7 +1258,8 @@ pub struct Lookup {
     pub cache: String,
     /// Its tag.
     pub tag: String,
-    /// For a wheel: the trust verdict on its signatures (who signed it).
+    /// For a wheel or a store lock: the trust verdict on its signatures
+    /// (who signed it).
     pub verdict: Option<super::trust::Verdict>,
 }
 

@@ -283,6 +283,20 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
     let b = fx.dir().join("store-b");
     configure(&b, &url, None, &allowed, 1);
     ok(&ob(&fx, &b, &[], &["fetch", r, "--json"]));
+    // `plan` judges the cache's store lock as pull does: signed by A.
+    let plan = ok(&ob(&fx, &b, &[], &["plan", r, "--json"]));
+    let row = plan["caches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["stage"] == "lock")
+        .cloned()
+        .unwrap_or_else(|| panic!("no lock row: {plan}"));
+    assert_eq!(
+        row["signed_by"],
+        serde_json::json!(["builder-a@test"]),
+        "{row}"
+    );
     let pulled = ok(&ob(&fx, &b, &[], &["pull", r, "--json"]));
     let refused = pulled["refused"].to_string();
     for want in [
