@@ -169,7 +169,13 @@ fn dispatch(cli: Cli, command_name: Option<&str>) -> anyhow::Result<()> {
                 C::Verify { cache } => (Action::Verify, cache),
                 C::Gc { cache, dry_run } => (Action::Gc { dry_run }, cache),
             };
-            return ops::cache::run(action, cache.as_deref(), s.store_arg(), s.json);
+            return ops::cache::run(
+                action,
+                cache.as_deref(),
+                s.store_arg(),
+                s.lockfiles(),
+                s.json,
+            );
         }
         Some(Command::Sbom { target, out }) => {
             return ops::sbom::run(&s, &target, out.as_deref());

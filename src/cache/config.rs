@@ -11,7 +11,11 @@
 //!
 //! Both are read. Entries are merged by `name`: the store root's entry wins
 //! whole (no field-by-field merge), so a user file can add caches but never
-//! weaken the trust settings of a cache the store defines. The order is the
+//! weaken the trust settings of a cache the store defines. A store's policy
+//! binds its URLs too: a user entry whose `url` the store's file names is
+//! not a cache of its own, whatever its name; its name finds the store's
+//! entry, read with the store's `trusted_signers` and `min_signatures`
+//! (only a `signing_key` the store's entry lacks is taken from it). The order is the
 //! store root's entries, then the user's, and that is the order lookups try.
 //!
 //! For one run, `--cache VALUE` (or, without the flag, `ORACLE_BUILD_CACHE`)
@@ -427,14 +431,28 @@ pub fn load(store_root: &Path, flag: Option<&str>) -> Result<CacheConfig> {
 /// that is neither a configured name or URL nor a valid URL.
 pub fn load_from(sources: &Sources) -> Result<CacheConfig> {
     let mut caches: Vec<Cache> = Vec::new();
+    // Names another file gives a URL the store's file already names: they
+    // find the store's entry (its policy), never a weaker copy of it.
+    let mut aliases: Vec<(String, usize)> = Vec::new();
+    let store_file = sources.store_file.as_ref();
     for file in [&sources.store_file, &sources.user_file]
         .into_iter()
         .flatten()
     {
         for cache in read_file(file)? {
-            if !caches.iter().any(|c| c.name == cache.name) {
-                caches.push(cache);
+            if caches.iter().any(|c| c.name == cache.name) {
+                continue;
             }
+            let bound = caches.iter().position(|c| {
+                c.url == cache.url
+                    && store_file.is_some_and(|f| c.origin == Origin::File(f.clone()))
+            });
+            if let Some(i) = bound {
+                bind_to_store(&mut caches[i], &cache);
+                aliases.push((cache.name.clone(), i));
+                continue;
+            }
+            caches.push(cache);
         }
     }
     let one = match (&sources.flag, &sources.env) {
@@ -448,6 +466,12 @@ pub fn load_from(sources: &Sources) -> Result<CacheConfig> {
     if let Some(c) = caches
         .iter()
         .find(|c| c.name == value || c.url.to_string() == value)
+        .or_else(|| {
+            aliases
+                .iter()
+                .find(|(n, _)| n == value)
+                .map(|(_, i)| &caches[*i])
+        })
     {
         return Ok(CacheConfig {
             caches: vec![c.clone()],
@@ -466,6 +490,17 @@ pub fn load_from(sources: &Sources) -> Result<CacheConfig> {
     Ok(CacheConfig {
         caches: vec![Cache::ad_hoc(url, origin)],
     })
+}
+
+/// `store`, the store file's entry for a URL, given `other`, another
+/// file's entry for the same URL: the store's policy (`trusted_signers`,
+/// `min_signatures`, `substitute`, `push`) stands whatever `other` says;
+/// only a `signing_key` the store's entry lacks is taken from `other`
+/// (signing what this box pushes trusts nothing more).
+fn bind_to_store(store: &mut Cache, other: &Cache) {
+    if store.signing_key.is_none() {
+        store.signing_key = other.signing_key.clone();
+    }
 }
 
 /// A configuration file as written.
@@ -736,6 +771,41 @@ mod tests {
         }
         let push = parse(&format!("{head}push = \"always\"\n"), f).unwrap_err();
         assert!(format!("{push:#}").contains("always"), "{push:#}");
+    }
+
+    #[test]
+    fn a_store_url_keeps_the_store_policy_under_any_other_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = write(
+            dir.path(),
+            "store/config.toml",
+            "[[cache]]\nname = \"team\"\nurl = \"oci://reg/team\"\nmin_signatures = 2\n",
+        );
+        let user = write(
+            dir.path(),
+            "xdg/oracle-build/config.toml",
+            "[[cache]]\nname = \"quick\"\nurl = \"oci://reg/team/\"\nmin_signatures = 1\nsigning_key = \"k\"\n",
+        );
+        let mut sources = Sources {
+            store_file: Some(store.clone()),
+            user_file: Some(user),
+            flag: None,
+            env: None,
+        };
+        let c = load_from(&sources).unwrap();
+        assert_eq!(c.caches.len(), 1, "{c:?}");
+        assert_eq!(c.caches[0].name, "team");
+        assert_eq!(c.caches[0].min_signatures, 2);
+        assert_eq!(c.caches[0].origin, Origin::File(store.clone()));
+        // The user's key signs what this box pushes; it trusts nothing more.
+        assert!(c.caches[0].signing_key.is_some());
+        // The user's name finds the store's entry, with the store's policy.
+        sources.flag = Some("quick".into());
+        let c = load_from(&sources).unwrap();
+        assert_eq!(
+            (c.caches[0].name.as_str(), c.caches[0].min_signatures),
+            ("team", 2)
+        );
     }
 
     #[test]

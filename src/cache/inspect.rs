@@ -6,7 +6,9 @@
 //! every layer (each checked against its digest and size on arrival), then
 //! compares the layers with the files the config lists and, for a wheel,
 //! the wheel with its `build.json` and the signed statements with the
-//! cache's trust policy ([`super::trust::verify_wheel`]).
+//! cache's trust policy ([`super::trust::verify_wheel`]); for a lock, the
+//! reviewed lockfiles that pin it or else its signed statements
+//! ([`super::substitute::lock_trust`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -46,10 +48,16 @@ pub enum Trust {
         verdict: Verdict,
     },
     /// An attestation: what it says it signs and who signed it (judged
-    /// with the wheel it signs, not on its own).
+    /// with the wheel or lock it signs, not on its own).
     Statement {
         /// `<kind> <key> (<file> sha256 <hex>, ...) by <builder> (<fingerprint>)`.
         signs: String,
+    },
+    /// A lock: pinned by a reviewed lockfile, or a store lock and the
+    /// policy's verdict on its signed statements (its attestation artifacts).
+    Lock {
+        /// How it is trusted.
+        lock: super::substitute::LockTrust,
     },
 }
 
@@ -83,6 +91,7 @@ impl Inspected {
             && match &self.trust {
                 Trust::Pinned | Trust::Statement { .. } => true,
                 Trust::Signed { verdict } => verdict.is_trusted(),
+                Trust::Lock { lock } => lock.is_trusted(),
             }
     }
 
@@ -91,6 +100,12 @@ impl Inspected {
         match &self.trust {
             Trust::Signed {
                 verdict: Verdict::Trusted { signers } | Verdict::NotEnough { signers, .. },
+            }
+            | Trust::Lock {
+                lock:
+                    super::substitute::LockTrust::Signed {
+                        verdict: Verdict::Trusted { signers } | Verdict::NotEnough { signers, .. },
+                    },
             } => signers.iter().map(|s| s.builder.clone()).collect(),
             _ => Vec::new(),
         }
@@ -130,7 +145,8 @@ pub fn kind_of(artifact_type: Option<&str>) -> Option<Kind> {
 }
 
 /// Reads and checks the artifact tagged `tag` of `cache` (see the module
-/// docs); `deep` downloads and checks every layer into `scratch` (a fresh
+/// docs; a lock is checked against the reviewed lockfiles under
+/// `lockfiles`, else against its signatures); `deep` downloads and checks every layer into `scratch` (a fresh
 /// directory, emptied afterwards). `None`: the tag is not an oracle-build
 /// artifact (another artifact type, or a per-recipe index hint). A wheel
 /// is judged with `attestations` (every attestation artifact of its key,
@@ -145,6 +161,7 @@ pub fn inspect(
     cache: &dyn Transport,
     tag: &str,
     policy: &Policy,
+    lockfiles: Option<&Path>,
     deep: bool,
     scratch: &Path,
     attestations: &BTreeMap<String, Vec<trust::Attestation>>,
@@ -241,6 +258,20 @@ pub fn inspect(
                     signs: "nothing readable".into(),
                 }
             }
+        }
+    } else if kind == Kind::Lock {
+        // Every attestation artifact of its key, and any its config embeds.
+        let mut all = attestations
+            .get(&super::attest::signed_name(Kind::Lock.name(), &config.name))
+            .cloned()
+            .unwrap_or_default();
+        for a in &config.attestations {
+            if !all.contains(a) {
+                all.push(a.clone());
+            }
+        }
+        Trust::Lock {
+            lock: super::substitute::lock_trust(&config, &all, policy, lockfiles),
         }
     } else {
         if kind == Kind::Wheelhouse {

@@ -29,9 +29,163 @@ use crate::host::process::capture;
 use crate::stages::{source, wheel, wheelhouse};
 use crate::store::{Bucket, Entry, Manifest, Staging, Store, TempRoots, sha256_file};
 
-/// What the trust policy says of a wheel's config and every attestation of
-/// its key the cache holds: `Ok` to accept it, an error naming why not.
+/// What the trust policy says of the config of a signed kind (a wheel, a
+/// store lock) and every attestation of its key the cache holds
+/// ([`listing::signed`]): `Ok` to accept it, an error naming why not (see
+/// [`accept`]).
 pub type WheelPolicy<'a> = &'a dyn Fn(&Config, &[Attestation]) -> Result<()>;
+
+/// How a lock from a cache is trusted (`cache ls`, `pull`, `build`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "lock_trust", rename_all = "kebab-case")]
+pub enum LockTrust {
+    /// Its lock files are exactly those of a reviewed lockfile on this box
+    /// (same sha256): the digests are enough.
+    Lockfile,
+    /// A store lock: the policy's verdict on its signed statements.
+    Signed {
+        /// The verdict.
+        verdict: super::trust::Verdict,
+    },
+}
+
+impl LockTrust {
+    /// Whether the lock may decide what is installed.
+    pub fn is_trusted(&self) -> bool {
+        match self {
+            LockTrust::Lockfile => true,
+            LockTrust::Signed { verdict } => verdict.is_trusted(),
+        }
+    }
+}
+
+impl std::fmt::Display for LockTrust {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockTrust::Lockfile => write!(f, "pinned (lockfile)"),
+            LockTrust::Signed { verdict } if verdict.is_trusted() => {
+                write!(f, "{}", verdict.to_string().trim_start_matches("trusted: "))
+            }
+            LockTrust::Signed { verdict } => write!(f, "{verdict}"),
+        }
+    }
+}
+
+/// The files a lock statement names for the lock artifact `config`: every
+/// file of the lock (`pylock.*.toml`, `lock.json`) with sha256 and size.
+pub fn lock_files(config: &Config) -> Vec<super::trust::FileDigest> {
+    config
+        .files
+        .iter()
+        .map(|f| super::trust::FileDigest {
+            path: f.path.clone(),
+            sha256: f.sha256.clone(),
+            size: f.size,
+        })
+        .collect()
+}
+
+/// Whether the lock artifact `config` holds exactly the lock files
+/// (`pylock.build.toml`, `pylock.runtime.toml`) of a reviewed lockfile
+/// under `lockfiles` (a lockfiles root: `<root>/<recipe>/` and its
+/// platform directories `<root>/<recipe>/<P>/`, as its `lock.json` names
+/// the recipe).
+pub fn pinned_by_lockfile(config: &Config, lockfiles: Option<&Path>) -> bool {
+    use crate::stages::lock::{BUILD_LOCK, LOCK_JSON, LockInfo, RUNTIME_LOCK};
+    let Some(root) = lockfiles else {
+        return false;
+    };
+    let Some(recipe) = config.record["recipe"].as_str() else {
+        return false;
+    };
+    if !artifact::plain_name(recipe) {
+        return false;
+    }
+    let theirs = |name: &str| {
+        config
+            .files
+            .iter()
+            .find(|f| f.path == name)
+            .map(|f| f.sha256.clone())
+    };
+    let wanted = (theirs(BUILD_LOCK), theirs(RUNTIME_LOCK));
+    if wanted.0.is_none() && wanted.1.is_none() {
+        return false;
+    }
+    let dir = root.join(recipe);
+    let mut dirs = vec![dir.clone()];
+    if let Ok(rd) = fs::read_dir(&dir) {
+        dirs.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+    }
+    dirs.iter().any(|d| {
+        let Ok(info) = crate::store::read_json::<LockInfo>(&d.join(LOCK_JSON)) else {
+            return false;
+        };
+        // The files on disk, not only what their lock.json claims.
+        let on_disk = |name: &str| {
+            let f = d.join(name);
+            f.is_file().then(|| sha256_file(&f).ok()).flatten()
+        };
+        let ours = (on_disk(BUILD_LOCK), on_disk(RUNTIME_LOCK));
+        ours == wanted
+            && info.files.get(BUILD_LOCK).cloned() == ours.0
+            && info.files.get(RUNTIME_LOCK).cloned() == ours.1
+    })
+}
+
+/// How the lock artifact `config` is trusted under `policy`, with the
+/// reviewed lockfiles under `lockfiles` ([`pinned_by_lockfile`]), else from
+/// `attestations`, every attestation of its key the cache holds (the
+/// attestation artifacts `att-lock-<key>-...` and any its config embeds, as
+/// [`listing::signed`] with [`Kind::Lock`] reads them): the verdict
+/// [`listing::Signed::verdict`] gives, the same for every reader.
+pub fn lock_trust(
+    config: &Config,
+    attestations: &[Attestation],
+    policy: &super::trust::Policy,
+    lockfiles: Option<&Path>,
+) -> LockTrust {
+    if pinned_by_lockfile(config, lockfiles) {
+        return LockTrust::Lockfile;
+    }
+    LockTrust::Signed {
+        verdict: super::trust::verify_lock(&config.name, &lock_files(config), attestations, policy),
+    }
+}
+
+/// The trust policy on the config of a signed kind, given `attestations`
+/// (every attestation of its key the cache holds): a wheel needs a trusted
+/// verdict ([`wheel_verdict`]); a lock is pinned by a reviewed lockfile
+/// under `lockfiles` or needs a trusted verdict ([`lock_trust`]); other
+/// kinds are pinned by their names. `Ok` to accept, else an error naming why.
+pub fn accept(
+    config: &Config,
+    attestations: &[Attestation],
+    policy: &super::trust::Policy,
+    lockfiles: Option<&Path>,
+) -> Result<()> {
+    match config.kind {
+        Kind::Wheel => {
+            let v = wheel_verdict(config, attestations, policy);
+            if v.is_trusted() {
+                Ok(())
+            } else {
+                Err(anyhow!("the wheel is not trusted: {v}"))
+            }
+        }
+        Kind::Lock => {
+            let t = lock_trust(config, attestations, policy, lockfiles);
+            if t.is_trusted() {
+                Ok(())
+            } else {
+                Err(anyhow!(
+                    "the store lock is not trusted ({t}); this box resolves its own"
+                ))
+            }
+        }
+        _ => Ok(()),
+    }
+}
 
 /// An entry downloaded and checked in staging, not yet in the store.
 #[derive(Debug)]
@@ -59,6 +213,8 @@ pub struct Fetcher<'a> {
     staging: Staging,
     n: usize,
     tags: Option<Rc<TagList>>,
+    /// Entries [`Fetcher::commit`] refused, each with why.
+    pub refused: Vec<String>,
 }
 
 impl<'a> Fetcher<'a> {
@@ -72,6 +228,7 @@ impl<'a> Fetcher<'a> {
             staging: store.stage("pull")?,
             n: 0,
             tags: None,
+            refused: Vec::new(),
         })
     }
 
@@ -348,6 +505,21 @@ impl<'a> Fetcher<'a> {
             Bucket::Locks if !dir.join(crate::stages::lock::LOCK_JSON).is_file() => {
                 return Err(refuse("no lock.json".into()));
             }
+            Bucket::Locks => {
+                // Judged with every attestation of its key the cache holds.
+                let tags = self.tag_list()?;
+                let scratch = self.fresh_dir()?;
+                let signed = listing::signed(
+                    self.cache,
+                    &tags,
+                    Kind::Lock,
+                    &entry.name,
+                    lock_files,
+                    &scratch,
+                )?;
+                let _ = fs::remove_dir_all(&scratch);
+                policy(&config, &signed.attestations).map_err(|e| refuse(format!("{e:#}")))?;
+            }
             _ => {}
         }
         Ok(Some(Prepared {
@@ -431,7 +603,7 @@ impl<'a> Fetcher<'a> {
     /// each registered in `temp` first; returns the labels added.
     ///
     /// Errors: a rename or the git fetch fails.
-    pub fn commit(&self, items: Vec<Prepared>, temp: &TempRoots) -> Result<Vec<String>> {
+    pub fn commit(&mut self, items: Vec<Prepared>, temp: &TempRoots) -> Result<Vec<String>> {
         let mut added = Vec::new();
         for p in items {
             temp.add(self.store, &p.entry)?;
@@ -441,6 +613,18 @@ impl<'a> Fetcher<'a> {
                     bail!("the source bundle from the cache does not hold commit {commit}");
                 }
                 added.push(format!("{} ({commit})", p.entry.label()));
+                continue;
+            }
+            if p.entry.bucket == Bucket::Wheels
+                && let Err(why) = check_wheel_history(self.store, &p.dir)
+            {
+                let why = format!(
+                    "cache {}: refusing {}: {why}; the wheel stage builds here",
+                    self.cache.describe(),
+                    artifact::tag(Kind::Wheel, &p.entry.name)
+                );
+                crate::progress::stage("wheel", why.clone());
+                self.refused.push(why);
                 continue;
             }
             let _lock = p.entry.lock()?;
@@ -453,6 +637,52 @@ impl<'a> Fetcher<'a> {
         }
         Ok(added)
     }
+}
+
+/// Whether the wheel entry prepared at `dir` was built from the version
+/// this box's own history gives: its `build.json` inputs hash to its key,
+/// and the tag they name (`describe`) is the tag this store's mirror of the
+/// commit describes now ([`source::describe`]). Checked after the source
+/// is in the mirror, before the wheel is (by `pull`, substitution and `import`).
+///
+/// Errors: a string naming the tags and the wheel's version.
+pub fn check_wheel_history(store: &Store, dir: &Path) -> std::result::Result<(), String> {
+    let rec = wheel::BuildRecord::read(dir).map_err(|e| format!("{e:#}"))?;
+    let computed = crate::store::key::content_key(&rec.inputs);
+    if computed != rec.key {
+        return Err(format!(
+            "its build.json inputs hash to key {computed}, not {}",
+            rec.key
+        ));
+    }
+    let commit = rec.inputs["commit"].as_str().unwrap_or_default();
+    let mirror = rec
+        .requires
+        .iter()
+        .filter(|l| l.starts_with("git/"))
+        .find_map(|l| store.entry_by_label(l))
+        .filter(Entry::exists);
+    let Some(mirror) = mirror else {
+        return Err(format!(
+            "this box holds no mirror of commit {commit} to check the wheel's version against"
+        ));
+    };
+    let theirs: Option<source::Describe> =
+        serde_json::from_value(rec.inputs["describe"].clone()).unwrap_or(None);
+    let ours = source::describe(&mirror.path, commit);
+    if theirs == ours {
+        return Ok(());
+    }
+    let show = |d: &Option<source::Describe>| {
+        d.as_ref()
+            .map_or_else(|| "no tag".to_string(), ToString::to_string)
+    };
+    Err(format!(
+        "it was built as version {} from {}, but this box's history of {commit} gives {}, so another version (computed when the wheel is built here)",
+        rec.history_version.as_deref().unwrap_or("(unknown)"),
+        show(&theirs),
+        show(&ours),
+    ))
 }
 
 /// The name of the git bundle layer of a source artifact.
@@ -506,40 +736,133 @@ fn check_files(dir: &Path, config: &Config) -> Result<()> {
 /// `refs/oracle-build/pins/` and its tags) into the mirror of `repo`,
 /// creating the mirror in `scratch` and renaming it into place when absent.
 ///
-/// Errors: git fails.
+/// What arrives never rewrites a ref: the bundle is first fetched into a
+/// scratch repository that borrows the mirror's objects (git alternates),
+/// its refs are compared with the mirror's, and only tags the mirror lacks
+/// and pin refs (`refs/oracle-build/pins/<sha>` naming `<sha>`) are then
+/// fetched into the mirror. A tag the mirror holds for another commit is an
+/// error naming the tag and both commits, and nothing is written.
+///
+/// Errors: git fails; a tag of the bundle moves one of the mirror's
+/// (exit 2); a pin ref of the bundle names another commit than its name.
 pub fn fetch_bundle(store: &Store, repo: &str, bundle: &Path, scratch: &Path) -> Result<()> {
     let git =
         which::which("git").context("taking a source from a cache needs the git command line")?;
     let mirror = source::mirror_entry(store, repo);
     let _lock = mirror.lock()?;
-    let bundle = bundle.display().to_string();
-    let fetch = |dir: &Path| {
-        capture(
-            "git fetch <bundle>",
-            duct::cmd(
-                &git,
-                [
-                    "-C",
-                    &dir.display().to_string(),
-                    "fetch",
-                    "--quiet",
-                    &bundle,
-                    "+refs/tags/*:refs/tags/*",
-                    "+refs/oracle-build/*:refs/oracle-build/*",
-                ],
-            ),
-        )
+    let bundle_arg = bundle.display().to_string();
+    let fetch = |dir: &Path, refspecs: &[String]| -> Result<()> {
+        if refspecs.is_empty() {
+            return Ok(());
+        }
+        let mut args = vec![
+            "-C".to_string(),
+            dir.display().to_string(),
+            "fetch".into(),
+            "--quiet".into(),
+            "--no-write-fetch-head".into(),
+            bundle_arg.clone(),
+        ];
+        args.extend(refspecs.iter().cloned());
+        capture("git fetch <bundle>", duct::cmd(&git, args)).map(|_| ())
     };
+    // 1. Everything the bundle carries, into a scratch repository.
+    let incoming = scratch.join("incoming.git");
+    if incoming.exists() {
+        fs::remove_dir_all(&incoming)?;
+    }
+    git2::Repository::init_bare(&incoming)?;
     if mirror.exists() {
-        fetch(&mirror.path)?;
+        fs::write(
+            incoming.join("objects/info/alternates"),
+            format!("{}\n", mirror.path.join("objects").display()),
+        )?;
+    }
+    fetch(
+        &incoming,
+        &[
+            "+refs/tags/*:refs/tags/*".to_string(),
+            "+refs/oracle-build/*:refs/oracle-build/*".to_string(),
+        ],
+    )?;
+    // 2. What it would add, and what it would move.
+    let plan = incoming_refs(
+        &git2::Repository::open_bare(&incoming)?,
+        mirror
+            .exists()
+            .then(|| git2::Repository::open_bare(&mirror.path))
+            .transpose()?
+            .as_ref(),
+        bundle,
+        repo,
+    )?;
+    // 3. Only new refs, never forced.
+    let specs: Vec<String> = plan.iter().map(|r| format!("{r}:{r}")).collect();
+    if mirror.exists() {
+        fetch(&mirror.path, &specs)?;
     } else {
         let dir = scratch.join("mirror.git");
         git2::Repository::init_bare(&dir)?;
-        fetch(&dir)?;
+        fetch(&dir, &specs)?;
         fs::create_dir_all(store.bucket_dir(Bucket::Git))?;
         fs::rename(&dir, &mirror.path)?;
     }
     Ok(())
+}
+
+/// The refs of `incoming` (a bundle fetched into a scratch repository) that
+/// `mirror` lacks: its tags and pin refs. A tag `mirror` holds with another
+/// commit, or a pin ref naming another commit than its name, is an error
+/// (exit 2) naming each such ref; tags `mirror` holds for the same commit
+/// are left out.
+fn incoming_refs(
+    incoming: &git2::Repository,
+    mirror: Option<&git2::Repository>,
+    bundle: &Path,
+    repo: &str,
+) -> Result<Vec<String>> {
+    let peel = |r: &git2::Repository, name: &str| -> Option<git2::Oid> {
+        r.find_reference(name)
+            .ok()?
+            .peel_to_commit()
+            .ok()
+            .map(|c| c.id())
+    };
+    let mut add = Vec::new();
+    let mut moved = Vec::new();
+    for r in incoming.references()?.flatten() {
+        let Some(name) = r.name().map(str::to_string) else {
+            continue;
+        };
+        let Some(theirs) = peel(incoming, &name) else {
+            continue;
+        };
+        if let Some(sha) = name.strip_prefix(source::PIN_REFS) {
+            if sha != theirs.to_string() {
+                moved.push(format!("{name} names commit {theirs}, not {sha}"));
+                continue;
+            }
+        } else if !name.starts_with("refs/tags/") {
+            continue;
+        }
+        match mirror.and_then(|m| peel(m, &name)) {
+            Some(ours) if ours == theirs => {}
+            Some(ours) => moved.push(format!(
+                "tag {} is commit {ours} in the mirror of {repo}, commit {theirs} in the bundle",
+                name.trim_start_matches("refs/tags/")
+            )),
+            None => add.push(name),
+        }
+    }
+    if !moved.is_empty() {
+        return Err(crate::exit::bad_input(format!(
+            "refusing the source bundle {}: it would move refs of the mirror ({}); a ref that arrives never rewrites one the box holds; nothing was written",
+            bundle.display(),
+            moved.join("; ")
+        )));
+    }
+    add.sort();
+    Ok(add)
 }
 
 /// The record of an `inputs-<key>` artifact: what a box needs to build a
@@ -610,20 +933,6 @@ pub fn wheel_verdict(
     listing::verdict(config, attestations, policy)
 }
 
-/// The [`WheelPolicy`] of `policy`: a wheel is taken only when trusted.
-pub fn trusted_only(
-    policy: &super::trust::Policy,
-) -> impl Fn(&Config, &[Attestation]) -> Result<()> + '_ {
-    move |cfg, atts| {
-        let v = wheel_verdict(cfg, atts, policy);
-        if v.is_trusted() {
-            Ok(())
-        } else {
-            Err(anyhow!("the wheel is not trusted: {v}"))
-        }
-    }
-}
-
 /// What [`pull_pin`] did.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Pulled {
@@ -635,6 +944,10 @@ pub struct Pulled {
     pub added: Vec<String>,
     /// Entries already present.
     pub present: Vec<String>,
+    /// Entries not taken, each with why: a store lock without trusted
+    /// signatures (the box resolves its own), a wheel whose version this
+    /// box's history contradicts (built here).
+    pub refused: Vec<String>,
     /// Bytes downloaded.
     pub bytes: u64,
 }
@@ -718,7 +1031,18 @@ pub fn pull_pin(
             present.push(entry.label());
             continue;
         }
-        match f.prepare(&entry, policy, inputs.tags.get(label).map(String::as_str))? {
+        let prepared = match f.prepare(&entry, policy, inputs.tags.get(label).map(String::as_str)) {
+            // A lock that is refused (untrusted, damaged) is not taken:
+            // the box resolves its own.
+            Err(e) if entry.bucket == Bucket::Locks => {
+                let why = format!("{e:#}");
+                crate::progress::stage("lock", why.clone());
+                f.refused.push(why);
+                continue;
+            }
+            other => other?,
+        };
+        match prepared {
             Some(p) => {
                 bytes += p.bytes;
                 items.push(p);
@@ -740,6 +1064,7 @@ pub fn pull_pin(
         inputs,
         added,
         present,
+        refused: f.refused.clone(),
         bytes,
     })
 }
@@ -802,12 +1127,19 @@ impl<'a> Substituter<'a> {
     pub fn entry(&self, entry: &Entry, temp: &TempRoots) -> Result<Option<String>> {
         temp.add(self.store, entry)?;
         for (i, (t, policy)) in self.caches.iter().enumerate() {
-            let accept = trusted_only(policy);
+            // Called only for a lock no lockfile gives (`inputs`): a store lock.
+            let accept = |cfg: &Config, atts: &[Attestation]| accept(cfg, atts, policy, None);
             let fresh = entry.bucket == Bucket::Wheels;
             let got =
                 self.fetcher(i, fresh)
                     .and_then(|mut f| match f.prepare(entry, &accept, None)? {
-                        Some(p) => f.commit(vec![p], temp).map(Some),
+                        Some(p) => {
+                            let added = f.commit(vec![p], temp)?;
+                            match f.refused.pop() {
+                                Some(why) if added.is_empty() => Err(anyhow!(why)),
+                                _ => Ok(Some(added)),
+                            }
+                        }
                         None => Ok(None),
                     });
             match got {
@@ -863,7 +1195,8 @@ impl<'a> Substituter<'a> {
     }
 
     /// What `plan` shows for the artifact of `kind` named `name`: the first
-    /// cache holding its tag and, for a wheel, the verdict on its signatures; `None` when no cache has
+    /// cache holding its tag and, for a wheel or a store lock, the verdict
+    /// on its signatures (the artifact a trusted one vouches for first); `None` when no cache has
     /// it. Reads manifests and config blobs only; writes nothing to the store.
     pub fn lookup(&self, kind: Kind, name: &str, scratch: &Path) -> Option<Lookup> {
         for (i, (t, policy)) in self.caches.iter().enumerate() {
@@ -882,8 +1215,15 @@ impl<'a> Substituter<'a> {
                 tag: first.clone(),
                 verdict: None,
             };
-            if kind == Kind::Wheel
-                && let Ok(w) = listing::wheels(t.as_ref(), &tags, name, scratch)
+            // A wheel and a store lock (a lock `plan` looks up is one no
+            // reviewed lockfile gives) are judged over every attestation.
+            let files_of: Option<fn(&Config) -> Vec<super::trust::FileDigest>> = match kind {
+                Kind::Wheel => Some(super::attest::wheel_files),
+                Kind::Lock => Some(lock_files),
+                _ => None,
+            };
+            if let Some(files_of) = files_of
+                && let Ok(w) = listing::signed(t.as_ref(), &tags, kind, name, files_of, scratch)
             {
                 let verdicts: Vec<_> = w
                     .candidates
@@ -912,7 +1252,8 @@ pub struct Lookup {
     pub cache: String,
     /// Its tag.
     pub tag: String,
-    /// For a wheel: the trust verdict on its signatures (who signed it).
+    /// For a wheel or a store lock: the trust verdict on its signatures
+    /// (who signed it).
     pub verdict: Option<super::trust::Verdict>,
 }
 

@@ -153,6 +153,54 @@ impl Git {
             .is_ok_and(|out| !out.is_empty())
     }
 
+    /// The nearest tag matching `pattern` that reaches `commit` in the
+    /// repository at `repo` (`git describe --tags --abbrev=0 --match`), and
+    /// the commit it names; `None` when none does.
+    pub fn describe(&self, repo: &Path, commit: &str, pattern: &str) -> Option<(String, String)> {
+        let matching = format!("--match={pattern}");
+        let tag = self
+            .run(
+                Config::Hermetic,
+                repo,
+                &["describe", "--tags", "--abbrev=0", &matching, commit],
+            )
+            .ok()
+            .filter(|t| !t.is_empty())?;
+        let peeled = format!("refs/tags/{tag}^{{commit}}");
+        let target = self
+            .run(
+                Config::Hermetic,
+                repo,
+                &["rev-parse", "--verify", "--quiet", &peeled],
+            )
+            .ok()?;
+        Some((tag, target))
+    }
+
+    /// Makes the tags of the repository at `tree` those of the local
+    /// repository `mirror` (`git fetch --prune` of `+refs/tags/*:refs/tags/*`).
+    ///
+    /// Errors: git fails (named, with its output).
+    pub fn sync_tags(&self, tree: &Path, mirror: &Path) -> Result<()> {
+        self.run(
+            Config::Hermetic,
+            tree,
+            &[
+                "-c",
+                "gc.auto=0",
+                "fetch",
+                "--quiet",
+                "--prune",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--",
+                &mirror.to_string_lossy(),
+                "+refs/tags/*:refs/tags/*",
+            ],
+        )?;
+        Ok(())
+    }
+
     /// Points the ref `name` of the repository at `repo` at `commit`
     /// (`git update-ref`, which writes it atomically through a lock file).
     ///

@@ -47,8 +47,10 @@ pub fn run(
     action: Action,
     cache: Option<&str>,
     store_arg: Option<&Path>,
+    lockfiles: Option<&Path>,
     json: bool,
 ) -> Result<()> {
+    let lockfiles = lockfiles.map_or_else(cache_admin::lockfiles_root, Path::to_path_buf);
     let root = Store::default_root(store_arg)?;
     let caches = config::load(&root, cache)?.caches;
     if caches.is_empty() {
@@ -68,7 +70,7 @@ pub fn run(
             let deep = action == Action::Verify;
             let mut listings = Vec::new();
             for c in &caches {
-                listings.push(cache_admin::list(c, deep, store.as_ref())?);
+                listings.push(cache_admin::list(c, deep, store.as_ref(), &lockfiles)?);
             }
             let failed: usize = listings
                 .iter()
@@ -141,6 +143,7 @@ fn render_listing(l: &Listing, deep: bool) {
             Trust::Pinned => "pinned (digest)".to_string(),
             Trust::Signed { verdict } => verdict.to_string(),
             Trust::Statement { signs } => signs.clone(),
+            Trust::Lock { lock } => lock.to_string(),
         };
         let state = if !a.problems.is_empty() {
             format!("  FAILED: {}", a.problems.join("; "))

@@ -201,6 +201,9 @@ fn render(p: &Plan) -> String {
             line(format!("  - {m}"));
         }
     }
+    for n in &p.not_checked {
+        line(format!("not checked: {n}"));
+    }
     let free = p.free_bytes.map_or("unknown".into(), |f| {
         format!("{:.1} GiB", f as f64 / GIB as f64)
     });

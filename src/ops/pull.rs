@@ -44,7 +44,11 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     for c in &caches {
         let t = crate::cache::open(&c.url)?;
         let policy = substitute::policy_of(c)?;
-        let accept = substitute::trusted_only(&policy);
+        // A lock is pinned by this recipe's reviewed lockfile, else signed.
+        let accept = |cfg: &crate::cache::artifact::Config,
+                      atts: &[crate::cache::trust::Attestation]| {
+            substitute::accept(cfg, atts, &policy, lock_dir.parent())
+        };
         match substitute::pull_pin(t.as_ref(), &store, &lr, &lock_dir, &accept, &temp) {
             Ok(p) => {
                 done = Some(p);
@@ -75,6 +79,9 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     );
     for a in &p.added {
         println!("added    {a}");
+    }
+    for r in &p.refused {
+        println!("refused  {r}");
     }
     println!(
         "the pushing box's oracle: venv key {} (wheel {}); build it here with: oracle-build build {} --offline",

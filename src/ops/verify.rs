@@ -265,6 +265,9 @@ pub fn print_checks(v: &Verification, to_stderr: bool) {
     for w in &v.warnings {
         lines.push(format!("  warning (recorded at build): {w}"));
     }
+    for n in &v.notes {
+        lines.push(format!("  not checked (recorded at build): {n}"));
+    }
     let failed = v.checks.iter().filter(|c| !c.ok).count();
     lines.push(if failed == 0 {
         format!("verified: all {} checks pass", v.checks.len())

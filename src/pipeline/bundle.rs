@@ -508,6 +508,7 @@ pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
     }
     let mut added = vec![mirror.label()];
     let mut present = Vec::new();
+    let mut notes = Vec::new();
     for (bucket, name) in &tops {
         let b = Bucket::from_dir_name(bucket).ok_or_else(|| anyhow!("unknown bucket {bucket}"))?;
         let e = store.entry(b, name);
@@ -516,10 +517,20 @@ pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
             present.push(e.label());
             continue;
         }
+        // A wheel is taken only when this box's history gives its version.
+        let from = x.join("store").join(bucket).join(name);
+        if b == Bucket::Wheels
+            && let Err(why) = crate::cache::substitute::check_wheel_history(store, &from)
+        {
+            notes.push(format!(
+                "the bundle's wheel {} is not taken: {why}; the wheel stage builds here",
+                e.label()
+            ));
+            continue;
+        }
         store.persist(&x.join("store").join(bucket).join(name), &e)?;
         added.push(e.label());
     }
-    let mut notes = Vec::new();
     // The pinned uv, into the tools directory, when it runs here.
     let mut uv_installed = None;
     if let Some(u) = &m.uv {

@@ -54,6 +54,14 @@ pub struct Collected {
     pub blob_bytes: u64,
 }
 
+/// The reviewed lockfiles a lock may be pinned by without `--lockfiles`:
+/// `$ORACLE_BUILD_LOCKFILES`, else `./lockfiles`.
+pub fn lockfiles_root() -> std::path::PathBuf {
+    std::env::var_os("ORACLE_BUILD_LOCKFILES")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| std::path::PathBuf::from("lockfiles"), Into::into)
+}
+
 /// A scratch directory: in the store's `tmp/` when there is a writable
 /// store (big wheels), else the system's.
 fn scratch(store: Option<&Store>) -> Result<tempfile::TempDir> {
@@ -68,12 +76,13 @@ fn scratch(store: Option<&Store>) -> Result<tempfile::TempDir> {
     })
 }
 
-/// Every artifact of cache `c`, inspected (`deep`: layers too), for
+/// Every artifact of cache `c`, inspected (`deep`: layers too; a lock
+/// pinned by a reviewed lockfile under `lockfiles` is labelled so), for
 /// `cache ls` and `cache verify`.
 ///
 /// Errors: the cache cannot be opened or listed; its policy's key files
 /// are bad (exit 2).
-pub fn list(c: &Cache, deep: bool, store: Option<&Store>) -> Result<Listing> {
+pub fn list(c: &Cache, deep: bool, store: Option<&Store>, lockfiles: &Path) -> Result<Listing> {
     let t = crate::cache::open(&c.url)?;
     let policy = Policy::for_cache(c)?;
     let tmp = scratch(store)?;
@@ -93,7 +102,15 @@ pub fn list(c: &Cache, deep: bool, store: Option<&Store>) -> Result<Listing> {
             ));
             continue;
         }
-        match inspect::inspect(t.as_ref(), &tag, &policy, deep, &dir, &atts)? {
+        match inspect::inspect(
+            t.as_ref(),
+            &tag,
+            &policy,
+            Some(lockfiles),
+            deep,
+            &dir,
+            &atts,
+        )? {
             Some(a) => artifacts.push(a),
             None => other_tags.push(tag),
         }
@@ -202,7 +219,7 @@ pub fn collect(c: &Cache, store: Option<&Store>, dry_run: bool) -> Result<Collec
         )));
     }
     let prune = catalog::pruner(&c.url);
-    let listing = list(c, false, store)?;
+    let listing = list(c, false, store, &lockfiles_root())?;
     let tmp = scratch(store)?;
     let keep = referenced(store, &listing.artifacts, c, tmp.path())?;
     let (mut deleted, mut kept) = (Vec::new(), Vec::new());

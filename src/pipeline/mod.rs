@@ -91,7 +91,12 @@ pub fn wheel_plan(
     jobs: Option<usize>,
     hermetic: WheelHermetic,
 ) -> Result<WheelPlan> {
-    let settings = wheel::settings(lr, src, jobs)?;
+    let mut settings = wheel::settings(lr, src, jobs)?;
+    let r = &lr.recipe;
+    settings.describe = source::describe(
+        &source::mirror_entry(store, &r.source.repo).path,
+        &r.source.commit,
+    );
     Ok(wheel::plan(store, lr, tc, settings, hermetic))
 }
 
@@ -208,6 +213,9 @@ pub struct Plan {
     /// the wheel this store built last from the repository, and what the
     /// compiler cache will do ([`compile_cost::for_plan`]).
     pub compile_cost: Option<compile_cost::CompileCost>,
+    /// Checks of the source that cannot be made from what the store holds
+    /// (the fork-only check on a mirror from a bundle or a cache).
+    pub not_checked: Vec<String>,
 }
 
 /// The lock as `plan` shows it.
@@ -482,6 +490,14 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         offline_missing,
         keys,
         compile_cost,
+        not_checked: if findings.source_mirrored && !source::has_branches(&mirror.path) {
+            vec![source::fork_check_not_made(
+                &r.source.repo,
+                &r.source.commit,
+            )]
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -607,13 +623,19 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     if !src_entry.exists() {
         disk::check(store.root(), r, Stage::Source)?;
     }
-    let mirror = source::ensure_mirror(store, &r.source.repo, &r.source.commit, o.offline)?;
+    let (mirror, fetched) =
+        source::ensure_mirror_fetched(store, &r.source.repo, &r.source.commit, o.offline)?;
     let (src, src_built) = source::ensure_checkout(store, &mirror, &r.source.commit)?;
     // Whether a fork-only commit is reached by no branch or tag: asked only
     // when something is built (the answer goes into the oracle's record,
     // which a no-op prints), since libgit2's start-up alone costs a no-op
     // about 40 ms (it loads every system CA certificate).
+    // Only against branches fetched from the repository now: a mirror from
+    // a bundle or a cache has none, so the check is said not to be made.
     let fork_warning = || {
+        if fetched != source::Fetched::Now {
+            return None;
+        }
         let w = source::fork_only_warning(&mirror.path, &r.source.repo, &r.source.commit);
         if let Some(w) = &w {
             progress::stage("source", format!("warning: {w}"));
@@ -653,6 +675,12 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         source_warning = fork_warning();
     }
     vplan.source_warnings.extend(source_warning);
+    if fetched != source::Fetched::Now {
+        vplan.source_notes.push(source::fork_check_not_made(
+            &r.source.repo,
+            &r.source.commit,
+        ));
+    }
     temp.add(store, &vplan.entry)?;
     if !vplan.entry.exists() && wheel::quarantine_if_damaged(store, &plan.entry, &record)? {
         (record, wheel_built) = wheel::ensure(&cx, &plan, &src, &requires)?;

@@ -28,7 +28,7 @@ pub struct CacheRow {
     pub tag: String,
     /// The first substituting cache that has it (`None`: none has it).
     pub cache: Option<String>,
-    /// For the wheel: the trust verdict on its signatures, as text.
+    /// For the wheel and a store lock: the trust verdict on its signatures, as text.
     pub verdict: Option<String>,
     /// For the wheel: the trusted signers (builder names).
     pub signed_by: Vec<String>,

@@ -300,16 +300,41 @@ pub fn push_to(
         let (body, inputs) = artifacts.split_at(artifacts.len() - 1);
         for a in body {
             out.push(push_one(t.as_ref(), a, &listed, scratch)?);
+            // The store lock is signed like the wheel, since it decides what
+            // is installed: its signature is its own attestation artifact,
+            // over this box's lock files, with the build's time.
+            if a.kind == Kind::Lock
+                && let Some(key) = &signing_key
+            {
+                let st = trust::Statement::for_lock(
+                    &a.name,
+                    &lock::auto_key_inputs(r),
+                    substitute::lock_files(&a.config),
+                    &statement.builder,
+                    &statement.time,
+                );
+                let dir = scratch.join(format!("att-lock-{i}"));
+                out.push(push_attestation(
+                    t.as_ref(),
+                    &st,
+                    key,
+                    &listed,
+                    &dir,
+                    scratch,
+                )?);
+            }
             if a.kind == Kind::Wheel
                 && let Some(key) = &signing_key
             {
-                let att = trust::sign(&statement, key)?;
-                let art = attest::artifact(&att, &scratch.join(format!("att-{i}")))?;
-                let mut p = push_one(t.as_ref(), &art, &listed, scratch)?;
-                if p.state == PushState::Pushed {
-                    p.state = PushState::Signed;
-                }
-                out.push(p);
+                let dir = scratch.join(format!("att-{i}"));
+                out.push(push_attestation(
+                    t.as_ref(),
+                    &statement,
+                    key,
+                    &listed,
+                    &dir,
+                    scratch,
+                )?);
                 signed = true;
                 // The signed SLSA provenance of the wheel, its own artifact.
                 out.push(push_provenance(
@@ -454,6 +479,28 @@ fn other_wheels(
     Ok(out)
 }
 
+/// Signs `statement` with `key` and pushes the signature as its own
+/// attestation artifact (made in `dir`) to `t`, unless `listed` shows it
+/// there already: [`PushState::Signed`] when pushed now.
+///
+/// Errors: signing fails; the cache fails.
+fn push_attestation(
+    t: &dyn Transport,
+    statement: &trust::Statement,
+    key: &trust::SigningKey,
+    listed: &TagList,
+    dir: &Path,
+    scratch: &Path,
+) -> Result<PushedArtifact> {
+    let att = trust::sign(statement, key)?;
+    let art = attest::artifact(&att, dir)?;
+    let mut p = push_one(t, &art, listed, scratch)?;
+    if p.state == PushState::Pushed {
+        p.state = PushState::Signed;
+    }
+    Ok(p)
+}
+
 /// Signs the provenance of the wheel `build` of `r` with `key` and pushes
 /// it to `t` ([`crate::cache::provenance`]).
 ///
@@ -527,29 +574,34 @@ pub fn push_one(
     let mut uploaded = 0;
     // Blobs first, the manifest last. Two boxes pushing the same blobs at
     // once can make a registry (distribution 2.8) answer the manifest with
-    // MANIFEST_BLOB_UNKNOWN while the other's upload of a blob commits; each
-    // retry checks every blob again (uploading what is still unknown) before
-    // the manifest, so a tag never names a missing blob.
+    // MANIFEST_BLOB_UNKNOWN while the other's upload of a blob commits, or
+    // answer the check of a blob with a 500; each retry checks every blob
+    // again (uploading what is still unknown) before the manifest, so a tag
+    // never names a missing blob.
     const ATTEMPTS: u32 = 4;
     let mut attempt = 1;
     loop {
-        for l in &a.layers {
-            if t.put_blob(&l.path, &l.digest, l.size)? {
-                uploaded += l.size;
+        let mut tried = || -> Result<()> {
+            for l in &a.layers {
+                if t.put_blob(&l.path, &l.digest, l.size)? {
+                    uploaded += l.size;
+                }
             }
-        }
-        t.put_blob(
-            &cfg_path,
-            &crate::cache::digest_of(&config_bytes),
-            config_bytes.len() as u64,
-        )?;
-        kill_point(a.kind);
-        match t.put_manifest(&tag, &a.manifest_bytes(&config_bytes)) {
-            Ok(_) => break,
+            t.put_blob(
+                &cfg_path,
+                &crate::cache::digest_of(&config_bytes),
+                config_bytes.len() as u64,
+            )?;
+            kill_point(a.kind);
+            t.put_manifest(&tag, &a.manifest_bytes(&config_bytes))
+                .map(|_| ())
+        };
+        match tried() {
+            Ok(()) => break,
             Err(e) if attempt < ATTEMPTS => {
                 crate::progress::stage(
                     "push",
-                    format!("{tag}: the manifest was refused ({e:#}); checking the blobs again"),
+                    format!("{tag}: the cache refused the push ({e:#}); checking the blobs again"),
                 );
                 std::thread::sleep(std::time::Duration::from_millis(500 * u64::from(attempt)));
                 attempt += 1;

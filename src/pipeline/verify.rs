@@ -73,6 +73,9 @@ pub struct Verification {
     /// Warnings recorded with the oracle when it was built (a fork-only
     /// commit, a tagless history).
     pub warnings: Vec<String>,
+    /// Checks not made when it was built (see `OracleRecord::notes`).
+    #[serde(default)]
+    pub notes: Vec<String>,
     /// Whether all passed.
     pub ok: bool,
     /// `--emit-pin-block`: the block measured from this oracle (only when `ok`).
@@ -278,8 +281,10 @@ pub fn verify_venv(
         .as_ref()
         .map(|r| r.warnings.clone())
         .unwrap_or_default();
+    let notes = record.as_ref().map(|r| r.notes.clone()).unwrap_or_default();
     Ok(Verification {
         warnings,
+        notes,
         venv: venv.to_path_buf(),
         recipe: recipe.name.clone(),
         checked_against: against.to_string(),

@@ -67,6 +67,11 @@ pub struct OracleRecord {
     /// tag reachable from the commit, so the version is setuptools-scm's fallback).
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Checks that were not made when it was built, and why (the fork-only
+    /// check on a mirror from a bundle or a cache): not warnings, since
+    /// nothing was found.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// When the venv was made (RFC 3339).
     pub created: String,
     /// Seconds spent creating and installing the venv.
@@ -397,10 +402,18 @@ fn build(
     // The build mode from what the wheel's own record says the build got.
     let mut ident =
         identity::measure(&venv, &r.source.package, &r.source.commit, Some(&wheel.env))?;
-    ident.tags_at_commit = crate::stages::source::tags_at(&src.path, &r.source.commit);
+    // Tags as the mirror holds them now (the checkout keeps those of the
+    // day it was made; the wheel was built with the mirror's).
+    let mirror = crate::stages::source::mirror_entry(store, &r.source.repo);
+    let tags_from = if mirror.exists() {
+        &mirror.path
+    } else {
+        &src.path
+    };
+    ident.tags_at_commit = crate::stages::source::tags_at(tags_from, &r.source.commit);
     ident.history_version = wheel.history_version.clone();
     let mut warnings = plan.source_warnings.clone();
-    if crate::stages::source::nearest_tag(&src.path, &r.source.commit).is_none() {
+    if crate::stages::source::nearest_tag(tags_from, &r.source.commit).is_none() {
         let w = format!(
             "no tag is reachable from {} in {} (a shallow or tagless repository): setuptools-scm fell back to {}, which will not match the upstream version string",
             r.source.commit,
@@ -464,6 +477,7 @@ fn build(
             )
             .collect(),
         warnings,
+        notes: plan.source_notes.clone(),
         created,
         install_s,
         timings: Timings {

@@ -127,6 +127,66 @@ impl Backend {
         }
     }
 
+    /// The tag `git describe --tags --match '*[0-9]*'` finds for `commit`
+    /// in the repository at `dir` (the pattern setuptools-scm describes
+    /// with), and the commit it names; `None` when no such tag reaches it.
+    fn describe(&self, dir: &Path, commit: &str) -> Option<Describe> {
+        match self {
+            Backend::Cli(git) => {
+                let (tag, target) = git.describe(dir, commit, DESCRIBE_MATCH)?;
+                Some(Describe {
+                    tag,
+                    commit: target,
+                })
+            }
+            Backend::Libgit2 => {
+                let repo = Repository::open(dir).ok()?;
+                let obj = repo
+                    .find_commit(git2::Oid::from_str(commit).ok()?)
+                    .ok()?
+                    .into_object();
+                let mut opts = git2::DescribeOptions::new();
+                opts.describe_tags().pattern(DESCRIBE_MATCH);
+                let d = obj.describe(&opts).ok()?;
+                let mut fmt = git2::DescribeFormatOptions::new();
+                fmt.abbreviated_size(0);
+                let tag = d.format(Some(&fmt)).ok()?;
+                let target = repo
+                    .find_reference(&format!("refs/tags/{tag}"))
+                    .ok()?
+                    .peel_to_commit()
+                    .ok()?
+                    .id()
+                    .to_string();
+                Some(Describe {
+                    tag,
+                    commit: target,
+                })
+            }
+        }
+    }
+
+    /// Makes the tags of the work tree `tree` (a copy of a checkout) exactly
+    /// the tags of the mirror at `mirror`: a local fetch of
+    /// `+refs/tags/*:refs/tags/*` with pruning.
+    fn sync_tags(&self, tree: &Path, mirror: &Path) -> Result<()> {
+        match self {
+            Backend::Cli(git) => git.sync_tags(tree, mirror),
+            Backend::Libgit2 => {
+                let repo = Repository::open(tree)
+                    .with_context(|| format!("opening {}", tree.display()))?;
+                let mut opts = FetchOptions::new();
+                opts.prune(git2::FetchPrune::On);
+                opts.download_tags(AutotagOption::None);
+                let url = mirror.to_string_lossy().into_owned();
+                repo.remote_anonymous(&url)?
+                    .fetch(&["+refs/tags/*:refs/tags/*"], Some(&mut opts), None)
+                    .map_err(|e| anyhow::anyhow!("fetching the tags of {url}: {}", e.message()))?;
+                Ok(())
+            }
+        }
+    }
+
     /// Creates the bare mirror `dir` of `url` (remote `origin`, [`MIRROR_REFSPECS`]).
     fn init_mirror(&self, dir: &Path, url: &str) -> Result<()> {
         match self {
@@ -163,11 +223,63 @@ pub fn check_reachable(url: &str) -> Result<()> {
 /// Errors: `offline` and the commit is not mirrored; the network fails (names
 /// the repository); the repository does not have the commit (exit 2, names both).
 pub fn ensure_mirror(store: &Store, url: &str, commit: &str, offline: bool) -> Result<Entry> {
+    ensure_mirror_fetched(store, url, commit, offline).map(|(e, _)| e)
+}
+
+/// Whether this run fetched the branches and tags of the repository into
+/// the mirror ([`ensure_mirror_fetched`]): only then do the mirror's
+/// branches say which of them reach a commit (a mirror made from a bundle
+/// or a cache has none, and older ones may lag behind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fetched {
+    /// The branches and tags were fetched from the repository now.
+    Now,
+    /// Not fetched now (`--offline`, a read-only store, or the repository
+    /// did not answer a refresh: the reason is on stderr).
+    Not,
+}
+
+/// [`ensure_mirror`], and whether the branches and tags were fetched from
+/// the repository now. Online, a mirror that already holds `commit` is
+/// refreshed too (every branch and tag: a tag made upstream after the
+/// mirror was fetched changes the version the history gives); a refresh
+/// that fails is said on stderr and the mirror is used as it is.
+///
+/// Errors: as [`ensure_mirror`].
+pub fn ensure_mirror_fetched(
+    store: &Store,
+    url: &str,
+    commit: &str,
+    offline: bool,
+) -> Result<(Entry, Fetched)> {
     let entry = mirror_entry(store, url);
     let _lock = entry.lock()?;
     if mirror_has(store, url, commit) {
         keep_pin(&entry.path, commit)?;
-        return Ok(entry);
+        // A read-only store is served as it is (nothing may be written).
+        if offline || store.read_only() {
+            return Ok((entry, Fetched::Not));
+        }
+        let backend = Backend::find();
+        progress::stage(
+            "source",
+            format!(
+                "refreshing the tags and branches of {url} in {}",
+                entry.label()
+            ),
+        );
+        return Ok(match backend.fetch(&entry.path, url, MIRROR_REFSPECS) {
+            Ok(()) => (entry, Fetched::Now),
+            Err(e) => {
+                progress::stage(
+                    "source",
+                    format!(
+                        "warning: the tags and branches of {url} were not refreshed ({e:#}); using the mirror's as they are"
+                    ),
+                );
+                (entry, Fetched::Not)
+            }
+        });
     }
     if offline {
         bail!(
@@ -195,7 +307,48 @@ pub fn ensure_mirror(store: &Store, url: &str, commit: &str, offline: bool) -> R
         Ok(())
     })?;
     keep_pin(&entry.path, commit)?;
-    Ok(entry)
+    Ok((entry, Fetched::Now))
+}
+
+/// The pattern of the tags a version comes from: setuptools-scm describes
+/// with `git describe --dirty --tags --long --match *[0-9]*` (its
+/// `DEFAULT_DESCRIBE`), so only tags holding a digit count.
+pub const DESCRIBE_MATCH: &str = "*[0-9]*";
+
+/// The tag the version of a commit's history comes from: the nearest tag
+/// `git describe --tags --match '*[0-9]*'` finds, and the commit it names.
+/// With the commit, it fixes the version setuptools-scm derives (the
+/// distance and `+g<sha>` follow from the two commits): an input of the
+/// wheel key, recorded in `build.json`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Describe {
+    /// The tag's name (`v0.2.0`).
+    pub tag: String,
+    /// The commit it names (peeled).
+    pub commit: String,
+}
+
+impl std::fmt::Display for Describe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "tag {} at {}", self.tag, self.commit)
+    }
+}
+
+/// The [`Describe`] of `commit` in the repository at `dir` (the mirror),
+/// by git's command line when on PATH, else libgit2; `None` when no tag
+/// holding a digit reaches it (or the repository lacks the commit).
+pub fn describe(dir: &Path, commit: &str) -> Option<Describe> {
+    Backend::find().describe(dir, commit)
+}
+
+/// Makes the tags of the work tree `tree` (a writable copy of a checkout)
+/// the tags of the mirror at `mirror` now, so the version tool run in it
+/// sees the tags the wheel key was computed from (a checkout keeps the
+/// tags of the day it was made).
+///
+/// Errors: the local fetch fails.
+pub fn sync_tags(tree: &Path, mirror: &Path) -> Result<()> {
+    Backend::find().sync_tags(tree, mirror)
 }
 
 /// The refs under which every pinned commit is kept in its mirror:
@@ -285,6 +438,24 @@ pub fn fork_only_warning(mirror: &std::path::Path, url: &str, commit: &str) -> O
     Some(format!(
         "commit {commit} is reachable from no branch or tag of {url} (a fork-only commit): {how}; kept in the mirror as {PIN_REFS}{commit}"
     ))
+}
+
+/// What `build`, `plan` and `verify` say instead of [`fork_only_warning`]
+/// when the branches of `url` were not fetched from the repository (the
+/// mirror came from a bundle or a cache, or the build was offline): which
+/// branch reaches `commit` is not known, so nothing is claimed.
+pub fn fork_check_not_made(url: &str, commit: &str) -> String {
+    format!(
+        "whether a branch of {url} reaches {commit} (the fork-only check) was not checked: the mirror's branches were not fetched from the repository (the mirror came from a bundle or a cache, or the build was offline); the next online fetch or build makes the check"
+    )
+}
+
+/// Whether the mirror at `mirror` holds any branch (`refs/heads/*`): a
+/// mirror made from a bundle or a cache holds none.
+pub fn has_branches(mirror: &Path) -> bool {
+    std::fs::read_dir(mirror.join("refs/heads")).is_ok_and(|mut d| d.next().is_some())
+        || std::fs::read_to_string(mirror.join("packed-refs"))
+            .is_ok_and(|t| t.lines().any(|l| l.contains(" refs/heads/")))
 }
 
 /// Runs `work` (fetches) on the directory of the mirror `entry` of `url`:

@@ -58,6 +58,9 @@ pub struct VenvPlan {
     pub hermetic: VenvHermetic,
     /// Warnings about the source (a fork-only commit), recorded with the oracle.
     pub source_warnings: Vec<String>,
+    /// Checks of the source that were not made (the fork-only check on a
+    /// mirror whose branches were not fetched), recorded with the oracle.
+    pub source_notes: Vec<String>,
 }
 
 /// The venv plan for installing `wheel` (built from the checkout at `src`)
@@ -102,6 +105,7 @@ pub fn plan(
         runtime,
         hermetic,
         source_warnings: Vec::new(),
+        source_notes: Vec::new(),
     }
 }
 

@@ -23,6 +23,7 @@ use crate::progress::{self, Progress};
 use crate::recipe::{BuildMode, LoadedRecipe, TargetDevice};
 use crate::stages::ext::{ExtSource, Variable};
 use crate::stages::lock::{BuildRequirements, build_requirements};
+use crate::stages::source::Describe;
 use crate::stages::wheelhouse::LockedInstall;
 use crate::store::key::{KEY_SCHEMA, content_key};
 use crate::store::{Bucket, Entry, Manifest, Store, copy_tree, read_json, sha256_file, write_json};
@@ -47,9 +48,65 @@ pub const SCRUBBED_ENV: &[&str] = &[
 /// from the run that computes the version the history gives.
 pub const PRETEND_PREFIXES: &[&str] = &["SETUPTOOLS_SCM_PRETEND", "VCS_VERSIONING_PRETEND"];
 
+/// Compiler, linker and build-tool variables of the user's environment,
+/// removed from every wheel build: each reaches the compiler (setuptools'
+/// `customize_compiler` appends `CPPFLAGS`, `CFLAGS`, `LDFLAGS`; CMake reads
+/// `CC`, `CXX`, `CFLAGS`, `CXXFLAGS`, `CUDAFLAGS`, `CUDACXX`, `CUDAHOSTCXX`,
+/// `LDFLAGS` and `CMAKE_*` variables from the environment; nvcc reads
+/// `NVCC_PREPEND_FLAGS` / `NVCC_APPEND_FLAGS`; vLLM's setup.py reads
+/// `CMAKE_ARGS`, `CUDA_HOME`), yet none is in the wheel key. The build
+/// environment is the recipe's `build.env` (keyed) plus the tool's own.
+/// The one table of such names: what else is scrubbed extends it here.
+pub const COMPILER_ENV: &[&str] = &[
+    "CPPFLAGS",
+    "CFLAGS",
+    "CXXFLAGS",
+    "LDFLAGS",
+    "LDSHARED",
+    "LDCXXSHARED",
+    "ARFLAGS",
+    "CC",
+    "CXX",
+    "CPP",
+    "LD",
+    "AR",
+    "CUDAFLAGS",
+    "CUDACXX",
+    "CUDAHOSTCXX",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "NVCC_CCBIN",
+    "CMAKE_ARGS",
+];
+
+/// Prefixes of build-tool variables removed like [`COMPILER_ENV`]: CMake
+/// reads `CMAKE_GENERATOR`, `CMAKE_BUILD_TYPE`, `CMAKE_TOOLCHAIN_FILE`,
+/// `CMAKE_<LANG>_COMPILER_LAUNCHER`... from the environment (cmake-env-variables(7)).
+pub const COMPILER_ENV_PREFIXES: &[&str] = &["CMAKE_"];
+
 /// Whether the inherited variable `key` is removed from builds.
 pub fn is_scrubbed(key: &str) -> bool {
-    SCRUBBED_ENV.contains(&key) || PRETEND_PREFIXES.iter().any(|p| key.starts_with(p))
+    SCRUBBED_ENV.contains(&key)
+        || COMPILER_ENV.contains(&key)
+        || PRETEND_PREFIXES.iter().any(|p| key.starts_with(p))
+        || COMPILER_ENV_PREFIXES.iter().any(|p| key.starts_with(p))
+}
+
+/// The inherited variables to remove from a wheel build: the `scrubbed`
+/// names ([`is_scrubbed`]) the build does not set itself in `env` (the
+/// environment given to the build, last value wins). What the tool sets
+/// wins over the user's: the recipe's `build.env`, `CFLAGS` with the prefix
+/// map, the compiler cache's `CCACHE_*` and its launchers in `CMAKE_ARGS`.
+/// A removal must not name them, since duct applies the earliest modifier
+/// last, so `env_remove(k)` before `env(k, v)` leaves `k` unset.
+pub fn removals(scrubbed: &[String], env: &[(String, String)]) -> Vec<String> {
+    scrubbed
+        .iter()
+        .filter(|k| !env.iter().any(|(set, _)| set == *k))
+        .cloned()
+        .collect()
 }
 
 /// The version the history of the checkout at `tree` gives, computed by the
@@ -103,6 +160,66 @@ pub fn history_version(venv: &Path, tree: &Path) -> Result<Option<String>> {
     }
 }
 
+/// Whether `version` is `history` with at most extra local labels appended
+/// (PEP 440 local segment: `history` + `+label` when it has no local segment,
+/// else `.label`): how a tree's `setup.py` may extend the history's version
+/// for the distribution (vLLM appends `precompiled`, `cu130`, `cpu`, ...),
+/// while the public version and the history's own local labels (`g<sha>`,
+/// `dYYYYMMDD`) stay as the history gives them.
+pub fn extends_history(version: &str, history: &str) -> bool {
+    if version == history {
+        return true;
+    }
+    let sep = if history.contains('+') { '.' } else { '+' };
+    version
+        .strip_prefix(history)
+        .and_then(|rest| rest.strip_prefix(sep))
+        .is_some_and(|rest| {
+            !rest.is_empty()
+                && rest
+                    .split('.')
+                    .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric()))
+        })
+}
+
+/// The recipe's `expect.runtime_version` and `expect.distribution_version`
+/// against `history`, the version the commit's history gives (computed
+/// before the build): the runtime version must be it exactly, the
+/// distribution version it or it with local labels appended (as the
+/// identity gate checks them after the install). `describe` names the tag
+/// the version comes from.
+///
+/// Errors (exit 3, identity mismatch): a field the history contradicts,
+/// naming both versions and the tag.
+pub fn check_expected_versions(
+    lr: &LoadedRecipe,
+    history: &str,
+    describe: Option<&Describe>,
+) -> Result<()> {
+    let r = &lr.recipe;
+    let mut wrong = Vec::new();
+    if let Some(want) = &r.expect.runtime_version
+        && want != history
+    {
+        wrong.push(format!("expect.runtime_version is {want}"));
+    }
+    if let Some(want) = &r.expect.distribution_version
+        && !extends_history(want, history)
+    {
+        wrong.push(format!("expect.distribution_version is {want}"));
+    }
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    let from = describe.map_or_else(|| "no tag reaches it".to_string(), |d| format!("from {d}"));
+    Err(crate::exit::mismatch(format!(
+        "{}: {}, but the history of {} gives {history} ({from}); refusing before the wheel is built",
+        lr.origin,
+        wrong.join(" and "),
+        r.source.commit
+    )))
+}
+
 /// The wheel stage's settings, resolved from the recipe and the checkout
 /// before any work (see [`settings`]).
 #[derive(Debug, Clone)]
@@ -113,6 +230,9 @@ pub struct WheelSettings {
     pub max_jobs: usize,
     /// Where the build requirements come from.
     pub requirements: BuildRequirements,
+    /// The tag the version of the commit's history comes from, read from
+    /// the mirror ([`crate::stages::source::describe`]; `None`: no tag).
+    pub describe: Option<Describe>,
 }
 
 /// Everything the wheel stage needs to know before running: its key, computed
@@ -133,6 +253,8 @@ pub struct WheelPlan {
     pub requirements: BuildRequirements,
     /// Locked build set, staged external sources, compiler cache.
     pub hermetic: WheelHermetic,
+    /// The tag the version comes from (see [`WheelSettings::describe`]).
+    pub describe: Option<Describe>,
 }
 
 /// Resolves the wheel stage's settings for `lr` built from the checkout at
@@ -165,6 +287,7 @@ pub fn settings(lr: &LoadedRecipe, src: &Path, jobs: Option<usize>) -> Result<Wh
         arch_list,
         max_jobs,
         requirements,
+        describe: None,
     })
 }
 
@@ -199,8 +322,11 @@ pub fn plan(
         "pins": r.pins,
         "indexes": r.indexes,
         "ext": ext,
-        // The record carries the version the history gives (`history_version`).
-        "record": 2,
+        // The tag the history's version comes from, and its commit.
+        "describe": settings.describe,
+        // The record carries the version the history gives (`history_version`)
+        // and the tag it comes from (`describe`).
+        "record": 3,
         "toolchain": {
             "python": tc.python.version, "implementation": tc.python.implementation, "platform": tc.python.platform,
             "gcc": tc.gcc.as_ref().map(|t| &t.version), "nvcc": tc.nvcc.as_ref().map(|t| &t.version),
@@ -217,6 +343,7 @@ pub fn plan(
         max_jobs: settings.max_jobs,
         requirements: settings.requirements,
         hermetic,
+        describe: settings.describe,
     }
 }
 
@@ -645,6 +772,10 @@ pub struct BuildRecord {
     /// the tree does not use setuptools-scm (or for wheels built before it was recorded).
     #[serde(default)]
     pub history_version: Option<String>,
+    /// The tag `history_version` comes from and its commit (also in
+    /// `inputs`, so in the key); `None`: no tag reaches the commit.
+    #[serde(default)]
+    pub describe: Option<Describe>,
     /// The compiler cache (sccache / ccache) the build could use, if any.
     #[serde(default)]
     pub compiler_cache: Option<crate::host::toolchain::Tool>,
@@ -743,6 +874,11 @@ pub fn ensure(
     let log = store.stage_log(&format!("build-{}", plan.key))?;
     let tree = work.join("src");
     copy_tree(&src.path, &tree)?;
+    // The tags the key was computed from (the mirror's now), not the ones
+    // the checkout was made with.
+    let mirror = crate::stages::source::mirror_entry(store, &r.source.repo);
+    crate::stages::source::sync_tags(&tree, &mirror.path)
+        .context("giving the build tree the mirror's tags")?;
     let venv = work.join("venv");
     uv.venv(&tc.python.path, &venv, false, &log)?;
     let overrides = work.join("overrides.txt");
@@ -766,6 +902,10 @@ pub fn ensure(
     // before the build writes anything into the tree.
     let history = history_version(&venv, &tree)
         .context("computing the version the commit's history gives")?;
+    // A recipe that expects another version fails now, not after the build.
+    if let Some(h) = &history {
+        check_expected_versions(lr, h, plan.describe.as_ref())?;
+    }
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     env.insert("VLLM_TARGET_DEVICE".into(), r.build.target_device.clone());
     env.insert("MAX_JOBS".into(), plan.max_jobs.to_string());
@@ -800,11 +940,14 @@ pub fn ensure(
         "-ffile-prefix-map={}=/oracle-build",
         work.display()
     ));
-    for var in ["CFLAGS", "CXXFLAGS"] {
-        let inherited = std::env::var(var).unwrap_or_default();
-        env.insert(var.into(), format!("{inherited} {map}").trim().to_string());
-    }
+    // The recipe's `build.env` (keyed) over the tool's own, except that its
+    // CFLAGS / CXXFLAGS come before the prefix map rather than replacing it:
+    // the user's environment gives none of them (`is_scrubbed`).
     env.extend(r.build.env.clone());
+    for var in ["CFLAGS", "CXXFLAGS"] {
+        let recipe = r.build.env.get(var).map(String::as_str).unwrap_or_default();
+        env.insert(var.into(), format!("{recipe} {map}").trim().to_string());
+    }
     let ext_env = plan
         .hermetic
         .env(&work, r.build.env.get("CMAKE_ARGS").map(String::as_str))?;
@@ -830,11 +973,13 @@ pub fn ensure(
         Some(c) => Some(CacheCounter::start(c, &work)?),
         None => None,
     };
-    let scrubbed: Vec<String> = std::env::vars()
-        .map(|(k, _)| k)
+    // Names only (never values): every inherited variable that would have
+    // reached the build and was removed (the build may set its own value).
+    let mut scrubbed: Vec<String> = std::env::vars_os()
+        .map(|(k, _)| k.to_string_lossy().into_owned())
         .filter(|k| is_scrubbed(k))
-        .filter(|k| !env.contains_key(k))
         .collect();
+    scrubbed.sort();
     let bar = Progress::new("build");
     let mut env_pairs: Vec<(String, String)> =
         env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -850,7 +995,8 @@ pub fn ensure(
     // uv writes its own files beside the wheel (a `.gitignore`): the build
     // goes to `dist/`, and only the wheel moves into the entry.
     let dist = work.join("dist");
-    uv.build_wheel(&venv, &tree, &dist, &env_pairs, &scrubbed, &log, &bar)?;
+    let remove = removals(&scrubbed, &env_pairs);
+    uv.build_wheel(&venv, &tree, &dist, &env_pairs, &remove, &log, &bar)?;
     bar.finish();
     let cache_stats = counter.as_ref().and_then(|(c, _)| c.finish());
     let wheels: Vec<String> = fs::read_dir(&dist)?
@@ -881,6 +1027,7 @@ pub fn ensure(
         tools: tc.clone(),
         requires: requires.to_vec(),
         history_version: history,
+        describe: plan.describe.clone(),
         compiler_cache: plan
             .hermetic
             .compiler_cache
@@ -952,6 +1099,42 @@ fn shell_word(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_user_s_compiler_variables_are_removed_and_the_tool_s_own_values_win() {
+        for k in [
+            "CPPFLAGS",
+            "CMAKE_ARGS",
+            "CMAKE_GENERATOR",
+            "CMAKE_CXX_COMPILER_LAUNCHER",
+            "NVCC_APPEND_FLAGS",
+            "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_X",
+        ] {
+            assert!(is_scrubbed(k), "{k}");
+        }
+        for k in ["CCACHE_DIR", "CCACHE_REMOTE_STORAGE", "PATH", "HOME"] {
+            assert!(!is_scrubbed(k), "{k}");
+        }
+        let scrubbed: Vec<String> = ["CFLAGS", "CMAKE_ARGS", "CMAKE_GENERATOR", "CPPFLAGS"]
+            .map(String::from)
+            .to_vec();
+        // The tool sets CFLAGS (the prefix map) and CMAKE_ARGS (ccache's
+        // launchers); duct would unset them if they were also removed.
+        let env: Vec<(String, String)> = [
+            ("CFLAGS", "-ffile-prefix-map=/w=/oracle-build"),
+            ("CMAKE_ARGS", "-DCMAKE_C_COMPILER_LAUNCHER=/usr/bin/ccache"),
+            ("CCACHE_REMOTE_STORAGE", "redis://h"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .to_vec();
+        assert_eq!(removals(&scrubbed, &env), ["CMAKE_GENERATOR", "CPPFLAGS"]);
+        let out = duct::cmd("sh", ["-c", "echo \"${CMAKE_ARGS-unset}\""])
+            .env_remove("CMAKE_ARGS")
+            .env("CMAKE_ARGS", "tool")
+            .read()
+            .unwrap();
+        assert_eq!(out, "unset", "a removal wins over a value set after it");
+    }
 
     #[test]
     fn a_ccache_stats_log_gives_local_and_remote_hits_misses_and_failures() {

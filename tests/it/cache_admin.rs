@@ -103,18 +103,39 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
     );
     assert!(w["size"].as_u64().unwrap() > 0);
     for a in artifacts(&doc).iter().filter(|a| a["kind"] != "wheel") {
+        // A store lock is signed like the wheel (issue 22), by its own
+        // attestation artifact.
         let want = if a["kind"] == "attestation" {
             "statement"
+        } else if a["kind"] == "lock" {
+            "lock"
         } else {
             "pinned"
         };
         assert_eq!(a["trust"], want, "{a}");
         assert_eq!(a["problems"], serde_json::json!([]), "{a}");
     }
+    let lock = artifacts(&doc)
+        .into_iter()
+        .find(|a| a["kind"] == "lock")
+        .unwrap_or_else(|| panic!("no lock in {doc}"));
+    assert_eq!(lock["lock"]["lock_trust"], "signed", "{lock}");
+    assert_eq!(lock["lock"]["verdict"]["verdict"], "trusted", "{lock}");
+    let signs = |a: &Value, what: &str| {
+        a["kind"] == "attestation"
+            && a["signs"]
+                .as_str()
+                .is_some_and(|s| s.starts_with(&format!("signs {what} ")))
+    };
+    assert!(
+        artifacts(&doc).iter().any(|a| signs(a, "lock")
+            && a["signs"].as_str().unwrap().contains("by builder-a@test")),
+        "the lock's signature is its own artifact: {doc}"
+    );
     let att = artifacts(&doc)
         .into_iter()
-        .find(|a| a["kind"] == "attestation")
-        .unwrap_or_else(|| panic!("no attestation in {doc}"));
+        .find(|a| signs(a, "wheel"))
+        .unwrap_or_else(|| panic!("no attestation of the wheel in {doc}"));
     assert!(
         att["signs"].as_str().unwrap().contains("by builder-a@test"),
         "{att}"

@@ -154,6 +154,7 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
         .chain([
             format!("wheel-{wheel_key}-"),
             format!("att-wheel-{wheel_key}-"),
+            "att-lock-".to_string(),
         ])
     {
         assert!(
@@ -208,8 +209,31 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
             "r@test",
             &["cache", "ls", "--json"],
         ));
+        // Each box signs the wheel and the store lock, each signature its
+        // own artifact: all four stay.
         let atts = of_kind(&doc, "attestation");
-        assert_eq!(atts.len(), 2, "round {round}: {doc}");
+        for what in ["wheel", "lock"] {
+            let n = atts
+                .iter()
+                .filter(|a| {
+                    a["signs"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with(&format!("signs {what} "))
+                })
+                .count();
+            assert_eq!(n, 2, "round {round}: {what}: {doc}");
+        }
+        assert_eq!(atts.len(), 4, "round {round}: {doc}");
+        let locks = of_kind(&doc, "lock");
+        assert_eq!(locks.len(), 1, "round {round}: {doc}");
+        assert_eq!(
+            locks[0]["lock"]["verdict"]["signers"]
+                .as_array()
+                .map(Vec::len),
+            Some(2),
+            "round {round}: {doc}"
+        );
         let wheels = of_kind(&doc, "wheel");
         assert_eq!(
             wheels.len(),

@@ -110,7 +110,16 @@ fn team_cache(store: &Path, remote: &str) {
 /// `build <recipe> --no-smoke` in `store` (built, not gated: exit 4);
 /// returns the wheel's `build.json` and stderr.
 fn build(fx: &Fx, store: &Path, recipe: &Path) -> (Value, String) {
-    let out = fx.run_at(store, &["build", recipe.to_str().unwrap(), "--no-smoke"]);
+    build_env(fx, store, recipe, &[])
+}
+
+/// [`build`] with `env` added to the user's environment.
+fn build_env(fx: &Fx, store: &Path, recipe: &Path, env: &[(&str, &str)]) -> (Value, String) {
+    let out = fx
+        .cmd_at(store, &["build", recipe.to_str().unwrap(), "--no-smoke"])
+        .envs(env.iter().copied())
+        .output()
+        .expect("oracle-build runs");
     assert_eq!(code(&out), 4, "{}", text(&out));
     (
         newest_wheel(store),
@@ -223,8 +232,27 @@ fn two_stores_share_compiler_hits_through_a_team_redis_and_a_lost_cache_costs_on
     assert_eq!((remote, errors), (0, 0), "{cold}");
     assert!(calls >= misses);
 
-    // Store B, the same pin: served by the team cache, the same wheel.
-    let (warm, _) = build(&fx, &b, &r1);
+    // Store B, the same pin: served by the team cache, the same wheel. Its
+    // user's own CMAKE_ARGS and CMAKE_* are scrubbed (issue 22) and named;
+    // the launchers the tool sets in CMAKE_ARGS are the build's (the unit
+    // test `the_user_s_compiler_variables_are_removed_and_the_tool_s_own_values_win`
+    // checks they are not removed).
+    let (warm, _) = build_env(
+        &fx,
+        &b,
+        &r1,
+        &[
+            ("CMAKE_ARGS", "-DOB_USER_FLAG=1"),
+            ("CMAKE_C_COMPILER_LAUNCHER", "/bin/false"),
+        ],
+    );
+    let scrubbed = warm["scrubbed_env"].to_string();
+    for var in ["CMAKE_ARGS", "CMAKE_C_COMPILER_LAUNCHER"] {
+        assert!(scrubbed.contains(var), "{var}: {warm}");
+    }
+    let args = warm["env"]["CMAKE_ARGS"].as_str().unwrap();
+    assert!(args.contains("-DCMAKE_C_COMPILER_LAUNCHER="), "{warm}");
+    assert!(!args.contains("OB_USER_FLAG"), "{warm}");
     assert_eq!(warm["key"], cold["key"]);
     assert_eq!(
         warm["sha256"], cold["sha256"],

@@ -31,3 +31,4 @@ mod sbom;
 mod smoke;
 mod source;
 mod store;
+mod versions;

@@ -168,6 +168,20 @@ fn the_git_command_line_and_libgit2_give_the_same_mirror_and_checkout_of_each_pi
         refs[0], refs[1],
         "the mirrors' refs differ between git and libgit2"
     );
+
+    // A tag made upstream once the mirror holds the commit: an online
+    // fetch refreshes the mirror's tags anyway, with either backend.
+    git(&repo, &["tag", "v0.3.0", &second]);
+    for path in [Path_::WithGit, Path_::NoGit] {
+        let store = d.join(format!("store-{path:?}"));
+        let out = fetch_as_user(d, AUTOCRLF, &second_recipe, &store, path);
+        assert!(!json(&out)["created"].as_bool().unwrap(), "{}", text(&out));
+        assert_eq!(
+            git(&mirror_of(&store), &["rev-parse", "v0.3.0^{commit}"]),
+            second,
+            "{path:?}"
+        );
+    }
 }
 
 #[test]

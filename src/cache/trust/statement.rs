@@ -90,6 +90,33 @@ impl Statement {
 /// The statement kind of a built wheel.
 pub const WHEEL: &str = "wheel";
 
+/// The statement kind of a store lock (a lock resolved at build time,
+/// `store/lockfiles/<key>`): signed like a wheel, since it decides what is
+/// installed and no reviewed file pins it.
+pub const LOCK: &str = "lock";
+
+impl Statement {
+    /// The statement for the store lock `key` made from `inputs` (the key
+    /// inputs whose content key is `key`) holding exactly `files`, signed by
+    /// `builder` at `time`: kind [`LOCK`], otherwise as [`Statement::for_wheel`].
+    pub fn for_lock(
+        key: &str,
+        inputs: &Value,
+        files: Vec<FileDigest>,
+        builder: &str,
+        time: &str,
+    ) -> Statement {
+        Statement {
+            kind: LOCK.to_string(),
+            key: key.to_string(),
+            inputs: inputs.clone(),
+            files,
+            builder: builder.to_string(),
+            time: time.to_string(),
+        }
+    }
+}
+
 /// The files a wheel statement names for `record`: the wheel alone.
 pub fn wheel_files(record: &BuildRecord) -> Vec<FileDigest> {
     vec![FileDigest {

@@ -169,6 +169,25 @@ impl fmt::Display for Verdict {
     }
 }
 
+/// The verdict on the store lock `key` holding `files` from `attestations`
+/// under `policy`, now: [`verify`] with kind [`LOCK`], the same rules,
+/// `trusted_signers` and `min_signatures` as a wheel.
+pub fn verify_lock(
+    key: &str,
+    files: &[FileDigest],
+    attestations: &[Attestation],
+    policy: &Policy,
+) -> Verdict {
+    verify(
+        LOCK,
+        key,
+        files,
+        attestations,
+        policy,
+        jiff::Timestamp::now().as_second(),
+    )
+}
+
 /// The trust settings of one cache.
 #[derive(Debug, Clone)]
 pub struct Policy {

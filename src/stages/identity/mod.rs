@@ -202,27 +202,9 @@ fn local_labels(version: &str) -> impl Iterator<Item = String> + '_ {
         .map(str::to_ascii_lowercase)
 }
 
-/// Whether `version` is `history` with at most extra local labels appended
-/// (PEP 440 local segment: `history` + `+label` when it has no local segment,
-/// else `.label`): how a tree's `setup.py` may extend the history's version
-/// for the distribution (vLLM appends `precompiled`, `cu130`, `cpu`, ...),
-/// while the public version and the history's own local labels (`g<sha>`,
-/// `dYYYYMMDD`) stay as the history gives them.
-pub fn extends_history(version: &str, history: &str) -> bool {
-    if version == history {
-        return true;
-    }
-    let sep = if history.contains('+') { '.' } else { '+' };
-    version
-        .strip_prefix(history)
-        .and_then(|rest| rest.strip_prefix(sep))
-        .is_some_and(|rest| {
-            !rest.is_empty()
-                && rest
-                    .split('.')
-                    .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric()))
-        })
-}
+/// Whether a version extends the history's (defined beside the version
+/// the history gives, in the wheel stage, which checks it first).
+pub use crate::stages::wheel::extends_history;
 
 /// Measures the identity of `package` in the venv at `venv` by running the
 /// venv's own Python (`-I`, isolated) from an empty directory outside any

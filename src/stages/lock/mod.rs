@@ -171,11 +171,17 @@ pub fn lock_dir(lr: &LoadedRecipe, explicit: Option<&Path>) -> PathBuf {
 /// host's platform (OS, machine, libc: [`Platform::host`]), so a store
 /// shared by an x86_64 and an aarch64 box keeps one lock for each.
 pub fn auto_entry(store: &Store, r: &Recipe) -> crate::store::Entry {
-    let key = crate::store::key::content_key(&serde_json::json!({
+    let key = crate::store::key::content_key(&auto_key_inputs(r));
+    store.entry(crate::store::Bucket::Locks, &key)
+}
+
+/// The key inputs of [`auto_entry`] for `r` on this host: what a signed
+/// statement of the store lock names as its inputs.
+pub fn auto_key_inputs(r: &Recipe) -> serde_json::Value {
+    serde_json::json!({
         "schema": crate::store::key::KEY_SCHEMA, "stage": "autolock", "inputs": LockInputs::of(r),
         "host": Platform::host().map(|p| p.spelled),
-    }));
-    store.entry(crate::store::Bucket::Locks, &key)
+    })
 }
 
 /// The store entry keeping the lock `export --platform P` resolved for
