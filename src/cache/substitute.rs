@@ -1335,3 +1335,112 @@ pub fn inputs(
     }
     Ok(taken)
 }
+
+/// The store lock's trust as every reader sees it, over a real `file://`
+/// layout ([`listing::signed`] and [`lock_trust`] agree).
+#[cfg(test)]
+mod lock_trust_tests {
+    use crate::cache::artifact::{Artifact, Config, Kind};
+    use crate::cache::attest;
+    use crate::cache::layout::Layout;
+    use crate::cache::listing::tests::put;
+    use crate::cache::listing::{TagList, signed};
+    use crate::cache::trust::Policy;
+
+    /// A lock artifact under its content tag, with `runtime` as the sha256
+    /// of its `pylock.runtime.toml`.
+    fn lock(key: &str, runtime: &str) -> Artifact {
+        let file = |path: &str, sha: &str| crate::store::ManifestFile {
+            path: path.into(),
+            size: 1,
+            sha256: sha.into(),
+        };
+        Artifact {
+            kind: Kind::Lock,
+            name: key.to_string(),
+            config: Config {
+                format: 1,
+                kind: Kind::Lock,
+                name: key.to_string(),
+                record: serde_json::json!({ "recipe": "fx" }),
+                files: vec![
+                    file("lock.json", &"1".repeat(64)),
+                    file("pylock.build.toml", &"2".repeat(64)),
+                    file("pylock.runtime.toml", runtime),
+                ],
+                attestations: Vec::new(),
+            },
+            layers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_store_lock_is_judged_by_its_own_attestation_artifacts() {
+        use crate::cache::substitute::{LockTrust, lock_files, lock_trust};
+        use crate::cache::trust::{self, AllowedSigners, SigningKey, Statement};
+        let tmp = tempfile::tempdir().unwrap();
+        let t = Layout::open(&tmp.path().join("layout"), "file:///layout").unwrap();
+        let key_path = tmp.path().join("k");
+        let out = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "b", "-f"])
+            .arg(&key_path)
+            .output()
+            .expect("ssh-keygen runs (openssh-client)");
+        assert!(out.status.success(), "{out:?}");
+        let public = std::fs::read_to_string(key_path.with_extension("pub")).unwrap();
+        let policy = Policy {
+            allowed: Some(
+                AllowedSigners::parse(
+                    &format!("b@box namespaces=\"oracle-build\" {}", public.trim()),
+                    "allowed_signers",
+                )
+                .unwrap(),
+            ),
+            min_signatures: 1,
+        };
+        let inputs = serde_json::json!({ "stage": "autolock", "host": "x" });
+        let key = crate::store::key::content_key(&inputs);
+        // The signed lock, and its signature as its own artifact.
+        let good = lock(&key, &"3".repeat(64));
+        put(&t, &good, &good.tag().unwrap(), tmp.path());
+        let st = Statement::for_lock(
+            &key,
+            &inputs,
+            lock_files(&good.config),
+            "b@box",
+            "2026-12-01T10:00:00Z",
+        );
+        let att = trust::sign(&st, &SigningKey::load(&key_path).unwrap()).unwrap();
+        let art = attest::artifact(&att, &tmp.path().join("att")).unwrap();
+        put(&t, &art, &art.tag().unwrap(), tmp.path());
+        assert!(art.tag().unwrap().starts_with(&format!("att-lock-{key}-")));
+        // The same lock edited (the runtime set changed): the statement is
+        // not about its files.
+        let edited = lock(&key, &"4".repeat(64));
+        put(&t, &edited, &edited.tag().unwrap(), tmp.path());
+
+        let tags = TagList::read(&t).unwrap();
+        let s = signed(
+            &t,
+            &tags,
+            Kind::Lock,
+            &key,
+            lock_files,
+            &tmp.path().join("scratch"),
+        )
+        .unwrap();
+        assert_eq!(s.candidates.len(), 2, "{:?}", s.problems);
+        assert_eq!(s.attestations, vec![att]);
+        assert_eq!(trust::LOCK, Kind::Lock.name());
+        for c in &s.candidates {
+            let v = s.verdict(c, &policy);
+            // Every reader's verdict (cache ls, pull, build) is this one.
+            assert_eq!(
+                lock_trust(&c.config, &s.attestations, &policy, None),
+                LockTrust::Signed { verdict: v.clone() }
+            );
+            let is_good = c.config.files == good.config.files;
+            assert_eq!(v.is_trusted(), is_good, "{}: {v}", c.tag);
+        }
+    }
+}
