@@ -529,6 +529,9 @@ pub fn pull_pin(
 pub struct Substituter<'a> {
     store: &'a Store,
     caches: Vec<(Box<dyn Transport>, super::trust::Policy)>,
+    /// Per cache: it timed out or dropped a connection in this run
+    /// ([`super::bounds::Unreachable`]), so it is not asked again.
+    down: Vec<std::cell::Cell<bool>>,
 }
 
 impl<'a> Substituter<'a> {
@@ -540,9 +543,34 @@ impl<'a> Substituter<'a> {
     pub fn new(store: &'a Store, caches: &[super::config::Cache]) -> Result<Substituter<'a>> {
         let mut out = Vec::new();
         for c in caches {
-            out.push((super::open(&c.url)?, policy_of(c)?));
+            out.push((super::open(c)?, policy_of(c)?));
         }
-        Ok(Substituter { store, caches: out })
+        let down = out.iter().map(|_| std::cell::Cell::new(false)).collect();
+        Ok(Substituter {
+            store,
+            caches: out,
+            down,
+        })
+    }
+
+    /// The caches still asked in this run, with their index.
+    fn live(&self) -> impl Iterator<Item = (usize, &(Box<dyn Transport>, super::trust::Policy))> {
+        self.caches
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.down[*i].get())
+    }
+
+    /// Reports that taking `what` from cache `i` failed with `e` (the stage
+    /// then does the work); an unreachable cache is not asked again.
+    fn skipped(&self, i: usize, stage: &str, what: &str, e: &anyhow::Error) {
+        let url = self.caches[i].0.describe();
+        let mut line = format!("not substituting {what} from {url}: {e:#}");
+        if super::bounds::is_unreachable(e) {
+            self.down[i].set(true);
+            line.push_str(&format!(" (not asking {url} again in this run)"));
+        }
+        crate::progress::stage(stage, line);
     }
 
     /// Whether there is no cache to substitute from.
@@ -558,7 +586,7 @@ impl<'a> Substituter<'a> {
     /// Errors: the store cannot be written.
     pub fn entry(&self, entry: &Entry, temp: &TempRoots) -> Result<Option<String>> {
         temp.add(self.store, entry)?;
-        for (t, policy) in &self.caches {
+        for (i, (t, policy)) in self.live() {
             let accept = |cfg: &Config| {
                 let v = wheel_verdict(cfg, policy);
                 if v.is_trusted() {
@@ -582,14 +610,7 @@ impl<'a> Substituter<'a> {
                     return Ok(Some(t.describe()));
                 }
                 Ok(None) => {}
-                Err(e) => crate::progress::stage(
-                    entry.bucket.dir_name(),
-                    format!(
-                        "not substituting {} from {}: {e:#}",
-                        entry.label(),
-                        t.describe()
-                    ),
-                ),
+                Err(e) => self.skipped(i, entry.bucket.dir_name(), &entry.label(), &e),
             }
         }
         Ok(None)
@@ -600,7 +621,7 @@ impl<'a> Substituter<'a> {
     ///
     /// Errors: the store cannot be written.
     pub fn source(&self, repo: &str, commit: &str, temp: &TempRoots) -> Result<Option<String>> {
-        for (t, _) in &self.caches {
+        for (i, (t, _)) in self.live() {
             let got = Fetcher::new(t.as_ref(), self.store).and_then(|mut f| {
                 match f.prepare_source(repo, commit)? {
                     Some(p) => f.commit(vec![p], temp).map(Some),
@@ -616,10 +637,7 @@ impl<'a> Substituter<'a> {
                     return Ok(Some(t.describe()));
                 }
                 Ok(None) => {}
-                Err(e) => crate::progress::stage(
-                    "source",
-                    format!("not substituting {commit} from {}: {e:#}", t.describe()),
-                ),
+                Err(e) => self.skipped(i, "source", commit, &e),
             }
         }
         Ok(None)
@@ -630,9 +648,16 @@ impl<'a> Substituter<'a> {
     /// it. Reads manifests and config blobs only; writes nothing to the store.
     pub fn lookup(&self, kind: Kind, name: &str, scratch: &Path) -> Option<Lookup> {
         let tag = artifact::tag(kind, name);
-        for (t, policy) in &self.caches {
-            let Ok(Some(m)) = t.manifest(&tag) else {
-                continue;
+        for (i, (t, policy)) in self.live() {
+            let m = match t.manifest(&tag) {
+                Ok(Some(m)) => m,
+                Ok(None) => continue,
+                Err(e) => {
+                    if super::bounds::is_unreachable(&e) {
+                        self.down[i].set(true);
+                    }
+                    continue;
+                }
             };
             let mut verdict = None;
             if kind == Kind::Wheel

@@ -151,7 +151,7 @@ fn scratch(store: Option<&Store>) -> Result<tempfile::TempDir> {
 
 /// Every artifact of cache `c`, inspected (`deep`: layers too).
 fn list(c: &Cache, deep: bool, store: Option<&Store>) -> Result<Listing> {
-    let t = crate::cache::open(&c.url)?;
+    let t = crate::cache::open(c)?;
     let policy = Policy::for_cache(c)?;
     let tmp = scratch(store)?;
     let mut artifacts = Vec::new();
@@ -193,7 +193,7 @@ fn referenced(
     let mut keep: BTreeSet<String> = labels.iter().filter_map(|l| tag_of(l)).collect();
     // An inputs artifact whose oracle is rooted here keeps itself, its
     // source and every entry it lists.
-    let t = crate::cache::open(&c.url)?;
+    let t = crate::cache::open(c)?;
     for (i, a) in artifacts.iter().enumerate() {
         if a.kind != Kind::Inputs {
             continue;

@@ -42,7 +42,7 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     let mut errors = Vec::new();
     let mut done: Option<Pulled> = None;
     for c in &caches {
-        let t = crate::cache::open(&c.url)?;
+        let t = crate::cache::open(c)?;
         let policy = substitute::policy_of(c)?;
         let accept = |cfg: &crate::cache::artifact::Config| {
             let v = substitute::wheel_verdict(cfg, &policy);

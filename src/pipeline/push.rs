@@ -246,7 +246,7 @@ pub fn push(
 
     let mut reports = Vec::new();
     for c in &caches {
-        let t = crate::cache::open(&c.url)?;
+        let t = crate::cache::open(c)?;
         let mut signed = false;
         let mut arts = artifacts.clone();
         if let Some(key_path) = &c.signing_key
