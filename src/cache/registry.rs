@@ -154,6 +154,11 @@ impl Registry {
             message.push_str(&c.to_string());
             cause = c.source();
         }
+        if e.is_connect() && e.is_timeout() {
+            message.push_str(&format!(" (connect_timeout {:?})", self.timeouts.connect));
+        } else if e.is_timeout() {
+            message.push_str(&format!(" (no data for read_timeout {:?})", self.timeouts.read));
+        }
         let text = self.context(&format!("{what}: {message}"));
         if e.is_timeout() || e.is_connect() || e.is_request() || e.is_body() {
             anyhow!(Unreachable(text))
@@ -243,7 +248,7 @@ impl Registry {
                 .await
                 .map_err(|_| {
                     anyhow!(Unreachable(self.context(&format!(
-                        "{what}: no data for {:?} (read_timeout)",
+                        "{what}: no data for read_timeout {:?}",
                         self.timeouts.read
                     ))))
                 })?

@@ -10,7 +10,7 @@ use crate::registry::Registry;
 use crate::support::*;
 use serde_json::Value;
 
-const REPO: &str = "team/oracles";
+pub const REPO: &str = "team/oracles";
 
 /// Writes `<store>/config.toml` with one `[[cache]]` entry.
 fn configure(store: &Path, url: &str, key: Option<&Path>, signers: Option<&Path>, min: u32) {
@@ -27,7 +27,7 @@ fn configure(store: &Path, url: &str, key: Option<&Path>, signers: Option<&Path>
 
 /// `oracle-build <args> --store <store>` with the registry's credentials
 /// (`DOCKER_CONFIG`), no user config, and this box's builder name.
-fn ob(fx: &Fx, store: &Path, docker: Option<&Path>, builder: &str, args: &[&str]) -> Output {
+pub fn ob(fx: &Fx, store: &Path, docker: Option<&Path>, builder: &str, args: &[&str]) -> Output {
     let mut c = fx.cmd_at(store, args);
     c.env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
         .env("HOME", fx.dir())
@@ -40,12 +40,12 @@ fn ob(fx: &Fx, store: &Path, docker: Option<&Path>, builder: &str, args: &[&str]
     c.output().expect("oracle-build runs")
 }
 
-fn ok(out: &Output) -> Value {
+pub fn ok(out: &Output) -> Value {
     assert_eq!(code(out), 0, "{}", text(out));
     json(out)
 }
 
-fn entries(store: &Path) -> Vec<String> {
+pub fn entries(store: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for b in [
         "git",
@@ -67,7 +67,7 @@ fn entries(store: &Path) -> Vec<String> {
     out
 }
 
-fn strs(v: &Value) -> Vec<String> {
+pub fn strs(v: &Value) -> Vec<String> {
     v.as_array()
         .map(|a| {
             a.iter()
@@ -79,7 +79,7 @@ fn strs(v: &Value) -> Vec<String> {
 
 /// Box A: build the fixture pin and push it (signed by `principal`).
 /// Returns (fx, recipe, A's build report, the allowed_signers file).
-fn built_and_pushed(url: &str, docker: Option<&Path>) -> (Fx, PathBuf, Value, PathBuf) {
+pub fn built_and_pushed(url: &str, docker: Option<&Path>) -> (Fx, PathBuf, Value, PathBuf) {
     let fx = Fx::new();
     let (repo, _, recipe) = fx.pin();
     let a = fx.dir().join("store-a");

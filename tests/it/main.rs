@@ -10,6 +10,7 @@ mod build;
 mod bytecode;
 mod cache;
 mod cache_admin;
+mod cache_bounds;
 mod carry;
 mod demo;
 mod download;
