@@ -356,6 +356,11 @@ pub struct InputsRecord {
     /// The venv key of the pushing box's oracle (evidence: the pulling box
     /// installs and measures its own).
     pub venv_key: String,
+    /// The wheelhouse entry (`wheelhouse/<sha256>`, also in `entries`) of
+    /// the pinned uv's wheel for the platform, which `pull` installs into
+    /// the store's tools; absent from older pushes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uv: Option<String>,
 }
 
 /// The key of the `inputs-<key>` artifact of recipe `lr` on this host: the
@@ -423,6 +428,10 @@ pub struct Pulled {
     pub present: Vec<String>,
     /// Bytes downloaded.
     pub bytes: u64,
+    /// The pinned uv, installed into the store's tools from the pushed wheel.
+    pub uv: Option<PathBuf>,
+    /// What the pull could not do (the rest was done).
+    pub notes: Vec<String>,
 }
 
 /// Fetches everything a `build --offline` of `lr` needs from `cache` into
@@ -516,12 +525,40 @@ pub fn pull_pin(
         }
     }
     let added = f.commit(items, temp)?;
+    // Rooted until a build of this pin roots its oracle (or `unkeep`).
+    let mut kept: Vec<Entry> = vec![source::mirror_entry(store, &r.source.repo)];
+    for label in &labels {
+        kept.extend(store.entry_by_label(label));
+    }
+    store.set_list_root(
+        &crate::store::imported_root_name(&r.name),
+        &format!("{} {} pulled", r.name, r.source.commit),
+        &kept,
+    )?;
+    // The pinned uv, into the tools directory, as `import` does.
+    let mut notes = Vec::new();
+    let mut uv = None;
+    match inputs.uv.as_deref().and_then(|l| store.entry_by_label(l)) {
+        Some(e) if e.exists() => {
+            match wheelhouse::file_of(&e)
+                .and_then(|f| crate::host::toolchain::install_uv_wheel(store, &f))
+            {
+                Ok(tool) => uv = Some(tool.path),
+                Err(err) => notes.push(format!("the pushed uv was not installed: {err:#}")),
+            }
+        }
+        _ => notes.push(
+            "the cache carries no uv for this pin (pushed by an older oracle-build): `build --offline` needs uv on PATH".into(),
+        ),
+    }
     Ok(Pulled {
         cache: cache.describe(),
         inputs,
         added,
         present,
         bytes,
+        uv,
+        notes,
     })
 }
 

@@ -83,6 +83,12 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     for a in &p.added {
         println!("added    {a}");
     }
+    if let Some(uv) = &p.uv {
+        println!("uv       {}", uv.display());
+    }
+    for n in &p.notes {
+        println!("note     {n}");
+    }
     println!(
         "the pushing box's oracle: venv key {} (wheel {}); build it here with: oracle-build build {} --offline",
         p.inputs.venv_key, p.inputs.wheel_key, pin_arg

@@ -669,6 +669,18 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     }
     // 9. One root per pin: the oracle; its record's `requires` keeps the rest.
     store.set_root(&r.name, &outcome.entry)?;
+    // What an import or pull of this pin brought is now kept through that
+    // root: its list root goes (another commit's stays).
+    let imported = crate::store::imported_root_name(&r.name);
+    if let Some(list) = store.roots()?.into_iter().find(|x| x.name == imported)
+        && list
+            .header
+            .as_deref()
+            .and_then(|h| h.split_whitespace().nth(1))
+            == Some(r.source.commit.as_str())
+    {
+        store.remove_root(&imported)?;
+    }
     drop(temp);
     Ok(Built {
         keys: Keys {

@@ -164,6 +164,23 @@ pub fn push(
             entries.push(e);
         }
     }
+    // The pinned uv for this platform, so that a pulling box without uv
+    // builds offline (issue 23).
+    let uv_entry = match crate::pipeline::bundle::host_uv_wheel(&store, lr, &temp) {
+        Ok(e) => {
+            if !entries.contains(&e) {
+                entries.push(e.clone());
+            }
+            Some(e)
+        }
+        Err(e) => {
+            crate::progress::stage(
+                "push",
+                format!("not sending the pinned uv (a pulling box needs uv on PATH): {e:#}"),
+            );
+            None
+        }
+    };
     entries.sort_by_key(|e| e.bucket);
     entries.push(wheel_entry.clone());
     for e in &entries {
@@ -215,6 +232,7 @@ pub fn push(
         entries: entries.iter().map(Entry::label).collect(),
         wheel_key: rec.wheel_key.clone(),
         venv_key: rec.key.clone(),
+        uv: uv_entry.as_ref().map(Entry::label),
     };
     let mut layers = Vec::new();
     let mut files = Vec::new();

@@ -1,7 +1,9 @@
 //! Garbage collection of the store, Nix-style: delete every entry that no
 //! root reaches, never anything a running build uses.
 //!
-//! Roots are the symlinks under `<root>/roots/` (pins, `keep`s, aliases) and
+//! Roots are the symlinks under `<root>/roots/` (pins, `keep`s, aliases),
+//! the list roots there (`imported-<recipe>`: what `import` and `pull`
+//! brought, see [`Store::set_list_root`]) and
 //! the temporary roots of running builds (`<root>/locks/build-<pid>.roots`).
 //! Entries reference what they were made from: an oracle venv its wheel
 //! (`oracle.json` `requires`), a wheel its checkout and mirror (`build.json`
@@ -46,14 +48,7 @@ pub fn references(store: &Store, entry: &Entry) -> Vec<Entry> {
 pub fn reachable(store: &Store) -> Result<BTreeSet<String>> {
     let mut todo: Vec<Entry> = Vec::new();
     for root in store.roots()? {
-        if let Some(e) = root
-            .path
-            .canonicalize()
-            .ok()
-            .and_then(|t| store.entry_of_path(&t))
-        {
-            todo.push(e);
-        }
+        todo.extend(store.root_entries(&root));
     }
     todo.extend(store.live_temp_roots()?);
     let mut seen = BTreeSet::new();
@@ -87,6 +82,9 @@ pub struct GcReport {
     pub freed_bytes: u64,
     /// Entries kept because a root reaches them.
     pub kept: Vec<String>,
+    /// The list roots of `import` and `pull` (`imported-<recipe>`) and how
+    /// many entries each names: what they keep from this `gc`.
+    pub imported: Vec<(String, usize)>,
 }
 
 /// Deletes (or with `dry_run` lists) every entry no root reaches.
@@ -141,11 +139,18 @@ pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
         }
     }
     let freed_bytes = deleted.iter().map(|d| d.bytes).sum();
+    let imported = store
+        .roots()?
+        .into_iter()
+        .filter(|r| r.is_list())
+        .map(|r| (r.name, r.entries.len()))
+        .collect();
     Ok(GcReport {
         dry_run,
         deleted,
         freed_bytes,
         kept,
+        imported,
     })
 }
 

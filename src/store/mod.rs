@@ -683,6 +683,56 @@ impl Store {
         Ok(())
     }
 
+    /// Writes the list root `<root>/roots/<name>` (see [`IMPORTED_ROOT_PREFIX`]):
+    /// a text file whose first line is `# <header>` and whose other lines
+    /// are the labels of `entries` and of the entries it already named that
+    /// still exist, sorted, written atomically. `gc` keeps every entry it
+    /// names and what they require.
+    ///
+    /// Errors: the store is read-only; the file cannot be written.
+    pub fn set_list_root(&self, name: &str, header: &str, entries: &[Entry]) -> Result<()> {
+        if self.read_only() {
+            return Err(self.read_only_error(&format!("set the GC root roots/{name}")));
+        }
+        let path = self.roots_dir().join(name);
+        let mut labels: std::collections::BTreeSet<String> =
+            entries.iter().map(Entry::label).collect();
+        if let Ok(old) = std::fs::read_to_string(&path) {
+            labels.extend(
+                list_root_labels(&old)
+                    .filter_map(|l| self.entry_by_label(l))
+                    .filter(Entry::exists)
+                    .map(|e| e.label()),
+            );
+        }
+        let mut text = format!("# {header}\n");
+        for l in labels {
+            text.push_str(&l);
+            text.push('\n');
+        }
+        fs::create_dir_all(self.roots_dir())?;
+        write_atomic(&path, text.as_bytes())
+    }
+
+    /// The entries `root` names: for a symlink, the entry it points at
+    /// (none when it dangles or points outside the store); for a list root,
+    /// each of its labels that names an entry of the store.
+    pub fn root_entries(&self, root: &Root) -> Vec<Entry> {
+        if root.is_list() {
+            return root
+                .entries
+                .iter()
+                .filter_map(|l| self.entry_by_label(l))
+                .collect();
+        }
+        root.path
+            .canonicalize()
+            .ok()
+            .and_then(|t| self.entry_of_path(&t))
+            .into_iter()
+            .collect()
+    }
+
     /// Every GC root: its name, its link target, and whether the target exists.
     pub fn roots(&self) -> Result<Vec<Root>> {
         let mut out = Vec::new();
@@ -694,11 +744,25 @@ impl Store {
             }
             let path = e.path();
             let target = fs::read_link(&path).unwrap_or_default();
+            let list = e.file_type().is_ok_and(|t| t.is_file());
+            let (header, entries) = if list {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let header = text
+                    .lines()
+                    .next()
+                    .and_then(|l| l.strip_prefix("# "))
+                    .map(str::to_string);
+                (header, list_root_labels(&text).map(str::to_string).collect())
+            } else {
+                (None, Vec::new())
+            };
             out.push(Root {
                 name,
                 live: path.exists(),
                 target,
                 path,
+                header,
+                entries,
             });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -747,6 +811,37 @@ pub struct Root {
     pub target: PathBuf,
     /// Whether the target exists (false: dangling).
     pub live: bool,
+    /// For a list root (a file, see [`Store::set_list_root`]): its first
+    /// line (`<recipe> <commit> (imported|pulled)`); `None` for a symlink.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// For a list root: the labels it names.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub entries: Vec<String>,
+}
+
+impl Root {
+    /// Whether this is a list root (a file of labels) rather than a symlink.
+    pub fn is_list(&self) -> bool {
+        self.header.is_some() || !self.entries.is_empty()
+    }
+}
+
+/// The prefix of the list roots `import` and `pull` write for what they
+/// bring (`roots/imported-<recipe>`), kept until a build of that recipe at
+/// that commit roots its oracle, or `unkeep` drops it.
+pub const IMPORTED_ROOT_PREFIX: &str = "imported-";
+
+/// The name of the list root of recipe `name` (`imported-<name>`).
+pub fn imported_root_name(name: &str) -> String {
+    format!("{IMPORTED_ROOT_PREFIX}{name}")
+}
+
+/// The labels of a list root's text: every line but comments and blanks.
+fn list_root_labels(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
 }
 
 fn process_alive(pid: i32) -> bool {

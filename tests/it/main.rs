@@ -16,6 +16,7 @@ mod demo;
 mod download;
 mod driver;
 mod edges;
+mod gc_roots;
 mod gpu;
 mod hermetic;
 mod identity;
