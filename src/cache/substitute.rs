@@ -428,6 +428,9 @@ pub struct Pulled {
     pub present: Vec<String>,
     /// Bytes downloaded.
     pub bytes: u64,
+    /// Entries that were present but damaged (each with its problems):
+    /// moved aside and fetched again, so they are in `added` too.
+    pub repaired: Vec<String>,
     /// The pinned uv, installed into the store's tools from the pushed wheel.
     pub uv: Option<PathBuf>,
     /// What the pull could not do (the rest was done).
@@ -477,6 +480,7 @@ pub fn pull_pin(
     }
     let mut items = Vec::new();
     let mut present = Vec::new();
+    let mut damaged: Vec<(Entry, Vec<String>)> = Vec::new();
     if !source::mirror_has(store, &r.source.repo, &r.source.commit) {
         let p = f
             .prepare_source(&r.source.repo, &r.source.commit)?
@@ -505,8 +509,13 @@ pub fn pull_pin(
             .ok_or_else(|| anyhow!("cache {}: inputs-{key} lists {label:?}", cache.describe()))?;
         temp.add(store, &entry)?;
         if entry.exists() {
-            present.push(entry.label());
-            continue;
+            let problems = damage_of(&entry);
+            if problems.is_empty() {
+                present.push(entry.label());
+                continue;
+            }
+            // Fetched again; the damaged one is moved aside at commit.
+            damaged.push((entry.clone(), problems));
         }
         match f.prepare(&entry, policy)? {
             Some(p) => {
@@ -523,6 +532,14 @@ pub fn pull_pin(
                 )
             ),
         }
+    }
+    let mut repaired = Vec::new();
+    for (e, problems) in &damaged {
+        let _lock = e.lock()?;
+        if e.exists() {
+            store.quarantine(e, problems)?;
+        }
+        repaired.push(format!("{} (damaged: {})", e.label(), problems.join("; ")));
     }
     let added = f.commit(items, temp)?;
     // Rooted until a build of this pin roots its oracle (or `unkeep`).
@@ -557,9 +574,28 @@ pub fn pull_pin(
         added,
         present,
         bytes,
+        repaired,
         uv,
         notes,
     })
+}
+
+/// What is wrong with the store entry `entry` as `pull` checks one it
+/// would skip: a wheelhouse file whose sha256 is not its name, or any entry
+/// whose files do not match its manifest (hashes included); empty when
+/// healthy. Entries without a manifest are taken as they are.
+pub fn damage_of(entry: &Entry) -> Vec<String> {
+    if entry.bucket == Bucket::Wheelhouse {
+        return match wheelhouse::file_of(entry).and_then(|f| sha256_file(&f)) {
+            Ok(got) if got == entry.name => Vec::new(),
+            Ok(got) => vec![format!("its file has sha256 {got}")],
+            Err(e) => vec![format!("{e:#}")],
+        };
+    }
+    match Manifest::read(&entry.path) {
+        Ok(m) => m.check(&entry.path, true),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// The caches `build` substitutes from, opened, each with its trust policy.

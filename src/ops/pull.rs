@@ -37,6 +37,7 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     let caches = crate::pipeline::push::caches_for(&root, opts.cache.as_deref())?;
     let store = Store::at(&root)?;
     store.init()?;
+    crate::store::report_stale_staging(&store, "pull")?;
     let lock_dir = lock::lock_dir(&lr, opts.lockfiles.as_deref());
     let temp = store.temp_roots()?;
     let mut errors = Vec::new();
@@ -82,6 +83,9 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     );
     for a in &p.added {
         println!("added    {a}");
+    }
+    for d in &p.repaired {
+        println!("repaired {d}");
     }
     if let Some(uv) = &p.uv {
         println!("uv       {}", uv.display());

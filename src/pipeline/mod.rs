@@ -623,6 +623,13 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     vplan.source_warnings.extend(source_warning);
     temp.add(store, &vplan.entry)?;
     if !vplan.entry.exists() && wheel::quarantine_if_damaged(store, &plan.entry, &record)? {
+        // A trusted cache's copy first: rebuilding a vLLM wheel takes hours.
+        if !subs.is_empty()
+            && subs.entry(&plan.entry, &temp)?.is_some()
+            && !substituted.iter().any(|s| s == "wheel")
+        {
+            substituted.push("wheel".to_string());
+        }
         (record, wheel_built) = wheel::ensure(&cx, &plan, &src, &requires)?;
     }
     if wheel_built {

@@ -827,6 +827,26 @@ impl Root {
     }
 }
 
+/// Removes the staging directories killed runs left under `<root>/tmp/`
+/// ([`Store::clean_stale_staging`]) and says so on stderr, as `stage`
+/// (`pull`, `import`) reports.
+///
+/// Errors: a directory cannot be removed.
+pub fn report_stale_staging(store: &Store, stage: &str) -> Result<usize> {
+    let n = store.clean_stale_staging()?;
+    if n > 0 {
+        crate::progress::stage(
+            stage,
+            format!(
+                "removed {n} stale staging director{} of killed runs from {}",
+                if n == 1 { "y" } else { "ies" },
+                store.tmp_dir().display()
+            ),
+        );
+    }
+    Ok(n)
+}
+
 /// The prefix of the list roots `import` and `pull` write for what they
 /// bring (`roots/imported-<recipe>`), kept until a build of that recipe at
 /// that commit roots its oracle, or `unkeep` drops it.

@@ -41,6 +41,38 @@ fn lock_reasons(store: &Path) -> Vec<String> {
     out
 }
 
+/// Flips the last byte of the wheel file in the wheel entry `dir`.
+fn damage_wheel(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let whl = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .expect("a wheel");
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&whl, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut bytes = std::fs::read(&whl).unwrap();
+    *bytes.last_mut().unwrap() ^= 0xff;
+    std::fs::write(&whl, bytes).unwrap();
+}
+
+/// A staging directory a killed `what` left in `<store>/tmp/` (its pid gone).
+fn stale_staging(store: &Path, what: &str) {
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    let dir = store.join("tmp").join(format!("{what}.{pid}.killed"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("blob"), vec![0u8; 4096]).unwrap();
+}
+
+/// What is left under `<store>/tmp/`.
+fn residue(store: &Path) -> Vec<std::path::PathBuf> {
+    let t = store.join("tmp");
+    if t.is_dir() { tree(&t) } else { Vec::new() }
+}
+
 #[test]
 fn gc_looping_during_two_builds_loses_nothing() {
     let fx = Fx::new();
@@ -89,7 +121,7 @@ fn gc_looping_during_two_builds_loses_nothing() {
 }
 
 #[test]
-fn gc_right_after_pull_and_import_keeps_everything_then_offline_builds_work() {
+fn gc_after_pull_and_import_keeps_everything_and_damage_is_repaired_from_the_cache() {
     let tmp = tempfile::tempdir().unwrap();
     let layout = tmp.path().join("layout");
     let url = format!("file://{}", layout.display());
@@ -97,10 +129,11 @@ fn gc_right_after_pull_and_import_keeps_everything_then_offline_builds_work() {
     let r = recipe.to_str().unwrap();
     let d = fx.dir();
     let bundle = d.join("fx.tar.gz");
-    ok(&fx.run_at(
+    let out = fx.run_at(
         &d.join("store-a"),
         &["export", r, "-o", bundle.to_str().unwrap()],
-    ));
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
 
     // Box B pulls; a gc right after deletes nothing.
     let b = d.join("store-b");
@@ -160,9 +193,58 @@ fn gc_right_after_pull_and_import_keeps_everything_then_offline_builds_work() {
     let again = bare(d, &b, &["build", r, "--offline"]);
     assert_eq!(again["key"], first["key"], "{again}");
 
+    // A damaged wheel: `pull` re-checks it (not "already present") and
+    // fetches it again; `build` takes it from the cache instead of
+    // rebuilding it.
+    let wheel_dir = b.join("store/wheels").join(first["keys"]["wheel"].as_str().unwrap());
+    damage_wheel(&wheel_dir);
+    stale_staging(&b, "pull");
+    let out = bare_offline_cmd(d)
+        .args(["pull", r, "--store"])
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(text(&out).contains("repaired wheels/"), "{}", text(&out));
+    assert!(
+        text(&out).contains("removed 1 stale staging directory"),
+        "{}",
+        text(&out)
+    );
+    // Only the damaged entry, moved aside (the next run removes it), is left.
+    assert!(
+        residue(&b).iter().all(|p| p
+            .strip_prefix(b.join("tmp"))
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("damaged-")),
+        "{:?}",
+        residue(&b)
+    );
+    damage_wheel(&wheel_dir);
+    force_remove(Path::new(again["oracle"].as_str().unwrap()));
+    let repaired = bare(d, &b, &["build", r, "--offline"]);
+    assert_eq!(repaired["key"], first["key"], "{repaired}");
+    assert!(
+        strs(&repaired["substituted"]).contains(&"wheel".to_string())
+            && !strs(&repaired["built"]).contains(&"wheel".to_string()),
+        "{repaired}"
+    );
+
     // Box C imports; a gc right after deletes nothing; it builds offline.
     let c = d.join("store-c");
-    bare(d, &c, &["import", bundle.to_str().unwrap()]);
+    stale_staging(&c, "import");
+    let out = bare_offline_cmd(d)
+        .args(["import", bundle.to_str().unwrap(), "--store"])
+        .arg(&c)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(
+        text(&out).contains("removed 1 stale staging directory"),
+        "{}",
+        text(&out)
+    );
     let imported = entries(&c);
     let gc = bare(d, &c, &["gc"]);
     assert!(gc["deleted"].as_array().unwrap().is_empty(), "{gc}");
