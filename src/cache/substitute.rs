@@ -53,6 +53,11 @@ pub struct Fetcher<'a> {
     pub store: &'a Store,
     staging: Staging,
     n: usize,
+    /// Checked blobs kept in [`Store::downloads_dir`] for a resumed pull;
+    /// removed once [`Fetcher::commit`] has put their entries in the store.
+    kept: Vec<PathBuf>,
+    /// Blobs taken from there instead of the cache.
+    pub resumed: usize,
 }
 
 impl<'a> Fetcher<'a> {
@@ -65,7 +70,45 @@ impl<'a> Fetcher<'a> {
             store,
             staging: store.stage("pull")?,
             n: 0,
+            kept: Vec::new(),
+            resumed: 0,
         })
+    }
+
+    /// Gets blob `digest` of `size` bytes into the new file `dest`: from the
+    /// store's download area when an earlier pull checked it there (checked
+    /// again), else from the cache (which checks it), then kept there by a
+    /// hard link until [`Fetcher::commit`].
+    ///
+    /// Errors: as [`Transport::get_blob`].
+    fn get_blob(&mut self, digest: &str, size: u64, dest: &Path) -> Result<()> {
+        let kept = self
+            .store
+            .downloads_dir()
+            .join("sha256")
+            .join(super::digest_hex(digest)?);
+        if fs::metadata(&kept).is_ok_and(|m| m.len() == size)
+            && std::fs::hard_link(&kept, dest).is_ok()
+        {
+            if sha256_file(dest).is_ok_and(|h| format!("sha256:{h}") == digest) {
+                self.resumed += 1;
+                self.kept.push(kept);
+                return Ok(());
+            }
+            let _ = fs::remove_file(dest);
+            let _ = fs::remove_file(&kept);
+        }
+        self.cache.get_blob(digest, size, dest)?;
+        if let Some(dir) = kept.parent()
+            && fs::create_dir_all(dir).is_ok()
+        {
+            let tmp = dir.join(format!(".{}.{}", std::process::id(), self.kept.len()));
+            let _ = fs::remove_file(&tmp);
+            if std::fs::hard_link(dest, &tmp).is_ok() && fs::rename(&tmp, &kept).is_ok() {
+                self.kept.push(kept);
+            }
+        }
+        Ok(())
     }
 
     fn fresh_dir(&mut self) -> Result<PathBuf> {
@@ -93,7 +136,7 @@ impl<'a> Fetcher<'a> {
         let work = self.fresh_dir()?;
         let config_path = work.join("config.json");
         let size = u64::try_from(m.config.size).unwrap_or(0);
-        self.cache.get_blob(&m.config.digest, size, &config_path)?;
+        self.get_blob(&m.config.digest, size, &config_path)?;
         let config: Config = crate::store::read_json(&config_path)
             .with_context(|| format!("cache {url}: the config of {tag}"))?;
         if config.kind != kind || config.name != name {
@@ -115,7 +158,7 @@ impl<'a> Fetcher<'a> {
             if dest.exists() {
                 bail!("cache {url}: {tag} has two layers titled {title}");
             }
-            self.cache.get_blob(&l.digest, size, &dest)?;
+            self.get_blob(&l.digest, size, &dest)?;
             bytes += size;
             if title == TREE_LAYER && l.media_type == artifact::TAR_MEDIA_TYPE {
                 artifact::unpack_tree(&dest, &dir)
@@ -225,7 +268,15 @@ impl<'a> Fetcher<'a> {
     /// each registered in `temp` first; returns the labels added.
     ///
     /// Errors: a rename or the git fetch fails.
-    pub fn commit(&self, items: Vec<Prepared>, temp: &TempRoots) -> Result<Vec<String>> {
+    pub fn commit(&mut self, items: Vec<Prepared>, temp: &TempRoots) -> Result<Vec<String>> {
+        let added = self.commit_items(items, temp)?;
+        for k in self.kept.drain(..) {
+            let _ = fs::remove_file(k);
+        }
+        Ok(added)
+    }
+
+    fn commit_items(&self, items: Vec<Prepared>, temp: &TempRoots) -> Result<Vec<String>> {
         let mut added = Vec::new();
         for p in items {
             temp.add(self.store, &p.entry)?;
@@ -428,6 +479,9 @@ pub struct Pulled {
     pub present: Vec<String>,
     /// Bytes downloaded.
     pub bytes: u64,
+    /// Blobs taken from the store's download area, checked there by an
+    /// earlier pull that did not finish.
+    pub resumed: usize,
     /// Entries that were present but damaged (each with its problems):
     /// moved aside and fetched again, so they are in `added` too.
     pub repaired: Vec<String>,
@@ -574,6 +628,7 @@ pub fn pull_pin(
         added,
         present,
         bytes,
+        resumed: f.resumed,
         repaired,
         uv,
         notes,

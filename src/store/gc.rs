@@ -129,6 +129,21 @@ pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
     }
     if !dry_run {
         store.clean_stale_staging()?;
+        // Blobs of pulls that never finished, after a day.
+        let day = std::time::Duration::from_secs(24 * 3600);
+        if let Ok(rd) = fs::read_dir(store.downloads_dir().join("sha256")) {
+            for e in rd.flatten() {
+                let old = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > day);
+                if old {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
         // Links to wheelhouse entries just deleted (see [`Store::wheelhouse_links_dir`]).
         if let Ok(rd) = fs::read_dir(store.wheelhouse_links_dir()) {
             for e in rd.flatten() {

@@ -11,6 +11,7 @@
 //! logs/                   logs of failed or running stages, smoke logs     Store::logs_dir
 //! reports/                `advance` reports                                Store::reports_dir
 //! uv-cache/               uv's cache                                       Store::uv_cache_dir
+//! downloads/sha256/<hex>  cache blobs checked by a pull not yet finished   Store::downloads_dir
 //! wheelhouse-links/       links to wheelhouse files, shared by installs    Store::wheelhouse_links_dir
 //! sccache/, ccache/       compiler caches                                  Store::compiler_cache_dir
 //! imported/<recipe>/      recipes and locks of imported bundles            Store::imported_dir
@@ -417,6 +418,15 @@ impl Store {
     /// `<root>/uv-cache`: uv's cache (`--cache-dir`).
     pub fn uv_cache_dir(&self) -> PathBuf {
         self.root.join("uv-cache")
+    }
+
+    /// `<root>/downloads`: blobs a pull or substitution has downloaded and
+    /// checked against their digest (`sha256/<hex>`, hard links into its
+    /// staging), so a pull that is killed or fails resumes from them; each
+    /// goes when the entry it belongs to is in the store, and `gc` removes
+    /// any older than a day.
+    pub fn downloads_dir(&self) -> PathBuf {
+        self.root.join("downloads")
     }
 
     /// `<root>/bytecode`: the bytecode pool, one `.pyc` per (Python cache

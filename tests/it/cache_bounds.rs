@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,12 +36,17 @@ enum Mode {
     EndlessManifest,
     /// Every request: never answer.
     StallAll,
+    /// Blob GETs: forward this many (counted from the last [`Proxy::set`]),
+    /// then stall: a pull that dies half-way.
+    StallAfter(usize),
 }
 
 struct Proxy {
     port: u16,
     mode: Arc<Mutex<Mode>>,
     stop: Arc<AtomicBool>,
+    /// Blob GETs since the last [`Proxy::set`].
+    blobs: Arc<AtomicUsize>,
 }
 
 impl Proxy {
@@ -50,21 +55,27 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let mode = Arc::new(Mutex::new(Mode::Pass));
         let stop = Arc::new(AtomicBool::new(false));
-        let (m, st) = (mode.clone(), stop.clone());
+        let blobs = Arc::new(AtomicUsize::new(0));
+        let (m, st, b) = (mode.clone(), stop.clone(), blobs.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 if st.load(Ordering::SeqCst) {
                     break;
                 }
                 if let Ok(conn) = conn {
-                    let (m, st) = (*m.lock().unwrap(), st.clone());
+                    let (m, st, b) = (*m.lock().unwrap(), st.clone(), b.clone());
                     std::thread::spawn(move || {
-                        let _ = serve(conn, upstream, m, &st);
+                        let _ = serve(conn, upstream, m, &st, &b);
                     });
                 }
             }
         });
-        Proxy { port, mode, stop }
+        Proxy {
+            port,
+            mode,
+            stop,
+            blobs,
+        }
     }
 
     fn url(&self) -> String {
@@ -73,6 +84,7 @@ impl Proxy {
 
     fn set(&self, m: Mode) {
         *self.mode.lock().unwrap() = m;
+        self.blobs.store(0, Ordering::SeqCst);
     }
 }
 
@@ -104,7 +116,13 @@ fn endless(conn: &mut TcpStream, stop: &AtomicBool) -> std::io::Result<()> {
     Ok(())
 }
 
-fn serve(mut conn: TcpStream, upstream: u16, mode: Mode, stop: &AtomicBool) -> std::io::Result<()> {
+fn serve(
+    mut conn: TcpStream,
+    upstream: u16,
+    mode: Mode,
+    stop: &AtomicBool,
+    blobs: &AtomicUsize,
+) -> std::io::Result<()> {
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut head = Vec::new();
     loop {
@@ -121,7 +139,16 @@ fn serve(mut conn: TcpStream, upstream: u16, mode: Mode, stop: &AtomicBool) -> s
     let is_get = first.starts_with("GET ");
     let blob = is_get && first.contains("/blobs/sha256:");
     let manifest = is_get && first.contains("/manifests/");
+    let nth = if blob {
+        blobs.fetch_add(1, Ordering::SeqCst)
+    } else {
+        0
+    };
     match mode {
+        Mode::StallAfter(n) if blob && nth >= n => {
+            hold(stop);
+            return Ok(());
+        }
         Mode::StallAll => {
             hold(stop);
             return Ok(());
@@ -222,6 +249,17 @@ fn residue(store: &Path) -> Vec<String> {
     out
 }
 
+/// The blobs kept for a resumed pull (`<store>/downloads/sha256/`).
+fn kept(store: &Path) -> Vec<String> {
+    std::fs::read_dir(store.join("downloads/sha256"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[test]
 fn a_misbehaving_cache_ends_within_its_timeouts_and_leaves_nothing() {
     let reg = Registry::start(None);
@@ -247,6 +285,7 @@ fn a_misbehaving_cache_ends_within_its_timeouts_and_leaves_nothing() {
         assert!(t.contains(why), "{mode:?}: {t}");
         assert!(entries(&b).is_empty(), "{mode:?}: {:?}", entries(&b));
         assert!(residue(&b).is_empty(), "{mode:?}: {:?}", residue(&b));
+        assert!(kept(&b).is_empty(), "{mode:?}: {:?}", kept(&b));
     }
     proxy.set(Mode::EndlessManifest);
     let out = ends(fx.cmd_at(&b, &["pull", r]), "pull (endless manifest)");
@@ -259,9 +298,26 @@ fn a_misbehaving_cache_ends_within_its_timeouts_and_leaves_nothing() {
     );
     assert!(entries(&b).is_empty() && residue(&b).is_empty());
 
+    // A pull that dies after 3 blobs keeps them, checked; the next pull
+    // takes them from the store instead of the cache.
+    let full = fx.dir().join("store-full");
+    configure(&full, &url, &allowed);
+    proxy.set(Mode::Pass);
+    ok(&ob(&fx, &full, None, "f@test", &["pull", r, "--json"]));
+    let all = proxy.blobs.load(Ordering::SeqCst);
+    proxy.set(Mode::StallAfter(3));
+    let out = ends(fx.cmd_at(&b, &["pull", r]), "pull (dies after 3 blobs)");
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert_eq!(kept(&b).len(), 3, "{:?}", kept(&b));
+    assert!(entries(&b).is_empty(), "{:?}", entries(&b));
+
     // With the proxy well-behaved again the same pull succeeds.
     proxy.set(Mode::Pass);
-    ok(&ob(&fx, &b, None, "b@test", &["pull", r, "--json"]));
+    let pulled = ok(&ob(&fx, &b, None, "b@test", &["pull", r, "--json"]));
+    assert_eq!(pulled["resumed"], 3, "{pulled}");
+    assert_eq!(proxy.blobs.load(Ordering::SeqCst), all - 3);
+    assert_eq!(entries(&b), entries(&full));
+    assert!(kept(&b).is_empty(), "{:?}", kept(&b));
 
     // A cache that stalls on every request: `cache ls` fails naming it.
     proxy.set(Mode::StallAll);
