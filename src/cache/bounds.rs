@@ -137,7 +137,10 @@ mod tests {
         let mut out = Vec::new();
         let mut src = Endless(0);
         let e = copy_bounded(&mut src, &mut out, 100_000).unwrap_err();
-        assert!(format!("{e}").contains("more than its declared 100000 bytes"), "{e}");
+        assert!(
+            format!("{e}").contains("more than its declared 100000 bytes"),
+            "{e}"
+        );
         assert_eq!(out.len(), 100_000);
         assert!(src.0 <= 100_001 + (1 << 16), "read {} bytes", src.0);
 
@@ -154,6 +157,9 @@ mod tests {
     fn bounded_read_refuses_past_the_limit() {
         assert_eq!(read_bounded(&b"abc"[..], 3, "x").unwrap(), b"abc");
         let e = read_bounded(Endless(0), 1000, "the manifest of t").unwrap_err();
-        assert!(format!("{e}").contains("the manifest of t is larger than 1000"), "{e}");
+        assert!(
+            format!("{e}").contains("the manifest of t is larger than 1000"),
+            "{e}"
+        );
     }
 }

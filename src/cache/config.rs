@@ -572,9 +572,10 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<Cache>> {
 ///
 /// Errors: the reason in plain words (the caller adds file, field and value).
 pub fn parse_duration(text: &str) -> std::result::Result<std::time::Duration, String> {
-    let d: jiff::SignedDuration = text.trim().parse().map_err(|_| {
-        "is not a duration; write it as \"10s\", \"500ms\" or \"2m\"".to_string()
-    })?;
+    let d: jiff::SignedDuration = text
+        .trim()
+        .parse()
+        .map_err(|_| "is not a duration; write it as \"10s\", \"500ms\" or \"2m\"".to_string())?;
     let d = std::time::Duration::try_from(d).map_err(|_| "is negative".to_string())?;
     if d < std::time::Duration::from_millis(1) || d > std::time::Duration::from_secs(3600) {
         return Err("must be from 1ms to 1h".into());
@@ -599,9 +600,14 @@ mod tests {
         assert_eq!(c[0].timeouts.read, std::time::Duration::from_secs(90));
         let d = parse("[[cache]]\nname = \"a\"\nurl = \"file:///x\"\n", &f).unwrap();
         assert_eq!(d[0].timeouts, crate::cache::bounds::Timeouts::default());
-        for (value, why) in [("soon", "not a duration"), ("0s", "from 1ms"), ("2h", "to 1h")] {
-            let text =
-                format!("[[cache]]\nname = \"a\"\nurl = \"file:///x\"\nread_timeout = \"{value}\"\n");
+        for (value, why) in [
+            ("soon", "not a duration"),
+            ("0s", "from 1ms"),
+            ("2h", "to 1h"),
+        ] {
+            let text = format!(
+                "[[cache]]\nname = \"a\"\nurl = \"file:///x\"\nread_timeout = \"{value}\"\n"
+            );
             let e = format!("{:#}", parse(&text, &f).unwrap_err());
             assert!(
                 e.contains("config.toml: line 4: field `cache[0].read_timeout`")

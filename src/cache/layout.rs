@@ -169,7 +169,10 @@ impl Transport for Layout {
             let mut out = fs::File::create(dest)?;
             let copied = super::bounds::copy_bounded(fs::File::open(&src)?, &mut out, size)
                 .with_context(|| {
-                    format!("cache {}: reading blob {digest} ({size} bytes declared)", self.url)
+                    format!(
+                        "cache {}: reading blob {digest} ({size} bytes declared)",
+                        self.url
+                    )
                 })?;
             out.sync_all()?;
             let (len, got) = (copied.len, copied.digest);
@@ -276,7 +279,9 @@ mod tests {
         let dest = dir.path().join("got");
         let e = format!("{:#}", layout.get_blob(&digest, 10, &dest).unwrap_err());
         assert!(
-            e.contains("file:///l") && e.contains(&digest) && e.contains("more than its declared 10 bytes"),
+            e.contains("file:///l")
+                && e.contains(&digest)
+                && e.contains("more than its declared 10 bytes"),
             "{e}"
         );
         assert!(!dest.exists(), "the partial blob is removed");

@@ -157,7 +157,10 @@ impl Registry {
         if e.is_connect() && e.is_timeout() {
             message.push_str(&format!(" (connect_timeout {:?})", self.timeouts.connect));
         } else if e.is_timeout() {
-            message.push_str(&format!(" (no data for read_timeout {:?})", self.timeouts.read));
+            message.push_str(&format!(
+                " (no data for read_timeout {:?})",
+                self.timeouts.read
+            ));
         }
         let text = self.context(&format!("{what}: {message}"));
         if e.is_timeout() || e.is_connect() || e.is_request() || e.is_body() {
@@ -176,7 +179,11 @@ impl Registry {
         }
         let t = self
             .client
-            .auth(&self.reference("latest"), &self.auth, RegistryOperation::Pull)
+            .auth(
+                &self.reference("latest"),
+                &self.auth,
+                RegistryOperation::Pull,
+            )
             .await
             .map_err(|e| match e {
                 OciDistributionError::RequestError(e) => self.http_error(&e, what),
@@ -281,24 +288,26 @@ impl Transport for Registry {
     fn manifest(&self, tag: &str) -> Result<Option<Fetched>> {
         let what = format!("reading the manifest of {tag}");
         let url = self.v2_url(&format!("manifests/{tag}"));
-        let (bytes, header) = self.runtime.block_on(async {
-            let res = self.get(&url, Some(MANIFEST_MEDIA_TYPE), &what).await?;
-            if res.status() == reqwest::StatusCode::NOT_FOUND {
-                return Ok::<_, anyhow::Error>(None);
-            }
-            let res = self.success(res, &what).await?;
-            let header = res
-                .headers()
-                .get("docker-content-digest")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string);
-            let mut bytes = Vec::new();
-            self.body(res, MANIFEST_LIMIT, &mut bytes, &what)
-                .await
-                .map_err(|e| e.context("a manifest may hold at most 4 MiB"))?;
-            Ok(Some((bytes, header)))
-        })?
-        .map_or((None, None), |(b, h)| (Some(b), h));
+        let (bytes, header) = self
+            .runtime
+            .block_on(async {
+                let res = self.get(&url, Some(MANIFEST_MEDIA_TYPE), &what).await?;
+                if res.status() == reqwest::StatusCode::NOT_FOUND {
+                    return Ok::<_, anyhow::Error>(None);
+                }
+                let res = self.success(res, &what).await?;
+                let header = res
+                    .headers()
+                    .get("docker-content-digest")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string);
+                let mut bytes = Vec::new();
+                self.body(res, MANIFEST_LIMIT, &mut bytes, &what)
+                    .await
+                    .map_err(|e| e.context("a manifest may hold at most 4 MiB"))?;
+                Ok(Some((bytes, header)))
+            })?
+            .map_or((None, None), |(b, h)| (Some(b), h));
         let Some(bytes) = bytes else {
             return Ok(None);
         };

@@ -85,10 +85,7 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
         println!("added    {a}");
     }
     if p.resumed > 0 {
-        println!(
-            "resumed  {} blob(s) an earlier pull had checked",
-            p.resumed
-        );
+        println!("resumed  {} blob(s) an earlier pull had checked", p.resumed);
     }
     for d in &p.repaired {
         println!("repaired {d}");

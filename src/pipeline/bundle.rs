@@ -204,8 +204,8 @@ fn uv_wheel(
 /// uv has wheels for; the resolution, download or hash check fails.
 pub fn host_uv_wheel(store: &Store, lr: &LoadedRecipe, temp: &TempRoots) -> Result<Entry> {
     let r = &lr.recipe;
-    let platform = Platform::host()
-        .ok_or_else(|| anyhow!("this host's platform has no uv wheel to send"))?;
+    let platform =
+        Platform::host().ok_or_else(|| anyhow!("this host's platform has no uv wheel to send"))?;
     let found_uv = toolchain::find_uv(store, None, false).ok();
     let python = match toolchain::find_python(&r.python, found_uv.as_ref()) {
         Ok(p) => p,

@@ -762,7 +762,10 @@ impl Store {
                     .next()
                     .and_then(|l| l.strip_prefix("# "))
                     .map(str::to_string);
-                (header, list_root_labels(&text).map(str::to_string).collect())
+                (
+                    header,
+                    list_root_labels(&text).map(str::to_string).collect(),
+                )
             } else {
                 (None, Vec::new())
             };

@@ -234,7 +234,11 @@ fn ends(mut c: Command, what: &str) -> Output {
     });
     let out = child.wait_with_output().unwrap();
     done.store(true, Ordering::SeqCst);
-    assert!(!killer.join().unwrap(), "{what} did not end: {}", text(&out));
+    assert!(
+        !killer.join().unwrap(),
+        "{what} did not end: {}",
+        text(&out)
+    );
     out
 }
 
@@ -338,6 +342,9 @@ fn a_misbehaving_cache_ends_within_its_timeouts_and_leaves_nothing() {
         "{t}"
     );
     let report = json(&out);
-    assert!(strs(&report["built"]).contains(&"wheel".to_string()), "{report}");
+    assert!(
+        strs(&report["built"]).contains(&"wheel".to_string()),
+        "{report}"
+    );
     assert_eq!(report["key"], first["key"], "{report}");
 }

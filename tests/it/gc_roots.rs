@@ -84,7 +84,12 @@ fn gc_looping_during_two_builds_loses_nothing() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let runs = Arc::new(AtomicUsize::new(0));
-    let (st, n, s, dir) = (stop.clone(), runs.clone(), store.clone(), fx.dir().to_path_buf());
+    let (st, n, s, dir) = (
+        stop.clone(),
+        runs.clone(),
+        store.clone(),
+        fx.dir().to_path_buf(),
+    );
     let looping = std::thread::spawn(move || {
         while !st.load(Ordering::SeqCst) {
             let out = cmd(&dir).args(["gc", "--store"]).arg(&s).output().unwrap();
@@ -110,13 +115,20 @@ fn gc_looping_during_two_builds_loses_nothing() {
         assert_eq!(report["verdict"], "gateable", "{report}");
     }
     // No lock fell back because its build set vanished under it.
-    assert!(lock_reasons(&store).is_empty(), "{:?}", lock_reasons(&store));
+    assert!(
+        lock_reasons(&store).is_empty(),
+        "{:?}",
+        lock_reasons(&store)
+    );
     // And after one more gc both rebuild offline with nothing to build.
     let out = fx.run(&["gc"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     for r in [&one, &two] {
         let again = ok(&fx.run(&["build", r.to_str().unwrap(), "--offline", "--json"]));
-        assert!(strs(&again["built"]).iter().all(|s| s == "smoke"), "{again}");
+        assert!(
+            strs(&again["built"]).iter().all(|s| s == "smoke"),
+            "{again}"
+        );
     }
 }
 
@@ -165,10 +177,7 @@ fn gc_after_pull_and_import_keeps_everything_and_damage_is_repaired_from_the_cac
         .find(|x| x["name"] == "imported-fx")
         .cloned()
         .unwrap_or_default();
-    assert!(
-        !root["entries"].as_array().unwrap().is_empty(),
-        "{status}"
-    );
+    assert!(!root["entries"].as_array().unwrap().is_empty(), "{status}");
     let doctor = bare_offline_cmd(d)
         .args(["doctor", "--json", "--store"])
         .arg(&b)
@@ -186,7 +195,10 @@ fn gc_after_pull_and_import_keeps_everything_and_damage_is_repaired_from_the_cac
     assert!(!doc["imported"].as_array().unwrap().is_empty(), "{doc}");
     let built = bare(d, &b, &["build", r, "--offline"]);
     assert_eq!(built["key"], first["key"], "{built}");
-    assert!(!strs(&built["built"]).contains(&"wheel".to_string()), "{built}");
+    assert!(
+        !strs(&built["built"]).contains(&"wheel".to_string()),
+        "{built}"
+    );
     // The oracle's root now keeps what the pull brought.
     assert!(!b.join("roots/imported-fx").exists());
     bare(d, &b, &["gc"]);
@@ -196,7 +208,9 @@ fn gc_after_pull_and_import_keeps_everything_and_damage_is_repaired_from_the_cac
     // A damaged wheel: `pull` re-checks it (not "already present") and
     // fetches it again; `build` takes it from the cache instead of
     // rebuilding it.
-    let wheel_dir = b.join("store/wheels").join(first["keys"]["wheel"].as_str().unwrap());
+    let wheel_dir = b
+        .join("store/wheels")
+        .join(first["keys"]["wheel"].as_str().unwrap());
     damage_wheel(&wheel_dir);
     stale_staging(&b, "pull");
     let out = bare_offline_cmd(d)
