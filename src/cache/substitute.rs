@@ -495,11 +495,16 @@ pub struct Pulled {
 /// `store`: the inputs artifact, the source (unless mirrored), the lock
 /// (kept as the store's lock of the recipe when `lock_dir` has none), every
 /// wheelhouse, ext and wheel entry it lists (the wheel only when `policy`
-/// accepts it). Everything is downloaded and checked before anything is
-/// written (see the module docs).
+/// accepts it) and the pinned uv (installed into the store's tools).
+/// Everything is downloaded and checked before any entry is added (see the
+/// module docs); a present entry is checked too and fetched again when
+/// damaged; blobs an unfinished pull checked are taken from the store's
+/// download area. What it brings is kept by the list root
+/// `roots/imported-<recipe>`.
 ///
 /// Errors: the cache has no inputs for this recipe and platform; any
-/// download or check fails (nothing is written); the policy refuses the wheel.
+/// download or check fails (no entry is added; checked blobs are kept for
+/// the next pull); the policy refuses the wheel.
 pub fn pull_pin(
     cache: &dyn Transport,
     store: &Store,

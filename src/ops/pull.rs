@@ -64,7 +64,7 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     drop(temp);
     let Some(p) = done else {
         bail!(
-            "cannot pull {} (nothing was written to {}):\n  - {}",
+            "cannot pull {} (no entry was added to {}):\n  - {}",
             lr.recipe.name,
             root.display(),
             errors.join("\n  - ")
