@@ -212,6 +212,41 @@ mod tests {
     }
 
     #[test]
+    fn a_list_root_keeps_what_it_names_and_what_that_requires() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(dir.path()).unwrap();
+        store.init().unwrap();
+        let src = entry_with(&store, Bucket::Src, "c1", &[]);
+        let wheel = entry_with(&store, Bucket::Wheels, "w1", &["src/c1"]);
+        let lock = entry_with(&store, Bucket::Locks, "l1", &[]);
+        let stray = entry_with(&store, Bucket::Locks, "l2", &[]);
+        let name = crate::store::imported_root_name("fx");
+        store
+            .set_list_root(&name, "fx abc pulled", &[wheel.clone()])
+            .unwrap();
+        // A second pull adds to it; labels of entries gone are dropped.
+        store
+            .set_list_root(&name, "fx abc pulled", &[lock.clone()])
+            .unwrap();
+        let root = store
+            .roots()
+            .unwrap()
+            .into_iter()
+            .find(|r| r.name == name)
+            .unwrap();
+        assert!(root.is_list());
+        assert_eq!(root.header.as_deref(), Some("fx abc pulled"));
+        assert_eq!(root.entries, vec!["lockfiles/l1", "wheels/w1"]);
+        let report = collect(&store, false).unwrap();
+        assert_eq!(report.deleted.len(), 1, "{report:?}");
+        assert_eq!(report.deleted[0].entry, stray.label());
+        assert!(src.exists() && wheel.exists() && lock.exists());
+        assert_eq!(report.imported, vec![(name.clone(), 2)]);
+        assert!(store.remove_root(&name).unwrap());
+        assert_eq!(collect(&store, false).unwrap().deleted.len(), 3);
+    }
+
+    #[test]
     fn the_lock_and_uv_wheel_an_oracle_requires_are_kept_though_its_wheel_names_neither() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::at(dir.path()).unwrap();
