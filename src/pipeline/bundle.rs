@@ -514,9 +514,6 @@ pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
     let m = bundle::check_archive(f).map_err(refuse)?;
 
     store.init()?;
-    // Everything brought is a temporary root from the moment it lands, and
-    // a list root at the end (until a build of the pin roots its oracle).
-    let temp = store.temp_roots()?;
     let staging = store.stage("import")?;
     let x = staging.path().join("x");
     fs::create_dir_all(&x)?;
@@ -549,6 +546,10 @@ pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
 
     // The source: fetch the git bundle into the mirror (the same way a pull
     // takes a source from a cache).
+    // Everything brought is a temporary root from the moment it lands, and
+    // a list root at the end (until a build of the pin roots its oracle).
+    // Taken only now: a refused archive leaves nothing but empty directories.
+    let temp = store.temp_roots()?;
     let mirror = source::mirror_entry(store, &m.repo);
     temp.add(store, &mirror)?;
     crate::cache::substitute::fetch_bundle(store, &m.repo, &x.join(SOURCE_BUNDLE), staging.path())?;
