@@ -222,11 +222,11 @@ mod tests {
         let stray = entry_with(&store, Bucket::Locks, "l2", &[]);
         let name = crate::store::imported_root_name("fx");
         store
-            .set_list_root(&name, "fx abc pulled", &[wheel.clone()])
+            .set_list_root(&name, "fx abc pulled", std::slice::from_ref(&wheel))
             .unwrap();
         // A second pull adds to it; labels of entries gone are dropped.
         store
-            .set_list_root(&name, "fx abc pulled", &[lock.clone()])
+            .set_list_root(&name, "fx abc pulled", std::slice::from_ref(&lock))
             .unwrap();
         let root = store
             .roots()
