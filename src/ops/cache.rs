@@ -161,7 +161,7 @@ fn scratch(store: Option<&Store>) -> Result<tempfile::TempDir> {
 
 /// Every artifact of cache `c`, inspected (`deep`: layers too).
 fn list(c: &Cache, deep: bool, store: Option<&Store>) -> Result<Listing> {
-    let t = crate::cache::open(&c.url)?;
+    let t = crate::cache::open(c)?;
     let policy = Policy::for_cache(c)?;
     let tmp = scratch(store)?;
     let mut artifacts = Vec::new();
@@ -221,7 +221,7 @@ fn referenced(
     let mut keep: BTreeSet<String> = BTreeSet::new();
     // An inputs artifact whose oracle is rooted here keeps itself, its
     // source and every entry it lists.
-    let t = crate::cache::open(&c.url)?;
+    let t = crate::cache::open(c)?;
     for (i, a) in artifacts.iter().enumerate() {
         if a.kind != Kind::Inputs {
             continue;
@@ -288,7 +288,7 @@ fn collect(c: &Cache, store: Option<&Store>, dry_run: bool) -> Result<Collected>
             c.url
         )));
     }
-    let prune = catalog::pruner(&c.url);
+    let prune = catalog::pruner(c);
     let listing = list(c, false, store)?;
     let tmp = scratch(store)?;
     let keep = referenced(store, &listing.artifacts, c, tmp.path())?;
