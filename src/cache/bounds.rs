@@ -6,7 +6,9 @@
 //! - A blob is read up to the size its manifest declares and no further:
 //!   [`copy_bounded`] stops at `size + 1` bytes and the read fails.
 //! - A manifest is at most [`MANIFEST_LIMIT`] bytes, a config blob at most
-//!   [`CONFIG_LIMIT`], an image layout's `index.json` at most [`INDEX_LIMIT`].
+//!   [`CONFIG_LIMIT`], an image layout's `index.json` at most [`INDEX_LIMIT`],
+//!   a registry's tag list at most [`TAG_PAGE_LIMIT`] a page and
+//!   [`TAG_LIST_LIMIT`] in all.
 //! - Every request to a registry has a connect timeout and an idle-read
 //!   timeout ([`Timeouts`], `connect_timeout` / `read_timeout` of a
 //!   `[[cache]]` entry); a read that times out or a connection that drops
@@ -29,6 +31,12 @@ pub const CONFIG_LIMIT: u64 = 1 << 20;
 pub const INDEX_LIMIT: u64 = 64 << 20;
 /// How much of an error response's body is read for its message.
 pub const ERROR_BODY_LIMIT: u64 = 4 << 10;
+/// The largest page of a registry's tag list (`GET /v2/<name>/tags/list`,
+/// 1000 tags of at most 128 characters are about 130 KiB).
+pub const TAG_PAGE_LIMIT: u64 = 4 << 20;
+/// The most bytes all pages of a registry's tag list may take together
+/// (as [`INDEX_LIMIT`]: about 300,000 tags).
+pub const TAG_LIST_LIMIT: u64 = INDEX_LIMIT;
 
 /// How long a request to a cache may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,6 +17,9 @@
 //! idle-read timeouts, authorized by `oci-client`'s token), so a manifest
 //! stops at [`MANIFEST_LIMIT`] bytes and a blob at its declared size, and
 //! a response that stalls ends the request as an [`Unreachable`] error.
+//! The tag list is read the same way (at most [`TAG_PAGE_LIMIT`] bytes a
+//! page, [`TAG_LIST_LIMIT`] in all); a manifest `DELETE` ([`super::delete`])
+//! has the same timeouts.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -24,11 +27,13 @@ use std::sync::Mutex;
 
 use anyhow::{Context, Result, anyhow, bail};
 use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::errors::OciDistributionError;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
 
-use super::bounds::{ERROR_BODY_LIMIT, MANIFEST_LIMIT, Timeouts, Unreachable};
+use super::bounds::{
+    ERROR_BODY_LIMIT, MANIFEST_LIMIT, TAG_LIST_LIMIT, TAG_PAGE_LIMIT, Timeouts, Unreachable,
+};
 use super::{Fetched, Transport, digest_of};
 
 /// The media type of an OCI image manifest, the only one a cache writes.
@@ -62,22 +67,6 @@ pub fn credentials(host: &str) -> RegistryAuth {
         }
         Ok(docker_credential::DockerCredential::IdentityToken(t)) => RegistryAuth::Bearer(t),
         Err(_) => RegistryAuth::Anonymous,
-    }
-}
-
-fn not_found(e: &OciDistributionError) -> bool {
-    match e {
-        OciDistributionError::ImageManifestNotFoundError(_) => true,
-        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|x| {
-            matches!(
-                x.code,
-                OciErrorCode::ManifestUnknown
-                    | OciErrorCode::NameUnknown
-                    | OciErrorCode::BlobUnknown
-            )
-        }),
-        OciDistributionError::ServerError { code: 404, .. } => true,
-        _ => false,
     }
 }
 
@@ -429,28 +418,68 @@ impl Transport for Registry {
         Ok(digest_of(bytes))
     }
 
+    /// Every tag, by this module's bounded GET of `tags/list` (the
+    /// distribution spec's "Listing tags", pages of 1000 by `n` and `last`):
+    /// a page is at most [`TAG_PAGE_LIMIT`] bytes and all pages together at
+    /// most [`TAG_LIST_LIMIT`]; a repository the registry does not know has
+    /// no tags.
     fn tags(&self) -> Result<Vec<String>> {
-        let r = self.reference("latest");
-        let mut out = Vec::new();
+        /// A page of the answer (`tags` is `null` in some registries).
+        #[derive(serde::Deserialize)]
+        struct Page {
+            #[serde(default)]
+            tags: Option<Vec<String>>,
+        }
+        const PAGE: usize = 1000;
+        let what = "listing tags";
+        let mut out: Vec<String> = Vec::new();
         let mut last: Option<String> = None;
+        let mut read = 0u64;
         loop {
-            let page = self.runtime.block_on(self.client.list_tags(
-                &r,
-                &self.auth,
-                Some(1000),
-                last.as_deref(),
-            ));
-            let page = match page {
-                Ok(p) => p,
-                Err(e) if not_found(&e) => break,
-                Err(e) => return Err(anyhow!(e)).with_context(|| self.context("listing tags")),
-            };
-            let n = page.tags.len();
-            last = page.tags.last().cloned();
-            out.extend(page.tags);
-            if n < 1000 {
+            let mut url = reqwest::Url::parse(&self.v2_url("tags/list"))
+                .with_context(|| self.context(what))?;
+            url.query_pairs_mut()
+                .append_pair("n", &PAGE.to_string());
+            if let Some(l) = &last {
+                url.query_pairs_mut().append_pair("last", l);
+            }
+            let limit = TAG_PAGE_LIMIT.min(TAG_LIST_LIMIT - read);
+            let (bytes, next) = self.runtime.block_on(async {
+                let res = self.get(url.as_str(), None, what).await?;
+                if res.status() == reqwest::StatusCode::NOT_FOUND {
+                    return Ok::<_, anyhow::Error>(None);
+                }
+                let res = self.success(res, what).await?;
+                let next = res
+                    .headers()
+                    .get(reqwest::header::LINK)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|l| l.contains("rel=\"next\""));
+                let mut bytes = Vec::new();
+                self.body(res, limit, &mut bytes, what).await.map_err(|e| {
+                    e.context(format!(
+                        "a tag list may take at most {TAG_PAGE_LIMIT} bytes a page and {TAG_LIST_LIMIT} in all"
+                    ))
+                })?;
+                Ok(Some((bytes, next)))
+            })?
+            .unwrap_or_default();
+            read += bytes.len() as u64;
+            if bytes.is_empty() {
                 break;
             }
+            let page: Page = serde_json::from_slice(&bytes)
+                .with_context(|| self.context("the tag list is not the spec's JSON"))?;
+            let tags = page.tags.unwrap_or_default();
+            let n = tags.len();
+            let end = tags.last().cloned();
+            out.extend(tags);
+            // A page that does not move past `last` ends the listing (a
+            // registry repeating itself is not followed forever).
+            if (n < PAGE && !next) || end.is_none() || end <= last {
+                break;
+            }
+            last = end;
         }
         out.sort();
         out.dedup();
@@ -461,9 +490,10 @@ impl Transport for Registry {
         let target = super::delete::Target {
             host: &self.host,
             repo: &self.repo,
-            plain_http: self.url.starts_with("oci+http://"),
+            plain_http: self.plain_http,
             auth: &self.auth,
             url: &self.url,
+            timeouts: self.timeouts,
         };
         self.runtime
             .block_on(super::delete::delete_manifest(&target, digest))

@@ -34,6 +34,8 @@ enum Mode {
     Garbage,
     /// Manifest GETs: a 200 whose body never ends.
     EndlessManifest,
+    /// Tag list GETs: a 200 whose body never ends.
+    EndlessTags,
     /// Every request: never answer.
     StallAll,
     /// Blob GETs: forward this many (counted from the last [`Proxy::set`]),
@@ -139,6 +141,7 @@ fn serve(
     let is_get = first.starts_with("GET ");
     let blob = is_get && first.contains("/blobs/sha256:");
     let manifest = is_get && first.contains("/manifests/");
+    let tag_list = is_get && first.contains("/tags/list");
     let nth = if blob {
         blobs.fetch_add(1, Ordering::SeqCst)
     } else {
@@ -159,6 +162,7 @@ fn serve(
         }
         Mode::Endless if blob => return endless(&mut conn, stop),
         Mode::EndlessManifest if manifest => return endless(&mut conn, stop),
+        Mode::EndlessTags if tag_list => return endless(&mut conn, stop),
         _ => {}
     }
     // Forward, one request per connection.
@@ -301,6 +305,16 @@ fn a_misbehaving_cache_ends_within_its_timeouts_and_leaves_nothing() {
         "{t}"
     );
     assert!(entries(&b).is_empty() && residue(&b).is_empty());
+    // An endless tag list: `cache ls` stops at the page bound.
+    proxy.set(Mode::EndlessTags);
+    let out = ends(fx.cmd_at(&b, &["cache", "ls"]), "cache ls (endless tag list)");
+    let t = text(&out);
+    assert_ne!(code(&out), 0, "{t}");
+    assert!(
+        t.contains(&format!("cache {url}: listing tags"))
+            && t.contains("more than 4194304 bytes"),
+        "{t}"
+    );
 
     // A pull that dies after 3 blobs keeps them, checked; the next pull
     // takes them from the store instead of the cache.
