@@ -151,7 +151,7 @@ impl<'a> Fetcher<'a> {
             let mut contents = Vec::new();
             for (i, t) in tags.iter().enumerate() {
                 let dir = self.staging.path().join(format!("lock-{i}"));
-                if let Ok(Some(r)) = listing::read_config(self.cache, t, kind, &dir) {
+                if let Ok(Some(r)) = self.read_config(t, kind, &dir) {
                     let mut files = r.config.files.clone();
                     files.sort_by(|a, b| a.path.cmp(&b.path));
                     if !contents.contains(&files) {
@@ -182,9 +182,10 @@ impl<'a> Fetcher<'a> {
     }
 
     /// Gets blob `digest` of `size` bytes into the new file `dest`: from the
-    /// store's download area when an earlier pull checked it there (checked
-    /// again), else from the cache (which checks it), then kept there by a
-    /// hard link until [`Fetcher::commit`].
+    /// store's download area when an earlier pull (or this one: a config
+    /// read twice) checked it there (checked again), else from the cache
+    /// (which checks it), then kept there by a hard link until
+    /// [`Fetcher::commit`].
     ///
     /// Errors: as [`Transport::get_blob`].
     fn get_blob(&mut self, digest: &str, size: u64, dest: &Path) -> Result<()> {
@@ -197,8 +198,10 @@ impl<'a> Fetcher<'a> {
             && std::fs::hard_link(&kept, dest).is_ok()
         {
             if sha256_file(dest).is_ok_and(|h| format!("sha256:{h}") == digest) {
-                self.resumed += 1;
-                self.kept.push(kept);
+                if !self.kept.contains(&kept) {
+                    self.resumed += 1;
+                    self.kept.push(kept);
+                }
                 return Ok(());
             }
             let _ = fs::remove_file(dest);
@@ -224,6 +227,23 @@ impl<'a> Fetcher<'a> {
         Ok(d)
     }
 
+    /// The manifest and config of `tag` ([`listing::read_config`]), the
+    /// config blob through [`Fetcher::get_blob`] (so an unfinished pull's
+    /// checked configs are taken from the store's download area too).
+    ///
+    /// Errors: as [`listing::read_config`].
+    fn read_config(
+        &mut self,
+        tag: &str,
+        kind: Kind,
+        scratch: &Path,
+    ) -> Result<Option<listing::Read>> {
+        let cache = self.cache;
+        listing::read_config_with(cache, tag, kind, scratch, &mut |d, s, p| {
+            self.get_blob(d, s, p)
+        })
+    }
+
     /// Downloads the artifact tagged `tag` of `kind` for the entry `name`:
     /// `None` when the cache has no such tag. Returns the config, the
     /// directory with the entry's files and the manifest digest.
@@ -234,7 +254,7 @@ impl<'a> Fetcher<'a> {
         tag: &str,
     ) -> Result<Option<(Config, PathBuf, String, u64)>> {
         let work = self.fresh_dir()?;
-        let Some(read) = listing::read_config(self.cache, tag, kind, &work.join("cfg"))? else {
+        let Some(read) = self.read_config(tag, kind, &work.join("cfg"))? else {
             return Ok(None);
         };
         let url = self.cache.describe();
@@ -416,7 +436,7 @@ impl<'a> Fetcher<'a> {
         let mut wheels: Vec<(String, String)> = Vec::new();
         for (i, t) in tags.iter().enumerate() {
             let dir = self.staging.path().join(format!("inputs-{i}"));
-            if let Ok(Some(r)) = listing::read_config(self.cache, t, Kind::Inputs, &dir)
+            if let Ok(Some(r)) = self.read_config(t, Kind::Inputs, &dir)
                 && let Ok(rec) = serde_json::from_value::<InputsRecord>(r.config.record)
                 && !wheels.iter().any(|(_, w)| *w == rec.wheel_key)
             {
