@@ -438,8 +438,7 @@ impl Transport for Registry {
         loop {
             let mut url = reqwest::Url::parse(&self.v2_url("tags/list"))
                 .with_context(|| self.context(what))?;
-            url.query_pairs_mut()
-                .append_pair("n", &PAGE.to_string());
+            url.query_pairs_mut().append_pair("n", &PAGE.to_string());
             if let Some(l) = &last {
                 url.query_pairs_mut().append_pair("last", l);
             }
@@ -474,9 +473,9 @@ impl Transport for Registry {
             let n = tags.len();
             let end = tags.last().cloned();
             out.extend(tags);
-            // A page that does not move past `last` ends the listing (a
+            // A page ending on `last` again ends the listing (a
             // registry repeating itself is not followed forever).
-            if (n < PAGE && !next) || end.is_none() || end <= last {
+            if (n < PAGE && !next) || end.is_none() || end == last {
                 break;
             }
             last = end;

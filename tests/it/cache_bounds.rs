@@ -307,12 +307,14 @@ fn a_misbehaving_cache_ends_within_its_timeouts_and_leaves_nothing() {
     assert!(entries(&b).is_empty() && residue(&b).is_empty());
     // An endless tag list: `cache ls` stops at the page bound.
     proxy.set(Mode::EndlessTags);
-    let out = ends(fx.cmd_at(&b, &["cache", "ls"]), "cache ls (endless tag list)");
+    let out = ends(
+        fx.cmd_at(&b, &["cache", "ls"]),
+        "cache ls (endless tag list)",
+    );
     let t = text(&out);
     assert_ne!(code(&out), 0, "{t}");
     assert!(
-        t.contains(&format!("cache {url}: listing tags"))
-            && t.contains("more than 4194304 bytes"),
+        t.contains(&format!("cache {url}: listing tags")) && t.contains("more than 4194304 bytes"),
         "{t}"
     );
 
