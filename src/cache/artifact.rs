@@ -473,6 +473,13 @@ pub fn parse_manifest(bytes: &[u8], kind: Kind, tag: &str) -> Result<OciImageMan
         );
     }
     digest_hex(&m.config.digest)?;
+    if !(0..=super::bounds::CONFIG_LIMIT as i64).contains(&m.config.size) {
+        bail!(
+            "the manifest of {tag} declares a config of {} bytes (at most {} are read)",
+            m.config.size,
+            super::bounds::CONFIG_LIMIT
+        );
+    }
     for l in &m.layers {
         digest_hex(&l.digest)?;
         let title = layer_title(l).ok_or_else(|| anyhow!("a layer of {tag} has no title"))?;

@@ -21,7 +21,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use fs_err as fs;
 use serde_json::Value;
 
-use super::config::CacheUrl;
+use super::config::{Cache, CacheUrl};
 use super::digest_hex;
 use super::layout::REF_NAME;
 
@@ -47,16 +47,17 @@ pub trait Prune {
     fn sweep(&self, dry_run: bool) -> Result<(Vec<String>, u64)>;
 }
 
-/// The [`Prune`] of cache `url`.
+/// The [`Prune`] of the configured cache `cache` (a registry's with its
+/// timeouts).
 ///
 /// Errors: the registry client cannot be made.
-pub fn pruner(url: &CacheUrl) -> Result<Box<dyn Prune>> {
-    match url {
+pub fn pruner(cache: &Cache) -> Result<Box<dyn Prune>> {
+    match &cache.url {
         CacheUrl::File { dir } => Ok(Box::new(LayoutPrune {
             dir: dir.to_path_buf(),
         })),
         CacheUrl::Oci { .. } | CacheUrl::OciHttp { .. } => Ok(Box::new(RegistryPrune {
-            transport: super::open(url)?,
+            transport: super::open(cache)?,
         })),
     }
 }

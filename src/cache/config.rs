@@ -282,6 +282,9 @@ pub struct Cache {
     pub signing_key: Option<PathBuf>,
     /// How many distinct trusted signers a wheel needs (>= 1, default 1).
     pub min_signatures: u32,
+    /// Connect and idle-read timeouts of every request to it
+    /// (`connect_timeout`, `read_timeout`; default 10 s and 30 s).
+    pub timeouts: crate::cache::bounds::Timeouts,
     /// Where these settings came from.
     pub origin: Origin,
     /// Where the key paths were set in `origin`, for errors that name the
@@ -351,6 +354,7 @@ impl Cache {
             trusted_signers: None,
             signing_key: None,
             min_signatures: 1,
+            timeouts: Default::default(),
             origin,
             key_lines: KeyLines::default(),
         }
@@ -528,6 +532,8 @@ struct RawCache {
     trusted_signers: Option<toml::Spanned<String>>,
     signing_key: Option<toml::Spanned<String>>,
     min_signatures: Option<toml::Spanned<i64>>,
+    connect_timeout: Option<toml::Spanned<String>>,
+    read_timeout: Option<toml::Spanned<String>>,
 }
 
 fn yes() -> bool {
@@ -624,6 +630,25 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<Cache>> {
                 }
             },
         };
+        let duration = |v: &Option<toml::Spanned<String>>,
+                        field: &str,
+                        default: std::time::Duration|
+         -> Result<std::time::Duration> {
+            let Some(v) = v else { return Ok(default) };
+            parse_duration(v.get_ref()).map_err(|why| at(v.span(), field, v.get_ref(), &why))
+        };
+        let timeouts = crate::cache::bounds::Timeouts {
+            connect: duration(
+                &rc.connect_timeout,
+                "connect_timeout",
+                crate::cache::bounds::DEFAULT_CONNECT_TIMEOUT,
+            )?,
+            read: duration(
+                &rc.read_timeout,
+                "read_timeout",
+                crate::cache::bounds::DEFAULT_READ_TIMEOUT,
+            )?,
+        };
         out.push(Cache {
             name,
             url,
@@ -632,6 +657,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<Cache>> {
             trusted_signers,
             signing_key,
             min_signatures,
+            timeouts,
             origin: Origin::File(file.to_path_buf()),
             key_lines: KeyLines {
                 index: i,
@@ -643,9 +669,57 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<Cache>> {
     Ok(out)
 }
 
+/// A timeout as written in a `[[cache]]` entry: jiff's friendly duration
+/// format (`"10s"`, `"500ms"`, `"2m"`, `"1m 30s"`) or ISO 8601 (`"PT10S"`),
+/// from 1 ms to 1 hour.
+///
+/// Errors: the reason in plain words (the caller adds file, field and value).
+pub fn parse_duration(text: &str) -> std::result::Result<std::time::Duration, String> {
+    let d: jiff::SignedDuration = text
+        .trim()
+        .parse()
+        .map_err(|_| "is not a duration; write it as \"10s\", \"500ms\" or \"2m\"".to_string())?;
+    let d = std::time::Duration::try_from(d).map_err(|_| "is negative".to_string())?;
+    if d < std::time::Duration::from_millis(1) || d > std::time::Duration::from_secs(3600) {
+        return Err("must be from 1ms to 1h".into());
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timeouts_parse_and_bad_ones_name_file_field_and_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("config.toml");
+        let c = parse(
+            "[[cache]]\nname = \"a\"\nurl = \"file:///x\"\nconnect_timeout = \"2s\"\nread_timeout = \"1m 30s\"\n",
+            &f,
+        )
+        .unwrap();
+        assert_eq!(c[0].timeouts.connect, std::time::Duration::from_secs(2));
+        assert_eq!(c[0].timeouts.read, std::time::Duration::from_secs(90));
+        let d = parse("[[cache]]\nname = \"a\"\nurl = \"file:///x\"\n", &f).unwrap();
+        assert_eq!(d[0].timeouts, crate::cache::bounds::Timeouts::default());
+        for (value, why) in [
+            ("soon", "not a duration"),
+            ("0s", "from 1ms"),
+            ("2h", "to 1h"),
+        ] {
+            let text = format!(
+                "[[cache]]\nname = \"a\"\nurl = \"file:///x\"\nread_timeout = \"{value}\"\n"
+            );
+            let e = format!("{:#}", parse(&text, &f).unwrap_err());
+            assert!(
+                e.contains("config.toml: line 4: field `cache[0].read_timeout`")
+                    && e.contains(&format!("value `{value}`"))
+                    && e.contains(why),
+                "{e}"
+            );
+        }
+    }
 
     fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
         let p = dir.join(name);

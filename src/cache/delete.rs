@@ -5,7 +5,8 @@
 //! token asked of its realm for scope `repository:<name>:delete`
 //! (distribution's token spec), then the request is sent again.
 //!
-//! Every request has a connect and a whole-request timeout, and every
+//! Every request has the cache's connect and idle-read timeouts
+//! ([`super::bounds::Timeouts`]) and a whole-request timeout, and every
 //! body read is bounded.
 
 use std::time::Duration;
@@ -28,7 +29,13 @@ pub struct Target<'a> {
     pub auth: &'a RegistryAuth,
     /// The cache's URL, for messages.
     pub url: &'a str,
+    /// The cache's connect and idle-read timeouts.
+    pub timeouts: super::bounds::Timeouts,
 }
+
+/// The longest a `DELETE` (or the token request before it) may take in
+/// all: both answers are a few bytes.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Deletes manifest `digest` of `target` (a 404 counts as deleted: the
 /// manifest is gone either way).
@@ -42,9 +49,10 @@ pub async fn delete_manifest(target: &Target<'_>, digest: &str) -> Result<()> {
         "{scheme}://{}/v2/{}/manifests/{digest}",
         target.host, target.repo
     );
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(30))
-        .timeout(Duration::from_secs(120))
+    let client = crate::host::http::client_builder()
+        .connect_timeout(target.timeouts.connect)
+        .read_timeout(target.timeouts.read)
+        .timeout(REQUEST_TIMEOUT)
         .build()
         .context("making the HTTP client")?;
     let ctx = || format!("cache {}: DELETE {url}", target.url);

@@ -75,7 +75,12 @@ impl Layout {
                 "manifests": [],
             }));
         }
-        let v: Value = serde_json::from_slice(&fs::read(&p)?)
+        let bytes = super::bounds::read_bounded(
+            fs::File::open(&p)?,
+            super::bounds::INDEX_LIMIT,
+            &p.display().to_string(),
+        )?;
+        let v: Value = serde_json::from_slice(&bytes)
             .with_context(|| format!("{} is not JSON", p.display()))?;
         if !v["manifests"].is_array() {
             bail!("{} has no manifests array", p.display());
@@ -135,7 +140,12 @@ impl Transport for Layout {
         let digest = desc["digest"]
             .as_str()
             .ok_or_else(|| anyhow!("{}: index.json entry of {tag} has no digest", self.url))?;
-        let bytes = fs::read(self.blob_path(digest)?)?;
+        let path = self.blob_path(digest)?;
+        let bytes = super::bounds::read_bounded(
+            fs::File::open(&path)?,
+            super::bounds::MANIFEST_LIMIT,
+            &format!("cache {}: manifest {digest} of {tag}", self.url),
+        )?;
         let got = digest_of(&bytes);
         if got != digest {
             bail!(
@@ -156,9 +166,16 @@ impl Transport for Layout {
     fn get_blob(&self, digest: &str, size: u64, dest: &Path) -> Result<()> {
         let src = self.blob_path(digest)?;
         let r = (|| {
-            fs::copy(&src, dest)?;
-            let len = fs::metadata(dest)?.len();
-            let got = format!("sha256:{}", sha256_file(dest)?);
+            let mut out = fs::File::create(dest)?;
+            let copied = super::bounds::copy_bounded(fs::File::open(&src)?, &mut out, size)
+                .with_context(|| {
+                    format!(
+                        "cache {}: reading blob {digest} ({size} bytes declared)",
+                        self.url
+                    )
+                })?;
+            out.sync_all()?;
+            let (len, got) = (copied.len, copied.digest);
             if got != digest || len != size {
                 bail!(
                     "cache {}: blob {digest} does not match its digest (got {got}, {len} bytes; expected {size})",
@@ -239,4 +256,38 @@ pub fn lock_index(dir: &Path) -> Result<std::fs::File> {
     lock.lock()
         .with_context(|| format!("locking {}", lock_path.display()))?;
     Ok(lock)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blob_larger_than_declared_is_read_only_up_to_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::open(&dir.path().join("l"), "file:///l").unwrap();
+        let src = dir.path().join("src");
+        fs::write(&src, b"0123456789").unwrap();
+        let digest = digest_of(b"0123456789");
+        layout.put_blob(&src, &digest, 10).unwrap();
+        // Someone appends 8 MiB to the blob file in the layout.
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(layout.blob_path(&digest).unwrap())
+            .unwrap();
+        f.write_all(&vec![b'x'; 8 << 20]).unwrap();
+        let dest = dir.path().join("got");
+        let e = format!("{:#}", layout.get_blob(&digest, 10, &dest).unwrap_err());
+        assert!(
+            e.contains("file:///l")
+                && e.contains(&digest)
+                && e.contains("more than its declared 10 bytes"),
+            "{e}"
+        );
+        assert!(!dest.exists(), "the partial blob is removed");
+        // The untouched blob reads back whole.
+        fs::write(layout.blob_path(&digest).unwrap(), b"0123456789").unwrap();
+        layout.get_blob(&digest, 10, &dest).unwrap();
+        assert_eq!(fs::read(&dest).unwrap(), b"0123456789");
+    }
 }

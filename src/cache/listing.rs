@@ -168,6 +168,24 @@ pub fn read_config(
     kind: Kind,
     scratch: &Path,
 ) -> Result<Option<Read>> {
+    read_config_with(cache, tag, kind, scratch, &mut |digest, size, dest| {
+        cache.get_blob(digest, size, dest)
+    })
+}
+
+/// [`read_config`], the config blob fetched by `get_blob` (digest, declared
+/// size, new file; it must check the blob as [`Transport::get_blob`] does):
+/// how `pull` takes a config an unfinished pull checked from the store's
+/// download area.
+///
+/// Errors: as [`read_config`].
+pub fn read_config_with(
+    cache: &dyn Transport,
+    tag: &str,
+    kind: Kind,
+    scratch: &Path,
+    get_blob: &mut dyn FnMut(&str, u64, &Path) -> Result<()>,
+) -> Result<Option<Read>> {
     let url = cache.describe();
     let Some(got) = cache.manifest(tag)? else {
         return Ok(None);
@@ -177,9 +195,8 @@ pub fn read_config(
     fs::create_dir_all(scratch)?;
     let p = scratch.join("config.json");
     let size = u64::try_from(manifest.config.size).unwrap_or(0);
-    let config: Result<Config> = cache
-        .get_blob(&manifest.config.digest, size, &p)
-        .and_then(|()| crate::store::read_json(&p));
+    let config: Result<Config> =
+        get_blob(&manifest.config.digest, size, &p).and_then(|()| crate::store::read_json(&p));
     let _ = fs::remove_file(&p);
     let config = config.with_context(|| format!("cache {url}: the config of {tag}"))?;
     if config.kind != kind {

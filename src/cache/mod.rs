@@ -37,6 +37,7 @@
 
 pub mod artifact;
 pub mod attest;
+pub mod bounds;
 pub mod catalog;
 pub mod compiler;
 pub mod config;
@@ -105,10 +106,11 @@ pub trait Transport {
     }
 }
 
-/// Opens the cache at `url`.
+/// Opens the configured cache `cache` (its URL, with its timeouts).
 ///
 /// Errors: the layout path is not a directory; the registry client cannot be made.
-pub fn open(url: &config::CacheUrl) -> Result<Box<dyn Transport>> {
+pub fn open(cache: &config::Cache) -> Result<Box<dyn Transport>> {
+    let url = &cache.url;
     let shown = url.to_string();
     Ok(match url {
         config::CacheUrl::File { dir } => Box::new(layout::Layout::open(dir, &shown)?),
@@ -119,7 +121,13 @@ pub fn open(url: &config::CacheUrl) -> Result<Box<dyn Transport>> {
                 None => host.clone(),
             };
             let plain = matches!(url, config::CacheUrl::OciHttp { .. });
-            Box::new(registry::Registry::new(&host, repo, plain, &shown)?)
+            Box::new(registry::Registry::new(
+                &host,
+                repo,
+                plain,
+                &shown,
+                cache.timeouts,
+            )?)
         }
     })
 }

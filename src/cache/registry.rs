@@ -11,18 +11,30 @@
 //!
 //! The async client runs on a current-thread Tokio runtime behind this
 //! blocking edge: each [`Transport`] call is one `block_on`.
+//!
+//! Reads are bounded ([`super::bounds`]): manifests and blobs are read by
+//! this module's own GET (a `reqwest` client with the cache's connect and
+//! idle-read timeouts, authorized by `oci-client`'s token), so a manifest
+//! stops at [`MANIFEST_LIMIT`] bytes and a blob at its declared size, and
+//! a response that stalls ends the request as an [`Unreachable`] error.
+//! The tag list is read the same way (at most [`TAG_PAGE_LIMIT`] bytes a
+//! page, [`TAG_LIST_LIMIT`] in all); a manifest `DELETE` ([`super::delete`])
+//! has the same timeouts.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::Mutex;
 
 use anyhow::{Context, Result, anyhow, bail};
 use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::errors::OciDistributionError;
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
+use oci_client::{Client, Reference, RegistryOperation};
 
+use super::bounds::{
+    ERROR_BODY_LIMIT, MANIFEST_LIMIT, TAG_LIST_LIMIT, TAG_PAGE_LIMIT, Timeouts, Unreachable,
+};
 use super::{Fetched, Transport, digest_of};
-use crate::store::sha256_file;
 
 /// The media type of an OCI image manifest, the only one a cache writes.
 pub const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -30,10 +42,16 @@ pub const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+jso
 /// A registry repository and a client for it.
 pub struct Registry {
     client: Client,
+    /// The client of this module's bounded GETs (manifests, blobs).
+    http: reqwest::Client,
+    /// The bearer token of those GETs, once asked for (`Some(None)`: none needed).
+    token: Mutex<Option<Option<String>>>,
     runtime: tokio::runtime::Runtime,
     host: String,
     repo: String,
+    plain_http: bool,
     auth: RegistryAuth,
+    timeouts: Timeouts,
     url: String,
 }
 
@@ -52,28 +70,19 @@ pub fn credentials(host: &str) -> RegistryAuth {
     }
 }
 
-fn not_found(e: &OciDistributionError) -> bool {
-    match e {
-        OciDistributionError::ImageManifestNotFoundError(_) => true,
-        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|x| {
-            matches!(
-                x.code,
-                OciErrorCode::ManifestUnknown
-                    | OciErrorCode::NameUnknown
-                    | OciErrorCode::BlobUnknown
-            )
-        }),
-        OciDistributionError::ServerError { code: 404, .. } => true,
-        _ => false,
-    }
-}
-
 impl Registry {
     /// A client for `host`/`repo` (`plain_http`: `oci+http://`), with the
-    /// credentials of [`credentials`]; `url` is how the user named it.
+    /// credentials of [`credentials`] and `timeouts` on every request;
+    /// `url` is how the user named it.
     ///
-    /// Errors: the Tokio runtime cannot be made.
-    pub fn new(host: &str, repo: &str, plain_http: bool, url: &str) -> Result<Registry> {
+    /// Errors: the Tokio runtime or the HTTP client cannot be made.
+    pub fn new(
+        host: &str,
+        repo: &str,
+        plain_http: bool,
+        url: &str,
+        timeouts: Timeouts,
+    ) -> Result<Registry> {
         let config = ClientConfig {
             protocol: if plain_http {
                 ClientProtocol::Http
@@ -83,18 +92,29 @@ impl Registry {
             // One PUT per blob with its length: every registry takes it,
             // and a killed upload leaves nothing but an unfinished session.
             use_monolithic_push: true,
+            connect_timeout: Some(timeouts.connect),
+            read_timeout: Some(timeouts.read),
             ..Default::default()
         };
+        let http = crate::host::http::client_builder()
+            .connect_timeout(timeouts.connect)
+            .read_timeout(timeouts.read)
+            .build()
+            .context("building the registry's HTTP client")?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .context("starting the registry client's runtime")?;
         Ok(Registry {
             client: Client::new(config),
+            http,
+            token: Mutex::new(None),
             runtime,
             host: host.to_string(),
             repo: repo.to_string(),
+            plain_http,
             auth: credentials(host),
+            timeouts,
             url: url.to_string(),
         })
     }
@@ -106,6 +126,147 @@ impl Registry {
     fn context(&self, what: &str) -> String {
         format!("cache {}: {what}", self.url)
     }
+
+    /// The URL of `/v2/<repo>/<rest>` (the distribution spec's endpoints).
+    fn v2_url(&self, rest: &str) -> String {
+        let scheme = if self.plain_http { "http" } else { "https" };
+        format!("{scheme}://{}/v2/{}/{rest}", self.host, self.repo)
+    }
+
+    /// The error of a failed request `what`: [`Unreachable`] when the
+    /// cache timed out, refused the connection or dropped it.
+    fn http_error(&self, e: &reqwest::Error, what: &str) -> anyhow::Error {
+        let mut message = e.to_string();
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            message.push_str(": ");
+            message.push_str(&c.to_string());
+            cause = c.source();
+        }
+        if e.is_connect() && e.is_timeout() {
+            message.push_str(&format!(" (connect_timeout {:?})", self.timeouts.connect));
+        } else if e.is_timeout() {
+            message.push_str(&format!(
+                " (no data for read_timeout {:?})",
+                self.timeouts.read
+            ));
+        }
+        let text = self.context(&format!("{what}: {message}"));
+        if e.is_timeout() || e.is_connect() || e.is_request() || e.is_body() {
+            anyhow!(Unreachable(text))
+        } else {
+            anyhow!(text)
+        }
+    }
+
+    /// The bearer token for pulls, asked of `oci-client` (which negotiates
+    /// it from the registry's challenge) once, and again when `fresh`;
+    /// `None` when the registry needs none or takes Basic auth.
+    async fn pull_token(&self, fresh: bool, what: &str) -> Result<Option<String>> {
+        if !fresh && let Some(t) = self.token.lock().ok().and_then(|g| g.clone()) {
+            return Ok(t);
+        }
+        let t = self
+            .client
+            .auth(
+                &self.reference("latest"),
+                &self.auth,
+                RegistryOperation::Pull,
+            )
+            .await
+            .map_err(|e| match e {
+                OciDistributionError::RequestError(e) => self.http_error(&e, what),
+                e => anyhow!(self.context(&format!("{what}: authenticating: {e}"))),
+            })?;
+        if let Ok(mut g) = self.token.lock() {
+            *g = Some(t.clone());
+        }
+        Ok(t)
+    }
+
+    /// GET `url` with the pull credentials (a 401 asks for a fresh token
+    /// once); the response is not read yet.
+    async fn get(&self, url: &str, accept: Option<&str>, what: &str) -> Result<reqwest::Response> {
+        let mut fresh = false;
+        loop {
+            let token = self.pull_token(fresh, what).await?;
+            let mut req = self.http.get(url);
+            if let Some(a) = accept {
+                req = req.header(reqwest::header::ACCEPT, a);
+            }
+            req = match (&token, &self.auth) {
+                (Some(t), _) => req.bearer_auth(t),
+                (None, RegistryAuth::Basic(u, p)) => req.basic_auth(u, Some(p)),
+                _ => req,
+            };
+            let res = req.send().await.map_err(|e| self.http_error(&e, what))?;
+            if res.status() == reqwest::StatusCode::UNAUTHORIZED && !fresh {
+                fresh = true;
+                continue;
+            }
+            return Ok(res);
+        }
+    }
+
+    /// `res` when its status is a success; else an error naming the status
+    /// and the start of the body (at most [`ERROR_BODY_LIMIT`] bytes read).
+    async fn success(&self, res: reqwest::Response, what: &str) -> Result<reqwest::Response> {
+        let status = res.status();
+        if status.is_success() {
+            return Ok(res);
+        }
+        let mut body = Vec::new();
+        let _ = self.body(res, ERROR_BODY_LIMIT, &mut body, what).await;
+        let body = String::from_utf8_lossy(&body);
+        let body = body.trim();
+        let text = self.context(&format!("{what}: HTTP {status}: {body}"));
+        if status.is_server_error() {
+            Err(anyhow!(Unreachable(text)))
+        } else {
+            Err(anyhow!(text))
+        }
+    }
+
+    /// Copies the body of `res` into `out`, at most `limit` bytes (one more
+    /// and it fails), each read waiting at most the idle-read timeout.
+    async fn body(
+        &self,
+        mut res: reqwest::Response,
+        limit: u64,
+        out: &mut impl Write,
+        what: &str,
+    ) -> Result<super::bounds::Copied> {
+        use sha2::{Digest, Sha256};
+        let mut hash = Sha256::new();
+        let mut len = 0u64;
+        loop {
+            let chunk = tokio::time::timeout(self.timeouts.read, res.chunk())
+                .await
+                .map_err(|_| {
+                    anyhow!(Unreachable(self.context(&format!(
+                        "{what}: no data for read_timeout {:?}",
+                        self.timeouts.read
+                    ))))
+                })?
+                .map_err(|e| self.http_error(&e, what))?;
+            let Some(chunk) = chunk else { break };
+            let room = limit - len;
+            let keep = usize::try_from(room).map_or(chunk.len(), |r| chunk.len().min(r));
+            out.write_all(&chunk[..keep])?;
+            hash.update(&chunk[..keep]);
+            len += keep as u64;
+            if keep < chunk.len() {
+                bail!(
+                    "{}",
+                    self.context(&format!("{what}: it sends more than {limit} bytes"))
+                );
+            }
+        }
+        Ok(super::bounds::Copied {
+            len,
+            digest: format!("sha256:{}", hex::encode(hash.finalize())),
+        })
+    }
 }
 
 impl Transport for Registry {
@@ -114,32 +275,43 @@ impl Transport for Registry {
     }
 
     fn manifest(&self, tag: &str) -> Result<Option<Fetched>> {
-        let r = self.reference(tag);
-        let got = self.runtime.block_on(self.client.pull_manifest_raw(
-            &r,
-            &self.auth,
-            &[MANIFEST_MEDIA_TYPE],
-        ));
-        match got {
-            Ok((bytes, digest)) => {
-                let mine = digest_of(&bytes);
-                if mine != digest {
-                    bail!(
-                        "{}",
-                        self.context(&format!(
-                            "manifest of {tag} does not match its digest {digest} (got {mine})"
-                        ))
-                    );
+        let what = format!("reading the manifest of {tag}");
+        let url = self.v2_url(&format!("manifests/{tag}"));
+        let (bytes, header) = self
+            .runtime
+            .block_on(async {
+                let res = self.get(&url, Some(MANIFEST_MEDIA_TYPE), &what).await?;
+                if res.status() == reqwest::StatusCode::NOT_FOUND {
+                    return Ok::<_, anyhow::Error>(None);
                 }
-                Ok(Some(Fetched {
-                    bytes: bytes.to_vec(),
-                    digest,
-                }))
-            }
-            Err(e) if not_found(&e) => Ok(None),
-            Err(e) => Err(anyhow!(e))
-                .with_context(|| self.context(&format!("reading the manifest of {tag}"))),
+                let res = self.success(res, &what).await?;
+                let header = res
+                    .headers()
+                    .get("docker-content-digest")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string);
+                let mut bytes = Vec::new();
+                self.body(res, MANIFEST_LIMIT, &mut bytes, &what)
+                    .await
+                    .map_err(|e| e.context("a manifest may hold at most 4 MiB"))?;
+                Ok(Some((bytes, header)))
+            })?
+            .map_or((None, None), |(b, h)| (Some(b), h));
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        let digest = digest_of(&bytes);
+        if let Some(h) = header
+            && h != digest
+        {
+            bail!(
+                "{}",
+                self.context(&format!(
+                    "manifest of {tag} does not match its digest {h} (got {digest})"
+                ))
+            );
         }
+        Ok(Some(Fetched { bytes, digest }))
     }
 
     fn has_blob(&self, digest: &str) -> Result<bool> {
@@ -156,30 +328,35 @@ impl Transport for Registry {
     }
 
     fn get_blob(&self, digest: &str, size: u64, dest: &Path) -> Result<()> {
-        let r = self.reference("latest");
-        let result = (|| {
-            self.runtime
-                .block_on(async {
-                    self.client
-                        .store_auth_if_needed(r.resolve_registry(), &self.auth)
-                        .await;
-                    let file = tokio::fs::File::create(dest).await?;
-                    self.client.pull_blob(&r, digest, file).await
-                })
-                .map_err(|e| anyhow!(e))
-                .with_context(|| self.context(&format!("downloading blob {digest}")))?;
-            let len = fs_err::metadata(dest)?.len();
-            let got = format!("sha256:{}", sha256_file(dest)?);
-            if got != digest || len != size {
+        let what = format!("downloading blob {digest} ({size} bytes declared)");
+        let url = self.v2_url(&format!("blobs/{digest}"));
+        let result = self.runtime.block_on(async {
+            let res = self.get(&url, None, &what).await?;
+            let res = self.success(res, &what).await?;
+            if let Some(n) = res.content_length()
+                && n > size
+            {
                 bail!(
                     "{}",
                     self.context(&format!(
-                        "blob {digest} does not match its digest (got {got}, {len} bytes; expected {size})"
+                        "{what}: the response declares {n} bytes, the manifest {size}"
+                    ))
+                );
+            }
+            let mut file = fs_err::File::create(dest)?;
+            let got = self.body(res, size, &mut file, &what).await?;
+            file.sync_all()?;
+            if got.digest != digest || got.len != size {
+                bail!(
+                    "{}",
+                    self.context(&format!(
+                        "blob {digest} does not match its digest (got {}, {} bytes; expected {size})",
+                        got.digest, got.len
                     ))
                 );
             }
             Ok(())
-        })();
+        });
         if result.is_err() {
             let _ = fs_err::remove_file(dest);
         }
@@ -241,28 +418,67 @@ impl Transport for Registry {
         Ok(digest_of(bytes))
     }
 
+    /// Every tag, by this module's bounded GET of `tags/list` (the
+    /// distribution spec's "Listing tags", pages of 1000 by `n` and `last`):
+    /// a page is at most [`TAG_PAGE_LIMIT`] bytes and all pages together at
+    /// most [`TAG_LIST_LIMIT`]; a repository the registry does not know has
+    /// no tags.
     fn tags(&self) -> Result<Vec<String>> {
-        let r = self.reference("latest");
-        let mut out = Vec::new();
+        /// A page of the answer (`tags` is `null` in some registries).
+        #[derive(serde::Deserialize)]
+        struct Page {
+            #[serde(default)]
+            tags: Option<Vec<String>>,
+        }
+        const PAGE: usize = 1000;
+        let what = "listing tags";
+        let mut out: Vec<String> = Vec::new();
         let mut last: Option<String> = None;
+        let mut read = 0u64;
         loop {
-            let page = self.runtime.block_on(self.client.list_tags(
-                &r,
-                &self.auth,
-                Some(1000),
-                last.as_deref(),
-            ));
-            let page = match page {
-                Ok(p) => p,
-                Err(e) if not_found(&e) => break,
-                Err(e) => return Err(anyhow!(e)).with_context(|| self.context("listing tags")),
-            };
-            let n = page.tags.len();
-            last = page.tags.last().cloned();
-            out.extend(page.tags);
-            if n < 1000 {
+            let mut url = reqwest::Url::parse(&self.v2_url("tags/list"))
+                .with_context(|| self.context(what))?;
+            url.query_pairs_mut().append_pair("n", &PAGE.to_string());
+            if let Some(l) = &last {
+                url.query_pairs_mut().append_pair("last", l);
+            }
+            let limit = TAG_PAGE_LIMIT.min(TAG_LIST_LIMIT - read);
+            let (bytes, next) = self.runtime.block_on(async {
+                let res = self.get(url.as_str(), None, what).await?;
+                if res.status() == reqwest::StatusCode::NOT_FOUND {
+                    return Ok::<_, anyhow::Error>(None);
+                }
+                let res = self.success(res, what).await?;
+                let next = res
+                    .headers()
+                    .get(reqwest::header::LINK)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|l| l.contains("rel=\"next\""));
+                let mut bytes = Vec::new();
+                self.body(res, limit, &mut bytes, what).await.map_err(|e| {
+                    e.context(format!(
+                        "a tag list may take at most {TAG_PAGE_LIMIT} bytes a page and {TAG_LIST_LIMIT} in all"
+                    ))
+                })?;
+                Ok(Some((bytes, next)))
+            })?
+            .unwrap_or_default();
+            read += bytes.len() as u64;
+            if bytes.is_empty() {
                 break;
             }
+            let page: Page = serde_json::from_slice(&bytes)
+                .with_context(|| self.context("the tag list is not the spec's JSON"))?;
+            let tags = page.tags.unwrap_or_default();
+            let n = tags.len();
+            let end = tags.last().cloned();
+            out.extend(tags);
+            // A page ending on `last` again ends the listing (a
+            // registry repeating itself is not followed forever).
+            if (n < PAGE && !next) || end.is_none() || end == last {
+                break;
+            }
+            last = end;
         }
         out.sort();
         out.dedup();
@@ -273,9 +489,10 @@ impl Transport for Registry {
         let target = super::delete::Target {
             host: &self.host,
             repo: &self.repo,
-            plain_http: self.url.starts_with("oci+http://"),
+            plain_http: self.plain_http,
             auth: &self.auth,
             url: &self.url,
+            timeouts: self.timeouts,
         };
         self.runtime
             .block_on(super::delete::delete_manifest(&target, digest))

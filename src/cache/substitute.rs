@@ -215,6 +215,11 @@ pub struct Fetcher<'a> {
     tags: Option<Rc<TagList>>,
     /// Entries [`Fetcher::commit`] refused, each with why.
     pub refused: Vec<String>,
+    /// Checked blobs kept in [`Store::downloads_dir`] for a resumed pull;
+    /// removed once [`Fetcher::commit`] has put their entries in the store.
+    kept: Vec<PathBuf>,
+    /// Blobs taken from there instead of the cache.
+    pub resumed: usize,
 }
 
 impl<'a> Fetcher<'a> {
@@ -229,6 +234,8 @@ impl<'a> Fetcher<'a> {
             n: 0,
             tags: None,
             refused: Vec::new(),
+            kept: Vec::new(),
+            resumed: 0,
         })
     }
 
@@ -301,7 +308,7 @@ impl<'a> Fetcher<'a> {
             let mut contents = Vec::new();
             for (i, t) in tags.iter().enumerate() {
                 let dir = self.staging.path().join(format!("lock-{i}"));
-                if let Ok(Some(r)) = listing::read_config(self.cache, t, kind, &dir) {
+                if let Ok(Some(r)) = self.read_config(t, kind, &dir) {
                     let mut files = r.config.files.clone();
                     files.sort_by(|a, b| a.path.cmp(&b.path));
                     if !contents.contains(&files) {
@@ -331,11 +338,67 @@ impl<'a> Fetcher<'a> {
         bail!("{}", refused.join("; "))
     }
 
+    /// Gets blob `digest` of `size` bytes into the new file `dest`: from the
+    /// store's download area when an earlier pull (or this one: a config
+    /// read twice) checked it there (checked again), else from the cache
+    /// (which checks it), then kept there by a hard link until
+    /// [`Fetcher::commit`].
+    ///
+    /// Errors: as [`Transport::get_blob`].
+    fn get_blob(&mut self, digest: &str, size: u64, dest: &Path) -> Result<()> {
+        let kept = self
+            .store
+            .downloads_dir()
+            .join("sha256")
+            .join(super::digest_hex(digest)?);
+        if fs::metadata(&kept).is_ok_and(|m| m.len() == size)
+            && std::fs::hard_link(&kept, dest).is_ok()
+        {
+            if sha256_file(dest).is_ok_and(|h| format!("sha256:{h}") == digest) {
+                if !self.kept.contains(&kept) {
+                    self.resumed += 1;
+                    self.kept.push(kept);
+                }
+                return Ok(());
+            }
+            let _ = fs::remove_file(dest);
+            let _ = fs::remove_file(&kept);
+        }
+        self.cache.get_blob(digest, size, dest)?;
+        if let Some(dir) = kept.parent()
+            && fs::create_dir_all(dir).is_ok()
+        {
+            let tmp = dir.join(format!(".{}.{}", std::process::id(), self.kept.len()));
+            let _ = fs::remove_file(&tmp);
+            if std::fs::hard_link(dest, &tmp).is_ok() && fs::rename(&tmp, &kept).is_ok() {
+                self.kept.push(kept);
+            }
+        }
+        Ok(())
+    }
+
     fn fresh_dir(&mut self) -> Result<PathBuf> {
         self.n += 1;
         let d = self.staging.path().join(format!("{}", self.n));
         fs::create_dir_all(&d)?;
         Ok(d)
+    }
+
+    /// The manifest and config of `tag` ([`listing::read_config`]), the
+    /// config blob through [`Fetcher::get_blob`] (so an unfinished pull's
+    /// checked configs are taken from the store's download area too).
+    ///
+    /// Errors: as [`listing::read_config`].
+    fn read_config(
+        &mut self,
+        tag: &str,
+        kind: Kind,
+        scratch: &Path,
+    ) -> Result<Option<listing::Read>> {
+        let cache = self.cache;
+        listing::read_config_with(cache, tag, kind, scratch, &mut |d, s, p| {
+            self.get_blob(d, s, p)
+        })
     }
 
     /// Downloads the artifact tagged `tag` of `kind` for the entry `name`:
@@ -348,7 +411,7 @@ impl<'a> Fetcher<'a> {
         tag: &str,
     ) -> Result<Option<(Config, PathBuf, String, u64)>> {
         let work = self.fresh_dir()?;
-        let Some(read) = listing::read_config(self.cache, tag, kind, &work.join("cfg"))? else {
+        let Some(read) = self.read_config(tag, kind, &work.join("cfg"))? else {
             return Ok(None);
         };
         let url = self.cache.describe();
@@ -373,7 +436,7 @@ impl<'a> Fetcher<'a> {
             if dest.exists() {
                 bail!("cache {url}: {tag} has two layers titled {title}");
             }
-            self.cache.get_blob(&l.digest, size, &dest)?;
+            self.get_blob(&l.digest, size, &dest)?;
             bytes += size;
             if title == TREE_LAYER && l.media_type == artifact::TAR_MEDIA_TYPE {
                 artifact::unpack_tree(&dest, &dir)
@@ -545,7 +608,7 @@ impl<'a> Fetcher<'a> {
         let mut wheels: Vec<(String, String)> = Vec::new();
         for (i, t) in tags.iter().enumerate() {
             let dir = self.staging.path().join(format!("inputs-{i}"));
-            if let Ok(Some(r)) = listing::read_config(self.cache, t, Kind::Inputs, &dir)
+            if let Ok(Some(r)) = self.read_config(t, Kind::Inputs, &dir)
                 && let Ok(rec) = serde_json::from_value::<InputsRecord>(r.config.record)
                 && !wheels.iter().any(|(_, w)| *w == rec.wheel_key)
             {
@@ -604,6 +667,16 @@ impl<'a> Fetcher<'a> {
     ///
     /// Errors: a rename or the git fetch fails.
     pub fn commit(&mut self, items: Vec<Prepared>, temp: &TempRoots) -> Result<Vec<String>> {
+        let added = self.commit_items(items, temp)?;
+        for k in self.kept.drain(..) {
+            let _ = fs::remove_file(k);
+        }
+        Ok(added)
+    }
+
+    /// [`Fetcher::commit`]'s moves, before the kept blobs are removed;
+    /// an entry refused here is noted in `refused`.
+    fn commit_items(&mut self, items: Vec<Prepared>, temp: &TempRoots) -> Result<Vec<String>> {
         let mut added = Vec::new();
         for p in items {
             temp.add(self.store, &p.entry)?;
@@ -890,6 +963,11 @@ pub struct InputsRecord {
     /// with; empty in inputs pushed before issue 23.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tags: std::collections::BTreeMap<String, String>,
+    /// The wheelhouse entry (`wheelhouse/<sha256>`, also in `entries`) of
+    /// the pinned uv's wheel for the platform, which `pull` installs into
+    /// the store's tools; absent from older pushes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uv: Option<String>,
 }
 
 /// The key of the `inputs-<key>` artifact of recipe `lr` on this host: the
@@ -950,17 +1028,32 @@ pub struct Pulled {
     pub refused: Vec<String>,
     /// Bytes downloaded.
     pub bytes: u64,
+    /// Blobs taken from the store's download area, checked there by an
+    /// earlier pull that did not finish.
+    pub resumed: usize,
+    /// Entries that were present but damaged (each with its problems):
+    /// moved aside and fetched again, so they are in `added` too.
+    pub repaired: Vec<String>,
+    /// The pinned uv, installed into the store's tools from the pushed wheel.
+    pub uv: Option<PathBuf>,
+    /// What the pull could not do (the rest was done).
+    pub notes: Vec<String>,
 }
 
 /// Fetches everything a `build --offline` of `lr` needs from `cache` into
 /// `store`: the inputs artifact, the source (unless mirrored), the lock
 /// (kept as the store's lock of the recipe when `lock_dir` has none), every
 /// wheelhouse, ext and wheel entry it lists (the wheel only when `policy`
-/// accepts it). Everything is downloaded and checked before anything is
-/// written (see the module docs).
+/// accepts it) and the pinned uv (installed into the store's tools).
+/// Everything is downloaded and checked before any entry is added (see the
+/// module docs); a present entry is checked too and fetched again when
+/// damaged; blobs an unfinished pull checked are taken from the store's
+/// download area. What it brings is kept by the list root
+/// `roots/imported-<recipe>`.
 ///
 /// Errors: the cache has no inputs for this recipe and platform; any
-/// download or check fails (nothing is written); the policy refuses the wheel.
+/// download or check fails (no entry is added; checked blobs are kept for
+/// the next pull); the policy refuses the wheel.
 pub fn pull_pin(
     cache: &dyn Transport,
     store: &Store,
@@ -995,6 +1088,7 @@ pub fn pull_pin(
     }
     let mut items = Vec::new();
     let mut present = Vec::new();
+    let mut damaged: Vec<(Entry, Vec<String>)> = Vec::new();
     if !source::mirror_has(store, &r.source.repo, &r.source.commit) {
         let src_label = format!("{}/{}", Bucket::Src.dir_name(), r.source.commit);
         let p = f
@@ -1028,8 +1122,13 @@ pub fn pull_pin(
             .ok_or_else(|| anyhow!("cache {}: inputs-{key} lists {label:?}", cache.describe()))?;
         temp.add(store, &entry)?;
         if entry.exists() {
-            present.push(entry.label());
-            continue;
+            let problems = damage_of(&entry);
+            if problems.is_empty() {
+                present.push(entry.label());
+                continue;
+            }
+            // Fetched again; the damaged one is moved aside at commit.
+            damaged.push((entry.clone(), problems));
         }
         let prepared = match f.prepare(&entry, policy, inputs.tags.get(label).map(String::as_str)) {
             // A lock that is refused (untrusted, damaged) is not taken:
@@ -1058,7 +1157,41 @@ pub fn pull_pin(
             ),
         }
     }
+    let mut repaired = Vec::new();
+    for (e, problems) in &damaged {
+        let _lock = e.lock()?;
+        if e.exists() {
+            store.quarantine(e, problems)?;
+        }
+        repaired.push(format!("{} (damaged: {})", e.label(), problems.join("; ")));
+    }
     let added = f.commit(items, temp)?;
+    // Rooted until a build of this pin roots its oracle (or `unkeep`).
+    let mut kept: Vec<Entry> = vec![source::mirror_entry(store, &r.source.repo)];
+    for label in &labels {
+        kept.extend(store.entry_by_label(label));
+    }
+    store.set_list_root(
+        &crate::store::imported_root_name(&r.name),
+        &format!("{} {} pulled", r.name, r.source.commit),
+        &kept,
+    )?;
+    // The pinned uv, into the tools directory, as `import` does.
+    let mut notes = Vec::new();
+    let mut uv = None;
+    match inputs.uv.as_deref().and_then(|l| store.entry_by_label(l)) {
+        Some(e) if e.exists() => {
+            match wheelhouse::file_of(&e)
+                .and_then(|f| crate::host::toolchain::install_uv_wheel(store, &f))
+            {
+                Ok(tool) => uv = Some(tool.path),
+                Err(err) => notes.push(format!("the pushed uv was not installed: {err:#}")),
+            }
+        }
+        _ => notes.push(
+            "the cache carries no uv for this pin (pushed by an older oracle-build): `build --offline` needs uv on PATH".into(),
+        ),
+    }
     Ok(Pulled {
         cache: cache.describe(),
         inputs,
@@ -1066,7 +1199,29 @@ pub fn pull_pin(
         present,
         refused: f.refused.clone(),
         bytes,
+        resumed: f.resumed,
+        repaired,
+        uv,
+        notes,
     })
+}
+
+/// What is wrong with the store entry `entry` as `pull` checks one it
+/// would skip: a wheelhouse file whose sha256 is not its name, or any entry
+/// whose files do not match its manifest (hashes included); empty when
+/// healthy. Entries without a manifest are taken as they are.
+pub fn damage_of(entry: &Entry) -> Vec<String> {
+    if entry.bucket == Bucket::Wheelhouse {
+        return match wheelhouse::file_of(entry).and_then(|f| sha256_file(&f)) {
+            Ok(got) if got == entry.name => Vec::new(),
+            Ok(got) => vec![format!("its file has sha256 {got}")],
+            Err(e) => vec![format!("{e:#}")],
+        };
+    }
+    match Manifest::read(&entry.path) {
+        Ok(m) => m.check(&entry.path, true),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// The caches `build` substitutes from, opened, each with its trust policy.
@@ -1076,6 +1231,9 @@ pub struct Substituter<'a> {
     /// Each cache's tag list, read on first use (again for a wheel, which
     /// may be looked up long after the inputs).
     tags: Vec<RefCell<Option<Rc<TagList>>>>,
+    /// Per cache: it timed out or dropped a connection in this run
+    /// ([`super::bounds::Unreachable`]), so it is not asked again.
+    down: Vec<std::cell::Cell<bool>>,
 }
 
 impl<'a> Substituter<'a> {
@@ -1087,13 +1245,15 @@ impl<'a> Substituter<'a> {
     pub fn new(store: &'a Store, caches: &[super::config::Cache]) -> Result<Substituter<'a>> {
         let mut out = Vec::new();
         for c in caches {
-            out.push((super::open(&c.url)?, policy_of(c)?));
+            out.push((super::open(c)?, policy_of(c)?));
         }
         let tags = out.iter().map(|_| RefCell::new(None)).collect();
+        let down = out.iter().map(|_| std::cell::Cell::new(false)).collect();
         Ok(Substituter {
             store,
             caches: out,
             tags,
+            down,
         })
     }
 
@@ -1113,6 +1273,26 @@ impl<'a> Substituter<'a> {
         Fetcher::with_tags(t, self.store, list)
     }
 
+    /// The caches still asked in this run, with their index.
+    fn live(&self) -> impl Iterator<Item = (usize, &(Box<dyn Transport>, super::trust::Policy))> {
+        self.caches
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.down[*i].get())
+    }
+
+    /// Reports that taking `what` from cache `i` failed with `e` (the stage
+    /// then does the work); an unreachable cache is not asked again.
+    fn skipped(&self, i: usize, stage: &str, what: &str, e: &anyhow::Error) {
+        let url = self.caches[i].0.describe();
+        let mut line = format!("not substituting {what} from {url}: {e:#}");
+        if super::bounds::is_unreachable(e) {
+            self.down[i].set(true);
+            line.push_str(&format!(" (not asking {url} again in this run)"));
+        }
+        crate::progress::stage(stage, line);
+    }
+
     /// Whether there is no cache to substitute from.
     pub fn is_empty(&self) -> bool {
         self.caches.is_empty()
@@ -1126,7 +1306,7 @@ impl<'a> Substituter<'a> {
     /// Errors: the store cannot be written.
     pub fn entry(&self, entry: &Entry, temp: &TempRoots) -> Result<Option<String>> {
         temp.add(self.store, entry)?;
-        for (i, (t, policy)) in self.caches.iter().enumerate() {
+        for (i, (t, policy)) in self.live() {
             // Called only for a lock no lockfile gives (`inputs`): a store lock.
             let accept = |cfg: &Config, atts: &[Attestation]| accept(cfg, atts, policy, None);
             let fresh = entry.bucket == Bucket::Wheels;
@@ -1151,14 +1331,7 @@ impl<'a> Substituter<'a> {
                     return Ok(Some(t.describe()));
                 }
                 Ok(None) => {}
-                Err(e) => crate::progress::stage(
-                    entry.bucket.dir_name(),
-                    format!(
-                        "not substituting {} from {}: {e:#}",
-                        entry.label(),
-                        t.describe()
-                    ),
-                ),
+                Err(e) => self.skipped(i, entry.bucket.dir_name(), &entry.label(), &e),
             }
         }
         Ok(None)
@@ -1169,7 +1342,7 @@ impl<'a> Substituter<'a> {
     ///
     /// Errors: the store cannot be written.
     pub fn source(&self, repo: &str, commit: &str, temp: &TempRoots) -> Result<Option<String>> {
-        for (i, (t, _)) in self.caches.iter().enumerate() {
+        for (i, (t, _)) in self.live() {
             let got = self.fetcher(i, false).and_then(|mut f| {
                 match f.prepare_source(repo, commit, None)? {
                     Some(p) => f.commit(vec![p], temp).map(Some),
@@ -1185,10 +1358,7 @@ impl<'a> Substituter<'a> {
                     return Ok(Some(t.describe()));
                 }
                 Ok(None) => {}
-                Err(e) => crate::progress::stage(
-                    "source",
-                    format!("not substituting {commit} from {}: {e:#}", t.describe()),
-                ),
+                Err(e) => self.skipped(i, "source", commit, &e),
             }
         }
         Ok(None)
@@ -1199,12 +1369,15 @@ impl<'a> Substituter<'a> {
     /// on its signatures (the artifact a trusted one vouches for first); `None` when no cache has
     /// it. Reads manifests and config blobs only; writes nothing to the store.
     pub fn lookup(&self, kind: Kind, name: &str, scratch: &Path) -> Option<Lookup> {
-        for (i, (t, policy)) in self.caches.iter().enumerate() {
-            let Ok(mut f) = self.fetcher(i, false) else {
-                continue;
-            };
-            let Ok(tags) = f.tag_list() else {
-                continue;
+        for (i, (t, policy)) in self.live() {
+            let tags = match self.fetcher(i, false).and_then(|mut f| f.tag_list()) {
+                Ok(tags) => tags,
+                Err(e) => {
+                    if super::bounds::is_unreachable(&e) {
+                        self.down[i].set(true);
+                    }
+                    continue;
+                }
             };
             let found = tags.of(kind, name);
             let Some(first) = found.first() else {
@@ -1222,9 +1395,16 @@ impl<'a> Substituter<'a> {
                 Kind::Lock => Some(lock_files),
                 _ => None,
             };
-            if let Some(files_of) = files_of
-                && let Ok(w) = listing::signed(t.as_ref(), &tags, kind, name, files_of, scratch)
-            {
+            let signed = files_of.map(|files_of| {
+                let w = listing::signed(t.as_ref(), &tags, kind, name, files_of, scratch);
+                if let Err(e) = &w
+                    && super::bounds::is_unreachable(e)
+                {
+                    self.down[i].set(true);
+                }
+                w
+            });
+            if let Some(Ok(w)) = signed {
                 let verdicts: Vec<_> = w
                     .candidates
                     .iter()

@@ -74,6 +74,7 @@ pub fn export(s: &Session, pin_arg: &str, opts: &ExportOptions) -> Result<()> {
 pub fn import(s: &Session, file: &Path) -> Result<()> {
     let root = s.root()?;
     let store = Store::at(&root)?;
+    crate::store::report_stale_staging(&store, "import")?;
     let report = bundle::import(&store, &root, file)?;
     if s.json {
         return print_json(&report);

@@ -30,6 +30,9 @@ pub fn run(s: &Session, opts: &DoctorOptions) -> Result<()> {
             report.aliases,
             report.venvs.len()
         );
+        for i in &report.imported {
+            println!("kept for an import or pull until a build roots its oracle: roots/{i}");
+        }
         if report.healthy {
             println!("healthy: no problems found");
         } else {

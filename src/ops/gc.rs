@@ -26,6 +26,7 @@ pub fn run(s: &Session, dry_run: bool) -> Result<()> {
                 deleted: Vec::new(),
                 freed_bytes: 0,
                 kept: Vec::new(),
+                imported: Vec::new(),
             });
         }
         println!("no store at {}; nothing to delete", root.display());
@@ -54,6 +55,12 @@ pub fn run(s: &Session, dry_run: bool) -> Result<()> {
         report.freed_bytes as f64 / (1 << 20) as f64,
         report.kept.len()
     );
+    for (name, n) in &report.imported {
+        println!(
+            "kept   roots/{name}: {n} entr{} an import or pull brought (until a build roots its oracle; `oracle-build unkeep` drops it)",
+            if *n == 1 { "y" } else { "ies" }
+        );
+    }
     Ok(())
 }
 
@@ -144,6 +151,14 @@ pub fn keep(s: &Session, pin_arg: &str, keep: bool) -> Result<()> {
             let link = store.roots_dir().join(&r.name);
             let target = link.canonicalize().ok();
             let removed = store.remove_root(&r.name)?;
+            // What an import or pull of it brought is no longer kept either.
+            let imported = store.remove_root(&crate::store::imported_root_name(&r.name))?;
+            if imported && !s.json {
+                println!(
+                    "removed root {}; `oracle-build gc` can now delete what the import or pull brought",
+                    crate::store::imported_root_name(&r.name)
+                );
+            }
             KeepOutput {
                 recipe: r.name.clone(),
                 root: link,

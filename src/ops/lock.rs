@@ -111,7 +111,7 @@ pub fn run(s: &Session, pin_arg: &str, opts: &LockOptions) -> Result<()> {
         uv: &uv,
     };
     let locked = lock::resolve_for(&cx, &src.path, &dir, target.as_ref(), &|b, w| {
-        crate::pipeline::inputs::metadata_runtime(&cx, &src.path, b, w, target.as_ref())
+        crate::pipeline::inputs::metadata_runtime(&cx, &src.path, b, w, target.as_ref(), &temp)
     })?;
     drop(temp);
     let report = LockReport {

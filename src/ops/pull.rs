@@ -37,12 +37,13 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     let caches = crate::pipeline::push::caches_for(&root, opts.cache.as_deref())?;
     let store = Store::at(&root)?;
     store.init()?;
+    crate::store::report_stale_staging(&store, "pull")?;
     let lock_dir = lock::lock_dir(&lr, opts.lockfiles.as_deref());
     let temp = store.temp_roots()?;
     let mut errors = Vec::new();
     let mut done: Option<Pulled> = None;
     for c in &caches {
-        let t = crate::cache::open(&c.url)?;
+        let t = crate::cache::open(c)?;
         let policy = substitute::policy_of(c)?;
         // A lock is pinned by this recipe's reviewed lockfile, else signed.
         let accept = |cfg: &crate::cache::artifact::Config,
@@ -60,7 +61,7 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     drop(temp);
     let Some(p) = done else {
         bail!(
-            "cannot pull {} (nothing was written to {}):\n  - {}",
+            "cannot pull {} (no entry was added to {}):\n  - {}",
             lr.recipe.name,
             root.display(),
             errors.join("\n  - ")
@@ -82,6 +83,18 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     }
     for r in &p.refused {
         println!("refused  {r}");
+    }
+    if p.resumed > 0 {
+        println!("resumed  {} blob(s) an earlier pull had checked", p.resumed);
+    }
+    for d in &p.repaired {
+        println!("repaired {d}");
+    }
+    if let Some(uv) = &p.uv {
+        println!("uv       {}", uv.display());
+    }
+    for n in &p.notes {
+        println!("note     {n}");
     }
     println!(
         "the pushing box's oracle: venv key {} (wheel {}); build it here with: oracle-build build {} --offline",

@@ -93,15 +93,7 @@ fn entry_health(path: &Path, bucket: Bucket) -> (u64, String) {
 fn reached_by(store: &Store, roots: &[Root]) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for root in roots {
-        let Some(start) = root
-            .path
-            .canonicalize()
-            .ok()
-            .and_then(|t| store.entry_of_path(&t))
-        else {
-            continue;
-        };
-        let mut todo = vec![start];
+        let mut todo = store.root_entries(root);
         let mut seen = std::collections::BTreeSet::new();
         while let Some(e) = todo.pop() {
             if seen.insert(e.label()) {
@@ -263,6 +255,16 @@ pub fn run(session: &Session) -> Result<()> {
     }
     println!("roots:");
     for r in &s.roots {
+        if r.is_list() {
+            println!(
+                "  {:<28} lists {} entr{} ({}; kept until a build of it roots its oracle, or `unkeep`)",
+                r.name,
+                r.entries.len(),
+                if r.entries.len() == 1 { "y" } else { "ies" },
+                r.header.as_deref().unwrap_or("a list root")
+            );
+            continue;
+        }
         println!(
             "  {:<28} -> {}{}",
             r.name,

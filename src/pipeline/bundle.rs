@@ -109,7 +109,7 @@ fn lock_for(
         let staging = store.stage("autolock")?;
         let dir = staging.path().join("lock");
         lock::resolve_for(cx, &src.path, &dir, target, &|b, w| {
-            crate::pipeline::inputs::metadata_runtime(cx, &src.path, b, w, target)
+            crate::pipeline::inputs::metadata_runtime(cx, &src.path, b, w, target, temp)
         })?;
         store.persist(&dir, &entry)?;
     }
@@ -194,6 +194,51 @@ fn uv_wheel(
         .next()
         .ok_or_else(|| anyhow!("uv's wheel is not in the wheelhouse"))?;
     Ok((e, wheel))
+}
+
+/// The pinned uv's wheel for this host, in the wheelhouse (resolved and
+/// downloaded as [`export`] does, registered in `temp`): what `push` sends
+/// so that a pulling box without uv can `build --offline` (issue 23).
+///
+/// Errors: no uv or Python to resolve with; the host platform is not one
+/// uv has wheels for; the resolution, download or hash check fails.
+pub fn host_uv_wheel(store: &Store, lr: &LoadedRecipe, temp: &TempRoots) -> Result<Entry> {
+    let r = &lr.recipe;
+    let platform =
+        Platform::host().ok_or_else(|| anyhow!("this host's platform has no uv wheel to send"))?;
+    let found_uv = toolchain::find_uv(store, None, false).ok();
+    let python = match toolchain::find_python(&r.python, found_uv.as_ref()) {
+        Ok(p) => p,
+        Err(e) => which::which("python3")
+            .ok()
+            .and_then(|p| toolchain::probe_python(&p).ok())
+            .ok_or_else(|| anyhow!("no Python to resolve uv's wheel with: {e}"))?,
+    };
+    let uv_tool = match found_uv {
+        Some(u) => u,
+        None => toolchain::find_uv(store, Some(&python), true)?,
+    };
+    let tc = Toolchain {
+        python,
+        uv: uv_tool.clone(),
+        git: toolchain::find_git(),
+        libgit2: toolchain::libgit2_version(),
+        gcc: None,
+        nvcc: None,
+    };
+    let uv = crate::host::uv::Uv {
+        tool: uv_tool,
+        indexes: Vec::new(),
+        offline: false,
+        cache_dir: Some(store.uv_cache_dir()),
+    };
+    let cx = Ctx {
+        store,
+        lr,
+        tc: &tc,
+        uv: &uv,
+    };
+    Ok(uv_wheel(&cx, &platform, temp)?.0)
 }
 
 /// Writes the bundle of `lr` from `store` to `opts.output` (through a temporary
@@ -501,8 +546,13 @@ pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
 
     // The source: fetch the git bundle into the mirror (the same way a pull
     // takes a source from a cache).
-    crate::cache::substitute::fetch_bundle(store, &m.repo, &x.join(SOURCE_BUNDLE), staging.path())?;
+    // Everything brought is a temporary root from the moment it lands, and
+    // a list root at the end (until a build of the pin roots its oracle).
+    // Taken only now: a refused archive leaves nothing but empty directories.
+    let temp = store.temp_roots()?;
     let mirror = source::mirror_entry(store, &m.repo);
+    temp.add(store, &mirror)?;
+    crate::cache::substitute::fetch_bundle(store, &m.repo, &x.join(SOURCE_BUNDLE), staging.path())?;
     if !source::mirror_has(store, &m.repo, &m.commit) {
         bail!("the source bundle does not hold commit {}", m.commit);
     }
@@ -512,6 +562,7 @@ pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
     for (bucket, name) in &tops {
         let b = Bucket::from_dir_name(bucket).ok_or_else(|| anyhow!("unknown bucket {bucket}"))?;
         let e = store.entry(b, name);
+        temp.add(store, &e)?;
         let _lock = e.lock()?;
         if e.exists() {
             present.push(e.label());
@@ -561,6 +612,7 @@ pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
     match lock::load(&lock_src, &imported) {
         Ok(Some(_)) => {
             let e = lock::auto_entry(store, &imported.recipe);
+            temp.add(store, &e)?;
             let _lock = e.lock()?;
             if !e.exists() {
                 let copy = staging.path().join("autolock");
@@ -642,6 +694,18 @@ pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
         make_writable(&aside);
     }
     fs::rename(&new, &dest)?;
+    let kept: Vec<Entry> = added
+        .iter()
+        .chain(&present)
+        .chain(lock_entry.iter())
+        .filter_map(|l| store.entry_by_label(l))
+        .collect();
+    store.set_list_root(
+        &crate::store::imported_root_name(&m.recipe),
+        &format!("{} {} imported", m.recipe, m.commit),
+        &kept,
+    )?;
+    drop(temp);
     let report = ImportReport {
         recipe: m.recipe.clone(),
         added,

@@ -83,7 +83,7 @@ fn scratch(store: Option<&Store>) -> Result<tempfile::TempDir> {
 /// Errors: the cache cannot be opened or listed; its policy's key files
 /// are bad (exit 2).
 pub fn list(c: &Cache, deep: bool, store: Option<&Store>, lockfiles: &Path) -> Result<Listing> {
-    let t = crate::cache::open(&c.url)?;
+    let t = crate::cache::open(c)?;
     let policy = Policy::for_cache(c)?;
     let tmp = scratch(store)?;
     let mut artifacts = Vec::new();
@@ -151,7 +151,7 @@ fn referenced(
     let mut keep: BTreeSet<String> = BTreeSet::new();
     // An inputs artifact whose oracle is rooted here keeps itself, its
     // source and every entry it lists.
-    let t = crate::cache::open(&c.url)?;
+    let t = crate::cache::open(c)?;
     for (i, a) in artifacts.iter().enumerate() {
         if a.kind != Kind::Inputs {
             continue;
@@ -218,7 +218,7 @@ pub fn collect(c: &Cache, store: Option<&Store>, dry_run: bool) -> Result<Collec
             c.url
         )));
     }
-    let prune = catalog::pruner(&c.url);
+    let prune = catalog::pruner(c);
     let listing = list(c, false, store, &lockfiles_root())?;
     let tmp = scratch(store)?;
     let keep = referenced(store, &listing.artifacts, c, tmp.path())?;

@@ -165,6 +165,9 @@ pub struct Report {
     pub roots: usize,
     /// Registered aliases inspected.
     pub aliases: usize,
+    /// The list roots of `import` and `pull` (`imported-<recipe>`), each
+    /// `<name>: <header>, <n> entries`: what they keep from `gc`.
+    pub imported: Vec<String>,
     /// Venvs whose identity was measured.
     pub venvs: Vec<PathBuf>,
     /// Every problem found.
@@ -724,10 +727,19 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
     };
     let store = Store::open_existing(root);
     let (mut n_entries, mut n_roots, mut n_aliases) = (0, 0, 0);
+    let mut imported = Vec::new();
     let mut checked: BTreeSet<PathBuf> = BTreeSet::new();
     if let Some(store) = &store {
         let roots = store.roots()?;
         n_roots = roots.len();
+        for r in roots.iter().filter(|r| r.is_list()) {
+            imported.push(format!(
+                "{}: {}, {} entries",
+                r.name,
+                r.header.as_deref().unwrap_or("a list root"),
+                r.entries.len()
+            ));
+        }
         let registry = d.registry(store);
         n_aliases = registry.aliases.len();
         for r in roots.iter().filter(|r| !r.live) {
@@ -738,7 +750,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                 dangling_fix(r, &registry),
             );
         }
-        for r in roots.iter().filter(|r| r.live) {
+        for r in roots.iter().filter(|r| r.live && !r.is_list()) {
             let target = r.path.canonicalize().unwrap_or_else(|_| r.target.clone());
             if store.entry_of_path(&target).is_none() {
                 d.add(
@@ -878,6 +890,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
         entries: n_entries,
         roots: n_roots,
         aliases: n_aliases,
+        imported,
         venvs: d.measured.keys().cloned().collect(),
         problems: d.problems,
         healthy,

@@ -70,6 +70,8 @@ fn installs(store: &Store, locked: &Locked, entries: (Vec<Entry>, Vec<Entry>)) -
 /// [`requires::marker_env_on`]). Scratch files go to `work`. This is how
 /// `stages::lock::resolve` asks the tree for its runtime set (vLLM's
 /// `setup.py` computes `install_requires` from `VLLM_TARGET_DEVICE`).
+/// Every wheelhouse entry it fetches is registered in `temp` first, so a
+/// concurrent `gc` cannot take the build set between download and install.
 ///
 /// Errors: the build set cannot be installed, the backend has no hook, or
 /// the hook fails (vLLM's cuda metadata needs nvcc): the caller falls back.
@@ -79,12 +81,13 @@ pub fn metadata_runtime(
     build_lock: &Path,
     work: &Path,
     platform: Option<&crate::host::platform::Platform>,
+    temp: &TempRoots,
 ) -> Result<Vec<String>> {
     let Ctx { store, lr, tc, uv } = *cx;
     let r = &lr.recipe;
     let lock_dir = build_lock.parent().unwrap_or(work);
     let packages = parse_pylock(build_lock)?;
-    let entries = wheelhouse::ensure(store, &packages, lock_dir, false, None)?;
+    let entries = wheelhouse::ensure(store, &packages, lock_dir, false, Some(temp))?;
     let venv = work.join("meta-venv");
     let log = work.join("meta.log");
     uv.venv(&tc.python.path, &venv, false, &log)?;
@@ -173,7 +176,7 @@ pub fn prepare(
                     let staging = store.stage("autolock")?;
                     let dir = staging.path().join("lock");
                     lock::resolve(cx, &src.path, &dir, &|b, w| {
-                        metadata_runtime(cx, &src.path, b, w, None)
+                        metadata_runtime(cx, &src.path, b, w, None, temp)
                     })?;
                     store.persist(&dir, &entry)?;
                 }

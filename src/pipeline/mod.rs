@@ -683,6 +683,13 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     }
     temp.add(store, &vplan.entry)?;
     if !vplan.entry.exists() && wheel::quarantine_if_damaged(store, &plan.entry, &record)? {
+        // A trusted cache's copy first: rebuilding a vLLM wheel takes hours.
+        if !subs.is_empty()
+            && subs.entry(&plan.entry, &temp)?.is_some()
+            && !substituted.iter().any(|s| s == "wheel")
+        {
+            substituted.push("wheel".to_string());
+        }
         (record, wheel_built) = wheel::ensure(&cx, &plan, &src, &requires)?;
     }
     if wheel_built {
@@ -730,6 +737,18 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     }
     // 9. One root per pin: the oracle; its record's `requires` keeps the rest.
     store.set_root(&r.name, &outcome.entry)?;
+    // What an import or pull of this pin brought is now kept through that
+    // root: its list root goes (another commit's stays).
+    let imported = crate::store::imported_root_name(&r.name);
+    if let Some(list) = store.roots()?.into_iter().find(|x| x.name == imported)
+        && list
+            .header
+            .as_deref()
+            .and_then(|h| h.split_whitespace().nth(1))
+            == Some(r.source.commit.as_str())
+    {
+        store.remove_root(&imported)?;
+    }
     drop(temp);
     // 10. `push = "auto"`: a wheel built here is pushed; a failed push is
     // reported and the build stands.

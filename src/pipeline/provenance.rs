@@ -49,7 +49,7 @@ pub fn checks(store: &Store, record: &OracleRecord, repo: &str) -> Result<Vec<Ch
     let now = jiff::Timestamp::now().as_second();
     let mut found: Vec<(String, Checked)> = Vec::new();
     for (i, c) in caches.iter().enumerate() {
-        let t = crate::cache::open(&c.url)?;
+        let t = crate::cache::open(c)?;
         let policy = Policy::for_cache(c)?;
         for tag in provenance::tags_for(t.as_ref(), &build.key)? {
             let dir = scratch.path().join(format!("{i}-{tag}"));

@@ -182,6 +182,23 @@ pub fn push_to(
             entries.push(e);
         }
     }
+    // The pinned uv for this platform, so that a pulling box without uv
+    // builds offline (issue 23).
+    let uv_entry = match crate::pipeline::bundle::host_uv_wheel(&store, lr, &temp) {
+        Ok(e) => {
+            if !entries.contains(&e) {
+                entries.push(e.clone());
+            }
+            Some(e)
+        }
+        Err(e) => {
+            crate::progress::stage(
+                "push",
+                format!("not sending the pinned uv (a pulling box needs uv on PATH): {e:#}"),
+            );
+            None
+        }
+    };
     entries.sort_by_key(|e| e.bucket);
     entries.push(wheel_entry.clone());
     for e in &entries {
@@ -249,6 +266,7 @@ pub fn push_to(
         wheel_key: rec.wheel_key.clone(),
         venv_key: rec.key.clone(),
         tags,
+        uv: uv_entry.as_ref().map(Entry::label),
     };
     let mut layers = Vec::new();
     let mut files = Vec::new();
@@ -290,7 +308,7 @@ pub fn push_to(
     let statement = trust::Statement::for_wheel(&build, &builder_name(), &time);
     let mut reports = Vec::new();
     for (i, c) in caches.iter().enumerate() {
-        let t = crate::cache::open(&c.url)?;
+        let t = crate::cache::open(c)?;
         // The signing key is read before anything is pushed: a bad key
         // leaves the cache untouched.
         let signing_key = trust::SigningKey::for_cache(c)?;

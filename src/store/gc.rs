@@ -1,7 +1,9 @@
 //! Garbage collection of the store, Nix-style: delete every entry that no
 //! root reaches, never anything a running build uses.
 //!
-//! Roots are the symlinks under `<root>/roots/` (pins, `keep`s, aliases) and
+//! Roots are the symlinks under `<root>/roots/` (pins, `keep`s, aliases),
+//! the list roots there (`imported-<recipe>`: what `import` and `pull`
+//! brought, see [`Store::set_list_root`]) and
 //! the temporary roots of running builds (`<root>/locks/build-<pid>.roots`).
 //! Entries reference what they were made from: an oracle venv its wheel
 //! (`oracle.json` `requires`), a wheel its checkout and mirror (`build.json`
@@ -46,14 +48,7 @@ pub fn references(store: &Store, entry: &Entry) -> Vec<Entry> {
 pub fn reachable(store: &Store) -> Result<BTreeSet<String>> {
     let mut todo: Vec<Entry> = Vec::new();
     for root in store.roots()? {
-        if let Some(e) = root
-            .path
-            .canonicalize()
-            .ok()
-            .and_then(|t| store.entry_of_path(&t))
-        {
-            todo.push(e);
-        }
+        todo.extend(store.root_entries(&root));
     }
     todo.extend(store.live_temp_roots()?);
     let mut seen = BTreeSet::new();
@@ -87,6 +82,9 @@ pub struct GcReport {
     pub freed_bytes: u64,
     /// Entries kept because a root reaches them.
     pub kept: Vec<String>,
+    /// The list roots of `import` and `pull` (`imported-<recipe>`) and how
+    /// many entries each names: what they keep from this `gc`.
+    pub imported: Vec<(String, usize)>,
 }
 
 /// Deletes (or with `dry_run` lists) every entry no root reaches.
@@ -150,6 +148,21 @@ pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
     }
     if !dry_run {
         store.clean_stale_staging()?;
+        // Blobs of pulls that never finished, after a day.
+        let day = std::time::Duration::from_secs(24 * 3600);
+        if let Ok(rd) = fs::read_dir(store.downloads_dir().join("sha256")) {
+            for e in rd.flatten() {
+                let old = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > day);
+                if old {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
         // Links to wheelhouse entries just deleted (see [`Store::wheelhouse_links_dir`]).
         if let Ok(rd) = fs::read_dir(store.wheelhouse_links_dir()) {
             for e in rd.flatten() {
@@ -160,11 +173,18 @@ pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
         }
     }
     let freed_bytes = deleted.iter().map(|d| d.bytes).sum();
+    let imported = store
+        .roots()?
+        .into_iter()
+        .filter(|r| r.is_list())
+        .map(|r| (r.name, r.entries.len()))
+        .collect();
     Ok(GcReport {
         dry_run,
         deleted,
         freed_bytes,
         kept,
+        imported,
     })
 }
 
@@ -208,6 +228,41 @@ mod tests {
         assert_eq!(report.deleted[0].entry, "wheels/w2");
         assert!(!stray.exists());
         assert!(venv.exists() && wheel.exists() && src.exists());
+    }
+
+    #[test]
+    fn a_list_root_keeps_what_it_names_and_what_that_requires() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(dir.path()).unwrap();
+        store.init().unwrap();
+        let src = entry_with(&store, Bucket::Src, "c1", &[]);
+        let wheel = entry_with(&store, Bucket::Wheels, "w1", &["src/c1"]);
+        let lock = entry_with(&store, Bucket::Locks, "l1", &[]);
+        let stray = entry_with(&store, Bucket::Locks, "l2", &[]);
+        let name = crate::store::imported_root_name("fx");
+        store
+            .set_list_root(&name, "fx abc pulled", std::slice::from_ref(&wheel))
+            .unwrap();
+        // A second pull adds to it; labels of entries gone are dropped.
+        store
+            .set_list_root(&name, "fx abc pulled", std::slice::from_ref(&lock))
+            .unwrap();
+        let root = store
+            .roots()
+            .unwrap()
+            .into_iter()
+            .find(|r| r.name == name)
+            .unwrap();
+        assert!(root.is_list());
+        assert_eq!(root.header.as_deref(), Some("fx abc pulled"));
+        assert_eq!(root.entries, vec!["lockfiles/l1", "wheels/w1"]);
+        let report = collect(&store, false).unwrap();
+        assert_eq!(report.deleted.len(), 1, "{report:?}");
+        assert_eq!(report.deleted[0].entry, stray.label());
+        assert!(src.exists() && wheel.exists() && lock.exists());
+        assert_eq!(report.imported, vec![(name.clone(), 2)]);
+        assert!(store.remove_root(&name).unwrap());
+        assert_eq!(collect(&store, false).unwrap().deleted.len(), 3);
     }
 
     #[test]

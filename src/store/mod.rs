@@ -11,6 +11,7 @@
 //! logs/                   logs of failed or running stages, smoke logs     Store::logs_dir
 //! reports/                `advance` reports                                Store::reports_dir
 //! uv-cache/               uv's cache                                       Store::uv_cache_dir
+//! downloads/sha256/<hex>  cache blobs checked by a pull not yet finished   Store::downloads_dir
 //! wheelhouse-links/       links to wheelhouse files, shared by installs    Store::wheelhouse_links_dir
 //! sccache/, ccache/       compiler caches                                  Store::compiler_cache_dir
 //! imported/<recipe>/      recipes and locks of imported bundles            Store::imported_dir
@@ -439,6 +440,15 @@ impl Store {
         self.root.join("uv-cache")
     }
 
+    /// `<root>/downloads`: blobs a pull or substitution has downloaded and
+    /// checked against their digest (`sha256/<hex>`, hard links into its
+    /// staging), so a pull that is killed or fails resumes from them; each
+    /// goes when the entry it belongs to is in the store, and `gc` removes
+    /// any older than a day.
+    pub fn downloads_dir(&self) -> PathBuf {
+        self.root.join("downloads")
+    }
+
     /// `<root>/bytecode`: the bytecode pool, one `.pyc` per (Python cache
     /// tag, source file of the uv cache), hard-linked into every venv that
     /// links the same source (see `host::bytecode`).
@@ -703,6 +713,56 @@ impl Store {
         Ok(())
     }
 
+    /// Writes the list root `<root>/roots/<name>` (see [`IMPORTED_ROOT_PREFIX`]):
+    /// a text file whose first line is `# <header>` and whose other lines
+    /// are the labels of `entries` and of the entries it already named that
+    /// still exist, sorted, written atomically. `gc` keeps every entry it
+    /// names and what they require.
+    ///
+    /// Errors: the store is read-only; the file cannot be written.
+    pub fn set_list_root(&self, name: &str, header: &str, entries: &[Entry]) -> Result<()> {
+        if self.read_only() {
+            return Err(self.read_only_error(&format!("set the GC root roots/{name}")));
+        }
+        let path = self.roots_dir().join(name);
+        let mut labels: std::collections::BTreeSet<String> =
+            entries.iter().map(Entry::label).collect();
+        if let Ok(old) = std::fs::read_to_string(&path) {
+            labels.extend(
+                list_root_labels(&old)
+                    .filter_map(|l| self.entry_by_label(l))
+                    .filter(Entry::exists)
+                    .map(|e| e.label()),
+            );
+        }
+        let mut text = format!("# {header}\n");
+        for l in labels {
+            text.push_str(&l);
+            text.push('\n');
+        }
+        fs::create_dir_all(self.roots_dir())?;
+        write_atomic(&path, text.as_bytes())
+    }
+
+    /// The entries `root` names: for a symlink, the entry it points at
+    /// (none when it dangles or points outside the store); for a list root,
+    /// each of its labels that names an entry of the store.
+    pub fn root_entries(&self, root: &Root) -> Vec<Entry> {
+        if root.is_list() {
+            return root
+                .entries
+                .iter()
+                .filter_map(|l| self.entry_by_label(l))
+                .collect();
+        }
+        root.path
+            .canonicalize()
+            .ok()
+            .and_then(|t| self.entry_of_path(&t))
+            .into_iter()
+            .collect()
+    }
+
     /// Every GC root: its name, its link target, and whether the target exists.
     pub fn roots(&self) -> Result<Vec<Root>> {
         let mut out = Vec::new();
@@ -714,11 +774,28 @@ impl Store {
             }
             let path = e.path();
             let target = fs::read_link(&path).unwrap_or_default();
+            let list = e.file_type().is_ok_and(|t| t.is_file());
+            let (header, entries) = if list {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let header = text
+                    .lines()
+                    .next()
+                    .and_then(|l| l.strip_prefix("# "))
+                    .map(str::to_string);
+                (
+                    header,
+                    list_root_labels(&text).map(str::to_string).collect(),
+                )
+            } else {
+                (None, Vec::new())
+            };
             out.push(Root {
                 name,
                 live: path.exists(),
                 target,
                 path,
+                header,
+                entries,
             });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -767,6 +844,57 @@ pub struct Root {
     pub target: PathBuf,
     /// Whether the target exists (false: dangling).
     pub live: bool,
+    /// For a list root (a file, see [`Store::set_list_root`]): its first
+    /// line (`<recipe> <commit> (imported|pulled)`); `None` for a symlink.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// For a list root: the labels it names.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub entries: Vec<String>,
+}
+
+impl Root {
+    /// Whether this is a list root (a file of labels) rather than a symlink.
+    pub fn is_list(&self) -> bool {
+        self.header.is_some() || !self.entries.is_empty()
+    }
+}
+
+/// Removes the staging directories killed runs left under `<root>/tmp/`
+/// ([`Store::clean_stale_staging`]) and says so on stderr, as `stage`
+/// (`pull`, `import`) reports.
+///
+/// Errors: a directory cannot be removed.
+pub fn report_stale_staging(store: &Store, stage: &str) -> Result<usize> {
+    let n = store.clean_stale_staging()?;
+    if n > 0 {
+        crate::progress::stage(
+            stage,
+            format!(
+                "removed {n} stale staging director{} of killed runs from {}",
+                if n == 1 { "y" } else { "ies" },
+                store.tmp_dir().display()
+            ),
+        );
+    }
+    Ok(n)
+}
+
+/// The prefix of the list roots `import` and `pull` write for what they
+/// bring (`roots/imported-<recipe>`), kept until a build of that recipe at
+/// that commit roots its oracle, or `unkeep` drops it.
+pub const IMPORTED_ROOT_PREFIX: &str = "imported-";
+
+/// The name of the list root of recipe `name` (`imported-<name>`).
+pub fn imported_root_name(name: &str) -> String {
+    format!("{IMPORTED_ROOT_PREFIX}{name}")
+}
+
+/// The labels of a list root's text: every line but comments and blanks.
+fn list_root_labels(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
 }
 
 fn process_alive(pid: i32) -> bool {

@@ -79,7 +79,7 @@ pub fn strs(v: &Value) -> Vec<String> {
 
 /// Box A: build the fixture pin and push it (signed by `principal`).
 /// Returns (fx, recipe, A's build report, the allowed_signers file).
-fn built_and_pushed(url: &str, docker: Option<&Path>) -> (Fx, PathBuf, Value, PathBuf) {
+pub fn built_and_pushed(url: &str, docker: Option<&Path>) -> (Fx, PathBuf, Value, PathBuf) {
     let fx = Fx::new();
     let (repo, _, recipe) = fx.pin();
     let a = fx.dir().join("store-a");

@@ -338,7 +338,11 @@ fn sbom_lists_every_source_and_distribution_and_the_signed_provenance_verifies_o
     // checked by the real ssh-keygen.
     use oracle_build::cache::provenance;
     let cache_url = oracle_build::cache::config::CacheUrl::parse(&url).unwrap();
-    let t = oracle_build::cache::open(&cache_url).unwrap();
+    let t = oracle_build::cache::open(&oracle_build::cache::config::Cache::ad_hoc(
+        cache_url,
+        oracle_build::cache::config::Origin::Flag,
+    ))
+    .unwrap();
     let signed = provenance::fetch(t.as_ref(), tag, &d.join("fetched")).unwrap();
     let stmt: Value = serde_json::from_str(&signed.statement).unwrap();
     assert_eq!(stmt["_type"], "https://in-toto.io/Statement/v1");
