@@ -64,7 +64,7 @@ impl Default for Timeouts {
 
 /// A cache that did not answer in time or dropped the connection: the
 /// message names the cache and the request. `build` skips such a cache for
-/// the rest of the run (see [`crate::cache::substitute::Substituter`]).
+/// the rest of the run (see `cache::substitute::Substituter`).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct Unreachable(pub String);
