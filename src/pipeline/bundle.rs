@@ -196,25 +196,37 @@ fn uv_wheel(
     Ok((e, wheel))
 }
 
-/// The pinned uv's wheel for this host, in the wheelhouse (resolved and
-/// downloaded as [`export`] does, registered in `temp`): what `push` sends
-/// so that a pulling box without uv can `build --offline` (issue 23).
+/// The Python that resolves and downloads for a preparation that builds
+/// nothing: the recipe's Python `minor` (found as a build finds it, `uv`
+/// helping), else any `python3` on PATH (uv needs none to resolve for
+/// another platform).
 ///
-/// Errors: no uv or Python to resolve with; the host platform is not one
-/// uv has wheels for; the resolution, download or hash check fails.
-pub fn host_uv_wheel(store: &Store, lr: &LoadedRecipe, temp: &TempRoots) -> Result<Entry> {
-    let r = &lr.recipe;
-    let platform =
-        Platform::host().ok_or_else(|| anyhow!("this host's platform has no uv wheel to send"))?;
-    let found_uv = toolchain::find_uv(store, None, false).ok();
-    let python = match toolchain::find_python(&r.python, found_uv.as_ref()) {
-        Ok(p) => p,
-        Err(e) => which::which("python3")
+/// Errors: neither runs; the error says why the recipe's was not found.
+fn resolving_python(
+    minor: &str,
+    uv: Option<&toolchain::Tool>,
+) -> Result<toolchain::Python, String> {
+    toolchain::find_python(minor, uv).or_else(|e| {
+        which::which("python3")
             .ok()
             .and_then(|p| toolchain::probe_python(&p).ok())
-            .ok_or_else(|| anyhow!("no Python to resolve uv's wheel with: {e}"))?,
-    };
-    let uv_tool = match found_uv {
+            .ok_or(e)
+    })
+}
+
+/// The toolchain and uv of a preparation that builds nothing (`export`,
+/// the uv wheel `push` sends): `python`, the pinned uv (`found`, else
+/// provisioned into the store's tools), git; no compiler; `indexes` for
+/// uv, which uses the store's uv cache.
+///
+/// Errors: the pinned uv can be neither found nor provisioned.
+fn preparing(
+    store: &Store,
+    python: toolchain::Python,
+    found: Option<toolchain::Tool>,
+    indexes: Vec<String>,
+) -> Result<(Toolchain, crate::host::uv::Uv)> {
+    let uv_tool = match found {
         Some(u) => u,
         None => toolchain::find_uv(store, Some(&python), true)?,
     };
@@ -228,10 +240,27 @@ pub fn host_uv_wheel(store: &Store, lr: &LoadedRecipe, temp: &TempRoots) -> Resu
     };
     let uv = crate::host::uv::Uv {
         tool: uv_tool,
-        indexes: Vec::new(),
+        indexes,
         offline: false,
         cache_dir: Some(store.uv_cache_dir()),
     };
+    Ok((tc, uv))
+}
+
+/// The pinned uv's wheel for this host, in the wheelhouse (resolved and
+/// downloaded as [`export`] does, registered in `temp`): what `push` sends
+/// so that a pulling box without uv can `build --offline` (issue 23).
+///
+/// Errors: no uv or Python to resolve with; the host platform is not one
+/// uv has wheels for; the resolution, download or hash check fails.
+pub fn host_uv_wheel(store: &Store, lr: &LoadedRecipe, temp: &TempRoots) -> Result<Entry> {
+    let r = &lr.recipe;
+    let platform =
+        Platform::host().ok_or_else(|| anyhow!("this host's platform has no uv wheel to send"))?;
+    let found_uv = toolchain::find_uv(store, None, false).ok();
+    let python = resolving_python(&r.python, found_uv.as_ref())
+        .map_err(|e| anyhow!("no Python to resolve uv's wheel with: {e}"))?;
+    let (tc, uv) = preparing(store, python, found_uv, Vec::new())?;
     let cx = Ctx {
         store,
         lr,
@@ -259,32 +288,15 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
     let found_uv = toolchain::find_uv(store, None, false).ok();
     // The recipe's Python resolves a lock for this host; any Python does
     // for another platform (uv needs none) and for the downloads.
-    let python = match toolchain::find_python(&r.python, found_uv.as_ref()) {
-        Ok(p) => p,
-        Err(e) => which::which("python3")
-            .ok()
-            .and_then(|p| toolchain::probe_python(&p).ok())
-            .ok_or_else(|| anyhow!("cannot export {}: {e}", r.name))?,
-    };
+    let python = resolving_python(&r.python, found_uv.as_ref())
+        .map_err(|e| anyhow!("cannot export {}: {e}", r.name))?;
     store.init()?;
-    let uv_tool = match found_uv {
-        Some(u) => u,
-        None => toolchain::find_uv(store, Some(&python), true)?,
-    };
-    let tc = Toolchain {
+    let (tc, uv) = preparing(
+        store,
         python,
-        uv: uv_tool.clone(),
-        git: toolchain::find_git(),
-        libgit2: toolchain::libgit2_version(),
-        gcc: None,
-        nvcc: None,
-    };
-    let uv = crate::host::uv::Uv {
-        tool: uv_tool,
-        indexes: crate::host::uv::plain_indexes(&r.indexes),
-        offline: false,
-        cache_dir: Some(store.uv_cache_dir()),
-    };
+        found_uv,
+        crate::host::uv::plain_indexes(&r.indexes),
+    )?;
     let cx = Ctx {
         store,
         lr,
