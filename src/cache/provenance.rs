@@ -127,8 +127,18 @@ pub fn describe(store: &Store, build: &BuildRecord, repo: &str, builder: &str) -
 /// Errors: as [`describe`].
 pub fn expected(store: &Store, build: &BuildRecord, repo: &str) -> Result<Value> {
     let mut v = expected_parameters(build)?;
-    v["predicate"]["buildDefinition"]["resolvedDependencies"] =
-        Value::Array(dependencies(store, build, repo)?);
+    let mut deps = dependencies(store, build, repo)?;
+    // Where a box fetched the pinned commit from is not part of the wheel's
+    // key (two honest boxes may name the repository differently); its
+    // commit is, and is compared.
+    for d in &mut deps {
+        if d["name"] == "source"
+            && let Some(o) = d.as_object_mut()
+        {
+            o.remove("uri");
+        }
+    }
+    v["predicate"]["buildDefinition"]["resolvedDependencies"] = Value::Array(deps);
     Ok(v)
 }
 

@@ -96,9 +96,18 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     for n in &p.notes {
         println!("note     {n}");
     }
+    // The hint runs as printed: from any directory, into this store.
+    let store_flag = store_arg.map_or_else(String::new, |_| {
+        format!(
+            " --store {}",
+            crate::shell::shell_quote(&root.display().to_string())
+        )
+    });
     println!(
-        "the pushing box's oracle: venv key {} (wheel {}); build it here with: oracle-build build {} --offline",
-        p.inputs.venv_key, p.inputs.wheel_key, pin_arg
+        "the pushing box's oracle: venv key {} (wheel {}); build it here with: oracle-build build {} --offline{store_flag}",
+        p.inputs.venv_key,
+        p.inputs.wheel_key,
+        crate::shell::shell_quote(pin_arg)
     );
     Ok(())
 }

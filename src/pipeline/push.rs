@@ -236,6 +236,9 @@ pub fn push_to(
         } else {
             e.path.clone()
         };
+        if dir == e.path {
+            check_intact(e, &root)?;
+        }
         artifacts.push(artifact::of_entry(e, &dir, &scratch.join("trees"))?);
     }
     // The inputs, with the recipe and the oracle's record as evidence, and
@@ -495,6 +498,32 @@ fn other_wheels(
         }
     }
     Ok(out)
+}
+
+/// Refuses to push the store entry `e` (of the store at `root`) with a
+/// manifest unless every file of it has the sha256 its manifest records and nothing was
+/// added: a damaged entry pushed and signed would stay in the append-only
+/// cache for good. Runs before anything is uploaded.
+///
+/// Errors: the manifest cannot be read; the entry is damaged (naming what
+/// differs, and `doctor` for the fix).
+fn check_intact(e: &Entry, root: &Path) -> Result<()> {
+    // A store lock directory has no manifest: its files are checked by
+    // their own hashes when it is loaded.
+    if !e.path.join(crate::store::MANIFEST).is_file() {
+        return Ok(());
+    }
+    let problems = crate::store::Manifest::read(&e.path)?.check(&e.path, true);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "{} in {} is damaged ({}); nothing was pushed: run `oracle-build doctor --store {}` and its fix, then push again",
+        e.label(),
+        root.display(),
+        problems.join("; "),
+        crate::shell::shell_quote(&root.display().to_string())
+    )
 }
 
 /// Signs `statement` with `key` and pushes the signature as its own

@@ -152,13 +152,23 @@ fn pull_then_offline_build(
         "{pulled}"
     );
     assert_eq!(pulled["inputs"]["venv_key"], first["key"], "{pulled}");
-    let again = ok(&ob(
-        fx,
-        &b,
-        None,
-        "builder-b@test",
-        &["build", r, "--offline", "--json"],
-    ));
+    // The text form's hint runs as printed, from another directory: it
+    // names this store.
+    let shown = ob(fx, &b, docker, "builder-b@test", &["pull", r]);
+    let shown = text(&shown);
+    let hint = shown
+        .split("build it here with: oracle-build ")
+        .nth(1)
+        .and_then(|h| h.lines().next())
+        .unwrap_or_else(|| panic!("no hint: {shown}"));
+    let args: Vec<&str> = hint.split_whitespace().collect();
+    let mut c = crate::support::cmd(fx.dir());
+    c.args(&args)
+        .arg("--json")
+        .env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
+        .env("HOME", fx.dir())
+        .env("DOCKER_CONFIG", fx.dir().join("no-docker-config"));
+    let again = ok(&c.output().expect("oracle-build runs"));
     assert!(
         !strs(&again["built"]).contains(&"wheel".to_string()),
         "{again}"
@@ -286,6 +296,61 @@ fn the_same_round_trip_through_a_file_oci_layout() {
         "{sub}"
     );
     assert_eq!(sub["key"], first["key"], "{sub}");
+
+    // A damaged store wheel is never pushed (nor signed): the append-only
+    // cache would keep it for good.
+    let a = fx.dir().join("store-a");
+    let wheels = a.join("store").join("wheels");
+    let entry = std::fs::read_dir(&wheels)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let whl = std::fs::read_dir(&entry)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .unwrap();
+    in_writable_entry(&entry, || {
+        let mut bytes = std::fs::read(&whl).unwrap();
+        bytes[100] ^= 1;
+        std::fs::write(&whl, bytes).unwrap();
+    });
+    let fresh = layout.path().join("fresh");
+    let fresh_url = format!("file://{}", fresh.display());
+    let out = ob(
+        &fx,
+        &a,
+        None,
+        "builder-a@test",
+        &["push", r, "--cache", &fresh_url],
+    );
+    assert_ne!(code(&out), 0, "{}", text(&out));
+    assert!(
+        text(&out).contains("is damaged") && text(&out).contains("nothing was pushed"),
+        "{}",
+        text(&out)
+    );
+    assert!(!fresh.join("index.json").exists(), "nothing was pushed");
+}
+
+/// Runs `f` with the read-only store entry `dir` (and its files) writable,
+/// then makes them read-only again.
+fn in_writable_entry(dir: &Path, f: impl FnOnce()) {
+    use std::os::unix::fs::PermissionsExt;
+    let set = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    set(dir, 0o755);
+    for e in std::fs::read_dir(dir).unwrap() {
+        set(&e.unwrap().path(), 0o644);
+    }
+    f();
+    for e in std::fs::read_dir(dir).unwrap() {
+        set(&e.unwrap().path(), 0o444);
+    }
+    set(dir, 0o555);
 }
 
 /// Makes the wheel of the store entry `dir` different bytes (one byte
