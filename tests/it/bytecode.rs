@@ -233,7 +233,7 @@ fn a_file_rewritten_in_place_is_not_linked_again_into_the_rebuilt_oracle() {
         );
     }
     let py_bytes = rewrite_in_place(&py);
-    let pyc_bytes = rewrite_in_place(&pyc);
+    rewrite_in_place(&pyc);
     let (py_ino, pyc_ino) = (
         std::fs::metadata(&py).unwrap().ino(),
         std::fs::metadata(&pyc).unwrap().ino(),
@@ -276,7 +276,10 @@ fn a_file_rewritten_in_place_is_not_linked_again_into_the_rebuilt_oracle() {
     // idna's source is the uv cache's same file as before: only the pool's
     // eviction keeps the damaged `.pyc` out.
     assert_eq!(std::fs::metadata(&pyc_src).unwrap().ino(), pyc_src_ino);
-    assert_eq!(std::fs::read(&pyc).unwrap().len(), pyc_bytes.len());
+    // Not its length: marshal's output can differ by a byte between two
+    // compiles of one source (its back-references follow reference counts),
+    // so the check below compares the code itself.
+    assert!(!std::fs::read(&pyc).unwrap().is_empty());
     // The .pyc was compiled again: it is what Python compiles from the source.
     let check = Command::new(venv.join("bin/python"))
         .args([
