@@ -136,13 +136,7 @@ impl Registry {
     /// The error of a failed request `what`: [`Unreachable`] when the
     /// cache timed out, refused the connection or dropped it.
     fn http_error(&self, e: &reqwest::Error, what: &str) -> anyhow::Error {
-        let mut message = e.to_string();
-        let mut cause = std::error::Error::source(e);
-        while let Some(c) = cause {
-            message.push_str(": ");
-            message.push_str(&c.to_string());
-            cause = c.source();
-        }
+        let mut message = crate::host::http::error_chain(e);
         if e.is_connect() && e.is_timeout() {
             message.push_str(&format!(" (connect_timeout {:?})", self.timeouts.connect));
         } else if e.is_timeout() {

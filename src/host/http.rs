@@ -193,7 +193,9 @@ impl DownloadError {
     }
 }
 
-fn transport(url: &str, e: &reqwest::Error) -> DownloadError {
+/// The message of `e` with every cause after it (`a: b: c`): reqwest's
+/// own message alone often hides why (a refused connection, a TLS error).
+pub fn error_chain(e: &reqwest::Error) -> String {
     let mut message = e.to_string();
     let mut cause = std::error::Error::source(e);
     while let Some(c) = cause {
@@ -201,6 +203,11 @@ fn transport(url: &str, e: &reqwest::Error) -> DownloadError {
         message.push_str(&c.to_string());
         cause = c.source();
     }
+    message
+}
+
+fn transport(url: &str, e: &reqwest::Error) -> DownloadError {
+    let message = error_chain(e);
     DownloadError::Transport {
         url: url.to_string(),
         message,
