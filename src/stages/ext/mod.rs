@@ -295,6 +295,15 @@ pub fn ensure(store: &Store, src: &ExtSource, offline: bool) -> Result<(Entry, E
     Ok((e, rec))
 }
 
+/// The URL the staged git source at `e` was fetched from (its `ext.json`
+/// `fetched_from`); `None` for a URL source, an entry staged before it was
+/// recorded, or one that cannot be read.
+pub fn fetched_from(e: &Entry) -> Option<String> {
+    read_json::<ExtRecord>(&e.path.join("ext.json"))
+        .ok()?
+        .fetched_from
+}
+
 /// `repo @ tag` or the URL, for messages.
 pub fn describe(o: &Origin) -> String {
     match o {
