@@ -604,7 +604,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     }
     let uv = Uv {
         tool: tc.uv.clone(),
-        indexes: crate::host::uv::plain_indexes(&r.indexes),
+        indexes: crate::host::uv::plain_indexes(&lock::indexes::site_indexes(store, &r.indexes)?),
         offline: o.offline,
         cache_dir: Some(store.uv_cache_dir()),
     };
