@@ -107,7 +107,13 @@ impl Git {
     /// `git fetch` before the URL.
     ///
     /// Errors: as [`Git::fetch`].
-    fn fetch_with(&self, repo: &Path, url: &str, refspecs: &[&str], options: &[&str]) -> Result<()> {
+    fn fetch_with(
+        &self,
+        repo: &Path,
+        url: &str,
+        refspecs: &[&str],
+        options: &[&str],
+    ) -> Result<()> {
         let mut args: Vec<std::ffi::OsString> = vec![
             "-C".into(),
             repo.into(),
@@ -355,7 +361,11 @@ impl Git {
             &["config", "remote.origin.url", &absolute_local(url)],
         )?;
         let listed = self
-            .run(Config::User, dir, &["ls-remote", "--", &absolute_local(url)])
+            .run(
+                Config::User,
+                dir,
+                &["ls-remote", "--", &absolute_local(url)],
+            )
             .with_context(|| format!("listing the refs of {url}"))?;
         let has = |name: &str| {
             listed
@@ -380,7 +390,10 @@ impl Git {
             self.fetch(
                 dir,
                 url,
-                &["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"],
+                &[
+                    "+refs/heads/*:refs/remotes/origin/*",
+                    "+refs/tags/*:refs/tags/*",
+                ],
             )
             .with_context(|| format!("{url} would not send commit {rev} by id"))?;
         }
@@ -390,7 +403,11 @@ impl Git {
             format!("{rev}^{{commit}}")
         };
         let commit = self
-            .run(Config::Hermetic, dir, &["rev-parse", "--verify", "--quiet", &peel])
+            .run(
+                Config::Hermetic,
+                dir,
+                &["rev-parse", "--verify", "--quiet", &peel],
+            )
             .ok()
             .filter(|c| !c.is_empty())
             .with_context(|| format!("{url} has no tag, branch or commit {rev}"))?;

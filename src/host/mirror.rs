@@ -213,7 +213,10 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<Mirror>> {
         let line = e
             .span()
             .map_or(String::new(), |s| format!("line {}: ", line_of(s.start)));
-        bad_input(format!("{origin}: {line}{}", e.message().replace('\n', " ")))
+        bad_input(format!(
+            "{origin}: {line}{}",
+            e.message().replace('\n', " ")
+        ))
     })?;
     let mut out: Vec<Mirror> = Vec::new();
     for (i, rm) in raw.mirror.into_iter().enumerate() {
@@ -275,7 +278,10 @@ fn check_url(text: &str) -> std::result::Result<(), String> {
                 .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
     });
     if !scheme_ok {
-        return Err("is not a URL: write scheme://..., e.g. https://github.com/ or file:///srv/mirrors/".into());
+        return Err(
+            "is not a URL: write scheme://..., e.g. https://github.com/ or file:///srv/mirrors/"
+                .into(),
+        );
     }
     Ok(())
 }
@@ -313,7 +319,10 @@ mod tests {
             Mapped::Dropped(_)
         ));
         let err = m
-            .git_url("https://download.pytorch.org/whl/cpu/x.git", "CMake source x")
+            .git_url(
+                "https://download.pytorch.org/whl/cpu/x.git",
+                "CMake source x",
+            )
             .unwrap_err();
         assert!(
             format!("{err:#}").contains("/s/config.toml: mirror[2]"),

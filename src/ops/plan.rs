@@ -163,7 +163,10 @@ fn render(p: &Plan) -> String {
         (None, _) => line(format!("  {:<10} {:<7} this host is {host}", "", "")),
     }
     if let Some(from) = &p.source_fetched_from {
-        line(format!("  {:<10} {:<7} fetched from {from}", "source", "origin"));
+        line(format!(
+            "  {:<10} {:<7} fetched from {from}",
+            "source", "origin"
+        ));
     }
     for e in &p.ext_sources {
         line(format!(

@@ -51,12 +51,16 @@ fn git_sources_and_indexes_go_through_site_mirrors_and_the_keys_keep_the_declare
     // cmake and ninja join the build requirements (tests/fixture/cmake).
     let reqs = repo.join("requirements/build/cpu.txt");
     let old = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixture/cmake/requirements/build/cpu.txt"),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixture/cmake/requirements/build/cpu.txt"),
     )
     .unwrap();
     std::fs::write(&reqs, format!("--extra-index-url {dead_index}\n{old}")).unwrap();
     git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-qm", "a CMake source and an extra index"]);
+    git(
+        &repo,
+        &["commit", "-qm", "a CMake source and an extra index"],
+    );
     let commit = git(&repo, &["rev-parse", "HEAD"]);
 
     // The site's mirrors: the fixture as a bare clone, kernels as a partial
@@ -120,9 +124,8 @@ fn git_sources_and_indexes_go_through_site_mirrors_and_the_keys_keep_the_declare
     // The index nobody answers: refused naming the file, the line and the fix.
     let out = fx.run(&["lock", r]);
     assert_ne!(code(&out), 0, "{}", text(&out));
-    let want = format!(
-        "requirements/build/cpu.txt:1 names the package index {dead_index}, unreachable"
-    );
+    let want =
+        format!("requirements/build/cpu.txt:1 names the package index {dead_index}, unreachable");
     assert!(text(&out).contains(&want), "{want} not in\n{}", text(&out));
     let fix = format!(
         "add [[mirror]] prefix = \"{dead_index}\" url = \"none\" (or a reachable mirror) to {}",
@@ -139,7 +142,12 @@ fn git_sources_and_indexes_go_through_site_mirrors_and_the_keys_keep_the_declare
     let report = fx.build_json(fx.store(), &recipe);
     let keys = report["keys"].clone();
     let wheel = keys["wheel"].as_str().unwrap();
-    let record = read_json(&fx.store().join("store/wheels").join(wheel).join("build.json"));
+    let record = read_json(
+        &fx.store()
+            .join("store/wheels")
+            .join(wheel)
+            .join("build.json"),
+    );
     // Keyed by the declared URLs, origins recorded beside them.
     assert_eq!(
         record["inputs"]["ext"][0]["origin"]["git"]["repo"], "https://git.invalid/org/kernels.git",
@@ -155,10 +163,17 @@ fn git_sources_and_indexes_go_through_site_mirrors_and_the_keys_keep_the_declare
         format!("file://{}/org/kernels.git", mirrors.display()),
         "{record}"
     );
-    assert_eq!(record["inputs"]["ext"][0]["commit"], v1.as_str(), "{record}");
+    assert_eq!(
+        record["inputs"]["ext"][0]["commit"],
+        v1.as_str(),
+        "{record}"
+    );
     let ext = only_entry(&fx.store().join("store/ext"));
     assert!(
-        ext.file_name().unwrap().to_string_lossy().starts_with("kernels-v1-"),
+        ext.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("kernels-v1-"),
         "{}",
         ext.display()
     );
@@ -204,7 +219,10 @@ fn git_sources_and_indexes_go_through_site_mirrors_and_the_keys_keep_the_declare
     assert_eq!(plan_exit(&plan), code(&plan), "{}", text(&plan));
     let plan = json(&plan);
     assert_eq!(plan["keys"], keys, "{plan}");
-    assert!(plan["source_fetched_from"] == "https://git.invalid/org/repo.git", "{plan}");
+    assert!(
+        plan["source_fetched_from"] == "https://git.invalid/org/repo.git",
+        "{plan}"
+    );
 
     // A git URL mapped to `none` is refused, naming the source and the entry.
     std::fs::write(

@@ -264,7 +264,8 @@ pub fn ensure(store: &Store, src: &ExtSource, offline: bool) -> Result<(Entry, E
     match &src.origin {
         Origin::Git { repo, tag } => {
             let mirrors = crate::host::mirror::load(store.root())?;
-            let from = mirrors.git_url(repo, &format!("CMake source {} ({})", src.name, src.file))?;
+            let from =
+                mirrors.git_url(repo, &format!("CMake source {} ({})", src.name, src.file))?;
             if &from != repo {
                 progress::stage("ext", format!("{} through the mirror {from}", src.name));
             }
@@ -275,7 +276,9 @@ pub fn ensure(store: &Store, src: &ExtSource, offline: bool) -> Result<(Entry, E
                 Some(git) => {
                     let got = git
                         .fetch_tree(&from, tag, src.submodules, &tree, &mirrors.git_config())
-                        .with_context(|| format!("staging CMake source {} from {from}", src.name))?;
+                        .with_context(|| {
+                            format!("staging CMake source {} from {from}", src.name)
+                        })?;
                     remove_git_dirs(&tree)?;
                     got
                 }

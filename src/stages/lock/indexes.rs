@@ -246,10 +246,9 @@ fn reachable(url: &str) -> std::result::Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     let url = url.to_string();
-    let got = crate::host::http::block_on(1, async move {
-        client.get(&url).send().await.map(|_| ())
-    })
-    .map_err(|e| format!("{e:#}"))?;
+    let got =
+        crate::host::http::block_on(1, async move { client.get(&url).send().await.map(|_| ()) })
+            .map_err(|e| format!("{e:#}"))?;
     got.map_err(|e| crate::host::http::error_chain(&e))
 }
 

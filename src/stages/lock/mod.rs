@@ -563,9 +563,9 @@ pub fn resolve_for(
                 indexes::check_reachable(&mirrors, &[], &r.indexes)?;
             }
             fs::write(
-            &build_in,
-            reqs.iter().map(|l| format!("{l}\n")).collect::<String>(),
-        )?
+                &build_in,
+                reqs.iter().map(|l| format!("{l}\n")).collect::<String>(),
+            )?
         }
     }
     let build_in_text = fs::read_to_string(&build_in)?;
