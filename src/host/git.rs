@@ -427,9 +427,11 @@ impl Git {
                 &["submodule", "status", "--recursive"],
             )?;
             for line in status.lines() {
-                // ` <sha> <path> (<describe>)`, a status character first.
-                let mut words = line.get(1..).unwrap_or_default().split_whitespace();
+                // `<status><sha> <path> (<describe>)`, the status a space,
+                // `-`, `+` or `U` (the output's first space is trimmed).
+                let mut words = line.split_whitespace();
                 if let (Some(id), Some(path)) = (words.next(), words.next()) {
+                    let id = id.trim_start_matches(['-', '+', 'U']);
                     subs.insert(path.to_string(), id.to_string());
                 }
             }

@@ -1,7 +1,8 @@
 //! Site mirrors (`[[mirror]]` in the store's `config.toml`, docs/cache.md
 //! "Mirrors"): the recipe's repository and a staged CMake source named by
 //! URLs that do not exist (`https://git.invalid/...`), reachable only through
-//! a `file://` mirror, the CMake source's mirror a partial clone; a package
+//! a `file://` mirror, the CMake source's mirror a partial clone (its
+//! submodule's URL mapped by the same table); a package
 //! index a requirement file names on a closed port, refused naming the file,
 //! the line and the fix, then dropped with `url = "none"`. The keys are
 //! those of the declared URLs, and `build.json` records what was fetched.
@@ -16,12 +17,37 @@ fn closed_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
-/// An upstream repository `kernels` at `dir`: tag `v1`, then a second
-/// commit (whose blob a partial clone of it lacks). Returns v1's commit.
-fn kernels_upstream(dir: &Path) -> String {
+/// An upstream repository `kernels` at `dir`: tag `v1` (with the
+/// submodule `third-party/inner`, the repository `inner` declared at
+/// `https://git.invalid/org/inner.git`), then a second commit (whose blob a
+/// partial clone of it lacks). Returns v1's commit.
+fn kernels_upstream(dir: &Path, inner: &Path) -> String {
     std::fs::create_dir_all(dir).unwrap();
     git(dir, &["init", "-q"]);
     std::fs::write(dir.join("kernel.h"), "int kernel(void);\n").unwrap();
+    let url = format!("file://{}", inner.display());
+    git(
+        dir,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            &url,
+            "third-party/inner",
+        ],
+    );
+    git(
+        dir,
+        &[
+            "config",
+            "-f",
+            ".gitmodules",
+            "submodule.third-party/inner.url",
+            "https://git.invalid/org/inner.git",
+        ],
+    );
     git(dir, &["add", "-A"]);
     git(dir, &["commit", "-qm", "v1"]);
     git(dir, &["tag", "v1"]);
@@ -77,8 +103,25 @@ fn git_sources_and_indexes_go_through_site_mirrors_and_the_keys_keep_the_declare
             mirrors.join("org/repo.git").to_str().unwrap(),
         ],
     );
+    let inner = d.join("upstream/inner");
+    std::fs::create_dir_all(&inner).unwrap();
+    git(&inner, &["init", "-q"]);
+    std::fs::write(inner.join("inner.txt"), "inner, a submodule\n").unwrap();
+    git(&inner, &["add", "-A"]);
+    git(&inner, &["commit", "-qm", "inner"]);
+    let inner_commit = git(&inner, &["rev-parse", "HEAD"]);
+    git(
+        d,
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            inner.to_str().unwrap(),
+            mirrors.join("org/inner.git").to_str().unwrap(),
+        ],
+    );
     let upstream = d.join("upstream/kernels");
-    let v1 = kernels_upstream(&upstream);
+    let v1 = kernels_upstream(&upstream, &inner);
     let partial = mirrors.join("org/kernels.git");
     git(
         d,
@@ -181,7 +224,17 @@ fn git_sources_and_indexes_go_through_site_mirrors_and_the_keys_keep_the_declare
         std::fs::read_to_string(ext.join("src/kernel.h")).unwrap(),
         "int kernel(void);\n"
     );
+    // The submodule, declared at git.invalid, came through the mirror too.
+    assert_eq!(
+        std::fs::read_to_string(ext.join("src/third-party/inner/inner.txt")).unwrap(),
+        "inner, a submodule\n"
+    );
     let ext_json = read_json(&ext.join("ext.json"));
+    assert_eq!(
+        ext_json["submodules"]["third-party/inner"],
+        inner_commit.as_str(),
+        "{ext_json}"
+    );
     assert_eq!(
         ext_json["fetched_from"],
         format!("file://{}/org/kernels.git", mirrors.display())
