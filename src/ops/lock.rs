@@ -90,7 +90,7 @@ pub fn run(s: &Session, pin_arg: &str, opts: &LockOptions) -> Result<()> {
     };
     let uv = Uv {
         tool: uv_tool,
-        indexes: crate::host::uv::plain_indexes(&r.indexes),
+        indexes: crate::host::uv::plain_indexes(&lock::indexes::site_indexes(&store, &r.indexes)?),
         offline: false,
         cache_dir: Some(store.uv_cache_dir()),
     };

@@ -295,7 +295,9 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
         store,
         python,
         found_uv,
-        crate::host::uv::plain_indexes(&r.indexes),
+        crate::host::uv::plain_indexes(&crate::stages::lock::indexes::site_indexes(
+            store, &r.indexes,
+        )?),
     )?;
     let cx = Ctx {
         store,

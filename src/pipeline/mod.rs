@@ -198,6 +198,10 @@ pub struct Plan {
     pub problems: Vec<String>,
     /// The lock directory and its state.
     pub lock: LockRow,
+    /// The URL the recipe's repository is fetched from: `source.repo`
+    /// through the site's `[[mirror]]` tables (`None`: a mirror of `none`,
+    /// which a build refuses).
+    pub source_fetched_from: Option<String>,
     /// Every FetchContent source of the checkout and whether it is staged
     /// (empty until the mirror holds the commit).
     pub ext_sources: Vec<inputs::ExtRow>,
@@ -484,6 +488,7 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         steps,
         problems: findings.problems,
         lock,
+        source_fetched_from: source::origin_url(store, &r.source.repo).ok(),
         ext_sources,
         ext_unmapped: found.unmapped,
         ext_no_cmake: found.no_cmake,
@@ -599,7 +604,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     }
     let uv = Uv {
         tool: tc.uv.clone(),
-        indexes: crate::host::uv::plain_indexes(&r.indexes),
+        indexes: crate::host::uv::plain_indexes(&lock::indexes::site_indexes(store, &r.indexes)?),
         offline: o.offline,
         cache_dir: Some(store.uv_cache_dir()),
     };

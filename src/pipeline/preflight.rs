@@ -65,7 +65,9 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
                 "--offline: commit {} of {} is not in the store's mirror",
                 r.source.commit, r.source.repo
             ));
-        } else if let Err(e) = source::check_reachable(&r.source.repo) {
+        } else if let Err(e) = source::origin_url(store, &r.source.repo)
+            .and_then(|from| source::check_reachable(&from))
+        {
             problems.push(format!("{e:#}"));
         }
     }

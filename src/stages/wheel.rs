@@ -744,6 +744,20 @@ impl Drop for StableWorkDir {
     }
 }
 
+/// Where the sources of a wheel were fetched from (`build.json`
+/// `origins`): the declared URLs through the site's `[[mirror]]` tables.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Origins {
+    /// The URL the recipe's repository is fetched from (the mirror of
+    /// `source.repo`, or `source.repo` itself).
+    #[serde(default)]
+    pub source: Option<String>,
+    /// Each staged CMake source (git) by name: the URL its entry was
+    /// fetched from (its `ext.json` `fetched_from`).
+    #[serde(default)]
+    pub ext: BTreeMap<String, String>,
+}
+
 /// The record of a built wheel: `store/wheels/<key>/build.json`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct BuildRecord {
@@ -787,6 +801,10 @@ pub struct BuildRecord {
     /// `redis://host:port`, with ` (read-only)` when so.
     #[serde(default)]
     pub compiler_cache_remote: Option<String>,
+    /// Where each source was fetched from: the URL after the site's
+    /// `[[mirror]]` tables (not keyed: `inputs` keeps the declared URLs).
+    #[serde(default)]
+    pub origins: Origins,
     /// When the build started (RFC 3339).
     pub started: String,
     /// Wall time, seconds.
@@ -1035,6 +1053,15 @@ pub fn ensure(
             .map(|c| c.tool.clone()),
         compiler_cache_stats: cache_stats,
         compiler_cache_remote: remote.map(ToString::to_string),
+        origins: Origins {
+            source: crate::stages::source::origin_url(store, &r.source.repo).ok(),
+            ext: plan
+                .hermetic
+                .ext
+                .iter()
+                .filter_map(|(s, e)| Some((s.name.clone(), crate::stages::ext::fetched_from(e)?)))
+                .collect(),
+        },
         started,
         duration_s: t0.elapsed().as_secs_f64(),
     };

@@ -22,6 +22,7 @@ mod gc_roots;
 mod gpu;
 mod hermetic;
 mod identity;
+mod mirror;
 mod perf;
 mod pipeline_keys;
 mod platform;

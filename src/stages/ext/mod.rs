@@ -206,6 +206,12 @@ pub struct ExtRecord {
     pub archive_sha256: Option<String>,
     /// Submodules fetched: path -> commit.
     pub submodules: BTreeMap<String, String>,
+    /// The URL actually fetched (git sources): the declared repository
+    /// through the site's `[[mirror]]` tables. Not keyed (the entry's name
+    /// and the wheel key keep the declared URL); absent in entries staged
+    /// before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetched_from: Option<String>,
 }
 
 /// The entry of `src`: `store/ext/<name>-<rev>`.
@@ -253,12 +259,34 @@ pub fn ensure(store: &Store, src: &ExtSource, offline: bool) -> Result<(Entry, E
         commit: None,
         archive_sha256: None,
         submodules: BTreeMap::new(),
+        fetched_from: None,
     };
     match &src.origin {
         Origin::Git { repo, tag } => {
-            let (commit, subs) = fetch_git(repo, tag, src.submodules, &tree)?;
+            let mirrors = crate::host::mirror::load(store.root())?;
+            let from =
+                mirrors.git_url(repo, &format!("CMake source {} ({})", src.name, src.file))?;
+            if &from != repo {
+                progress::stage("ext", format!("{} through the mirror {from}", src.name));
+            }
+            // One git path for the source and the ext stage: the command
+            // line when on PATH (it reads a mirror that is a partial
+            // clone), libgit2 only on a box without git.
+            let (commit, subs) = match crate::host::git::Git::find() {
+                Some(git) => {
+                    let got = git
+                        .fetch_tree(&from, tag, src.submodules, &tree, &mirrors.git_config())
+                        .with_context(|| {
+                            format!("staging CMake source {} from {from}", src.name)
+                        })?;
+                    remove_git_dirs(&tree)?;
+                    got
+                }
+                None => fetch_git(&from, tag, src.submodules, &tree)?,
+            };
             rec.commit = Some(commit);
             rec.submodules = subs;
+            rec.fetched_from = Some(from);
         }
         Origin::Url { url, sha256 } => {
             rec.archive_sha256 = Some(fetch_url(store, url, sha256.as_deref(), &tree)?);
@@ -270,6 +298,15 @@ pub fn ensure(store: &Store, src: &ExtSource, offline: bool) -> Result<(Entry, E
     Ok((e, rec))
 }
 
+/// The URL the staged git source at `e` was fetched from (its `ext.json`
+/// `fetched_from`); `None` for a URL source, an entry staged before it was
+/// recorded, or one that cannot be read.
+pub fn fetched_from(e: &Entry) -> Option<String> {
+    read_json::<ExtRecord>(&e.path.join("ext.json"))
+        .ok()?
+        .fetched_from
+}
+
 /// `repo @ tag` or the URL, for messages.
 pub fn describe(o: &Origin) -> String {
     match o {
@@ -278,6 +315,9 @@ pub fn describe(o: &Origin) -> String {
     }
 }
 
+/// libgit2's fetch of `tag` of `url` into `dir`, on a box without git
+/// (it cannot read a mirror that is a partial clone, nor apply the site's
+/// mirrors to submodule URLs).
 fn fetch_git(
     url: &str,
     tag: &str,
