@@ -531,4 +531,8 @@ pub struct Toolchain {
     pub gcc: Option<Tool>,
     /// nvcc, when present.
     pub nvcc: Option<Tool>,
+    /// The compilers the build uses (declared in `build.env` or found on
+    /// PATH), measured at preflight ([`crate::host::compilers`]).
+    #[serde(default)]
+    pub compilers: crate::host::compilers::Compilers,
 }

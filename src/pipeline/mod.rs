@@ -286,7 +286,7 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
     let offline_missing = inputs::offline_problems(store, lr, lock_dir);
     let findings = preflight::inspect(store, lr, offline);
     let mut steps = Vec::new();
-    let tools = format!(
+    let mut tools = format!(
         "python {}: {}; uv: {}; nvcc: {}",
         r.python,
         findings
@@ -308,11 +308,23 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
             .as_ref()
             .map_or("not found".into(), |n| n.version.clone()),
     );
+    if let Some(c) = &findings.compilers {
+        for (name, c) in [("cc", &c.cc), ("cxx", &c.cxx)] {
+            if let Some(c) = c {
+                tools.push_str(&format!(
+                    "; {name}: {} {} ({})",
+                    c.id,
+                    c.version,
+                    c.path.display()
+                ));
+            }
+        }
+    }
     // Cached only when nothing is left to find or install: a uv still to be
     // provisioned is work (and a download), a missing Python blocks the build.
     steps.push(step(
         "toolchain",
-        if findings.python.is_none() {
+        if findings.python.is_none() || !findings.compiler_problems.is_empty() {
             StepState::Blocked
         } else if findings.uv.is_none() {
             StepState::ToDo
@@ -482,7 +494,11 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         free_bytes: disk::free_bytes(root),
         needed_bytes: needed,
         steps,
-        problems: findings.problems,
+        problems: findings
+            .compiler_problems
+            .into_iter()
+            .chain(findings.problems)
+            .collect(),
         lock,
         ext_sources,
         ext_unmapped: found.unmapped,
@@ -784,8 +800,9 @@ fn known_toolchain(findings: &preflight::Findings) -> Option<Toolchain> {
         uv: findings.uv.clone()?,
         git: None,
         libgit2: toolchain::libgit2_version(),
-        gcc: toolchain::find_gcc(),
+        gcc: preflight::gcc_of(findings.compilers.as_ref()?),
         nvcc: findings.nvcc.clone(),
+        compilers: findings.compilers.clone()?,
     })
 }
 
