@@ -33,4 +33,5 @@ mod sbom;
 mod smoke;
 mod source;
 mod store;
+mod toolchain;
 mod versions;
