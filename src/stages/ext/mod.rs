@@ -27,6 +27,7 @@
 //! build can never write into the store.
 
 mod cmake;
+pub mod condition;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
