@@ -18,6 +18,12 @@
 //! 4. Register the mirror and checkout as temporary GC roots; ensure the
 //!    mirror holds the commit and the read-only checkout exists
 //!    (`stages::source`).
+//!    The tree's compiler requirements (its CMake files'
+//!    `message(FATAL_ERROR ...)` under a condition on the compiler's id or
+//!    version) are evaluated with the measured compilers
+//!    ([`preflight::check_tree_requirements`]): one they fail is refused
+//!    before anything is compiled, one the tree decides at configure time
+//!    is a warning.
 //! 5. Gather the hermetic inputs ([`inputs::prepare`]): the lock (or one
 //!    resolved now), its artifacts in the wheelhouse, the staged external
 //!    sources, the compiler cache.
@@ -374,8 +380,12 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
     );
     // The verdict of a built oracle whose gate a build would not run again.
     let mut gated: Option<String> = None;
+    let mut tree_refusals = Vec::new();
     if src.exists() {
         steps.push(step("checkout", StepState::Cached, src.label(), 0));
+        if let Some(c) = &findings.compilers {
+            tree_refusals = preflight::tree_requirements(lr, &src.path, c).0;
+        }
         if let Some(tc) = known_toolchain(&findings) {
             let known = inputs::known(store, lr, &src.path, lock_dir);
             match (wheel::settings(lr, &src.path, None), known) {
@@ -497,6 +507,7 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         problems: findings
             .compiler_problems
             .into_iter()
+            .chain(tree_refusals)
             .chain(findings.problems)
             .collect(),
         lock,
@@ -661,6 +672,8 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     if src_built {
         built.push("source".to_string());
     }
+    // 4b. The tree's compiler requirement, before anything is compiled.
+    preflight::check_tree_requirements(lr, &src.path, &tc.compilers)?;
 
     // 5. Hermetic inputs.
     let hermetic = inputs::prepare(&cx, &src, o.lock_dir, o.offline, &temp)?;

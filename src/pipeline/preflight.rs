@@ -194,3 +194,55 @@ pub fn gcc_of(c: &Compilers) -> Option<Tool> {
         _ => toolchain::find_gcc(),
     }
 }
+
+/// The tree's compiler requirements ([`crate::stages::ext::requirement`])
+/// for the checkout at `src` with the measured `compilers`: (those the
+/// compilers fail, each one line naming the file:line, the message, the
+/// requirement and the compiler; those the tree decides at configure time).
+/// Nothing for a target whose build runs no CMake.
+pub fn tree_requirements(
+    lr: &LoadedRecipe,
+    src: &std::path::Path,
+    compilers: &Compilers,
+) -> (Vec<String>, Vec<String>) {
+    use crate::stages::ext::{condition::Truth, requirement, runs_cmake};
+    let device = &lr.recipe.build.target_device;
+    if !runs_cmake(device) {
+        return (Vec::new(), Vec::new());
+    }
+    let (mut refused, mut unknown) = (Vec::new(), Vec::new());
+    for r in requirement::check_tree(src, device, compilers) {
+        if r.truth == Truth::True {
+            refused.push(r.describe());
+        } else {
+            unknown.push(r.describe());
+        }
+    }
+    (refused, unknown)
+}
+
+/// [`tree_requirements`] as the build applies them, after the checkout and
+/// before the wheel stage: a requirement the compilers fail is bad input
+/// (exit 2; the tree's CMake would stop there after the build had started),
+/// one the tree decides at configure time a warning.
+pub fn check_tree_requirements(
+    lr: &LoadedRecipe,
+    src: &std::path::Path,
+    compilers: &Compilers,
+) -> Result<()> {
+    let (refused, unknown) = tree_requirements(lr, src, compilers);
+    for w in &unknown {
+        progress::stage(
+            "toolchain",
+            format!("warning: the tree may refuse this compiler: {w}"),
+        );
+    }
+    if !refused.is_empty() {
+        return Err(crate::exit::bad_input(format!(
+            "cannot build {}: the tree's CMake refuses the compiler this build uses (nothing was compiled):\n  - {}\ndeclare a compiler that meets it in the recipe's build.env (CC, CXX)",
+            lr.recipe.name,
+            refused.join("\n  - ")
+        )));
+    }
+    Ok(())
+}

@@ -111,3 +111,46 @@ fn a_declared_cxx_that_does_not_exist_is_refused_naming_build_env_cxx() {
     let plan = fx.run(&["plan", recipe.to_str().unwrap(), "--json"]);
     assert!(text(&plan).contains("build.env.CXX"), "{}", text(&plan));
 }
+
+#[test]
+fn a_compiler_older_than_the_trees_cmake_requirement_is_refused_before_the_wheel_stage() {
+    let fx = Fx::new();
+    let (repo, _) = fixture_repo_with(fx.dir(), "toolchain");
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "a compiler requirement"]);
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    let recipe = fx.recipe("fx", &repo, &commit, SMOKE);
+    let out = fx.exits(&["build", recipe.to_str().unwrap()], 2);
+    let t = text(&out);
+    assert!(t.contains("cmake/cpu_extension.cmake:9:"), "{t}");
+    assert!(t.contains("FX backend requires gcc/g++ >= 99"), "{t}");
+    assert!(t.contains("VERSION_GREATER_EQUAL 99"), "{t}");
+    // The measured C++ compiler, by path and version.
+    let gxx = which_gxx();
+    assert!(t.contains(&format!("CXX GNU {}", gxx.1)), "{t}");
+    assert!(t.contains(&gxx.0), "{t}");
+    // Refused before the wheel stage: no wheel built, none staged.
+    let wheels = fx.store().join("store/wheels");
+    assert!(
+        !wheels.exists() || std::fs::read_dir(&wheels).unwrap().next().is_none(),
+        "{t}"
+    );
+    // `plan` names it as a problem once the checkout exists.
+    let plan = fx.run(&["plan", recipe.to_str().unwrap(), "--json"]);
+    let problems = json(&plan)["problems"].to_string();
+    assert!(problems.contains("cmake/cpu_extension.cmake:9:"), "{problems}");
+}
+
+/// `g++` on PATH: its resolved path and `-dumpfullversion`.
+fn which_gxx() -> (String, String) {
+    let out = std::process::Command::new("sh")
+        .args(["-c", "readlink -f \"$(command -v g++)\"; g++ -dumpfullversion"])
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut l = s.lines();
+    (
+        l.next().unwrap_or("").to_string(),
+        l.next().unwrap_or("").to_string(),
+    )
+}

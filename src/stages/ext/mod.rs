@@ -28,6 +28,7 @@
 
 mod cmake;
 pub mod condition;
+pub mod requirement;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
