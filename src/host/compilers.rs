@@ -175,10 +175,7 @@ fn measure_cuda(
             match nvcc_at(&bin) {
                 Ok(c) => Some(c),
                 Err(e) => {
-                    problems.push(format!(
-                        "build.env.CUDA_HOME's nvcc {}: {e}",
-                        bin.display()
-                    ));
+                    problems.push(format!("build.env.CUDA_HOME's nvcc {}: {e}", bin.display()));
                     return None;
                 }
             }
@@ -321,6 +318,9 @@ mod tests {
         let env = BTreeMap::from([("CXX".to_string(), "/nonexistent/g++".to_string())]);
         let e = measure(&env, false).unwrap_err();
         assert_eq!(e.len(), 1, "{e:?}");
-        assert!(e[0].starts_with("build.env.CXX = \"/nonexistent/g++\""), "{e:?}");
+        assert!(
+            e[0].starts_with("build.env.CXX = \"/nonexistent/g++\""),
+            "{e:?}"
+        );
     }
 }

@@ -51,7 +51,12 @@ fn declared_cc_and_cxx_are_measured_recorded_and_keyed() {
     let recipe = fx.recipe("fx", &repo, &commit, &format!("{env}{SMOKE}"));
     let built = fx.build_json(fx.store(), &recipe);
     let key = built["keys"]["wheel"].as_str().unwrap().to_string();
-    let rec = read_json(&fx.store().join("store/wheels").join(&key).join("build.json"));
+    let rec = read_json(
+        &fx.store()
+            .join("store/wheels")
+            .join(&key)
+            .join("build.json"),
+    );
     let compilers = &rec["tools"]["compilers"];
     for (name, path) in [("cc", &cc), ("cxx", &cxx)] {
         let c = &compilers[name];
@@ -72,7 +77,10 @@ fn declared_cc_and_cxx_are_measured_recorded_and_keyed() {
     assert_eq!(rec["tools"]["gcc"]["version"], "12.3.0", "{rec}");
     // The declared C compiler is the one the build ran.
     let log = std::fs::read_to_string(tc.join("cc.log")).unwrap_or_default();
-    assert!(log.contains("ops.c"), "the wheel build did not run CC: {log:?}");
+    assert!(
+        log.contains("ops.c"),
+        "the wheel build did not run CC: {log:?}"
+    );
     // plan and build agree on the key.
     assert_eq!(plan_wheel_key(&fx, &recipe), key);
 
@@ -106,7 +114,10 @@ fn a_declared_cxx_that_does_not_exist_is_refused_naming_build_env_cxx() {
     let t = text(&out);
     assert!(t.contains("build.env.CXX"), "{t}");
     assert!(t.contains(&missing.display().to_string()), "{t}");
-    assert!(!fx.store().join("store").exists(), "the store was written: {t}");
+    assert!(
+        !fx.store().join("store").exists(),
+        "the store was written: {t}"
+    );
     // `plan` names the same problem.
     let plan = fx.run(&["plan", recipe.to_str().unwrap(), "--json"]);
     assert!(text(&plan).contains("build.env.CXX"), "{}", text(&plan));
@@ -138,13 +149,19 @@ fn a_compiler_older_than_the_trees_cmake_requirement_is_refused_before_the_wheel
     // `plan` names it as a problem once the checkout exists.
     let plan = fx.run(&["plan", recipe.to_str().unwrap(), "--json"]);
     let problems = json(&plan)["problems"].to_string();
-    assert!(problems.contains("cmake/cpu_extension.cmake:9:"), "{problems}");
+    assert!(
+        problems.contains("cmake/cpu_extension.cmake:9:"),
+        "{problems}"
+    );
 }
 
 /// `g++` on PATH: its resolved path and `-dumpfullversion`.
 fn which_gxx() -> (String, String) {
     let out = std::process::Command::new("sh")
-        .args(["-c", "readlink -f \"$(command -v g++)\"; g++ -dumpfullversion"])
+        .args([
+            "-c",
+            "readlink -f \"$(command -v g++)\"; g++ -dumpfullversion",
+        ])
         .output()
         .unwrap();
     let s = String::from_utf8_lossy(&out.stdout).into_owned();

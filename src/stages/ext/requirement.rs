@@ -144,10 +144,9 @@ struct Frame {
 
 impl Frame {
     fn truth(&self, facts: &Facts) -> Truth {
-        let prior = self
-            .before
-            .iter()
-            .fold(Truth::True, |t, c| t.and(condition::eval_text(c, facts).not()));
+        let prior = self.before.iter().fold(Truth::True, |t, c| {
+            t.and(condition::eval_text(c, facts).not())
+        });
         match &self.current {
             Some(c) => prior.and(condition::eval_text(c, facts)),
             None => prior,
@@ -165,12 +164,7 @@ impl Frame {
 }
 
 /// The requirements of one CMake file `rel` with text `text` (pure).
-pub fn check_file(
-    rel: &str,
-    text: &str,
-    facts: &Facts,
-    compilers: &Compilers,
-) -> Vec<Requirement> {
+pub fn check_file(rel: &str, text: &str, facts: &Facts, compilers: &Compilers) -> Vec<Requirement> {
     let mut stack: Vec<Frame> = Vec::new();
     let mut out = Vec::new();
     for call in calls(text) {
@@ -201,9 +195,7 @@ pub fn check_file(
                 if !stack.iter().any(Frame::mentions_compiler) {
                     continue;
                 }
-                let truth = stack
-                    .iter()
-                    .fold(Truth::True, |t, f| t.and(f.truth(facts)));
+                let truth = stack.iter().fold(Truth::True, |t, f| t.and(f.truth(facts)));
                 if truth == Truth::False {
                     continue;
                 }
@@ -407,7 +399,10 @@ endif()
         assert_eq!(r[0].line, 7);
         assert_eq!(r[0].message, "X86 backend requires gcc/g++ >= 12.3");
         assert!(r[0].guard.contains("VERSION_GREATER_EQUAL 12.3"), "{r:?}");
-        assert!(r[0].compilers.contains("GNU 12.2.0 (/usr/bin/g++)"), "{r:?}");
+        assert!(
+            r[0].compilers.contains("GNU 12.2.0 (/usr/bin/g++)"),
+            "{r:?}"
+        );
         assert!(r[0].describe().starts_with("cmake/cpu_extension.cmake:7: "));
     }
 
