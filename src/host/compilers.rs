@@ -16,7 +16,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::host::process::capture;
+use crate::host::process::capture_within;
+
+/// The longest one measuring run of a compiler may take.
+const MEASURE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Where a compiler came from.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -39,8 +42,21 @@ pub struct Compiler {
     pub id: String,
     /// Its version, e.g. `12.2.0`.
     pub version: String,
+    /// The version CMake reads (`CMAKE_<LANG>_COMPILER_VERSION`, from the
+    /// predefined `__GNUC__.__GNUC_MINOR__.__GNUC_PATCHLEVEL__`), recorded
+    /// only when it differs from `version` (a wrapper answering
+    /// `-dumpfullversion` with another version than its macros say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmake_version: Option<String>,
     /// Where it came from.
     pub declared_by: DeclaredBy,
+}
+
+impl Compiler {
+    /// The version CMake sees: `cmake_version`, else `version`.
+    pub fn version_for_cmake(&self) -> &str {
+        self.cmake_version.as_deref().unwrap_or(&self.version)
+    }
 }
 
 /// The CUDA toolkit a build uses (for `cuda`, or a configure-only toolkit
@@ -74,7 +90,7 @@ impl Compilers {
     pub fn key(&self) -> serde_json::Value {
         let c = |c: &Option<Compiler>| {
             c.as_ref()
-                .map(|c| serde_json::json!({"id": c.id, "version": c.version}))
+                .map(|c| serde_json::json!({"id": c.id, "version": c.version, "cmake_version": c.cmake_version}))
         };
         serde_json::json!({
             "cc": c(&self.cc),
@@ -100,27 +116,18 @@ pub fn measure(env: &BTreeMap<String, String>, cuda: bool) -> Result<Compilers, 
     let mut problems = Vec::new();
     let mut one = |var: &str, fallback: &[&str], lang: &str| -> Option<Compiler> {
         match env.get(var) {
-            Some(value) => match resolve(value).and_then(|p| measure_one(&p, lang)) {
-                Ok((path, id, version)) => Some(Compiler {
-                    path,
-                    id,
-                    version,
-                    declared_by: DeclaredBy::BuildEnv,
-                }),
-                Err(e) => {
-                    problems.push(format!("build.env.{var} = {value:?}: {e}"));
-                    None
+            Some(value) => {
+                match resolve(value).and_then(|p| measure_one(&p, lang, DeclaredBy::BuildEnv)) {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        problems.push(format!("build.env.{var} = {value:?}: {e}"));
+                        None
+                    }
                 }
-            },
+            }
             None => fallback.iter().find_map(|name| {
                 let found = which::which(name).ok()?;
-                let (path, id, version) = measure_one(&found, lang).ok()?;
-                Some(Compiler {
-                    path,
-                    id,
-                    version,
-                    declared_by: DeclaredBy::Path,
-                })
+                measure_one(&found, lang, DeclaredBy::Path).ok()
             }),
         }
     };
@@ -153,14 +160,7 @@ fn measure_cuda(
         }
     }
     let declared_nvcc = env.get("CUDACXX");
-    let nvcc_at = |p: &Path| {
-        measure_one(p, "cuda").map(|(path, id, version)| Compiler {
-            path,
-            id,
-            version,
-            declared_by: DeclaredBy::BuildEnv,
-        })
-    };
+    let nvcc_at = |p: &Path| measure_one(p, "cuda", DeclaredBy::BuildEnv);
     let nvcc = if let Some(value) = declared_nvcc {
         match resolve(value).and_then(|p| nvcc_at(&p)) {
             Ok(c) => Some(c),
@@ -201,19 +201,27 @@ fn measure_cuda(
     if !wanted {
         return None;
     }
-    let found = crate::host::toolchain::find_nvcc()?;
-    let (path, id, version) = measure_one(&found.path, "cuda").ok()?;
+    let nvcc = nvcc_candidates()
+        .into_iter()
+        .find_map(|p| measure_one(&p, "cuda", DeclaredBy::Path).ok())?;
     Some(Cuda {
-        home: path.parent()?.parent().map(Path::to_path_buf),
-        version: Some(version.clone()),
-        nvcc: Some(Compiler {
-            path,
-            id,
-            version,
-            declared_by: DeclaredBy::Path,
-        }),
+        home: nvcc.path.parent()?.parent().map(Path::to_path_buf),
+        version: Some(nvcc.version.clone()),
+        nvcc: Some(nvcc),
         declared_by: DeclaredBy::Path,
     })
+}
+
+/// Where an undeclared nvcc is looked for, in order: the user's
+/// `$CUDA_HOME/bin`, PATH, `/usr/local/cuda/bin`.
+pub fn nvcc_candidates() -> Vec<PathBuf> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(home) = std::env::var_os("CUDA_HOME") {
+        candidates.push(PathBuf::from(home).join("bin/nvcc"));
+    }
+    candidates.extend(which::which_all("nvcc").into_iter().flatten());
+    candidates.push(PathBuf::from("/usr/local/cuda/bin/nvcc"));
+    candidates
 }
 
 /// A declared value as a program path: an absolute path as it is, a name
@@ -236,17 +244,30 @@ fn resolve(value: &str) -> Result<PathBuf, String> {
 /// Runs the compiler at `path` (as given, so a launcher symlink keeps its
 /// name) and returns its resolved path, id and version. `lang`: `c`, `c++`
 /// or `cuda` (nvcc's `--version`).
-fn measure_one(path: &Path, lang: &str) -> Result<(PathBuf, String, String), String> {
+fn measure_one(path: &Path, lang: &str, declared_by: DeclaredBy) -> Result<Compiler, String> {
     let resolved = path.canonicalize().map_err(|e| format!("{e}"))?;
+    let done = |id: &str, version: String, cmake_version: Option<String>| Compiler {
+        path: resolved.clone(),
+        id: id.into(),
+        cmake_version: cmake_version.filter(|v| *v != version),
+        version,
+        declared_by,
+    };
+    // Bounded: a compiler shim that hangs must not hang the preflight.
     let run = |args: &[&str]| {
-        capture(&path.display().to_string(), duct::cmd(path, args))
-            .map_err(|e| format!("does not run: {}", first_line(&e)))
+        capture_within(
+            &path.display().to_string(),
+            duct::cmd(path, args),
+            MEASURE_TIMEOUT,
+            "a compiler answers its version in well under a second",
+        )
+        .map_err(|e| format!("does not run: {}", first_line(&e)))
     };
     if lang == "cuda" {
         let out = run(&["--version"])?;
         let version = nvcc_version(&out)
             .ok_or_else(|| "printed no `release X.Y, VX.Y.Z` line for --version".to_string())?;
-        return Ok((resolved, "NVIDIA".into(), version));
+        return Ok(done("NVIDIA", version, None));
     }
     let macros = run(&["-dM", "-E", "-x", lang, "/dev/null"])?;
     let defined = |name: &str| -> Option<String> {
@@ -259,17 +280,20 @@ fn measure_one(path: &Path, lang: &str) -> Result<(PathBuf, String, String), Str
     if let Some(major) = defined("__clang_major__") {
         let minor = defined("__clang_minor__").unwrap_or_else(|| "0".into());
         let patch = defined("__clang_patchlevel__").unwrap_or_else(|| "0".into());
-        return Ok((resolved, "Clang".into(), format!("{major}.{minor}.{patch}")));
+        return Ok(done("Clang", format!("{major}.{minor}.{patch}"), None));
     }
-    if defined("__GNUC__").is_some() {
+    if let Some(major) = defined("__GNUC__") {
+        let minor = defined("__GNUC_MINOR__").unwrap_or_else(|| "0".into());
+        let patch = defined("__GNUC_PATCHLEVEL__").unwrap_or_else(|| "0".into());
+        let from_macros = format!("{major}.{minor}.{patch}");
         let version = run(&["-dumpfullversion"])?;
         let version = version.lines().next().unwrap_or("").trim().to_string();
         if version.is_empty() {
             return Err("printed nothing for -dumpfullversion".into());
         }
-        return Ok((resolved, "GNU".into(), version));
+        return Ok(done("GNU", version, Some(from_macros)));
     }
-    Ok((resolved, "unknown".into(), String::new()))
+    Ok(done("unknown", String::new(), None))
 }
 
 /// nvcc's version from its `--version` output: `X.Y.Z` of

@@ -73,6 +73,15 @@ fn declared_cc_and_cxx_are_measured_recorded_and_keyed() {
             "{rec}"
         );
     }
+    // What CMake will read (the predefined macros): the real g++'s version,
+    // recorded beside the wrapper's answer when they differ.
+    let real = which_gxx().1;
+    let want = if real == "12.3.0" {
+        serde_json::Value::Null
+    } else {
+        real.clone().into()
+    };
+    assert_eq!(compilers["cxx"]["cmake_version"], want, "{compilers}");
     // The `gcc` of the record is the declared C compiler, not /usr/bin/gcc.
     assert_eq!(rec["tools"]["gcc"]["version"], "12.3.0", "{rec}");
     // The declared C compiler is the one the build ran.

@@ -116,7 +116,10 @@ pub fn facts(device: &str, compilers: &Compilers) -> Facts {
     for (lang, c) in [("C", &compilers.cc), ("CXX", &compilers.cxx)] {
         if let Some(c) = c {
             f.set(&format!("CMAKE_{lang}_COMPILER_ID"), &c.id);
-            f.set(&format!("CMAKE_{lang}_COMPILER_VERSION"), &c.version);
+            f.set(
+                &format!("CMAKE_{lang}_COMPILER_VERSION"),
+                c.version_for_cmake(),
+            );
         }
     }
     f
@@ -233,7 +236,12 @@ fn measured(stack: &[Frame], compilers: &Compilers) -> String {
     ] {
         if all.contains(lang) {
             parts.push(match c {
-                Some(c) => format!("{name} {} {} ({})", c.id, c.version, c.path.display()),
+                Some(c) => format!(
+                    "{name} {} {} ({})",
+                    c.id,
+                    c.version_for_cmake(),
+                    c.path.display()
+                ),
                 None => format!("{name}: none found"),
             });
         }
@@ -372,6 +380,7 @@ endif()
                 path: "/usr/bin/g++".into(),
                 id: "GNU".into(),
                 version: version.into(),
+                cmake_version: None,
                 declared_by: DeclaredBy::Path,
             }),
             ..Compilers::default()
