@@ -87,6 +87,7 @@ pub fn run(s: &Session, pin_arg: &str, opts: &LockOptions) -> Result<()> {
         libgit2: toolchain::libgit2_version(),
         gcc: toolchain::find_gcc(),
         nvcc: None,
+        compilers: Default::default(),
     };
     let uv = Uv {
         tool: uv_tool,

@@ -237,6 +237,7 @@ fn preparing(
         libgit2: toolchain::libgit2_version(),
         gcc: None,
         nvcc: None,
+        compilers: Default::default(),
     };
     let uv = crate::host::uv::Uv {
         tool: uv_tool,

@@ -330,6 +330,8 @@ pub fn plan(
         "toolchain": {
             "python": tc.python.version, "implementation": tc.python.implementation, "platform": tc.python.platform,
             "gcc": tc.gcc.as_ref().map(|t| &t.version), "nvcc": tc.nvcc.as_ref().map(|t| &t.version),
+            // The measured compilers' ids and versions (never their paths).
+            "compilers": tc.compilers.key(),
             "uv": crate::host::toolchain::uv_version_number(&tc.uv.version),
         },
         "build_lock": hermetic.build_lock.as_ref().map(|l| l.lock_sha256.clone()),

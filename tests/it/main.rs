@@ -34,4 +34,5 @@ mod sbom;
 mod smoke;
 mod source;
 mod store;
+mod toolchain;
 mod versions;

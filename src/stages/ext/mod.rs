@@ -27,6 +27,8 @@
 //! build can never write into the store.
 
 mod cmake;
+pub mod condition;
+pub mod requirement;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
