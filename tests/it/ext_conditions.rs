@@ -40,11 +40,7 @@ fn commit_plain(d: &Path, repo: &Path, name: &str, text: &str) -> std::path::Pat
 /// Builds `recipe` (lock, then build without smoke); returns the wheel's build.json.
 fn build(d: &Path, recipe: &Path, store: &Path) -> (Value, Value) {
     ok(&run_store(d, &["lock", recipe.to_str().unwrap()], store));
-    let out = run_store(
-        d,
-        &["build", recipe.to_str().unwrap(), "--no-smoke"],
-        store,
-    );
+    let out = run_store(d, &["build", recipe.to_str().unwrap(), "--no-smoke"], store);
     ok(&out);
     let res = json(&out);
     let key = res["keys"]["wheel"].as_str().unwrap().to_string();
@@ -56,7 +52,10 @@ fn build(d: &Path, recipe: &Path, store: &Path) -> (Value, Value) {
 fn built_plain(res: &Value) -> String {
     let oracle = Path::new(res["oracle"].as_str().unwrap());
     let out = std::process::Command::new(oracle.join("bin/python"))
-        .args(["-c", "import fixturellm._C, fixturellm._cmake_sources as s; print(s.SOURCES['fxplain'])"])
+        .args([
+            "-c",
+            "import fixturellm._C, fixturellm._cmake_sources as s; print(s.SOURCES['fxplain'])",
+        ])
         .current_dir("/")
         .output()
         .unwrap();
@@ -117,7 +116,10 @@ fn conditional_double_declaration_resolved_for_the_processor_or_by_cmake_or_refu
         .filter(|t| t["name"] == "fxplain")
         .collect();
     assert_eq!(taken.len(), 1, "{rec}");
-    assert_eq!(taken[0]["declared"], "cmake/external_projects/fxplain.cmake:4");
+    assert_eq!(
+        taken[0]["declared"],
+        "cmake/external_projects/fxplain.cmake:4"
+    );
     assert_eq!(taken[0]["decided"], "target");
     assert_eq!(taken[0]["origin"]["git"]["tag"], "v2.0");
     assert_eq!(
@@ -143,7 +145,10 @@ fn conditional_double_declaration_resolved_for_the_processor_or_by_cmake_or_refu
     assert_eq!(staged.len(), 2, "{staged:?}");
     let args = rec["env"]["CMAKE_ARGS"].as_str().unwrap();
     assert!(!args.contains("FETCHCONTENT_SOURCE_DIR_FXPLAIN"), "{args}");
-    assert!(args.contains("-DCMAKE_PROJECT_TOP_LEVEL_INCLUDES="), "{args}");
+    assert!(
+        args.contains("-DCMAKE_PROJECT_TOP_LEVEL_INCLUDES="),
+        "{args}"
+    );
     let taken: Vec<&Value> = rec["ext_taken"]
         .as_array()
         .unwrap()
@@ -151,7 +156,10 @@ fn conditional_double_declaration_resolved_for_the_processor_or_by_cmake_or_refu
         .filter(|t| t["name"] == "fxplain")
         .collect();
     assert_eq!(taken.len(), 1, "{rec}");
-    assert_eq!(taken[0]["declared"], "cmake/external_projects/fxplain.cmake:8");
+    assert_eq!(
+        taken[0]["declared"],
+        "cmake/external_projects/fxplain.cmake:8"
+    );
     assert_eq!(taken[0]["decided"], "configure");
     assert_eq!(taken[0]["origin"]["git"]["tag"], "v2.0");
     // The key holds both candidates.
@@ -165,7 +173,9 @@ fn conditional_double_declaration_resolved_for_the_processor_or_by_cmake_or_refu
 
     // (c) A candidate whose revision the CMake files cannot give: refused
     // before any build, naming both declarations.
-    let wheels = std::fs::read_dir(store.join("store/wheels")).unwrap().count();
+    let wheels = std::fs::read_dir(store.join("store/wheels"))
+        .unwrap()
+        .count();
     let recipe = commit_plain(
         d,
         &repo,
@@ -192,7 +202,9 @@ fn conditional_double_declaration_resolved_for_the_processor_or_by_cmake_or_refu
     );
     assert!(!err.contains("-- Configuring"), "CMake ran: {err}");
     assert_eq!(
-        std::fs::read_dir(store.join("store/wheels")).unwrap().count(),
+        std::fs::read_dir(store.join("store/wheels"))
+            .unwrap()
+            .count(),
         wheels
     );
 }

@@ -299,7 +299,7 @@ impl Walk<'_> {
                 "elseif" => {
                     if let Some(f) = stack.last_mut() {
                         let t = condition::eval(&c.cond_args(), &self.facts);
-                        f.active = f.taken.not().and(t);
+                        f.active = !f.taken.and(t);
                         f.taken = f.taken.or(t);
                         f.text = format!("{} of {}", show("elseif", &c.args), f.head);
                     }
@@ -307,7 +307,7 @@ impl Walk<'_> {
                 }
                 "else" => {
                     if let Some(f) = stack.last_mut() {
-                        f.active = f.taken.not();
+                        f.active = !f.taken;
                         f.taken = Truth::True;
                         f.text = format!("else() of {}", f.head);
                     }
@@ -463,7 +463,10 @@ fn parse_calls(per_file: &Walked) -> Discovery {
     // Overrides: FetchContent_Declare(<name> SOURCE_DIR ${X}) with X from $ENV{X}.
     let mut overrides: BTreeMap<String, (String, bool)> = BTreeMap::new();
     for (_, cs) in per_file {
-        for (c, _, _) in cs.iter().filter(|(c, _, _)| c.name == "fetchcontent_declare") {
+        for (c, _, _) in cs
+            .iter()
+            .filter(|(c, _, _)| c.name == "fetchcontent_declare")
+        {
             let Some(name) = c.args.first() else { continue };
             let kw = keyword_args(&c.args[1..]);
             if kw.contains_key("GIT_REPOSITORY") || kw.contains_key("URL") {
@@ -781,8 +784,16 @@ ExternalProject_Add(ep GIT_REPOSITORY https://example.invalid/ep.git)
             }
         );
         assert_eq!(d.unmapped.len(), 2, "{:?}", d.unmapped);
-        assert!(d.unmapped.iter().any(|u| u.contains("FetchContent_Declare(unknown)")));
-        assert!(d.unmapped.iter().any(|u| u.contains("ExternalProject_Add(ep)")));
+        assert!(
+            d.unmapped
+                .iter()
+                .any(|u| u.contains("FetchContent_Declare(unknown)"))
+        );
+        assert!(
+            d.unmapped
+                .iter()
+                .any(|u| u.contains("ExternalProject_Add(ep)"))
+        );
         assert!(c.entry_name().starts_with("cutlass-v9.9.9-"));
     }
 
@@ -938,7 +949,12 @@ FetchContent_Declare(kleidi GIT_REPOSITORY https://example.invalid/kleidi.git GI
                     Decided::Configure
                 ),
                 ("oneDNN".into(), "v3.10".into(), 13, Decided::Configure),
-                ("kleidi".into(), kleidi.into(), if kleidi == "arm" { 19 } else { 21 }, Decided::Target),
+                (
+                    "kleidi".into(),
+                    kleidi.into(),
+                    if kleidi == "arm" { 19 } else { 21 },
+                    Decided::Target
+                ),
             ]
         );
         assert_eq!(d.sources[0].file, "cmake/cpu_extension.cmake");

@@ -21,6 +21,16 @@
 //! `FetchContent_Populate(<name> GIT_REPOSITORY ..)`, an unresolvable
 //! `${VAR}`) are reported, never silently ignored.
 //!
+//! A name declared more than once under `if()` branches is resolved as the
+//! target's configure would take it ([`condition`] over the target's
+//! processor, system and device): branches false for the target are not
+//! read; one live declaration is staged as above ([`Decided::Target`]);
+//! several the tree decides at configure time are all staged and handed to
+//! CMake by a dependency provider that takes the one CMake evaluated
+//! ([`Decided::Configure`], [`build_env`]); several of which one cannot be
+//! staged are refused, naming each ([`Discovery::refused`]). `build.json`
+//! records the declaration each source was taken from ([`taken`]).
+//!
 //! An entry holds `src/` (the tree at the revision, submodules included,
 //! without `.git`), `ext.json` (origin and resolved commit) and
 //! `manifest.json`. Builds copy `src/` into their staging directory, so a
@@ -582,7 +592,9 @@ fn provider_cmake(provided: &[(&ExtSource, String)], record: &Path) -> String {
     );
     t.push_str(&format!("file(WRITE {rec} \"\")\n"));
     t.push_str("macro(oracle_build_provide _ob_method _ob_name)\n");
-    t.push_str("  string(TOLOWER \"${_ob_name}\" _ob_lc)\n  string(TOUPPER \"${_ob_name}\" _ob_uc)\n");
+    t.push_str(
+        "  string(TOLOWER \"${_ob_name}\" _ob_lc)\n  string(TOUPPER \"${_ob_name}\" _ob_uc)\n",
+    );
     t.push_str("  cmake_parse_arguments(_ob \"\" \"GIT_REPOSITORY;GIT_TAG;URL\" \"\" ${ARGN})\n");
     t.push_str("  set(_ob_dir \"\")\n  set(_ob_known \"\")\n  set(_ob_governed FALSE)\n");
     for n in &names {
@@ -590,7 +602,10 @@ fn provider_cmake(provided: &[(&ExtSource, String)], record: &Path) -> String {
             "  if(_ob_lc STREQUAL {})\n    set(_ob_governed TRUE)\n",
             cmake_quote(n)
         ));
-        for (s, dir) in provided.iter().filter(|(s, _)| s.name.eq_ignore_ascii_case(n)) {
+        for (s, dir) in provided
+            .iter()
+            .filter(|(s, _)| s.name.eq_ignore_ascii_case(n))
+        {
             let test = match &s.origin {
                 Origin::Git { repo, tag } => format!(
                     "\"${{_ob_GIT_REPOSITORY}}\" STREQUAL {} AND \"${{_ob_GIT_TAG}}\" STREQUAL {}",
@@ -697,7 +712,10 @@ pub fn taken(staged: &[(ExtSource, Entry)], work: &Path) -> Result<Vec<Taken>> {
             .iter()
             .find(|(_, e)| work.join("ext").join(&e.name) == Path::new(dir))
         else {
-            bail!("{}: names {dir}, which is no staged candidate", record.display());
+            bail!(
+                "{}: names {dir}, which is no staged candidate",
+                record.display()
+            );
         };
         out.push(Taken {
             name: s.name.clone(),
