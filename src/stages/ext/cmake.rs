@@ -9,8 +9,19 @@ use std::collections::BTreeMap;
 use super::condition::{self, Arg, Facts, Truth};
 use super::{Decided, Discovery, ExtSource, Origin, Variable, runs_cmake};
 
-/// [`super::discover_in_tree`] over any reader of checkout-relative paths.
+/// [`super::discover_in_tree`] over any reader of checkout-relative paths,
+/// for a native build on this machine ([`Facts::for_target`]).
 pub fn discover_with(read: &dyn Fn(&str) -> Option<String>, device: &str) -> Discovery {
+    discover_for(read, device, &Facts::for_target(device))
+}
+
+/// [`discover_with`] for the target `facts` describe (another processor:
+/// `export --platform`).
+pub fn discover_for(
+    read: &dyn Fn(&str) -> Option<String>,
+    device: &str,
+    facts: &Facts,
+) -> Discovery {
     if !runs_cmake(device) {
         return Discovery {
             no_cmake: Some(format!(
@@ -24,7 +35,7 @@ pub fn discover_with(read: &dyn Fn(&str) -> Option<String>, device: &str) -> Dis
     };
     let mut w = Walk {
         read: Some(read),
-        facts: Facts::for_target(device),
+        facts: facts.clone(),
         out: Vec::new(),
         notes: Vec::new(),
         visited: Vec::new(),
@@ -958,6 +969,24 @@ FetchContent_Declare(kleidi GIT_REPOSITORY https://example.invalid/kleidi.git GI
             ]
         );
         assert_eq!(d.sources[0].file, "cmake/cpu_extension.cmake");
+        // Another processor's build (export --platform) takes its own branch.
+        for (arch, tag) in [("aarch64", "arm"), ("x86_64", "x86")] {
+            let f = Facts::for_platform("cpu", arch, "linux");
+            let d = discover_for(&cpu_tree, "cpu", &f);
+            let k: Vec<&Origin> = d
+                .sources
+                .iter()
+                .filter(|s| s.name == "kleidi")
+                .map(|s| &s.origin)
+                .collect();
+            assert_eq!(
+                k,
+                [&Origin::Git {
+                    repo: "https://example.invalid/kleidi.git".into(),
+                    tag: tag.into()
+                }]
+            );
+        }
         // The third kleidi comes after a declaration that always runs.
         assert!(
             d.unmapped

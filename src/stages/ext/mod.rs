@@ -48,7 +48,7 @@ use git2::{FetchOptions, Repository};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-pub use cmake::{discover_with, parse};
+pub use cmake::{discover_for, discover_with, parse};
 
 use crate::progress;
 use crate::store::{Bucket, Entry, Manifest, Store, copy_tree, read_json, sha256_file, write_json};
@@ -233,6 +233,20 @@ pub fn discover_in_tree(src: &Path, device: &str) -> Result<Discovery> {
         p.is_file().then(|| fs::read_to_string(&p).ok()).flatten()
     };
     discover_with(&read, device).check()
+}
+
+/// [`discover_in_tree`] for a build on another processor (`x86_64`,
+/// `aarch64`): the conditions on `CMAKE_SYSTEM_PROCESSOR` are evaluated for
+/// it (`export --platform`).
+///
+/// Errors: as [`discover_in_tree`].
+pub fn discover_in_tree_for(src: &Path, device: &str, processor: &str) -> Result<Discovery> {
+    let read = |rel: &str| -> Option<String> {
+        let p = src.join(rel);
+        p.is_file().then(|| fs::read_to_string(&p).ok()).flatten()
+    };
+    let facts = condition::Facts::for_platform(device, processor, "linux");
+    discover_for(&read, device, &facts).check()
 }
 
 /// Discovers the sources of `commit` from the bare mirror at `mirror`
