@@ -321,7 +321,8 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
             add_entry(&e, &mut entries, &mut files)?;
         }
     }
-    let found = ext::discover_in_tree(&src.path, &r.build.target_device)?;
+    // The target platform's branches of the CMake files, not this host's.
+    let found = ext::discover_in_tree_for(&src.path, &r.build.target_device, &platform.arch)?;
     for line in &found.unmapped {
         progress::stage(
             "ext",

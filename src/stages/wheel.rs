@@ -21,7 +21,7 @@ use crate::host::toolchain::{self, Toolchain};
 use crate::host::uv::pin_lines;
 use crate::progress::{self, Progress};
 use crate::recipe::{BuildMode, LoadedRecipe, TargetDevice};
-use crate::stages::ext::{ExtSource, Variable};
+use crate::stages::ext::{Decided, ExtSource, Variable};
 use crate::stages::lock::{BuildRequirements, build_requirements};
 use crate::stages::source::Describe;
 use crate::stages::wheelhouse::LockedInstall;
@@ -684,6 +684,9 @@ impl WheelHermetic {
         self.ext
             .iter()
             .map(|(s, _)| match &s.variable {
+                _ if s.decided == Decided::Configure => {
+                    format!("the dependency provider ({})", s.declared_at())
+                }
                 Variable::Env(v) => v.clone(),
                 Variable::Cmake(v) => format!("CMAKE_ARGS -D{v}"),
             })
@@ -807,6 +810,11 @@ pub struct BuildRecord {
     /// `[[mirror]]` tables (not keyed: `inputs` keeps the declared URLs).
     #[serde(default)]
     pub origins: Origins,
+    /// The declaration each staged external source was taken from
+    /// (`file:line`, origin, commit, decided for the `target` or at
+    /// `configure` time by the tree's CMake; [`crate::stages::ext::taken`]).
+    #[serde(default)]
+    pub ext_taken: Vec<crate::stages::ext::Taken>,
     /// When the build started (RFC 3339).
     pub started: String,
     /// Wall time, seconds.
@@ -999,6 +1007,17 @@ pub fn ensure(
         .map(|(k, _)| k.to_string_lossy().into_owned())
         .filter(|k| is_scrubbed(k))
         .collect();
+    // A configure-time candidate's variable must not reach CMake from the
+    // user's environment either: CMake asks the provider only when it is empty.
+    for (s, _) in &plan.hermetic.ext {
+        if let Variable::Env(v) = &s.variable
+            && s.decided == Decided::Configure
+            && std::env::var_os(v).is_some()
+            && !scrubbed.contains(v)
+        {
+            scrubbed.push(v.clone());
+        }
+    }
     scrubbed.sort();
     let bar = Progress::new("build");
     let mut env_pairs: Vec<(String, String)> =
@@ -1019,6 +1038,7 @@ pub fn ensure(
     uv.build_wheel(&venv, &tree, &dist, &env_pairs, &remove, &log, &bar)?;
     bar.finish();
     let cache_stats = counter.as_ref().and_then(|(c, _)| c.finish());
+    let ext_taken = crate::stages::ext::taken(&plan.hermetic.ext, &work)?;
     let wheels: Vec<String> = fs::read_dir(&dist)?
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -1064,6 +1084,7 @@ pub fn ensure(
                 .filter_map(|(s, e)| Some((s.name.clone(), crate::stages::ext::fetched_from(e)?)))
                 .collect(),
         },
+        ext_taken,
         started,
         duration_s: t0.elapsed().as_secs_f64(),
     };

@@ -37,16 +37,20 @@ pub enum Truth {
     Unknown,
 }
 
-impl Truth {
+impl std::ops::Not for Truth {
+    type Output = Truth;
+
     /// Kleene negation.
-    pub fn not(self) -> Truth {
+    fn not(self) -> Truth {
         match self {
             Truth::True => Truth::False,
             Truth::False => Truth::True,
             Truth::Unknown => Truth::Unknown,
         }
     }
+}
 
+impl Truth {
     /// Kleene conjunction: false wins, then unknown.
     pub fn and(self, o: Truth) -> Truth {
         match (self, o) {
@@ -58,7 +62,7 @@ impl Truth {
 
     /// Kleene disjunction: true wins, then unknown.
     pub fn or(self, o: Truth) -> Truth {
-        self.not().and(o.not()).not()
+        !((!self).and(!o))
     }
 
     fn of(b: bool) -> Truth {
@@ -296,7 +300,7 @@ impl Parser<'_> {
     fn not_expr(&mut self) -> Option<Truth> {
         if self.is_kw("NOT") {
             self.pos += 1;
-            return Some(self.not_expr()?.not());
+            return Some(!self.not_expr()?);
         }
         self.binary()
     }
