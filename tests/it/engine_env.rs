@@ -231,7 +231,11 @@ fn the_engine_writes_only_into_the_oracles_own_run_directory() {
 
     // No cache directory of one oracle is, holds or sits in one of the other's.
     let (dirs_a, dirs_b) = (written_dirs(&rep_a), written_dirs(&rep_b));
-    assert_eq!((dirs_a.len(), dirs_b.len()), (9, 9), "{dirs_a:?} {dirs_b:?}");
+    assert_eq!(
+        (dirs_a.len(), dirs_b.len()),
+        (9, 9),
+        "{dirs_a:?} {dirs_b:?}"
+    );
     for a in &dirs_a {
         for b in &dirs_b {
             assert!(
@@ -266,7 +270,11 @@ fn model_python() -> Result<PathBuf, String> {
     } else {
         Err(format!(
             "python3 cannot import numpy, safetensors and tokenizers: {}",
-            String::from_utf8_lossy(&probe.stderr).trim()
+            String::from_utf8_lossy(&probe.stderr)
+                .trim()
+                .lines()
+                .last()
+                .unwrap_or_default()
         ))
     }
 }
