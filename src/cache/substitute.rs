@@ -718,7 +718,8 @@ impl<'a> Fetcher<'a> {
 /// commit describes now ([`source::describe`]). Checked after the source
 /// is in the mirror, before the wheel is (by `pull`, substitution and `import`).
 ///
-/// Errors: a string naming the tags and the wheel's version.
+/// Errors: a string naming both tags and both versions (the wheel's, and
+/// the one this box's history gives, [`source::history::History::gives`]).
 pub fn check_wheel_history(store: &Store, dir: &Path) -> std::result::Result<(), String> {
     let rec = wheel::BuildRecord::read(dir).map_err(|e| format!("{e:#}"))?;
     let computed = crate::store::key::content_key(&rec.inputs);
@@ -750,8 +751,12 @@ pub fn check_wheel_history(store: &Store, dir: &Path) -> std::result::Result<(),
         d.as_ref()
             .map_or_else(|| "no tag".to_string(), ToString::to_string)
     };
+    // The version this box's history gives, as far as the mirror fixes it
+    // (the tree computes the rest when the wheel is built here).
+    let gives = source::history::of(&mirror.path, commit)
+        .map_or_else(|| "another version".to_string(), |h| h.gives());
     Err(format!(
-        "it was built as version {} from {}, but this box's history of {commit} gives {}, so another version (computed when the wheel is built here)",
+        "it was built as version {} from {}, but this box's history of {commit} gives version {gives} from {}",
         rec.history_version.as_deref().unwrap_or("(unknown)"),
         show(&theirs),
         show(&ours),
