@@ -91,16 +91,10 @@ pub fn lock_files(config: &Config) -> Vec<super::trust::FileDigest> {
 /// platform directories `<root>/<recipe>/<P>/`, as its `lock.json` names
 /// the recipe).
 pub fn pinned_by_lockfile(config: &Config, lockfiles: Option<&Path>) -> bool {
-    use crate::stages::lock::{BUILD_LOCK, LOCK_JSON, LockInfo, RUNTIME_LOCK};
-    let Some(root) = lockfiles else {
-        return false;
-    };
+    use crate::stages::lock::{BUILD_LOCK, RUNTIME_LOCK};
     let Some(recipe) = config.record["recipe"].as_str() else {
         return false;
     };
-    if !artifact::plain_name(recipe) {
-        return false;
-    }
     let theirs = |name: &str| {
         config
             .files
@@ -108,7 +102,29 @@ pub fn pinned_by_lockfile(config: &Config, lockfiles: Option<&Path>) -> bool {
             .find(|f| f.path == name)
             .map(|f| f.sha256.clone())
     };
-    let wanted = (theirs(BUILD_LOCK), theirs(RUNTIME_LOCK));
+    pinned_by_lockfile_files(
+        recipe,
+        (theirs(BUILD_LOCK), theirs(RUNTIME_LOCK)),
+        lockfiles,
+    )
+}
+
+/// Whether `wanted`, the sha256 of a lock's `pylock.build.toml` and
+/// `pylock.runtime.toml` (`None`: absent), are exactly those of a reviewed
+/// lockfile of `recipe` under `lockfiles` (as [`pinned_by_lockfile`]; also
+/// for a bundle's lock, by `import`).
+pub fn pinned_by_lockfile_files(
+    recipe: &str,
+    wanted: (Option<String>, Option<String>),
+    lockfiles: Option<&Path>,
+) -> bool {
+    use crate::stages::lock::{BUILD_LOCK, LOCK_JSON, LockInfo, RUNTIME_LOCK};
+    let Some(root) = lockfiles else {
+        return false;
+    };
+    if !artifact::plain_name(recipe) {
+        return false;
+    }
     if wanted.0.is_none() && wanted.1.is_none() {
         return false;
     }

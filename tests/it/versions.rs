@@ -230,6 +230,40 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
     let bundle = fx.dir().join("fx-stale.tar.gz");
     let out = ob(&fx, &a, &[], &["export", r, "-o", bundle.to_str().unwrap()]);
     assert_eq!(code(&out), 0, "{}", text(&out));
+    // The same bundle from A without its signing key: its lock is unsigned.
+    let unsigned = fx.dir().join("fx-unsigned.tar.gz");
+    configure(&a, &url, None, &allowed, 1);
+    let out = ob(
+        &fx,
+        &a,
+        &[],
+        &["export", r, "-o", unsigned.to_str().unwrap()],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    configure(&a, &url, Some(&key), &allowed, 1);
+    // A box whose caches name trusted_signers refuses the unsigned lock of
+    // a bundle, as it would a cache's: not the store's lock, not beside
+    // the imported recipe; its builds resolve their own.
+    let k = fx.dir().join("store-k");
+    configure(&k, &url, None, &allowed, 1);
+    let imported = ok(&ob(
+        &fx,
+        &k,
+        &[],
+        &["import", unsigned.to_str().unwrap(), "--json"],
+    ));
+    let trust = imported["lock_trust"].as_str().unwrap_or_default();
+    assert!(trust.starts_with("untrusted"), "{imported}");
+    assert!(
+        imported["notes"].to_string().contains("not trusted"),
+        "{imported}"
+    );
+    assert_eq!(imported["lock_entry"], Value::Null, "{imported}");
+    assert!(names(&k.join("store/lockfiles")).is_empty(), "{imported}");
+    assert!(
+        names(&k.join("imported/fx/lockfiles/fx")).is_empty(),
+        "{imported}"
+    );
 
     // cache ls: the store lock is signed; pinned when a reviewed lockfile holds it.
     let ls = ok(&ob(&fx, &a, &[], &["cache", "ls", "--json"]));
@@ -340,6 +374,13 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
         &[],
         &["import", bundle.to_str().unwrap(), "--json"],
     ));
+    // Its lock is A's, signed (B trusts A's key).
+    assert!(
+        imported["lock_trust"]
+            .as_str()
+            .is_some_and(|t| t.contains("signed by builder-a@test")),
+        "{imported}"
+    );
     let notes = imported["notes"].to_string();
     for want in [
         stale_version.as_str(),
