@@ -306,6 +306,23 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
         "{}",
         text(&out)
     );
+    // A reviewed lockfile on the importing box pins the bundle's unsigned lock.
+    let k2 = fx.dir().join("store-k2");
+    configure(&k2, &url, None, &allowed, 1);
+    let imported = ok(&ob(
+        &fx,
+        &k2,
+        &[],
+        &[
+            "import",
+            unsigned.to_str().unwrap(),
+            "--json",
+            "--lockfiles",
+            reviewed.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(imported["lock_trust"], "pinned (lockfile)", "{imported}");
+    assert!(imported["lock_entry"].is_string(), "{imported}");
 
     // Upstream tags the pinned commit.
     git(&repo, &["tag", "v0.2.0", &head]);
@@ -566,6 +583,13 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
     ));
     assert!(
         imported["added"].to_string().contains(&stale_key),
+        "{imported}"
+    );
+    // I's store names no cache, so no trusted_signers: taken, unjudged.
+    assert!(
+        imported["lock_trust"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("not checked")),
         "{imported}"
     );
     let out = ob(&fx, &i, &[], &["build", r, "--offline", "--json"]);
