@@ -91,16 +91,10 @@ pub fn lock_files(config: &Config) -> Vec<super::trust::FileDigest> {
 /// platform directories `<root>/<recipe>/<P>/`, as its `lock.json` names
 /// the recipe).
 pub fn pinned_by_lockfile(config: &Config, lockfiles: Option<&Path>) -> bool {
-    use crate::stages::lock::{BUILD_LOCK, LOCK_JSON, LockInfo, RUNTIME_LOCK};
-    let Some(root) = lockfiles else {
-        return false;
-    };
+    use crate::stages::lock::{BUILD_LOCK, RUNTIME_LOCK};
     let Some(recipe) = config.record["recipe"].as_str() else {
         return false;
     };
-    if !artifact::plain_name(recipe) {
-        return false;
-    }
     let theirs = |name: &str| {
         config
             .files
@@ -108,7 +102,29 @@ pub fn pinned_by_lockfile(config: &Config, lockfiles: Option<&Path>) -> bool {
             .find(|f| f.path == name)
             .map(|f| f.sha256.clone())
     };
-    let wanted = (theirs(BUILD_LOCK), theirs(RUNTIME_LOCK));
+    pinned_by_lockfile_files(
+        recipe,
+        (theirs(BUILD_LOCK), theirs(RUNTIME_LOCK)),
+        lockfiles,
+    )
+}
+
+/// Whether `wanted`, the sha256 of a lock's `pylock.build.toml` and
+/// `pylock.runtime.toml` (`None`: absent), are exactly those of a reviewed
+/// lockfile of `recipe` under `lockfiles` (as [`pinned_by_lockfile`]; also
+/// for a bundle's lock, by `import`).
+pub fn pinned_by_lockfile_files(
+    recipe: &str,
+    wanted: (Option<String>, Option<String>),
+    lockfiles: Option<&Path>,
+) -> bool {
+    use crate::stages::lock::{BUILD_LOCK, LOCK_JSON, LockInfo, RUNTIME_LOCK};
+    let Some(root) = lockfiles else {
+        return false;
+    };
+    if !artifact::plain_name(recipe) {
+        return false;
+    }
     if wanted.0.is_none() && wanted.1.is_none() {
         return false;
     }
@@ -718,7 +734,8 @@ impl<'a> Fetcher<'a> {
 /// commit describes now ([`source::describe`]). Checked after the source
 /// is in the mirror, before the wheel is (by `pull`, substitution and `import`).
 ///
-/// Errors: a string naming the tags and the wheel's version.
+/// Errors: a string naming both tags and both versions (the wheel's, and
+/// the one this box's history gives, [`source::history::History::gives`]).
 pub fn check_wheel_history(store: &Store, dir: &Path) -> std::result::Result<(), String> {
     let rec = wheel::BuildRecord::read(dir).map_err(|e| format!("{e:#}"))?;
     let computed = crate::store::key::content_key(&rec.inputs);
@@ -750,8 +767,12 @@ pub fn check_wheel_history(store: &Store, dir: &Path) -> std::result::Result<(),
         d.as_ref()
             .map_or_else(|| "no tag".to_string(), ToString::to_string)
     };
+    // The version this box's history gives, as far as the mirror fixes it
+    // (the tree computes the rest when the wheel is built here).
+    let gives = source::history::of(&mirror.path, commit)
+        .map_or_else(|| "another version".to_string(), |h| h.gives());
     Err(format!(
-        "it was built as version {} from {}, but this box's history of {commit} gives {}, so another version (computed when the wheel is built here)",
+        "it was built as version {} from {}, but this box's history of {commit} gives version {gives} from {}",
         rec.history_version.as_deref().unwrap_or("(unknown)"),
         show(&theirs),
         show(&ours),

@@ -75,7 +75,7 @@ pub fn import(s: &Session, file: &Path) -> Result<()> {
     let root = s.root()?;
     let store = Store::at(&root)?;
     crate::store::report_stale_staging(&store, "import")?;
-    let report = bundle::import(&store, &root, file)?;
+    let report = bundle::import(&store, &root, file, s.lockfiles())?;
     if s.json {
         return print_json(&report);
     }
@@ -87,6 +87,9 @@ pub fn import(s: &Session, file: &Path) -> Result<()> {
     );
     if let Some(uv) = &report.uv {
         println!("uv       {}", uv.display());
+    }
+    if let Some(t) = &report.lock_trust {
+        println!("lock     {t}");
     }
     for g in &report.goldens {
         println!("golden   {}", g.display());

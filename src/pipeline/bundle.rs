@@ -22,6 +22,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use fs_err as fs;
 use serde::Serialize;
 
+use crate::cache::trust::{self, Attestation, FileDigest};
 use crate::exit::bad_input;
 use crate::host::platform::Platform;
 use crate::host::process::capture;
@@ -392,6 +393,18 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
             symlink: false,
         });
     }
+    // The lock travels signed, as `push` signs a store lock: one
+    // attestation per signing key of the store's caches, beside the lock.
+    let atts = sign_lock(store, lr, &locked, target.as_ref())?;
+    if !atts.is_empty() {
+        let path = staging.path().join(LOCK_ATTESTATIONS);
+        fs::write(&path, serde_json::to_vec_pretty(&atts)?)?;
+        files.push(Member {
+            name: format!("lockfiles/{}/{LOCK_ATTESTATIONS}", r.name),
+            path,
+            symlink: false,
+        });
+    }
     files.sort_by(|a, b| a.name.cmp(&b.name));
 
     let mut manifest = BundleManifest {
@@ -427,6 +440,176 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
     };
     drop(temp);
     Ok(report)
+}
+
+/// The file beside a bundle's lock (`lockfiles/<name>/`) holding the
+/// attestations that sign it: a JSON array of [`Attestation`]s, at most
+/// [`MAX_LOCK_ATTESTATIONS_BYTES`].
+pub const LOCK_ATTESTATIONS: &str = "attestations.json";
+
+/// The bound on [`LOCK_ATTESTATIONS`] when read.
+pub const MAX_LOCK_ATTESTATIONS_BYTES: u64 = 1 << 20;
+
+/// The key a bundled lock is signed under: the store lock's key of `lr`
+/// for `target` (this host: [`lock::auto_entry`]).
+fn lock_key(store: &Store, lr: &LoadedRecipe, target: Option<&Platform>) -> String {
+    match target {
+        None => lock::auto_entry(store, &lr.recipe).name,
+        Some(p) => lock::platform_entry(store, &lr.recipe, p).name,
+    }
+}
+
+/// Every file of the lock in `dir` (`lock.json` and the pylock files it
+/// lists) with its sha256 and size: what a lock statement names.
+fn lock_digests(dir: &Path, info: &lock::LockInfo) -> Result<Vec<FileDigest>> {
+    let mut out = Vec::new();
+    for name in std::iter::once(lock::LOCK_JSON).chain(info.files.keys().map(String::as_str)) {
+        let p = dir.join(name);
+        out.push(FileDigest {
+            path: name.to_string(),
+            sha256: crate::store::sha256_file(&p)?,
+            size: fs::metadata(&p)?.len(),
+        });
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The lock statement of `locked` (key [`lock_key`], inputs the store
+/// lock's key inputs, every lock file), signed by each `signing_key` of
+/// the store's caches (`config.toml`), one attestation per key.
+///
+/// Errors: a cache's configuration or key cannot be read; signing fails.
+fn sign_lock(
+    store: &Store,
+    lr: &LoadedRecipe,
+    locked: &lock::Locked,
+    target: Option<&Platform>,
+) -> Result<Vec<Attestation>> {
+    let caches = crate::cache::config::load(store.root(), None)?.caches;
+    let mut keys: Vec<trust::SigningKey> = Vec::new();
+    for c in &caches {
+        if let Some(k) = trust::SigningKey::for_cache(c)?
+            && !keys.iter().any(|x| x.fingerprint() == k.fingerprint())
+        {
+            keys.push(k);
+        }
+    }
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    // As `push` writes a statement's time: RFC 3339 to the second, UTC.
+    let time = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let st = trust::Statement::for_lock(
+        &lock_key(store, lr, target),
+        &lock::auto_key_inputs(&lr.recipe),
+        lock_digests(&locked.dir, &locked.info)?,
+        &trust::builder_name(),
+        &time,
+    );
+    keys.iter().map(|k| trust::sign(&st, k)).collect()
+}
+
+/// How `import` judged a bundle's lock (its `lock_trust`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BundleLockTrust {
+    /// Trusted: `pinned (lockfile)` or `signed by …`.
+    Trusted(String),
+    /// Not judged: this store's caches name no `trusted_signers`, so no
+    /// signature can be checked (the lock is taken, as before such a policy).
+    NotChecked(String),
+    /// Refused: why.
+    Untrusted(String),
+}
+
+impl std::fmt::Display for BundleLockTrust {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BundleLockTrust::Trusted(s) => write!(f, "{s}"),
+            BundleLockTrust::NotChecked(s) => write!(f, "not checked: {s}"),
+            BundleLockTrust::Untrusted(s) => write!(f, "untrusted: {s}"),
+        }
+    }
+}
+
+/// The trust of the lock in `dir` (a bundle's `lockfiles/<name>/`, its
+/// [`LOCK_ATTESTATIONS`] removed from it here) for `lr` on this box, as a
+/// lock from a cache is judged: pinned when its pylock files are a reviewed
+/// lockfile's under `lockfiles` ([`crate::cache::substitute::pinned_by_lockfile`]);
+/// else by its attestations under each policy of the store's caches that
+/// names `trusted_signers` ([`trust::verify_lock`]: the key is this host's
+/// store lock key), trusted when one policy trusts it; not checked when no
+/// cache names `trusted_signers`.
+///
+/// Errors: the attestations file is larger than its bound or does not
+/// parse (exit 2); the store's cache configuration cannot be read.
+fn judge_lock(
+    store: &Store,
+    lr: &LoadedRecipe,
+    dir: &Path,
+    lockfiles: Option<&Path>,
+) -> Result<BundleLockTrust> {
+    let att_path = dir.join(LOCK_ATTESTATIONS);
+    let atts: Vec<Attestation> = if att_path.is_file() {
+        if fs::metadata(&att_path)?.len() > MAX_LOCK_ATTESTATIONS_BYTES {
+            return Err(bad_input(format!(
+                "the bundle's {LOCK_ATTESTATIONS} is larger than {MAX_LOCK_ATTESTATIONS_BYTES} bytes"
+            )));
+        }
+        let v = serde_json::from_slice(&fs::read(&att_path)?).map_err(|e| {
+            bad_input(format!(
+                "the bundle's {LOCK_ATTESTATIONS} does not parse: {e}"
+            ))
+        })?;
+        fs::remove_file(&att_path)?;
+        v
+    } else {
+        Vec::new()
+    };
+    let Ok(info) = crate::store::read_json::<lock::LockInfo>(&dir.join(lock::LOCK_JSON)) else {
+        return Ok(BundleLockTrust::Untrusted(
+            "it has no readable lock.json".into(),
+        ));
+    };
+    let digests = lock_digests(dir, &info)?;
+    let sha = |name: &str| {
+        digests
+            .iter()
+            .find(|d| d.path == name)
+            .map(|d| d.sha256.clone())
+    };
+    if crate::cache::substitute::pinned_by_lockfile_files(
+        &lr.recipe.name,
+        (sha(lock::BUILD_LOCK), sha(lock::RUNTIME_LOCK)),
+        lockfiles,
+    ) {
+        return Ok(BundleLockTrust::Trusted("pinned (lockfile)".into()));
+    }
+    let caches = crate::cache::config::load(store.root(), None)?.caches;
+    let policies: Vec<trust::Policy> = caches
+        .iter()
+        .filter(|c| c.trusted_signers.is_some())
+        .map(trust::Policy::for_cache)
+        .collect::<Result<_>>()?;
+    if policies.is_empty() {
+        return Ok(BundleLockTrust::NotChecked(
+            "this store's caches name no trusted_signers, so its signatures cannot be checked"
+                .into(),
+        ));
+    }
+    let key = lock::auto_entry(store, &lr.recipe).name;
+    let mut why = Vec::new();
+    for p in &policies {
+        let v = trust::verify_lock(&key, &digests, &atts, p);
+        if v.is_trusted() {
+            let t = crate::cache::substitute::LockTrust::Signed { verdict: v };
+            return Ok(BundleLockTrust::Trusted(t.to_string()));
+        }
+        why.push(v.to_string());
+    }
+    Ok(BundleLockTrust::Untrusted(why.join("; ")))
 }
 
 /// `git bundle create` of `commit` (under `refs/oracle-build/pins/<commit>`,
@@ -508,6 +691,9 @@ pub struct ImportReport {
     pub uv: Option<PathBuf>,
     /// The store entry that now holds the lock for this host's builds by PIN.
     pub lock_entry: Option<String>,
+    /// How the bundle's lock was judged: `pinned (lockfile)`, `signed by …`,
+    /// `untrusted: …` (not taken), `not checked: …` (see [`BundleLockTrust`]).
+    pub lock_trust: Option<String>,
     /// Goldens copied into `<root>/goldens/<recipe>/`.
     pub goldens: Vec<PathBuf>,
     /// Anything the import could not do (the rest was done).
@@ -519,7 +705,12 @@ pub struct ImportReport {
 ///
 /// Returns what it did. Errors (exit 2): the archive is hostile or tampered
 /// with (nothing is written). Errors: git cannot read the source bundle.
-pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
+pub fn import(
+    store: &Store,
+    root: &Path,
+    file: &Path,
+    lockfiles: Option<&Path>,
+) -> Result<ImportReport> {
     let refuse = |why: String| {
         bad_input(format!(
             "refusing {}: {why}; nothing was written",
@@ -625,6 +816,24 @@ pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
     // usual PIN (the built-in recipe, its name, or the same file anywhere).
     let lock_src = x.join("lockfiles").join(&m.recipe);
     let mut lock_entry = None;
+    // Trusted like a lock from a cache; an untrusted one is not taken (not
+    // as the store's lock, not beside the imported recipe).
+    let trust = if lock_src.is_dir() {
+        Some(judge_lock(store, &imported, &lock_src, lockfiles)?)
+    } else {
+        None
+    };
+    if let Some(BundleLockTrust::Untrusted(why)) = &trust {
+        notes.push(format!(
+            "the bundle's lock is not trusted ({why}): not taken; this box resolves its own"
+        ));
+        make_writable(&lock_src);
+        fs::remove_dir_all(&lock_src)?;
+    } else if let Some(BundleLockTrust::NotChecked(why)) = &trust {
+        notes.push(format!(
+            "the bundle's lock was taken without a trust check: {why}"
+        ));
+    }
     match lock::load(&lock_src, &imported) {
         Ok(Some(_)) => {
             let e = lock::auto_entry(store, &imported.recipe);
@@ -655,6 +864,7 @@ pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
             }
             lock_entry = Some(e.label());
         }
+        Ok(None) if matches!(trust, Some(BundleLockTrust::Untrusted(_))) => {}
         Ok(None) => notes.push("the bundle carries no lock".into()),
         Err(e) => notes.push(format!("its lock cannot be used on this host: {e:#}")),
     }
@@ -695,10 +905,9 @@ pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
         x.join("recipe").join(format!("{}.yaml", m.recipe)),
         new.join("recipes").join(format!("{}.yaml", m.recipe)),
     )?;
-    fs::rename(
-        x.join("lockfiles").join(&m.recipe),
-        new.join("lockfiles").join(&m.recipe),
-    )?;
+    if lock_src.is_dir() {
+        fs::rename(&lock_src, new.join("lockfiles").join(&m.recipe))?;
+    }
     if gsrc.is_dir() {
         fs::create_dir_all(new.join("goldens"))?;
         fs::rename(&gsrc, new.join("goldens").join(&m.recipe))?;
@@ -731,6 +940,7 @@ pub fn import(store: &Store, root: &Path, file: &Path) -> Result<ImportReport> {
         platform: m.platform.clone(),
         uv: uv_installed,
         lock_entry,
+        lock_trust: trust.map(|t| t.to_string()),
         goldens,
         notes,
     };

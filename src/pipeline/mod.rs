@@ -24,21 +24,26 @@
 //!    ([`preflight::check_tree_requirements`]): one they fail is refused
 //!    before anything is compiled, one the tree decides at configure time
 //!    is a warning.
-//! 5. Gather the hermetic inputs ([`inputs::prepare`]): the lock (or one
+//! 5. Check the recipe's `expect.runtime_version` and
+//!    `expect.distribution_version` against what the commit's history fixes
+//!    of its version, read from the mirror (`stages::source::history`: the
+//!    tag `git describe` finds, the distance, the commit): a contradicted
+//!    one fails (exit 3) before any wheel-stage work.
+//! 6. Gather the hermetic inputs ([`inputs::prepare`]): the lock (or one
 //!    resolved now), its artifacts in the wheelhouse, the staged external
 //!    sources, the compiler cache.
-//! 6. Plan the wheel from complete inputs ([`wheel_plan`]: one key), take
+//! 7. Plan the wheel from complete inputs ([`wheel_plan`]: one key), take
 //!    it from a cache when a trusted one has it, else ensure it
 //!    (`stages::wheel`): built in staging, persisted by rename.
-//! 7. Plan the venv from the wheel's record ([`venv_plan`]); a damaged wheel
+//! 8. Plan the venv from the wheel's record ([`venv_plan`]); a damaged wheel
 //!    about to be installed is quarantined and rebuilt; a runtime lock that
 //!    misses or contradicts the wheel's `Requires-Dist` is refused
 //!    (`stages::venv::check_requires`) before anything is installed.
-//! 8. Ensure the oracle (`stages::oracle`): install the venv
+//! 9. Ensure the oracle (`stages::oracle`): install the venv
 //!    (`stages::venv`), check its identity (`stages::identity`), run the gate
 //!    (`stages::smoke`), record `oracle.json`, persist.
-//! 9. Point the pin's GC root at the oracle; drop the temporary roots.
-//! 10. When the wheel was built here, push to the `push = "auto"` caches
+//! 10. Point the pin's GC root at the oracle; drop the temporary roots.
+//! 11. When the wheel was built here, push to the `push = "auto"` caches
 //!     ([`push::auto`]); a failed push is reported, not a build failure.
 
 pub mod advance;
@@ -85,7 +90,7 @@ pub struct Keys {
 }
 
 /// The wheel plan for `lr` built from the checkout at `src` with `tc` and
-/// the hermetic inputs `hermetic` (step 6): the one place the wheel key is
+/// the hermetic inputs `hermetic` (step 7): the one place the wheel key is
 /// computed, for `plan` and `build` alike.
 ///
 /// Errors: as [`wheel::settings`].
@@ -106,7 +111,7 @@ pub fn wheel_plan(
     Ok(wheel::plan(store, lr, tc, settings, hermetic))
 }
 
-/// The venv plan for installing the wheel `record` (step 7): the one place
+/// The venv plan for installing the wheel `record` (step 8): the one place
 /// the venv key is computed, for `plan` and `build` alike.
 pub fn venv_plan(
     store: &Store,
@@ -582,7 +587,7 @@ impl Built {
     }
 }
 
-/// Runs the build of the outline above, steps 2-9, ensuring each stage's
+/// Runs the build of the outline above, steps 2-10, ensuring each stage's
 /// entry in order; every entry looked at is a temporary GC root first, so a
 /// concurrent `gc` cannot delete it between the lookup and its use.
 ///
@@ -680,11 +685,15 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     // 4b. The tree's compiler requirement, before anything is compiled.
     preflight::check_tree_requirements(lr, &src.path, &tc.compilers)?;
 
-    // 5. Hermetic inputs.
+    // 5. The versions the recipe expects, against what the history fixes:
+    // a wrong one fails now, not after the lock, the build venv and the compile.
+    source::history::check_expected(lr, &mirror.path, &src.path)?;
+
+    // 6. Hermetic inputs.
     let hermetic = inputs::prepare(&cx, &src, o.lock_dir, o.offline, &temp)?;
     let lock_entry = hermetic.lock_entry.clone();
 
-    // 6. Wheel.
+    // 7. Wheel.
     let plan = wheel_plan(store, lr, &tc, &src.path, o.jobs, hermetic.wheel)?;
     // Said before the wheel is built (hours, for vLLM), else once the venv is known.
     let warned_early = src_built || !plan.entry.exists();
@@ -701,7 +710,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     requires.extend(lock_entry.iter().map(Entry::label));
     let (mut record, mut wheel_built) = wheel::ensure(&cx, &plan, &src, &requires)?;
 
-    // 7. Venv plan; the wheel is about to be installed: a damaged one is
+    // 8. Venv plan; the wheel is about to be installed: a damaged one is
     // rebuilt, as a damaged venv is (the build is reproducible, so the key
     // stays valid).
     let mut vplan = venv_plan(store, lr, &tc, &record, &src.path, hermetic.venv);
@@ -751,8 +760,8 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         disk::check(store.root(), r, Stage::Venv)?;
     }
 
-    // 8. Oracle: install, identity, gate, record.
-    let outcome = oracle::ensure(
+    // 9. Oracle: install, identity, gate, record.
+    let mut outcome = oracle::ensure(
         &cx,
         &plan.entry,
         &record,
@@ -769,7 +778,20 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     if outcome.smoked {
         built.push("smoke".to_string());
     }
-    // 9. One root per pin: the oracle; its record's `requires` keeps the rest.
+    // An oracle built from a bundle's or a cache's mirror says the
+    // fork-only check was not made: the first build that fetched the
+    // branches from the repository makes it (a no-op included).
+    let not_made = source::fork_check_not_made(&r.source.repo, &r.source.commit);
+    if fetched == source::Fetched::Now && outcome.record.notes.contains(&not_made) {
+        // Asked once a run: before the wheel stage when it had work to do.
+        let warning = if warned_early {
+            vplan.source_warnings.first().cloned()
+        } else {
+            fork_warning()
+        };
+        oracle::settle_note(&outcome.entry, &mut outcome.record, &not_made, warning)?;
+    }
+    // 10. One root per pin: the oracle; its record's `requires` keeps the rest.
     store.set_root(&r.name, &outcome.entry)?;
     // What an import or pull of this pin brought is now kept through that
     // root: its list root goes (another commit's stays).
@@ -784,7 +806,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         store.remove_root(&imported)?;
     }
     drop(temp);
-    // 10. `push = "auto"`: a wheel built here is pushed; a failed push is
+    // 11. `push = "auto"`: a wheel built here is pushed; a failed push is
     // reported and the build stands.
     let pushed = if built.iter().any(|b| b == "wheel") {
         push::auto(lr, store.root(), o.push, o.lock_dir)

@@ -85,20 +85,7 @@ pub fn caches_for(root: &Path, flag: Option<&str>) -> Result<Vec<Cache>> {
     Ok(cfg.caches)
 }
 
-/// The principal this box signs as: `$ORACLE_BUILD_BUILDER`, else
-/// `$USER@<hostname>`.
-pub fn builder_name() -> String {
-    if let Ok(b) = std::env::var("ORACLE_BUILD_BUILDER")
-        && !b.is_empty()
-    {
-        return b;
-    }
-    let user = std::env::var("USER").unwrap_or_else(|_| "oracle-build".into());
-    let host = fs_err::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into());
-    format!("{user}@{host}")
-}
+pub use crate::cache::trust::builder_name;
 
 /// Pushes the built oracle of `lr` in the store at `root` to the caches
 /// (`cache`: the one of `--cache`, else every configured one; `lockfiles`:

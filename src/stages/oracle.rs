@@ -305,6 +305,37 @@ pub fn ensure(
     })
 }
 
+/// Replaces the note `note` (a check not made when the oracle at `entry`
+/// was built: [`OracleRecord::notes`]) with what the check found now, by a
+/// later build: `warning` among its warnings when it warns, else nothing.
+/// Done under the entry's lock, on the record as it is then; `record`
+/// becomes the one written. Nothing is written when the record holds no
+/// such note.
+///
+/// Errors: the record cannot be read or written.
+pub fn settle_note(
+    entry: &Entry,
+    record: &mut OracleRecord,
+    note: &str,
+    warning: Option<String>,
+) -> Result<()> {
+    let _lock = entry.lock()?;
+    let mut now = OracleRecord::read(&entry.path)?;
+    if !now.notes.iter().any(|n| n == note) {
+        *record = now;
+        return Ok(());
+    }
+    now.notes.retain(|n| n != note);
+    if let Some(w) = warning
+        && !now.warnings.contains(&w)
+    {
+        now.warnings.push(w);
+    }
+    write_record(&entry.path, &now)?;
+    *record = now;
+    Ok(())
+}
+
 /// Runs the smoke stage for the venv at `venv`, with logs under a fresh staging directory kept in `<venv>/smoke` when possible.
 pub fn gate(store: &Store, venv: &Path, lr: &LoadedRecipe) -> Result<SmokeReport> {
     gate_with(store, venv, lr, &smoke::Options::new(store, lr))

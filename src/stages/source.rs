@@ -15,6 +15,8 @@ use crate::host::git::Git;
 use crate::progress::{self, Progress};
 use crate::store::{Bucket, Entry, Store};
 
+pub mod history;
+
 /// Refspecs a mirror fetches: every branch and tag, kept under their own names.
 const MIRROR_REFSPECS: &[&str] = &["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"];
 

@@ -204,9 +204,66 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
     let stale_version = stale["history_version"].as_str().unwrap().to_string();
     assert!(stale_version.starts_with("0.1.1.dev1+g"), "{stale_version}");
     ok(&ob(&fx, &a, &[], &["push", r, "--json"]));
+    // One commit after v0.1.0: the runtime version A built is what the
+    // history fixes; a distribution version without `.dev1+g<sha>` is not,
+    // and fails before the wheel stage, naming the tag.
+    let dev = fx.recipe(
+        "fx-dev",
+        &repo,
+        &head,
+        &format!(
+            "{SMOKE}expect:\n  runtime_version: \"{stale_version}\"\n  distribution_version: \"0.1.1\"\n"
+        ),
+    );
+    let out = ob(&fx, &a, &[], &["build", dev.to_str().unwrap()]);
+    assert_eq!(code(&out), 3, "{}", text(&out));
+    let msg = text(&out);
+    for want in [
+        "expect.distribution_version is 0.1.1",
+        "a development version 1 commit after 0.1.0",
+        &format!("tag v0.1.0 at {first}"),
+        "before the wheel stage",
+    ] {
+        assert!(msg.contains(want), "{want}: {msg}");
+    }
+    assert!(!msg.contains("expect.runtime_version"), "{msg}");
     let bundle = fx.dir().join("fx-stale.tar.gz");
     let out = ob(&fx, &a, &[], &["export", r, "-o", bundle.to_str().unwrap()]);
     assert_eq!(code(&out), 0, "{}", text(&out));
+    // The same bundle from A without its signing key: its lock is unsigned.
+    let unsigned = fx.dir().join("fx-unsigned.tar.gz");
+    configure(&a, &url, None, &allowed, 1);
+    let out = ob(
+        &fx,
+        &a,
+        &[],
+        &["export", r, "-o", unsigned.to_str().unwrap()],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    configure(&a, &url, Some(&key), &allowed, 1);
+    // A box whose caches name trusted_signers refuses the unsigned lock of
+    // a bundle, as it would a cache's: not the store's lock, not beside
+    // the imported recipe; its builds resolve their own.
+    let k = fx.dir().join("store-k");
+    configure(&k, &url, None, &allowed, 1);
+    let imported = ok(&ob(
+        &fx,
+        &k,
+        &[],
+        &["import", unsigned.to_str().unwrap(), "--json"],
+    ));
+    let trust = imported["lock_trust"].as_str().unwrap_or_default();
+    assert!(trust.starts_with("untrusted"), "{imported}");
+    assert!(
+        imported["notes"].to_string().contains("not trusted"),
+        "{imported}"
+    );
+    assert_eq!(imported["lock_entry"], Value::Null, "{imported}");
+    assert!(names(&k.join("store/lockfiles")).is_empty(), "{imported}");
+    assert!(
+        names(&k.join("imported/fx/lockfiles/fx")).is_empty(),
+        "{imported}"
+    );
 
     // cache ls: the store lock is signed; pinned when a reviewed lockfile holds it.
     let ls = ok(&ob(&fx, &a, &[], &["cache", "ls", "--json"]));
@@ -249,6 +306,23 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
         "{}",
         text(&out)
     );
+    // A reviewed lockfile on the importing box pins the bundle's unsigned lock.
+    let k2 = fx.dir().join("store-k2");
+    configure(&k2, &url, None, &allowed, 1);
+    let imported = ok(&ob(
+        &fx,
+        &k2,
+        &[],
+        &[
+            "import",
+            unsigned.to_str().unwrap(),
+            "--json",
+            "--lockfiles",
+            reviewed.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(imported["lock_trust"], "pinned (lockfile)", "{imported}");
+    assert!(imported["lock_entry"].is_string(), "{imported}");
 
     // Upstream tags the pinned commit.
     git(&repo, &["tag", "v0.2.0", &head]);
@@ -304,6 +378,7 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
         stale_version.as_str(),
         "tag v0.1.0",
         "tag v0.2.0",
+        "gives version 0.2.0",
         "builds here",
     ] {
         assert!(refused.contains(want), "{want}: {pulled}");
@@ -316,11 +391,19 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
         &[],
         &["import", bundle.to_str().unwrap(), "--json"],
     ));
+    // Its lock is A's, signed (B trusts A's key).
+    assert!(
+        imported["lock_trust"]
+            .as_str()
+            .is_some_and(|t| t.contains("signed by builder-a@test")),
+        "{imported}"
+    );
     let notes = imported["notes"].to_string();
     for want in [
         stale_version.as_str(),
         "tag v0.1.0",
         "tag v0.2.0",
+        "gives version 0.2.0",
         "not taken",
     ] {
         assert!(notes.contains(want), "{want}: {imported}");
@@ -343,14 +426,19 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
     assert_eq!(code(&out), 3, "{}", text(&out));
     let msg = text(&out);
     for want in [
-        "9.9.9",
+        "expect.runtime_version is 9.9.9",
         "gives 0.2.0",
-        "tag v0.2.0",
-        "before the wheel is built",
+        &format!("tag v0.2.0 at {head}"),
+        "before the wheel stage",
     ] {
         assert!(msg.contains(want), "{want}: {msg}");
     }
+    // No wheel-stage work: no build log (the wheel stage writes one before
+    // it makes the build venv), no wheel, nothing said of a build.
     assert!(names(&b.join("store/wheels")).is_empty(), "{msg}");
+    let logs = names(&b.join("logs"));
+    assert!(!logs.iter().any(|l| l.starts_with("build-")), "{logs:?}");
+    assert!(!msg.contains("building"), "{msg}");
 
     // B builds 0.2.0: another key than A's stale one.
     let built_b = ok(&ob(
@@ -497,6 +585,13 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
         imported["added"].to_string().contains(&stale_key),
         "{imported}"
     );
+    // I's store names no cache, so no trusted_signers: taken, unjudged.
+    assert!(
+        imported["lock_trust"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("not checked")),
+        "{imported}"
+    );
     let out = ob(&fx, &i, &[], &["build", r, "--offline", "--json"]);
     let built_i = ok(&out);
     assert!(!text(&out).contains("fork-only commit"), "{}", text(&out));
@@ -550,4 +645,22 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
     let added = pulled["added"].to_string();
     assert!(added.contains("lockfiles/"), "{pulled}");
     assert!(added.contains(&format!("wheels/{key_b}")), "{pulled}");
+
+    // Box I's oracle (from A's bundle, built offline) says the fork-only
+    // check was not made. Upstream now reaches the commit by no branch or
+    // tag: I's next online build, a no-op, makes the check against the
+    // branches it fetched, and warns.
+    let out = ob(&fx, &i, &[], &["verify", r]);
+    assert!(text(&out).contains("not checked"), "{}", text(&out));
+    let branch = git(&repo, &["symbolic-ref", "HEAD"]);
+    git(&repo, &["update-ref", &branch, &first]);
+    git(&repo, &["tag", "-d", "v0.2.0"]);
+    let noop = ok(&ob(&fx, &i, &[], &["build", r, "--json"]));
+    assert_eq!(noop["built"], serde_json::json!([]), "{noop}");
+    let warned = noop["warnings"].to_string();
+    assert!(warned.contains("fork-only commit"), "{noop}");
+    assert!(warned.contains(&head), "{noop}");
+    let out = ob(&fx, &i, &[], &["verify", r]);
+    assert!(!text(&out).contains("not checked"), "{}", text(&out));
+    assert!(text(&out).contains("fork-only commit"), "{}", text(&out));
 }

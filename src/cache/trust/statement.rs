@@ -179,3 +179,18 @@ pub(super) fn canonical_into(value: &Value, out: &mut String) -> Result<()> {
     }
     Ok(())
 }
+
+/// The principal this box signs as: `$ORACLE_BUILD_BUILDER`, else
+/// `$USER@<hostname>`.
+pub fn builder_name() -> String {
+    if let Ok(b) = std::env::var("ORACLE_BUILD_BUILDER")
+        && !b.is_empty()
+    {
+        return b;
+    }
+    let user = std::env::var("USER").unwrap_or_else(|_| "oracle-build".into());
+    let host = fs_err::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("{user}@{host}")
+}
