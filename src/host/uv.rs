@@ -25,6 +25,10 @@ pub struct Uv {
     /// venvs can hard-link from it without touching the user's uv cache.
     /// `None`: uv's default cache, and installs copy instead of linking.
     pub cache_dir: Option<PathBuf>,
+    /// uv's scratch (`TMPDIR`: its build locks, its unpacked source
+    /// distributions): the store's `<root>/tmp`, so nothing is left in the
+    /// machine's `/tmp`. `None`: the caller's `TMPDIR`.
+    pub tmp_dir: Option<PathBuf>,
 }
 
 impl Uv {
@@ -38,6 +42,10 @@ impl Uv {
             .env_remove("UV_INDEX_URL")
             .env_remove("UV_EXTRA_INDEX_URL")
             .env_remove("UV_FIND_LINKS");
+        let expr = match &self.tmp_dir {
+            Some(dir) => expr.env("TMPDIR", dir),
+            None => expr,
+        };
         match &self.cache_dir {
             Some(dir) => expr
                 .env("UV_CACHE_DIR", dir)

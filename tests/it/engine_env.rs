@@ -200,11 +200,16 @@ fn the_engine_writes_only_into_the_oracles_own_run_directory() {
             rep_a.display()
         )),
     );
-    // Built first without the gate: the wheel stage's uv leaves its build
-    // lock (`uv-setuptools-<h>.lock`) in TMPDIR, which is not the gate's.
+    // Built first without the gate: the wheel stage (uv's build locks
+    // included: uv runs with the store's `tmp` as TMPDIR) leaves nothing in
+    // the tool's TMPDIR either.
     let (c, _, t) = build_confined(&fx, "fxa.yaml", &["--no-smoke"], &home, &outer_tmp);
     assert_eq!(c, 4, "{t}");
     let before_gate = tree(&outer_tmp);
+    assert!(
+        before_gate.is_empty(),
+        "the wheel stage left {before_gate:?}"
+    );
     // The next build gates the unsmoked oracle (`smoke`'s path: a run directory of its own).
     let (c, doc, t) = build_confined(&fx, "fxa.yaml", &[], &home, &outer_tmp);
     assert_eq!(c, 0, "{t}");
@@ -258,25 +263,17 @@ fn the_engine_writes_only_into_the_oracles_own_run_directory() {
     assert_eq!(code(&out), 0, "{}", text(&out));
 }
 
-/// A Python that imports numpy, safetensors and tokenizers, or why there is none.
-fn model_python() -> Result<PathBuf, String> {
-    let py = PathBuf::from("python3");
-    let probe = Command::new(&py)
-        .args(["-c", "import numpy, safetensors, tokenizers"])
-        .output()
-        .map_err(|e| format!("python3 does not run: {e}"))?;
-    if probe.status.success() {
-        Ok(py)
-    } else {
-        Err(format!(
-            "python3 cannot import numpy, safetensors and tokenizers: {}",
-            String::from_utf8_lossy(&probe.stderr)
-                .trim()
-                .lines()
-                .last()
-                .unwrap_or_default()
-        ))
-    }
+/// A venv under `dir` holding what `scripts/make-tiny-models` needs, from
+/// PyPI at test time: numpy, safetensors and tokenizers.
+fn model_python(dir: &Path) -> PathBuf {
+    let venv = dir.join("models-venv");
+    succeeds(Command::new("python3").args(["-m", "venv"]).arg(&venv));
+    succeeds(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "-q", "numpy", "safetensors", "tokenizers"])
+            .env("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+    );
+    venv.join("bin/python")
 }
 
 /// Every file under `dir` by relative path, with its bytes.
@@ -295,15 +292,9 @@ fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 
 #[test]
 fn make_tiny_models_gives_the_same_bytes_from_the_same_seed() {
-    let py = match model_python() {
-        Ok(py) => py,
-        Err(why) => {
-            println!("skipped: {why}");
-            return;
-        }
-    };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/make-tiny-models");
     let tmp = tempfile::tempdir().unwrap();
+    let py = model_python(tmp.path());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/make-tiny-models");
     let make = |seed: &str, out: &str| -> Vec<String> {
         let o = succeeds(
             Command::new(&py)

@@ -147,9 +147,10 @@ struct Frame {
 
 impl Frame {
     fn truth(&self, facts: &Facts) -> Truth {
-        let prior = self.before.iter().fold(Truth::True, |t, c| {
-            t.and(!condition::eval_text(c, facts))
-        });
+        let prior = self
+            .before
+            .iter()
+            .fold(Truth::True, |t, c| t.and(!condition::eval_text(c, facts)));
         match &self.current {
             Some(c) => prior.and(condition::eval_text(c, facts)),
             None => prior,
