@@ -49,16 +49,20 @@ pub fn discover_for(
 
 /// One CMake command call: its name (lowercased), arguments, whether each
 /// was quoted, and the line it starts on (1-based).
-struct Call {
-    name: String,
-    args: Vec<String>,
-    quoted: Vec<bool>,
-    line: usize,
+pub(super) struct Call {
+    /// The command's name, lowercased.
+    pub(super) name: String,
+    /// The arguments, quotes removed.
+    pub(super) args: Vec<String>,
+    /// Whether each argument was quoted.
+    pub(super) quoted: Vec<bool>,
+    /// The line the call starts on (1-based).
+    pub(super) line: usize,
 }
 
 impl Call {
     /// The arguments as the condition evaluator takes them.
-    fn cond_args(&self) -> Vec<Arg> {
+    pub(super) fn cond_args(&self) -> Vec<Arg> {
         self.args
             .iter()
             .zip(&self.quoted)
@@ -90,7 +94,10 @@ fn strip_comments(text: &str) -> String {
     out
 }
 
-fn calls(text: &str) -> Vec<Call> {
+/// The command calls of CMake text `text` in order: `#` comments skipped,
+/// quoted arguments unquoted, parentheses balanced (the text inside nested
+/// ones kept in the arguments).
+pub(super) fn calls(text: &str) -> Vec<Call> {
     let text = strip_comments(text);
     let chars: Vec<char> = text.chars().collect();
     let mut out = Vec::new();

@@ -21,7 +21,8 @@ use std::path::Path;
 
 use fs_err as fs;
 
-use super::condition::{self, Facts, Truth};
+use super::cmake::calls;
+use super::condition::{self, Arg, Facts, Truth};
 use crate::host::compilers::Compilers;
 
 /// One requirement of the tree that the measured compilers meet not (or
@@ -126,7 +127,7 @@ pub fn facts(device: &str, compilers: &Compilers) -> Facts {
 }
 
 /// Whether a condition tests the C or C++ compiler's version or id.
-fn tests_compiler(cond: &str) -> bool {
+fn tests_compiler(cond: &[Arg]) -> bool {
     [
         "CMAKE_CXX_COMPILER_VERSION",
         "CMAKE_C_COMPILER_VERSION",
@@ -134,15 +135,29 @@ fn tests_compiler(cond: &str) -> bool {
         "CMAKE_C_COMPILER_ID",
     ]
     .iter()
-    .any(|v| cond.contains(v))
+    .any(|v| cond.iter().any(|a| a.text.contains(v)))
+}
+
+/// A condition as written (quoted arguments in quotes), on one line.
+fn shown(cond: &[Arg]) -> String {
+    cond.iter()
+        .map(|a| {
+            if a.quoted {
+                format!("\"{}\"", a.text)
+            } else {
+                a.text.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// One open `if()` block.
 struct Frame {
     /// The conditions of the branches before the one being read.
-    before: Vec<String>,
+    before: Vec<Vec<Arg>>,
     /// The branch being read: its condition (`None`: `else()`).
-    current: Option<String>,
+    current: Option<Vec<Arg>>,
 }
 
 impl Frame {
@@ -150,15 +165,19 @@ impl Frame {
         let prior = self
             .before
             .iter()
-            .fold(Truth::True, |t, c| t.and(!condition::eval_text(c, facts)));
+            .fold(Truth::True, |t, c| t.and(!condition::eval(c, facts)));
         match &self.current {
-            Some(c) => prior.and(condition::eval_text(c, facts)),
+            Some(c) => prior.and(condition::eval(c, facts)),
             None => prior,
         }
     }
     fn text(&self) -> String {
-        let mut parts: Vec<String> = self.before.iter().map(|c| format!("NOT ({c})")).collect();
-        parts.extend(self.current.clone());
+        let mut parts: Vec<String> = self
+            .before
+            .iter()
+            .map(|c| format!("NOT ({})", shown(c)))
+            .collect();
+        parts.extend(self.current.as_deref().map(shown));
         parts.join(" AND ")
     }
     fn mentions_compiler(&self) -> bool {
@@ -175,12 +194,12 @@ pub fn check_file(rel: &str, text: &str, facts: &Facts, compilers: &Compilers) -
         match call.name.as_str() {
             "if" => stack.push(Frame {
                 before: Vec::new(),
-                current: Some(call.args),
+                current: Some(call.cond_args()),
             }),
             "elseif" => {
                 if let Some(f) = stack.last_mut() {
                     f.before.extend(f.current.take());
-                    f.current = Some(call.args);
+                    f.current = Some(call.cond_args());
                 }
             }
             "else" => {
@@ -192,7 +211,7 @@ pub fn check_file(rel: &str, text: &str, facts: &Facts, compilers: &Compilers) -
                 stack.pop();
             }
             "message" => {
-                let args = condition::split(&call.args);
+                let args = call.cond_args();
                 if args.first().is_none_or(|a| a.text != "FATAL_ERROR") {
                     continue;
                 }
@@ -205,7 +224,7 @@ pub fn check_file(rel: &str, text: &str, facts: &Facts, compilers: &Compilers) -
                 }
                 let guard = stack
                     .iter()
-                    .map(|f| format!("({})", collapse(&f.text())))
+                    .map(|f| format!("({})", f.text()))
                     .collect::<Vec<_>>()
                     .join(" AND ");
                 let message = args[1..]
@@ -248,109 +267,6 @@ fn measured(stack: &[Frame], compilers: &Compilers) -> String {
         }
     }
     parts.join(", ")
-}
-
-/// Whitespace runs as one space (a condition written over several lines).
-fn collapse(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// One command call: its name (lowercased), its raw argument text, its line.
-struct Call {
-    name: String,
-    args: String,
-    line: usize,
-}
-
-/// The command calls of a CMake file with the line each starts on: `#`
-/// comments skipped, quoted arguments kept as written (so
-/// [`condition::split`] reads them), parentheses balanced.
-fn calls(text: &str) -> Vec<Call> {
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = Vec::new();
-    let (mut i, mut line) = (0usize, 1usize);
-    while i < chars.len() {
-        let c = chars[i];
-        if c == '\n' {
-            line += 1;
-            i += 1;
-        } else if c == '#' {
-            while i < chars.len() && chars[i] != '\n' {
-                i += 1;
-            }
-        } else if c == '"' {
-            // A stray quoted argument outside a call: skip it.
-            i += 1;
-            while i < chars.len() && chars[i] != '"' {
-                if chars[i] == '\n' {
-                    line += 1;
-                }
-                if chars[i] == '\\' {
-                    i += 1;
-                }
-                i += 1;
-            }
-            i += 1;
-        } else if c.is_ascii_alphabetic() || c == '_' {
-            let start = i;
-            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
-                i += 1;
-            }
-            let name: String = chars[start..i].iter().collect();
-            let mut j = i;
-            while j < chars.len() && (chars[j] == ' ' || chars[j] == '\t') {
-                j += 1;
-            }
-            if j >= chars.len() || chars[j] != '(' {
-                continue;
-            }
-            let call_line = line;
-            let (mut depth, mut k) = (1usize, j + 1);
-            let mut args = String::new();
-            let mut in_quote = false;
-            while k < chars.len() && depth > 0 {
-                let ch = chars[k];
-                if ch == '\n' {
-                    line += 1;
-                }
-                if in_quote {
-                    if ch == '\\' && k + 1 < chars.len() {
-                        args.push(ch);
-                        args.push(chars[k + 1]);
-                        k += 2;
-                        continue;
-                    }
-                    in_quote = ch != '"';
-                    args.push(ch);
-                } else if ch == '#' {
-                    while k < chars.len() && chars[k] != '\n' {
-                        k += 1;
-                    }
-                    continue;
-                } else {
-                    match ch {
-                        '"' => in_quote = true,
-                        '(' => depth += 1,
-                        ')' => depth -= 1,
-                        _ => {}
-                    }
-                    if depth > 0 {
-                        args.push(ch);
-                    }
-                }
-                k += 1;
-            }
-            out.push(Call {
-                name: name.to_ascii_lowercase(),
-                args,
-                line: call_line,
-            });
-            i = k;
-        } else {
-            i += 1;
-        }
-    }
-    out
 }
 
 #[cfg(test)]
