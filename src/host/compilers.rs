@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::host::process::capture_within;
+use crate::host::process::{capture_within, failure_line};
 
 /// The longest one measuring run of a compiler may take.
 const MEASURE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
@@ -261,7 +261,7 @@ fn measure_one(path: &Path, lang: &str, declared_by: DeclaredBy) -> Result<Compi
             MEASURE_TIMEOUT,
             "a compiler answers its version in well under a second",
         )
-        .map_err(|e| format!("does not run: {}", first_line(&e)))
+        .map_err(|e| format!("does not run: {}", failure_line(&e)))
     };
     if lang == "cuda" {
         let out = run(&["--version"])?;
@@ -309,17 +309,6 @@ pub fn nvcc_version(out: &str) -> Option<String> {
         .nth(1)
         .map(|r| r.split(',').next().unwrap_or(r).trim().to_string());
     full.filter(|v| !v.is_empty()).or(release)
-}
-
-fn first_line(e: &anyhow::Error) -> String {
-    let text = format!("{e:#}");
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines
-        .get(1)
-        .or(lines.first())
-        .unwrap_or(&"")
-        .trim()
-        .to_string()
 }
 
 #[cfg(test)]

@@ -352,3 +352,17 @@ pub fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
+
+/// The first line of a failed command's error `e` after its `... failed`
+/// line (what the command printed first), trimmed; the first line when
+/// there is no second.
+pub fn failure_line(e: &anyhow::Error) -> String {
+    let text = format!("{e:#}");
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines
+        .get(1)
+        .or(lines.first())
+        .unwrap_or(&"")
+        .trim()
+        .to_string()
+}

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use fs_err as fs;
 use serde::{Deserialize, Serialize};
 
-use crate::host::process::capture;
+use crate::host::process::{capture, failure_line};
 use crate::progress;
 use crate::store::Store;
 
@@ -85,7 +85,7 @@ pub fn find_python(minor: &str, uv: Option<&Tool>) -> Result<Python, String> {
             Err(e) => Err(format!(
                 "ORACLE_BUILD_PYTHON={} does not run: {}",
                 path.display(),
-                first_line(&e)
+                failure_line(&e)
             )),
         };
     }
@@ -101,7 +101,7 @@ pub fn find_python(minor: &str, uv: Option<&Tool>) -> Result<Python, String> {
                 Err(e) => tried.push(format!(
                     "{} does not run ({})",
                     path.display(),
-                    first_line(&e)
+                    failure_line(&e)
                 )),
             }
         }
@@ -117,7 +117,7 @@ pub fn find_python(minor: &str, uv: Option<&Tool>) -> Result<Python, String> {
                 Ok(p) => tried.push(format!("uv found {path}, which is {}", p.version)),
                 Err(e) => tried.push(format!(
                     "uv found {path}, which does not run ({})",
-                    first_line(&e)
+                    failure_line(&e)
                 )),
             },
             Err(_) => tried.push("`uv python find` found none".into()),
@@ -131,18 +131,6 @@ pub fn find_python(minor: &str, uv: Option<&Tool>) -> Result<Python, String> {
             tried.join("; ")
         }
     ))
-}
-
-/// The first line of a failed command's output (after the `... failed` line).
-fn first_line(e: &anyhow::Error) -> String {
-    let text = format!("{e:#}");
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines
-        .get(1)
-        .or(lines.first())
-        .unwrap_or(&"")
-        .trim()
-        .to_string()
 }
 
 fn probe_tool(path: &Path, args: &[&str]) -> Option<Tool> {
