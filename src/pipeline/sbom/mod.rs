@@ -277,10 +277,10 @@ pub fn bom(s: &Subject<'_>) -> Result<Bom> {
             properties: Vec::new(),
         },
     ];
-    Ok(Bom {
+    let mut bom = Bom {
         bom_format: "CycloneDX",
         spec_version: cdx::SPEC_VERSION,
-        serial_number: serial(&rec.key),
+        serial_number: String::new(),
         version: 1,
         metadata: Metadata {
             timestamp: rec.created.clone(),
@@ -299,7 +299,9 @@ pub fn bom(s: &Subject<'_>) -> Result<Bom> {
         components,
         dependencies,
         formulation,
-    })
+    };
+    bom.serial_number = serial(&serde_json::to_vec(&bom)?);
+    Ok(bom)
 }
 
 /// The compiled extensions of `oracle.json` (`identity.compiled_extensions`,
@@ -704,11 +706,16 @@ fn value_text(v: &Value) -> String {
 }
 
 /// The BOM's serial number: a UUID (RFC 9562 version 8, custom) from the
-/// sha256 of the venv key, so one oracle always gets the same serial.
-fn serial(key: &str) -> String {
+/// sha256 of the document `body` (serialized with an empty serial), so the
+/// same document always gets the same serial and two documents that differ
+/// in anything (one venv key re-gated, another tool version) get two.
+fn serial(body: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     let mut b: [u8; 16] = [0; 16];
-    b.copy_from_slice(&Sha256::digest(format!("oracle-build sbom {key}").as_bytes())[..16]);
+    let mut h = Sha256::new();
+    h.update(b"oracle-build sbom ");
+    h.update(body);
+    b.copy_from_slice(&h.finalize()[..16]);
     b[6] = (b[6] & 0x0f) | 0x80;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h = hex::encode(b);
@@ -770,9 +777,9 @@ mod tests {
             ),
             "pkg:pypi/torch@2.9.0?repository_url=https%3A%2F%2Fdownload.pytorch.org%2Fwhl%2Fcu130"
         );
-        let s = serial("abc");
-        assert_eq!(s, serial("abc"));
-        assert_ne!(s, serial("abd"));
+        let s = serial(b"abc");
+        assert_eq!(s, serial(b"abc"));
+        assert_ne!(s, serial(b"abd"));
         let re = regex::Regex::new(
             "^urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$",
         )
