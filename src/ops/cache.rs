@@ -95,6 +95,12 @@ pub fn run(
             Ok(())
         }
         Action::Gc { dry_run } => {
+            if store.is_none() {
+                return Err(bad_input(format!(
+                    "cache gc: {} is not a store (nothing was ever built there), so no root keeps anything and every tag would be deleted; point --store (or ORACLE_BUILD_HOME) at the store whose roots (`oracle-build keep PIN`) say what to keep",
+                    root.display()
+                )));
+            }
             let mut out = Vec::new();
             for c in &caches {
                 out.push(cache_admin::collect(c, store.as_ref(), dry_run)?);

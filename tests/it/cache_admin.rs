@@ -286,6 +286,21 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
         kinds.len() + provenance,
         "{g}"
     );
+    // gc with --store at a path that is no store: refused naming that
+    // path (not asking for the --store it was given), nothing deleted.
+    let nowhere = fx.dir().join("no-store-here");
+    let out = ob(&fx, &nowhere, &["cache", "gc", "--cache", &url]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("{} is not a store", nowhere.display())),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !nowhere.exists(),
+        "gc made a store at {}",
+        nowhere.display()
+    );
     let out = ob(&fx, &a, &["unkeep", r]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     let before = blobs(&layout);
