@@ -118,7 +118,15 @@ pub fn push_to(
     let r = &lr.recipe;
     let root = root.to_path_buf();
     let store = Store::open_existing(&root)
-        .ok_or_else(|| anyhow!("no store at {}: build {} first", root.display(), r.name))?;
+        .ok_or_else(|| {
+            anyhow!(
+                "no store at {}: point --store (or ORACLE_BUILD_HOME) at the store that built {}, or build it there first (`oracle-build build {} --store {}`)",
+                root.display(),
+                r.name,
+                r.name,
+                root.display()
+            )
+        })?;
     let oracle = store
         .roots()?
         .into_iter()
