@@ -310,6 +310,24 @@ pub fn push_to(
         // The signing key is read before anything is pushed: a bad key
         // leaves the cache untouched.
         let signing_key = trust::SigningKey::for_cache(c)?;
+        if let Some(key) = &signing_key
+            && c.trusted_signers.is_some()
+            && let Some(why) = trust::refusal_of(
+                &trust::Policy::for_cache(c)?,
+                key,
+                &statement.builder,
+                jiff::Timestamp::now().as_second(),
+            )
+        {
+            crate::progress::stage(
+                "push",
+                format!(
+                    "warning: {}'s own trusted_signers does not admit this signature ({why}), so boxes reading it with this policy will not trust it: set ORACLE_BUILD_BUILDER to a principal of the key's line, or add the key (`{}`) there",
+                    t.describe(),
+                    key.public_openssh().unwrap_or_default().trim()
+                ),
+            );
+        }
         let listed = TagList::read(t.as_ref())?;
         let mut signed = false;
         let mut out = Vec::new();

@@ -342,6 +342,32 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
     assert!(blobs(&layout).is_empty(), "{:?}", blobs(&layout));
     let doc = json(&ob(&fx, &a, &["cache", "ls", "--json"]));
     assert!(artifacts(&doc).is_empty(), "{doc}");
+
+    // A push signed as a builder the cache's own trusted_signers does not
+    // admit says so (its signature would stay untrusted); A's admitted
+    // builder pushed above without the warning.
+    assert!(
+        !text(&pushed).contains("does not admit"),
+        "{}",
+        text(&pushed)
+    );
+    let rebuilt = ob(&fx, &a, &["build", r]);
+    assert_eq!(code(&rebuilt), 0, "{}", text(&rebuilt));
+    let out = fx
+        .cmd_at(&a, &["push", r])
+        .env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
+        .env("ORACLE_BUILD_BUILDER", "stranger@elsewhere")
+        .env_remove("ORACLE_BUILD_CACHE")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(
+        text(&out).contains("does not admit this signature")
+            && text(&out).contains("stranger@elsewhere")
+            && text(&out).contains("ORACLE_BUILD_BUILDER"),
+        "{}",
+        text(&out)
+    );
 }
 
 /// Makes `path` writable by its owner (layout blobs may be read-only).

@@ -106,6 +106,11 @@ impl SigningKey {
         sig.to_pem(LineEnding::LF).context("encoding the signature")
     }
 
+    /// The public key.
+    pub fn public_key(&self) -> &ssh_key::PublicKey {
+        self.key.public_key()
+    }
+
     /// The public key as one OpenSSH line (`ssh-ed25519 AAAA... comment`).
     ///
     /// Errors: the key cannot be encoded (not expected for a loaded key).

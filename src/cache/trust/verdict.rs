@@ -356,6 +356,39 @@ fn check_one(
     Err(refusals.join("; "))
 }
 
+/// Why `policy` would not admit a signature by `key` for builder `builder`
+/// at `now` (seconds since the epoch, UTC), or `None` when it would: a
+/// line of its `trusted_signers` holds the key and admits the builder as
+/// [`AllowedSigner::refusal`] says. A push checks its own signature with
+/// this before anything is uploaded, so a builder whose signatures the
+/// cache's own policy ignores hears so at once.
+pub fn refusal_of(policy: &Policy, key: &SigningKey, builder: &str, now: i64) -> Option<String> {
+    let Some(allowed) = &policy.allowed else {
+        return Some("the cache has no trusted_signers".to_string());
+    };
+    let lines: Vec<&AllowedSigner> = allowed
+        .signers
+        .iter()
+        .filter(|s| s.key.key_data() == key.public_key().key_data())
+        .collect();
+    if lines.is_empty() {
+        return Some(format!(
+            "key {} is not in {}",
+            key.fingerprint(),
+            allowed.origin
+        ));
+    }
+    let refusals: Vec<String> = lines
+        .iter()
+        .filter_map(|l| l.refusal(&allowed.origin, builder, now))
+        .collect();
+    if refusals.len() < lines.len() {
+        None
+    } else {
+        Some(refusals.join("; "))
+    }
+}
+
 /// The distinct key fingerprints of `signers`.
 pub fn distinct_keys(signers: &[Signer]) -> BTreeSet<&str> {
     signers.iter().map(|s| s.fingerprint.as_str()).collect()
