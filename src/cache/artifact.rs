@@ -50,6 +50,9 @@ pub enum Kind {
     /// `cache::attest`): its own small artifact, so signing never
     /// rewrites what it signs.
     Attestation,
+    /// The bytecode of one wheel for one Python (`store/pyc/<name>`):
+    /// hash-based `.pyc` files, signed like a store lock.
+    Bytecode,
 }
 
 impl Kind {
@@ -63,6 +66,7 @@ impl Kind {
             Kind::Wheel => "wheel",
             Kind::Inputs => "inputs",
             Kind::Attestation => "att",
+            Kind::Bytecode => "pyc",
         }
     }
 
@@ -91,6 +95,7 @@ impl Kind {
             Kind::Wheel => "wheel",
             Kind::Inputs => "inputs",
             Kind::Attestation => "attestation",
+            Kind::Bytecode => "bytecode",
         }
     }
 
@@ -114,6 +119,7 @@ impl Kind {
             Bucket::Wheelhouse => Some(Kind::Wheelhouse),
             Bucket::Ext => Some(Kind::Ext),
             Bucket::Wheels => Some(Kind::Wheel),
+            Bucket::Bytecode => Some(Kind::Bytecode),
             Bucket::Git | Bucket::Src | Bucket::Venvs => None,
         }
     }
@@ -510,6 +516,7 @@ fn record_file(bucket: Bucket) -> Option<&'static str> {
         Bucket::Wheelhouse => Some(crate::stages::wheelhouse::ARTIFACT_JSON),
         Bucket::Ext => Some("ext.json"),
         Bucket::Locks => Some(crate::stages::lock::LOCK_JSON),
+        Bucket::Bytecode => Some(crate::host::bytecode::BYTECODE_JSON),
         _ => None,
     }
 }

@@ -153,6 +153,13 @@ pub fn lock_trust(
     }
 }
 
+/// The files a bytecode statement names for the bytecode artifact
+/// `config`: every file it restores (the `.pyc` files, `bytecode.json`,
+/// the manifest), with sha256 and size.
+pub fn bytecode_files(config: &Config) -> Vec<super::trust::FileDigest> {
+    lock_files(config)
+}
+
 /// The trust policy on the config of a signed kind, given `attestations`
 /// (every attestation of its key the cache holds): a wheel needs a trusted
 /// verdict ([`wheel_verdict`]); a lock is pinned by a reviewed lockfile
@@ -180,6 +187,21 @@ pub fn accept(
             } else {
                 Err(anyhow!(
                     "the store lock is not trusted ({t}); this box resolves its own"
+                ))
+            }
+        }
+        Kind::Bytecode => {
+            let v = super::trust::verify_bytecode(
+                &config.name,
+                &bytecode_files(config),
+                attestations,
+                policy,
+            );
+            if v.is_trusted() {
+                Ok(())
+            } else {
+                Err(anyhow!(
+                    "the bytecode is not trusted ({v}); this box compiles its own"
                 ))
             }
         }
@@ -567,6 +589,24 @@ impl<'a> Fetcher<'a> {
             }
             Bucket::Locks if !dir.join(crate::stages::lock::LOCK_JSON).is_file() => {
                 return Err(refuse("no lock.json".into()));
+            }
+            Bucket::Bytecode => {
+                // Code: its record and headers checked, then judged with
+                // every attestation of its key the cache holds.
+                crate::host::bytecode::check_entry(&dir, &entry.name)
+                    .map_err(|e| refuse(format!("{e:#}")))?;
+                let tags = self.tag_list()?;
+                let scratch = self.fresh_dir()?;
+                let signed = listing::signed(
+                    self.cache,
+                    &tags,
+                    Kind::Bytecode,
+                    &entry.name,
+                    bytecode_files,
+                    &scratch,
+                )?;
+                let _ = fs::remove_dir_all(&scratch);
+                policy(&config, &signed.attestations).map_err(|e| refuse(format!("{e:#}")))?;
             }
             Bucket::Locks => {
                 // Judged with every attestation of its key the cache holds.
@@ -1132,10 +1172,15 @@ pub fn pull_pin(
         }
         let prepared = match f.prepare(&entry, policy, inputs.tags.get(label).map(String::as_str)) {
             // A lock that is refused (untrusted, damaged) is not taken:
-            // the box resolves its own.
-            Err(e) if entry.bucket == Bucket::Locks => {
+            // the box resolves its own; refused bytecode, it compiles its own.
+            Err(e) if matches!(entry.bucket, Bucket::Locks | Bucket::Bytecode) => {
                 let why = format!("{e:#}");
-                crate::progress::stage("lock", why.clone());
+                let stage = if entry.bucket == Bucket::Locks {
+                    "lock"
+                } else {
+                    "bytecode"
+                };
+                crate::progress::stage(stage, why.clone());
                 f.refused.push(why);
                 continue;
             }
