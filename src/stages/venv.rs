@@ -383,7 +383,7 @@ pub fn evict_shared_damage(cx: &Ctx<'_>, entry: &Entry, problems: &[String]) -> 
         )
     })?;
     let pyc = if aside > 0 {
-        format!("{pyc} file(s) from the bytecode pool and {aside} bytecode entr(ies)")
+        format!("{pyc} file(s) from the bytecode pool and {aside} bytecode entry(ies)")
     } else {
         format!("{pyc} file(s) from the bytecode pool")
     };
