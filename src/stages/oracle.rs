@@ -78,24 +78,10 @@ pub struct OracleRecord {
     pub install_s: f64,
     /// Where the venv's bytecode came from.
     #[serde(default)]
-    pub bytecode: BytecodeStats,
+    pub bytecode: venv::BytecodeStats,
     /// Where the time of making this venv went.
     #[serde(default)]
     pub timings: Timings,
-}
-
-/// Where an oracle venv's `.pyc` files came from (`oracle.json`'s
-/// `bytecode`): linked from the store's bytecode entries (one per wheel and
-/// Python, made here or pulled from a cache) or its pool, or compiled here.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct BytecodeStats {
-    /// `.pyc` files hard-linked from bytecode entries and the pool.
-    pub linked: usize,
-    /// `.pyc` files compiled by this box for this venv (0 when every
-    /// wheel's bytecode entry was in the store already, e.g. pulled).
-    pub compiled: usize,
-    /// Sources Python refused to compile.
-    pub failed: usize,
 }
 
 /// Seconds spent in each part of making an oracle venv (`oracle.json`'s `timings`).

@@ -133,11 +133,25 @@ pub struct Installed {
     pub known: HashMap<String, String>,
 }
 
+/// Where an oracle venv's `.pyc` files came from (`oracle.json`'s
+/// `bytecode`): linked from the store's bytecode entries (one per wheel and
+/// Python, made here or pulled from a cache) or its pool, or compiled here.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct BytecodeStats {
+    /// `.pyc` files hard-linked from bytecode entries and the pool.
+    pub linked: usize,
+    /// `.pyc` files compiled by this box for this venv (0 when every
+    /// wheel's bytecode entry was in the store already, e.g. pulled).
+    pub compiled: usize,
+    /// Sources Python refused to compile.
+    pub failed: usize,
+}
+
 /// Where an installed venv's bytecode came from.
 #[derive(Debug, Clone, Default)]
 pub struct InstalledBytecode {
     /// The counts, for `oracle.json`.
-    pub stats: crate::stages::oracle::BytecodeStats,
+    pub stats: BytecodeStats,
     /// The labels of the bytecode entries used (`pyc/<name>`), for the
     /// oracle's `requires`.
     pub entries: Vec<String>,
@@ -506,7 +520,7 @@ pub fn install(
     )
     .context("giving the oracle venv its bytecode")?;
     let bytecode_s = t1.elapsed().as_secs_f64();
-    let stats = crate::stages::oracle::BytecodeStats {
+    let stats = BytecodeStats {
         linked: per.linked + code.linked,
         compiled: per.compiled + code.compiled,
         failed: per.failed + code.failed,
