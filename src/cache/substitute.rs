@@ -524,8 +524,10 @@ impl<'a> Fetcher<'a> {
             self.get_blob(&l.digest, size, &dest)?;
             bytes += size;
             if title == TREE_LAYER && l.media_type == artifact::TAR_MEDIA_TYPE {
-                artifact::unpack_tree(&dest, &dir)
+                let hashes = artifact::unpack_tree(&dest, &dir)
                     .with_context(|| format!("cache {url}: refusing {tag} (layer {})", l.digest))?;
+                // Hashed as they were written: not read again by the checks.
+                self.verified.extend(hashes);
             } else {
                 fs::rename(&dest, dir.join(title))?;
                 self.verified

@@ -981,6 +981,59 @@ mod tests {
     }
 
     #[test]
+    fn cache_files_and_sources_map_both_ways() {
+        for (src, pyc) in [
+            ("a.py", "__pycache__/a.cpython-311.pyc"),
+            ("pkg/sub/m.py", "pkg/sub/__pycache__/m.cpython-311.pyc"),
+        ] {
+            assert_eq!(pyc_of(src, "cpython-311").as_deref(), Some(pyc));
+            assert_eq!(source_of(pyc, "cpython-311").as_deref(), Some(src));
+        }
+        assert_eq!(source_of("pkg/m.cpython-311.pyc", "cpython-311"), None);
+        assert_eq!(
+            source_of("pkg/__pycache__/m.cpython-312.pyc", "cpython-311"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_cached_entry_is_refused_unless_every_pyc_is_checked_hash_of_its_magic() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("e");
+        let pyc = dir.join(SITE).join("pkg/__pycache__/m.cpython-311.pyc");
+        std::fs::create_dir_all(pyc.parent().unwrap()).unwrap();
+        let rec = BytecodeRecord {
+            format: 1,
+            wheel_sha256: "ab".repeat(32),
+            cache_tag: "cpython-311".into(),
+            magic: "a70d0d0a".into(),
+            invalidation: INVALIDATION.into(),
+            failed: Vec::new(),
+        };
+        write_json(&dir.join(BYTECODE_JSON), &rec).unwrap();
+        let name = format!("{}-cpython-311-a70d0d0a", "ab".repeat(32));
+        let write = |flags: u32| {
+            let mut b = vec![0xa7, 0x0d, 0x0d, 0x0a];
+            b.extend_from_slice(&flags.to_le_bytes());
+            b.extend_from_slice(&[0u8; 16]);
+            std::fs::write(&pyc, b).unwrap();
+            Manifest::build(&dir, &[crate::store::MANIFEST])
+                .unwrap()
+                .write(&dir)
+                .unwrap();
+        };
+        write(0b11);
+        check_entry(&dir, &name).unwrap();
+        // Another entry's name, a timestamp .pyc, an unchecked-hash one.
+        assert!(check_entry(&dir, &format!("{}-cpython-311-a70d0d0a", "cd".repeat(32))).is_err());
+        for flags in [0, 0b01] {
+            write(flags);
+            let e = check_entry(&dir, &name).unwrap_err();
+            assert!(format!("{e:#}").contains("m.cpython-311.pyc"), "{e:#}");
+        }
+    }
+
+    #[test]
     fn cache_tag_of_cpython_only() {
         assert_eq!(
             cache_tag(&py("cpython", "3.11.9")).as_deref(),
