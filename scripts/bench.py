@@ -126,9 +126,35 @@ def real_python():
     return sh(found, "-c", "import sys; print(sys.executable)").stdout.strip()
 
 
+DEMO_TO_FIXTURE = [("demollm", "fixturellm"), ("DEMOLLM", "FIXTURELLM"), ("demo-bigram", "fixture-bigram")]
+
+
+def write_fixture_pkg(dst):
+    """The fixture package as tests/it/support.rs writes it: the demo package
+    (demo/pkg) renamed to fixturellm (README and requirements left out),
+    then tests/fixture/pkg over it."""
+    def renamed(s):
+        for a, b in DEMO_TO_FIXTURE:
+            s = s.replace(a, b)
+        return s
+
+    def copy(src, to, top=False):
+        to.mkdir(parents=True, exist_ok=True)
+        for e in sorted(src.iterdir()):
+            if top and e.name in ("README.md", "requirements"):
+                continue
+            t = to / renamed(e.name)
+            if e.is_dir():
+                copy(e, t)
+            else:
+                t.write_text(renamed(e.read_text()))
+    copy(ROOT / "demo" / "pkg", dst, top=True)
+    shutil.copytree(FIXTURE / "pkg", dst, dirs_exist_ok=True)
+
+
 def fixture_repo(work):
     repo = work / "fixture-repo"
-    shutil.copytree(FIXTURE / "pkg", repo)
+    write_fixture_pkg(repo)
     git(repo, "init", "-q")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "fixture")

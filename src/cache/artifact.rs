@@ -50,6 +50,9 @@ pub enum Kind {
     /// `cache::attest`): its own small artifact, so signing never
     /// rewrites what it signs.
     Attestation,
+    /// The bytecode of one wheel for one Python (`store/pyc/<name>`):
+    /// hash-based `.pyc` files, signed like a store lock.
+    Bytecode,
 }
 
 impl Kind {
@@ -63,6 +66,7 @@ impl Kind {
             Kind::Wheel => "wheel",
             Kind::Inputs => "inputs",
             Kind::Attestation => "att",
+            Kind::Bytecode => "pyc",
         }
     }
 
@@ -91,6 +95,7 @@ impl Kind {
             Kind::Wheel => "wheel",
             Kind::Inputs => "inputs",
             Kind::Attestation => "attestation",
+            Kind::Bytecode => "bytecode",
         }
     }
 
@@ -114,6 +119,7 @@ impl Kind {
             Bucket::Wheelhouse => Some(Kind::Wheelhouse),
             Bucket::Ext => Some(Kind::Ext),
             Bucket::Wheels => Some(Kind::Wheel),
+            Bucket::Bytecode => Some(Kind::Bytecode),
             Bucket::Git | Bucket::Src | Bucket::Venvs => None,
         }
     }
@@ -510,6 +516,7 @@ fn record_file(bucket: Bucket) -> Option<&'static str> {
         Bucket::Wheelhouse => Some(crate::stages::wheelhouse::ARTIFACT_JSON),
         Bucket::Ext => Some("ext.json"),
         Bucket::Locks => Some(crate::stages::lock::LOCK_JSON),
+        Bucket::Bytecode => Some(crate::host::bytecode::BYTECODE_JSON),
         _ => None,
     }
 }
@@ -635,15 +642,23 @@ pub fn write_tree_tar(dir: &Path, out: &Path) -> Result<Vec<ManifestFile>> {
 /// directory `dest`, refusing what `import` refuses in a bundle: absolute
 /// paths, `..`, members other than files, directories and symlinks,
 /// symlinks leaving the entry, members under a symlink, duplicates.
+/// Returns the sha256 of every regular file written, hashed as it is
+/// written, by its path under `dest`. Files get mode 0644 or 0755 from
+/// the member (no times, no owners: the store makes entries read-only).
 ///
 /// Errors: why the layer is refused (nothing of it is kept).
-pub fn unpack_tree(file: &Path, dest: &Path) -> Result<()> {
+pub fn unpack_tree(file: &Path, dest: &Path) -> Result<std::collections::HashMap<PathBuf, String>> {
     use std::collections::BTreeSet;
     use std::path::Component;
     fs::create_dir_all(dest)?;
-    let mut ar = tar::Archive::new(fs::File::open(file)?);
+    let mut ar = tar::Archive::new(std::io::BufReader::with_capacity(
+        1 << 20,
+        fs::File::open(file)?,
+    ));
     let mut seen = BTreeSet::new();
     let mut links: Vec<String> = Vec::new();
+    let mut dirs: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
+    let mut hashes = std::collections::HashMap::new();
     for m in ar.entries()? {
         let mut m = m?;
         let raw = m.path_bytes();
@@ -668,8 +683,47 @@ pub fn unpack_tree(file: &Path, dest: &Path) -> Result<()> {
         {
             bail!("member {path:?} lies under a symlink");
         }
+        let out = dest.join(&path);
         match m.header().entry_type() {
-            tar::EntryType::Directory | tar::EntryType::Regular | tar::EntryType::Continuous => {}
+            tar::EntryType::Directory => {
+                fs::create_dir_all(&out)?;
+                dirs.insert(out);
+                continue;
+            }
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                // Written here, not by `unpack_in` (which canonicalizes
+                // every parent and sets times and modes one call each): the
+                // path is plain and under no symlink, checked above.
+                use sha2::{Digest, Sha256};
+                use std::os::unix::fs::PermissionsExt;
+                if let Some(parent) = out.parent()
+                    && !dirs.contains(parent)
+                {
+                    fs::create_dir_all(parent)?;
+                    dirs.insert(parent.to_path_buf());
+                }
+                let exec = m.header().mode().unwrap_or(0o644) & 0o111 != 0;
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&out)
+                    .with_context(|| format!("writing member {path:?}"))?;
+                let mut hash = Sha256::new();
+                let mut buf = vec![0u8; 1 << 16];
+                loop {
+                    let n = std::io::Read::read(&mut m, &mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    hash.update(&buf[..n]);
+                    std::io::Write::write_all(&mut f, &buf[..n])?;
+                }
+                if exec {
+                    f.set_permissions(std::fs::Permissions::from_mode(0o755))?;
+                }
+                hashes.insert(out, hex::encode(hash.finalize()));
+                continue;
+            }
             tar::EntryType::Symlink => {
                 let target = m
                     .link_name_bytes()
@@ -699,7 +753,7 @@ pub fn unpack_tree(file: &Path, dest: &Path) -> Result<()> {
             bail!("member {path:?} escapes the entry");
         }
     }
-    Ok(())
+    Ok(hashes)
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use crate::stages::wheel::BuildRecord;
 use crate::store::{ManifestFile, sha256_file};
 
 /// Every artifact kind, in pipeline order.
-pub const KINDS: [Kind; 7] = [
+pub const KINDS: [Kind; 8] = [
     Kind::Source,
     Kind::Lock,
     Kind::Wheelhouse,
@@ -33,6 +33,7 @@ pub const KINDS: [Kind; 7] = [
     Kind::Wheel,
     Kind::Inputs,
     Kind::Attestation,
+    Kind::Bytecode,
 ];
 
 /// How an artifact's content is trusted.

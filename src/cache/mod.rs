@@ -65,6 +65,17 @@ pub struct Fetched {
     pub digest: String,
 }
 
+/// One blob to download: [`Transport::get_blobs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobGet {
+    /// `sha256:<hex>`.
+    pub digest: String,
+    /// Its declared size (read up to it and no further).
+    pub size: u64,
+    /// The new file it goes to.
+    pub dest: std::path::PathBuf,
+}
+
 /// The operations of the OCI distribution spec (or an image layout) a cache
 /// needs. Implementations check every blob and manifest they receive
 /// against its digest and fail naming it.
@@ -83,6 +94,14 @@ pub trait Transport {
     /// Errors: the cache fails; what arrived has another digest or size
     /// (the message names the digest; `dest` is removed).
     fn get_blob(&self, digest: &str, size: u64, dest: &Path) -> Result<()>;
+    /// [`Transport::get_blob`] of each of `blobs`, one result each, in
+    /// order; a registry keeps several requests in flight.
+    fn get_blobs(&self, blobs: &[BlobGet]) -> Vec<Result<()>> {
+        blobs
+            .iter()
+            .map(|b| self.get_blob(&b.digest, b.size, &b.dest))
+            .collect()
+    }
     /// Uploads the file `src` as the blob `digest`, skipped when present;
     /// returns whether it was uploaded.
     fn put_blob(&self, src: &Path, digest: &str, size: u64) -> Result<bool>;

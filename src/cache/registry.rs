@@ -223,6 +223,47 @@ impl Registry {
 
     /// Copies the body of `res` into `out`, at most `limit` bytes (one more
     /// and it fails), each read waiting at most the idle-read timeout.
+    /// `GET /v2/<name>/blobs/<digest>` into the new file `dest`, read up to
+    /// `size` bytes, hashed as it arrives and checked against `digest`
+    /// (`dest` removed on any error). No fsync: the store syncs once
+    /// before it renames what a pull brings into place.
+    async fn fetch_blob(&self, digest: &str, size: u64, dest: &Path) -> Result<()> {
+        let what = format!("downloading blob {digest} ({size} bytes declared)");
+        let url = self.v2_url(&format!("blobs/{digest}"));
+        let result = async {
+            let res = self.get(&url, None, &what).await?;
+            let res = self.success(res, &what).await?;
+            if let Some(n) = res.content_length()
+                && n > size
+            {
+                bail!(
+                    "{}",
+                    self.context(&format!(
+                        "{what}: the response declares {n} bytes, the manifest {size}"
+                    ))
+                );
+            }
+            let mut file = std::io::BufWriter::with_capacity(1 << 20, fs_err::File::create(dest)?);
+            let got = self.body(res, size, &mut file, &what).await?;
+            file.flush()?;
+            if got.digest != digest || got.len != size {
+                bail!(
+                    "{}",
+                    self.context(&format!(
+                        "blob {digest} does not match its digest (got {}, {} bytes; expected {size})",
+                        got.digest, got.len
+                    ))
+                );
+            }
+            Ok(())
+        }
+        .await;
+        if result.is_err() {
+            let _ = fs_err::remove_file(dest);
+        }
+        result
+    }
+
     async fn body(
         &self,
         mut res: reqwest::Response,
@@ -262,6 +303,9 @@ impl Registry {
         })
     }
 }
+
+/// How many blob GETs [`Transport::get_blobs`] keeps in flight.
+const PARALLEL_GETS: usize = 8;
 
 impl Transport for Registry {
     fn describe(&self) -> String {
@@ -322,39 +366,20 @@ impl Transport for Registry {
     }
 
     fn get_blob(&self, digest: &str, size: u64, dest: &Path) -> Result<()> {
-        let what = format!("downloading blob {digest} ({size} bytes declared)");
-        let url = self.v2_url(&format!("blobs/{digest}"));
-        let result = self.runtime.block_on(async {
-            let res = self.get(&url, None, &what).await?;
-            let res = self.success(res, &what).await?;
-            if let Some(n) = res.content_length()
-                && n > size
-            {
-                bail!(
-                    "{}",
-                    self.context(&format!(
-                        "{what}: the response declares {n} bytes, the manifest {size}"
-                    ))
-                );
-            }
-            let mut file = fs_err::File::create(dest)?;
-            let got = self.body(res, size, &mut file, &what).await?;
-            file.sync_all()?;
-            if got.digest != digest || got.len != size {
-                bail!(
-                    "{}",
-                    self.context(&format!(
-                        "blob {digest} does not match its digest (got {}, {} bytes; expected {size})",
-                        got.digest, got.len
-                    ))
-                );
-            }
-            Ok(())
-        });
-        if result.is_err() {
-            let _ = fs_err::remove_file(dest);
-        }
-        result
+        self.runtime.block_on(self.fetch_blob(digest, size, dest))
+    }
+
+    fn get_blobs(&self, blobs: &[super::BlobGet]) -> Vec<Result<()>> {
+        use futures_util::StreamExt;
+        self.runtime.block_on(
+            futures_util::stream::iter(
+                blobs
+                    .iter()
+                    .map(|b| self.fetch_blob(&b.digest, b.size, &b.dest)),
+            )
+            .buffered(PARALLEL_GETS)
+            .collect::<Vec<_>>(),
+        )
     }
 
     fn put_blob(&self, src: &Path, digest: &str, size: u64) -> Result<bool> {

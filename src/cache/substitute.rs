@@ -22,6 +22,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use super::Transport;
+
+/// How many blob requests a pull keeps in flight (see [`Fetcher::prefetch`]).
+pub const PARALLEL: usize = 8;
 use super::artifact::{self, Config, Kind, TREE_LAYER, layer_title};
 use super::listing::{self, TagList};
 use super::trust::Attestation;
@@ -169,6 +172,13 @@ pub fn lock_trust(
     }
 }
 
+/// The files a bytecode statement names for the bytecode artifact
+/// `config`: every file it restores (the `.pyc` files, `bytecode.json`,
+/// the manifest), with sha256 and size.
+pub fn bytecode_files(config: &Config) -> Vec<super::trust::FileDigest> {
+    lock_files(config)
+}
+
 /// The trust policy on the config of a signed kind, given `attestations`
 /// (every attestation of its key the cache holds): a wheel needs a trusted
 /// verdict ([`wheel_verdict`]); a lock is pinned by a reviewed lockfile
@@ -197,6 +207,19 @@ pub fn accept(
                 Err(anyhow!(
                     "the store lock is not trusted ({t}); this box resolves its own"
                 ))
+            }
+        }
+        Kind::Bytecode => {
+            let v = super::trust::verify_bytecode(
+                &config.name,
+                &bytecode_files(config),
+                attestations,
+                policy,
+            );
+            if v.is_trusted() {
+                Ok(())
+            } else {
+                Err(anyhow!("the bytecode is not trusted ({v})"))
             }
         }
         _ => Ok(()),
@@ -236,6 +259,12 @@ pub struct Fetcher<'a> {
     kept: Vec<PathBuf>,
     /// Blobs taken from there instead of the cache.
     pub resumed: usize,
+    /// Digests of the blobs [`Fetcher::prefetch`] downloaded and checked
+    /// into the download area in this run (taken from there unhashed).
+    prefetched: std::collections::HashSet<String>,
+    /// Files of this run's staging whose sha256 is known because they are
+    /// a blob checked against its digest as it arrived: path -> hex.
+    verified: std::collections::HashMap<PathBuf, String>,
 }
 
 impl<'a> Fetcher<'a> {
@@ -252,6 +281,8 @@ impl<'a> Fetcher<'a> {
             refused: Vec::new(),
             kept: Vec::new(),
             resumed: 0,
+            prefetched: Default::default(),
+            verified: Default::default(),
         })
     }
 
@@ -370,6 +401,10 @@ impl<'a> Fetcher<'a> {
         if fs::metadata(&kept).is_ok_and(|m| m.len() == size)
             && std::fs::hard_link(&kept, dest).is_ok()
         {
+            // Checked as it arrived, by this run's prefetch.
+            if self.prefetched.contains(digest) {
+                return Ok(());
+            }
             if sha256_file(dest).is_ok_and(|h| format!("sha256:{h}") == digest) {
                 if !self.kept.contains(&kept) {
                     self.resumed += 1;
@@ -391,6 +426,56 @@ impl<'a> Fetcher<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Downloads the layers of the artifacts tagged `tags` (of their kinds)
+    /// into the store's download area, [`PARALLEL`] requests at a time
+    /// ([`Transport::get_blobs`]), each checked against its digest as it
+    /// arrives; [`Fetcher::get_blob`] then takes them from there without
+    /// hashing them again. Blobs already there are left for `get_blob` to
+    /// check. Nothing fails here: a tag or blob that cannot be had now is
+    /// fetched (and its error reported) by the sequential path.
+    pub fn prefetch(&mut self, tags: &[(Kind, String)]) {
+        let area = self.store.downloads_dir().join("sha256");
+        if fs::create_dir_all(&area).is_err() {
+            return;
+        }
+        let mut gets = Vec::new();
+        let mut finals = Vec::new();
+        for (kind, tag) in tags {
+            let Ok(Some(fetched)) = self.cache.manifest(tag) else {
+                continue;
+            };
+            let Ok(m) = artifact::parse_manifest(&fetched.bytes, *kind, tag) else {
+                continue;
+            };
+            for l in &m.layers {
+                let Ok(hex) = super::digest_hex(&l.digest) else {
+                    continue;
+                };
+                let kept = area.join(hex);
+                if kept.exists() || finals.iter().any(|(_, k, _)| *k == kept) {
+                    continue;
+                }
+                let tmp = area.join(format!(".{}.pre.{}", std::process::id(), gets.len()));
+                let _ = fs::remove_file(&tmp);
+                gets.push(super::BlobGet {
+                    digest: l.digest.clone(),
+                    size: u64::try_from(l.size).unwrap_or(0),
+                    dest: tmp.clone(),
+                });
+                finals.push((tmp, kept, l.digest.clone()));
+            }
+        }
+        let results = self.cache.get_blobs(&gets);
+        for (r, (tmp, kept, digest)) in results.into_iter().zip(finals) {
+            if r.is_ok() && fs::rename(&tmp, &kept).is_ok() {
+                self.kept.push(kept);
+                self.prefetched.insert(digest);
+            } else {
+                let _ = fs::remove_file(&tmp);
+            }
+        }
     }
 
     fn fresh_dir(&mut self) -> Result<PathBuf> {
@@ -455,13 +540,18 @@ impl<'a> Fetcher<'a> {
             self.get_blob(&l.digest, size, &dest)?;
             bytes += size;
             if title == TREE_LAYER && l.media_type == artifact::TAR_MEDIA_TYPE {
-                artifact::unpack_tree(&dest, &dir)
+                let hashes = artifact::unpack_tree(&dest, &dir)
                     .with_context(|| format!("cache {url}: refusing {tag} (layer {})", l.digest))?;
+                // Hashed as they were written: not read again by the checks.
+                self.verified.extend(hashes);
             } else {
                 fs::rename(&dest, dir.join(title))?;
+                self.verified
+                    .insert(dir.join(title), super::digest_hex(&l.digest)?.to_string());
             }
         }
-        check_files(&dir, &config).with_context(|| format!("cache {url}: refusing {tag}"))?;
+        check_files(&dir, &config, &self.verified)
+            .with_context(|| format!("cache {url}: refusing {tag}"))?;
         Ok(Some((config, dir, got_digest, bytes)))
     }
 
@@ -551,7 +641,10 @@ impl<'a> Fetcher<'a> {
                     ..entry.clone()
                 };
                 let f = wheelhouse::file_of(&e).map_err(|e| refuse(format!("{e:#}")))?;
-                let got = sha256_file(&f)?;
+                let got = match self.verified.get(&f) {
+                    Some(h) => h.clone(),
+                    None => sha256_file(&f)?,
+                };
                 if got != entry.name {
                     return Err(refuse(format!(
                         "its file has sha256 {got}, the lock says {}",
@@ -564,16 +657,36 @@ impl<'a> Fetcher<'a> {
                 if rec.key != entry.name {
                     return Err(refuse(format!("its build.json is for key {}", rec.key)));
                 }
-                let got =
-                    sha256_file(&rec.wheel_path(&dir)).map_err(|e| refuse(format!("{e:#}")))?;
+                let wheel_file = rec.wheel_path(&dir);
+                let got = match self.verified.get(&wheel_file) {
+                    Some(h) => h.clone(),
+                    None => sha256_file(&wheel_file).map_err(|e| refuse(format!("{e:#}")))?,
+                };
                 if got != rec.sha256 {
                     return Err(refuse(format!(
                         "{} has sha256 {got}, its build.json says {}",
                         rec.wheel, rec.sha256
                     )));
                 }
-                let problems = Manifest::read(&dir)
-                    .map_or_else(|e| vec![format!("{e:#}")], |m| m.check(&dir, true));
+                // Sizes and extra files checked; the hashes of files that
+                // arrived as checked blobs compared, the others read.
+                let problems = Manifest::read(&dir).map_or_else(
+                    |e| vec![format!("{e:#}")],
+                    |m| {
+                        let mut p = m.check(&dir, false);
+                        for f in &m.files {
+                            let path = dir.join(&f.path);
+                            let got = match self.verified.get(&path) {
+                                Some(h) => Some(h.clone()),
+                                None => sha256_file(&path).ok(),
+                            };
+                            if got.as_deref() != Some(f.sha256.as_str()) {
+                                p.push(format!("changed content: {}", f.path));
+                            }
+                        }
+                        p
+                    },
+                );
                 if !problems.is_empty() {
                     return Err(refuse(problems.join("; ")));
                 }
@@ -583,6 +696,24 @@ impl<'a> Fetcher<'a> {
             }
             Bucket::Locks if !dir.join(crate::stages::lock::LOCK_JSON).is_file() => {
                 return Err(refuse("no lock.json".into()));
+            }
+            Bucket::Bytecode => {
+                // Code: its record and headers checked, then judged with
+                // every attestation of its key the cache holds.
+                crate::host::bytecode::check_entry(&dir, &entry.name)
+                    .map_err(|e| refuse(format!("{e:#}")))?;
+                let tags = self.tag_list()?;
+                let scratch = self.fresh_dir()?;
+                let signed = listing::signed(
+                    self.cache,
+                    &tags,
+                    Kind::Bytecode,
+                    &entry.name,
+                    bytecode_files,
+                    &scratch,
+                )?;
+                let _ = fs::remove_dir_all(&scratch);
+                policy(&config, &signed.attestations).map_err(|e| refuse(format!("{e:#}")))?;
             }
             Bucket::Locks => {
                 // Judged with every attestation of its key the cache holds.
@@ -783,8 +914,13 @@ pub fn check_wheel_history(store: &Store, dir: &Path) -> std::result::Result<(),
 pub const SOURCE_BUNDLE: &str = "source.bundle";
 
 /// Every regular file under `dir` matches the config's list (same paths,
-/// sizes and sha256) and nothing else is there.
-fn check_files(dir: &Path, config: &Config) -> Result<()> {
+/// sizes and sha256) and nothing else is there; the sha256 of a file in
+/// `verified` (a blob checked against its digest) is taken from there.
+fn check_files(
+    dir: &Path,
+    config: &Config,
+    verified: &std::collections::HashMap<PathBuf, String>,
+) -> Result<()> {
     let mut found = Vec::new();
     fn walk(base: &Path, d: &Path, out: &mut Vec<String>) -> Result<()> {
         for e in fs::read_dir(d)? {
@@ -813,7 +949,11 @@ fn check_files(dir: &Path, config: &Config) -> Result<()> {
     }
     for f in &config.files {
         let p = dir.join(&f.path);
-        let (size, sha) = (fs::metadata(&p)?.len(), sha256_file(&p)?);
+        let size = fs::metadata(&p)?.len();
+        let sha = match verified.get(&p) {
+            Some(h) => h.clone(),
+            None => sha256_file(&p)?,
+        };
         if size != f.size || sha != f.sha256 {
             bail!(
                 "{} has sha256 {sha} ({size} bytes), its config says {} ({} bytes)",
@@ -1110,6 +1250,24 @@ pub fn pull_pin(
     let mut items = Vec::new();
     let mut present = Vec::new();
     let mut damaged: Vec<(Entry, Vec<String>)> = Vec::new();
+    // Every layer the store lacks, many requests at a time, before the
+    // entries are read and checked one by one.
+    let mut wanted: Vec<(Kind, String)> = Vec::new();
+    if !source::mirror_has(store, &r.source.repo, &r.source.commit) {
+        let src_label = format!("{}/{}", Bucket::Src.dir_name(), r.source.commit);
+        if let Some(t) = inputs.tags.get(&src_label) {
+            wanted.push((Kind::Source, t.clone()));
+        }
+    }
+    for label in &inputs.entries {
+        if let (Some(e), Some(t)) = (store.entry_by_label(label), inputs.tags.get(label))
+            && let Some(kind) = Kind::of_bucket(e.bucket)
+            && !e.exists()
+        {
+            wanted.push((kind, t.clone()));
+        }
+    }
+    f.prefetch(&wanted);
     if !source::mirror_has(store, &r.source.repo, &r.source.commit) {
         let src_label = format!("{}/{}", Bucket::Src.dir_name(), r.source.commit);
         let p = f
@@ -1153,10 +1311,19 @@ pub fn pull_pin(
         }
         let prepared = match f.prepare(&entry, policy, inputs.tags.get(label).map(String::as_str)) {
             // A lock that is refused (untrusted, damaged) is not taken:
-            // the box resolves its own.
-            Err(e) if entry.bucket == Bucket::Locks => {
-                let why = format!("{e:#}");
-                crate::progress::stage("lock", why.clone());
+            // the box resolves its own; refused bytecode, it compiles its own.
+            Err(e) if matches!(entry.bucket, Bucket::Locks | Bucket::Bytecode) => {
+                let why = if entry.bucket == Bucket::Bytecode {
+                    format!("{}: {e:#}; this box compiles its own", entry.label())
+                } else {
+                    format!("{e:#}")
+                };
+                let stage = if entry.bucket == Bucket::Locks {
+                    "lock"
+                } else {
+                    "bytecode"
+                };
+                crate::progress::stage(stage, why.clone());
                 f.refused.push(why);
                 continue;
             }
@@ -1186,6 +1353,9 @@ pub fn pull_pin(
         }
         repaired.push(format!("{} (damaged: {})", e.label(), problems.join("; ")));
     }
+    // The blobs were written without fsync: one sync of the store's file
+    // system before they are renamed into place.
+    crate::store::sync_filesystem(store.root());
     let added = f.commit(items, temp)?;
     // Rooted until a build of this pin roots its oracle (or `unkeep`).
     let mut kept: Vec<Entry> = vec![source::mirror_entry(store, &r.source.repo)];

@@ -24,17 +24,19 @@
 //! compiled into the venv and not pooled. The pool keeps, beside each `.pyc`,
 //! its sha256 (`<key>.sha256`), so the venv's manifest need not hash it again.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use fs_err as fs;
 
-use crate::host::process::run_logged;
+use crate::host::process::{capture, run_logged};
 use crate::host::toolchain::Python;
 use crate::progress::Progress;
-use crate::store::{sha256_file, write_atomic};
+use crate::store::{
+    Bucket, Entry, Manifest, Store, TempRoots, sha256_file, write_atomic, write_json,
+};
 
 /// What [`ensure`] did.
 #[derive(Debug, Clone, Default)]
@@ -66,26 +68,130 @@ pub fn cache_tag(python: &Python) -> Option<String> {
     Some(format!("cpython-{major}{minor}"))
 }
 
-/// Compiles the sources listed in argv[1] (NUL-separated paths) to their
-/// PEP 3147 cache files, after checking that the cache tag is argv[2].
+/// Compiles the sources listed in argv[1] (NUL-separated triples: source,
+/// cache file, name recorded in the code, empty for the source's path) to
+/// their cache files in the invalidation mode argv[3] (PEP 552: `timestamp`
+/// or `checked-hash`), after checking that the cache tag is argv[2] and,
+/// when argv[4] is not empty, that the magic number is argv[4] (hex).
 const COMPILE: &str = r#"
 import os, py_compile, sys, importlib.util
 if sys.implementation.cache_tag != sys.argv[2]:
     print("cache tag is %s, expected %s" % (sys.implementation.cache_tag, sys.argv[2]))
     sys.exit(3)
-mode = py_compile.PycInvalidationMode.TIMESTAMP
+if sys.argv[4] and importlib.util.MAGIC_NUMBER.hex() != sys.argv[4]:
+    print("magic number is %s, expected %s" % (importlib.util.MAGIC_NUMBER.hex(), sys.argv[4]))
+    sys.exit(3)
+mode = {"timestamp": py_compile.PycInvalidationMode.TIMESTAMP,
+        "checked-hash": py_compile.PycInvalidationMode.CHECKED_HASH}[sys.argv[3]]
 ok = bad = 0
 with open(sys.argv[1], "rb") as f:
-    names = [os.fsdecode(n) for n in f.read().split(b"\0") if n]
-for src in names:
+    parts = [os.fsdecode(n) for n in f.read().split(b"\0")]
+for i in range(0, len(parts) - 2, 3):
+    src, cfile, dfile = parts[i], parts[i + 1], parts[i + 2]
     try:
-        py_compile.compile(src, cfile=importlib.util.cache_from_source(src), doraise=True, invalidation_mode=mode)
+        os.makedirs(os.path.dirname(cfile), exist_ok=True)
+        py_compile.compile(src, cfile=cfile, dfile=dfile or None, doraise=True, invalidation_mode=mode)
         ok += 1
     except Exception as e:
         bad += 1
         print("not compiled: %s: %s" % (src, str(e).splitlines()[0] if str(e) else type(e).__name__))
 print("compiled %d, failed %d" % (ok, bad))
 "#;
+
+/// One source to compile: the source, its cache file, and the file name the
+/// code records (`None`: the source's path).
+struct Job {
+    src: PathBuf,
+    cfile: PathBuf,
+    dfile: Option<String>,
+}
+
+/// Compiles `jobs` with `python` (the venv's interpreter) in `mode`, one
+/// process per CPU (at least 64 sources each), as `compileall -j` and uv
+/// do; each checks the cache tag `tag` and, when given, the magic number
+/// `magic`. `work` holds the lists and each compiler's log; `log` gets
+/// their output, in order. A source Python refuses leaves no cache file.
+///
+/// Errors: a list or log cannot be written; a compiler fails to run or
+/// finds another cache tag or magic number.
+fn compile_jobs(
+    python: &Path,
+    jobs: &[Job],
+    mode: &str,
+    tag: &str,
+    magic: &str,
+    work: &Path,
+    log: &Path,
+) -> Result<()> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    let workers = crate::host::toolchain::cpu_count()
+        .min(jobs.len().div_ceil(64))
+        .max(1);
+    let chunk = jobs.len().div_ceil(workers);
+    let mut lists = Vec::new();
+    for (i, part) in jobs.chunks(chunk).enumerate() {
+        use std::os::unix::ffi::OsStrExt;
+        let list = work.join(format!("bytecode-{mode}-sources.{i}"));
+        let mut bytes = Vec::new();
+        for j in part {
+            bytes.extend_from_slice(j.src.as_os_str().as_bytes());
+            bytes.push(0);
+            bytes.extend_from_slice(j.cfile.as_os_str().as_bytes());
+            bytes.push(0);
+            bytes.extend_from_slice(j.dfile.as_deref().unwrap_or("").as_bytes());
+            bytes.push(0);
+        }
+        fs::write(&list, bytes)?;
+        lists.push((list, work.join(format!("bytecode-{mode}-log.{i}"))));
+    }
+    let results: Vec<Result<()>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = lists
+            .iter()
+            .map(|(list, part_log)| {
+                let expr = duct::cmd(
+                    python,
+                    [
+                        "-I".into(),
+                        "-c".into(),
+                        COMPILE.to_string(),
+                        list.display().to_string(),
+                        tag.to_string(),
+                        mode.to_string(),
+                        magic.to_string(),
+                    ],
+                );
+                scope.spawn(move || {
+                    run_logged(
+                        "compile bytecode",
+                        expr,
+                        part_log,
+                        &Progress::new("bytecode"),
+                    )
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a compiler thread panicked")))
+            })
+            .collect()
+    });
+    // The workers' logs, in order, into the stage's log.
+    let mut all = fs::OpenOptions::new().create(true).append(true).open(log)?;
+    for (_, part_log) in &lists {
+        if let Ok(text) = std::fs::read(part_log) {
+            std::io::Write::write_all(&mut all, &text)?;
+        }
+    }
+    for r in results {
+        r.with_context(|| format!("compiling the venv's bytecode (log: {})", log.display()))?;
+    }
+    Ok(())
+}
 
 struct Source {
     py: PathBuf,
@@ -107,6 +213,7 @@ pub fn ensure(
     python: &Python,
     venv: &Path,
     pool: &Path,
+    covered: &HashSet<PathBuf>,
     work: &Path,
     log: &Path,
 ) -> Result<Bytecode> {
@@ -118,6 +225,7 @@ pub fn ensure(
             collect_py(&site, &mut sources)?;
         }
     }
+    sources.retain(|(py, _)| !covered.contains(py));
     let mut out = Bytecode::default();
     let Some(tag) = cache_tag(python) else {
         // Unknown cache tag: compileall picks the names; nothing is pooled.
@@ -166,66 +274,23 @@ pub fn ensure(
     if todo.is_empty() {
         return Ok(out);
     }
-    // One compiler per CPU (at least 64 sources each), as `compileall -j`
-    // and uv do: a vLLM venv compiles about 13,000 sources.
-    let workers = crate::host::toolchain::cpu_count()
-        .min(todo.len().div_ceil(64))
-        .max(1);
-    let chunk = todo.len().div_ceil(workers);
-    let mut jobs = Vec::new();
-    for (i, part) in todo.chunks(chunk).enumerate() {
-        let list = work.join(format!("bytecode-sources.{i}"));
-        let mut bytes = Vec::new();
-        for s in part {
-            use std::os::unix::ffi::OsStrExt;
-            bytes.extend_from_slice(s.py.as_os_str().as_bytes());
-            bytes.push(0);
-        }
-        fs::write(&list, bytes)?;
-        jobs.push((list, work.join(format!("bytecode-log.{i}"))));
-    }
-    let results: Vec<Result<()>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = jobs
-            .iter()
-            .map(|(list, part_log)| {
-                let expr = duct::cmd(
-                    venv.join("bin/python"),
-                    [
-                        "-I".into(),
-                        "-c".into(),
-                        COMPILE.to_string(),
-                        list.display().to_string(),
-                        tag.clone(),
-                    ],
-                );
-                scope.spawn(move || {
-                    run_logged(
-                        "compile bytecode",
-                        expr,
-                        part_log,
-                        &Progress::new("bytecode"),
-                    )
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a compiler thread panicked")))
-            })
-            .collect()
-    });
-    // The workers' logs, in order, into the stage's log.
-    let mut all = fs::OpenOptions::new().create(true).append(true).open(log)?;
-    for (_, part_log) in &jobs {
-        if let Ok(text) = std::fs::read(part_log) {
-            std::io::Write::write_all(&mut all, &text)?;
-        }
-    }
-    for r in results {
-        r.with_context(|| format!("compiling the venv's bytecode (log: {})", log.display()))?;
-    }
+    let jobs: Vec<Job> = todo
+        .iter()
+        .map(|s| Job {
+            src: s.py.clone(),
+            cfile: s.pyc.clone(),
+            dfile: None,
+        })
+        .collect();
+    compile_jobs(
+        &venv.join("bin/python"),
+        &jobs,
+        "timestamp",
+        &tag,
+        "",
+        work,
+        log,
+    )?;
     for s in &todo {
         if !s.pyc.is_file() {
             out.failed += 1;
@@ -250,6 +315,506 @@ pub fn ensure(
         }
     }
     Ok(out)
+}
+
+/// The record of a bytecode entry (`store/pyc/<name>/bytecode.json`, and
+/// the config record of its artifact).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BytecodeRecord {
+    /// Format version (1).
+    pub format: u32,
+    /// The sha256 of the wheel whose sources were compiled.
+    pub wheel_sha256: String,
+    /// `sys.implementation.cache_tag` of the compiling Python.
+    pub cache_tag: String,
+    /// `importlib.util.MAGIC_NUMBER` of the compiling Python, hex.
+    pub magic: String,
+    /// The PEP 552 invalidation mode of every `.pyc`: [`INVALIDATION`].
+    pub invalidation: String,
+    /// Sources of the wheel Python refused to compile (paths relative to
+    /// site-packages): no `.pyc`, and none is compiled for them at install.
+    #[serde(default)]
+    pub failed: Vec<String>,
+}
+
+/// The record file of a bytecode entry.
+pub const BYTECODE_JSON: &str = "bytecode.json";
+
+/// The directory of a bytecode entry holding its `.pyc` files, laid out as
+/// in site-packages (`site/<pkg>/__pycache__/<mod>.<tag>.pyc`).
+pub const SITE: &str = "site";
+
+/// The invalidation mode of the `.pyc` files of bytecode entries (PEP 552):
+/// `checked-hash`. The `.pyc` records the SipHash of its source, which
+/// the importing Python checks against the source it finds: a `.pyc` is
+/// then valid wherever the same wheel is installed, whatever the file
+/// times (a timestamp `.pyc` is not: times differ between boxes), and a
+/// changed source is compiled again rather than shadowed by stale code.
+/// `unchecked-hash` would skip reading the source at import (a little
+/// faster) but would run stale code next to an edited source.
+pub const INVALIDATION: &str = "checked-hash";
+
+/// The cache tag and magic number of a Python.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interpreter {
+    /// `sys.implementation.cache_tag` (e.g. `cpython-311`).
+    pub cache_tag: String,
+    /// `importlib.util.MAGIC_NUMBER`, hex (e.g. `a70d0d0a`).
+    pub magic: String,
+}
+
+impl Interpreter {
+    /// Asks the interpreter `python` (a venv's `bin/python`).
+    ///
+    /// Errors: it does not run, or has no cache tag (then nothing is made
+    /// per wheel and [`ensure`] compiles as before).
+    pub fn of(python: &Path) -> Result<Interpreter> {
+        let out = capture(
+            "asking the venv's Python for its cache tag",
+            duct::cmd(
+                python,
+                [
+                    "-I",
+                    "-c",
+                    "import sys, importlib.util as u; print(sys.implementation.cache_tag, u.MAGIC_NUMBER.hex())",
+                ],
+            ),
+        )?;
+        let mut parts = out.split_whitespace();
+        match (parts.next(), parts.next()) {
+            (Some(tag), Some(magic))
+                if tag != "None"
+                    && tag.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                    && magic.len() == 8
+                    && magic.chars().all(|c| c.is_ascii_hexdigit()) =>
+            {
+                Ok(Interpreter {
+                    cache_tag: tag.to_string(),
+                    magic: magic.to_string(),
+                })
+            }
+            _ => bail!(
+                "{} gave no cache tag and magic number: {out:?}",
+                python.display()
+            ),
+        }
+    }
+
+    /// The bytecode entry name of the wheel `wheel_sha256` for this Python:
+    /// `<wheel sha256>-<cache tag>-<magic>`.
+    pub fn entry_name(&self, wheel_sha256: &str) -> String {
+        format!("{wheel_sha256}-{}-{}", self.cache_tag, self.magic)
+    }
+}
+
+/// What [`wheel_contents`] reads of a wheel.
+#[derive(Debug, Clone, Default)]
+pub struct WheelContents {
+    /// The `.py` files it installs under site-packages, by path relative
+    /// to site-packages, sorted.
+    pub sources: Vec<String>,
+    /// Its `<name>-<version>.dist-info/WHEEL` member: its path and bytes
+    /// (installers copy it as it is, so it tells which of several wheels of
+    /// one version, e.g. for two platforms, a venv holds).
+    pub wheel_file: Option<(String, Vec<u8>)>,
+}
+
+/// The `.py` files a wheel installs under site-packages (PEP 427: the root,
+/// and `<name>.data/purelib/` and `platlib/`), by path relative to
+/// site-packages (its `.dist-info` left out), and its `WHEEL` file.
+///
+/// Errors: the wheel is not a readable zip.
+pub fn wheel_contents(wheel: &Path) -> Result<WheelContents> {
+    let file = fs::File::open(wheel)?;
+    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file))
+        .with_context(|| format!("reading {} as a wheel (zip)", wheel.display()))?;
+    let mut out = WheelContents::default();
+    let mut wheel_member = None;
+    for name in zip.file_names() {
+        let name = name.with_context(|| format!("a member name of {}", wheel.display()))?;
+        let name: &str = &name;
+        let mut parts = name.splitn(2, '/');
+        let (top, rest) = (parts.next().unwrap_or(""), parts.next());
+        if top.ends_with(".dist-info") && rest == Some("WHEEL") {
+            wheel_member = Some(name.to_string());
+        }
+        if !name.ends_with(".py") {
+            continue;
+        }
+        let rel = if top.ends_with(".dist-info") {
+            continue;
+        } else if top.ends_with(".data") {
+            match rest.and_then(|r| {
+                r.strip_prefix("purelib/")
+                    .or_else(|| r.strip_prefix("platlib/"))
+            }) {
+                Some(r) => r,
+                None => continue,
+            }
+        } else {
+            name
+        };
+        let p = Path::new(rel);
+        if rel.is_empty()
+            || !p
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)))
+        {
+            continue;
+        }
+        out.sources.push(rel.to_string());
+    }
+    out.sources.sort();
+    out.sources.dedup();
+    if let Some(m) = wheel_member {
+        let mut bytes = Vec::new();
+        // A WHEEL file is a few lines: read at most 64 KiB of it.
+        let f = zip
+            .by_name(&m)
+            .with_context(|| format!("reading {m} of {}", wheel.display()))?;
+        std::io::Read::read_to_end(&mut std::io::Read::take(f, 64 << 10), &mut bytes)?;
+        out.wheel_file = Some((m, bytes));
+    }
+    Ok(out)
+}
+
+/// The cache file of the source `rel` (relative to site-packages) for
+/// cache tag `tag` (PEP 3147): `<dir>/__pycache__/<stem>.<tag>.pyc`.
+fn pyc_of(rel: &str, tag: &str) -> Option<String> {
+    let p = Path::new(rel);
+    let stem = p.file_stem()?.to_string_lossy();
+    let dir = p
+        .parent()
+        .map(|d| d.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Some(if dir.is_empty() {
+        format!("__pycache__/{stem}.{tag}.pyc")
+    } else {
+        format!("{dir}/__pycache__/{stem}.{tag}.pyc")
+    })
+}
+
+/// One wheel installed in a venv: its file and its sha256.
+#[derive(Debug, Clone)]
+pub struct Wheel {
+    /// The wheel file (a wheelhouse artifact or a built wheel).
+    pub file: PathBuf,
+    /// Its sha256 (checked by uv when it was installed).
+    pub sha256: String,
+}
+
+/// What [`from_wheels`] did.
+#[derive(Debug, Clone, Default)]
+pub struct PerWheel {
+    /// `.pyc` files hard-linked into the venv from bytecode entries.
+    pub linked: usize,
+    /// Of the wheels, how many had their entry made now.
+    pub entries_made: usize,
+    /// `.pyc` files compiled now (into new entries).
+    pub compiled: usize,
+    /// Sources Python refused (no `.pyc`).
+    pub failed: usize,
+    /// The bytecode entries used, one per wheel.
+    pub entries: Vec<Entry>,
+    /// Every source whose bytecode an entry decides (linked or refused):
+    /// [`ensure`] leaves them alone.
+    pub covered: HashSet<PathBuf>,
+    /// sha256 of the `.pyc` files linked, by path relative to the venv.
+    pub hashes: HashMap<String, String>,
+}
+
+/// Gives the sources of every wheel of `wheels` installed in `venv` (its
+/// `lib/*/site-packages`) their bytecode from the store's bytecode entries
+/// (`store/pyc/<wheel sha256>-<cache tag>-<magic>`, see
+/// [`Interpreter::entry_name`]): an entry the store lacks is made first,
+/// compiled by the venv's Python from the installed sources in
+/// [`INVALIDATION`] mode, each `.pyc` recording the source's path relative
+/// to site-packages (so the bytes depend only on the source and the
+/// Python, not on where the venv lies; CPython's `SourceLoader` sets
+/// `co_filename` to the importing path), then persisted under the entry's
+/// lock and registered in `temp`. Every `.pyc` of the entry whose source
+/// is in the venv is then hard-linked next to it. `work` and `log` as in
+/// [`ensure`].
+///
+/// Errors: the venv or a wheel cannot be read; an entry cannot be written;
+/// the venv's Python does not run.
+pub fn from_wheels(
+    store: &Store,
+    temp: &TempRoots,
+    venv: &Path,
+    wheels: &[Wheel],
+    work: &Path,
+    log: &Path,
+) -> Result<PerWheel> {
+    let mut out = PerWheel::default();
+    let mut sites = Vec::new();
+    for e in fs::read_dir(venv.join("lib"))? {
+        let site = e?.path().join("site-packages");
+        if site.is_dir() {
+            sites.push(site);
+        }
+    }
+    let [site] = sites.as_slice() else {
+        return Ok(out);
+    };
+    let python = venv.join("bin/python");
+    let interp = Interpreter::of(&python)?;
+    // The entries to make, under their locks (taken in name order).
+    let mut todo: BTreeMap<String, (Entry, &Wheel, Vec<String>)> = BTreeMap::new();
+    for w in wheels {
+        // Only a wheel the venv holds (a lock may list one per platform).
+        let contents = wheel_contents(&w.file)?;
+        let installed = contents
+            .wheel_file
+            .as_ref()
+            .is_some_and(|(path, bytes)| std::fs::read(site.join(path)).is_ok_and(|b| b == *bytes));
+        if !installed {
+            continue;
+        }
+        let entry = store.entry(Bucket::Bytecode, &interp.entry_name(&w.sha256));
+        temp.add(store, &entry)?;
+        if !entry.exists() {
+            todo.insert(entry.name.clone(), (entry.clone(), w, contents.sources));
+        }
+        if !out.entries.contains(&entry) {
+            out.entries.push(entry);
+        }
+    }
+    let mut locks = Vec::new();
+    let mut making: Vec<(Entry, crate::store::Staging, BytecodeRecord, Vec<String>)> = Vec::new();
+    let mut jobs = Vec::new();
+    for (entry, w, sources) in todo.values() {
+        locks.push(entry.lock()?);
+        if entry.exists() {
+            continue;
+        }
+        let staging = store.stage(&format!("pyc-{}", &entry.name[..16.min(entry.name.len())]))?;
+        let mut rels = Vec::new();
+        for rel in sources.iter().cloned() {
+            let (src, Some(pyc)) = (site.join(&rel), pyc_of(&rel, &interp.cache_tag)) else {
+                continue;
+            };
+            if !src.is_file() {
+                continue;
+            }
+            jobs.push(Job {
+                src,
+                cfile: staging.path().join("entry").join(SITE).join(&pyc),
+                dfile: Some(rel.clone()),
+            });
+            rels.push(rel);
+        }
+        let rec = BytecodeRecord {
+            format: 1,
+            wheel_sha256: w.sha256.clone(),
+            cache_tag: interp.cache_tag.clone(),
+            magic: interp.magic.clone(),
+            invalidation: INVALIDATION.to_string(),
+            failed: Vec::new(),
+        };
+        making.push((entry.clone(), staging, rec, rels));
+    }
+    compile_jobs(
+        &python,
+        &jobs,
+        INVALIDATION,
+        &interp.cache_tag,
+        &interp.magic,
+        work,
+        log,
+    )?;
+    for (entry, staging, mut rec, rels) in making {
+        let dir = &staging.path().join("entry");
+        fs::create_dir_all(dir.join(SITE))?;
+        for rel in &rels {
+            let pyc = pyc_of(rel, &interp.cache_tag).unwrap_or_default();
+            if dir.join(SITE).join(&pyc).is_file() {
+                out.compiled += 1;
+            } else {
+                rec.failed.push(rel.clone());
+            }
+        }
+        write_json(&dir.join(BYTECODE_JSON), &rec)?;
+        Manifest::build(dir, &[crate::store::MANIFEST])?.write(dir)?;
+        fs::create_dir_all(store.bucket_dir(Bucket::Bytecode))?;
+        store.persist(dir, &entry)?;
+        out.entries_made += 1;
+    }
+    drop(locks);
+    for entry in &out.entries {
+        let (linked, failed) = link_entry(entry, site, venv, &mut out.covered, &mut out.hashes)?;
+        out.linked += linked;
+        out.failed += failed;
+    }
+    Ok(out)
+}
+
+/// Hard-links every `.pyc` of the bytecode entry `entry` whose source is in
+/// `site` (a venv's site-packages) next to it, adding the sources to
+/// `covered` and the `.pyc` hashes (from the entry's manifest, by path
+/// relative to `venv`) to `hashes`; the sources the entry records as
+/// refused are covered too. Returns (linked, refused).
+///
+/// Errors: the entry's manifest or record cannot be read; a link fails.
+fn link_entry(
+    entry: &Entry,
+    site: &Path,
+    venv: &Path,
+    covered: &mut HashSet<PathBuf>,
+    hashes: &mut HashMap<String, String>,
+) -> Result<(usize, usize)> {
+    let rec: BytecodeRecord = crate::store::read_json(&entry.path.join(BYTECODE_JSON))?;
+    let manifest = Manifest::read(&entry.path)?;
+    let mut linked = 0;
+    let prefix = format!("{SITE}/");
+    for f in &manifest.files {
+        let Some(rel_pyc) = f.path.strip_prefix(&prefix) else {
+            continue;
+        };
+        let Some(src) = source_of(rel_pyc, &rec.cache_tag) else {
+            continue;
+        };
+        let py = site.join(&src);
+        if !py.is_file() {
+            continue;
+        }
+        let dest = site.join(rel_pyc);
+        if let Some(d) = dest.parent() {
+            fs::create_dir_all(d)?;
+        }
+        let from = entry.path.join(&f.path);
+        match std::fs::hard_link(&from, &dest) {
+            Ok(()) => {}
+            // A `.pyc` the wheel itself ships (numpy 2.1 has one, timestamp
+            // based): replaced, as a compile would replace it.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let tmp = dest.with_extension("pyc.oracle-build");
+                let _ = std::fs::remove_file(&tmp);
+                std::fs::hard_link(&from, &tmp)
+                    .and_then(|()| std::fs::rename(&tmp, &dest))
+                    .with_context(|| {
+                        format!("linking {} over {}", from.display(), dest.display())
+                    })?;
+            }
+            Err(e) => bail!("linking {} into {}: {e}", from.display(), dest.display()),
+        }
+        linked += 1;
+        covered.insert(py);
+        if let Some(r) = rel(venv, &dest) {
+            hashes.insert(r, f.sha256.clone());
+        }
+    }
+    let mut failed = 0;
+    for src in &rec.failed {
+        if covered.insert(site.join(src)) {
+            failed += 1;
+        }
+    }
+    Ok((linked, failed))
+}
+
+/// The source (relative to site-packages) of the cache file `rel_pyc`
+/// (`<dir>/__pycache__/<stem>.<tag>.pyc`), PEP 3147.
+fn source_of(rel_pyc: &str, tag: &str) -> Option<String> {
+    let p = Path::new(rel_pyc);
+    let name = p.file_name()?.to_str()?;
+    let stem = name.strip_suffix(&format!(".{tag}.pyc"))?;
+    let cache = p.parent()?;
+    if cache.file_name()? != "__pycache__" {
+        return None;
+    }
+    let dir = cache.parent()?.to_str()?;
+    Some(if dir.is_empty() {
+        format!("{stem}.py")
+    } else {
+        format!("{dir}/{stem}.py")
+    })
+}
+
+/// Checks the bytecode entry prepared at `dir` (from a cache) for the entry
+/// name `name`: its record names the same wheel, cache tag and magic number,
+/// in [`INVALIDATION`] mode, and every file under `site/` is a
+/// `__pycache__/*.<tag>.pyc` whose 16-byte header (PEP 552) carries that
+/// magic number and the checked-hash flags.
+///
+/// Errors: what does not match, naming the file.
+pub fn check_entry(dir: &Path, name: &str) -> Result<()> {
+    let rec: BytecodeRecord = crate::store::read_json(&dir.join(BYTECODE_JSON))?;
+    let want = Interpreter {
+        cache_tag: rec.cache_tag.clone(),
+        magic: rec.magic.clone(),
+    }
+    .entry_name(&rec.wheel_sha256);
+    if want != name || rec.invalidation != INVALIDATION {
+        bail!(
+            "its {BYTECODE_JSON} is for {want} ({}), not {name} ({INVALIDATION})",
+            rec.invalidation
+        );
+    }
+    let magic = (0..4)
+        .map(|i| u8::from_str_radix(&rec.magic[2 * i..2 * i + 2], 16))
+        .collect::<std::result::Result<Vec<u8>, _>>()
+        .context("its magic number is not hex")?;
+    let manifest = Manifest::read(dir)?;
+    let prefix = format!("{SITE}/");
+    for f in &manifest.files {
+        let Some(rel_pyc) = f.path.strip_prefix(&prefix) else {
+            continue;
+        };
+        if source_of(rel_pyc, &rec.cache_tag).is_none() {
+            bail!("{} is not a {} cache file", f.path, rec.cache_tag);
+        }
+        let mut head = [0u8; 8];
+        std::io::Read::read_exact(&mut fs::File::open(dir.join(&f.path))?, &mut head)
+            .with_context(|| format!("reading the header of {}", f.path))?;
+        // PEP 552: magic, then flags (bit 0: hash-based, bit 1: check_source).
+        if head[..4] != magic[..]
+            || u32::from_le_bytes([head[4], head[5], head[6], head[7]]) != 0b11
+        {
+            bail!(
+                "{} is not a checked-hash .pyc of magic {}",
+                f.path,
+                rec.magic
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Removes the bytecode entries of `store` that hold one of `damaged` (files
+/// of a damaged venv, rewritten in place: a `.pyc` hard-linked from an
+/// entry shares its bytes) by moving them aside (`Store::quarantine`); the
+/// next install makes them again. Returns how many were moved aside.
+///
+/// Errors: an entry cannot be read or moved aside.
+pub fn evict_entries(store: &Store, damaged: &[PathBuf]) -> Result<usize> {
+    let inodes: HashSet<(u64, u64)> = damaged
+        .iter()
+        .filter_map(|p| std::fs::symlink_metadata(p).ok())
+        .filter(|m| m.is_file() && m.nlink() > 1)
+        .map(|m| (m.dev(), m.ino()))
+        .collect();
+    if inodes.is_empty() {
+        return Ok(0);
+    }
+    let mut moved = 0;
+    for entry in store.entries(Bucket::Bytecode)? {
+        let Ok(m) = Manifest::read(&entry.path) else {
+            continue;
+        };
+        let hit = m.files.iter().any(|f| {
+            std::fs::metadata(entry.path.join(&f.path))
+                .is_ok_and(|x| inodes.contains(&(x.dev(), x.ino())))
+        });
+        if hit {
+            let _lock = entry.lock()?;
+            if entry.exists() {
+                store.quarantine(&entry, &["holds a file of a damaged venv".to_string()])?;
+                moved += 1;
+            }
+        }
+    }
+    Ok(moved)
 }
 
 /// Removes from the bytecode pool at `pool` (every cache tag's directory)
@@ -413,6 +978,59 @@ mod tests {
         // Nothing damaged, or no pool: nothing removed.
         assert_eq!(evict(&pool, &[]).unwrap(), 0);
         assert_eq!(evict(&tmp.path().join("none"), &[a]).unwrap(), 0);
+    }
+
+    #[test]
+    fn cache_files_and_sources_map_both_ways() {
+        for (src, pyc) in [
+            ("a.py", "__pycache__/a.cpython-311.pyc"),
+            ("pkg/sub/m.py", "pkg/sub/__pycache__/m.cpython-311.pyc"),
+        ] {
+            assert_eq!(pyc_of(src, "cpython-311").as_deref(), Some(pyc));
+            assert_eq!(source_of(pyc, "cpython-311").as_deref(), Some(src));
+        }
+        assert_eq!(source_of("pkg/m.cpython-311.pyc", "cpython-311"), None);
+        assert_eq!(
+            source_of("pkg/__pycache__/m.cpython-312.pyc", "cpython-311"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_cached_entry_is_refused_unless_every_pyc_is_checked_hash_of_its_magic() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("e");
+        let pyc = dir.join(SITE).join("pkg/__pycache__/m.cpython-311.pyc");
+        std::fs::create_dir_all(pyc.parent().unwrap()).unwrap();
+        let rec = BytecodeRecord {
+            format: 1,
+            wheel_sha256: "ab".repeat(32),
+            cache_tag: "cpython-311".into(),
+            magic: "a70d0d0a".into(),
+            invalidation: INVALIDATION.into(),
+            failed: Vec::new(),
+        };
+        write_json(&dir.join(BYTECODE_JSON), &rec).unwrap();
+        let name = format!("{}-cpython-311-a70d0d0a", "ab".repeat(32));
+        let write = |flags: u32| {
+            let mut b = vec![0xa7, 0x0d, 0x0d, 0x0a];
+            b.extend_from_slice(&flags.to_le_bytes());
+            b.extend_from_slice(&[0u8; 16]);
+            std::fs::write(&pyc, b).unwrap();
+            Manifest::build(&dir, &[crate::store::MANIFEST])
+                .unwrap()
+                .write(&dir)
+                .unwrap();
+        };
+        write(0b11);
+        check_entry(&dir, &name).unwrap();
+        // Another entry's name, a timestamp .pyc, an unchecked-hash one.
+        assert!(check_entry(&dir, &format!("{}-cpython-311-a70d0d0a", "cd".repeat(32))).is_err());
+        for flags in [0, 0b01] {
+            write(flags);
+            let e = check_entry(&dir, &name).unwrap_err();
+            assert!(format!("{e:#}").contains("m.cpython-311.pyc"), "{e:#}");
+        }
     }
 
     #[test]

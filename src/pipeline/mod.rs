@@ -771,6 +771,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         oracle::Options {
             no_smoke: o.no_smoke,
             deep: o.deep,
+            temp: Some(&temp),
         },
     )?;
     if outcome.built {

@@ -357,6 +357,28 @@ pub fn push_to(
                     scratch,
                 )?);
             }
+            // Bytecode is code that nothing else pins: signed the same way,
+            // over every file of its artifact.
+            if a.kind == Kind::Bytecode
+                && let Some(key) = &signing_key
+            {
+                let st = trust::Statement::for_bytecode(
+                    &a.name,
+                    &a.config.record,
+                    substitute::bytecode_files(&a.config),
+                    &statement.builder,
+                    &statement.time,
+                );
+                let dir = scratch.join(format!("att-pyc-{i}-{}", &a.name[..16.min(a.name.len())]));
+                out.push(push_attestation(
+                    t.as_ref(),
+                    &st,
+                    key,
+                    &listed,
+                    &dir,
+                    scratch,
+                )?);
+            }
             if a.kind == Kind::Wheel
                 && let Some(key) = &signing_key
             {

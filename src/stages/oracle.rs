@@ -76,6 +76,9 @@ pub struct OracleRecord {
     pub created: String,
     /// Seconds spent creating and installing the venv.
     pub install_s: f64,
+    /// Where the venv's bytecode came from.
+    #[serde(default)]
+    pub bytecode: venv::BytecodeStats,
     /// Where the time of making this venv went.
     #[serde(default)]
     pub timings: Timings,
@@ -218,13 +221,17 @@ pub struct Outcome {
 
 /// Options of the venv stage.
 #[derive(Debug, Clone, Copy)]
-pub struct Options {
+pub struct Options<'a> {
     /// Skip the smoke run (verdict `unsmoked`).
     pub no_smoke: bool,
     /// Check an existing entry by hashing every file against its manifest
     /// (`build --deep`), instead of the quick check of its stamps: finds a
     /// file rewritten in place with its size and time restored.
     pub deep: bool,
+    /// The build's temporary GC roots: the bytecode entries the install
+    /// makes or uses are registered there until the oracle's record
+    /// requires them.
+    pub temp: Option<&'a crate::store::TempRoots>,
 }
 
 /// Returns the oracle venv of `plan`, building it when absent (or when the
@@ -239,7 +246,7 @@ pub fn ensure(
     wheel: &BuildRecord,
     src: &Entry,
     plan: &VenvPlan,
-    opts: Options,
+    opts: Options<'_>,
 ) -> Result<Outcome> {
     let Ctx { store, lr, .. } = *cx;
     let entry = plan.entry.clone();
@@ -411,7 +418,7 @@ fn build(
     wheel: &BuildRecord,
     src: &Entry,
     plan: &VenvPlan,
-    opts: Options,
+    opts: Options<'_>,
 ) -> Result<OracleRecord> {
     let Ctx { store, lr, tc, .. } = *cx;
     let r = &lr.recipe;
@@ -425,8 +432,9 @@ fn build(
         install_s,
         link_s,
         bytecode_s,
+        bytecode,
         known,
-    } = venv::install(cx, wheel_entry, wheel, src, plan, staging.path())?;
+    } = venv::install(cx, wheel_entry, wheel, src, plan, staging.path(), opts.temp)?;
 
     let t_identity = std::time::Instant::now();
     progress::stage("identity", "measuring the oracle's identity");
@@ -506,11 +514,14 @@ fn build(
                 crate::host::toolchain::uv_wheel_sha256(&tc.uv)
                     .map(|sha| format!("{}/{sha}", Bucket::Wheelhouse.dir_name())),
             )
+            // The bytecode entries its `.pyc` files were linked from.
+            .chain(bytecode.entries.iter().cloned())
             .collect(),
         warnings,
         notes: plan.source_notes.clone(),
         created,
         install_s,
+        bytecode: bytecode.stats,
         timings: Timings {
             link_s,
             bytecode_s,

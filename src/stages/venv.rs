@@ -126,9 +126,35 @@ pub struct Installed {
     pub link_s: f64,
     /// Of which: bytecode, linked from the pool or compiled.
     pub bytecode_s: f64,
+    /// Where the bytecode came from.
+    pub bytecode: InstalledBytecode,
     /// sha256 of files known without reading them (path relative to the
     /// venv), for the manifest: see [`record_hashes`] and `host::bytecode`.
     pub known: HashMap<String, String>,
+}
+
+/// Where an oracle venv's `.pyc` files came from (`oracle.json`'s
+/// `bytecode`): linked from the store's bytecode entries (one per wheel and
+/// Python, made here or pulled from a cache) or its pool, or compiled here.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct BytecodeStats {
+    /// `.pyc` files hard-linked from bytecode entries and the pool.
+    pub linked: usize,
+    /// `.pyc` files compiled by this box for this venv (0 when every
+    /// wheel's bytecode entry was in the store already, e.g. pulled).
+    pub compiled: usize,
+    /// Sources Python refused to compile.
+    pub failed: usize,
+}
+
+/// Where an installed venv's bytecode came from.
+#[derive(Debug, Clone, Default)]
+pub struct InstalledBytecode {
+    /// The counts, for `oracle.json`.
+    pub stats: BytecodeStats,
+    /// The labels of the bytecode entries used (`pyc/<name>`), for the
+    /// oracle's `requires`.
+    pub entries: Vec<String>,
 }
 
 /// The sha256 that the installed distributions' `RECORD` files (PEP 376,
@@ -364,6 +390,17 @@ pub fn evict_shared_damage(cx: &Ctx<'_>, entry: &Entry, problems: &[String]) -> 
             entry.label()
         )
     })?;
+    let aside = bytecode::evict_entries(cx.store, &damage.files).with_context(|| {
+        format!(
+            "moving aside the bytecode entries holding damaged files of {}",
+            entry.label()
+        )
+    })?;
+    let pyc = if aside > 0 {
+        format!("{pyc} file(s) from the bytecode pool and {aside} bytecode entry(ies)")
+    } else {
+        format!("{pyc} file(s) from the bytecode pool")
+    };
     let uv = match &clean {
         CacheClean::Packages(d) if d.is_empty() => "nothing from uv's cache".to_string(),
         CacheClean::Packages(d) => format!("{} from uv's cache", d.join(", ")),
@@ -375,7 +412,7 @@ pub fn evict_shared_damage(cx: &Ctx<'_>, entry: &Entry, problems: &[String]) -> 
     progress::stage(
         "venv",
         format!(
-            "{}: {} damaged file(s) share their inode with the store's caches; evicted {uv} and {pyc} file(s) from the bytecode pool, so the rebuild unpacks and compiles them again",
+            "{}: {} damaged file(s) share their inode with the store's caches; evicted {uv} and {pyc}, so the rebuild unpacks and compiles them again",
             entry.label(),
             damage.files.len()
         ),
@@ -396,6 +433,7 @@ pub fn install(
     src: &Entry,
     plan: &VenvPlan,
     staging: &Path,
+    temp: Option<&crate::store::TempRoots>,
 ) -> Result<Installed> {
     let Ctx { store, lr, tc, uv } = *cx;
     let r = &lr.recipe;
@@ -448,17 +486,58 @@ pub fn install(
     }
     let link_s = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    let code = bytecode::ensure(&tc.python, &venv, &store.bytecode_dir(), &scratch, &log)
-        .context("giving the oracle venv its bytecode")?;
+    // Every installed wheel's bytecode from its entry (made now when the
+    // store lacks it), then the pool for any other source.
+    let mut wheels: Vec<bytecode::Wheel> = vec![bytecode::Wheel {
+        file: wheel_path.clone(),
+        sha256: wheel.sha256.clone(),
+    }];
+    if let Some(locked) = &plan.hermetic.runtime_lock {
+        for e in &locked.entries {
+            wheels.push(bytecode::Wheel {
+                file: wheelhouse::file_of(e)?,
+                sha256: e.name.clone(),
+            });
+        }
+    }
+    let own_temp;
+    let temp = match temp {
+        Some(t) => t,
+        None => {
+            own_temp = store.temp_roots()?;
+            &own_temp
+        }
+    };
+    let per = bytecode::from_wheels(store, temp, &venv, &wheels, &scratch, &log)
+        .context("giving the oracle venv the bytecode of its wheels")?;
+    let code = bytecode::ensure(
+        &tc.python,
+        &venv,
+        &store.bytecode_dir(),
+        &per.covered,
+        &scratch,
+        &log,
+    )
+    .context("giving the oracle venv its bytecode")?;
     let bytecode_s = t1.elapsed().as_secs_f64();
+    let stats = BytecodeStats {
+        linked: per.linked + code.linked,
+        compiled: per.compiled + code.compiled,
+        failed: per.failed + code.failed,
+    };
     progress::stage(
         "install",
         format!(
-            "bytecode: {} linked from the store's pool, {} compiled now, {} not compilable",
-            code.linked, code.compiled, code.failed
+            "bytecode: {} linked from the store's pool, {} compiled now, {} not compilable ({} of {} wheels' bytecode entries made now)",
+            stats.linked,
+            stats.compiled,
+            stats.failed,
+            per.entries_made,
+            wheels.len()
         ),
     );
     let mut known = record_hashes(&venv)?;
+    known.extend(per.hashes);
     known.extend(code.hashes);
     Ok(Installed {
         venv,
@@ -468,6 +547,10 @@ pub fn install(
         install_s: t0.elapsed().as_secs_f64(),
         link_s,
         bytecode_s,
+        bytecode: InstalledBytecode {
+            stats,
+            entries: per.entries.iter().map(Entry::label).collect(),
+        },
         known,
     })
 }

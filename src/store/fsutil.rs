@@ -197,3 +197,17 @@ pub fn disk_usage(path: &Path) -> u64 {
         0
     }
 }
+
+/// Flushes the file system holding `path` to disk (`syncfs(2)`): one call
+/// instead of an fsync per file for many files written at once (a pull's
+/// blobs) before they are renamed into the store. Best effort: an error
+/// is ignored (the files are checked by digest whenever they are read).
+pub fn sync_filesystem(path: &Path) {
+    if let Ok(f) = std::fs::File::open(path) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: syncfs only reads the open descriptor.
+        unsafe {
+            libc::syncfs(f.as_raw_fd());
+        }
+    }
+}

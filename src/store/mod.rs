@@ -52,8 +52,8 @@ pub mod wheelname;
 
 use fsutil::sync_dir;
 pub use fsutil::{
-    copy_tree, disk_usage, make_read_only, make_writable, read_json, sha256_file, write_atomic,
-    write_json,
+    copy_tree, disk_usage, make_read_only, make_writable, read_json, sha256_file, sync_filesystem,
+    write_atomic, write_json,
 };
 pub use lock::{Lock, LockName, lock_tools, release_run_lock};
 use lock::{lock_file, take_run_lock, wait_for_run_lock};
@@ -78,17 +78,22 @@ pub enum Bucket {
     /// `store/lockfiles/<key>`: a lock resolved for a build whose recipe has
     /// no lockfile, kept so rebuilds need neither the network nor a new resolution.
     Locks,
+    /// `store/pyc/<wheel sha256>-<cache tag>-<magic>`: the bytecode of one
+    /// wheel for one Python, hash-based `.pyc` files (PEP 552) valid
+    /// wherever that wheel is installed (see `host::bytecode`).
+    Bytecode,
 }
 
 impl Bucket {
     /// Every bucket, in pipeline order.
-    pub const ALL: [Bucket; 7] = [
+    pub const ALL: [Bucket; 8] = [
         Bucket::Git,
         Bucket::Src,
         Bucket::Ext,
         Bucket::Locks,
         Bucket::Wheelhouse,
         Bucket::Wheels,
+        Bucket::Bytecode,
         Bucket::Venvs,
     ];
 
@@ -118,6 +123,7 @@ impl Bucket {
             Bucket::Wheels => "wheel",
             Bucket::Venvs => "venv",
             Bucket::Locks => "autolock",
+            Bucket::Bytecode => "pyc",
         }
     }
 
@@ -131,6 +137,7 @@ impl Bucket {
             Bucket::Wheels => "wheels",
             Bucket::Venvs => "venvs",
             Bucket::Locks => "lockfiles",
+            Bucket::Bytecode => "pyc",
         }
     }
 }

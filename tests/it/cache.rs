@@ -54,6 +54,7 @@ pub fn entries(store: &Path) -> Vec<String> {
         "lockfiles",
         "wheelhouse",
         "wheels",
+        "pyc",
         "venvs",
     ] {
         if let Ok(d) = std::fs::read_dir(store.join("store").join(b)) {
@@ -175,6 +176,80 @@ fn pull_then_offline_build(
     );
     assert_eq!(again["key"], first["key"], "{again}");
     assert_eq!(again["verdict"], "gateable", "{again}");
+    pulled_bytecode_is_used(fx, &b, docker, r, &pulled, &again);
+}
+
+/// Checks, on the pulling box `b`, that the bytecode came with the pull:
+/// `pyc/` entries added, no `.pyc` compiled here (`oracle.json`'s
+/// `bytecode`), every linked `.pyc` the same as this box compiles from the
+/// same source (header and code), and `verify --deep` passes.
+pub fn pulled_bytecode_is_used(
+    fx: &Fx,
+    b: &Path,
+    docker: Option<&Path>,
+    r: &str,
+    pulled: &Value,
+    built: &Value,
+) {
+    assert!(
+        strs(&pulled["added"]).iter().any(|a| a.starts_with("pyc/")),
+        "{pulled}"
+    );
+    let venv = PathBuf::from(built["oracle"].as_str().unwrap());
+    let rec = read_json(&venv.join("oracle.json"));
+    assert_eq!(rec["bytecode"]["compiled"], 0, "{}", rec["bytecode"]);
+    assert!(
+        rec["bytecode"]["linked"].as_u64().unwrap_or(0) > 20,
+        "{}",
+        rec["bytecode"]
+    );
+    assert!(
+        strs(&rec["requires"]).iter().any(|x| x.starts_with("pyc/")),
+        "{}",
+        rec["requires"]
+    );
+    // Each linked .pyc against this box's own compile of its source.
+    let script = r#"
+import importlib.util as u, marshal, os, py_compile, sys, sysconfig, tempfile
+site = sysconfig.get_paths()["purelib"]
+tag = sys.implementation.cache_tag
+n = bad = 0
+tmp = tempfile.mkdtemp()
+for d, dirs, files in os.walk(site):
+    if os.path.basename(d) != "__pycache__":
+        continue
+    for f in files:
+        pyc = os.path.join(d, f)
+        if os.stat(pyc).st_nlink < 2:
+            continue
+        src = os.path.join(os.path.dirname(d), f.split(".")[0] + ".py")
+        rel = os.path.relpath(src, site)
+        out = os.path.join(tmp, "x.pyc")
+        py_compile.compile(src, cfile=out, dfile=rel, doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+        a, b = open(pyc, "rb").read(), open(out, "rb").read()
+        n += 1
+        if a[:16] != b[:16] or marshal.loads(a[16:]) != marshal.loads(b[16:]) \
+                or marshal.loads(a[16:]).co_filename != rel:
+            bad += 1
+            print("differs:", rel)
+print("checked", n, "bad", bad)
+"#;
+    let run = Command::new(venv.join("bin/python"))
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&run.stdout).to_string();
+    assert!(run.status.success(), "{}", text(&run));
+    let n: usize = out
+        .split("checked ")
+        .nth(1)
+        .and_then(|x| x.split_whitespace().next())
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(0);
+    assert!(n > 20 && out.contains(" bad 0"), "{out}");
+    let v = ob(fx, b, docker, "builder-b@test", &["verify", r, "--deep"]);
+    assert_eq!(code(&v), 0, "{}", text(&v));
 }
 
 #[test]
@@ -506,6 +581,54 @@ fn faults_trust_and_concurrency_through_a_registry() {
     for t in reg.tags("team/twice") {
         assert_eq!(reg.tag_revisions("team/twice", &t), 1, "{t}");
     }
+
+    // A byte flipped in a bytecode blob: that entry is refused, naming its
+    // digest, and the box compiles its own; everything else is pulled.
+    let pyc_tag = reg
+        .tags(REPO)
+        .into_iter()
+        .find(|t| t.starts_with("pyc-"))
+        .expect("a bytecode artifact");
+    let link = reg
+        .storage
+        .join("docker/registry/v2/repositories")
+        .join(REPO)
+        .join("_manifests/tags")
+        .join(&pyc_tag)
+        .join("current/link");
+    let m_hex = std::fs::read_to_string(&link).unwrap();
+    let manifest: Value = serde_json::from_slice(
+        &std::fs::read(reg.blob_file(m_hex.trim().trim_start_matches("sha256:"))).unwrap(),
+    )
+    .unwrap();
+    let layer = manifest["layers"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let blob = reg.blob_file(layer.trim_start_matches("sha256:"));
+    let good = std::fs::read(&blob).unwrap();
+    let mut bad = good.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0xff;
+    std::fs::write(&blob, &bad).unwrap();
+    let t = fx.dir().join("store-pyc-tampered");
+    configure(&t, &url, None, Some(&allowed), 1);
+    let out = ob(&fx, &t, None, "t@test", &["pull", r]);
+    std::fs::write(&blob, &good).unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let name = manifest["annotations"]["dev.oracle-build.name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text(&out).contains(&format!("pyc/{name}: ")) && text(&out).contains(&layer),
+        "{}",
+        text(&out)
+    );
+    let got = entries(&t);
+    assert!(!got.contains(&format!("pyc/{name}")), "{got:?}");
+    assert!(got.iter().any(|e| e.starts_with("pyc/")), "{got:?}");
+    assert!(got.iter().any(|e| e.starts_with("wheels/")), "{got:?}");
 
     // A byte flipped in a blob of the registry's storage: the pull fails
     // naming the digest, and nothing is written.

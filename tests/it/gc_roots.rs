@@ -195,6 +195,10 @@ fn gc_after_pull_and_import_keeps_everything_and_damage_is_repaired_from_the_cac
     assert!(!doc["imported"].as_array().unwrap().is_empty(), "{doc}");
     let built = bare(d, &b, &["build", r, "--offline"]);
     assert_eq!(built["key"], first["key"], "{built}");
+    // The bytecode came with the pull: no .pyc compiled on this box.
+    let rec = read_json(&Path::new(built["oracle"].as_str().unwrap()).join("oracle.json"));
+    assert_eq!(rec["bytecode"]["compiled"], 0, "{}", rec["bytecode"]);
+    assert!(pulled.iter().any(|e| e.starts_with("pyc/")), "{pulled:?}");
     assert!(
         !strs(&built["built"]).contains(&"wheel".to_string()),
         "{built}"

@@ -92,6 +92,25 @@ fn gc_deletes_exactly_the_unrooted_entries() {
         format!("venvs/{}", ra["key"].as_str().unwrap()),
         lock_a[0].clone(),
     ];
+    // The bytecode of A's own wheel goes too; that of the shared
+    // wheelhouse artifacts stays.
+    let rec_b = record(Path::new(rb["oracle"].as_str().unwrap()));
+    let pyc_b: Vec<&str> = rec_b["requires"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.as_str())
+        .collect();
+    let pyc_a: Vec<String> = rec_a["requires"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.as_str())
+        .filter(|r| r.starts_with("pyc/") && !pyc_b.contains(r))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(pyc_a.len(), 1, "{}", rec_a["requires"]);
+    expected.extend(pyc_a);
     expected.sort();
 
     let dry = json(&fx.run(&["gc", "--dry-run", "--json"]));
@@ -112,7 +131,7 @@ fn gc_deletes_exactly_the_unrooted_entries() {
     let real = fx.run(&["gc"]);
     assert_eq!(code(&real), 0, "{}", text(&real));
     assert!(
-        String::from_utf8_lossy(&real.stdout).contains("deleted 4 entries"),
+        String::from_utf8_lossy(&real.stdout).contains("deleted 5 entries"),
         "{}",
         text(&real)
     );

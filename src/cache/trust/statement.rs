@@ -95,7 +95,34 @@ pub const WHEEL: &str = "wheel";
 /// installed and no reviewed file pins it.
 pub const LOCK: &str = "lock";
 
+/// The statement kind of a bytecode entry (`store/pyc/<name>`, the `.pyc`
+/// files of one wheel for one Python): signed like a store lock, since a
+/// `.pyc` is code and nothing else pins its bytes.
+pub const BYTECODE: &str = "bytecode";
+
 impl Statement {
+    /// The statement for the bytecode entry `key` (`<wheel sha256>-<cache
+    /// tag>-<magic>`) holding exactly `files` (every file of its artifact,
+    /// `bytecode.json` and the manifest included), signed by `builder` at
+    /// `time`: kind [`BYTECODE`], its inputs the wheel, cache tag and
+    /// magic number of its record (`record`).
+    pub fn for_bytecode(
+        key: &str,
+        record: &Value,
+        files: Vec<FileDigest>,
+        builder: &str,
+        time: &str,
+    ) -> Statement {
+        Statement {
+            kind: BYTECODE.to_string(),
+            key: key.to_string(),
+            inputs: record.clone(),
+            files,
+            builder: builder.to_string(),
+            time: time.to_string(),
+        }
+    }
+
     /// The statement for the store lock `key` made from `inputs` (the key
     /// inputs whose content key is `key`) holding exactly `files`, signed by
     /// `builder` at `time`: kind [`LOCK`], otherwise as [`Statement::for_wheel`].

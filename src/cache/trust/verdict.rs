@@ -188,6 +188,25 @@ pub fn verify_lock(
     )
 }
 
+/// The verdict on the bytecode entry `key` holding `files` from
+/// `attestations` under `policy`, now: [`verify`] with kind [`BYTECODE`],
+/// the same rules, `trusted_signers` and `min_signatures` as a store lock.
+pub fn verify_bytecode(
+    key: &str,
+    files: &[FileDigest],
+    attestations: &[Attestation],
+    policy: &Policy,
+) -> Verdict {
+    verify(
+        BYTECODE,
+        key,
+        files,
+        attestations,
+        policy,
+        jiff::Timestamp::now().as_second(),
+    )
+}
+
 /// The trust settings of one cache.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -307,7 +326,19 @@ fn check_one(
             statement.kind, statement.key
         ));
     }
-    let computed = content_key(&statement.inputs);
+    // A bytecode entry is named by what it was compiled from, not by a
+    // content key: its inputs must spell its name.
+    let computed = if kind == BYTECODE {
+        let i = &statement.inputs;
+        format!(
+            "{}-{}-{}",
+            i["wheel_sha256"].as_str().unwrap_or(""),
+            i["cache_tag"].as_str().unwrap_or(""),
+            i["magic"].as_str().unwrap_or("")
+        )
+    } else {
+        content_key(&statement.inputs)
+    };
     if computed != key {
         return Err(format!(
             "the statement's inputs hash to key {computed}, not {key}"
