@@ -26,8 +26,8 @@ pub struct Uv {
     /// `None`: uv's default cache, and installs copy instead of linking.
     pub cache_dir: Option<PathBuf>,
     /// uv's scratch (`TMPDIR`: its build locks, its unpacked source
-    /// distributions): the store's `<root>/tmp`, so nothing is left in the
-    /// machine's `/tmp`. `None`: the caller's `TMPDIR`.
+    /// distributions): the store's `<root>/uv-tmp`, so nothing is left in
+    /// the machine's `/tmp`. `None`: the caller's `TMPDIR`.
     pub tmp_dir: Option<PathBuf>,
 }
 

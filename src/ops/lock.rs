@@ -94,7 +94,7 @@ pub fn run(s: &Session, pin_arg: &str, opts: &LockOptions) -> Result<()> {
         indexes: crate::host::uv::plain_indexes(&lock::indexes::site_indexes(&store, &r.indexes)?),
         offline: false,
         cache_dir: Some(store.uv_cache_dir()),
-        tmp_dir: Some(store.tmp_dir()),
+        tmp_dir: Some(store.uv_tmp_dir()),
     };
     let temp = store.temp_roots()?;
     temp.add(&store, &source::mirror_entry(&store, &r.source.repo))?;

@@ -245,7 +245,7 @@ fn preparing(
         indexes,
         offline: false,
         cache_dir: Some(store.uv_cache_dir()),
-        tmp_dir: Some(store.tmp_dir()),
+        tmp_dir: Some(store.uv_tmp_dir()),
     };
     Ok((tc, uv))
 }

@@ -639,7 +639,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         indexes: crate::host::uv::plain_indexes(&lock::indexes::site_indexes(store, &r.indexes)?),
         offline: o.offline,
         cache_dir: Some(store.uv_cache_dir()),
-        tmp_dir: Some(store.tmp_dir()),
+        tmp_dir: Some(store.uv_tmp_dir()),
     };
     let cx = Ctx {
         store,

@@ -11,6 +11,7 @@
 //! logs/                   logs of failed or running stages, smoke logs     Store::logs_dir
 //! reports/                `advance` reports                                Store::reports_dir
 //! uv-cache/               uv's cache                                       Store::uv_cache_dir
+//! uv-tmp/                 uv's TMPDIR (its build-environment locks)        Store::uv_tmp_dir
 //! downloads/sha256/<hex>  cache blobs checked by a pull not yet finished   Store::downloads_dir
 //! wheelhouse-links/       links to wheelhouse files, shared by installs    Store::wheelhouse_links_dir
 //! sccache/, ccache/       compiler caches                                  Store::compiler_cache_dir
@@ -349,7 +350,7 @@ impl Store {
         for b in Bucket::ALL {
             fs::create_dir_all(self.bucket_dir(b))?;
         }
-        for d in ["roots", "tmp", "locks", "tools"] {
+        for d in ["roots", "tmp", "locks", "tools", "uv-tmp"] {
             fs::create_dir_all(self.root.join(d))?;
         }
         Ok(())
@@ -445,6 +446,13 @@ impl Store {
     /// `<root>/uv-cache`: uv's cache (`--cache-dir`).
     pub fn uv_cache_dir(&self) -> PathBuf {
         self.root.join("uv-cache")
+    }
+
+    /// `<root>/uv-tmp`: uv's `TMPDIR`: the `uv-setuptools-<h>.lock` files
+    /// it keeps there and its scratch, inside the store instead of the
+    /// machine's `/tmp`; apart from `tmp/`, whose entries are staging only.
+    pub fn uv_tmp_dir(&self) -> PathBuf {
+        self.root.join("uv-tmp")
     }
 
     /// `<root>/downloads`: blobs a pull or substitution has downloaded and
@@ -1047,6 +1055,7 @@ mod tests {
             (store.logs_dir(), "logs"),
             (store.reports_dir(), "reports"),
             (store.uv_cache_dir(), "uv-cache"),
+            (store.uv_tmp_dir(), "uv-tmp"),
             (store.wheelhouse_links_dir(), "wheelhouse-links"),
             (store.locks_dir(), "locks"),
             (store.imported_dir(), "imported"),

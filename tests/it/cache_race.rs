@@ -224,7 +224,16 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
                 .count();
             assert_eq!(n, 2, "round {round}: {what}: {doc}");
         }
-        assert_eq!(atts.len(), 4, "round {round}: {doc}");
+        // And each box signs each wheel's bytecode (one artifact per
+        // wheel and Python): two signatures on every one.
+        let pyc = of_kind(&doc, "bytecode");
+        assert!(!pyc.is_empty(), "round {round}: {doc}");
+        let pyc_atts = atts
+            .iter()
+            .filter(|a| a["signs"].as_str().unwrap().starts_with("signs bytecode "))
+            .count();
+        assert_eq!(pyc_atts, 2 * pyc.len(), "round {round}: {doc}");
+        assert_eq!(atts.len(), 4 + pyc_atts, "round {round}: {doc}");
         let locks = of_kind(&doc, "lock");
         assert_eq!(locks.len(), 1, "round {round}: {doc}");
         assert_eq!(
