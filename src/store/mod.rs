@@ -347,11 +347,13 @@ impl Store {
 
     /// Creates the store's directories (idempotent).
     pub fn init(&self) -> Result<()> {
-        for b in Bucket::ALL {
-            fs::create_dir_all(self.bucket_dir(b))?;
-        }
+        // `store/` last: it is what `open_existing` takes for a store, so a
+        // `gc` running at that moment finds `locks/` already there.
         for d in ["roots", "tmp", "locks", "tools", "uv-tmp"] {
             fs::create_dir_all(self.root.join(d))?;
+        }
+        for b in Bucket::ALL {
+            fs::create_dir_all(self.bucket_dir(b))?;
         }
         Ok(())
     }

@@ -230,7 +230,15 @@ pub fn measure(
         &format!("the identity probe {} identity.py", python.display()),
         duct::cmd(
             &python,
-            ["-I".as_ref(), script.as_os_str(), package.as_ref()],
+            // -B: a check never writes into the oracle (a source that no
+            // longer matches its checked-hash .pyc is compiled in memory,
+            // not written back into __pycache__).
+            [
+                "-I".as_ref(),
+                "-B".as_ref(),
+                script.as_os_str(),
+                package.as_ref(),
+            ],
         )
         .dir(work.path())
         .env_remove("PYTHONPATH")

@@ -53,7 +53,10 @@ pub(super) fn run_driver(
     let mut cmd = duct::cmd(
         python,
         [
+            // -B: the gate never writes bytecode into the oracle (the
+            // engine's own processes inherit the flag).
             "-I".as_ref(),
+            "-B".as_ref(),
             driver.as_os_str(),
             mode.as_ref(),
             cfg_path.as_os_str(),
