@@ -397,18 +397,10 @@ impl Sources {
     /// under `$XDG_CONFIG_HOME` (else `$HOME/.config`), the flag and the
     /// environment.
     pub fn for_run(store_root: &Path, flag: Option<&str>) -> Sources {
-        let xdg = std::env::var_os("XDG_CONFIG_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| {
-                std::env::var_os("HOME")
-                    .filter(|v| !v.is_empty())
-                    .map(|h| PathBuf::from(h).join(".config"))
-            });
+        let (store_file, user_file) = crate::host::mirror::config_files(store_root);
         Sources {
-            store_file: Some(store_root.join(CONFIG_FILE)),
-            user_file: xdg.map(|d| d.join("oracle-build").join(CONFIG_FILE)),
+            store_file: Some(store_file),
+            user_file,
             flag: flag.map(str::to_string),
             env: std::env::var(CACHE_ENV).ok().filter(|v| !v.is_empty()),
         }
@@ -517,6 +509,10 @@ struct RawFile {
     #[serde(default)]
     #[allow(dead_code)]
     compiler_cache: Option<toml::Table>,
+    /// Site mirrors: read by `host/mirror.rs`.
+    #[serde(default)]
+    #[allow(dead_code)]
+    mirror: Option<Vec<toml::Table>>,
 }
 
 /// One `[[cache]]` entry as written; values keep their span for messages.

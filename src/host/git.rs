@@ -100,6 +100,20 @@ impl Git {
     /// Errors: the fetch fails (the message names `url` and holds git's
     /// output, or points at it above on a terminal).
     pub fn fetch(&self, repo: &Path, url: &str, refspecs: &[&str]) -> Result<()> {
+        self.fetch_with(repo, url, refspecs, &[])
+    }
+
+    /// [`Git::fetch`] with `options` (`--depth=1`, `--no-tags`) given to
+    /// `git fetch` before the URL.
+    ///
+    /// Errors: as [`Git::fetch`].
+    fn fetch_with(
+        &self,
+        repo: &Path,
+        url: &str,
+        refspecs: &[&str],
+        options: &[&str],
+    ) -> Result<()> {
         let mut args: Vec<std::ffi::OsString> = vec![
             "-C".into(),
             repo.into(),
@@ -114,6 +128,7 @@ impl Git {
         ];
         let terminal = std::io::stderr().is_terminal();
         args.push(if terminal { "--progress" } else { "--quiet" }.into());
+        args.extend(options.iter().map(Into::into));
         // After `--`, the URL is never an option.
         args.push("--".into());
         args.push(absolute_local(url).into());
@@ -304,6 +319,134 @@ impl Git {
             );
         }
         Ok(())
+    }
+}
+
+impl Git {
+    /// The tree of `rev` (a tag, a branch or a 40-hex commit, as CMake's
+    /// `GIT_TAG`) of the repository at `url`, checked out into the new
+    /// directory `dir` with a detached HEAD, and with `submodules` every
+    /// submodule, recursively (`git submodule update --init --recursive`)
+    /// with `url_config` (`url.<to>.insteadOf=<from>` settings: the site's
+    /// mirrors, [`crate::host::mirror::Mirrors::git_config`]) applied to
+    /// their URLs. The ext stage's one fetch (the source stage's mirror
+    /// uses [`Git::fetch`] too).
+    ///
+    /// Only `rev` is fetched, at depth 1: the staged tree is all that is
+    /// kept, and a site mirror that is a partial clone (`git clone
+    /// --filter=blob:none`) holding the blobs of `rev` but not of its history
+    /// serves it (a fetch of every branch would ask for the missing blobs).
+    /// A commit the server refuses to send by id is looked for in every
+    /// branch and tag, with their history.
+    ///
+    /// Returns the commit `rev` resolved to and each submodule's path and commit.
+    ///
+    /// Errors: git fails (the message names `url` and holds git's output);
+    /// `url` has no tag, branch or commit `rev`.
+    pub fn fetch_tree(
+        &self,
+        url: &str,
+        rev: &str,
+        submodules: bool,
+        dir: &Path,
+        url_config: &[String],
+    ) -> Result<(String, std::collections::BTreeMap<String, String>)> {
+        const WANT: &str = "refs/oracle-build/ext";
+        fs_err::create_dir_all(dir)?;
+        self.run(Config::Hermetic, dir, &["init", "--quiet", "--template="])?;
+        // Relative submodule URLs resolve against the remote's URL.
+        self.run(
+            Config::Hermetic,
+            dir,
+            &["config", "remote.origin.url", &absolute_local(url)],
+        )?;
+        let listed = self
+            .run(
+                Config::User,
+                dir,
+                &["ls-remote", "--", &absolute_local(url)],
+            )
+            .with_context(|| format!("listing the refs of {url}"))?;
+        let has = |name: &str| {
+            listed
+                .lines()
+                .any(|l| l.split_whitespace().nth(1) == Some(name))
+        };
+        let is_sha = rev.len() == 40 && rev.chars().all(|c| c.is_ascii_hexdigit());
+        let named = [format!("refs/tags/{rev}"), format!("refs/heads/{rev}")]
+            .into_iter()
+            .find(|r| has(r));
+        let spec = match (&named, is_sha) {
+            (Some(r), _) => format!("+{r}:{WANT}"),
+            (None, true) => format!("+{rev}:{WANT}"),
+            (None, false) => bail!("{url} has no tag, branch or commit {rev}"),
+        };
+        let shallow = self.fetch_with(dir, url, &[&spec], &["--depth=1", "--no-tags"]);
+        if let Err(e) = shallow {
+            if named.is_some() {
+                return Err(e);
+            }
+            // A server that refuses a fetch by id: every branch and tag.
+            self.fetch(
+                dir,
+                url,
+                &[
+                    "+refs/heads/*:refs/remotes/origin/*",
+                    "+refs/tags/*:refs/tags/*",
+                ],
+            )
+            .with_context(|| format!("{url} would not send commit {rev} by id"))?;
+        }
+        let peel = if self.has_ref(dir, WANT) {
+            format!("{WANT}^{{commit}}")
+        } else {
+            format!("{rev}^{{commit}}")
+        };
+        let commit = self
+            .run(
+                Config::Hermetic,
+                dir,
+                &["rev-parse", "--verify", "--quiet", &peel],
+            )
+            .ok()
+            .filter(|c| !c.is_empty())
+            .with_context(|| format!("{url} has no tag, branch or commit {rev}"))?;
+        self.checkout_detached(dir, &commit)?;
+        let mut subs = std::collections::BTreeMap::new();
+        if submodules && dir.join(".gitmodules").is_file() {
+            let mut args: Vec<&str> = Vec::new();
+            for c in url_config {
+                args.extend(["-c", c.as_str()]);
+            }
+            args.extend(["submodule", "update", "--init", "--recursive", "--quiet"]);
+            self.run(Config::User, dir, &args)
+                .with_context(|| format!("fetching the submodules of {url} @ {rev}"))?;
+            let status = self.run(
+                Config::Hermetic,
+                dir,
+                &["submodule", "status", "--recursive"],
+            )?;
+            for line in status.lines() {
+                // `<status><sha> <path> (<describe>)`, the status a space,
+                // `-`, `+` or `U` (the output's first space is trimmed).
+                let mut words = line.split_whitespace();
+                if let (Some(id), Some(path)) = (words.next(), words.next()) {
+                    let id = id.trim_start_matches(['-', '+', 'U']);
+                    subs.insert(path.to_string(), id.to_string());
+                }
+            }
+        }
+        Ok((commit, subs))
+    }
+
+    /// Whether the repository at `repo` has the ref `name`.
+    fn has_ref(&self, repo: &Path, name: &str) -> bool {
+        self.run(
+            Config::Hermetic,
+            repo,
+            &["rev-parse", "--verify", "--quiet", name],
+        )
+        .is_ok_and(|out| !out.is_empty())
     }
 }
 

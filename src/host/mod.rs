@@ -3,13 +3,18 @@
 //! processes with timeouts and process groups ([`process`]), and disk space
 //! ([`disk`]), HTTP downloads ([`http`]), the git command line for fetches
 //! and checkouts ([`git`]), and the bytecode of a venv, shared through the store's pool
-//! ([`bytecode`]), and ccache's remote storage ([`ccache`]). It may use the store and the recipe, never a stage.
+//! ([`bytecode`]), ccache's remote storage ([`ccache`]), the compilers a
+//! build declares and uses, measured ([`compilers`]), and the site's
+//! `[[mirror]]` URL mapping ([`mirror`]). It may use the store and the
+//! recipe, never a stage.
 
 pub mod bytecode;
 pub mod ccache;
+pub mod compilers;
 pub mod disk;
 pub mod git;
 pub mod http;
+pub mod mirror;
 pub mod platform;
 pub mod process;
 pub mod toolchain;

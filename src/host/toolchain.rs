@@ -395,23 +395,19 @@ pub fn install_uv_wheel(store: &Store, wheel: &Path) -> Result<Tool> {
 /// `nvcc`, from `$CUDA_HOME/bin`, PATH, or `/usr/local/cuda/bin`; version is
 /// the `release X.Y` it reports.
 pub fn find_nvcc() -> Option<Tool> {
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(home) = std::env::var_os("CUDA_HOME") {
-        candidates.push(PathBuf::from(home).join("bin/nvcc"));
-    }
-    candidates.extend(which::which_all("nvcc").into_iter().flatten());
-    candidates.push(PathBuf::from("/usr/local/cuda/bin/nvcc"));
-    candidates.into_iter().find_map(|p| {
-        let out = capture("nvcc --version", duct::cmd(&p, ["--version"])).ok()?;
-        let release = out
-            .lines()
-            .find_map(|l| l.split("release ").nth(1))
-            .map(|r| r.split(',').next().unwrap_or(r).to_string());
-        Some(Tool {
-            path: p,
-            version: release.unwrap_or(out),
+    crate::host::compilers::nvcc_candidates()
+        .into_iter()
+        .find_map(|p| {
+            let out = capture("nvcc --version", duct::cmd(&p, ["--version"])).ok()?;
+            let release = out
+                .lines()
+                .find_map(|l| l.split("release ").nth(1))
+                .map(|r| r.split(',').next().unwrap_or(r).to_string());
+            Some(Tool {
+                path: p,
+                version: release.unwrap_or(out),
+            })
         })
-    })
 }
 
 /// `gcc` on PATH with `-dumpfullversion`.
@@ -531,4 +527,8 @@ pub struct Toolchain {
     pub gcc: Option<Tool>,
     /// nvcc, when present.
     pub nvcc: Option<Tool>,
+    /// The compilers the build uses (declared in `build.env` or found on
+    /// PATH), measured at preflight ([`crate::host::compilers`]).
+    #[serde(default)]
+    pub compilers: crate::host::compilers::Compilers,
 }

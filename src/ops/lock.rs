@@ -87,10 +87,11 @@ pub fn run(s: &Session, pin_arg: &str, opts: &LockOptions) -> Result<()> {
         libgit2: toolchain::libgit2_version(),
         gcc: toolchain::find_gcc(),
         nvcc: None,
+        compilers: Default::default(),
     };
     let uv = Uv {
         tool: uv_tool,
-        indexes: crate::host::uv::plain_indexes(&r.indexes),
+        indexes: crate::host::uv::plain_indexes(&lock::indexes::site_indexes(&store, &r.indexes)?),
         offline: false,
         cache_dir: Some(store.uv_cache_dir()),
     };

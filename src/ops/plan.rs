@@ -162,6 +162,12 @@ fn render(p: &Plan) -> String {
         )),
         (None, _) => line(format!("  {:<10} {:<7} this host is {host}", "", "")),
     }
+    if let Some(from) = &p.source_fetched_from {
+        line(format!(
+            "  {:<10} {:<7} fetched from {from}",
+            "source", "origin"
+        ));
+    }
     for e in &p.ext_sources {
         line(format!(
             "  {:<10} {:<7} {} = {} -> {}{}",
@@ -174,6 +180,9 @@ fn render(p: &Plan) -> String {
                 .as_ref()
                 .map_or(String::new(), |s| format!(" (/{s})"))
         ));
+        if let Some(from) = &e.fetched_from {
+            line(format!("  {:<10} {:<7} fetched from {from}", "", ""));
+        }
         if let Some(c) = &e.condition {
             line(format!(
                 "  {:<10} {:<7} staged although declared under a condition not evaluated here: {c}",

@@ -237,6 +237,7 @@ fn preparing(
         libgit2: toolchain::libgit2_version(),
         gcc: None,
         nvcc: None,
+        compilers: Default::default(),
     };
     let uv = crate::host::uv::Uv {
         tool: uv_tool,
@@ -295,7 +296,9 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
         store,
         python,
         found_uv,
-        crate::host::uv::plain_indexes(&r.indexes),
+        crate::host::uv::plain_indexes(&crate::stages::lock::indexes::site_indexes(
+            store, &r.indexes,
+        )?),
     )?;
     let cx = Ctx {
         store,
@@ -318,7 +321,8 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
             add_entry(&e, &mut entries, &mut files)?;
         }
     }
-    let found = ext::discover_in_tree(&src.path, &r.build.target_device)?;
+    // The target platform's branches of the CMake files, not this host's.
+    let found = ext::discover_in_tree_for(&src.path, &r.build.target_device, &platform.arch)?;
     for line in &found.unmapped {
         progress::stage(
             "ext",

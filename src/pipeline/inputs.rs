@@ -391,6 +391,11 @@ pub struct ExtRow {
     /// The conditions it is declared under that the tool cannot evaluate
     /// (it is staged anyway), if any.
     pub condition: Option<String>,
+    /// The URL it is fetched from (git sources): the staged entry's
+    /// `fetched_from`, else the repository through the site's `[[mirror]]`
+    /// tables (`None` for a URL source, or a mirror of `none`).
+    #[serde(default)]
+    pub fetched_from: Option<String>,
 }
 
 /// The external sources of `commit`, read from the checkout when it exists,
@@ -407,6 +412,7 @@ pub fn discover(store: &Store, lr: &LoadedRecipe) -> Option<Discovery> {
 
 /// Rows for `plan`.
 pub fn ext_rows(store: &Store, found: &Discovery) -> Vec<ExtRow> {
+    let mirrors = crate::host::mirror::load(store.root()).unwrap_or_default();
     found
         .sources
         .iter()
@@ -421,6 +427,10 @@ pub fn ext_rows(store: &Store, found: &Discovery) -> Vec<ExtRow> {
                 entry: e.label(),
                 staged: e.exists(),
                 condition: s.condition.clone(),
+                fetched_from: ext::fetched_from(&e).or_else(|| match &s.origin {
+                    ext::Origin::Git { repo, .. } => mirrors.map(repo).url().map(str::to_string),
+                    ext::Origin::Url { .. } => None,
+                }),
             }
         })
         .collect()

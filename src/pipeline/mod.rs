@@ -18,6 +18,12 @@
 //! 4. Register the mirror and checkout as temporary GC roots; ensure the
 //!    mirror holds the commit and the read-only checkout exists
 //!    (`stages::source`).
+//!    The tree's compiler requirements (its CMake files'
+//!    `message(FATAL_ERROR ...)` under a condition on the compiler's id or
+//!    version) are evaluated with the measured compilers
+//!    ([`preflight::check_tree_requirements`]): one they fail is refused
+//!    before anything is compiled, one the tree decides at configure time
+//!    is a warning.
 //! 5. Gather the hermetic inputs ([`inputs::prepare`]): the lock (or one
 //!    resolved now), its artifacts in the wheelhouse, the staged external
 //!    sources, the compiler cache.
@@ -198,6 +204,10 @@ pub struct Plan {
     pub problems: Vec<String>,
     /// The lock directory and its state.
     pub lock: LockRow,
+    /// The URL the recipe's repository is fetched from: `source.repo`
+    /// through the site's `[[mirror]]` tables (`None`: a mirror of `none`,
+    /// which a build refuses).
+    pub source_fetched_from: Option<String>,
     /// Every FetchContent source of the checkout and whether it is staged
     /// (empty until the mirror holds the commit).
     pub ext_sources: Vec<inputs::ExtRow>,
@@ -286,7 +296,7 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
     let offline_missing = inputs::offline_problems(store, lr, lock_dir);
     let findings = preflight::inspect(store, lr, offline);
     let mut steps = Vec::new();
-    let tools = format!(
+    let mut tools = format!(
         "python {}: {}; uv: {}; nvcc: {}",
         r.python,
         findings
@@ -308,11 +318,23 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
             .as_ref()
             .map_or("not found".into(), |n| n.version.clone()),
     );
+    if let Some(c) = &findings.compilers {
+        for (name, c) in [("cc", &c.cc), ("cxx", &c.cxx)] {
+            if let Some(c) = c {
+                tools.push_str(&format!(
+                    "; {name}: {} {} ({})",
+                    c.id,
+                    c.version,
+                    c.path.display()
+                ));
+            }
+        }
+    }
     // Cached only when nothing is left to find or install: a uv still to be
     // provisioned is work (and a download), a missing Python blocks the build.
     steps.push(step(
         "toolchain",
-        if findings.python.is_none() {
+        if findings.python.is_none() || !findings.compiler_problems.is_empty() {
             StepState::Blocked
         } else if findings.uv.is_none() {
             StepState::ToDo
@@ -362,8 +384,12 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
     );
     // The verdict of a built oracle whose gate a build would not run again.
     let mut gated: Option<String> = None;
+    let mut tree_refusals = Vec::new();
     if src.exists() {
         steps.push(step("checkout", StepState::Cached, src.label(), 0));
+        if let Some(c) = &findings.compilers {
+            tree_refusals = preflight::tree_requirements(lr, &src.path, c).0;
+        }
         if let Some(tc) = known_toolchain(&findings) {
             let known = inputs::known(store, lr, &src.path, lock_dir);
             match (wheel::settings(lr, &src.path, None), known) {
@@ -482,8 +508,14 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         free_bytes: disk::free_bytes(root),
         needed_bytes: needed,
         steps,
-        problems: findings.problems,
+        problems: findings
+            .compiler_problems
+            .into_iter()
+            .chain(tree_refusals)
+            .chain(findings.problems)
+            .collect(),
         lock,
+        source_fetched_from: source::origin_url(store, &r.source.repo).ok(),
         ext_sources,
         ext_unmapped: found.unmapped,
         ext_no_cmake: found.no_cmake,
@@ -599,7 +631,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     }
     let uv = Uv {
         tool: tc.uv.clone(),
-        indexes: crate::host::uv::plain_indexes(&r.indexes),
+        indexes: crate::host::uv::plain_indexes(&lock::indexes::site_indexes(store, &r.indexes)?),
         offline: o.offline,
         cache_dir: Some(store.uv_cache_dir()),
     };
@@ -645,6 +677,8 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     if src_built {
         built.push("source".to_string());
     }
+    // 4b. The tree's compiler requirement, before anything is compiled.
+    preflight::check_tree_requirements(lr, &src.path, &tc.compilers)?;
 
     // 5. Hermetic inputs.
     let hermetic = inputs::prepare(&cx, &src, o.lock_dir, o.offline, &temp)?;
@@ -784,8 +818,9 @@ fn known_toolchain(findings: &preflight::Findings) -> Option<Toolchain> {
         uv: findings.uv.clone()?,
         git: None,
         libgit2: toolchain::libgit2_version(),
-        gcc: toolchain::find_gcc(),
+        gcc: preflight::gcc_of(findings.compilers.as_ref()?),
         nvcc: findings.nvcc.clone(),
+        compilers: findings.compilers.clone()?,
     })
 }
 

@@ -3,6 +3,7 @@
 
 use anyhow::{Result, anyhow};
 
+use crate::host::compilers::{self, Compilers};
 use crate::host::toolchain::{self, Python, Tool, Toolchain};
 use crate::progress;
 use crate::recipe::LoadedRecipe;
@@ -16,8 +17,14 @@ pub struct Findings {
     pub python: Option<Python>,
     /// uv, if found (not provisioned yet).
     pub uv: Option<Tool>,
-    /// nvcc, if found.
+    /// nvcc, if found (the declared one when `build.env` declares it).
     pub nvcc: Option<Tool>,
+    /// The compilers the build will use, measured (`None`: a declared one
+    /// failed; see `compiler_problems`).
+    pub compilers: Option<Compilers>,
+    /// Each declared compiler or CUDA toolkit that does not exist or does
+    /// not run, naming `build.env.<VAR>` and its value (bad input, exit 2).
+    pub compiler_problems: Vec<String>,
     /// Whether the mirror already holds the commit.
     pub source_mirrored: bool,
     /// Every reason the build cannot proceed, one line each.
@@ -49,9 +56,23 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
             }
         ));
     }
-    let nvcc = toolchain::find_nvcc();
+    let (compilers, compiler_problems) = match compilers::measure(&r.build.env, true) {
+        Ok(c) => (Some(c), Vec::new()),
+        Err(p) => (None, p),
+    };
+    // The declared nvcc, else the one found as before.
+    let declared_nvcc = compilers
+        .as_ref()
+        .and_then(|c| c.cuda.as_ref())
+        .filter(|k| k.declared_by == compilers::DeclaredBy::BuildEnv)
+        .and_then(|k| k.nvcc.as_ref())
+        .map(|n| Tool {
+            path: n.path.clone(),
+            version: n.version.clone(),
+        });
+    let nvcc = declared_nvcc.or_else(toolchain::find_nvcc);
     if r.build.device() == crate::recipe::TargetDevice::Cuda {
-        if nvcc.is_none() {
+        if nvcc.is_none() && compiler_problems.is_empty() {
             problems.push("no nvcc: target_device cuda needs the CUDA toolkit (set CUDA_HOME or put nvcc on PATH)".into());
         }
         if r.build.cuda_arch_list == "auto" && toolchain::gpus().is_empty() {
@@ -65,7 +86,9 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
                 "--offline: commit {} of {} is not in the store's mirror",
                 r.source.commit, r.source.repo
             ));
-        } else if let Err(e) = source::check_reachable(&r.source.repo) {
+        } else if let Err(e) = source::origin_url(store, &r.source.repo)
+            .and_then(|from| source::check_reachable(&from))
+        {
             problems.push(format!("{e:#}"));
         }
     }
@@ -73,6 +96,8 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
         python,
         uv,
         nvcc,
+        compilers,
+        compiler_problems,
         source_mirrored,
         problems,
     }
@@ -87,6 +112,15 @@ pub fn toolchain(store: &Store, lr: &LoadedRecipe, offline: bool) -> Result<Tool
     // A bad ORACLE_BUILD_DOWNLOADS is bad input (exit 2): refused before anything is written.
     crate::host::http::downloads()?;
     let f = inspect(store, lr, offline);
+    if !f.compiler_problems.is_empty() {
+        // A declared compiler that is not there is bad input: exit 2.
+        return Err(crate::exit::bad_input(format!(
+            "cannot build {}: a compiler the recipe declares in build.env is not usable:\n  - {}\n(nothing was written to {})",
+            lr.recipe.name,
+            f.compiler_problems.join("\n  - "),
+            store.root().display()
+        )));
+    }
     if !f.problems.is_empty() {
         return Err(anyhow!(
             "cannot build {}: \n  - {}\n(nothing was written to {})",
@@ -101,13 +135,15 @@ pub fn toolchain(store: &Store, lr: &LoadedRecipe, offline: bool) -> Result<Tool
         Some(uv) => uv,
         None => toolchain::find_uv(store, Some(&python), true)?,
     };
+    let compilers = f.compilers.unwrap_or_default();
     let tc = Toolchain {
         python,
         uv,
         git: toolchain::find_git(),
         libgit2: toolchain::libgit2_version(),
-        gcc: toolchain::find_gcc(),
+        gcc: gcc_of(&compilers),
         nvcc: f.nvcc,
+        compilers,
     };
     progress::stage(
         "toolchain",
@@ -118,5 +154,97 @@ pub fn toolchain(store: &Store, lr: &LoadedRecipe, offline: bool) -> Result<Tool
             tc.uv.version
         ),
     );
+    let show = |name: &str, c: &Option<compilers::Compiler>| {
+        c.as_ref().map(|c| {
+            format!(
+                "{name} {} {} ({}, {})",
+                c.id,
+                c.version,
+                c.path.display(),
+                serde_json::to_value(c.declared_by)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            )
+        })
+    };
+    let shown: Vec<String> = [
+        show("cc", &tc.compilers.cc),
+        show("cxx", &tc.compilers.cxx),
+        show(
+            "nvcc",
+            &tc.compilers.cuda.as_ref().and_then(|k| k.nvcc.clone()),
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !shown.is_empty() {
+        progress::stage("toolchain", shown.join("; "));
+    }
     Ok(tc)
+}
+
+/// The `gcc` of the record: the measured C compiler when it is GNU's, else
+/// `gcc` on PATH (as before).
+pub fn gcc_of(c: &Compilers) -> Option<Tool> {
+    match &c.cc {
+        Some(cc) if cc.id == "GNU" => Some(Tool {
+            path: cc.path.clone(),
+            version: cc.version.clone(),
+        }),
+        _ => toolchain::find_gcc(),
+    }
+}
+
+/// The tree's compiler requirements ([`crate::stages::ext::requirement`])
+/// for the checkout at `src` with the measured `compilers`: (those the
+/// compilers fail, each one line naming the file:line, the message, the
+/// requirement and the compiler; those the tree decides at configure time).
+/// Nothing for a target whose build runs no CMake.
+pub fn tree_requirements(
+    lr: &LoadedRecipe,
+    src: &std::path::Path,
+    compilers: &Compilers,
+) -> (Vec<String>, Vec<String>) {
+    use crate::stages::ext::{condition::Truth, requirement, runs_cmake};
+    let device = &lr.recipe.build.target_device;
+    if !runs_cmake(device) {
+        return (Vec::new(), Vec::new());
+    }
+    let (mut refused, mut unknown) = (Vec::new(), Vec::new());
+    for r in requirement::check_tree(src, device, compilers) {
+        if r.truth == Truth::True {
+            refused.push(r.describe());
+        } else {
+            unknown.push(r.describe());
+        }
+    }
+    (refused, unknown)
+}
+
+/// [`tree_requirements`] as the build applies them, after the checkout and
+/// before the wheel stage: a requirement the compilers fail is bad input
+/// (exit 2; the tree's CMake would stop there after the build had started),
+/// one the tree decides at configure time a warning.
+pub fn check_tree_requirements(
+    lr: &LoadedRecipe,
+    src: &std::path::Path,
+    compilers: &Compilers,
+) -> Result<()> {
+    let (refused, unknown) = tree_requirements(lr, src, compilers);
+    for w in &unknown {
+        progress::stage(
+            "toolchain",
+            format!("warning: the tree may refuse this compiler: {w}"),
+        );
+    }
+    if !refused.is_empty() {
+        return Err(crate::exit::bad_input(format!(
+            "cannot build {}: the tree's CMake refuses the compiler this build uses (nothing was compiled):\n  - {}\ndeclare a compiler that meets it in the recipe's build.env (CC, CXX)",
+            lr.recipe.name,
+            refused.join("\n  - ")
+        )));
+    }
+    Ok(())
 }

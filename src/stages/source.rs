@@ -202,6 +202,16 @@ impl Backend {
     }
 }
 
+/// The URL the mirror of the recipe's repository `url` is fetched from:
+/// `url` through the site's `[[mirror]]` tables
+/// ([`crate::host::mirror::Mirrors::git_url`]). The mirror entry, the
+/// checkout and every key keep `url`.
+///
+/// Errors: exit 2 for a bad `config.toml` or a mirror of `url` that is `none`.
+pub fn origin_url(store: &Store, url: &str) -> Result<String> {
+    crate::host::mirror::load(store.root())?.git_url(url, "the recipe's repository")
+}
+
 /// Checks that `url` answers (a connect and ref listing). Errors name the repository.
 pub fn check_reachable(url: &str) -> Result<()> {
     let mut remote = git2::Remote::create_detached(url)
@@ -254,6 +264,9 @@ pub fn ensure_mirror_fetched(
 ) -> Result<(Entry, Fetched)> {
     let entry = mirror_entry(store, url);
     let _lock = entry.lock()?;
+    // Fetched from the site's mirror of `url`, kept under `url`'s entry.
+    let from = origin_url(store, url)?;
+    let from = from.as_str();
     if mirror_has(store, url, commit) {
         keep_pin(&entry.path, commit)?;
         // A read-only store is served as it is (nothing may be written).
@@ -264,11 +277,12 @@ pub fn ensure_mirror_fetched(
         progress::stage(
             "source",
             format!(
-                "refreshing the tags and branches of {url} in {}",
+                "refreshing the tags and branches of {url}{} in {}",
+                via(url, from),
                 entry.label()
             ),
         );
-        return Ok(match backend.fetch(&entry.path, url, MIRROR_REFSPECS) {
+        return Ok(match backend.fetch(&entry.path, from, MIRROR_REFSPECS) {
             Ok(()) => (entry, Fetched::Now),
             Err(e) => {
                 progress::stage(
@@ -289,25 +303,35 @@ pub fn ensure_mirror_fetched(
     }
     let backend = Backend::find();
     with_mirror(store, &entry, url, &backend, |dir| {
-        backend.fetch(dir, url, MIRROR_REFSPECS)?;
+        backend.fetch(dir, from, MIRROR_REFSPECS)?;
         if !backend.reached_by_branch_or_tag(dir, commit) {
             // A fork-only commit: GitHub keeps pull requests under refs/pull/*.
-            let _ = backend.fetch(dir, url, &[PULL_REFSPEC]);
+            let _ = backend.fetch(dir, from, &[PULL_REFSPEC]);
         }
         if backend.has_commit(dir, commit) {
             return Ok(());
         }
         let spec = format!("+{commit}:{PIN_REFS}{commit}");
-        let _ = backend.fetch(dir, url, &[spec.as_str()]);
+        let _ = backend.fetch(dir, from, &[spec.as_str()]);
         if !backend.has_commit(dir, commit) {
             return Err(bad_input(format!(
-                "repository {url} does not have commit {commit} (fetched all branches, tags and pull requests, and asked for the commit by id)"
+                "repository {url}{} does not have commit {commit} (fetched all branches, tags and pull requests, and asked for the commit by id)",
+                via(url, from)
             )));
         }
         Ok(())
     })?;
     keep_pin(&entry.path, commit)?;
     Ok((entry, Fetched::Now))
+}
+
+/// ` (through <from>)` when the URL fetched is not `url`, for messages.
+fn via(url: &str, from: &str) -> String {
+    if url == from {
+        String::new()
+    } else {
+        format!(" (through {from})")
+    }
 }
 
 /// The pattern of the tags a version comes from: setuptools-scm describes
@@ -610,9 +634,10 @@ pub fn update_mirror(store: &Store, url: &str, offline: bool) -> Result<Entry> {
         }
         return Ok(entry);
     }
+    let from = origin_url(store, url)?;
     let backend = Backend::find();
     with_mirror(store, &entry, url, &backend, |dir| {
-        backend.fetch(dir, url, MIRROR_REFSPECS)
+        backend.fetch(dir, &from, MIRROR_REFSPECS)
     })?;
     Ok(entry)
 }

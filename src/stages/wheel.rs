@@ -21,7 +21,7 @@ use crate::host::toolchain::{self, Toolchain};
 use crate::host::uv::pin_lines;
 use crate::progress::{self, Progress};
 use crate::recipe::{BuildMode, LoadedRecipe, TargetDevice};
-use crate::stages::ext::{ExtSource, Variable};
+use crate::stages::ext::{Decided, ExtSource, Variable};
 use crate::stages::lock::{BuildRequirements, build_requirements};
 use crate::stages::source::Describe;
 use crate::stages::wheelhouse::LockedInstall;
@@ -330,6 +330,8 @@ pub fn plan(
         "toolchain": {
             "python": tc.python.version, "implementation": tc.python.implementation, "platform": tc.python.platform,
             "gcc": tc.gcc.as_ref().map(|t| &t.version), "nvcc": tc.nvcc.as_ref().map(|t| &t.version),
+            // The measured compilers' ids and versions (never their paths).
+            "compilers": tc.compilers.key(),
             "uv": crate::host::toolchain::uv_version_number(&tc.uv.version),
         },
         "build_lock": hermetic.build_lock.as_ref().map(|l| l.lock_sha256.clone()),
@@ -682,6 +684,9 @@ impl WheelHermetic {
         self.ext
             .iter()
             .map(|(s, _)| match &s.variable {
+                _ if s.decided == Decided::Configure => {
+                    format!("the dependency provider ({})", s.declared_at())
+                }
                 Variable::Env(v) => v.clone(),
                 Variable::Cmake(v) => format!("CMAKE_ARGS -D{v}"),
             })
@@ -744,6 +749,20 @@ impl Drop for StableWorkDir {
     }
 }
 
+/// Where the sources of a wheel were fetched from (`build.json`
+/// `origins`): the declared URLs through the site's `[[mirror]]` tables.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Origins {
+    /// The URL the recipe's repository is fetched from (the mirror of
+    /// `source.repo`, or `source.repo` itself).
+    #[serde(default)]
+    pub source: Option<String>,
+    /// Each staged CMake source (git) by name: the URL its entry was
+    /// fetched from (its `ext.json` `fetched_from`).
+    #[serde(default)]
+    pub ext: BTreeMap<String, String>,
+}
+
 /// The record of a built wheel: `store/wheels/<key>/build.json`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct BuildRecord {
@@ -787,6 +806,15 @@ pub struct BuildRecord {
     /// `redis://host:port`, with ` (read-only)` when so.
     #[serde(default)]
     pub compiler_cache_remote: Option<String>,
+    /// Where each source was fetched from: the URL after the site's
+    /// `[[mirror]]` tables (not keyed: `inputs` keeps the declared URLs).
+    #[serde(default)]
+    pub origins: Origins,
+    /// The declaration each staged external source was taken from
+    /// (`file:line`, origin, commit, decided for the `target` or at
+    /// `configure` time by the tree's CMake; [`crate::stages::ext::taken`]).
+    #[serde(default)]
+    pub ext_taken: Vec<crate::stages::ext::Taken>,
     /// When the build started (RFC 3339).
     pub started: String,
     /// Wall time, seconds.
@@ -979,6 +1007,17 @@ pub fn ensure(
         .map(|(k, _)| k.to_string_lossy().into_owned())
         .filter(|k| is_scrubbed(k))
         .collect();
+    // A configure-time candidate's variable must not reach CMake from the
+    // user's environment either: CMake asks the provider only when it is empty.
+    for (s, _) in &plan.hermetic.ext {
+        if let Variable::Env(v) = &s.variable
+            && s.decided == Decided::Configure
+            && std::env::var_os(v).is_some()
+            && !scrubbed.contains(v)
+        {
+            scrubbed.push(v.clone());
+        }
+    }
     scrubbed.sort();
     let bar = Progress::new("build");
     let mut env_pairs: Vec<(String, String)> =
@@ -999,6 +1038,7 @@ pub fn ensure(
     uv.build_wheel(&venv, &tree, &dist, &env_pairs, &remove, &log, &bar)?;
     bar.finish();
     let cache_stats = counter.as_ref().and_then(|(c, _)| c.finish());
+    let ext_taken = crate::stages::ext::taken(&plan.hermetic.ext, &work)?;
     let wheels: Vec<String> = fs::read_dir(&dist)?
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -1035,6 +1075,16 @@ pub fn ensure(
             .map(|c| c.tool.clone()),
         compiler_cache_stats: cache_stats,
         compiler_cache_remote: remote.map(ToString::to_string),
+        origins: Origins {
+            source: crate::stages::source::origin_url(store, &r.source.repo).ok(),
+            ext: plan
+                .hermetic
+                .ext
+                .iter()
+                .filter_map(|(s, e)| Some((s.name.clone(), crate::stages::ext::fetched_from(e)?)))
+                .collect(),
+        },
+        ext_taken,
         started,
         duration_s: t0.elapsed().as_secs_f64(),
     };

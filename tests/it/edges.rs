@@ -664,7 +664,7 @@ fn killing_the_whole_process_group_ends_the_build_it_started() {
     std::fs::write(
         &wrapper,
         format!(
-            "#!/bin/sh\nif [ -e '{}' ]; then echo $$ >> '{}'; sleep 600; fi\nexec cc \"$@\"\n",
+            "#!/bin/sh\ncase \" $* \" in *\" -c \"*) if [ -e '{}' ]; then echo $$ >> '{}'; sleep 600; fi;; esac\nexec cc \"$@\"\n",
             flag.display(),
             pidfile.display()
         ),

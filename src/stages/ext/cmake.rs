@@ -6,10 +6,22 @@
 
 use std::collections::BTreeMap;
 
-use super::{Discovery, ExtSource, Origin, Variable, known_vars, runs_cmake};
+use super::condition::{self, Arg, Facts, Truth};
+use super::{Decided, Discovery, ExtSource, Origin, Variable, runs_cmake};
 
-/// [`super::discover_in_tree`] over any reader of checkout-relative paths.
+/// [`super::discover_in_tree`] over any reader of checkout-relative paths,
+/// for a native build on this machine ([`Facts::for_target`]).
 pub fn discover_with(read: &dyn Fn(&str) -> Option<String>, device: &str) -> Discovery {
+    discover_for(read, device, &Facts::for_target(device))
+}
+
+/// [`discover_with`] for the target `facts` describe (another processor:
+/// `export --platform`).
+pub fn discover_for(
+    read: &dyn Fn(&str) -> Option<String>,
+    device: &str,
+    facts: &Facts,
+) -> Discovery {
     if !runs_cmake(device) {
         return Discovery {
             no_cmake: Some(format!(
@@ -23,22 +35,39 @@ pub fn discover_with(read: &dyn Fn(&str) -> Option<String>, device: &str) -> Dis
     };
     let mut w = Walk {
         read: Some(read),
-        known: known_vars(device),
+        facts: facts.clone(),
         out: Vec::new(),
         notes: Vec::new(),
         visited: Vec::new(),
         module_path: Vec::new(),
     };
-    w.file("CMakeLists.txt", &root, &[], 0);
+    w.file("CMakeLists.txt", &root, (&[], Truth::True), 0);
     let mut d = parse_calls(&w.out);
     d.unmapped.extend(w.notes);
     d
 }
 
-/// One CMake command call: its name (lowercased) and arguments.
+/// One CMake command call: its name (lowercased), arguments, whether each
+/// was quoted, and the line it starts on (1-based).
 struct Call {
     name: String,
     args: Vec<String>,
+    quoted: Vec<bool>,
+    line: usize,
+}
+
+impl Call {
+    /// The arguments as the condition evaluator takes them.
+    fn cond_args(&self) -> Vec<Arg> {
+        self.args
+            .iter()
+            .zip(&self.quoted)
+            .map(|(a, q)| Arg {
+                text: a.clone(),
+                quoted: *q,
+            })
+            .collect()
+    }
 }
 
 fn strip_comments(text: &str) -> String {
@@ -66,9 +95,12 @@ fn calls(text: &str) -> Vec<Call> {
     let chars: Vec<char> = text.chars().collect();
     let mut out = Vec::new();
     let mut i = 0;
+    let (mut line, mut counted) = (1, 0);
     while i < chars.len() {
         if chars[i].is_ascii_alphabetic() || chars[i] == '_' {
             let start = i;
+            line += chars[counted..start].iter().filter(|c| **c == '\n').count();
+            counted = start;
             while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
                 i += 1;
             }
@@ -83,6 +115,7 @@ fn calls(text: &str) -> Vec<Call> {
                 let mut k = j + 1;
                 let mut in_quote = false;
                 let mut args = Vec::new();
+                let mut quotes = Vec::new();
                 let mut cur = String::new();
                 let mut quoted = false;
                 while k < chars.len() && depth > 0 {
@@ -112,6 +145,7 @@ fn calls(text: &str) -> Vec<Call> {
                     } else if c.is_whitespace() {
                         if !cur.is_empty() || quoted {
                             args.push(std::mem::take(&mut cur));
+                            quotes.push(quoted);
                             quoted = false;
                         }
                     } else {
@@ -121,10 +155,13 @@ fn calls(text: &str) -> Vec<Call> {
                 }
                 if !cur.is_empty() || quoted {
                     args.push(cur);
+                    quotes.push(quoted);
                 }
                 out.push(Call {
                     name: name.to_ascii_lowercase(),
                     args,
+                    quoted: quotes,
+                    line,
                 });
                 i = k;
                 continue;
@@ -196,84 +233,13 @@ fn expand(value: &str, vars: &BTreeMap<String, String>) -> Option<String> {
     None
 }
 
-/// Kleene truth of a CMake condition as far as this reader can tell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Truth {
-    True,
-    False,
-    Unknown,
-}
-
-impl Truth {
-    fn not(self) -> Truth {
-        match self {
-            Truth::True => Truth::False,
-            Truth::False => Truth::True,
-            Truth::Unknown => Truth::Unknown,
-        }
-    }
-    fn and(self, o: Truth) -> Truth {
-        match (self, o) {
-            (Truth::False, _) | (_, Truth::False) => Truth::False,
-            (Truth::True, Truth::True) => Truth::True,
-            _ => Truth::Unknown,
-        }
-    }
-    fn or(self, o: Truth) -> Truth {
-        self.not().and(o.not()).not()
-    }
-}
-
-/// Evaluates an `if()` condition: `<VAR> STREQUAL <value>` over the known
-/// variables, combined with `NOT`, `AND`, `OR` (CMake's precedence);
-/// anything else (parentheses, `DEFINED`, `MATCHES`, unknown variables) is
-/// `Unknown`.
-fn eval_condition(args: &[String], known: &BTreeMap<String, String>) -> Truth {
-    if args.is_empty() || args.iter().any(|a| a.contains('(') || a.contains(')')) {
-        return Truth::Unknown;
-    }
-    let value = |x: &str, lhs: bool| -> Option<String> {
-        if let Some(v) = known.get(x) {
-            return Some(v.clone());
-        }
-        if x.contains("${") {
-            return expand(x, known);
-        }
-        (!lhs).then(|| x.to_string())
-    };
-    let term = |t: &[String]| -> Truth {
-        let nots = t.iter().take_while(|a| a.as_str() == "NOT").count();
-        let rest = &t[nots..];
-        let base = match rest {
-            [a, op, b] if op == "STREQUAL" => match (value(a, true), value(b, false)) {
-                (Some(x), Some(y)) => {
-                    if x == y {
-                        Truth::True
-                    } else {
-                        Truth::False
-                    }
-                }
-                _ => Truth::Unknown,
-            },
-            _ => Truth::Unknown,
-        };
-        (0..nots).fold(base, |t, _| t.not())
-    };
-    args.split(|a| a == "OR")
-        .map(|ors| {
-            ors.split(|a| a == "AND")
-                .map(term)
-                .fold(Truth::True, Truth::and)
-        })
-        .fold(Truth::False, Truth::or)
-}
-
 /// A reader of checkout-relative paths.
 type Reader<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// Walked files: each file's calls in order, with the conditions each sits
-/// under that could not be evaluated.
-type Walked = Vec<(String, Vec<(Call, Vec<String>)>)>;
+/// under that could not be evaluated and its guard (the conjunction of
+/// every enclosing branch's condition, through `include()` too).
+type Walked = Vec<(String, Vec<(Call, Vec<String>, Truth)>)>;
 
 /// One open `if()` block while walking a file.
 struct Frame {
@@ -292,7 +258,8 @@ struct Frame {
 /// a `return()` known to be reached ends the file.
 struct Walk<'a> {
     read: Option<Reader<'a>>,
-    known: BTreeMap<String, String>,
+    /// What is known of the target (the conditions are evaluated against it).
+    facts: Facts,
     /// File -> its calls in order, each with the conditions it sits under
     /// that could not be evaluated.
     out: Walked,
@@ -321,15 +288,16 @@ fn normalize(path: &str) -> Option<String> {
 }
 
 impl Walk<'_> {
-    fn file(&mut self, rel: &str, text: &str, outer: &[String], depth: usize) {
+    fn file(&mut self, rel: &str, text: &str, outer: (&[String], Truth), depth: usize) {
+        let (outer, outer_guard) = outer;
         self.visited.push(rel.to_string());
         let dir = rel.rsplit_once('/').map_or("", |(d, _)| d).to_string();
         let mut stack: Vec<Frame> = Vec::new();
-        let mut mine: Vec<(Call, Vec<String>)> = Vec::new();
+        let mut mine: Vec<(Call, Vec<String>, Truth)> = Vec::new();
         for c in calls(text) {
             match c.name.as_str() {
                 "if" => {
-                    let t = eval_condition(&c.args, &self.known);
+                    let t = condition::eval(&c.cond_args(), &self.facts);
                     let text = show("if", &c.args);
                     stack.push(Frame {
                         active: t,
@@ -341,8 +309,8 @@ impl Walk<'_> {
                 }
                 "elseif" => {
                     if let Some(f) = stack.last_mut() {
-                        let t = eval_condition(&c.args, &self.known);
-                        f.active = f.taken.not().and(t);
+                        let t = condition::eval(&c.cond_args(), &self.facts);
+                        f.active = !f.taken.and(t);
                         f.taken = f.taken.or(t);
                         f.text = format!("{} of {}", show("elseif", &c.args), f.head);
                     }
@@ -350,7 +318,7 @@ impl Walk<'_> {
                 }
                 "else" => {
                     if let Some(f) = stack.last_mut() {
-                        f.active = f.taken.not();
+                        f.active = !f.taken;
                         f.taken = Truth::True;
                         f.text = format!("else() of {}", f.head);
                     }
@@ -362,7 +330,7 @@ impl Walk<'_> {
                 }
                 _ => {}
             }
-            let act = stack.iter().fold(Truth::True, |t, f| t.and(f.active));
+            let act = stack.iter().fold(outer_guard, |t, f| t.and(f.active));
             if act == Truth::False {
                 continue;
             }
@@ -374,7 +342,7 @@ impl Walk<'_> {
                     .map(|f| format!("{rel}: {}", f.text)),
             );
             match c.name.as_str() {
-                "return" if act == Truth::True => break,
+                "return" if stack.iter().all(|f| f.active == Truth::True) => break,
                 "list"
                     if c.args.len() >= 3
                         && c.args[0] == "APPEND"
@@ -395,20 +363,20 @@ impl Walk<'_> {
                 "include" if self.read.is_some() => {
                     if let Some(arg) = c.args.first() {
                         self.out.push((rel.to_string(), std::mem::take(&mut mine)));
-                        self.include(rel, arg, &dir, &conds, depth);
+                        self.include(rel, arg, &dir, (&conds, act), depth);
                     }
                     continue;
                 }
                 _ => {}
             }
-            mine.push((c, conds));
+            mine.push((c, conds, act));
         }
         self.out.push((rel.to_string(), mine));
     }
 
     /// A directory argument (`${CMAKE_CURRENT_LIST_DIR}/cmake`) relative to the checkout.
     fn resolve_dir(&self, arg: &str, dir: &str) -> Option<String> {
-        let mut vars = self.known.clone();
+        let mut vars = self.facts.vars.clone();
         vars.insert("CMAKE_CURRENT_LIST_DIR".into(), format!("/{dir}"));
         for v in [
             "CMAKE_SOURCE_DIR",
@@ -420,7 +388,14 @@ impl Walk<'_> {
         normalize(&expand(arg, &vars)?)
     }
 
-    fn include(&mut self, rel: &str, arg: &str, dir: &str, conds: &[String], depth: usize) {
+    fn include(
+        &mut self,
+        rel: &str,
+        arg: &str,
+        dir: &str,
+        conds: (&[String], Truth),
+        depth: usize,
+    ) {
         let Some(path) = self.resolve_dir(arg, dir) else {
             self.notes.push(format!(
                 "{rel}: include({arg}): the path cannot be resolved from the CMake files; its FetchContent declarations are not read"
@@ -466,14 +441,14 @@ impl Walk<'_> {
 pub fn parse(files: &[(String, String)]) -> Discovery {
     let mut w = Walk {
         read: None,
-        known: BTreeMap::new(),
+        facts: Facts::default(),
         out: Vec::new(),
         notes: Vec::new(),
         visited: Vec::new(),
         module_path: Vec::new(),
     };
     for (rel, text) in files {
-        w.file(rel, text, &[], 0);
+        w.file(rel, text, (&[], Truth::True), 0);
     }
     let mut d = parse_calls(&w.out);
     d.unmapped.extend(w.notes);
@@ -485,7 +460,7 @@ fn parse_calls(per_file: &Walked) -> Discovery {
     let mut vars: BTreeMap<String, String> = BTreeMap::new();
     let mut env_backed: Vec<String> = Vec::new();
     for (_, cs) in per_file {
-        for (c, _) in cs {
+        for (c, _, _) in cs {
             if c.name == "set" && c.args.len() >= 2 {
                 let (name, value) = (&c.args[0], &c.args[1]);
                 if value.trim() == format!("$ENV{{{name}}}") {
@@ -499,7 +474,10 @@ fn parse_calls(per_file: &Walked) -> Discovery {
     // Overrides: FetchContent_Declare(<name> SOURCE_DIR ${X}) with X from $ENV{X}.
     let mut overrides: BTreeMap<String, (String, bool)> = BTreeMap::new();
     for (_, cs) in per_file {
-        for (c, _) in cs.iter().filter(|(c, _)| c.name == "fetchcontent_declare") {
+        for (c, _, _) in cs
+            .iter()
+            .filter(|(c, _, _)| c.name == "fetchcontent_declare")
+        {
             let Some(name) = c.args.first() else { continue };
             let kw = keyword_args(&c.args[1..]);
             if kw.contains_key("GIT_REPOSITORY") || kw.contains_key("URL") {
@@ -525,8 +503,9 @@ fn parse_calls(per_file: &Walked) -> Discovery {
         }
     }
     let mut d = Discovery::default();
+    let mut decls: Vec<Decl> = Vec::new();
     for (rel, cs) in per_file {
-        for (c, conds) in cs {
+        for (c, conds, guard) in cs {
             let Some(name) = c.args.first() else { continue };
             let kw = keyword_args(&c.args[1..]);
             let fetches = kw.contains_key("GIT_REPOSITORY") || kw.contains_key("URL");
@@ -546,15 +525,22 @@ fn parse_calls(per_file: &Walked) -> Discovery {
                 "fetchcontent_declare" if fetches => {}
                 _ => continue,
             }
+            let at = format!("{rel}:{}", c.line);
             let first = |k: &str| kw.get(k).and_then(|v| v.first()).cloned();
+            let unresolved = |what: String| Decl {
+                name: name.clone(),
+                at: at.clone(),
+                guard: *guard,
+                source: Err(what),
+            };
             let origin = if let Some(repo) = first("GIT_REPOSITORY") {
                 let tag = first("GIT_TAG").unwrap_or_else(|| "HEAD".into());
                 match (expand(&repo, &vars), expand(&tag, &vars)) {
                     (Some(repo), Some(tag)) => Origin::Git { repo, tag },
                     _ => {
-                        d.unmapped.push(format!(
-                            "{rel}: FetchContent_Declare({name}): cannot resolve GIT_REPOSITORY {repo} / GIT_TAG {tag} from the CMake files"
-                        ));
+                        decls.push(unresolved(format!(
+                            "GIT_REPOSITORY {repo} / GIT_TAG {tag}, which cannot be resolved from the CMake files"
+                        )));
                         continue;
                     }
                 }
@@ -562,9 +548,9 @@ fn parse_calls(per_file: &Walked) -> Discovery {
                 let url = first("URL").unwrap_or_default();
                 let hash = first("URL_HASH");
                 let Some(url) = expand(&url, &vars) else {
-                    d.unmapped.push(format!(
-                        "{rel}: FetchContent_Declare({name}): cannot resolve URL {url}"
-                    ));
+                    decls.push(unresolved(format!(
+                        "URL {url}, which cannot be resolved from the CMake files"
+                    )));
                     continue;
                 };
                 let sha256 = hash
@@ -593,6 +579,13 @@ fn parse_calls(per_file: &Walked) -> Discovery {
                     None,
                 ),
             };
+            // The branch that tests the source's own override variable is
+            // the redirect itself, not a condition of the build.
+            let own: Vec<&str> = conds
+                .iter()
+                .map(String::as_str)
+                .filter(|c| !c.contains(variable.name()))
+                .collect();
             let src = ExtSource {
                 name: name.clone(),
                 file: rel.clone(),
@@ -600,42 +593,125 @@ fn parse_calls(per_file: &Walked) -> Discovery {
                 submodules,
                 variable,
                 subdir,
-                condition: None,
+                condition: (!own.is_empty()).then(|| own.join(" and ")),
+                line: c.line,
+                decided: Decided::Target,
             };
-            // The branch that tests the source's own override variable is
-            // the redirect itself, not a condition of the build.
-            let own: Vec<&String> = conds
-                .iter()
-                .filter(|c| !c.contains(src.variable.name()))
-                .collect();
-            let src = ExtSource {
-                condition: (!own.is_empty()).then(|| {
-                    own.iter()
-                        .map(|c| c.as_str())
-                        .collect::<Vec<_>>()
-                        .join(" and ")
-                }),
-                ..src
-            };
-            if let Some(prev) = d
-                .sources
-                .iter()
-                .find(|s| s.variable.name() == src.variable.name())
-            {
-                if prev.origin != src.origin {
-                    d.unmapped.push(format!(
-                        "{rel}: FetchContent_Declare({name}) is declared again with another origin ({:?}); only the one in {} is passed through {}",
-                        src.origin,
-                        prev.file,
-                        prev.variable.name()
-                    ));
-                }
-                continue;
-            }
-            d.sources.push(src);
+            decls.push(Decl {
+                name: name.clone(),
+                at,
+                guard: *guard,
+                source: Ok(src),
+            });
         }
     }
+    resolve(decls, &mut d);
     d
+}
+
+/// One `FetchContent_Declare` that downloads, as the walk met it: its name,
+/// `file:line`, its guard for the target, and the source (or why its origin
+/// cannot be read from the CMake files).
+struct Decl {
+    name: String,
+    at: String,
+    guard: Truth,
+    source: Result<ExtSource, String>,
+}
+
+impl Decl {
+    fn revision(&self) -> String {
+        match &self.source {
+            Ok(s) => super::describe(&s.origin),
+            Err(why) => why.clone(),
+        }
+    }
+}
+
+/// The declarations of each name that the target's configure may take:
+/// CMake keeps the first `FetchContent_Declare` of a name that it runs
+/// (later ones are ignored, CMake docs, FetchContent), and declarations in
+/// branches false for the target are never walked. So of a name's
+/// declarations in order, every one up to the first whose guard is true
+/// is live. One live origin: staged as decided for the target. Several,
+/// all resolved: each staged, CMake's own evaluation picks one at
+/// configure time through the dependency provider ([`Decided::Configure`]).
+/// Several, one of them unresolved: refused, every declaration named.
+fn resolve(decls: Vec<Decl>, d: &mut Discovery) {
+    let mut names: Vec<String> = Vec::new();
+    for x in &decls {
+        if !names.iter().any(|n| n.eq_ignore_ascii_case(&x.name)) {
+            names.push(x.name.clone());
+        }
+    }
+    for name in names {
+        let all: Vec<&Decl> = decls
+            .iter()
+            .filter(|x| x.name.eq_ignore_ascii_case(&name))
+            .collect();
+        let cut = all
+            .iter()
+            .position(|x| x.guard == Truth::True)
+            .map_or(all.len(), |i| i + 1);
+        let (live, dead) = all.split_at(cut);
+        // One origin declared twice is one candidate.
+        let mut cands: Vec<&Decl> = Vec::new();
+        for x in live {
+            let same = cands.iter().any(|c| match (&c.source, &x.source) {
+                (Ok(a), Ok(b)) => a.origin == b.origin,
+                _ => false,
+            });
+            if !same {
+                cands.push(x);
+            }
+        }
+        for x in dead {
+            let again = cands.iter().any(|c| match (&c.source, &x.source) {
+                (Ok(a), Ok(b)) => a.origin == b.origin,
+                _ => false,
+            });
+            if !again {
+                d.unmapped.push(format!(
+                    "{}: FetchContent_Declare({}) ({}) is never taken: the declaration at {} always runs first, and CMake keeps a name's first declaration",
+                    x.at,
+                    x.name,
+                    x.revision(),
+                    live.last().map_or("", |l| l.at.as_str())
+                ));
+            }
+        }
+        match cands.as_slice() {
+            [] => {}
+            [one] => match &one.source {
+                Ok(s) => d.sources.push(s.clone()),
+                Err(why) => d.unmapped.push(format!(
+                    "{}: FetchContent_Declare({}): {why}",
+                    one.at, one.name
+                )),
+            },
+            many if many.iter().all(|c| c.source.is_ok()) => {
+                for c in many {
+                    if let Ok(s) = &c.source {
+                        d.sources.push(ExtSource {
+                            decided: Decided::Configure,
+                            ..s.clone()
+                        });
+                    }
+                }
+            }
+            many => {
+                let list: Vec<String> = many
+                    .iter()
+                    .map(|c| format!("{} ({})", c.at, c.revision()))
+                    .collect();
+                d.refused.push(format!(
+                    "FetchContent_Declare({name}) is declared {} times under conditions the tree decides at configure time, and not every declaration can be staged: {}; refusing rather than staging one branch for every target",
+                    many.len(),
+                    list.join(", ")
+                ));
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -719,8 +795,16 @@ ExternalProject_Add(ep GIT_REPOSITORY https://example.invalid/ep.git)
             }
         );
         assert_eq!(d.unmapped.len(), 2, "{:?}", d.unmapped);
-        assert!(d.unmapped[0].contains("unknown"));
-        assert!(d.unmapped[1].contains("ExternalProject_Add(ep)"));
+        assert!(
+            d.unmapped
+                .iter()
+                .any(|u| u.contains("FetchContent_Declare(unknown)"))
+        );
+        assert!(
+            d.unmapped
+                .iter()
+                .any(|u| u.contains("ExternalProject_Add(ep)"))
+        );
         assert!(c.entry_name().starts_with("cutlass-v9.9.9-"));
     }
 
@@ -812,37 +896,127 @@ include(cmake/external_projects/missing.cmake)
         );
     }
 
+    /// vLLM's `cmake/cpu_extension.cmake` (v0.20-era), reduced: oneDNN
+    /// declared twice under a variable the tree computes (`ASIMD_FOUND`).
+    fn cpu_tree(rel: &str) -> Option<String> {
+        let t = match rel {
+            "CMakeLists.txt" => {
+                "include(FetchContent)\nif (VLLM_TARGET_DEVICE STREQUAL \"cpu\")\n  include(${CMAKE_CURRENT_LIST_DIR}/cmake/cpu_extension.cmake)\n  return()\nendif()\n"
+            }
+            "cmake/cpu_extension.cmake" => {
+                r#"find_isa(${CPUINFO} "asimd" ASIMD_FOUND)
+if (CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|amd64" OR ENABLE_X86_ISA)
+    set(ENABLE_X86_ISA ON)
+endif()
+if (ENABLE_X86_ISA OR (ASIMD_FOUND AND NOT APPLE_SILICON_FOUND) OR POWER9_FOUND)
+    set(FETCHCONTENT_SOURCE_DIR_ONEDNN "$ENV{FETCHCONTENT_SOURCE_DIR_ONEDNN}" CACHE PATH "Path to a local oneDNN source directory.")
+    if(FETCHCONTENT_SOURCE_DIR_ONEDNN)
+        FetchContent_Declare(oneDNN SOURCE_DIR ${FETCHCONTENT_SOURCE_DIR_ONEDNN})
+    else()
+        if(ASIMD_FOUND AND NOT APPLE_SILICON_FOUND)
+            FetchContent_Declare(oneDNN GIT_REPOSITORY https://github.com/oneapi-src/oneDNN.git GIT_TAG 9c5be1cc59e368aebf0909e6cf20f981ea61462a GIT_PROGRESS TRUE GIT_SHALLOW FALSE)
+        else()
+            FetchContent_Declare(oneDNN GIT_REPOSITORY https://github.com/oneapi-src/oneDNN.git GIT_TAG v3.10 GIT_PROGRESS TRUE GIT_SHALLOW TRUE)
+        endif()
+    endif()
+    FetchContent_MakeAvailable(oneDNN)
+endif()
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64|arm64")
+    FetchContent_Declare(kleidi GIT_REPOSITORY https://example.invalid/kleidi.git GIT_TAG arm)
+else()
+    FetchContent_Declare(kleidi GIT_REPOSITORY https://example.invalid/kleidi.git GIT_TAG x86)
+endif()
+FetchContent_Declare(kleidi GIT_REPOSITORY https://example.invalid/kleidi.git GIT_TAG never)
+"#
+            }
+            _ => return None,
+        };
+        Some(t.to_string())
+    }
+
     #[test]
-    fn conditions_follow_cmake_precedence() {
-        let k = known_vars("cpu");
-        let a = |s: &str| -> Vec<String> { s.split(' ').map(String::from).collect() };
+    fn a_name_declared_twice_is_resolved_for_the_target_or_left_to_configure() {
+        let d = discover_with(&cpu_tree, "cpu");
+        assert!(d.refused.is_empty(), "{d:?}");
+        let got: Vec<(String, String, usize, Decided)> = d
+            .sources
+            .iter()
+            .map(|s| {
+                let Origin::Git { tag, .. } = &s.origin else {
+                    panic!()
+                };
+                (s.name.clone(), tag.clone(), s.line, s.decided)
+            })
+            .collect();
+        let processor = std::env::consts::ARCH;
+        let kleidi = if processor == "aarch64" { "arm" } else { "x86" };
         assert_eq!(
-            eval_condition(&a("VLLM_TARGET_DEVICE STREQUAL cpu"), &k),
-            Truth::True
+            got,
+            [
+                (
+                    "oneDNN".into(),
+                    "9c5be1cc59e368aebf0909e6cf20f981ea61462a".into(),
+                    11,
+                    Decided::Configure
+                ),
+                ("oneDNN".into(), "v3.10".into(), 13, Decided::Configure),
+                (
+                    "kleidi".into(),
+                    kleidi.into(),
+                    if kleidi == "arm" { 19 } else { 21 },
+                    Decided::Target
+                ),
+            ]
         );
-        assert_eq!(
-            eval_condition(&a("NOT VLLM_TARGET_DEVICE STREQUAL cpu"), &k),
-            Truth::False
+        assert_eq!(d.sources[0].file, "cmake/cpu_extension.cmake");
+        // Another processor's build (export --platform) takes its own branch.
+        for (arch, tag) in [("aarch64", "arm"), ("x86_64", "x86")] {
+            let f = Facts::for_platform("cpu", arch, "linux");
+            let d = discover_for(&cpu_tree, "cpu", &f);
+            let k: Vec<&Origin> = d
+                .sources
+                .iter()
+                .filter(|s| s.name == "kleidi")
+                .map(|s| &s.origin)
+                .collect();
+            assert_eq!(
+                k,
+                [&Origin::Git {
+                    repo: "https://example.invalid/kleidi.git".into(),
+                    tag: tag.into()
+                }]
+            );
+        }
+        // The third kleidi comes after a declaration that always runs.
+        assert!(
+            d.unmapped
+                .iter()
+                .any(|u| u.contains("cmake/cpu_extension.cmake:23") && u.contains("never taken")),
+            "{:?}",
+            d.unmapped
         );
-        assert_eq!(
-            eval_condition(
-                &a("VLLM_TARGET_DEVICE STREQUAL cuda OR VLLM_TARGET_DEVICE STREQUAL cpu"),
-                &k
-            ),
-            Truth::True
+    }
+
+    #[test]
+    fn several_live_declarations_one_unresolvable_are_refused_naming_both() {
+        let tree = |rel: &str| -> Option<String> {
+            (rel == "CMakeLists.txt").then(|| {
+                "fx_find(FX_FOUND)\nif(FX_FOUND)\n  FetchContent_Declare(lib GIT_REPOSITORY https://example.invalid/lib.git GIT_TAG ${FX_TAG})\nelse()\n  FetchContent_Declare(lib GIT_REPOSITORY https://example.invalid/lib.git GIT_TAG v2)\nendif()\n".to_string()
+            })
+        };
+        let d = discover_with(&tree, "cpu");
+        assert_eq!(d.refused.len(), 1, "{d:?}");
+        let r = &d.refused[0];
+        assert!(
+            r.contains("CMakeLists.txt:3") && r.contains("${FX_TAG}"),
+            "{r}"
         );
-        assert_eq!(
-            eval_condition(
-                &a("X STREQUAL cpu AND VLLM_TARGET_DEVICE STREQUAL cuda"),
-                &k
-            ),
-            Truth::False
+        assert!(
+            r.contains("CMakeLists.txt:5") && r.contains("https://example.invalid/lib.git @ v2"),
+            "{r}"
         );
-        assert_eq!(
-            eval_condition(&a("X STREQUAL cpu OR VLLM_TARGET_DEVICE STREQUAL cuda"), &k),
-            Truth::Unknown
-        );
-        assert_eq!(eval_condition(&a("DEFINED ENV{X}"), &k), Truth::Unknown);
+        let err = d.check().unwrap_err().to_string();
+        assert!(err.contains("FetchContent_Declare(lib)"), "{err}");
     }
 
     #[test]

@@ -21,12 +21,24 @@
 //! `FetchContent_Populate(<name> GIT_REPOSITORY ..)`, an unresolvable
 //! `${VAR}`) are reported, never silently ignored.
 //!
+//! A name declared more than once under `if()` branches is resolved as the
+//! target's configure would take it ([`condition`] over the target's
+//! processor, system and device): branches false for the target are not
+//! read; one live declaration is staged as above ([`Decided::Target`]);
+//! several the tree decides at configure time are all staged and handed to
+//! CMake by a dependency provider that takes the one CMake evaluated
+//! ([`Decided::Configure`], [`build_env`]); several of which one cannot be
+//! staged are refused, naming each ([`Discovery::refused`]). `build.json`
+//! records the declaration each source was taken from ([`taken`]).
+//!
 //! An entry holds `src/` (the tree at the revision, submodules included,
 //! without `.git`), `ext.json` (origin and resolved commit) and
 //! `manifest.json`. Builds copy `src/` into their staging directory, so a
 //! build can never write into the store.
 
 mod cmake;
+pub mod condition;
+pub mod requirement;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -37,7 +49,7 @@ use git2::{FetchOptions, Repository};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-pub use cmake::{discover_with, parse};
+pub use cmake::{discover_for, discover_with, parse};
 
 use crate::progress;
 use crate::store::{Bucket, Entry, Manifest, Store, copy_tree, read_json, sha256_file, write_json};
@@ -102,9 +114,46 @@ pub struct ExtSource {
     /// here (file and branch each): it is staged anyway (conservative).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition: Option<String>,
+    /// The line of `file` its `FetchContent_Declare` starts on (0: not known).
+    #[serde(default)]
+    pub line: usize,
+    /// Whether it is the one declaration the target takes, or one of
+    /// several the tree's CMake chooses between at configure time.
+    #[serde(default, skip_serializing_if = "Decided::is_target")]
+    pub decided: Decided,
+}
+
+/// How the declaration a build takes of a name is decided.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Decided {
+    /// Before the build, for the target: the only declaration of its name
+    /// whose conditions are not false for the target's processor, system
+    /// and device ([`condition::Facts::for_target`]). Passed through its
+    /// variable.
+    #[default]
+    Target,
+    /// At configure time, by the tree's CMake: one of several declarations
+    /// of its name under conditions the tree computes (vLLM's oneDNN under
+    /// `ASIMD_FOUND`). Every one is staged, none is passed through a
+    /// variable; the dependency provider ([`build_env`]) hands CMake the
+    /// staged copy of the declaration it evaluated.
+    Configure,
+}
+
+impl Decided {
+    /// Whether it is [`Decided::Target`] (left out of records).
+    pub fn is_target(&self) -> bool {
+        *self == Decided::Target
+    }
 }
 
 impl ExtSource {
+    /// `file:line` of its declaration.
+    pub fn declared_at(&self) -> String {
+        format!("{}:{}", self.file, self.line)
+    }
+
     /// The store entry name, `<name>-<rev>`: the `GIT_TAG` (or the first 16
     /// hex of the URL's sha256) made path-safe, plus 8 hex of the origin so
     /// two repositories with the same name and tag do not collide.
@@ -150,6 +199,21 @@ pub struct Discovery {
     /// Why nothing was read (a target whose build runs no CMake).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_cmake: Option<String>,
+    /// Names declared more than once under conditions the tree decides,
+    /// not all of which can be staged: each names every declaration
+    /// (`file:line` and revision). A build is refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<String>,
+}
+
+impl Discovery {
+    /// Errors: a name is refused ([`Discovery::refused`]), naming each.
+    pub fn check(self) -> Result<Discovery> {
+        if !self.refused.is_empty() {
+            bail!("ext stage: {}", self.refused.join("; "));
+        }
+        Ok(self)
+    }
 }
 
 /// Whether a build for `device` runs CMake at all: vLLM's `setup.py` builds
@@ -158,28 +222,39 @@ pub fn runs_cmake(device: &str) -> bool {
     device != "empty"
 }
 
-/// The variables a condition may be evaluated with: `VLLM_TARGET_DEVICE`,
-/// which vLLM's `setup.py` passes to CMake as `-DVLLM_TARGET_DEVICE=<device>`.
-pub fn known_vars(device: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([("VLLM_TARGET_DEVICE".to_string(), device.to_string())])
-}
-
 /// Discovers the sources of the checkout at `src` for `device`: every CMake
 /// file reached from `CMakeLists.txt` through `include()` is read.
 ///
-/// Errors: none (a file that cannot be read is reported in `unmapped`).
+/// Errors: a name declared more than once cannot be resolved
+/// ([`Discovery::refused`]); a file that cannot be read is reported in
+/// `unmapped`.
 pub fn discover_in_tree(src: &Path, device: &str) -> Result<Discovery> {
     let read = |rel: &str| -> Option<String> {
         let p = src.join(rel);
         p.is_file().then(|| fs::read_to_string(&p).ok()).flatten()
     };
-    Ok(discover_with(&read, device))
+    discover_with(&read, device).check()
+}
+
+/// [`discover_in_tree`] for a build on another processor (`x86_64`,
+/// `aarch64`): the conditions on `CMAKE_SYSTEM_PROCESSOR` are evaluated for
+/// it (`export --platform`).
+///
+/// Errors: as [`discover_in_tree`].
+pub fn discover_in_tree_for(src: &Path, device: &str, processor: &str) -> Result<Discovery> {
+    let read = |rel: &str| -> Option<String> {
+        let p = src.join(rel);
+        p.is_file().then(|| fs::read_to_string(&p).ok()).flatten()
+    };
+    let facts = condition::Facts::for_platform(device, processor, "linux");
+    discover_for(&read, device, &facts).check()
 }
 
 /// Discovers the sources of `commit` from the bare mirror at `mirror`
 /// without checking it out (for `plan` and the `--offline` preflight).
 ///
-/// Errors: the mirror cannot be opened or lacks the commit.
+/// Errors: the mirror cannot be opened or lacks the commit; a name is
+/// refused ([`Discovery::refused`]).
 pub fn discover_in_mirror(mirror: &Path, commit: &str, device: &str) -> Result<Discovery> {
     let repo = Repository::open_bare(mirror)
         .with_context(|| format!("opening mirror {}", mirror.display()))?;
@@ -192,7 +267,7 @@ pub fn discover_in_mirror(mirror: &Path, commit: &str, device: &str) -> Result<D
         let b = repo.find_blob(e.id()).ok()?;
         Some(String::from_utf8_lossy(b.content()).into_owned())
     };
-    Ok(discover_with(&read, device))
+    discover_with(&read, device).check()
 }
 
 /// The record of a staged source: `store/ext/<name>-<rev>/ext.json`.
@@ -206,6 +281,12 @@ pub struct ExtRecord {
     pub archive_sha256: Option<String>,
     /// Submodules fetched: path -> commit.
     pub submodules: BTreeMap<String, String>,
+    /// The URL actually fetched (git sources): the declared repository
+    /// through the site's `[[mirror]]` tables. Not keyed (the entry's name
+    /// and the wheel key keep the declared URL); absent in entries staged
+    /// before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetched_from: Option<String>,
 }
 
 /// The entry of `src`: `store/ext/<name>-<rev>`.
@@ -253,12 +334,34 @@ pub fn ensure(store: &Store, src: &ExtSource, offline: bool) -> Result<(Entry, E
         commit: None,
         archive_sha256: None,
         submodules: BTreeMap::new(),
+        fetched_from: None,
     };
     match &src.origin {
         Origin::Git { repo, tag } => {
-            let (commit, subs) = fetch_git(repo, tag, src.submodules, &tree)?;
+            let mirrors = crate::host::mirror::load(store.root())?;
+            let from =
+                mirrors.git_url(repo, &format!("CMake source {} ({})", src.name, src.file))?;
+            if &from != repo {
+                progress::stage("ext", format!("{} through the mirror {from}", src.name));
+            }
+            // One git path for the source and the ext stage: the command
+            // line when on PATH (it reads a mirror that is a partial
+            // clone), libgit2 only on a box without git.
+            let (commit, subs) = match crate::host::git::Git::find() {
+                Some(git) => {
+                    let got = git
+                        .fetch_tree(&from, tag, src.submodules, &tree, &mirrors.git_config())
+                        .with_context(|| {
+                            format!("staging CMake source {} from {from}", src.name)
+                        })?;
+                    remove_git_dirs(&tree)?;
+                    got
+                }
+                None => fetch_git(&from, tag, src.submodules, &tree)?,
+            };
             rec.commit = Some(commit);
             rec.submodules = subs;
+            rec.fetched_from = Some(from);
         }
         Origin::Url { url, sha256 } => {
             rec.archive_sha256 = Some(fetch_url(store, url, sha256.as_deref(), &tree)?);
@@ -270,6 +373,15 @@ pub fn ensure(store: &Store, src: &ExtSource, offline: bool) -> Result<(Entry, E
     Ok((e, rec))
 }
 
+/// The URL the staged git source at `e` was fetched from (its `ext.json`
+/// `fetched_from`); `None` for a URL source, an entry staged before it was
+/// recorded, or one that cannot be read.
+pub fn fetched_from(e: &Entry) -> Option<String> {
+    read_json::<ExtRecord>(&e.path.join("ext.json"))
+        .ok()?
+        .fetched_from
+}
+
 /// `repo @ tag` or the URL, for messages.
 pub fn describe(o: &Origin) -> String {
     match o {
@@ -278,6 +390,9 @@ pub fn describe(o: &Origin) -> String {
     }
 }
 
+/// libgit2's fetch of `tag` of `url` into `dir`, on a box without git
+/// (it cannot read a mirror that is a partial clone, nor apply the site's
+/// mirrors to submodule URLs).
 fn fetch_git(
     url: &str,
     tag: &str,
@@ -423,7 +538,18 @@ fn fetch_url(store: &Store, url: &str, sha256: Option<&str>, dir: &Path) -> Resu
 /// Copies each staged source into `<work>/ext/` and returns the build
 /// environment that points the checkout at the copies: one entry per
 /// environment variable, and `CMAKE_ARGS` (appended to `base_cmake_args`)
-/// with a `-D<VAR>=<dir>` per CMake variable.
+/// with a `-D<VAR>=<dir>` per CMake variable. Sources decided at configure
+/// time ([`Decided::Configure`]) are passed through no variable (CMake
+/// consults a dependency provider only when `FETCHCONTENT_SOURCE_DIR_<NAME>`
+/// is empty): the provider file [`PROVIDER_FILE`] is written and loaded with
+/// `-DCMAKE_PROJECT_TOP_LEVEL_INCLUDES=<file>` (CMake >= 3.24, CMake docs,
+/// "Dependency Providers"). It receives each `FetchContent_MakeAvailable` of
+/// those names with the declaration CMake evaluated, hands over the staged
+/// copy whose origin it matches (`FETCHCONTENT_SOURCE_DIR_<NAME>`, then
+/// `FetchContent_MakeAvailable`, which does not recurse into the provider),
+/// appends `name, origin, tag, dir` to [`PROVIDER_RECORD`], and stops the
+/// configure with `FATAL_ERROR` naming a declaration none matches: nothing
+/// is downloaded.
 ///
 /// Errors: a copy fails, or a path contains whitespace (`CMAKE_ARGS` is split on it).
 pub fn build_env(
@@ -437,9 +563,18 @@ pub fn build_env(
         .map(|s| vec![s.trim().to_string()])
         .unwrap_or_default();
     let mut any_cmake = false;
+    let mut provided: Vec<(&ExtSource, String)> = Vec::new();
     for (src, e) in staged {
         let dest = work.join("ext").join(&e.name);
         copy_tree(&e.path.join("src"), &dest)?;
+        if src.decided == Decided::Configure {
+            let dir = dest.display().to_string();
+            if dir.chars().any(char::is_whitespace) {
+                bail!("the staged source path {dir} contains whitespace");
+            }
+            provided.push((src, dir));
+            continue;
+        }
         let value = match &src.subdir {
             Some(sub) => dest.join(sub),
             None => dest,
@@ -458,23 +593,215 @@ pub fn build_env(
             }
         }
     }
+    if !provided.is_empty() {
+        let file = work.join("ext").join(PROVIDER_FILE);
+        let record = work.join("ext").join(PROVIDER_RECORD);
+        fs::write(&file, provider_cmake(&provided, &record))?;
+        cmake.push(format!(
+            "-DCMAKE_PROJECT_TOP_LEVEL_INCLUDES={}",
+            file.display()
+        ));
+        any_cmake = true;
+    }
     if any_cmake {
         env.insert("CMAKE_ARGS".into(), cmake.join(" "));
     }
     Ok(env)
 }
 
+/// The dependency provider's file name in `<work>/ext/`.
+pub const PROVIDER_FILE: &str = "oracle-build-provider.cmake";
+/// The provider's record in `<work>/ext/`: written empty when CMake loads the
+/// provider, then one line per declaration it handed over
+/// (`name<TAB>repository or URL<TAB>GIT_TAG<TAB>dir`).
+pub const PROVIDER_RECORD: &str = "oracle-build-provided.tsv";
+
+/// A CMake quoted argument holding `s` literally.
+fn cmake_quote(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        if matches!(c, '\\' | '"' | '$' | ';') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+/// The provider's CMake text for the candidates (source, staged dir).
+fn provider_cmake(provided: &[(&ExtSource, String)], record: &Path) -> String {
+    let rec = cmake_quote(&record.display().to_string());
+    let mut names: Vec<String> = Vec::new();
+    for (s, _) in provided {
+        let lc = s.name.to_ascii_lowercase();
+        if !names.contains(&lc) {
+            names.push(lc);
+        }
+    }
+    let mut t = String::from(
+        "# Written by oracle-build: the dependency provider for FetchContent sources\n\
+         # the tree declares more than once under conditions it decides at configure\n\
+         # time. Each is staged; CMake's own evaluation picks the declaration.\n\
+         if(CMAKE_VERSION VERSION_LESS 3.24)\n  message(FATAL_ERROR \"oracle-build: a source declared more than once needs CMake >= 3.24 (dependency providers); this is ${CMAKE_VERSION}\")\nendif()\n",
+    );
+    t.push_str(&format!("file(WRITE {rec} \"\")\n"));
+    t.push_str("macro(oracle_build_provide _ob_method _ob_name)\n");
+    t.push_str(
+        "  string(TOLOWER \"${_ob_name}\" _ob_lc)\n  string(TOUPPER \"${_ob_name}\" _ob_uc)\n",
+    );
+    t.push_str("  cmake_parse_arguments(_ob \"\" \"GIT_REPOSITORY;GIT_TAG;URL\" \"\" ${ARGN})\n");
+    t.push_str("  set(_ob_dir \"\")\n  set(_ob_known \"\")\n  set(_ob_governed FALSE)\n");
+    for n in &names {
+        t.push_str(&format!(
+            "  if(_ob_lc STREQUAL {})\n    set(_ob_governed TRUE)\n",
+            cmake_quote(n)
+        ));
+        for (s, dir) in provided
+            .iter()
+            .filter(|(s, _)| s.name.eq_ignore_ascii_case(n))
+        {
+            let test = match &s.origin {
+                Origin::Git { repo, tag } => format!(
+                    "\"${{_ob_GIT_REPOSITORY}}\" STREQUAL {} AND \"${{_ob_GIT_TAG}}\" STREQUAL {}",
+                    cmake_quote(repo),
+                    cmake_quote(tag)
+                ),
+                Origin::Url { url, .. } => {
+                    format!("\"${{_ob_URL}}\" STREQUAL {}", cmake_quote(url))
+                }
+            };
+            t.push_str(&format!(
+                "    string(APPEND _ob_known \" {}\")\n    if({test})\n      set(_ob_dir {})\n    endif()\n",
+                cmake_quote(&format!("{} ({})", s.declared_at(), describe(&s.origin))).trim_matches('"'),
+                cmake_quote(dir)
+            ));
+        }
+        t.push_str("  endif()\n");
+    }
+    t.push_str(&format!(
+        "  if(_ob_governed)\n\
+         \x20   if(_ob_dir STREQUAL \"\")\n\
+         \x20     message(FATAL_ERROR \"oracle-build: FetchContent_Declare(${{_ob_name}} ${{ARGN}}) is not one of the declarations staged for it:${{_ob_known}}; nothing is downloaded\")\n\
+         \x20   endif()\n\
+         \x20   file(APPEND {rec} \"${{_ob_lc}}\\t${{_ob_GIT_REPOSITORY}}${{_ob_URL}}\\t${{_ob_GIT_TAG}}\\t${{_ob_dir}}\\n\")\n\
+         \x20   set(FETCHCONTENT_SOURCE_DIR_${{_ob_uc}} \"${{_ob_dir}}\")\n\
+         \x20   FetchContent_MakeAvailable(${{_ob_name}})\n\
+         \x20 endif()\n\
+         endmacro()\n\
+         cmake_language(SET_DEPENDENCY_PROVIDER oracle_build_provide SUPPORTED_METHODS FETCHCONTENT_MAKEAVAILABLE_SERIAL)\n"
+    ));
+    t
+}
+
+/// The declaration a build took of one name, as `build.json` records it
+/// (`ext_taken`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Taken {
+    /// The FetchContent name.
+    pub name: String,
+    /// `file:line` of the declaration taken.
+    pub declared: String,
+    /// Where it comes from.
+    pub origin: Origin,
+    /// The commit its `GIT_TAG` resolved to when staged (git sources).
+    pub commit: Option<String>,
+    /// `target` (resolved before the build) or `configure` (by the tree's
+    /// CMake, through the dependency provider).
+    pub decided: Decided,
+    /// The store entry it was staged as.
+    pub entry: String,
+}
+
+/// The declarations the build in `work` took ([`build_env`]'s copies):
+/// each source decided for the target, and each one the dependency provider
+/// handed over (read from [`PROVIDER_RECORD`]); a name declared for
+/// configure that CMake never made available is not listed.
+///
+/// Errors: there are configure-time candidates and the provider never
+/// loaded (CMake ignored `CMAKE_PROJECT_TOP_LEVEL_INCLUDES`: older than
+/// 3.24, or no `project()`), or its record names a directory no candidate
+/// was copied to; an entry's `ext.json` cannot be read.
+pub fn taken(staged: &[(ExtSource, Entry)], work: &Path) -> Result<Vec<Taken>> {
+    let commit = |e: &Entry| -> Result<Option<String>> {
+        let rec: ExtRecord = read_json(&e.path.join("ext.json"))?;
+        Ok(rec.commit)
+    };
+    let mut out = Vec::new();
+    for (s, e) in staged.iter().filter(|(s, _)| s.decided == Decided::Target) {
+        out.push(Taken {
+            name: s.name.clone(),
+            declared: s.declared_at(),
+            origin: s.origin.clone(),
+            commit: commit(e)?,
+            decided: Decided::Target,
+            entry: e.label(),
+        });
+    }
+    let cands: Vec<&(ExtSource, Entry)> = staged
+        .iter()
+        .filter(|(s, _)| s.decided == Decided::Configure)
+        .collect();
+    if cands.is_empty() {
+        return Ok(out);
+    }
+    let record = work.join("ext").join(PROVIDER_RECORD);
+    let text = fs::read_to_string(&record).map_err(|_| {
+        let list: Vec<String> = cands
+            .iter()
+            .map(|(s, _)| format!("{} ({})", s.declared_at(), describe(&s.origin)))
+            .collect();
+        anyhow::anyhow!(
+            "the build's CMake never loaded the dependency provider that chooses between {} (it needs CMake >= 3.24 and a project() call); refusing the wheel",
+            list.join(", ")
+        )
+    })?;
+    let mut seen: Vec<String> = Vec::new();
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        let dir = line.rsplit('\t').next().unwrap_or_default();
+        if seen.iter().any(|d| d == dir) {
+            continue;
+        }
+        seen.push(dir.to_string());
+        let Some((s, e)) = cands
+            .iter()
+            .find(|(_, e)| work.join("ext").join(&e.name) == Path::new(dir))
+        else {
+            bail!(
+                "{}: names {dir}, which is no staged candidate",
+                record.display()
+            );
+        };
+        out.push(Taken {
+            name: s.name.clone(),
+            declared: s.declared_at(),
+            origin: s.origin.clone(),
+            commit: commit(e)?,
+            decided: Decided::Configure,
+            entry: e.label(),
+        });
+    }
+    Ok(out)
+}
+
 /// What goes into the wheel key for the staged sources: name, origin and
-/// resolved revision of each, in declaration order.
+/// resolved revision of each, in declaration order; every configure-time
+/// candidate of a name is there, marked `"decided": "configure"`.
 pub fn key_inputs(staged: &[(ExtSource, ExtRecord)]) -> serde_json::Value {
     serde_json::Value::Array(
         staged
             .iter()
             .map(|(s, r)| {
-                serde_json::json!({
+                let mut v = serde_json::json!({
                     "name": s.name, "origin": s.origin, "variable": s.variable, "subdir": s.subdir,
                     "commit": r.commit, "archive_sha256": r.archive_sha256, "submodules": r.submodules,
-                })
+                });
+                // Only a configure-time candidate says so (keys of sources
+                // decided for the target are as before).
+                if s.decided == Decided::Configure {
+                    v["decided"] = serde_json::json!(s.decided);
+                }
+                v
             })
             .collect(),
     )
@@ -503,6 +830,10 @@ pub struct KeyedSource {
     /// Submodules fetched: path -> commit.
     #[serde(default)]
     pub submodules: BTreeMap<String, String>,
+    /// `configure`: one of several candidates of its name (the build
+    /// record's `ext_taken` says which one CMake took).
+    #[serde(default)]
+    pub decided: Decided,
 }
 
 impl KeyedSource {
@@ -516,6 +847,8 @@ impl KeyedSource {
             variable: self.variable.clone(),
             subdir: self.subdir.clone(),
             condition: None,
+            line: 0,
+            decided: self.decided,
         };
         entry(store, &src)
     }
@@ -588,6 +921,8 @@ mod tests {
             variable: Variable::Env("X".into()),
             subdir: None,
             condition: None,
+            line: 0,
+            decided: Decided::Target,
         };
         let a = src("https://a.invalid/lib.git", "release/1.0").entry_name();
         let b = src("https://b.invalid/lib.git", "release/1.0").entry_name();

@@ -37,6 +37,7 @@ use crate::recipe::{LoadedRecipe, Recipe};
 use crate::stages::requires::RuntimeSource;
 use crate::stages::source::commit_time;
 use crate::store::{Store, read_json, sha256_file, write_atomic};
+pub mod indexes;
 pub mod pylock;
 
 use crate::stages::lock::pylock::{LockedPackage, parse_pylock};
@@ -530,8 +531,13 @@ pub fn resolve_for(
     if let Some(ts) = &cutoff {
         common.extend(["--exclude-newer".into(), ts.clone()]);
     }
+    // The site's mirrors of every index (docs/cache.md "Mirrors").
+    let mirrors = crate::host::mirror::load(store.root())?;
+    let mirrored = work.join("requirements-mirrored");
     // Packages of explicit indexes come only from them.
-    if let Some(project) = crate::host::uv::explicit_project(&r.indexes) {
+    if let Some(project) =
+        crate::host::uv::explicit_project(&indexes::map_indexes(&mirrors, &r.indexes))
+    {
         let dir = work.join("explicit-indexes");
         fs::create_dir_all(&dir)?;
         fs::write(dir.join("pyproject.toml"), project)?;
@@ -541,14 +547,26 @@ pub fn resolve_for(
 
     let build_reqs = build_requirements(src, &r.build.target_device)?;
     let build_in = work.join("build.in");
+    let online = !cx.uv.offline;
     match &build_reqs {
         BuildRequirements::File(rel) => {
-            fs::write(&build_in, format!("-r {}\n", src.join(rel).display()))?
+            let files = [rel.clone()];
+            if online {
+                indexes::check_reachable(&mirrors, &indexes::scan(src, &files), &r.indexes)?;
+            }
+            let root = indexes::rewrite(src, &files, &mirrors, &mirrored)?;
+            let root = root.as_deref().unwrap_or(src);
+            fs::write(&build_in, format!("-r {}\n", root.join(rel).display()))?
         }
-        BuildRequirements::Pyproject(reqs) => fs::write(
-            &build_in,
-            reqs.iter().map(|l| format!("{l}\n")).collect::<String>(),
-        )?,
+        BuildRequirements::Pyproject(reqs) => {
+            if online {
+                indexes::check_reachable(&mirrors, &[], &r.indexes)?;
+            }
+            fs::write(
+                &build_in,
+                reqs.iter().map(|l| format!("{l}\n")).collect::<String>(),
+            )?
+        }
     }
     let build_in_text = fs::read_to_string(&build_in)?;
     fs::create_dir_all(dir)?;
@@ -585,8 +603,13 @@ pub fn resolve_for(
                     .unwrap_or_default()
                     .to_string();
                 let files = fallback_files(src, &r.build.target_device);
+                if online {
+                    indexes::check_reachable(&mirrors, &indexes::scan(src, &files), &r.indexes)?;
+                }
+                let root = indexes::rewrite(src, &files, &mirrors, &mirrored)?;
+                let root = root.as_deref().unwrap_or(src);
                 for rel in &files {
-                    runtime_in.push_str(&format!("-r {}\n", src.join(rel).display()));
+                    runtime_in.push_str(&format!("-r {}\n", root.join(rel).display()));
                 }
                 runtime = files.first().cloned();
                 runtime_source = RuntimeSource::Files { files, reason };
@@ -620,7 +643,7 @@ pub fn resolve_for(
                 if let Some(url) = &a.url {
                     artifact_index.insert(
                         a.filename.clone(),
-                        crate::host::uv::index_of(&r.indexes, url),
+                        indexes::index_of(&mirrors, &r.indexes, url),
                     );
                 }
             }
