@@ -286,6 +286,7 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
             goldens_dirs: vec![no_goldens],
             only: None,
             record: None,
+            tmp_root: Some(store.tmp_dir()),
         },
     )?;
 

@@ -280,6 +280,9 @@ pub fn render(out: &SmokeOutput) -> String {
         ));
     }
     line(format!("probe    {}", render_probe(&s.probe)));
+    if let Some(e) = &s.engine {
+        line(format!("scratch  {}", render_engine(e)));
+    }
     for c in &s.cases {
         let requested: Vec<&str> = out
             .requested
@@ -300,6 +303,37 @@ pub fn render(out: &SmokeOutput) -> String {
     ));
     for reason in &s.reasons {
         line(format!("  - {reason}"));
+    }
+    t
+}
+
+/// `caches 18 files, 1.1 KiB (deleted); TMPDIR left 2 files, 2 sockets (removed); VLLM_CPU_KVCACHE_SPACE=1 GiB (default)`.
+fn render_engine(e: &smoke::EngineRecord) -> String {
+    let (files, bytes) = e
+        .caches
+        .iter()
+        .fold((0, 0), |(f, b), c| (f + c.usage.files, b + c.usage.bytes));
+    let left = e.tmpdir.iter().fold(smoke::Usage::default(), |mut u, t| {
+        u.files += t.usage.files;
+        u.sockets += t.usage.sockets;
+        u.other += t.usage.other;
+        u
+    });
+    let mut t = format!(
+        "engine caches {files} files, {:.1} KiB ({}); TMPDIR left {} files, {} sockets, {} other (removed)",
+        bytes as f64 / 1024.0,
+        if e.kept { "kept" } else { "deleted" },
+        left.files,
+        left.sockets,
+        left.other
+    );
+    if let Some(kv) = &e.kv_cache_space {
+        t.push_str(&format!(
+            "; {}={} GiB ({})",
+            smoke::KVCACHE_VAR,
+            kv.gib,
+            kv.from
+        ));
     }
     t
 }

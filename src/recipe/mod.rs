@@ -22,6 +22,7 @@ pub mod pin;
 pub use env::{env_references, expand_env};
 pub use lines::locate;
 use validate::validate;
+pub use validate::{CONFINED_SMOKE_VARS, controlled_smoke_var};
 pub use validate::{
     controlled_build_var, is_distribution_name, is_env_name, is_exact_version, is_full_commit,
     is_valid_name,
@@ -847,6 +848,27 @@ mod tests {
             );
         }
         assert!(parse(&format!("{BASE}build:\n  env: {{CC: gcc}}\n"), "r.yaml").is_ok());
+    }
+
+    #[test]
+    fn smoke_env_may_not_set_what_the_gate_confines() {
+        for key in CONFINED_SMOKE_VARS {
+            let e = error_of(&format!("smoke:\n  env: {{{key}: /x}}\n"));
+            assert!(
+                e.contains(&format!("line 7: field `smoke.env.{key}`"))
+                    && e.contains("oracle-build itself"),
+                "{e}"
+            );
+        }
+        let e = error_of(
+            "smoke:\n  cases:\n    - name: a\n      model: /m\n      prompt: hi\n      env: {TORCHINDUCTOR_CACHE_DIR: /x}\n",
+        );
+        assert!(
+            e.contains("field `smoke.cases[0].env.TORCHINDUCTOR_CACHE_DIR`"),
+            "{e}"
+        );
+        let ok = format!("{BASE}smoke:\n  env: {{VLLM_CPU_KVCACHE_SPACE: \"4\"}}\n");
+        assert!(parse(&ok, "r.yaml").is_ok());
     }
 
     #[test]

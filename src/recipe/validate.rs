@@ -40,6 +40,43 @@ pub fn controlled_build_var(key: &str) -> Option<&'static str> {
     })
 }
 
+/// The variables the gate sets for every engine run so that the engine's
+/// caches, configuration and scratch are the oracle's (`stages::smoke`'s
+/// confinement): a recipe's `smoke.env` or a case's `env` may not set them.
+/// `VLLM_CPU_KVCACHE_SPACE` is not one of them: the gate gives it a default
+/// for `target_device: cpu` that `smoke.env` may override.
+///
+/// Source: vLLM's `envs.py` (`VLLM_CACHE_ROOT`), Triton (`TRITON_CACHE_DIR`),
+/// torch inductor (`TORCHINDUCTOR_CACHE_DIR`), the XDG base directory spec,
+/// huggingface_hub (`HF_HOME`, `HF_HUB_OFFLINE`), transformers
+/// (`TRANSFORMERS_OFFLINE`), CUDA (`CUDA_CACHE_PATH`), FlashInfer's
+/// `flashinfer/jit/env.py` (`FLASHINFER_WORKSPACE_BASE`), POSIX `TMPDIR`
+/// and Python's `tempfile` (`TMP`, `TEMP`).
+pub const CONFINED_SMOKE_VARS: &[&str] = &[
+    "VLLM_CACHE_ROOT",
+    "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "HF_HOME",
+    "CUDA_CACHE_PATH",
+    "FLASHINFER_WORKSPACE_BASE",
+    "HOME",
+    "TMPDIR",
+    "TMP",
+    "TEMP",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+];
+
+/// When `key` is a variable the gate sets itself for every engine run
+/// ([`CONFINED_SMOKE_VARS`]), why; `None` for any other variable.
+pub fn controlled_smoke_var(key: &str) -> Option<&'static str> {
+    CONFINED_SMOKE_VARS.contains(&key).then_some(
+        "the gate points the engine's caches, HOME and TMPDIR into the oracle's own run directory in the store, and runs it offline (docs/smoke.md)",
+    )
+}
+
 /// Whether `s` is a valid recipe or case name: `[a-z0-9._-]+`, not `.` or
 /// `..`, and not starting with `-` (a command line would read it as an option).
 pub fn is_valid_name(s: &str) -> bool {
@@ -268,6 +305,17 @@ pub(super) fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
             format!("{key} is set by oracle-build itself, not by the recipe: {owner}"),
         ));
     }
+    if let Some((key, why)) = r
+        .smoke
+        .env
+        .keys()
+        .find_map(|k| controlled_smoke_var(k).map(|w| (k, w)))
+    {
+        return Err(fail(
+            &format!("smoke.env.{key}"),
+            format!("{key} is set by oracle-build itself, not by the recipe: {why}"),
+        ));
+    }
     if r.smoke.runs == 0 {
         return Err(fail("smoke.runs", "must be at least 1".into()));
     }
@@ -409,6 +457,19 @@ pub(super) fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
                 &field(&format!("env.{key}")),
                 format!(
                     "case {:?}: {key:?} is not an environment variable name",
+                    case.name
+                ),
+            ));
+        }
+        if let Some((key, why)) = case
+            .env
+            .keys()
+            .find_map(|k| controlled_smoke_var(k).map(|w| (k, w)))
+        {
+            return Err(fail(
+                &field(&format!("env.{key}")),
+                format!(
+                    "case {:?}: {key} is set by oracle-build itself, not by the recipe: {why}",
                     case.name
                 ),
             ));

@@ -18,6 +18,7 @@ mod demo;
 mod download;
 mod driver;
 mod edges;
+mod engine_env;
 mod ext_conditions;
 mod gc_roots;
 mod gpu;

@@ -148,7 +148,7 @@ struct Frame {
 impl Frame {
     fn truth(&self, facts: &Facts) -> Truth {
         let prior = self.before.iter().fold(Truth::True, |t, c| {
-            t.and(condition::eval_text(c, facts).not())
+            t.and(!condition::eval_text(c, facts))
         });
         match &self.current {
             Some(c) => prior.and(condition::eval_text(c, facts)),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use fs_err as fs;
 use serde::Deserialize;
 use serde_json::Value;
@@ -27,7 +27,9 @@ pub(super) struct DriverOutcome {
     pub(super) log: PathBuf,
 }
 
-/// Runs the driver once in its own process group under `timeout`.
+/// Runs the driver once in its own process group under `timeout`, from the
+/// empty directory `cwd`, with `env` over the recipe's `recipe_env`
+/// (`env` wins: the gate's confinement, see `confine`).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_driver(
     python: &Path,
@@ -36,7 +38,9 @@ pub(super) fn run_driver(
     name: &str,
     cfg: &Value,
     out_dir: &Path,
+    recipe_env: &BTreeMap<String, String>,
     env: &BTreeMap<String, String>,
+    cwd: &Path,
     timeout: Duration,
 ) -> Result<DriverOutcome> {
     let cfg_path = out_dir.join(format!("{name}.config.json"));
@@ -46,7 +50,6 @@ pub(super) fn run_driver(
     let stage_path = out_dir.join(format!("{name}.result.json.stage"));
     let _ = fs::remove_file(&out_path);
     let _ = fs::remove_file(&stage_path);
-    let work = tempfile::tempdir().context("creating a scratch directory")?;
     let mut cmd = duct::cmd(
         python,
         [
@@ -57,10 +60,10 @@ pub(super) fn run_driver(
             out_path.as_os_str(),
         ],
     )
-    .dir(work.path())
+    .dir(cwd)
     .env_remove("PYTHONPATH")
     .env_remove("PYTHONHOME");
-    for (k, v) in env {
+    for (k, v) in recipe_env.iter().chain(env) {
         cmd = cmd.env(k, v);
     }
     let outcome = crate::host::process::run_with_timeout(cmd, &log, timeout);

@@ -8,6 +8,7 @@
 //! the same engine configuration, and the host's boot id did not change.
 //! [`golden`] reads and compares goldens; [`npy`] reads numpy goldens.
 
+mod confine;
 mod driver;
 pub mod golden;
 pub mod npy;
@@ -21,18 +22,19 @@ use anyhow::Result;
 use fs_err as fs;
 use serde_json::{Value, json};
 
+pub use confine::{KVCACHE_DEFAULT_GIB, KVCACHE_VAR};
 use driver::{DRIVER_PY, DriverCase, DriverRun, run_driver};
 use golden::compare_golden;
 pub use golden::{ConfigDiff, GoldenDiff, GoldenState};
 use record_golden::{Pending, record_golden, write_goldens};
 pub use report::{
-    Candidate, CaseResult, Disagreement, SmokeReport, TopLogprob, UnreadKnob, Verdict,
-    describe_candidates, describe_diff,
+    CacheUse, Candidate, CaseResult, Disagreement, EngineRecord, KvCacheSpace, SmokeReport,
+    TmpLeft, TopLogprob, UnreadKnob, Usage, Verdict, describe_candidates, describe_diff,
 };
 
 use crate::host::toolchain;
 use crate::progress;
-use crate::recipe::{Case, LoadedRecipe, Probe, expand_env};
+use crate::recipe::{CONFINED_SMOKE_VARS, Case, LoadedRecipe, Probe, expand_env};
 use crate::store::Store;
 use crate::store::key::{KEY_SCHEMA, content_key};
 
@@ -47,6 +49,9 @@ pub struct Options {
     pub only: Option<String>,
     /// `--record-golden`: write each clean case's output as its golden.
     pub record: Option<Record>,
+    /// Where each engine process's `TMPDIR` is made: the store's `tmp`
+    /// (`None`: inside the run directory; see `confine`).
+    pub tmp_root: Option<PathBuf>,
 }
 
 /// How `--record-golden` records.
@@ -66,6 +71,7 @@ impl Options {
             goldens_dirs: golden::dirs(store.root(), lr),
             only: None,
             record: None,
+            tmp_root: (!store.read_only()).then(|| store.tmp_dir()),
         }
     }
 }
@@ -79,7 +85,8 @@ pub fn smoke_key(store: &Store, lr: &LoadedRecipe) -> String {
 /// The content key of everything that can change the gate's outcome: the
 /// smoke section (env, runs, probe, timeout, near-tie threshold, logprobs),
 /// every case with its model path expanded, every golden's location and
-/// content (manifest included), and the driver's text.
+/// content (manifest included), the driver's text, the variables the gate
+/// confines and the KV cache bound it gives a CPU engine.
 pub fn smoke_key_in(lr: &LoadedRecipe, goldens_dirs: &[PathBuf]) -> String {
     let s = &lr.recipe.smoke;
     let cases: Vec<Value> = s
@@ -100,6 +107,12 @@ pub fn smoke_key_in(lr: &LoadedRecipe, goldens_dirs: &[PathBuf]) -> String {
         "timeout_s": s.timeout_s, "near_tie_nats": s.near_tie_nats, "logprobs": s.logprobs,
         "cases": cases, "driver": hex::encode(sha2_digest(DRIVER_PY.as_bytes())),
     });
+    // The confinement changes what the engine may reach (offline, no
+    // shared caches): a gate run before it is run again.
+    key["confined"] = json!(CONFINED_SMOKE_VARS);
+    if let Some(kv) = confine::kv_cache_space(lr).filter(|kv| kv.from == "default") {
+        key["kv_cache_space_default"] = json!(kv.gib);
+    }
     // Only when set, so the keys of recipes without it stay as they were.
     if s.allow_ptx_jit {
         key["allow_ptx_jit"] = Value::Bool(true);
@@ -152,6 +165,12 @@ pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, opts: &Options) -> Re
     let python = venv.join("bin/python");
     let timeout = Duration::from_secs(recipe.smoke.timeout_s);
     let device = recipe.build.target_device.clone();
+    let mut engine = confine::EngineDirs::create(out_dir, opts.tmp_root.as_deref())?;
+    let kv_cache_space = confine::kv_cache_space(lr);
+    let mut probe_env = recipe.smoke.env.clone();
+    if let Some(kv) = &kv_cache_space {
+        probe_env.insert(KVCACHE_VAR.into(), kv.gib.clone());
+    }
 
     let probe = match recipe.smoke.probe.describe(&recipe.source.package) {
         None => Value::Null,
@@ -162,16 +181,13 @@ pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, opts: &Options) -> Re
                 cfg["module"] = json!(p.module);
                 cfg["function"] = json!(p.function);
             }
+            let run = engine.run_env("probe")?;
             let out = run_driver(
-                &python,
-                &driver,
-                "probe",
-                "probe",
-                &cfg,
-                out_dir,
-                &recipe.smoke.env,
+                &python, &driver, "probe", "probe", &cfg, out_dir, &probe_env, &run.env, &run.tmp,
                 timeout,
-            )?;
+            );
+            engine.finish_run(run);
+            let out = out?;
             let mut res = out.result.unwrap_or_else(|| json!({"op": op, "ok": false}));
             if let Some(failure) = out.failure {
                 res["error"] = json!({"stage": "process", "exception": failure});
@@ -207,6 +223,7 @@ pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, opts: &Options) -> Re
             opts,
             probe_ok,
             &mut pending,
+            &mut engine,
         )?;
         for p in &result.problems {
             reasons.push(format!("case {}: {p}", result.name));
@@ -222,6 +239,7 @@ pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, opts: &Options) -> Re
     if let Some(rec) = &opts.record {
         write_goldens(pending, rec.force, &mut cases)?;
     }
+    let engine = engine.finish(kv_cache_space);
     let boot_after = boot_id();
     if let Some(r) = boot_change(boot_before.as_deref(), boot_after.as_deref()) {
         reasons.push(r);
@@ -244,6 +262,7 @@ pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, opts: &Options) -> Re
         only_case: opts.only.clone(),
         started,
         duration_s: t0.elapsed().as_secs_f64(),
+        engine: Some(engine),
     })
 }
 
@@ -279,9 +298,13 @@ fn run_case(
     opts: &Options,
     probe_ok: bool,
     pending: &mut Vec<Pending>,
+    engine: &mut confine::EngineDirs,
 ) -> Result<CaseResult> {
     let recipe = &lr.recipe;
     let mut env = recipe.smoke.env.clone();
+    if let Some(kv) = confine::kv_cache_space(lr) {
+        env.insert(KVCACHE_VAR.into(), kv.gib);
+    }
     env.extend(case.env.clone());
     let loc = golden::locate(lr, &opts.goldens_dirs, case);
     let mut result = CaseResult {
@@ -339,16 +362,13 @@ fn run_case(
         "max_tokens": case.max_tokens, "engine_args": case.engine_args,
         "runs": recipe.smoke.runs, "logprobs": recipe.smoke.logprobs,
     });
+    let name = format!("case-{}", case.name);
+    let run = engine.run_env(&name)?;
     let out = run_driver(
-        python,
-        driver,
-        "case",
-        &format!("case-{}", case.name),
-        &cfg,
-        out_dir,
-        &env,
-        timeout,
-    )?;
+        python, driver, "case", &name, &cfg, out_dir, &env, &run.env, &run.tmp, timeout,
+    );
+    engine.finish_run(run);
+    let out = out?;
     if let Some(p) = out.failure {
         result.error = Some(json!({"stage": "process", "exception": p, "log_tail": out.log_tail}));
         result.problems.push(p);

@@ -174,6 +174,81 @@ pub struct SmokeReport {
     pub started: String,
     /// Wall time of the whole run, seconds.
     pub duration_s: f64,
+    /// The engine's caches and scratch during the run (see
+    /// `stages::smoke::confine`); absent in records made before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineRecord>,
+}
+
+/// What the engine wrote into its confined caches and `TMPDIR` during one
+/// gate run (`oracle.json`: `smoke.engine`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EngineRecord {
+    /// The engine directory, relative to the gate's run directory (the
+    /// directory of its logs: `oracle-build/smoke/` in the entry after a
+    /// build, `<store>/logs/smoke-<key>/` after `smoke`).
+    pub dir: String,
+    /// Whether the caches were kept (false: measured, then deleted with the
+    /// run's scratch; they never enter an entry's manifest).
+    pub kept: bool,
+    /// The fixed variables that keep the engine offline.
+    pub offline: BTreeMap<String, String>,
+    /// `VLLM_CPU_KVCACHE_SPACE` (GiB) the engine got, and where it came
+    /// from (`default`, `smoke.env`); `None` off `target_device: cpu` when
+    /// `smoke.env` does not set it.
+    pub kv_cache_space: Option<KvCacheSpace>,
+    /// Each cache variable: its directory (relative to the run directory)
+    /// and what was in it once every engine run was done.
+    pub caches: Vec<CacheUse>,
+    /// Each engine process: what it left in its `TMPDIR` (counted, then removed).
+    pub tmpdir: Vec<TmpLeft>,
+}
+
+/// The CPU backend's KV cache bound of a gate run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct KvCacheSpace {
+    /// The value given, GiB (as text: the variable's value).
+    pub gib: String,
+    /// `default` or `smoke.env`.
+    pub from: String,
+}
+
+/// One cache variable's directory and what it held.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CacheUse {
+    /// The variable (`VLLM_CACHE_ROOT`, ...).
+    pub var: String,
+    /// Its directory, relative to the run directory.
+    pub path: String,
+    /// What was written there.
+    #[serde(flatten)]
+    pub usage: Usage,
+}
+
+/// What one engine process left in its `TMPDIR`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TmpLeft {
+    /// The process: `probe` or `case-<name>`.
+    pub run: String,
+    /// Its `TMPDIR` (removed): `<store>/tmp/e.<pid>.<random>`.
+    pub path: String,
+    /// What was left there.
+    #[serde(flatten)]
+    pub usage: Usage,
+}
+
+/// Regular files (count and bytes), Unix sockets and other entries
+/// (symlinks, FIFOs) under a directory; directories are not counted.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Usage {
+    /// Regular files.
+    pub files: u64,
+    /// Their total size.
+    pub bytes: u64,
+    /// Unix sockets (ZeroMQ IPC endpoints).
+    pub sockets: u64,
+    /// Anything else that is not a directory.
+    pub other: u64,
 }
 
 impl SmokeReport {
@@ -192,6 +267,7 @@ impl SmokeReport {
             only_case: None,
             started: jiff::Timestamp::now().to_string(),
             duration_s: 0.0,
+            engine: None,
         }
     }
 }
