@@ -334,63 +334,47 @@ pub fn push_to(
         let (body, inputs) = artifacts.split_at(artifacts.len() - 1);
         for a in body {
             out.push(push_one(t.as_ref(), a, &listed, scratch)?);
-            // The store lock is signed like the wheel, since it decides what
-            // is installed: its signature is its own attestation artifact,
-            // over this box's lock files, with the build's time.
-            if a.kind == Kind::Lock
-                && let Some(key) = &signing_key
-            {
-                let st = trust::Statement::for_lock(
-                    &a.name,
-                    &lock::auto_key_inputs(r),
-                    substitute::lock_files(&a.config),
-                    &statement.builder,
-                    &statement.time,
-                );
-                let dir = scratch.join(format!("att-lock-{i}"));
+            // The wheel, the store lock (it decides what is installed) and
+            // bytecode (code that nothing else pins) are signed: each
+            // signature its own attestation artifact, with the build's time.
+            let Some(key) = &signing_key else {
+                continue;
+            };
+            let to_sign = match a.kind {
+                Kind::Lock => Some((
+                    trust::Statement::for_lock(
+                        &a.name,
+                        &lock::auto_key_inputs(r),
+                        substitute::lock_files(&a.config),
+                        &statement.builder,
+                        &statement.time,
+                    ),
+                    format!("att-lock-{i}"),
+                )),
+                Kind::Bytecode => Some((
+                    trust::Statement::for_bytecode(
+                        &a.name,
+                        &a.config.record,
+                        substitute::bytecode_files(&a.config),
+                        &statement.builder,
+                        &statement.time,
+                    ),
+                    format!("att-pyc-{i}-{}", &a.name[..16.min(a.name.len())]),
+                )),
+                Kind::Wheel => Some((statement.clone(), format!("att-{i}"))),
+                _ => None,
+            };
+            if let Some((st, dir)) = to_sign {
                 out.push(push_attestation(
                     t.as_ref(),
                     &st,
                     key,
                     &listed,
-                    &dir,
+                    &scratch.join(dir),
                     scratch,
                 )?);
             }
-            // Bytecode is code that nothing else pins: signed the same way,
-            // over every file of its artifact.
-            if a.kind == Kind::Bytecode
-                && let Some(key) = &signing_key
-            {
-                let st = trust::Statement::for_bytecode(
-                    &a.name,
-                    &a.config.record,
-                    substitute::bytecode_files(&a.config),
-                    &statement.builder,
-                    &statement.time,
-                );
-                let dir = scratch.join(format!("att-pyc-{i}-{}", &a.name[..16.min(a.name.len())]));
-                out.push(push_attestation(
-                    t.as_ref(),
-                    &st,
-                    key,
-                    &listed,
-                    &dir,
-                    scratch,
-                )?);
-            }
-            if a.kind == Kind::Wheel
-                && let Some(key) = &signing_key
-            {
-                let dir = scratch.join(format!("att-{i}"));
-                out.push(push_attestation(
-                    t.as_ref(),
-                    &statement,
-                    key,
-                    &listed,
-                    &dir,
-                    scratch,
-                )?);
+            if a.kind == Kind::Wheel {
                 signed = true;
                 // The signed SLSA provenance of the wheel, its own artifact.
                 out.push(push_provenance(
