@@ -25,6 +25,8 @@
 //!   same (a reproducibility failure included).
 //! - [`provenance`]: the wheel's build as a signed in-toto Statement with an
 //!   SLSA v1 provenance predicate, kept as its own append-only artifact.
+//! - [`readahead`]: the manifests and configs an operation will read,
+//!   fetched many at a time first, then served from memory and disk.
 //! - [`substitute`]: taking an entry from a cache instead of doing the work,
 //!   every blob checked on arrival and the entry made by one rename; what
 //!   `pull` and `build` share.
@@ -47,6 +49,7 @@ pub mod keyfile;
 pub mod layout;
 pub mod listing;
 pub mod provenance;
+pub mod readahead;
 pub mod registry;
 pub mod substitute;
 pub mod trust;
@@ -87,6 +90,11 @@ pub trait Transport {
     /// Errors: the cache cannot be reached or refuses; the bytes do not
     /// match the digest the cache gives.
     fn manifest(&self, tag: &str) -> Result<Option<Fetched>>;
+    /// [`Transport::manifest`] of each of `tags`, one result each, in
+    /// order; a registry keeps several requests in flight.
+    fn manifests(&self, tags: &[String]) -> Vec<Result<Option<Fetched>>> {
+        tags.iter().map(|t| self.manifest(t)).collect()
+    }
     /// Whether the blob `digest` is present.
     fn has_blob(&self, digest: &str) -> Result<bool>;
     /// Downloads the blob `digest` of `size` bytes into the new file `dest`.

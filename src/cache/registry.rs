@@ -264,6 +264,40 @@ impl Registry {
         result
     }
 
+    /// `GET /v2/<name>/manifests/<tag>`: `None` on 404; at most
+    /// [`MANIFEST_LIMIT`] bytes read, checked against the digest the
+    /// registry gives (`Docker-Content-Digest`).
+    async fn fetch_manifest(&self, tag: &str) -> Result<Option<Fetched>> {
+        let what = format!("reading the manifest of {tag}");
+        let url = self.v2_url(&format!("manifests/{tag}"));
+        let res = self.get(&url, Some(MANIFEST_MEDIA_TYPE), &what).await?;
+        if res.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let res = self.success(res, &what).await?;
+        let header = res
+            .headers()
+            .get("docker-content-digest")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let mut bytes = Vec::new();
+        self.body(res, MANIFEST_LIMIT, &mut bytes, &what)
+            .await
+            .map_err(|e| e.context("a manifest may hold at most 4 MiB"))?;
+        let digest = digest_of(&bytes);
+        if let Some(h) = header
+            && h != digest
+        {
+            bail!(
+                "{}",
+                self.context(&format!(
+                    "manifest of {tag} does not match its digest {h} (got {digest})"
+                ))
+            );
+        }
+        Ok(Some(Fetched { bytes, digest }))
+    }
+
     async fn body(
         &self,
         mut res: reqwest::Response,
@@ -313,43 +347,16 @@ impl Transport for Registry {
     }
 
     fn manifest(&self, tag: &str) -> Result<Option<Fetched>> {
-        let what = format!("reading the manifest of {tag}");
-        let url = self.v2_url(&format!("manifests/{tag}"));
-        let (bytes, header) = self
-            .runtime
-            .block_on(async {
-                let res = self.get(&url, Some(MANIFEST_MEDIA_TYPE), &what).await?;
-                if res.status() == reqwest::StatusCode::NOT_FOUND {
-                    return Ok::<_, anyhow::Error>(None);
-                }
-                let res = self.success(res, &what).await?;
-                let header = res
-                    .headers()
-                    .get("docker-content-digest")
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string);
-                let mut bytes = Vec::new();
-                self.body(res, MANIFEST_LIMIT, &mut bytes, &what)
-                    .await
-                    .map_err(|e| e.context("a manifest may hold at most 4 MiB"))?;
-                Ok(Some((bytes, header)))
-            })?
-            .map_or((None, None), |(b, h)| (Some(b), h));
-        let Some(bytes) = bytes else {
-            return Ok(None);
-        };
-        let digest = digest_of(&bytes);
-        if let Some(h) = header
-            && h != digest
-        {
-            bail!(
-                "{}",
-                self.context(&format!(
-                    "manifest of {tag} does not match its digest {h} (got {digest})"
-                ))
-            );
-        }
-        Ok(Some(Fetched { bytes, digest }))
+        self.runtime.block_on(self.fetch_manifest(tag))
+    }
+
+    fn manifests(&self, tags: &[String]) -> Vec<Result<Option<Fetched>>> {
+        use futures_util::StreamExt;
+        self.runtime.block_on(
+            futures_util::stream::iter(tags.iter().map(|t| self.fetch_manifest(t)))
+                .buffered(PARALLEL_GETS)
+                .collect::<Vec<_>>(),
+        )
     }
 
     fn has_blob(&self, digest: &str) -> Result<bool> {

@@ -309,6 +309,25 @@ impl<'a> Fetcher<'a> {
         Ok(t)
     }
 
+    /// The tags a pull of the entries `entries` (kind, name) reads: every
+    /// artifact of each and every attestation of its key, each with its
+    /// kind, for [`super::readahead::ReadAhead::warm`].
+    ///
+    /// Errors: the cache's tags cannot be listed.
+    pub fn read_ahead_tags(&mut self, entries: &[(Kind, String)]) -> Result<Vec<(Kind, String)>> {
+        let tags = self.tag_list()?;
+        let mut out = Vec::new();
+        for (kind, name) in entries {
+            out.extend(tags.of(*kind, name).into_iter().map(|t| (*kind, t)));
+            out.extend(
+                tags.attestations(kind.name(), name)
+                    .into_iter()
+                    .map(|t| (Kind::Attestation, t)),
+            );
+        }
+        Ok(out)
+    }
+
     /// The tags to try for entry `kind` `name`: `preferred` first (a tag a
     /// pin's inputs name, when listed), then every tag of the entry.
     fn candidates(
@@ -1225,7 +1244,8 @@ pub fn pull_pin(
 ) -> Result<Pulled> {
     let r = &lr.recipe;
     let key = inputs_key(lr);
-    let mut f = Fetcher::new(cache, store)?;
+    let ahead = super::readahead::ReadAhead::new(cache, store)?;
+    let mut f = Fetcher::new(&ahead, store)?;
     let Some((config, mut bytes)) = f.inputs(&key)? else {
         bail!(
             "cache {} has no inputs for {} on this platform (tags {}-*); push it from a box that built it: oracle-build push {}",
@@ -1250,10 +1270,29 @@ pub fn pull_pin(
     let mut items = Vec::new();
     let mut present = Vec::new();
     let mut damaged: Vec<(Entry, Vec<String>)> = Vec::new();
-    // Every layer the store lacks, many requests at a time, before the
-    // entries are read and checked one by one.
+    let mut labels = inputs.entries.clone();
+    let has_lock = matches!(crate::stages::lock::load(lock_dir, lr), Ok(Some(_)));
+    let auto = crate::stages::lock::auto_entry(store, r);
+    if !has_lock && !labels.contains(&auto.label()) {
+        labels.insert(0, auto.label());
+    }
+    // The manifest and config of every artifact of the entries the store
+    // lacks and of every attestation of their keys, many at a time; then
+    // every layer the store lacks, the same way; then the entries are read
+    // and checked one by one.
+    let mut lacking: Vec<(Kind, String)> = labels
+        .iter()
+        .filter_map(|l| store.entry_by_label(l))
+        .filter(|e| !e.exists())
+        .filter_map(|e| Kind::of_bucket(e.bucket).map(|k| (k, e.name.clone())))
+        .collect();
+    let mirrored = source::mirror_has(store, &r.source.repo, &r.source.commit);
+    if !mirrored {
+        lacking.push((Kind::Source, r.source.commit.clone()));
+    }
+    ahead.warm(&f.read_ahead_tags(&lacking)?);
     let mut wanted: Vec<(Kind, String)> = Vec::new();
-    if !source::mirror_has(store, &r.source.repo, &r.source.commit) {
+    if !mirrored {
         let src_label = format!("{}/{}", Bucket::Src.dir_name(), r.source.commit);
         if let Some(t) = inputs.tags.get(&src_label) {
             wanted.push((Kind::Source, t.clone()));
@@ -1268,7 +1307,9 @@ pub fn pull_pin(
         }
     }
     f.prefetch(&wanted);
-    if !source::mirror_has(store, &r.source.repo, &r.source.commit) {
+    // The downloaded blobs go to disk while the entries are checked.
+    let writeback = crate::store::start_sync_filesystem(store.root());
+    if !mirrored {
         let src_label = format!("{}/{}", Bucket::Src.dir_name(), r.source.commit);
         let p = f
             .prepare_source(
@@ -1287,12 +1328,6 @@ pub fn pull_pin(
         items.push(p);
     } else {
         present.push(source::mirror_entry(store, &r.source.repo).label());
-    }
-    let mut labels = inputs.entries.clone();
-    let has_lock = matches!(crate::stages::lock::load(lock_dir, lr), Ok(Some(_)));
-    let auto = crate::stages::lock::auto_entry(store, r);
-    if !has_lock && !labels.contains(&auto.label()) {
-        labels.insert(0, auto.label());
     }
     for label in &labels {
         let entry = store
@@ -1356,6 +1391,7 @@ pub fn pull_pin(
     // The blobs were written without fsync: one sync of the store's file
     // system before they are renamed into place.
     crate::store::sync_filesystem(store.root());
+    let _ = writeback.join();
     let added = f.commit(items, temp)?;
     // Rooted until a build of this pin roots its oracle (or `unkeep`).
     let mut kept: Vec<Entry> = vec![source::mirror_entry(store, &r.source.repo)];

@@ -211,3 +211,13 @@ pub fn sync_filesystem(path: &Path) {
         }
     }
 }
+
+/// [`sync_filesystem`] of `path` on a thread of its own, started now: what
+/// was written so far goes to disk while the caller goes on (a pull checks
+/// its entries meanwhile), and the caller's own `sync_filesystem` before
+/// its renames then waits only for what is left. Returns the thread, to
+/// join after that sync.
+pub fn start_sync_filesystem(path: &Path) -> std::thread::JoinHandle<()> {
+    let path = path.to_path_buf();
+    std::thread::spawn(move || sync_filesystem(&path))
+}

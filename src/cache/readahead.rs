@@ -1,0 +1,261 @@
+//! A cache read ahead (issue 23). `pull` reads the manifest and config of
+//! every artifact of a pin's entries and of every attestation of their
+//! keys, one after another: about 80 manifests and 60 configs for an
+//! oracle, each a round trip. [`ReadAhead::warm`] takes the tags such an
+//! operation will read and fetches their manifests
+//! ([`Transport::manifests`]) and then their config blobs
+//! ([`Transport::get_blobs`]) many requests at a time; the [`Transport`]
+//! it implements then serves those from memory and from its own staging
+//! directory and passes everything else to the cache.
+//!
+//! Nothing is trusted more for being read ahead: each manifest and blob was
+//! checked against its digest by the cache's transport on arrival, exactly
+//! as a direct read is, and the reader checks it again as before. A tag or
+//! blob that could not be read ahead (an error, a stall) is read when it is
+//! asked for, so its error is reported where it always was.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, anyhow};
+
+use super::artifact::{self, Kind};
+use super::{BlobGet, Fetched, Transport};
+use crate::store::{Staging, Store};
+
+/// A [`Transport`] in front of `inner` that serves what
+/// [`ReadAhead::warm`] fetched.
+pub struct ReadAhead<'a> {
+    inner: &'a dyn Transport,
+    staging: Staging,
+    /// Manifests read ahead by tag (`None`: the cache has no such tag).
+    manifests: RefCell<HashMap<String, Option<Fetched>>>,
+    /// Config blobs read ahead: digest -> (size, checked file in `staging`).
+    blobs: RefCell<HashMap<String, (u64, PathBuf)>>,
+}
+
+impl<'a> ReadAhead<'a> {
+    /// A read-ahead of `inner`, its blobs in a new staging directory of
+    /// `store` (removed when it is dropped).
+    ///
+    /// Errors: the staging directory cannot be made.
+    pub fn new(inner: &'a dyn Transport, store: &Store) -> Result<ReadAhead<'a>> {
+        Ok(ReadAhead {
+            inner,
+            staging: store.stage("read-ahead")?,
+            manifests: RefCell::default(),
+            blobs: RefCell::default(),
+        })
+    }
+
+    /// Fetches the manifests of `tags` (each an artifact of its kind) not
+    /// read ahead yet, then the config blob each names, many at a time.
+    /// Nothing fails here: what cannot be had now is left for the read
+    /// that asks for it.
+    pub fn warm(&self, tags: &[(Kind, String)]) {
+        let mut seen = HashSet::new();
+        let todo: Vec<(Kind, String)> = tags
+            .iter()
+            .filter(|(_, t)| !self.manifests.borrow().contains_key(t) && seen.insert(t.clone()))
+            .cloned()
+            .collect();
+        let names: Vec<String> = todo.iter().map(|(_, t)| t.clone()).collect();
+        let results = self.inner.manifests(&names);
+        let mut gets: Vec<BlobGet> = Vec::new();
+        for ((kind, tag), got) in todo.into_iter().zip(results) {
+            let Ok(got) = got else { continue };
+            if let Some(f) = &got
+                && let Ok(m) = artifact::parse_manifest(&f.bytes, kind, &tag)
+                && let Ok(hex) = super::digest_hex(&m.config.digest)
+                && !self.blobs.borrow().contains_key(&m.config.digest)
+                && !gets.iter().any(|g| g.digest == m.config.digest)
+            {
+                gets.push(BlobGet {
+                    digest: m.config.digest.clone(),
+                    size: u64::try_from(m.config.size).unwrap_or(0),
+                    dest: self.staging.path().join(hex),
+                });
+            }
+            self.manifests.borrow_mut().insert(tag, got);
+        }
+        let results = self.inner.get_blobs(&gets);
+        let mut blobs = self.blobs.borrow_mut();
+        for (g, r) in gets.into_iter().zip(results) {
+            if r.is_ok() {
+                blobs.insert(g.digest, (g.size, g.dest));
+            }
+        }
+    }
+
+    /// The checked file of blob `digest` of `size` bytes, when read ahead.
+    fn blob(&self, digest: &str, size: u64) -> Option<PathBuf> {
+        self.blobs
+            .borrow()
+            .get(digest)
+            .filter(|(s, _)| *s == size)
+            .map(|(_, p)| p.clone())
+    }
+}
+
+impl Transport for ReadAhead<'_> {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn manifest(&self, tag: &str) -> Result<Option<Fetched>> {
+        if let Some(got) = self.manifests.borrow().get(tag) {
+            return Ok(got.clone());
+        }
+        self.inner.manifest(tag)
+    }
+
+    fn has_blob(&self, digest: &str) -> Result<bool> {
+        if self.blobs.borrow().contains_key(digest) {
+            return Ok(true);
+        }
+        self.inner.has_blob(digest)
+    }
+
+    fn get_blob(&self, digest: &str, size: u64, dest: &Path) -> Result<()> {
+        if let Some(file) = self.blob(digest, size)
+            && (std::fs::hard_link(&file, dest).is_ok() || std::fs::copy(&file, dest).is_ok())
+        {
+            return Ok(());
+        }
+        self.inner.get_blob(digest, size, dest)
+    }
+
+    fn get_blobs(&self, blobs: &[BlobGet]) -> Vec<Result<()>> {
+        let ahead = |b: &BlobGet| self.blob(&b.digest, b.size).is_some();
+        let rest: Vec<BlobGet> = blobs.iter().filter(|b| !ahead(b)).cloned().collect();
+        let mut from_cache = self.inner.get_blobs(&rest).into_iter();
+        blobs
+            .iter()
+            .map(|b| {
+                if ahead(b) {
+                    self.get_blob(&b.digest, b.size, &b.dest)
+                } else {
+                    from_cache.next().unwrap_or_else(|| {
+                        Err(anyhow!(
+                            "cache {}: blob {} was not fetched",
+                            self.describe(),
+                            b.digest
+                        ))
+                    })
+                }
+            })
+            .collect()
+    }
+
+    fn put_blob(&self, src: &Path, digest: &str, size: u64) -> Result<bool> {
+        self.inner.put_blob(src, digest, size)
+    }
+
+    fn put_manifest(&self, tag: &str, bytes: &[u8]) -> Result<String> {
+        self.inner.put_manifest(tag, bytes)
+    }
+
+    fn tags(&self) -> Result<Vec<String>> {
+        self.inner.tags()
+    }
+
+    fn delete_manifest(&self, digest: &str) -> Result<()> {
+        self.inner.delete_manifest(digest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::cache::artifact::{Artifact, Config};
+    use crate::cache::layout::Layout;
+    use crate::cache::listing;
+
+    /// A layout that counts the manifest and blob reads that reach it.
+    struct Counting {
+        layout: Layout,
+        manifests: Cell<usize>,
+        blobs: Cell<usize>,
+    }
+
+    impl Transport for Counting {
+        fn describe(&self) -> String {
+            self.layout.describe()
+        }
+        fn manifest(&self, tag: &str) -> Result<Option<Fetched>> {
+            self.manifests.set(self.manifests.get() + 1);
+            self.layout.manifest(tag)
+        }
+        fn has_blob(&self, digest: &str) -> Result<bool> {
+            self.layout.has_blob(digest)
+        }
+        fn get_blob(&self, digest: &str, size: u64, dest: &Path) -> Result<()> {
+            self.blobs.set(self.blobs.get() + 1);
+            self.layout.get_blob(digest, size, dest)
+        }
+        fn put_blob(&self, src: &Path, digest: &str, size: u64) -> Result<bool> {
+            self.layout.put_blob(src, digest, size)
+        }
+        fn put_manifest(&self, tag: &str, bytes: &[u8]) -> Result<String> {
+            self.layout.put_manifest(tag, bytes)
+        }
+        fn tags(&self) -> Result<Vec<String>> {
+            self.layout.tags()
+        }
+    }
+
+    fn wheel(key: &str) -> Artifact {
+        Artifact {
+            kind: Kind::Wheel,
+            name: key.to_string(),
+            config: Config {
+                format: 1,
+                kind: Kind::Wheel,
+                name: key.to_string(),
+                record: serde_json::json!({ "sha256": "1".repeat(64) }),
+                files: Vec::new(),
+                attestations: Vec::new(),
+            },
+            layers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn what_was_read_ahead_is_served_without_asking_the_cache_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::open(&tmp.path().join("layout"), "file:///layout").unwrap();
+        let (a, b) = (wheel(&"a".repeat(32)), wheel(&"b".repeat(32)));
+        let (ta, tb) = (a.tag().unwrap(), b.tag().unwrap());
+        listing::tests::put(&layout, &a, &ta, tmp.path());
+        listing::tests::put(&layout, &b, &tb, tmp.path());
+        let cache = Counting {
+            layout,
+            manifests: Cell::new(0),
+            blobs: Cell::new(0),
+        };
+        let store = Store::at(&tmp.path().join("store")).unwrap();
+        store.init().unwrap();
+        let ahead = ReadAhead::new(&cache, &store).unwrap();
+        let gone = format!("wheel-{}", "c".repeat(32));
+        ahead.warm(&[(Kind::Wheel, ta.clone()), (Kind::Wheel, gone.clone())]);
+        assert_eq!((cache.manifests.get(), cache.blobs.get()), (2, 1));
+
+        // Read as every reader reads: the manifest and config checked.
+        let read = listing::read_config(&ahead, &ta, Kind::Wheel, &tmp.path().join("s1"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(read.config.name, "a".repeat(32));
+        assert!(ahead.manifest(&gone).unwrap().is_none());
+        assert_eq!((cache.manifests.get(), cache.blobs.get()), (2, 1));
+
+        // What was not read ahead goes to the cache.
+        let read = listing::read_config(&ahead, &tb, Kind::Wheel, &tmp.path().join("s2"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(read.config.name, "b".repeat(32));
+        assert_eq!((cache.manifests.get(), cache.blobs.get()), (3, 2));
+    }
+}
