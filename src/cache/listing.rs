@@ -344,7 +344,9 @@ pub(crate) mod tests {
         t.put_manifest(tag, &a.manifest_bytes(&bytes)).unwrap();
     }
 
-    fn wheel(key: &str, sha: &str, embedded: Vec<Attestation>) -> Artifact {
+    /// A wheel artifact of key `key` for a wheel of sha256 `sha`, with
+    /// `embedded` attestations in its config (the layout before issue 23).
+    pub(crate) fn wheel(key: &str, sha: &str, embedded: Vec<Attestation>) -> Artifact {
         Artifact {
             kind: Kind::Wheel,
             name: key.to_string(),

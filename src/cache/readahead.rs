@@ -170,7 +170,7 @@ mod tests {
     use std::cell::Cell;
 
     use super::*;
-    use crate::cache::artifact::{Artifact, Config};
+    use crate::cache::artifact::Artifact;
     use crate::cache::layout::Layout;
     use crate::cache::listing;
 
@@ -208,19 +208,7 @@ mod tests {
     }
 
     fn wheel(key: &str) -> Artifact {
-        Artifact {
-            kind: Kind::Wheel,
-            name: key.to_string(),
-            config: Config {
-                format: 1,
-                kind: Kind::Wheel,
-                name: key.to_string(),
-                record: serde_json::json!({ "sha256": "1".repeat(64) }),
-                files: Vec::new(),
-                attestations: Vec::new(),
-            },
-            layers: Vec::new(),
-        }
+        listing::tests::wheel(key, &"1".repeat(64), Vec::new())
     }
 
     #[test]
