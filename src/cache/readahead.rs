@@ -10,9 +10,10 @@
 //!
 //! Nothing is trusted more for being read ahead: each manifest and blob was
 //! checked against its digest by the cache's transport on arrival, exactly
-//! as a direct read is, and the reader checks it again as before. A tag or
-//! blob that could not be read ahead (an error, a stall) is read when it is
-//! asked for, so its error is reported where it always was.
+//! as a direct read is, and the reader checks it again as before. A read
+//! ahead that failed (an error, a stall) is remembered and returned when
+//! that tag or blob is asked for, so the error is reported where it always
+//! was, and a stalled cache costs one timeout, not one ahead and one again.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, anyhow};
 
 use super::artifact::{self, Kind};
+use super::bounds::{Unreachable, is_unreachable};
 use super::{BlobGet, Fetched, Transport};
 use crate::store::{Staging, Store};
 
@@ -30,9 +32,40 @@ pub struct ReadAhead<'a> {
     inner: &'a dyn Transport,
     staging: Staging,
     /// Manifests read ahead by tag (`None`: the cache has no such tag).
-    manifests: RefCell<HashMap<String, Option<Fetched>>>,
+    manifests: RefCell<HashMap<String, Ahead<Option<Fetched>>>>,
     /// Config blobs read ahead: digest -> (size, checked file in `staging`).
     blobs: RefCell<HashMap<String, (u64, PathBuf)>>,
+    /// Config blobs whose read ahead failed: digest -> (size, the failure).
+    failed: RefCell<HashMap<String, (u64, Failure)>>,
+}
+
+/// What a read ahead gave: the value, or how it failed.
+type Ahead<T> = std::result::Result<T, Failure>;
+
+/// A failed read ahead, kept to be returned when it is asked for: its
+/// message and whether the cache was unreachable ([`Unreachable`], which
+/// `build` reports and skips the cache for).
+#[derive(Debug, Clone)]
+struct Failure {
+    message: String,
+    unreachable: bool,
+}
+
+impl Failure {
+    fn of(e: &anyhow::Error) -> Failure {
+        Failure {
+            message: format!("{e:#}"),
+            unreachable: is_unreachable(e),
+        }
+    }
+
+    fn error(&self) -> anyhow::Error {
+        if self.unreachable {
+            anyhow!(Unreachable(self.message.clone()))
+        } else {
+            anyhow!(self.message.clone())
+        }
+    }
 }
 
 impl<'a> ReadAhead<'a> {
@@ -46,6 +79,7 @@ impl<'a> ReadAhead<'a> {
             staging: store.stage("read-ahead")?,
             manifests: RefCell::default(),
             blobs: RefCell::default(),
+            failed: RefCell::default(),
         })
     }
 
@@ -64,8 +98,8 @@ impl<'a> ReadAhead<'a> {
         let results = self.inner.manifests(&names);
         let mut gets: Vec<BlobGet> = Vec::new();
         for ((kind, tag), got) in todo.into_iter().zip(results) {
-            let Ok(got) = got else { continue };
-            if let Some(f) = &got
+            let got = got.map_err(|e| Failure::of(&e));
+            if let Ok(Some(f)) = &got
                 && let Ok(m) = artifact::parse_manifest(&f.bytes, kind, &tag)
                 && let Ok(hex) = super::digest_hex(&m.config.digest)
                 && !self.blobs.borrow().contains_key(&m.config.digest)
@@ -80,10 +114,12 @@ impl<'a> ReadAhead<'a> {
             self.manifests.borrow_mut().insert(tag, got);
         }
         let results = self.inner.get_blobs(&gets);
-        let mut blobs = self.blobs.borrow_mut();
         for (g, r) in gets.into_iter().zip(results) {
-            if r.is_ok() {
-                blobs.insert(g.digest, (g.size, g.dest));
+            if let Err(e) = r {
+                let failure = (g.size, Failure::of(&e));
+                self.failed.borrow_mut().insert(g.digest, failure);
+            } else {
+                self.blobs.borrow_mut().insert(g.digest, (g.size, g.dest));
             }
         }
     }
@@ -105,7 +141,7 @@ impl Transport for ReadAhead<'_> {
 
     fn manifest(&self, tag: &str) -> Result<Option<Fetched>> {
         if let Some(got) = self.manifests.borrow().get(tag) {
-            return Ok(got.clone());
+            return got.clone().map_err(|f| f.error());
         }
         self.inner.manifest(tag)
     }
@@ -118,6 +154,11 @@ impl Transport for ReadAhead<'_> {
     }
 
     fn get_blob(&self, digest: &str, size: u64, dest: &Path) -> Result<()> {
+        if let Some((s, f)) = self.failed.borrow().get(digest)
+            && *s == size
+        {
+            return Err(f.error());
+        }
         if let Some(file) = self.blob(digest, size)
             && (std::fs::hard_link(&file, dest).is_ok() || std::fs::copy(&file, dest).is_ok())
         {
@@ -127,7 +168,9 @@ impl Transport for ReadAhead<'_> {
     }
 
     fn get_blobs(&self, blobs: &[BlobGet]) -> Vec<Result<()>> {
-        let ahead = |b: &BlobGet| self.blob(&b.digest, b.size).is_some();
+        let ahead = |b: &BlobGet| {
+            self.blob(&b.digest, b.size).is_some() || self.failed.borrow().contains_key(&b.digest)
+        };
         let rest: Vec<BlobGet> = blobs.iter().filter(|b| !ahead(b)).cloned().collect();
         let mut from_cache = self.inner.get_blobs(&rest).into_iter();
         blobs
@@ -179,6 +222,8 @@ mod tests {
         layout: Layout,
         manifests: Cell<usize>,
         blobs: Cell<usize>,
+        /// A tag whose manifest read fails as a stall would.
+        stalled: String,
     }
 
     impl Transport for Counting {
@@ -187,6 +232,9 @@ mod tests {
         }
         fn manifest(&self, tag: &str) -> Result<Option<Fetched>> {
             self.manifests.set(self.manifests.get() + 1);
+            if tag == self.stalled {
+                anyhow::bail!(crate::cache::bounds::Unreachable(format!("{tag}: stalled")));
+            }
             self.layout.manifest(tag)
         }
         fn has_blob(&self, digest: &str) -> Result<bool> {
@@ -223,13 +271,19 @@ mod tests {
             layout,
             manifests: Cell::new(0),
             blobs: Cell::new(0),
+            stalled: format!("wheel-{}", "e".repeat(32)),
         };
         let store = Store::at(&tmp.path().join("store")).unwrap();
         store.init().unwrap();
         let ahead = ReadAhead::new(&cache, &store).unwrap();
         let gone = format!("wheel-{}", "c".repeat(32));
-        ahead.warm(&[(Kind::Wheel, ta.clone()), (Kind::Wheel, gone.clone())]);
-        assert_eq!((cache.manifests.get(), cache.blobs.get()), (2, 1));
+        let stalled = cache.stalled.clone();
+        ahead.warm(&[
+            (Kind::Wheel, ta.clone()),
+            (Kind::Wheel, gone.clone()),
+            (Kind::Wheel, stalled.clone()),
+        ]);
+        assert_eq!((cache.manifests.get(), cache.blobs.get()), (3, 1));
 
         // Read as every reader reads: the manifest and config checked.
         let read = listing::read_config(&ahead, &ta, Kind::Wheel, &tmp.path().join("s1"))
@@ -237,13 +291,18 @@ mod tests {
             .unwrap();
         assert_eq!(read.config.name, "a".repeat(32));
         assert!(ahead.manifest(&gone).unwrap().is_none());
-        assert_eq!((cache.manifests.get(), cache.blobs.get()), (2, 1));
+        assert_eq!((cache.manifests.get(), cache.blobs.get()), (3, 1));
+
+        // A read ahead that failed is returned as it failed, not asked again.
+        let err = ahead.manifest(&stalled).unwrap_err();
+        assert!(crate::cache::bounds::is_unreachable(&err), "{err:#}");
+        assert_eq!((cache.manifests.get(), cache.blobs.get()), (3, 1));
 
         // What was not read ahead goes to the cache.
         let read = listing::read_config(&ahead, &tb, Kind::Wheel, &tmp.path().join("s2"))
             .unwrap()
             .unwrap();
         assert_eq!(read.config.name, "b".repeat(32));
-        assert_eq!((cache.manifests.get(), cache.blobs.get()), (3, 2));
+        assert_eq!((cache.manifests.get(), cache.blobs.get()), (4, 2));
     }
 }
