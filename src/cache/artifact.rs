@@ -643,8 +643,10 @@ pub fn write_tree_tar(dir: &Path, out: &Path) -> Result<Vec<ManifestFile>> {
 /// paths, `..`, members other than files, directories and symlinks,
 /// symlinks leaving the entry, members under a symlink, duplicates.
 /// Returns the sha256 of every regular file written, hashed as it is
-/// written, by its path under `dest`. Files get mode 0644 or 0755 from
-/// the member (no times, no owners: the store makes entries read-only).
+/// written, by its path under `dest`. Files are created read-only, mode
+/// 0444 or 0555 from the member's executable bit (no times, no owners), as
+/// the store keeps them: making an entry read-only then changes only its
+/// directories (a bytecode tree holds thousands of files).
 ///
 /// Errors: why the layer is refused (nothing of it is kept).
 pub fn unpack_tree(file: &Path, dest: &Path) -> Result<std::collections::HashMap<PathBuf, String>> {
@@ -695,17 +697,18 @@ pub fn unpack_tree(file: &Path, dest: &Path) -> Result<std::collections::HashMap
                 // every parent and sets times and modes one call each): the
                 // path is plain and under no symlink, checked above.
                 use sha2::{Digest, Sha256};
-                use std::os::unix::fs::PermissionsExt;
                 if let Some(parent) = out.parent()
                     && !dirs.contains(parent)
                 {
                     fs::create_dir_all(parent)?;
                     dirs.insert(parent.to_path_buf());
                 }
+                use std::os::unix::fs::OpenOptionsExt;
                 let exec = m.header().mode().unwrap_or(0o644) & 0o111 != 0;
                 let mut f = std::fs::OpenOptions::new()
                     .write(true)
                     .create_new(true)
+                    .mode(if exec { 0o555 } else { 0o444 })
                     .open(&out)
                     .with_context(|| format!("writing member {path:?}"))?;
                 let mut hash = Sha256::new();
@@ -717,9 +720,6 @@ pub fn unpack_tree(file: &Path, dest: &Path) -> Result<std::collections::HashMap
                     }
                     hash.update(&buf[..n]);
                     std::io::Write::write_all(&mut f, &buf[..n])?;
-                }
-                if exec {
-                    f.set_permissions(std::fs::Permissions::from_mode(0o755))?;
                 }
                 hashes.insert(out, hex::encode(hash.finalize()));
                 continue;

@@ -41,7 +41,10 @@ pub const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+jso
 
 /// A registry repository and a client for it.
 pub struct Registry {
-    client: Client,
+    /// The `oci-client` client (token negotiation, pushes), made on first
+    /// use: building it loads the system's TLS roots, which an anonymous
+    /// pull from a plain-HTTP cache never needs.
+    client: std::sync::OnceLock<Client>,
     /// The client of this module's bounded GETs (manifests, blobs).
     http: reqwest::Client,
     /// The bearer token of those GETs, once asked for (`Some(None)`: none needed).
@@ -83,22 +86,14 @@ impl Registry {
         url: &str,
         timeouts: Timeouts,
     ) -> Result<Registry> {
-        let config = ClientConfig {
-            protocol: if plain_http {
-                ClientProtocol::Http
-            } else {
-                ClientProtocol::Https
-            },
-            // One PUT per blob with its length: every registry takes it,
-            // and a killed upload leaves nothing but an unfinished session.
-            use_monolithic_push: true,
-            connect_timeout: Some(timeouts.connect),
-            read_timeout: Some(timeouts.read),
-            ..Default::default()
-        };
-        let http = crate::host::http::client_builder()
+        let mut http = crate::host::http::client_builder()
             .connect_timeout(timeouts.connect)
-            .read_timeout(timeouts.read)
+            .read_timeout(timeouts.read);
+        if plain_http {
+            // No TLS: no roots to load (tens of milliseconds of parsing).
+            http = http.tls_certs_only(Vec::<reqwest::Certificate>::new());
+        }
+        let http = http
             .build()
             .context("building the registry's HTTP client")?;
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -106,7 +101,7 @@ impl Registry {
             .build()
             .context("starting the registry client's runtime")?;
         Ok(Registry {
-            client: Client::new(config),
+            client: std::sync::OnceLock::new(),
             http,
             token: Mutex::new(None),
             runtime,
@@ -116,6 +111,25 @@ impl Registry {
             auth: credentials(host),
             timeouts,
             url: url.to_string(),
+        })
+    }
+
+    /// The `oci-client` client, made on first use (see [`Registry::client`]).
+    fn oci(&self) -> &Client {
+        self.client.get_or_init(|| {
+            Client::new(ClientConfig {
+                protocol: if self.plain_http {
+                    ClientProtocol::Http
+                } else {
+                    ClientProtocol::Https
+                },
+                // One PUT per blob with its length: every registry takes it,
+                // and a killed upload leaves nothing but an unfinished session.
+                use_monolithic_push: true,
+                connect_timeout: Some(self.timeouts.connect),
+                read_timeout: Some(self.timeouts.read),
+                ..Default::default()
+            })
         })
     }
 
@@ -153,15 +167,16 @@ impl Registry {
         }
     }
 
-    /// The bearer token for pulls, asked of `oci-client` (which negotiates
-    /// it from the registry's challenge) once, and again when `fresh`;
-    /// `None` when the registry needs none or takes Basic auth.
+    /// The bearer token for pulls: none until the registry has answered a
+    /// request with 401 (`fresh`), then asked of `oci-client` (which
+    /// negotiates it from the registry's challenge) and kept; `None` when
+    /// the registry needs none or takes Basic auth.
     async fn pull_token(&self, fresh: bool, what: &str) -> Result<Option<String>> {
-        if !fresh && let Some(t) = self.token.lock().ok().and_then(|g| g.clone()) {
-            return Ok(t);
+        if !fresh {
+            return Ok(self.token.lock().ok().and_then(|g| g.clone()).flatten());
         }
         let t = self
-            .client
+            .oci()
             .auth(
                 &self.reference("latest"),
                 &self.auth,
@@ -363,10 +378,10 @@ impl Transport for Registry {
         let r = self.reference("latest");
         self.runtime
             .block_on(async {
-                self.client
+                self.oci()
                     .store_auth_if_needed(r.resolve_registry(), &self.auth)
                     .await;
-                self.client.blob_exists(&r, digest).await
+                self.oci().blob_exists(&r, digest).await
             })
             .map_err(|e| anyhow!(e))
             .with_context(|| self.context(&format!("asking for blob {digest}")))
@@ -409,10 +424,10 @@ impl Transport for Registry {
         });
         self.runtime
             .block_on(async {
-                self.client
+                self.oci()
                     .store_auth_if_needed(r.resolve_registry(), &self.auth)
                     .await;
-                self.client
+                self.oci()
                     .push_blob_stream(&r, chunks, digest, Some(size))
                     .await
             })
@@ -428,10 +443,10 @@ impl Transport for Registry {
         let body = bytes.to_vec();
         self.runtime
             .block_on(async {
-                self.client
+                self.oci()
                     .store_auth_if_needed(r.resolve_registry(), &self.auth)
                     .await;
-                self.client
+                self.oci()
                     .push_manifest_raw(
                         &r,
                         body,

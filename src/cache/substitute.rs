@@ -265,7 +265,14 @@ pub struct Fetcher<'a> {
     /// Files of this run's staging whose sha256 is known because they are
     /// a blob checked against its digest as it arrived: path -> hex.
     verified: std::collections::HashMap<PathBuf, String>,
+    /// Tree layers [`Fetcher::prefetch`] unpacked while the other blobs
+    /// downloaded, by digest: the directory in staging and the sha256 of
+    /// each file, by its path relative to that directory.
+    unpacked: std::collections::HashMap<String, (PathBuf, Hashes)>,
 }
+
+/// The sha256 (hex) of files, by path.
+type Hashes = std::collections::HashMap<PathBuf, String>;
 
 impl<'a> Fetcher<'a> {
     /// A fetcher from `cache` into `store` (a fresh staging directory).
@@ -283,6 +290,7 @@ impl<'a> Fetcher<'a> {
             resumed: 0,
             prefetched: Default::default(),
             verified: Default::default(),
+            unpacked: Default::default(),
         })
     }
 
@@ -451,16 +459,19 @@ impl<'a> Fetcher<'a> {
     /// into the store's download area, [`PARALLEL`] requests at a time
     /// ([`Transport::get_blobs`]), each checked against its digest as it
     /// arrives; [`Fetcher::get_blob`] then takes them from there without
-    /// hashing them again. Blobs already there are left for `get_blob` to
-    /// check. Nothing fails here: a tag or blob that cannot be had now is
-    /// fetched (and its error reported) by the sequential path.
+    /// hashing them again. Tree layers (bytecode: thousands of small files)
+    /// come first and are unpacked into staging by a second thread while
+    /// the other blobs download; [`Fetcher::download_tag`] takes the
+    /// unpacked tree by a rename. Blobs already there are left for
+    /// `get_blob` to check. Nothing fails here: a tag or blob that cannot
+    /// be had now is fetched (and its error reported) by the sequential path.
     pub fn prefetch(&mut self, tags: &[(Kind, String)]) {
         let area = self.store.downloads_dir().join("sha256");
         if fs::create_dir_all(&area).is_err() {
             return;
         }
-        let mut gets = Vec::new();
-        let mut finals = Vec::new();
+        // (get, its path once checked, whether it is a tree layer)
+        let mut planned: Vec<(super::BlobGet, PathBuf, bool)> = Vec::new();
         for (kind, tag) in tags {
             let Ok(Some(fetched)) = self.cache.manifest(tag) else {
                 continue;
@@ -473,27 +484,89 @@ impl<'a> Fetcher<'a> {
                     continue;
                 };
                 let kept = area.join(hex);
-                if kept.exists() || finals.iter().any(|(_, k, _)| *k == kept) {
+                if kept.exists() || planned.iter().any(|(_, k, _)| *k == kept) {
                     continue;
                 }
-                let tmp = area.join(format!(".{}.pre.{}", std::process::id(), gets.len()));
+                let tmp = area.join(format!(".{}.pre.{}", std::process::id(), planned.len()));
                 let _ = fs::remove_file(&tmp);
-                gets.push(super::BlobGet {
+                let tree =
+                    layer_title(l) == Some(TREE_LAYER) && l.media_type == artifact::TAR_MEDIA_TYPE;
+                let get = super::BlobGet {
                     digest: l.digest.clone(),
                     size: u64::try_from(l.size).unwrap_or(0),
-                    dest: tmp.clone(),
-                });
-                finals.push((tmp, kept, l.digest.clone()));
+                    dest: tmp,
+                };
+                planned.push((get, kept, tree));
             }
         }
+        let (trees, rest): (Vec<_>, Vec<_>) = planned.into_iter().partition(|(_, _, t)| *t);
+        let trees = self.fetch_planned(trees);
+        let rest: Vec<_> = rest.into_iter().map(|(g, k, _)| (g, k)).collect();
+        let into = self.staging.path().join("trees");
+        let cache = self.cache;
+        let (unpacked, results) = std::thread::scope(|s| {
+            let unpacking = s.spawn(|| {
+                let mut out = Vec::new();
+                for (digest, file) in &trees {
+                    let Ok(hex) = super::digest_hex(digest) else {
+                        continue;
+                    };
+                    let dir = into.join(hex);
+                    match artifact::unpack_tree(file, &dir) {
+                        Ok(hashes) => {
+                            let rel = hashes
+                                .into_iter()
+                                .filter_map(|(p, h)| {
+                                    Some((p.strip_prefix(&dir).ok()?.to_path_buf(), h))
+                                })
+                                .collect();
+                            out.push((digest.clone(), (dir, rel)));
+                        }
+                        // Unpacked again, and refused with its reason, by `download_tag`.
+                        Err(_) => {
+                            let _ = fs::remove_dir_all(&dir);
+                        }
+                    }
+                }
+                out
+            });
+            let gets: Vec<super::BlobGet> = rest.iter().map(|(g, _)| g.clone()).collect();
+            let results = cache.get_blobs(&gets);
+            (unpacking.join().unwrap_or_default(), results)
+        });
+        self.unpacked.extend(unpacked);
+        for (r, (get, kept)) in results.into_iter().zip(rest) {
+            self.keep_prefetched(r.is_ok(), &get, kept);
+        }
+    }
+
+    /// Downloads the blobs `planned` (see [`Fetcher::prefetch`]) and keeps
+    /// those that arrived checked; returns their digests and paths.
+    fn fetch_planned(
+        &mut self,
+        planned: Vec<(super::BlobGet, PathBuf, bool)>,
+    ) -> Vec<(String, PathBuf)> {
+        let gets: Vec<super::BlobGet> = planned.iter().map(|(g, _, _)| g.clone()).collect();
         let results = self.cache.get_blobs(&gets);
-        for (r, (tmp, kept, digest)) in results.into_iter().zip(finals) {
-            if r.is_ok() && fs::rename(&tmp, &kept).is_ok() {
-                self.kept.push(kept);
-                self.prefetched.insert(digest);
-            } else {
-                let _ = fs::remove_file(&tmp);
+        let mut out = Vec::new();
+        for (r, (get, kept, _)) in results.into_iter().zip(planned) {
+            if self.keep_prefetched(r.is_ok(), &get, kept.clone()) {
+                out.push((get.digest, kept));
             }
+        }
+        out
+    }
+
+    /// Moves the prefetched blob `get` to `kept` when it arrived checked
+    /// (`ok`), else removes what was written; returns whether it is kept.
+    fn keep_prefetched(&mut self, ok: bool, get: &super::BlobGet, kept: PathBuf) -> bool {
+        if ok && fs::rename(&get.dest, &kept).is_ok() {
+            self.kept.push(kept);
+            self.prefetched.insert(get.digest.clone());
+            true
+        } else {
+            let _ = fs::remove_file(&get.dest);
+            false
         }
     }
 
@@ -556,9 +629,24 @@ impl<'a> Fetcher<'a> {
             if dest.exists() {
                 bail!("cache {url}: {tag} has two layers titled {title}");
             }
+            let tree = title == TREE_LAYER && l.media_type == artifact::TAR_MEDIA_TYPE;
+            // A tree the prefetch unpacked (from the checked blob) becomes
+            // the entry's directory, its only layer, by a rename.
+            if tree
+                && m.layers.len() == 1
+                && let Some((unpacked, hashes)) = self.unpacked.remove(&l.digest)
+                && fs::remove_dir(&dir).is_ok()
+                && fs::rename(&unpacked, &dir).is_ok()
+            {
+                self.verified
+                    .extend(hashes.into_iter().map(|(rel, h)| (dir.join(rel), h)));
+                bytes += size;
+                continue;
+            }
+            fs::create_dir_all(&dir)?;
             self.get_blob(&l.digest, size, &dest)?;
             bytes += size;
-            if title == TREE_LAYER && l.media_type == artifact::TAR_MEDIA_TYPE {
+            if tree {
                 let hashes = artifact::unpack_tree(&dest, &dir)
                     .with_context(|| format!("cache {url}: refusing {tag} (layer {})", l.digest))?;
                 // Hashed as they were written: not read again by the checks.

@@ -113,26 +113,37 @@ pub const DECLARING_VARS: &[&str] = &["CC", "CXX", "CUDACXX", "CUDA_HOME", "CUDA
 /// Errors: one line per declared compiler or toolkit root that does not
 /// exist or does not run, each naming `build.env.<VAR>` and its value.
 pub fn measure(env: &BTreeMap<String, String>, cuda: bool) -> Result<Compilers, Vec<String>> {
-    let mut problems = Vec::new();
-    let mut one = |var: &str, fallback: &[&str], lang: &str| -> Option<Compiler> {
+    // `Err`: the problem of a declared compiler.
+    let one = |var: &str, fallback: &[&str], lang: &str| -> Result<Option<Compiler>, String> {
         match env.get(var) {
-            Some(value) => {
-                match resolve(value).and_then(|p| measure_one(&p, lang, DeclaredBy::BuildEnv)) {
-                    Ok(c) => Some(c),
-                    Err(e) => {
-                        problems.push(format!("build.env.{var} = {value:?}: {e}"));
-                        None
-                    }
-                }
-            }
-            None => fallback.iter().find_map(|name| {
+            Some(value) => resolve(value)
+                .and_then(|p| measure_one(&p, lang, DeclaredBy::BuildEnv))
+                .map(Some)
+                .map_err(|e| format!("build.env.{var} = {value:?}: {e}")),
+            None => Ok(fallback.iter().find_map(|name| {
                 let found = which::which(name).ok()?;
                 measure_one(&found, lang, DeclaredBy::Path).ok()
-            }),
+            })),
         }
     };
-    let cc = one("CC", &["gcc"], "c");
-    let cxx = one("CXX", &["g++"], "c++");
+    // The C and C++ compilers are asked at once: each is two runs of the
+    // driver (its macros, its version), tens of milliseconds.
+    let (cc, cxx) = std::thread::scope(|s| {
+        let cxx = s.spawn(|| one("CXX", &["g++"], "c++"));
+        let cc = one("CC", &["gcc"], "c");
+        let cxx = cxx
+            .join()
+            .unwrap_or_else(|_| Err("build.env.CXX: measuring it panicked".into()));
+        (cc, cxx)
+    });
+    let mut problems = Vec::new();
+    let mut keep = |r: Result<Option<Compiler>, String>| {
+        r.unwrap_or_else(|e| {
+            problems.push(e);
+            None
+        })
+    };
+    let (cc, cxx) = (keep(cc), keep(cxx));
     let cuda = measure_cuda(env, cuda, &mut problems);
     if problems.is_empty() {
         Ok(Compilers { cc, cxx, cuda })

@@ -578,9 +578,17 @@ pub fn check_requires(
     let name = wheel
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-    let meta = requires::wheel_metadata(python, wheel)?;
-    let reqs = requires::requires_dist(&meta, &name)?;
-    let env = requires::marker_env(python)?;
+    // Two runs of the interpreter, at once.
+    let (meta, env) = std::thread::scope(|s| {
+        let env = s.spawn(|| requires::marker_env(python));
+        let meta = requires::wheel_metadata(python, wheel);
+        let env = env
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("reading the marker environment panicked")));
+        (meta, env)
+    });
+    let reqs = requires::requires_dist(&meta?, &name)?;
+    let env = env?;
     let versions: Vec<LockedVersion> = locked
         .iter()
         .map(|p| LockedVersion {
