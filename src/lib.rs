@@ -4,10 +4,11 @@
 //! The layers, top to bottom (each may use only the layers below it; see
 //! `docs/architecture.md`): [`cli`] -> [`ops`] -> [`pipeline`] -> [`cache`] ->
 //! [`stages`] -> [`host`] -> [`store`] -> [`recipe`], with the leaf utilities
-//! [`exit`], [`progress`] and [`shell`] usable by all.
+//! [`exit`], [`progress`], [`shell`] and [`config_text`] usable by all.
 
 pub mod cache;
 pub mod cli;
+pub mod config_text;
 pub mod exit;
 pub mod host;
 pub mod ops;

@@ -85,14 +85,13 @@ struct RawCompilerCache {
 /// that is not a boolean.
 pub fn parse(text: &str, file: &Path) -> Result<Option<TeamCache>> {
     let origin = file.display();
-    let line_of = |at: usize| text[..at.min(text.len())].matches('\n').count() + 1;
+    let line_of = |at: usize| crate::config_text::line_of(text, at);
     let raw: RawFile = toml::from_str(text).map_err(|e| {
-        let line = e
-            .span()
-            .map_or(String::new(), |s| format!("line {}: ", line_of(s.start)));
-        bad_input(format!(
-            "{origin}: {line}{}",
-            redact_all(&e.message().replace('\n', " "))
+        bad_input(crate::config_text::message(
+            &origin.to_string(),
+            text,
+            &e,
+            redact_all,
         ))
     })?;
     let Some(table) = raw.compiler_cache else {

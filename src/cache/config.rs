@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Deserialize;
 
+use crate::config_text::line_of;
 use crate::exit::bad_input;
 
 /// The file name of a configuration file, in the store root and in
@@ -536,15 +537,6 @@ fn yes() -> bool {
     true
 }
 
-/// The 1-based line of byte offset `at` in `text`.
-fn line_of(text: &str, at: usize) -> usize {
-    text.as_bytes()[..at.min(text.len())]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
-}
-
 /// The validated `[[cache]]` entries of `file`; none when it does not exist.
 fn read_file(file: &Path) -> Result<Vec<Cache>> {
     let text = match fs_err::read_to_string(file) {
@@ -562,11 +554,12 @@ fn read_file(file: &Path) -> Result<Vec<Cache>> {
 pub fn parse(text: &str, file: &Path) -> Result<Vec<Cache>> {
     let origin = file.display();
     let raw: RawFile = toml::from_str(text).map_err(|e| {
-        let line = e.span().map_or(String::new(), |s| {
-            format!("line {}: ", line_of(text, s.start))
-        });
-        let msg = e.message().replace("\n", " ");
-        bad_input(format!("{origin}: {line}{msg}"))
+        bad_input(crate::config_text::message(
+            &origin.to_string(),
+            text,
+            &e,
+            str::to_string,
+        ))
     })?;
     let base = file.parent().unwrap_or(Path::new("."));
     let mut out: Vec<Cache> = Vec::new();

@@ -208,14 +208,13 @@ struct RawMirror {
 /// `none`), whitespace in either, a prefix given twice in the file.
 pub fn parse(text: &str, file: &Path) -> Result<Vec<Mirror>> {
     let origin = file.display();
-    let line_of = |at: usize| text[..at.min(text.len())].matches('\n').count() + 1;
+    let line_of = |at: usize| crate::config_text::line_of(text, at);
     let raw: RawFile = toml::from_str(text).map_err(|e| {
-        let line = e
-            .span()
-            .map_or(String::new(), |s| format!("line {}: ", line_of(s.start)));
-        bad_input(format!(
-            "{origin}: {line}{}",
-            e.message().replace('\n', " ")
+        bad_input(crate::config_text::message(
+            &origin.to_string(),
+            text,
+            &e,
+            str::to_string,
         ))
     })?;
     let mut out: Vec<Mirror> = Vec::new();

@@ -1037,6 +1037,51 @@ fn push_report(text: &str) -> String {
 // world-readable key and a missing file as `signing_key`. Then a good key
 // pushes, and README.md and docs/cache.md show the line `push` prints.
 #[test]
+fn config_shapes_toml_cannot_type_name_the_line_and_the_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, _, store) = fixture_pin(d);
+    let s = store.to_str().unwrap();
+    std::fs::create_dir_all(&store).unwrap();
+    let config = store.join("config.toml");
+    let url = format!("file://{}", d.join("layout").display());
+    for (body, at) in [
+        // `[cache]` where `[[cache]]` (an array of tables) is meant.
+        (
+            format!("[cache]\nname = \"team\"\nurl = \"{url}\"\n"),
+            "line 1: field `cache`",
+        ),
+        // An integer past what the field holds.
+        (
+            format!(
+                "[[cache]]\nname = \"team\"\nurl = \"{url}\"\nmin_signatures = 99999999999999999999\n"
+            ),
+            "line 4: field `cache[0].min_signatures`",
+        ),
+        // A second table without its name.
+        (
+            format!("[[cache]]\nname = \"team\"\nurl = \"{url}\"\n\n[[cache]]\nurl = \"{url}\"\n"),
+            "line 5: field `cache[1]`",
+        ),
+    ] {
+        std::fs::write(&config, &body).unwrap();
+        let out = output_or_hang(
+            cmd(d)
+                .env("XDG_CONFIG_HOME", d.join("xdg"))
+                .args(["cache", "ls", "--store", s]),
+            120,
+        );
+        let t = text(&out);
+        assert_eq!(code(&out), 2, "{body}: {t}");
+        assert!(
+            t.contains(&format!("{}: {at}", config.display())),
+            "{body}: {t}"
+        );
+        assert_eq!(std::fs::read_to_string(&config).unwrap(), body);
+    }
+}
+
+#[test]
 fn hostile_key_files_are_refused_naming_file_line_and_field() {
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
