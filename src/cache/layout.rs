@@ -39,10 +39,20 @@ impl Layout {
     /// The layout at `dir` (`url` is how the user named it). Nothing is
     /// created until something is pushed.
     ///
-    /// Errors: `dir` exists but is not a directory.
+    /// Errors: `dir` exists but is not a directory, or holds files but no
+    /// `oci-layout` (some other directory: reading it as an empty cache
+    /// would hide the mistake, and a push would write into it).
     pub fn open(dir: &Path, url: &str) -> Result<Layout> {
         if dir.exists() && !dir.is_dir() {
             bail!("cache {url}: {} is not a directory", dir.display());
+        }
+        if !dir.join("oci-layout").exists()
+            && fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some())
+        {
+            bail!(
+                "cache {url}: {} is not an OCI image layout (it holds files but no oci-layout); point the cache at a new or empty directory, or at the layout itself",
+                dir.display()
+            );
         }
         Ok(Layout {
             dir: dir.to_path_buf(),
@@ -261,6 +271,28 @@ pub fn lock_index(dir: &Path) -> Result<std::fs::File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_that_is_no_layout_is_refused_and_an_empty_one_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = dir.path().join("notes");
+        fs::create_dir_all(&other).unwrap();
+        fs::write(other.join("todo.txt"), "x").unwrap();
+        let e = format!("{:#}", Layout::open(&other, "file:///notes").err().unwrap());
+        assert!(
+            e.contains("file:///notes") && e.contains("not an OCI image layout"),
+            "{e}"
+        );
+        let empty = dir.path().join("empty");
+        fs::create_dir_all(&empty).unwrap();
+        let l = Layout::open(&empty, "file:///empty").unwrap();
+        let src = dir.path().join("src");
+        fs::write(&src, b"abc").unwrap();
+        l.put_blob(&src, &digest_of(b"abc"), 3).unwrap();
+        // Once pushed to, it is a layout and opens again.
+        Layout::open(&empty, "file:///empty").unwrap();
+        assert!(Layout::open(&dir.path().join("new"), "file:///new").is_ok());
+    }
 
     #[test]
     fn a_blob_larger_than_declared_is_read_only_up_to_its_size() {

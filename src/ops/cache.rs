@@ -138,8 +138,14 @@ fn kind_name(k: Kind) -> String {
 }
 
 fn render_listing(l: &Listing, deep: bool) {
+    // Every row listed below is counted: provenance statements too.
+    let provenance = if l.provenance.is_empty() {
+        String::new()
+    } else {
+        format!(" and {} provenance statement(s)", l.provenance.len())
+    };
     println!(
-        "cache {} ({}): {} artifact(s)",
+        "cache {} ({}): {} artifact(s){provenance}",
         l.name,
         l.url,
         l.artifacts.len()

@@ -281,6 +281,17 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
     // The wheel's signed provenance goes with the wheel (docs/cache.md).
     let provenance = doc["caches"][0]["provenance"].as_array().unwrap().len();
     assert_eq!(provenance, 1, "{doc}");
+    // The text listing counts every row it lists, the provenance too.
+    let out = ob(&fx, &a, &["cache", "ls"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "{} artifact(s) and 1 provenance statement(s)",
+            kinds.len()
+        )),
+        "{}",
+        text(&out)
+    );
     assert_eq!(
         g["kept"].as_array().unwrap().len(),
         kinds.len() + provenance,
