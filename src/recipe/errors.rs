@@ -17,6 +17,18 @@ pub fn describe(err: &Error, text: &str, origin: &str) -> String {
         return format!("{origin}: {}", plain_tail(inner));
     };
     let (line, column) = (loc.line() as usize, loc.column() as usize);
+    // The scanner names where the scalar it was reading began, not the
+    // line of the tab it then found: name the tab's line.
+    if inner.to_string().contains("found a tab")
+        && let Some(tab) = text
+            .lines()
+            .enumerate()
+            .skip(line.saturating_sub(1))
+            .find(|(_, l)| l.contains('\t'))
+            .map(|(i, _)| i + 1)
+    {
+        return format!("{origin}: line {tab}: a tab character; YAML indents with spaces only");
+    }
     let at = lines::field_at(text, line, column);
     let (path, msg) = match at.as_ref().and_then(|a| a.path.first()) {
         Some(Seg::Index(_)) => (

@@ -52,6 +52,29 @@ fn malformed_yaml_names_the_file_and_line() {
 }
 
 #[test]
+fn a_tab_in_the_indentation_names_its_own_line() {
+    let text = good("x", COMMIT);
+    let line = text
+        .lines()
+        .position(|l| l.trim_start().starts_with("commit:"))
+        .unwrap();
+    let tabbed: Vec<String> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i == line {
+                format!("\t{}", l.trim_start())
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    let fx = dir_with(&[("x.yaml", tabbed.join("\n") + "\n")]);
+    let at = format!("line {}: a tab character", line + 1);
+    refused(&fx, "recipes/x.yaml", &["recipes/x.yaml", &at]);
+}
+
+#[test]
 fn unknown_key_names_the_key() {
     let fx = dir_with(&[("x.yaml", good("x", COMMIT) + "colour: blue\n")]);
     refused(&fx, "recipes/x.yaml", &["recipes/x.yaml", "colour"]);
