@@ -1036,6 +1036,16 @@ fn push_report(text: &str) -> String {
 // `trusted_signers`, a public key, `/dev/zero` (without hanging), a
 // world-readable key and a missing file as `signing_key`. Then a good key
 // pushes, and README.md and docs/cache.md show the line `push` prints.
+/// `cache ls --store <s>` run from `d` with its own XDG config directory.
+fn cache_ls(d: &Path, s: &str) -> Output {
+    output_or_hang(
+        cmd(d)
+            .env("XDG_CONFIG_HOME", d.join("xdg"))
+            .args(["cache", "ls", "--store", s]),
+        120,
+    )
+}
+
 #[test]
 fn config_shapes_toml_cannot_type_name_the_line_and_the_field() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1065,12 +1075,7 @@ fn config_shapes_toml_cannot_type_name_the_line_and_the_field() {
         ),
     ] {
         std::fs::write(&config, &body).unwrap();
-        let out = output_or_hang(
-            cmd(d)
-                .env("XDG_CONFIG_HOME", d.join("xdg"))
-                .args(["cache", "ls", "--store", s]),
-            120,
-        );
+        let out = cache_ls(d, s);
         let t = text(&out);
         assert_eq!(code(&out), 2, "{body}: {t}");
         assert!(
@@ -1104,12 +1109,7 @@ fn hostile_key_files_are_refused_naming_file_line_and_field() {
     ] {
         let extra = format!("trusted_signers = \"{}\"\n", path.display());
         let config = configure_cache(&store, &url, &extra);
-        let out = output_or_hang(
-            cmd(d)
-                .env("XDG_CONFIG_HOME", d.join("xdg"))
-                .args(["cache", "ls", "--store", s]),
-            120,
-        );
+        let out = cache_ls(d, s);
         let t = text(&out);
         assert_eq!(code(&out), 2, "{t}");
         let at = format!(
