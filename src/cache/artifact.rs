@@ -504,6 +504,12 @@ pub fn layer_title(l: &OciDescriptor) -> Option<&str> {
     l.annotations.as_ref()?.get(TITLE).map(String::as_str)
 }
 
+/// Whether `l` is an entry's tree layer: the tar titled [`TREE_LAYER`]
+/// that holds a directory entry's files (unpacked by [`unpack_tree`]).
+pub fn is_tree_layer(l: &OciDescriptor) -> bool {
+    layer_title(l) == Some(TREE_LAYER) && l.media_type == TAR_MEDIA_TYPE
+}
+
 /// Whether `s` is a plain file name: not empty, no `/`, not `.` or `..`, no NUL.
 pub fn plain_name(s: &str) -> bool {
     !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')

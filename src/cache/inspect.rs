@@ -19,7 +19,7 @@ use oci_client::manifest::OciImageManifest;
 use serde::Serialize;
 
 use super::Transport;
-use super::artifact::{self, Config, Kind, TREE_LAYER, layer_title};
+use super::artifact::{self, Config, Kind, layer_title};
 use super::trust::{self, Policy, Verdict};
 use crate::stages::wheel::BuildRecord;
 use crate::store::{ManifestFile, sha256_file};
@@ -374,7 +374,7 @@ fn check_layers(
         }
         let size = u64::try_from(l.size).unwrap_or(0);
         cache.get_blob(&l.digest, size, &dest)?;
-        if title == TREE_LAYER && l.media_type == artifact::TAR_MEDIA_TYPE {
+        if artifact::is_tree_layer(l) {
             artifact::unpack_tree(&dest, &tree)
                 .with_context(|| format!("layer {} ({title})", l.digest))?;
             let listed = crate::store::Manifest::build(&tree, &[])?;

@@ -25,7 +25,7 @@ use super::Transport;
 
 /// How many blob requests a pull keeps in flight (see [`Fetcher::prefetch`]).
 pub const PARALLEL: usize = 8;
-use super::artifact::{self, Config, Kind, TREE_LAYER, layer_title};
+use super::artifact::{self, Config, Kind, layer_title};
 use super::listing::{self, TagList};
 use super::trust::Attestation;
 use crate::host::process::capture;
@@ -489,8 +489,7 @@ impl<'a> Fetcher<'a> {
                 }
                 let tmp = area.join(format!(".{}.pre.{}", std::process::id(), planned.len()));
                 let _ = fs::remove_file(&tmp);
-                let tree =
-                    layer_title(l) == Some(TREE_LAYER) && l.media_type == artifact::TAR_MEDIA_TYPE;
+                let tree = artifact::is_tree_layer(l);
                 let get = super::BlobGet {
                     digest: l.digest.clone(),
                     size: u64::try_from(l.size).unwrap_or(0),
@@ -629,7 +628,7 @@ impl<'a> Fetcher<'a> {
             if dest.exists() {
                 bail!("cache {url}: {tag} has two layers titled {title}");
             }
-            let tree = title == TREE_LAYER && l.media_type == artifact::TAR_MEDIA_TYPE;
+            let tree = artifact::is_tree_layer(l);
             // A tree the prefetch unpacked (from the checked blob) becomes
             // the entry's directory, its only layer, by a rename.
             if tree
