@@ -625,6 +625,13 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     // 3. Preflight.
     let tc = preflight::toolchain(store, lr, o.offline)?;
     let cleaned = store.clean_stale_staging()? + StableWorkDir::clean_stale(store);
+    let partial = store.clean_stale_downloads()?;
+    if partial > 0 {
+        progress::stage(
+            "store",
+            format!("removed {partial} partial download(s) of killed runs"),
+        );
+    }
     if cleaned > 0 {
         progress::stage(
             "store",

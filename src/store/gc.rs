@@ -148,6 +148,7 @@ pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
     }
     if !dry_run {
         store.clean_stale_staging()?;
+        store.clean_stale_downloads()?;
         // Blobs of pulls that never finished, after a day.
         let day = std::time::Duration::from_secs(24 * 3600);
         if let Ok(rd) = fs::read_dir(store.downloads_dir().join("sha256")) {

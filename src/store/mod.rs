@@ -822,15 +822,35 @@ impl Store {
     /// Removes staging directories left by processes that no longer run
     /// (a killed build). Returns how many were removed.
     pub fn clean_stale_staging(&self) -> Result<usize> {
+        self.remove_left_by_dead(&self.tmp_dir(), |_| true)
+    }
+
+    /// Removes the partial downloads that processes which no longer run
+    /// left in `<root>/downloads/sha256/` (`.<pid>.…`: blobs not checked
+    /// yet; the checked ones, named by their digest, stay for a resumed
+    /// pull). Returns how many were removed.
+    pub fn clean_stale_downloads(&self) -> Result<usize> {
+        let area = self.downloads_dir().join("sha256");
+        self.remove_left_by_dead(&area, |name| name.starts_with('.'))
+    }
+
+    /// Removes each entry of `dir` that `take` accepts by name and whose
+    /// name carries the pid of a process that no longer runs, as its second
+    /// `.`-separated part (`<stage>.<pid>.<rand>`, `.<pid>.<n>`), once that
+    /// run's lock is free. Returns how many were removed.
+    fn remove_left_by_dead(&self, dir: &Path, take: impl Fn(&str) -> bool) -> Result<usize> {
         let mut removed = 0;
-        if !self.tmp_dir().is_dir() {
+        if !dir.is_dir() {
             return Ok(0);
         }
-        for e in fs::read_dir(self.tmp_dir())? {
+        let locks = self.root.join("locks");
+        for e in fs::read_dir(dir)? {
             let e = e?;
             let name = e.file_name().to_string_lossy().into_owned();
+            if !take(&name) {
+                continue;
+            }
             let pid = name.split('.').nth(1).and_then(|p| p.parse::<i32>().ok());
-            let locks = self.root.join("locks");
             if let Some(p) = pid.filter(|p| !process_alive(*p)) {
                 // Never under a build that still runs: wait until it is gone.
                 wait_for_run_lock(&locks, p);
@@ -878,8 +898,9 @@ impl Root {
 }
 
 /// Removes the staging directories killed runs left under `<root>/tmp/`
-/// ([`Store::clean_stale_staging`]) and says so on stderr, as `stage`
-/// (`pull`, `import`) reports.
+/// ([`Store::clean_stale_staging`]) and their partial downloads
+/// ([`Store::clean_stale_downloads`]), and says so on stderr, as `stage`
+/// (`pull`, `import`) reports; returns how many staging directories.
 ///
 /// Errors: a directory cannot be removed.
 pub fn report_stale_staging(store: &Store, stage: &str) -> Result<usize> {
@@ -891,6 +912,16 @@ pub fn report_stale_staging(store: &Store, stage: &str) -> Result<usize> {
                 "removed {n} stale staging director{} of killed runs from {}",
                 if n == 1 { "y" } else { "ies" },
                 store.tmp_dir().display()
+            ),
+        );
+    }
+    let partial = store.clean_stale_downloads()?;
+    if partial > 0 {
+        crate::progress::stage(
+            stage,
+            format!(
+                "removed {partial} partial download(s) of killed runs from {}",
+                store.downloads_dir().join("sha256").display()
             ),
         );
     }

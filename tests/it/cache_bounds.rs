@@ -339,6 +339,58 @@ fn a_misbehaving_cache_ends_within_its_timeouts_and_leaves_nothing() {
     assert_eq!(entries(&b), entries(&full));
     assert!(kept(&b).is_empty(), "{:?}", kept(&b));
 
+    // SIGKILL mid-pull: the bytecode trees (downloaded first) are unpacked
+    // in staging and the last blobs stall. Nothing is added; the next pull
+    // removes the staging, says so, resumes from the kept blobs and brings
+    // the same entries.
+    let c = fx.dir().join("store-c");
+    configure(&c, &url, &allowed);
+    proxy.set(Mode::StallAfter(all - 2));
+    let mut child = fx
+        .cmd_at(&c, &["pull", r])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let trees_unpacked = || {
+        std::fs::read_dir(c.join("tmp")).is_ok_and(|d| {
+            d.flatten().any(|e| {
+                std::fs::read_dir(e.path().join("trees")).is_ok_and(|mut t| t.next().is_some())
+            })
+        })
+    };
+    let t = Instant::now();
+    while !(proxy.blobs.load(Ordering::SeqCst) > all - 2 && trees_unpacked()) {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the pull never stalled with its trees unpacked"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = Command::new("kill")
+        .arg("-9")
+        .arg(child.id().to_string())
+        .status();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
+    assert!(entries(&c).is_empty(), "{:?}", entries(&c));
+    assert!(!residue(&c).is_empty(), "the killed pull left its staging");
+    proxy.set(Mode::Pass);
+    let out = ob(&fx, &c, None, "c@test", &["pull", r, "--json"]);
+    let pulled = ok(&out);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        said.contains("stale staging") && said.contains("partial download(s)"),
+        "{said}"
+    );
+    assert!(pulled["resumed"].as_u64().unwrap() > 0, "{pulled}");
+    assert_eq!(entries(&c), entries(&full));
+    assert!(residue(&c).is_empty(), "{:?}", residue(&c));
+    assert!(kept(&c).is_empty(), "{:?}", kept(&c));
+
     // A cache that stalls on every request: `cache ls` fails naming it.
     proxy.set(Mode::StallAll);
     let out = ends(fx.cmd_at(&b, &["cache", "ls"]), "cache ls (stalled)");
