@@ -173,10 +173,12 @@ pub fn lock_trust(
 }
 
 /// The files a bytecode statement names for the bytecode artifact
-/// `config`: every file it restores (the `.pyc` files, `bytecode.json`,
-/// the manifest), with sha256 and size.
+/// `config`: the content it restores (the `.pyc` files and
+/// `bytecode.json`), with sha256 and size; not the entry's manifest, which
+/// records the building box's directory times
+/// ([`super::trust::bytecode_content`]).
 pub fn bytecode_files(config: &Config) -> Vec<super::trust::FileDigest> {
-    lock_files(config)
+    super::trust::bytecode_content(lock_files(config))
 }
 
 /// The trust policy on the config of a signed kind, given `attestations`

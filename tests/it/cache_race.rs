@@ -45,6 +45,28 @@ open(os.path.join(d, "manifest.json"), "w").write(json.dumps(m, indent=2))
     succeeds(Command::new("python3").arg("-c").arg(script).arg(dir));
 }
 
+/// Gives every bytecode entry under `pool` (a store's `store/pyc/`) the
+/// directory times another box's compile would have left in its
+/// `manifest.json` (the `.pyc` bytes kept): what a second builder of the
+/// same wheel pushes.
+fn restamp_bytecode(pool: &Path) {
+    let script = r#"
+import json, os, sys
+pool = sys.argv[1]
+for e in os.listdir(pool):
+    d = os.path.join(pool, e)
+    os.chmod(d, 0o755)
+    p = os.path.join(d, "manifest.json")
+    os.chmod(p, 0o644)
+    m = json.load(open(p))
+    assert m["dirs"], p
+    for x in m["dirs"]:
+        x["mtime_ns"] += 7_000_000_000
+    open(p, "w").write(json.dumps(m, indent=2))
+"#;
+    succeeds(Command::new("python3").arg("-c").arg(script).arg(pool));
+}
+
 /// `cp -a from to`.
 fn copy_store(from: &Path, to: &Path) {
     succeeds(Command::new("cp").arg("-a").arg(from).arg(to));
@@ -177,6 +199,7 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
     let b = fx.dir().join("store-b");
     copy_store(&a, &b);
     restamp(&b.join("store/wheels").join(&wheel_key));
+    restamp_bytecode(&b.join("store/pyc"));
     let c = fx.dir().join("store-c");
     copy_store(&a, &c);
     rebuild_differently(&c.join("store/wheels").join(&wheel_key));
@@ -224,9 +247,15 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
                 .count();
             assert_eq!(n, 2, "round {round}: {what}: {doc}");
         }
-        // And each box signs each wheel's bytecode (one artifact per
-        // wheel and Python): two signatures on every one.
-        let pyc = of_kind(&doc, "bytecode");
+        // And each box signs each wheel's bytecode (one entry per wheel
+        // and Python; each box's artifact carries its own manifest): two
+        // signatures on every entry.
+        let mut pyc: Vec<String> = of_kind(&doc, "bytecode")
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_string())
+            .collect();
+        pyc.sort();
+        pyc.dedup();
         assert!(!pyc.is_empty(), "round {round}: {doc}");
         let pyc_atts = atts
             .iter()
@@ -264,6 +293,13 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
     let pulled = ok(&ob(&fx, &reader, None, "r@test", &["pull", r, "--json"]));
     assert!(
         strs(&pulled["added"]).contains(&format!("wheels/{wheel_key}")),
+        "{pulled}"
+    );
+    // Its bytecode too: the two boxes' manifests differ in directory times
+    // only, and both signatures vouch for the same content.
+    assert_eq!(strs(&pulled["refused"]), Vec::<String>::new(), "{pulled}");
+    assert!(
+        strs(&pulled["added"]).iter().any(|a| a.starts_with("pyc/")),
         "{pulled}"
     );
 

@@ -207,6 +207,21 @@ pub fn verify_bytecode(
     )
 }
 
+/// The content files among `files` of a bytecode entry: all but its
+/// `manifest.json` and `manifest.stamps`, which record the directory times
+/// of the box that made the entry. Two boxes compiling the same wheel with
+/// the same Python write the same `.pyc` bytes (PEP 552 checked-hash) and
+/// the same `bytecode.json`, but never the same directory times: were the
+/// manifest signed, every second builder would read as a reproducibility
+/// failure. What the statement leaves out is still pinned by the
+/// artifact's digest and checked against the files on arrival.
+pub fn bytecode_content(files: Vec<FileDigest>) -> Vec<FileDigest> {
+    files
+        .into_iter()
+        .filter(|f| f.path != crate::store::MANIFEST && f.path != crate::store::STAMPS)
+        .collect()
+}
+
 /// The trust settings of one cache.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -247,7 +262,13 @@ pub fn verify(
     let mut groups: Vec<(Vec<FileDigest>, Vec<Signer>)> = Vec::new();
     for (i, att) in attestations.iter().enumerate() {
         match check_one(kind, key, att, allowed, now) {
-            Ok((mut signed, signer)) => {
+            Ok((signed, signer)) => {
+                let mut signed = if kind == BYTECODE {
+                    // Statements made before the manifest was left out.
+                    bytecode_content(signed)
+                } else {
+                    signed
+                };
                 signed.sort();
                 match groups.iter_mut().find(|(f, _)| *f == signed) {
                     Some((_, signers)) => signers.push(signer),
