@@ -90,7 +90,8 @@ impl Registry {
             .connect_timeout(timeouts.connect)
             .read_timeout(timeouts.read);
         if plain_http {
-            // No TLS: no roots to load (tens of milliseconds of parsing).
+            // No TLS: no roots of its own (native-tls still reads the
+            // system's bundle once as the client is made).
             http = http.tls_certs_only(Vec::<reqwest::Certificate>::new());
         }
         let http = http

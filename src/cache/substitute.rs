@@ -1396,8 +1396,6 @@ pub fn pull_pin(
         }
     }
     f.prefetch(&wanted);
-    // The downloaded blobs go to disk while the entries are checked.
-    let writeback = crate::store::start_sync_filesystem(store.root());
     if !mirrored {
         let src_label = format!("{}/{}", Bucket::Src.dir_name(), r.source.commit);
         let p = f
@@ -1477,10 +1475,12 @@ pub fn pull_pin(
         }
         repaired.push(format!("{} (damaged: {})", e.label(), problems.join("; ")));
     }
-    // The blobs were written without fsync: one sync of the store's file
-    // system before they are renamed into place.
-    crate::store::sync_filesystem(store.root());
-    let _ = writeback.join();
+    // No sync of the pulled bytes, as for a build's own entries (and Nix's
+    // store paths): a killed pull leaves the page cache intact, the rename
+    // that commits an entry is made durable (`Store::persist`), and an entry
+    // a power loss damaged fails its checks (manifest sizes and hashes, the
+    // wheelhouse file's sha256) and is fetched again by the next pull or
+    // substituted by the next build. Syncing here cost 0.17 s of a 1 s pull.
     let added = f.commit(items, temp)?;
     // Rooted until a build of this pin roots its oracle (or `unkeep`).
     let mut kept: Vec<Entry> = vec![source::mirror_entry(store, &r.source.repo)];

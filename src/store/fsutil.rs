@@ -197,27 +197,3 @@ pub fn disk_usage(path: &Path) -> u64 {
         0
     }
 }
-
-/// Flushes the file system holding `path` to disk (`syncfs(2)`): one call
-/// instead of an fsync per file for many files written at once (a pull's
-/// blobs) before they are renamed into the store. Best effort: an error
-/// is ignored (the files are checked by digest whenever they are read).
-pub fn sync_filesystem(path: &Path) {
-    if let Ok(f) = std::fs::File::open(path) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: syncfs only reads the open descriptor.
-        unsafe {
-            libc::syncfs(f.as_raw_fd());
-        }
-    }
-}
-
-/// [`sync_filesystem`] of `path` on a thread of its own, started now: what
-/// was written so far goes to disk while the caller goes on (a pull checks
-/// its entries meanwhile), and the caller's own `sync_filesystem` before
-/// its renames then waits only for what is left. Returns the thread, to
-/// join after that sync.
-pub fn start_sync_filesystem(path: &Path) -> std::thread::JoinHandle<()> {
-    let path = path.to_path_buf();
-    std::thread::spawn(move || sync_filesystem(&path))
-}

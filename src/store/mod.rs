@@ -53,8 +53,8 @@ pub mod wheelname;
 
 use fsutil::sync_dir;
 pub use fsutil::{
-    copy_tree, disk_usage, make_read_only, make_writable, read_json, sha256_file,
-    start_sync_filesystem, sync_filesystem, write_atomic, write_json,
+    copy_tree, disk_usage, make_read_only, make_writable, read_json, sha256_file, write_atomic,
+    write_json,
 };
 pub use lock::{Lock, LockName, lock_tools, release_run_lock};
 use lock::{lock_file, take_run_lock, wait_for_run_lock};
