@@ -401,17 +401,26 @@ impl<'a> Fetcher<'a> {
             }
         }
         let mut refused = Vec::new();
+        let mut unreachable = false;
         for t in &tags {
             match self.download_tag(kind, name, t) {
                 Ok(Some(got)) => return Ok(Some(got)),
                 Ok(None) => {}
-                Err(e) => refused.push(format!("{e:#}")),
+                Err(e) => {
+                    unreachable |= super::bounds::is_unreachable(&e);
+                    refused.push(format!("{e:#}"));
+                }
             }
         }
         if refused.is_empty() {
             return Ok(None);
         }
-        bail!("{}", refused.join("; "))
+        let text = refused.join("; ");
+        // A cache that timed out stays one (its callers stop asking it).
+        if unreachable {
+            return Err(anyhow!(super::bounds::Unreachable(text)));
+        }
+        bail!("{text}")
     }
 
     /// Gets blob `digest` of `size` bytes into the new file `dest`: from the

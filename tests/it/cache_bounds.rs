@@ -415,4 +415,39 @@ fn a_misbehaving_cache_ends_within_its_timeouts_and_leaves_nothing() {
         "{report}"
     );
     assert_eq!(report["key"], first["key"], "{report}");
+
+    // A store missing its wheel and two wheelhouse entries, and a cache that
+    // answers its tags and manifests but stalls every blob: the first entry
+    // taken from it times out, the build says so once, asks that cache
+    // nothing more, and makes every entry itself (not a read timeout per
+    // entry).
+    let d = fx.dir().join("store-d");
+    succeeds(Command::new("cp").arg("-a").arg(&b).arg(&d));
+    force_remove(&d.join("store/wheels").join(wheel));
+    let mut house: Vec<_> = std::fs::read_dir(d.join("store/wheelhouse"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    house.sort();
+    assert!(house.len() >= 2, "{house:?}");
+    for e in &house[..2] {
+        force_remove(e);
+    }
+    proxy.set(Mode::Stall);
+    let out = ends(
+        fx.cmd_at(&d, &["build", r, "--json"]),
+        "build (blobs stalled)",
+    );
+    let t = text(&out);
+    assert_eq!(code(&out), 0, "{t}");
+    let skipped: Vec<&str> = t
+        .lines()
+        .filter(|l| l.contains("not substituting"))
+        .collect();
+    assert_eq!(skipped.len(), 1, "{t}");
+    assert!(
+        skipped[0].contains("read_timeout") && skipped[0].contains("not asking"),
+        "{t}"
+    );
+    assert_eq!(json(&out)["key"], first["key"], "{t}");
 }
