@@ -304,16 +304,23 @@ pub fn push_to(
         )
     })?;
     let statement = trust::Statement::for_wheel(&build, &builder_name(), &time);
+    // Every cache's signing key and trusted_signers are read before
+    // anything is pushed: a bad one (exit 2, naming file, line and field)
+    // leaves every cache untouched, as `pull` and `cache ls` refuse it.
+    let mut keys = Vec::new();
+    for c in caches {
+        let policy = match c.trusted_signers {
+            Some(_) => Some(trust::Policy::for_cache(c)?),
+            None => None,
+        };
+        keys.push((trust::SigningKey::for_cache(c)?, policy));
+    }
     let mut reports = Vec::new();
-    for (i, c) in caches.iter().enumerate() {
+    for (i, (c, (signing_key, policy))) in caches.iter().zip(keys).enumerate() {
         let t = crate::cache::open(c)?;
-        // The signing key is read before anything is pushed: a bad key
-        // leaves the cache untouched.
-        let signing_key = trust::SigningKey::for_cache(c)?;
-        if let Some(key) = &signing_key
-            && c.trusted_signers.is_some()
+        if let (Some(key), Some(policy)) = (&signing_key, &policy)
             && let Some(why) = trust::refusal_of(
-                &trust::Policy::for_cache(c)?,
+                policy,
                 key,
                 &statement.builder,
                 jiff::Timestamp::now().as_second(),

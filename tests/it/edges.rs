@@ -1131,6 +1131,33 @@ fn hostile_key_files_are_refused_naming_file_line_and_field() {
 
     let out = build_out(d, &recipe, &store, &[]);
     assert_eq!(code(&out), 0, "{}", text(&out));
+    // `push` reads them before anything is pushed, with no signing key too.
+    for (path, what) in [
+        (fifo.clone(), "is a FIFO, not a regular file"),
+        (
+            PathBuf::from("/dev/zero"),
+            "is a device, not a regular file",
+        ),
+    ] {
+        let extra = format!("trusted_signers = \"{}\"\n", path.display());
+        configure_cache(&store, &url, &extra);
+        let out = output_or_hang(
+            cmd(d)
+                .env("XDG_CONFIG_HOME", d.join("xdg"))
+                .args(["push", r, "--store", s]),
+            120,
+        );
+        let t = text(&out);
+        assert_eq!(code(&out), 2, "{what}: {t}");
+        assert!(
+            t.contains("field `cache[0].trusted_signers`") && t.contains(what),
+            "{what}: {t}"
+        );
+        assert!(
+            !layout.join("index.json").exists(),
+            "{what}: nothing was pushed"
+        );
+    }
     let (key, line) = keypair(d, "builder-a@test");
     let public = key.with_extension("pub");
     std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o600)).unwrap();
