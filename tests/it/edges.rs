@@ -1131,6 +1131,15 @@ fn hostile_key_files_are_refused_naming_file_line_and_field() {
 
     let out = build_out(d, &recipe, &store, &[]);
     assert_eq!(code(&out), 0, "{}", text(&out));
+    // `push` with the store's config only (no user config), ended if it hangs.
+    let push_own_config = || {
+        output_or_hang(
+            cmd(d)
+                .env("XDG_CONFIG_HOME", d.join("xdg"))
+                .args(["push", r, "--store", s]),
+            120,
+        )
+    };
     // `push` reads them before anything is pushed, with no signing key too.
     for (path, what) in [
         (fifo.clone(), "is a FIFO, not a regular file"),
@@ -1141,12 +1150,7 @@ fn hostile_key_files_are_refused_naming_file_line_and_field() {
     ] {
         let extra = format!("trusted_signers = \"{}\"\n", path.display());
         configure_cache(&store, &url, &extra);
-        let out = output_or_hang(
-            cmd(d)
-                .env("XDG_CONFIG_HOME", d.join("xdg"))
-                .args(["push", r, "--store", s]),
-            120,
-        );
+        let out = push_own_config();
         let t = text(&out);
         assert_eq!(code(&out), 2, "{what}: {t}");
         assert!(
@@ -1194,12 +1198,7 @@ fn hostile_key_files_are_refused_naming_file_line_and_field() {
             path.display()
         );
         let config = configure_cache(&store, &url, &extra);
-        let out = output_or_hang(
-            cmd(d)
-                .env("XDG_CONFIG_HOME", d.join("xdg"))
-                .args(["push", r, "--store", s]),
-            120,
-        );
+        let out = push_own_config();
         let t = text(&out);
         assert_eq!(code(&out), 2, "{what}: {t}");
         let at = format!("{}: line 5: field `cache[0].signing_key`", config.display());
