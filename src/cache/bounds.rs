@@ -62,6 +62,52 @@ impl Default for Timeouts {
     }
 }
 
+/// The slowest a response may arrive, in bytes a second, measured over each
+/// window of `read_timeout` (curl's `--speed-limit`, with `--speed-time` the
+/// idle timeout): 1 KiB/s. A server that trickles a byte now and then is
+/// never idle long enough for [`Timeouts::read`], and would hold a 4 MiB tag
+/// page for weeks; one slower than this is ended as [`Unreachable`].
+pub const MIN_BYTES_PER_SECOND: u64 = 1 << 10;
+
+/// The pace of one response: how many bytes arrived in the current window
+/// of `window` (a cache's `read_timeout`), for [`MIN_BYTES_PER_SECOND`].
+#[derive(Debug, Clone)]
+pub struct Pace {
+    window: Duration,
+    start: std::time::Instant,
+    bytes: u64,
+}
+
+impl Pace {
+    /// A pace measured in windows of `window`, the first starting at `now`.
+    pub fn new(window: Duration, now: std::time::Instant) -> Pace {
+        Pace {
+            window,
+            start: now,
+            bytes: 0,
+        }
+    }
+
+    /// Counts `n` bytes that arrived at `now`. Errors (the bytes that came
+    /// in the window that just closed) when a whole window has passed with
+    /// fewer than [`MIN_BYTES_PER_SECOND`] a second; a window that closes
+    /// at its pace starts the next.
+    pub fn add(&mut self, n: u64, now: std::time::Instant) -> std::result::Result<(), u64> {
+        self.bytes = self.bytes.saturating_add(n);
+        let elapsed = now.saturating_duration_since(self.start);
+        if elapsed < self.window {
+            return Ok(());
+        }
+        let want = (MIN_BYTES_PER_SECOND as f64 * elapsed.as_secs_f64()) as u64;
+        if self.bytes < want {
+            return Err(self.bytes);
+        }
+        self.start = now;
+        self.bytes = 0;
+        Ok(())
+    }
+}
+
 /// A cache that did not answer in time or dropped the connection: the
 /// message names the cache and the request. `build` skips such a cache for
 /// the rest of the run (see `cache::substitute::Substituter`).
@@ -129,6 +175,27 @@ pub fn read_bounded(from: impl Read, limit: u64, what: &str) -> Result<Vec<u8>> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_response_slower_than_the_pace_ends_once_a_window_has_passed() {
+        let t0 = std::time::Instant::now();
+        let w = Duration::from_secs(2);
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // A byte every 100 ms: never idle, but 20 bytes in 2 s.
+        let mut drip = Pace::new(w, t0);
+        for i in 1..20 {
+            assert_eq!(drip.add(1, at(100 * i)), Ok(()));
+        }
+        assert_eq!(drip.add(1, at(2000)), Err(20));
+        // 4 KiB a second keeps going, window after window.
+        let mut steady = Pace::new(w, t0);
+        for i in 1..=10 {
+            assert_eq!(steady.add(4096, at(1000 * i)), Ok(()), "second {i}");
+        }
+        // A small response that ends within its first window is never judged.
+        let mut small = Pace::new(w, t0);
+        assert_eq!(small.add(3, at(1900)), Ok(()));
+    }
 
     /// An endless reader: what a misbehaving cache streams.
     struct Endless(u64);

@@ -324,6 +324,7 @@ impl Registry {
         use sha2::{Digest, Sha256};
         let mut hash = Sha256::new();
         let mut len = 0u64;
+        let mut pace = super::bounds::Pace::new(self.timeouts.read, std::time::Instant::now());
         loop {
             let chunk = tokio::time::timeout(self.timeouts.read, res.chunk())
                 .await
@@ -335,6 +336,13 @@ impl Registry {
                 })?
                 .map_err(|e| self.http_error(&e, what))?;
             let Some(chunk) = chunk else { break };
+            if let Err(got) = pace.add(chunk.len() as u64, std::time::Instant::now()) {
+                return Err(anyhow!(Unreachable(self.context(&format!(
+                    "{what}: slower than {} KiB/s ({got} bytes in read_timeout {:?})",
+                    super::bounds::MIN_BYTES_PER_SECOND >> 10,
+                    self.timeouts.read
+                )))));
+            }
             let room = limit - len;
             let keep = usize::try_from(room).map_or(chunk.len(), |r| chunk.len().min(r));
             out.write_all(&chunk[..keep])?;

@@ -32,6 +32,9 @@ enum Mode {
     Truncate,
     /// Blob GETs: the registry's headers and as many bytes of garbage.
     Garbage,
+    /// Blob GETs: the registry's headers, then its body a byte every 50 ms
+    /// (never idle for a read timeout, 20 bytes a second).
+    Drip,
     /// Manifest GETs: a 200 whose body never ends.
     EndlessManifest,
     /// Tag list GETs: a 200 whose body never ends.
@@ -184,13 +187,24 @@ fn serve(
     up.write_all(&body)?;
     let mut resp = Vec::new();
     up.read_to_end(&mut resp)?;
-    if blob && matches!(mode, Mode::Truncate | Mode::Garbage) {
+    if blob && matches!(mode, Mode::Truncate | Mode::Garbage | Mode::Drip) {
         let split = resp
             .windows(4)
             .position(|w| w == b"\r\n\r\n")
             .map_or(resp.len(), |p| p + 4);
         let (headers, payload) = resp.split_at(split);
         conn.write_all(headers)?;
+        if mode == Mode::Drip {
+            for b in payload {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                conn.write_all(std::slice::from_ref(b))?;
+                conn.flush()?;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            return Ok(());
+        }
         if mode == Mode::Truncate {
             conn.write_all(&payload[..payload.len() / 2])?;
         } else {
@@ -283,6 +297,7 @@ fn a_misbehaving_cache_ends_within_its_timeouts_and_leaves_nothing() {
         (Mode::Stall, "read_timeout"),
         (Mode::Truncate, "downloading blob sha256:"),
         (Mode::Garbage, "does not match its digest"),
+        (Mode::Drip, "slower than 1 KiB/s"),
     ] {
         proxy.set(mode);
         let out = ends(fx.cmd_at(&b, &["pull", r]), &format!("pull ({mode:?})"));
