@@ -149,8 +149,10 @@ fn referenced(
     };
     let mut reach: BTreeSet<(Kind, String)> = labels.iter().filter_map(|l| entry_of(l)).collect();
     let mut keep: BTreeSet<String> = BTreeSet::new();
-    // An inputs artifact whose oracle is rooted here keeps itself, its
-    // source and every entry it lists.
+    // An inputs artifact whose oracle, or whose wheel, is rooted here (a
+    // box that only pulled the pin roots its entries, `imported-<recipe>`)
+    // keeps itself, its source and every entry it lists: without it no box
+    // can pull the pin the store keeps.
     let t = crate::cache::open(c)?;
     for (i, a) in artifacts.iter().enumerate() {
         if a.kind != Kind::Inputs {
@@ -159,7 +161,9 @@ fn referenced(
         let Some(rec) = inputs_record(t.as_ref(), &a.tag, &tmp.join(format!("in{i}")))? else {
             continue;
         };
-        if labels.contains(&format!("{}/{}", Bucket::Venvs.dir_name(), rec.venv_key)) {
+        let rooted =
+            |bucket: Bucket, key: &str| labels.contains(&format!("{}/{}", bucket.dir_name(), key));
+        if rooted(Bucket::Venvs, &rec.venv_key) || rooted(Bucket::Wheels, &rec.wheel_key) {
             keep.insert(a.tag.clone());
             reach.insert((Kind::Source, rec.commit.clone()));
             reach.extend(rec.entries.iter().filter_map(|l| entry_of(l)));

@@ -402,6 +402,24 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
         "races: {ROUNDS} rounds of one wheel by 2 builders: both signatures kept in {ROUNDS}, both pushes exited 0 in {same_exit_zero}; {ROUNDS} rounds of 2 wheels: failure seen by ls, verify and pull in {ROUNDS}, pushes that failed {diff_push_failed}, exited 0 {diff_exit_zero}"
     );
 
+    // cache gc from the reader, a box that only pulled the pin (its
+    // `imported-` root, no oracle): the pin's inputs stay with the entries
+    // it keeps, so other boxes can still pull it.
+    let g = ok(&ob(
+        &fx,
+        &reader,
+        None,
+        "r@test",
+        &["cache", "gc", "--cache", &url0, "--dry-run", "--json"],
+    ));
+    let gone = strs(&g["caches"][0]["deleted"]);
+    assert!(
+        !gone
+            .iter()
+            .any(|t| t.starts_with("inputs-") || t.starts_with("wheel-")),
+        "{g}"
+    );
+
     // cache gc through the registry API: A's root keeps every tag; without
     // it every tag goes (DELETE /v2/<name>/manifests/<digest>).
     let tags = reg.tags("race/same-0");
