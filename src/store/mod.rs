@@ -945,10 +945,26 @@ fn list_root_labels(text: &str) -> impl Iterator<Item = &str> {
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
 }
 
+/// Whether process `pid` still runs: it exists (`kill(pid, 0)`) and is not
+/// a zombie. A run killed by SIGKILL whose parent has not reaped it yet (a
+/// `timeout -s KILL` that died with it, a shell that waits later) is a
+/// zombie: it holds no file and no lock, so what it left is stale.
+/// The state is the field after the command in `/proc/<pid>/stat` (proc(5));
+/// where `/proc` cannot be read, existing counts as running.
 fn process_alive(pid: i32) -> bool {
     // SAFETY: kill with signal 0 only checks whether the process exists.
     let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    if rc != 0 {
+        return std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // `pid (comm) state ...`: comm may hold spaces and parentheses.
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next());
+    state != Some("Z")
 }
 
 /// `path` with every symlink along it resolved, dangling ones included (so a
@@ -993,6 +1009,29 @@ pub fn enclosing_checkout(path: &Path) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_killed_process_not_yet_reaped_is_not_alive() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        assert!(process_alive(pid));
+        // SAFETY: signals our own child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        // Not waited for: a zombie until `wait` below.
+        let stat = format!("/proc/{pid}/stat");
+        let t = std::time::Instant::now();
+        while !std::fs::read_to_string(&stat).unwrap().contains(") Z") {
+            assert!(t.elapsed().as_secs() < 10, "never a zombie");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(!process_alive(pid));
+        child.wait().unwrap();
+        assert!(!process_alive(pid));
+        assert!(process_alive(i32::try_from(std::process::id()).unwrap()));
+    }
 
     fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
