@@ -39,6 +39,19 @@ pub fn export(s: &Session, pin_arg: &str, opts: &ExportOptions) -> Result<()> {
             )
         })?,
     };
+    // The bundle's directory must exist before any work (exit 2, nothing
+    // fetched or written): the bundle is written beside it, then renamed.
+    let parent = match opts.output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        return Err(bad_input(format!(
+            "--output {}: the directory {} does not exist (nothing was exported)",
+            opts.output.display(),
+            parent.display()
+        )));
+    }
     let store = s.store()?;
     let report = bundle::export(
         &store,

@@ -960,6 +960,21 @@ fn one_built_oracle_plans_counts_lists_writes_through_links_and_imports_repacked
     assert_eq!(code(&out), 0, "{}", text(&out));
 
     // Item 11: a bundle unpacked and packed again the usual way.
+    // (Into a directory that does not exist: refused up front, exit 2,
+    // the store unchanged.)
+    let before = tree(&store);
+    let nowhere = d.join("no-such-dir").join("fx.tar.gz");
+    let out = run(
+        d,
+        &["export", r, "-o", nowhere.to_str().unwrap(), "--store", s],
+    );
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains("no-such-dir does not exist"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(tree(&store), before);
     let bundle = d.join("fx.tar.gz");
     let out = run(
         d,
