@@ -77,12 +77,6 @@ pub fn read(path: &Path, named: &str, kind: KeyKind) -> Result<String> {
             meta.len()
         )));
     }
-    let mode = meta.permissions().mode() & 0o777;
-    if kind == KeyKind::PrivateKey && mode & 0o077 != 0 {
-        return Err(bad_input(format!(
-            "{named}: the private key {shown} may be read by other users (mode {mode:04o}); like ssh, oracle-build refuses it: `chmod 600 {shown}`"
-        )));
-    }
     let mut bytes = Vec::new();
     std::fs::File::open(path)
         .and_then(|f| f.take(MAX_KEY_FILE + 1).read_to_end(&mut bytes))
@@ -99,6 +93,13 @@ pub fn read(path: &Path, named: &str, kind: KeyKind) -> Result<String> {
         if first.starts_with("ssh-") || first.starts_with("ecdsa-") || first.starts_with("sk-") {
             return Err(bad_input(format!(
                 "{named}: {shown} holds a public key, not a private key; give the private key file (`ssh-keygen -f` wrote it without `.pub`)"
+            )));
+        }
+        // After what it holds: a public key's mode is no fault to fix.
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(bad_input(format!(
+                "{named}: the private key {shown} may be read by other users (mode {mode:04o}); like ssh, oracle-build refuses it: `chmod 600 {shown}`"
             )));
         }
     }
@@ -156,6 +157,9 @@ mod tests {
         std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o600)).unwrap();
         refused(&public, KeyKind::PrivateKey, "holds a public key");
         std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o644)).unwrap();
+        // A `.pub` as ssh-keygen left it (0644): named for what it holds,
+        // not for its mode.
+        refused(&public, KeyKind::PrivateKey, "holds a public key");
         assert!(read(&public, "x", KeyKind::AllowedSigners).is_ok());
     }
 }
