@@ -104,6 +104,9 @@ pub fn import(s: &Session, file: &Path) -> Result<()> {
     if let Some(t) = &report.lock_trust {
         println!("lock     {t}");
     }
+    if let Some(t) = &report.wheel_trust {
+        println!("wheel    {t}");
+    }
     for g in &report.goldens {
         println!("golden   {}", g.display());
     }

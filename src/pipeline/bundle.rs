@@ -340,6 +340,7 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
     add_entry(&uv_entry, &mut entries, &mut files)?;
 
     // The built wheel of the pin's oracle, when it was built from this very build lock.
+    let mut wheel_entry = None;
     if let Some(root_link) = store
         .roots()?
         .into_iter()
@@ -355,6 +356,7 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
                 .and_then(|b| b["inputs"]["build_lock"].as_str().map(str::to_string));
         if e.exists() && built_from.as_ref() == locked.build_sha256() {
             add_entry(&e, &mut entries, &mut files)?;
+            wheel_entry = Some(e);
         }
     }
     // Recorded JSON goldens, beside the recipe or in the store.
@@ -405,6 +407,20 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
             path,
             symlink: false,
         });
+    }
+    // The wheel travels signed too, as `push` signs it: an importing box
+    // whose caches name trusted_signers takes it only when they trust it.
+    if let Some(e) = &wheel_entry {
+        let atts = sign_wheel(store, e)?;
+        if !atts.is_empty() {
+            let path = staging.path().join(WHEEL_ATTESTATIONS);
+            fs::write(&path, serde_json::to_vec_pretty(&atts)?)?;
+            files.push(Member {
+                name: format!("lockfiles/{}/{WHEEL_ATTESTATIONS}", r.name),
+                path,
+                symlink: false,
+            });
+        }
     }
     files.sort_by(|a, b| a.name.cmp(&b.name));
 
@@ -487,15 +503,7 @@ fn sign_lock(
     locked: &lock::Locked,
     target: Option<&Platform>,
 ) -> Result<Vec<Attestation>> {
-    let caches = crate::cache::config::load(store.root(), None)?.caches;
-    let mut keys: Vec<trust::SigningKey> = Vec::new();
-    for c in &caches {
-        if let Some(k) = trust::SigningKey::for_cache(c)?
-            && !keys.iter().any(|x| x.fingerprint() == k.fingerprint())
-        {
-            keys.push(k);
-        }
-    }
+    let keys = signing_keys(store)?;
     if keys.is_empty() {
         return Ok(Vec::new());
     }
@@ -513,7 +521,111 @@ fn sign_lock(
     keys.iter().map(|k| trust::sign(&st, k)).collect()
 }
 
-/// How `import` judged a bundle's lock (its `lock_trust`).
+/// The distinct signing keys of the store's caches (`config.toml`).
+///
+/// Errors: a cache's configuration or key cannot be read.
+fn signing_keys(store: &Store) -> Result<Vec<trust::SigningKey>> {
+    let caches = crate::cache::config::load(store.root(), None)?.caches;
+    let mut keys: Vec<trust::SigningKey> = Vec::new();
+    for c in &caches {
+        if let Some(k) = trust::SigningKey::for_cache(c)?
+            && !keys.iter().any(|x| x.fingerprint() == k.fingerprint())
+        {
+            keys.push(k);
+        }
+    }
+    Ok(keys)
+}
+
+/// The file beside a bundle's lock holding the attestations that sign the
+/// bundle's built wheel (a JSON array of [`Attestation`]s, bounded as
+/// [`LOCK_ATTESTATIONS`]).
+pub const WHEEL_ATTESTATIONS: &str = "wheel-attestations.json";
+
+/// The wheel statement of the wheel entry `entry` (as `push` signs it: the
+/// build's time), signed by each signing key of the store's caches.
+///
+/// Errors: the entry's `build.json` cannot be read; a key cannot be read;
+/// signing fails.
+fn sign_wheel(store: &Store, entry: &Entry) -> Result<Vec<Attestation>> {
+    let keys = signing_keys(store)?;
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let record = crate::stages::wheel::BuildRecord::read(&entry.path)?;
+    let time = crate::pipeline::push::statement_time(&record.started)?;
+    let st = trust::Statement::for_wheel(&record, &trust::builder_name(), &time);
+    keys.iter().map(|k| trust::sign(&st, k)).collect()
+}
+
+/// Reads the attestations file `path` of a bundle (a JSON array), then
+/// removes it; empty when there is none.
+///
+/// Errors (exit 2): it is larger than [`MAX_LOCK_ATTESTATIONS_BYTES`] or
+/// does not parse.
+fn take_attestations(path: &Path) -> Result<Vec<Attestation>> {
+    if !path.is_file() {
+        return Ok(Vec::new());
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if fs::metadata(path)?.len() > MAX_LOCK_ATTESTATIONS_BYTES {
+        return Err(bad_input(format!(
+            "the bundle's {name} is larger than {MAX_LOCK_ATTESTATIONS_BYTES} bytes"
+        )));
+    }
+    let v = serde_json::from_slice(&fs::read(path)?)
+        .map_err(|e| bad_input(format!("the bundle's {name} does not parse: {e}")))?;
+    fs::remove_file(path)?;
+    Ok(v)
+}
+
+/// The trust policies of the store's caches that name `trusted_signers`.
+///
+/// Errors: the configuration or a `trusted_signers` file cannot be read.
+fn store_policies(store: &Store) -> Result<Vec<trust::Policy>> {
+    crate::cache::config::load(store.root(), None)?
+        .caches
+        .iter()
+        .filter(|c| c.trusted_signers.is_some())
+        .map(trust::Policy::for_cache)
+        .collect()
+}
+
+/// How `import` judges the bundle's built wheel at `dir` (an entry of its
+/// `store/wheels/`) given `atts`, as a wheel from a cache is judged
+/// ([`trust::verify_wheel`]): trusted when one policy of the store's caches
+/// trusts it; not checked when no cache names `trusted_signers` (an
+/// unconfigured offline box takes the bundle as a whole, as its lock).
+///
+/// Errors: the store's cache configuration cannot be read.
+fn judge_wheel(store: &Store, dir: &Path, atts: &[Attestation]) -> Result<BundleLockTrust> {
+    let policies = store_policies(store)?;
+    if policies.is_empty() {
+        return Ok(BundleLockTrust::NotChecked(
+            "this store's caches name no trusted_signers, so its signatures cannot be checked"
+                .into(),
+        ));
+    }
+    let Ok(record) = crate::stages::wheel::BuildRecord::read(dir) else {
+        return Ok(BundleLockTrust::Untrusted(
+            "it has no readable build.json".into(),
+        ));
+    };
+    let mut why = Vec::new();
+    for p in &policies {
+        let v = trust::verify_wheel(&record, atts, p);
+        if v.is_trusted() {
+            return Ok(BundleLockTrust::Trusted(v.to_string()));
+        }
+        why.push(v.to_string());
+    }
+    Ok(BundleLockTrust::Untrusted(why.join("; ")))
+}
+
+/// How `import` judged a bundle's lock (its `lock_trust`), or its wheel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BundleLockTrust {
     /// Trusted: `pinned (lockfile)` or `signed by …`.
@@ -552,23 +664,7 @@ fn judge_lock(
     dir: &Path,
     lockfiles: Option<&Path>,
 ) -> Result<BundleLockTrust> {
-    let att_path = dir.join(LOCK_ATTESTATIONS);
-    let atts: Vec<Attestation> = if att_path.is_file() {
-        if fs::metadata(&att_path)?.len() > MAX_LOCK_ATTESTATIONS_BYTES {
-            return Err(bad_input(format!(
-                "the bundle's {LOCK_ATTESTATIONS} is larger than {MAX_LOCK_ATTESTATIONS_BYTES} bytes"
-            )));
-        }
-        let v = serde_json::from_slice(&fs::read(&att_path)?).map_err(|e| {
-            bad_input(format!(
-                "the bundle's {LOCK_ATTESTATIONS} does not parse: {e}"
-            ))
-        })?;
-        fs::remove_file(&att_path)?;
-        v
-    } else {
-        Vec::new()
-    };
+    let atts = take_attestations(&dir.join(LOCK_ATTESTATIONS))?;
     let Ok(info) = crate::store::read_json::<lock::LockInfo>(&dir.join(lock::LOCK_JSON)) else {
         return Ok(BundleLockTrust::Untrusted(
             "it has no readable lock.json".into(),
@@ -588,12 +684,7 @@ fn judge_lock(
     ) {
         return Ok(BundleLockTrust::Trusted("pinned (lockfile)".into()));
     }
-    let caches = crate::cache::config::load(store.root(), None)?.caches;
-    let policies: Vec<trust::Policy> = caches
-        .iter()
-        .filter(|c| c.trusted_signers.is_some())
-        .map(trust::Policy::for_cache)
-        .collect::<Result<_>>()?;
+    let policies = store_policies(store)?;
     if policies.is_empty() {
         return Ok(BundleLockTrust::NotChecked(
             "this store's caches name no trusted_signers, so its signatures cannot be checked"
@@ -695,6 +786,10 @@ pub struct ImportReport {
     /// How the bundle's lock was judged: `pinned (lockfile)`, `signed by …`,
     /// `untrusted: …` (not taken), `not checked: …` (see [`BundleLockTrust`]).
     pub lock_trust: Option<String>,
+    /// How the bundle's built wheel was judged, when it carries one and
+    /// this box's history gives its version: `signed by …`, `untrusted: …`
+    /// (not taken), `not checked: …`.
+    pub wheel_trust: Option<String>,
     /// Goldens copied into `<root>/goldens/<recipe>/`.
     pub goldens: Vec<PathBuf>,
     /// Anything the import could not do (the rest was done).
@@ -767,6 +862,9 @@ pub fn import(
     let mut added = vec![mirror.label()];
     let mut present = Vec::new();
     let mut notes = Vec::new();
+    let wheel_atts =
+        take_attestations(&x.join("lockfiles").join(&m.recipe).join(WHEEL_ATTESTATIONS))?;
+    let mut wheel_trust = None;
     for (bucket, name) in &tops {
         let b = Bucket::from_dir_name(bucket).ok_or_else(|| anyhow!("unknown bucket {bucket}"))?;
         let e = store.entry(b, name);
@@ -786,6 +884,26 @@ pub fn import(
                 e.label()
             ));
             continue;
+        }
+        // And only when this store's trust policy admits it (as a cache's).
+        if b == Bucket::Wheels {
+            let t = judge_wheel(store, &from, &wheel_atts)?;
+            match &t {
+                BundleLockTrust::Untrusted(why) => notes.push(format!(
+                    "the bundle's wheel {} is not trusted ({why}): not taken; the wheel stage builds here",
+                    e.label()
+                )),
+                BundleLockTrust::NotChecked(why) => notes.push(format!(
+                    "the bundle's wheel {} was taken without a trust check: {why}",
+                    e.label()
+                )),
+                BundleLockTrust::Trusted(_) => {}
+            }
+            let refused = matches!(t, BundleLockTrust::Untrusted(_));
+            wheel_trust = Some(t.to_string());
+            if refused {
+                continue;
+            }
         }
         store.persist(&x.join("store").join(bucket).join(name), &e)?;
         added.push(e.label());
@@ -942,6 +1060,7 @@ pub fn import(
         uv: uv_installed,
         lock_entry,
         lock_trust: trust.map(|t| t.to_string()),
+        wheel_trust,
         goldens,
         notes,
     };

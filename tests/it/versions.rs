@@ -260,6 +260,22 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
     );
     assert_eq!(imported["lock_entry"], Value::Null, "{imported}");
     assert!(names(&k.join("store/lockfiles")).is_empty(), "{imported}");
+    // Its built wheel is judged the same way: unsigned, it is not taken.
+    let wheel_trust = imported["wheel_trust"].as_str().unwrap_or_default();
+    assert!(wheel_trust.starts_with("untrusted"), "{imported}");
+    assert!(names(&k.join("store/wheels")).is_empty(), "{imported}");
+    // The signed bundle's wheel is taken by a box that trusts A's key.
+    let k1 = fx.dir().join("store-k1");
+    configure(&k1, &url, None, &allowed, 1);
+    let imported = ok(&ob(
+        &fx,
+        &k1,
+        &[],
+        &["import", bundle.to_str().unwrap(), "--json"],
+    ));
+    let wheel_trust = imported["wheel_trust"].as_str().unwrap_or_default();
+    assert!(wheel_trust.contains("builder-a@test"), "{imported}");
+    assert_eq!(names(&k1.join("store/wheels")).len(), 1, "{imported}");
     assert!(
         names(&k.join("imported/fx/lockfiles/fx")).is_empty(),
         "{imported}"
