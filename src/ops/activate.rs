@@ -62,6 +62,33 @@ pub fn oracle_entry(store: &Store, lr: &LoadedRecipe) -> Result<Entry> {
     Ok(entry)
 }
 
+/// Refuses (exit 2) an alias `path` inside the store's root: what is there
+/// is the store's (`gc` deletes a link among the venvs, `unkeep` a root),
+/// so an alias there would not last. Its directory is resolved through
+/// symlinks; a relative `path` is taken from the working directory.
+///
+/// Errors: exit 2 naming PATH and the store root.
+fn refuse_inside_store(store: &Store, path: &Path) -> Result<()> {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let dir = abs
+        .parent()
+        .and_then(|d| d.canonicalize().ok())
+        .map(|d| abs.file_name().map_or(d.clone(), |n| d.join(n)))
+        .unwrap_or(abs);
+    let root = store
+        .root()
+        .canonicalize()
+        .unwrap_or_else(|_| store.root().to_path_buf());
+    if dir.starts_with(&root) {
+        return Err(crate::exit::bad_input(format!(
+            "PATH {} is inside the store {}: an alias must live outside it (what is in the store is the store's: gc and unkeep would remove it); give a path outside, e.g. ~/venvs/vllm-oracle",
+            path.display(),
+            root.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Verifies the oracle `entry` against `lr`, checks it is gateable, then
 /// points the alias `path` at it (see [`activate_with`]; someone else's
 /// symlink at PATH is refused).
@@ -91,6 +118,7 @@ pub fn activate_with(
     path: &Path,
     force: bool,
 ) -> Result<Activation> {
+    refuse_inside_store(store, path)?;
     // Content, not only sizes: a same-size edit of any file is refused.
     let v = verify_venv(
         &entry.path,

@@ -362,6 +362,13 @@ fn activate_switches_the_alias_atomically_and_roots_the_rollback() {
     let alias = d.join("venvs/vllm-oracle");
     let l = alias.to_str().unwrap();
 
+    // An alias inside the store is refused (gc and unkeep own what is there).
+    for inside in [store.join("store/venvs/x"), store.join("roots/fx-a")] {
+        let before = tree(store);
+        let t = text(&fx.exits(&["activate", "fx-a.yaml", inside.to_str().unwrap()], 2));
+        assert!(t.contains("is inside the store"), "{t}");
+        assert_eq!(tree(store), before);
+    }
     let act = fx.json(&["activate", "fx-a.yaml", l, "--json"]);
     assert_eq!(std::fs::read_link(&alias).unwrap(), va);
     let root = act["root"].as_str().unwrap().to_string();
