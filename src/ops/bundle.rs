@@ -45,6 +45,14 @@ pub fn export(s: &Session, pin_arg: &str, opts: &ExportOptions) -> Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
+    if opts.output.is_dir() {
+        return Err(bad_input(format!(
+            "--output {} is a directory; give the bundle's file name (e.g. {}/{}.tar.gz); nothing was exported",
+            opts.output.display(),
+            opts.output.display(),
+            r.name
+        )));
+    }
     if !parent.is_dir() {
         return Err(bad_input(format!(
             "--output {}: the directory {} does not exist (nothing was exported)",

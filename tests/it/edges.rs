@@ -975,6 +975,11 @@ fn one_built_oracle_plans_counts_lists_writes_through_links_and_imports_repacked
         text(&out)
     );
     assert_eq!(tree(&store), before);
+    // Into a directory itself: refused the same way, nothing left beside it.
+    let out = run(d, &["export", r, "-o", d.to_str().unwrap(), "--store", s]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("is a directory"), "{}", text(&out));
+    assert_eq!(tree(&store), before);
     let bundle = d.join("fx.tar.gz");
     let out = run(
         d,
