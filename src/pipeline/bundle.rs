@@ -408,6 +408,33 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
             symlink: false,
         });
     }
+    // Every entry as `import` will check it (a wheelhouse file against its
+    // sha256, the others against their manifests, hashes included): a
+    // damaged one would be found only on the offline box, which cannot
+    // repair it.
+    // A damaged one is moved aside (as `pull` does), so the next build here
+    // fetches or makes it again.
+    let mut damaged = Vec::new();
+    for label in &entries {
+        if let Some(e) = store.entry_by_label(label) {
+            let problems = crate::cache::substitute::damage_of(&e);
+            if !problems.is_empty() {
+                let _lock = e.lock()?;
+                if e.exists() {
+                    store.quarantine(&e, &problems)?;
+                }
+                damaged.push(format!("{label}: {}", problems.join("; ")));
+            }
+        }
+    }
+    if !damaged.is_empty() {
+        bail!(
+            "refusing to export {}: damaged store entries, which the importing box would refuse (moved aside):\n  - {}\nbuild the pin here again (`oracle-build build {}`, online), which fetches or makes them anew, then export",
+            r.name,
+            damaged.join("\n  - "),
+            lr.origin
+        );
+    }
     // The wheel travels signed too, as `push` signs it: an importing box
     // whose caches name trusted_signers takes it only when they trust it.
     if let Some(e) = &wheel_entry {

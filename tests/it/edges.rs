@@ -975,7 +975,48 @@ fn one_built_oracle_plans_counts_lists_writes_through_links_and_imports_repacked
         text(&out)
     );
     assert_eq!(tree(&store), before);
+    // A damaged wheelhouse entry is refused by export (the offline box
+    // could not repair it), naming it, and moved aside; a build here
+    // fetches it again.
+    let house = store.join("store/wheelhouse");
+    let mut shas: Vec<_> = std::fs::read_dir(&house)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    shas.sort();
+    let victim = std::fs::read_dir(&shas[0])
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let bytes = std::fs::read(&victim).unwrap();
+    std::fs::write(&victim, &bytes[..100]).unwrap();
+    let damaged = d.join("damaged.tar.gz");
+    let out = run(
+        d,
+        &["export", r, "-o", damaged.to_str().unwrap(), "--store", s],
+    );
+    let t = text(&out);
+    assert_eq!(code(&out), 1, "{t}");
+    let label = format!(
+        "wheelhouse/{}",
+        shas[0].file_name().unwrap().to_string_lossy()
+    );
+    assert!(
+        t.contains("damaged store entries") && t.contains(&label),
+        "{t}"
+    );
+    assert!(!damaged.exists());
+    assert!(!victim.exists(), "moved aside");
+    let out = build_out(d, &recipe, &store, &[]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(std::fs::read(&victim).unwrap(), bytes, "repaired");
     // Into a directory itself: refused the same way, nothing left beside it.
+    let before = tree(&store);
     let out = run(d, &["export", r, "-o", d.to_str().unwrap(), "--store", s]);
     assert_eq!(code(&out), 2, "{}", text(&out));
     assert!(text(&out).contains("is a directory"), "{}", text(&out));
