@@ -121,6 +121,22 @@ pub fn import(s: &Session, file: &Path) -> Result<()> {
     for n in &report.notes {
         println!("note     {n}");
     }
+    if report
+        .lock_trust
+        .as_deref()
+        .is_some_and(|t| t.starts_with("untrusted"))
+    {
+        // No lock was taken: an offline build would have none.
+        println!(
+            "the bundle's lock was not taken, so build it online (this box resolves its own lock) with: oracle-build build {} --store {}",
+            report.recipe_file.display(),
+            root.display()
+        );
+        println!(
+            "  (or offline, after trusting the lock: a reviewed lockfile given to `import --lockfiles`, or the exporting box's key in trusted_signers)"
+        );
+        return Ok(());
+    }
     println!(
         "build it offline with: oracle-build build {} --offline --store {}",
         report.recipe_file.display(),

@@ -647,7 +647,8 @@ fn judge_wheel(store: &Store, dir: &Path, atts: &[Attestation]) -> Result<Bundle
         if v.is_trusted() {
             return Ok(BundleLockTrust::Trusted(v.to_string()));
         }
-        why.push(v.to_string());
+        let v = v.to_string();
+        why.push(v.strip_prefix("untrusted: ").unwrap_or(&v).to_string());
     }
     Ok(BundleLockTrust::Untrusted(why.join("; ")))
 }
@@ -726,7 +727,8 @@ fn judge_lock(
             let t = crate::cache::substitute::LockTrust::Signed { verdict: v };
             return Ok(BundleLockTrust::Trusted(t.to_string()));
         }
-        why.push(v.to_string());
+        let v = v.to_string();
+        why.push(v.strip_prefix("untrusted: ").unwrap_or(&v).to_string());
     }
     Ok(BundleLockTrust::Untrusted(why.join("; ")))
 }

@@ -276,6 +276,21 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
     let wheel_trust = imported["wheel_trust"].as_str().unwrap_or_default();
     assert!(wheel_trust.contains("builder-a@test"), "{imported}");
     assert_eq!(names(&k1.join("store/wheels")).len(), 1, "{imported}");
+    // What import prints for the refused lock: once "untrusted", and a hint
+    // that works (online: no lock was taken for an offline build).
+    let k3 = fx.dir().join("store-k3");
+    configure(&k3, &url, None, &allowed, 1);
+    let out = ob(&fx, &k3, &[], &["import", unsigned.to_str().unwrap()]);
+    let t = text(&out);
+    assert_eq!(code(&out), 0, "{t}");
+    assert!(
+        t.contains("lock     untrusted: ") && !t.contains("untrusted: untrusted"),
+        "{t}"
+    );
+    assert!(
+        t.contains("build it online") && !t.contains("--offline --store"),
+        "{t}"
+    );
     assert!(
         names(&k.join("imported/fx/lockfiles/fx")).is_empty(),
         "{imported}"
