@@ -580,7 +580,7 @@ fn sign_wheel(store: &Store, entry: &Entry) -> Result<Vec<Attestation>> {
         return Ok(Vec::new());
     }
     let record = crate::stages::wheel::BuildRecord::read(&entry.path)?;
-    let time = crate::pipeline::push::statement_time(&record.started)?;
+    let time = trust::statement_time(&record.started)?;
     let st = trust::Statement::for_wheel(&record, &trust::builder_name(), &time);
     keys.iter().map(|k| trust::sign(&st, k)).collect()
 }

@@ -297,7 +297,7 @@ pub fn push_to(
     // The statement carries the build's time (build.json's `started`), not
     // the push's: a re-push signs the same bytes, so its attestation
     // artifact, and tag, are the same.
-    let time = statement_time(&build.started).with_context(|| {
+    let time = trust::statement_time(&build.started).with_context(|| {
         format!(
             "the `started` of {}",
             wheel_entry.path.join("build.json").display()
@@ -481,16 +481,6 @@ pub fn auto(lr: &LoadedRecipe, root: &Path, caches: &[Cache], lock_dir: &Path) -
         }
     }
     out
-}
-
-/// `2026-12-01T10:00:00Z` of an RFC 3339 time (`build.json`'s `started`).
-///
-/// Errors: not an RFC 3339 time.
-pub fn statement_time(started: &str) -> Result<String> {
-    let t: jiff::Timestamp = started
-        .parse()
-        .with_context(|| format!("{started:?} is not an RFC 3339 time"))?;
-    Ok(t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
 }
 
 /// The wheel artifacts `t` holds for the key of `build` with another

@@ -87,6 +87,19 @@ impl Statement {
     }
 }
 
+/// `2026-12-01T10:00:00Z` of an RFC 3339 time (`build.json`'s `started`):
+/// the time a wheel statement carries, the build's, so that signing the same
+/// wheel again (a re-push, an export) gives the same statement.
+///
+/// Errors: not an RFC 3339 time.
+pub fn statement_time(started: &str) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let t: jiff::Timestamp = started
+        .parse()
+        .with_context(|| format!("{started:?} is not an RFC 3339 time"))?;
+    Ok(t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+}
+
 /// The statement kind of a built wheel.
 pub const WHEEL: &str = "wheel";
 
