@@ -399,20 +399,17 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
     // The lock travels signed, as `push` signs a store lock: one
     // attestation per signing key of the store's caches, beside the lock.
     let atts = sign_lock(store, lr, &locked, target.as_ref())?;
-    if !atts.is_empty() {
-        let path = staging.path().join(LOCK_ATTESTATIONS);
-        fs::write(&path, serde_json::to_vec_pretty(&atts)?)?;
-        files.push(Member {
-            name: format!("lockfiles/{}/{LOCK_ATTESTATIONS}", r.name),
-            path,
-            symlink: false,
-        });
-    }
+    bundle_attestations(
+        staging.path(),
+        &r.name,
+        LOCK_ATTESTATIONS,
+        &atts,
+        &mut files,
+    )?;
     // Every entry as `import` will check it (a wheelhouse file against its
     // sha256, the others against their manifests, hashes included): a
     // damaged one would be found only on the offline box, which cannot
-    // repair it.
-    // A damaged one is moved aside (as `pull` does), so the next build here
+    // repair it. It is moved aside (as `pull` does), so the next build here
     // fetches or makes it again.
     let mut damaged = Vec::new();
     for label in &entries {
@@ -439,15 +436,13 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
     // whose caches name trusted_signers takes it only when they trust it.
     if let Some(e) = &wheel_entry {
         let atts = sign_wheel(store, e)?;
-        if !atts.is_empty() {
-            let path = staging.path().join(WHEEL_ATTESTATIONS);
-            fs::write(&path, serde_json::to_vec_pretty(&atts)?)?;
-            files.push(Member {
-                name: format!("lockfiles/{}/{WHEEL_ATTESTATIONS}", r.name),
-                path,
-                symlink: false,
-            });
-        }
+        bundle_attestations(
+            staging.path(),
+            &r.name,
+            WHEEL_ATTESTATIONS,
+            &atts,
+            &mut files,
+        )?;
     }
     files.sort_by(|a, b| a.name.cmp(&b.name));
 
@@ -546,6 +541,30 @@ fn sign_lock(
         &time,
     );
     keys.iter().map(|k| trust::sign(&st, k)).collect()
+}
+
+/// Adds `atts` (none: nothing) to the bundle's `files` as
+/// `lockfiles/<recipe>/<name>`, written into `staging`.
+///
+/// Errors: the file cannot be written.
+fn bundle_attestations(
+    staging: &Path,
+    recipe: &str,
+    name: &str,
+    atts: &[Attestation],
+    files: &mut Vec<Member>,
+) -> Result<()> {
+    if atts.is_empty() {
+        return Ok(());
+    }
+    let path = staging.join(name);
+    fs::write(&path, serde_json::to_vec_pretty(atts)?)?;
+    files.push(Member {
+        name: format!("lockfiles/{recipe}/{name}"),
+        path,
+        symlink: false,
+    });
+    Ok(())
 }
 
 /// The distinct signing keys of the store's caches (`config.toml`).
