@@ -650,10 +650,7 @@ fn store_policies(store: &Store) -> Result<Vec<trust::Policy>> {
 fn judge_wheel(store: &Store, dir: &Path, atts: &[Attestation]) -> Result<BundleLockTrust> {
     let policies = store_policies(store)?;
     if policies.is_empty() {
-        return Ok(BundleLockTrust::NotChecked(
-            "this store's caches name no trusted_signers, so its signatures cannot be checked"
-                .into(),
-        ));
+        return Ok(BundleLockTrust::NotChecked(NO_POLICY.into()));
     }
     let Ok(record) = crate::stages::wheel::BuildRecord::read(dir) else {
         return Ok(BundleLockTrust::Untrusted(
@@ -671,6 +668,10 @@ fn judge_wheel(store: &Store, dir: &Path, atts: &[Attestation]) -> Result<Bundle
     }
     Ok(BundleLockTrust::Untrusted(why.join("; ")))
 }
+
+/// Why a bundle's lock or wheel is taken unchecked: no trust policy here.
+const NO_POLICY: &str =
+    "this store's caches name no trusted_signers, so its signatures cannot be checked";
 
 /// How `import` judged a bundle's lock (its `lock_trust`), or its wheel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -733,10 +734,7 @@ fn judge_lock(
     }
     let policies = store_policies(store)?;
     if policies.is_empty() {
-        return Ok(BundleLockTrust::NotChecked(
-            "this store's caches name no trusted_signers, so its signatures cannot be checked"
-                .into(),
-        ));
+        return Ok(BundleLockTrust::NotChecked(NO_POLICY.into()));
     }
     let key = lock::auto_entry(store, &lr.recipe).name;
     let mut why = Vec::new();
