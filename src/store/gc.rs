@@ -46,11 +46,25 @@ pub fn references(store: &Store, entry: &Entry) -> Vec<Entry> {
 
 /// The labels of every entry reachable from a root or a running build.
 pub fn reachable(store: &Store) -> Result<BTreeSet<String>> {
-    let mut todo: Vec<Entry> = Vec::new();
+    reachable_with(store, || {})
+}
+
+/// [`reachable`], calling `between` after the running builds' temporary
+/// roots are read and before the roots are.
+///
+/// The order is what keeps a build that ends during the mark: a build sets
+/// its pin's root *before* it drops its temporary roots, so each of its
+/// entries is in what is read first or in what is read second. Read the
+/// other way round, a build that set its root just after the roots were read
+/// and dropped its temporary roots just before they were lost its new
+/// oracle, its lock and its wheel (seen once in `gc` looping during two
+/// builds). `between` lets a test be that build.
+fn reachable_with(store: &Store, between: impl FnOnce()) -> Result<BTreeSet<String>> {
+    let mut todo: Vec<Entry> = store.live_temp_roots()?;
+    between();
     for root in store.roots()? {
         todo.extend(store.root_entries(&root));
     }
-    todo.extend(store.live_temp_roots()?);
     let mut seen = BTreeSet::new();
     while let Some(e) = todo.pop() {
         if seen.insert(e.label()) {
@@ -229,6 +243,28 @@ mod tests {
         assert_eq!(report.deleted[0].entry, "wheels/w2");
         assert!(!stray.exists());
         assert!(venv.exists() && wheel.exists() && src.exists());
+    }
+
+    #[test]
+    fn a_build_that_ends_during_the_mark_keeps_its_oracle() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(dir.path()).unwrap();
+        store.init().unwrap();
+        let lock = entry_with(&store, Bucket::Locks, "l1", &[]);
+        let venv = entry_with(&store, Bucket::Venvs, "v1", &["lockfiles/l1"]);
+        let temp = store.temp_roots().unwrap();
+        temp.add(&store, &lock).unwrap();
+        temp.add(&store, &venv).unwrap();
+        // The build ends between the two reads: its root is set, then its
+        // temporary roots are dropped.
+        let live = reachable_with(&store, || {
+            store.set_root("fx", &venv).unwrap();
+            drop(temp);
+        })
+        .unwrap();
+        for e in [&lock, &venv] {
+            assert!(live.contains(&e.label()), "{} is reachable", e.label());
+        }
     }
 
     #[test]
