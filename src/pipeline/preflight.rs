@@ -19,6 +19,8 @@ pub struct Findings {
     pub uv: Option<Tool>,
     /// nvcc, if found (the declared one when `build.env` declares it).
     pub nvcc: Option<Tool>,
+    /// git, if found on PATH.
+    pub git: Option<Tool>,
     /// The compilers the build will use, measured (`None`: a declared one
     /// failed; see `compiler_problems`).
     pub compilers: Option<Compilers>,
@@ -37,8 +39,38 @@ pub struct Findings {
 pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
     let r = &lr.recipe;
     let mut problems = Vec::new();
-    let uv = toolchain::find_uv(store, None, false).ok();
-    let python = match toolchain::find_python(&r.python, uv.as_ref()) {
+    // Three groups of probes at once (each runs a few tools): uv and Python;
+    // the compilers; nvcc and git.
+    let ((uv, python), (compilers, nvcc), git) = std::thread::scope(|s| {
+        let interpreters = s.spawn(|| {
+            let uv = toolchain::find_uv(store, None, false).ok();
+            let python = toolchain::find_python(&r.python, uv.as_ref());
+            (uv, python)
+        });
+        let builders = s.spawn(|| {
+            let compilers = compilers::measure(&r.build.env, true);
+            // The declared nvcc, else the one found as before.
+            let declared = compilers
+                .as_ref()
+                .ok()
+                .and_then(|c| c.cuda.as_ref())
+                .filter(|k| k.declared_by == compilers::DeclaredBy::BuildEnv)
+                .and_then(|k| k.nvcc.as_ref())
+                .map(|n| Tool {
+                    path: n.path.clone(),
+                    version: n.version.clone(),
+                });
+            let nvcc = declared.or_else(toolchain::find_nvcc);
+            (compilers, nvcc)
+        });
+        let git = toolchain::find_git();
+        let joined = (interpreters.join(), builders.join());
+        match joined {
+            (Ok(i), Ok(b)) => (i, b, git),
+            _ => std::panic::resume_unwind(Box::new("a toolchain probe panicked")),
+        }
+    });
+    let python = match python {
         Ok(p) => Some(p),
         Err(e) => {
             problems.push(e);
@@ -56,21 +88,10 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
             }
         ));
     }
-    let (compilers, compiler_problems) = match compilers::measure(&r.build.env, true) {
+    let (compilers, compiler_problems) = match compilers {
         Ok(c) => (Some(c), Vec::new()),
         Err(p) => (None, p),
     };
-    // The declared nvcc, else the one found as before.
-    let declared_nvcc = compilers
-        .as_ref()
-        .and_then(|c| c.cuda.as_ref())
-        .filter(|k| k.declared_by == compilers::DeclaredBy::BuildEnv)
-        .and_then(|k| k.nvcc.as_ref())
-        .map(|n| Tool {
-            path: n.path.clone(),
-            version: n.version.clone(),
-        });
-    let nvcc = declared_nvcc.or_else(toolchain::find_nvcc);
     if r.build.device() == crate::recipe::TargetDevice::Cuda {
         if nvcc.is_none() && compiler_problems.is_empty() {
             problems.push("no nvcc: target_device cuda needs the CUDA toolkit (set CUDA_HOME or put nvcc on PATH)".into());
@@ -96,6 +117,7 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
         python,
         uv,
         nvcc,
+        git,
         compilers,
         compiler_problems,
         source_mirrored,
@@ -139,7 +161,7 @@ pub fn toolchain(store: &Store, lr: &LoadedRecipe, offline: bool) -> Result<Tool
     let tc = Toolchain {
         python,
         uv,
-        git: toolchain::find_git(),
+        git: f.git,
         libgit2: toolchain::libgit2_version(),
         gcc: gcc_of(&compilers),
         nvcc: f.nvcc,
