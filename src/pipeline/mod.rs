@@ -746,25 +746,36 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     if wheel_built {
         built.push("wheel".to_string());
     }
+    let mut shell = None;
     if !vplan.entry.exists() {
         // The runtime set is what the built wheel declares: refuse a lock
-        // that misses or contradicts it before anything is installed.
+        // that misses or contradicts it before anything is installed. The
+        // empty venv is made meanwhile (each runs an interpreter).
         let lock_file = hermetic.lock_dir.join(lock::RUNTIME_LOCK);
         let locked = vplan
             .hermetic
             .runtime_lock
             .as_ref()
             .map_or(&[][..], |l| l.packages.as_slice());
-        venv::check_requires(
-            store,
-            &tc.python.path,
-            &record.wheel_path(&plan.entry.path),
-            locked,
-            &r.pins,
-            &lock_file,
-            // As the user can run it: the recipe file, or a name PIN resolution finds.
-            &crate::recipe::shell_arg(lr),
-        )?;
+        let (made, checked) = std::thread::scope(|s| {
+            let made = s.spawn(|| venv::shell(&cx, &vplan.key));
+            let checked = venv::check_requires(
+                store,
+                &tc.python.path,
+                &record.wheel_path(&plan.entry.path),
+                locked,
+                &r.pins,
+                &lock_file,
+                // As the user can run it: the recipe file, or a name PIN resolution finds.
+                &crate::recipe::shell_arg(lr),
+            );
+            let made = made
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("making the venv panicked")));
+            (made, checked)
+        });
+        checked?;
+        shell = Some(made?);
         disk::check(store.root(), r, Stage::Venv)?;
     }
 
@@ -779,6 +790,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
             no_smoke: o.no_smoke,
             deep: o.deep,
             temp: Some(&temp),
+            shell,
         },
     )?;
     if outcome.built {

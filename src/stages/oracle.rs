@@ -32,6 +32,10 @@ use crate::store::{self, Bucket, Entry, MANIFEST, Manifest, STAMPS, Store, read_
 /// The record file of an oracle venv.
 pub const ORACLE_JSON: &str = "oracle.json";
 
+/// The directory of an oracle venv holding its install log and the gate's
+/// configs, results and logs.
+pub const LOGS_DIR: &str = "oracle-build";
+
 /// `oracle.json`: what the oracle is, where it came from, and its gate verdict.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct OracleRecord {
@@ -220,7 +224,7 @@ pub struct Outcome {
 }
 
 /// Options of the venv stage.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct Options<'a> {
     /// Skip the smoke run (verdict `unsmoked`).
     pub no_smoke: bool,
@@ -232,6 +236,9 @@ pub struct Options<'a> {
     /// makes or uses are registered there until the oracle's record
     /// requires them.
     pub temp: Option<&'a crate::store::TempRoots>,
+    /// The empty venv to install into, made beforehand ([`venv::shell`]);
+    /// `None`: made when the venv is built.
+    pub shell: Option<venv::Shell>,
 }
 
 /// Returns the oracle venv of `plan`, building it when absent (or when the
@@ -270,12 +277,13 @@ pub fn ensure(
     if !entry.exists() {
         let _lock = plan.entry.lock()?;
         if !entry.exists() {
+            let smoked = !opts.no_smoke;
             let record = build(cx, wheel_entry, wheel, src, plan, opts)?;
             return Ok(Outcome {
                 entry,
                 record,
                 built: true,
-                smoked: !opts.no_smoke,
+                smoked,
             });
         }
     }
@@ -412,35 +420,26 @@ pub fn write_record(venv: &Path, record: &OracleRecord) -> Result<()> {
     res
 }
 
-fn build(
+/// Measures the identity of the venv at `venv` (installed from `wheel`,
+/// built from the checkout `src`) and checks it against the recipe: the
+/// identity with the mirror's tags at the commit, its checks, the build's
+/// warnings (`plan`'s source warnings, and a missing tag), and the seconds
+/// it took.
+///
+/// Errors (exit 3, [`mismatch`]): a check fails; the probe cannot run.
+fn measure_identity(
     cx: &Ctx<'_>,
-    wheel_entry: &Entry,
+    venv: &Path,
     wheel: &BuildRecord,
     src: &Entry,
     plan: &VenvPlan,
-    opts: Options<'_>,
-) -> Result<OracleRecord> {
-    let Ctx { store, lr, tc, .. } = *cx;
+) -> Result<(Identity, Vec<Check>, Vec<String>, f64)> {
+    let Ctx { store, lr, .. } = *cx;
     let r = &lr.recipe;
-    let (key, entry) = (plan.key.as_str(), &plan.entry);
-    let staging = store.stage(&format!("venv-{key}"))?;
-    let venv::Installed {
-        venv,
-        scratch,
-        log,
-        created,
-        install_s,
-        link_s,
-        bytecode_s,
-        bytecode,
-        known,
-    } = venv::install(cx, wheel_entry, wheel, src, plan, staging.path(), opts.temp)?;
-
     let t_identity = std::time::Instant::now();
     progress::stage("identity", "measuring the oracle's identity");
     // The build mode from what the wheel's own record says the build got.
-    let mut ident =
-        identity::measure(&venv, &r.source.package, &r.source.commit, Some(&wheel.env))?;
+    let mut ident = identity::measure(venv, &r.source.package, &r.source.commit, Some(&wheel.env))?;
     // Tags as the mirror holds them now (the checkout keeps those of the
     // day it was made; the wheel was built with the mirror's).
     let mirror = crate::stages::source::mirror_entry(store, &r.source.repo);
@@ -473,19 +472,85 @@ fn build(
             identity::describe_failures(&checks)
         )));
     }
-    let identity_s = t_identity.elapsed().as_secs_f64();
-    let t_smoke = std::time::Instant::now();
-    let smoke = if opts.no_smoke {
-        SmokeReport::skipped(smoke::smoke_key(store, lr))
-    } else {
-        smoke::run(
-            &venv,
-            lr,
-            &scratch.join("smoke"),
-            &smoke::Options::new(store, lr),
-        )?
+    Ok((ident, checks, warnings, t_identity.elapsed().as_secs_f64()))
+}
+
+fn build(
+    cx: &Ctx<'_>,
+    wheel_entry: &Entry,
+    wheel: &BuildRecord,
+    src: &Entry,
+    plan: &VenvPlan,
+    opts: Options<'_>,
+) -> Result<OracleRecord> {
+    let Ctx { store, lr, tc, .. } = *cx;
+    let r = &lr.recipe;
+    let (key, entry) = (plan.key.as_str(), &plan.entry);
+    let shell = match opts.shell {
+        Some(shell) => shell,
+        None => venv::shell(cx, key)?,
     };
-    let smoke_s = t_smoke.elapsed().as_secs_f64();
+    let venv::Installed {
+        venv,
+        scratch,
+        log,
+        created,
+        install_s,
+        link_s,
+        bytecode_s,
+        bytecode,
+        known,
+    } = venv::install(cx, wheel_entry, wheel, src, plan, &shell, opts.temp)?;
+
+    // The identity is measured while the gate's probe runs (two Pythons at
+    // once); the gate holds its cases until the identity is known, so a venv
+    // that is not the pin never loads a model, and its refusal wins.
+    let (measured, smoke, listing) = std::thread::scope(|s| {
+        let (verdict, held) = std::sync::mpsc::channel::<bool>();
+        let gate = (!opts.no_smoke).then(|| {
+            let (venv, scratch) = (&venv, &scratch);
+            s.spawn(move || {
+                let t_smoke = std::time::Instant::now();
+                let hold = || match held.recv() {
+                    Ok(true) => Ok(()),
+                    _ => Err(anyhow::anyhow!(
+                        "the gate's cases were not run: the oracle's identity was refused"
+                    )),
+                };
+                smoke::run_held(
+                    venv,
+                    lr,
+                    &scratch.join("smoke"),
+                    &smoke::Options::new(store, lr),
+                    &hold,
+                )
+                .map(|report| (report, t_smoke.elapsed().as_secs_f64()))
+            })
+        });
+        // Meanwhile every file is listed: the venv no longer changes (both
+        // Pythons run with -B); the logs are added once the gate is done.
+        let listing = s.spawn(|| {
+            let t = std::time::Instant::now();
+            Manifest::build_known(&venv, &[MANIFEST, LOGS_DIR], &known)
+                .map(|m| (m, t.elapsed().as_secs_f64()))
+        });
+        let measured = measure_identity(cx, &venv, wheel, src, plan);
+        let _ = verdict.send(measured.is_ok());
+        let smoke = gate.map(|g| {
+            g.join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the smoke stage panicked")))
+        });
+        let listing = listing
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("listing the venv's files panicked")));
+        (measured, smoke, listing)
+    });
+    let (mut ident, checks, warnings, identity_s) = measured?;
+    let (mut manifest, listing_s) = listing?;
+    let (smoke, smoke_s) = match smoke {
+        Some(run) => run?,
+        None => (SmokeReport::skipped(smoke::smoke_key(store, lr)), 0.0),
+    };
     // Paths were measured in staging; record the final ones.
     let staged = venv.display().to_string();
     let fin = entry.path.display().to_string();
@@ -532,14 +597,13 @@ fn build(
     };
     // Logs and smoke results travel with the entry.
     fs::copy(&log, scratch.join("install.log"))?;
-    store::copy_tree(&scratch, &venv.join("oracle-build"))?;
+    store::copy_tree(&scratch, &venv.join(LOGS_DIR))?;
     let mut record = record;
-    record.smoke = relocate_logs(record.smoke, &scratch, &entry.path.join("oracle-build"));
+    record.smoke = relocate_logs(record.smoke, &scratch, &entry.path.join(LOGS_DIR));
     // The record is covered too: an edited or corrupt oracle.json is damage.
     let t_manifest = std::time::Instant::now();
-    write_json(&venv.join(ORACLE_JSON), &record)?;
-    let mut manifest = Manifest::build_known(&venv, &[MANIFEST], &known)?;
-    record.timings.manifest_s = t_manifest.elapsed().as_secs_f64();
+    manifest.add_tree(&venv, LOGS_DIR)?;
+    record.timings.manifest_s = listing_s + t_manifest.elapsed().as_secs_f64();
     write_json(&venv.join(ORACLE_JSON), &record)?;
     manifest.refresh(&venv, ORACLE_JSON)?;
     manifest.write_stamped(&venv)?;

@@ -420,8 +420,40 @@ pub fn evict_shared_damage(cx: &Ctx<'_>, entry: &Entry, problems: &[String]) -> 
     Ok(())
 }
 
+/// An empty relocatable venv at `<staging>/venv`, made by `uv venv` before
+/// anything is installed into it ([`install`]).
+#[derive(Debug)]
+pub struct Shell {
+    /// The staging directory (`<root>/tmp/venv-<key>.<pid>.*`), removed when
+    /// the shell is dropped unused.
+    pub staging: crate::store::Staging,
+}
+
+impl Shell {
+    /// The venv inside [`Shell::staging`].
+    pub fn venv(&self) -> std::path::PathBuf {
+        self.staging.path().join("venv")
+    }
+}
+
+/// Makes the [`Shell`] of the venv keyed `key`: a staging directory of the
+/// store and `uv venv --relocatable` with the toolchain's Python in it. A
+/// build makes it while the runtime lock is checked against the wheel
+/// (`uv venv` queries the interpreter: tens of milliseconds).
+///
+/// Errors: the staging directory cannot be made; uv fails (its log is
+/// `<root>/logs/venv-<key>.log`).
+pub fn shell(cx: &Ctx<'_>, key: &str) -> Result<Shell> {
+    let staging = cx.store.stage(&format!("venv-{key}"))?;
+    let log = cx.store.stage_log(&format!("venv-{key}"))?;
+    cx.uv
+        .venv(&cx.tc.python.path, &staging.path().join("venv"), true, &log)?;
+    let _ = fs::remove_file(&log);
+    Ok(Shell { staging })
+}
+
 /// Installs the wheel of `wheel_entry` (checked against `wheel`'s sha256)
-/// into a fresh relocatable venv under `staging`: exactly the locked runtime
+/// into the empty venv of `shell` ([`shell`]): exactly the locked runtime
 /// set plus the wheel when `plan` has one, else the checkout's runtime
 /// requirements with the recipe's pins as overrides.
 ///
@@ -432,9 +464,10 @@ pub fn install(
     wheel: &BuildRecord,
     src: &Entry,
     plan: &VenvPlan,
-    staging: &Path,
+    shell: &Shell,
     temp: Option<&crate::store::TempRoots>,
 ) -> Result<Installed> {
+    let staging = shell.staging.path();
     let Ctx { store, lr, tc, uv } = *cx;
     let r = &lr.recipe;
     let (key, entry, runtime) = (plan.key.as_str(), &plan.entry, plan.runtime.as_deref());
@@ -457,7 +490,6 @@ pub fn install(
             wheel.sha256
         );
     }
-    uv.venv(&tc.python.path, &venv, true, &log)?;
     let overrides = scratch.join("overrides.txt");
     fs::write(&overrides, pin_lines(&r.pins))?;
     // uv only links (hard links from the store's uv cache); the bytecode

@@ -105,6 +105,26 @@ impl Manifest {
         Ok(m)
     }
 
+    /// Adds the top-level directory `name` of the entry at `dir`, which
+    /// [`Manifest::build`] was told to skip (made after the rest was walked,
+    /// e.g. an oracle's logs): its files (hashed), symlinks and directories
+    /// join the others and it is no longer excluded.
+    ///
+    /// Errors: `dir/name` or something below it cannot be read.
+    pub fn add_tree(&mut self, dir: &Path, name: &str) -> Result<()> {
+        let top = dir.join(name);
+        self.dirs.push(DirStamp {
+            path: name.to_string(),
+            mtime_ns: mtime_ns(&fs::metadata(&top)?),
+        });
+        walk(dir, &top, &[], &HashMap::new(), self)?;
+        self.excluded.retain(|e| e != name);
+        self.files.sort_by(|a, b| a.path.cmp(&b.path));
+        self.symlinks.sort();
+        self.dirs.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(())
+    }
+
     /// Writes the manifest to `<dir>/manifest.json`.
     pub fn write(&self, dir: &Path) -> Result<()> {
         write_json(&dir.join(MANIFEST), self)
@@ -393,4 +413,38 @@ fn walk(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Field by field: [`Manifest`] has no `PartialEq`.
+    fn same(a: &Manifest, b: &Manifest) {
+        assert_eq!(a.files, b.files);
+        assert_eq!(a.symlinks, b.symlinks);
+        assert_eq!(a.excluded, b.excluded);
+        assert_eq!(a.dirs, b.dirs);
+    }
+
+    #[test]
+    fn a_tree_added_later_is_listed_as_if_it_had_been_walked() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        fs::create_dir_all(d.join("lib/pkg")).unwrap();
+        fs::write(d.join("lib/pkg/a.py"), "a = 1\n").unwrap();
+        fs::write(d.join("top.txt"), "top\n").unwrap();
+        // Listed before the logs exist, without them.
+        let mut m = Manifest::build(d, &[MANIFEST, "logs"]).unwrap();
+        fs::create_dir_all(d.join("logs/smoke")).unwrap();
+        fs::write(d.join("logs/install.log"), "installed\n").unwrap();
+        fs::write(d.join("logs/smoke/result.json"), "{}\n").unwrap();
+        std::os::unix::fs::symlink("install.log", d.join("logs/latest")).unwrap();
+        m.add_tree(d, "logs").unwrap();
+        same(&m, &Manifest::build(d, &[MANIFEST]).unwrap());
+        assert!(m.files.iter().any(|f| f.path == "logs/smoke/result.json"));
+        // An edited log is damage, as any other file.
+        fs::write(d.join("logs/install.log"), "edited!!!\n").unwrap();
+        assert!(!m.check(d, true).is_empty());
+    }
 }

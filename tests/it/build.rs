@@ -205,6 +205,48 @@ fn expect_mismatch_is_refused_with_exit_3_and_nothing_is_recorded() {
 }
 
 #[test]
+fn an_oracle_that_is_not_the_pin_is_refused_before_the_gate_loads_a_model() {
+    // The identity is measured while the gate's probe runs; the gate's cases
+    // wait for its verdict. A package that cannot be imported fails the
+    // identity: exit 3, no case run, nothing recorded, no staging left.
+    let fx = Fx::new();
+    let (repo, _) = fx.repo();
+    std::fs::write(
+        repo.join("fixturellm/__init__.py"),
+        "raise ImportError('broken on purpose')\n",
+    )
+    .unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "broken import"]);
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    let recipe = fx.recipe("fx", &repo, &commit, SMOKE);
+    let store = fx.store();
+    let out = fx.build(&recipe);
+    let t = text(&out);
+    assert_eq!(code(&out), 3, "{t}");
+    assert!(
+        t.contains("is not the pin") && t.contains("broken on purpose"),
+        "{t}"
+    );
+    assert!(
+        !t.contains("smoke: case"),
+        "a case ran for a refused oracle: {t}"
+    );
+    assert_eq!(
+        std::fs::read_dir(store.join("store/venvs"))
+            .unwrap()
+            .count(),
+        0,
+        "a refused oracle is not recorded"
+    );
+    assert_eq!(
+        std::fs::read_dir(store.join("tmp")).unwrap().count(),
+        0,
+        "no staging left behind"
+    );
+}
+
+#[test]
 fn a_pretend_version_in_the_environment_cannot_relabel_the_build() {
     let fx = Fx::new();
     let (_, commit, recipe) = fx.pin();

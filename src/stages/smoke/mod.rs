@@ -153,6 +153,21 @@ pub fn boot_change(before: Option<&str>, after: Option<&str>) -> Option<String> 
 /// case disagrees with the golden already there (then no golden is written).
 /// Everything the oracle does wrong becomes a reason in the report.
 pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, opts: &Options) -> Result<SmokeReport> {
+    run_held(venv, lr, out_dir, opts, &|| Ok(()))
+}
+
+/// [`run`], with `hold` called between the probe and the cases: a build runs
+/// the probe while the oracle's identity is measured, and `hold` waits for
+/// that verdict, so a venv that is not the pin never loads a model.
+///
+/// Errors: as [`run`]; `hold`'s error, returned as it is (no case is run).
+pub fn run_held(
+    venv: &Path,
+    lr: &LoadedRecipe,
+    out_dir: &Path,
+    opts: &Options,
+    hold: &dyn Fn() -> Result<()>,
+) -> Result<SmokeReport> {
     let recipe = &lr.recipe;
     let started = jiff::Timestamp::now().to_string();
     let t0 = Instant::now();
@@ -204,6 +219,7 @@ pub fn run(venv: &Path, lr: &LoadedRecipe, out_dir: &Path, opts: &Options) -> Re
         }
     };
     let probe_ok = probe.is_null() || probe["ok"].as_bool().unwrap_or(false);
+    hold()?;
 
     let mut cases = Vec::new();
     let mut pending = Vec::new();
