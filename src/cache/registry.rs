@@ -237,12 +237,10 @@ impl Registry {
         }
     }
 
-    /// Copies the body of `res` into `out`, at most `limit` bytes (one more
-    /// and it fails), each read waiting at most the idle-read timeout.
     /// `GET /v2/<name>/blobs/<digest>` into the new file `dest`, read up to
     /// `size` bytes, hashed as it arrives and checked against `digest`
-    /// (`dest` removed on any error). No fsync: the store syncs once
-    /// before it renames what a pull brings into place.
+    /// (`dest` removed on any error). No fsync (see `pull_pin`: an entry a
+    /// power loss damaged fails its checks and is fetched again).
     async fn fetch_blob(&self, digest: &str, size: u64, dest: &Path) -> Result<()> {
         let what = format!("downloading blob {digest} ({size} bytes declared)");
         let url = self.v2_url(&format!("blobs/{digest}"));
@@ -259,9 +257,7 @@ impl Registry {
                     ))
                 );
             }
-            let mut file = std::io::BufWriter::with_capacity(1 << 20, fs_err::File::create(dest)?);
-            let got = self.body(res, size, &mut file, &what).await?;
-            file.flush()?;
+            let got = self.body_to_file(res, size, dest, &what).await?;
             if got.digest != digest || got.len != size {
                 bail!(
                     "{}",
@@ -314,15 +310,96 @@ impl Registry {
         Ok(Some(Fetched { bytes, digest }))
     }
 
+    /// Copies the body of `res` into `out` and hashes it, at most `limit`
+    /// bytes (see [`Registry::chunks`]).
     async fn body(
         &self,
-        mut res: reqwest::Response,
+        res: reqwest::Response,
         limit: u64,
         out: &mut impl Write,
         what: &str,
     ) -> Result<super::bounds::Copied> {
         use sha2::{Digest, Sha256};
         let mut hash = Sha256::new();
+        let len = self
+            .chunks(res, limit, what, |chunk| {
+                out.write_all(&chunk)?;
+                hash.update(&chunk);
+                Ok(())
+            })
+            .await?;
+        Ok(super::bounds::Copied {
+            len,
+            digest: format!("sha256:{}", hex::encode(hash.finalize())),
+        })
+    }
+
+    /// [`Registry::body`] into the new file `dest`, written and hashed by a
+    /// thread of its own: the runtime's one thread only receives, so eight
+    /// downloads at once hash and write on another CPU (a pull's sha256 alone
+    /// is a third of its CPU time).
+    ///
+    /// Errors: as [`Registry::body`]; `dest` cannot be created or written.
+    async fn body_to_file(
+        &self,
+        res: reqwest::Response,
+        limit: u64,
+        dest: &Path,
+        what: &str,
+    ) -> Result<super::bounds::Copied> {
+        // A few chunks in flight: a writer that falls behind holds the
+        // reader back instead of the chunks piling up in memory.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<bytes::Bytes>(16);
+        let file = fs_err::File::create(dest)?;
+        let writer = std::thread::spawn(move || -> Result<super::bounds::Copied> {
+            use sha2::{Digest, Sha256};
+            let mut hash = Sha256::new();
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+            let mut len = 0u64;
+            for chunk in rx {
+                out.write_all(&chunk)?;
+                hash.update(&chunk);
+                len += chunk.len() as u64;
+            }
+            out.flush()?;
+            Ok(super::bounds::Copied {
+                len,
+                digest: format!("sha256:{}", hex::encode(hash.finalize())),
+            })
+        });
+        let read = self
+            .chunks(res, limit, what, |chunk| {
+                // Fails only when the writer stopped: its error is the one to give.
+                tx.send(chunk)
+                    .map_err(|_| anyhow!("the writer of {} stopped", dest.display()))
+            })
+            .await;
+        drop(tx);
+        let written = writer
+            .join()
+            .unwrap_or_else(|_| Err(anyhow!("the writer of {} panicked", dest.display())));
+        match (read, written) {
+            (Err(e), Ok(_)) => Err(e),
+            // The writer's error (a read that failed because it stopped).
+            (_, written) => written,
+        }
+    }
+
+    /// Reads the body of `res` chunk by chunk into `take`, at most `limit`
+    /// bytes (one more and it fails), each read waiting at most the
+    /// idle-read timeout and all of them averaging at least
+    /// [`super::bounds::MIN_BYTES_PER_SECOND`]; returns how many bytes `take` got.
+    ///
+    /// Errors: [`Unreachable`] on a timeout, a dropped connection or a
+    /// server slower than the minimum; the body is longer than `limit`;
+    /// `take` fails.
+    async fn chunks(
+        &self,
+        mut res: reqwest::Response,
+        limit: u64,
+        what: &str,
+        mut take: impl FnMut(bytes::Bytes) -> Result<()>,
+    ) -> Result<u64> {
         let mut len = 0u64;
         let mut pace = super::bounds::Pace::new(self.timeouts.read, std::time::Instant::now());
         loop {
@@ -345,20 +422,17 @@ impl Registry {
             }
             let room = limit - len;
             let keep = usize::try_from(room).map_or(chunk.len(), |r| chunk.len().min(r));
-            out.write_all(&chunk[..keep])?;
-            hash.update(&chunk[..keep]);
+            let over = keep < chunk.len();
+            take(chunk.slice(..keep))?;
             len += keep as u64;
-            if keep < chunk.len() {
+            if over {
                 bail!(
                     "{}",
                     self.context(&format!("{what}: it sends more than {limit} bytes"))
                 );
             }
         }
-        Ok(super::bounds::Copied {
-            len,
-            digest: format!("sha256:{}", hex::encode(hash.finalize())),
-        })
+        Ok(len)
     }
 }
 
