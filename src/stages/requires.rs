@@ -50,16 +50,6 @@ print(json.dumps({
 }))
 "#;
 
-/// Reads `*.dist-info/METADATA` out of a wheel (a zip archive, PEP 427).
-const WHEEL_METADATA_PY: &str = r#"
-import sys, zipfile
-with zipfile.ZipFile(sys.argv[1]) as z:
-    names = [n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-    if len(names) != 1:
-        sys.exit("%s: expected one *.dist-info/METADATA, found %r" % (sys.argv[1], names))
-    sys.stdout.write(z.read(names[0]).decode("utf-8"))
-"#;
-
 /// Calls the tree's PEP 517 backend: `prepare_metadata_for_build_wheel(out)`
 /// (PEP 517, optional hook), printing the METADATA it wrote. The backend is
 /// `[build-system].build-backend` of pyproject.toml (setuptools' legacy
@@ -139,21 +129,14 @@ pub fn marker_env_on(
     serde_json::from_value(v).context("the marker environment of the target platform")
 }
 
-/// The core metadata of the wheel at `wheel`, read with `python`'s zipfile.
+/// The core metadata of the wheel at `wheel` (see
+/// [`crate::store::wheelname::read_metadata`]).
 ///
-/// Errors: not a wheel, or it holds no single `*.dist-info/METADATA`.
-pub fn wheel_metadata(python: &Path, wheel: &Path) -> Result<String> {
-    capture(
-        &format!("reading the metadata of {}", wheel.display()),
-        duct::cmd(
-            python,
-            [
-                std::ffi::OsStr::new("-c"),
-                WHEEL_METADATA_PY.as_ref(),
-                wheel.as_os_str(),
-            ],
-        ),
-    )
+/// Errors: not a wheel, or it holds no single `*.dist-info/METADATA`
+/// (the message names the wheel).
+pub fn wheel_metadata(wheel: &Path) -> Result<String> {
+    crate::store::wheelname::read_metadata(wheel)
+        .map_err(|e| anyhow::anyhow!("reading the metadata of {}: {e}", wheel.display()))
 }
 
 /// Runs the PEP 517 hook `prepare_metadata_for_build_wheel` of the tree at

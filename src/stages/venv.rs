@@ -610,17 +610,8 @@ pub fn check_requires(
     let name = wheel
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-    // Two runs of the interpreter, at once.
-    let (meta, env) = std::thread::scope(|s| {
-        let env = s.spawn(|| requires::marker_env(python));
-        let meta = requires::wheel_metadata(python, wheel);
-        let env = env
-            .join()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("reading the marker environment panicked")));
-        (meta, env)
-    });
-    let reqs = requires::requires_dist(&meta?, &name)?;
-    let env = env?;
+    let reqs = requires::requires_dist(&requires::wheel_metadata(wheel)?, &name)?;
+    let env = requires::marker_env(python)?;
     let versions: Vec<LockedVersion> = locked
         .iter()
         .map(|p| LockedVersion {
@@ -632,7 +623,7 @@ pub fn check_requires(
         let p = locked.iter().find(|p| p.name == v.name)?;
         let a = p.wheels.first()?;
         let f = wheelhouse::file_of(&wheelhouse::entry(store, &a.sha256)).ok()?;
-        requires::wheel_metadata(python, &f).ok()
+        requires::wheel_metadata(&f).ok()
     };
     let unmet = requires::check(&reqs, &env, &versions, pins, &metadata_of);
     if unmet.is_empty() {

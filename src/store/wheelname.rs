@@ -119,20 +119,26 @@ fn header<'a>(text: &'a str, key: &str) -> Option<&'a str> {
     })
 }
 
-/// Opens the wheel at `path` and checks that its `.dist-info` (the one
-/// directory `{name}-{version}.dist-info` at the archive's top) has a
-/// `WHEEL` file and a `METADATA` whose `Name` and `Version` are the file
-/// name's (names compared normalized, versions as PEP 440 versions).
+/// The most of one metadata file of a wheel ([`read_metadata`]) read: a
+/// larger one is refused, not read whole.
+pub const METADATA_LIMIT: u64 = 16 << 20;
+
+/// The core metadata (`METADATA`, PEP 566) of the wheel at `path`, from the
+/// one `.dist-info` directory at the top of its archive (PEP 427); at most
+/// [`METADATA_LIMIT`] bytes.
 ///
-/// Errors: the archive does not open, lacks them, or disagrees (says how).
-pub fn check_wheel_metadata(path: &Path) -> Result<WheelName, String> {
-    let file = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let w = parse_wheel(&file)?;
+/// Errors: the archive does not open, has no single `.dist-info`, no
+/// `METADATA`, or one larger than the limit or not UTF-8 (says which).
+pub fn read_metadata(path: &Path) -> Result<String, String> {
+    let (mut zip, di) = open_dist_info(path)?;
+    read_member(&mut zip, &format!("{di}/METADATA"))
+}
+
+/// The archive of the wheel at `path` and the name of its one top-level
+/// `.dist-info` directory.
+fn open_dist_info(path: &Path) -> Result<(zip::ZipArchive<std::fs::File>, String), String> {
     let f = std::fs::File::open(path).map_err(|e| format!("cannot open it: {e}"))?;
-    let mut zip = zip::ZipArchive::new(f).map_err(|e| format!("not a zip archive: {e}"))?;
+    let zip = zip::ZipArchive::new(f).map_err(|e| format!("not a zip archive: {e}"))?;
     let dist_infos: std::collections::BTreeSet<String> = zip
         .file_names()
         .filter_map(|n| n.ok())
@@ -151,19 +157,44 @@ pub fn check_wheel_metadata(path: &Path) -> Result<WheelName, String> {
             ));
         }
     };
-    let mut read = |member: &str| -> Result<String, String> {
-        let mut s = String::new();
-        zip.by_name(member)
-            .map_err(|e| format!("{member}: {e}"))?
-            .read_to_string(&mut s)
-            .map_err(|e| format!("{member}: {e}"))?;
-        Ok(s)
-    };
-    let wheel = read(&format!("{di}/WHEEL"))?;
+    Ok((zip, di))
+}
+
+/// The text of `member` of `zip`, at most [`METADATA_LIMIT`] bytes.
+fn read_member(zip: &mut zip::ZipArchive<std::fs::File>, member: &str) -> Result<String, String> {
+    let mut bytes = Vec::new();
+    zip.by_name(member)
+        .map_err(|e| format!("{member}: {e}"))?
+        .take(METADATA_LIMIT + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{member}: {e}"))?;
+    if bytes.len() as u64 > METADATA_LIMIT {
+        return Err(format!(
+            "{member} is larger than {} MiB",
+            METADATA_LIMIT >> 20
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| format!("{member} is not UTF-8"))
+}
+
+/// Opens the wheel at `path` and checks that its `.dist-info` (the one
+/// directory `{name}-{version}.dist-info` at the archive's top) has a
+/// `WHEEL` file and a `METADATA` whose `Name` and `Version` are the file
+/// name's (names compared normalized, versions as PEP 440 versions).
+///
+/// Errors: the archive does not open, lacks them, or disagrees (says how).
+pub fn check_wheel_metadata(path: &Path) -> Result<WheelName, String> {
+    let file = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let w = parse_wheel(&file)?;
+    let (mut zip, di) = open_dist_info(path)?;
+    let wheel = read_member(&mut zip, &format!("{di}/WHEEL"))?;
     if header(&wheel, "Wheel-Version").is_none() {
         return Err(format!("{di}/WHEEL has no Wheel-Version"));
     }
-    let meta = read(&format!("{di}/METADATA"))?;
+    let meta = read_member(&mut zip, &format!("{di}/METADATA"))?;
     let name = header(&meta, "Name").ok_or_else(|| format!("{di}/METADATA has no Name"))?;
     let version =
         header(&meta, "Version").ok_or_else(|| format!("{di}/METADATA has no Version"))?;
@@ -194,6 +225,49 @@ pub fn check_wheel_metadata(path: &Path) -> Result<WheelName, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A wheel at `dir/name` holding `members` (path, bytes).
+    fn zip_with(dir: &Path, name: &str, members: &[(&str, &[u8])]) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = dir.join(name);
+        let mut z = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+        for (m, bytes) in members {
+            z.start_file(*m, zip::write::SimpleFileOptions::default())
+                .unwrap();
+            z.write_all(bytes).unwrap();
+        }
+        z.finish().unwrap();
+        path
+    }
+
+    #[test]
+    fn the_metadata_comes_from_the_one_dist_info_and_has_a_bound() {
+        let t = tempfile::tempdir().unwrap();
+        let meta = b"Metadata-Version: 2.1\nName: fx\nVersion: 1.0\nRequires-Dist: numpy>=2\n";
+        let ok = zip_with(
+            t.path(),
+            "fx-1.0-py3-none-any.whl",
+            &[("fx/__init__.py", b""), ("fx-1.0.dist-info/METADATA", meta)],
+        );
+        assert_eq!(read_metadata(&ok).unwrap().as_bytes(), meta);
+        let none = zip_with(t.path(), "a.whl", &[("fx/__init__.py", b"")]);
+        assert!(read_metadata(&none).unwrap_err().contains("no .dist-info"));
+        let two = zip_with(
+            t.path(),
+            "b.whl",
+            &[
+                ("a-1.dist-info/METADATA", meta),
+                ("b-1.dist-info/METADATA", meta),
+            ],
+        );
+        assert!(read_metadata(&two).unwrap_err().contains("several"));
+        let big = vec![b'x'; (METADATA_LIMIT + 1) as usize];
+        let huge = zip_with(t.path(), "c.whl", &[("c-1.dist-info/METADATA", &big)]);
+        assert!(read_metadata(&huge).unwrap_err().contains("larger than"));
+        let not_zip = t.path().join("d.whl");
+        std::fs::write(&not_zip, "not a zip").unwrap();
+        assert!(read_metadata(&not_zip).unwrap_err().contains("not a zip"));
+    }
 
     #[test]
     fn wheel_names_follow_pep_427() {
