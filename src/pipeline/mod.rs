@@ -38,10 +38,12 @@
 //! 8. Plan the venv from the wheel's record ([`venv_plan`]); a damaged wheel
 //!    about to be installed is quarantined and rebuilt; a runtime lock that
 //!    misses or contradicts the wheel's `Requires-Dist` is refused
-//!    (`stages::venv::check_requires`) before anything is installed.
+//!    (`stages::venv::check_requires`) before anything is installed; the
+//!    empty venv is made meanwhile (`stages::venv::shell`).
 //! 9. Ensure the oracle (`stages::oracle`): install the venv
-//!    (`stages::venv`), check its identity (`stages::identity`), run the gate
-//!    (`stages::smoke`), record `oracle.json`, persist.
+//!    (`stages::venv`), check its identity (`stages::identity`) while the
+//!    gate's probe runs (`stages::smoke`: its cases wait for the identity's
+//!    verdict), record `oracle.json`, persist.
 //! 10. Point the pin's GC root at the oracle; drop the temporary roots.
 //! 11. When the wheel was built here, push to the `push = "auto"` caches
 //!     ([`push::auto`]); a failed push is reported, not a build failure.
