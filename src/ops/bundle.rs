@@ -41,25 +41,12 @@ pub fn export(s: &Session, pin_arg: &str, opts: &ExportOptions) -> Result<()> {
     };
     // The bundle's directory must exist before any work (exit 2, nothing
     // fetched or written): the bundle is written beside it, then renamed.
-    let parent = match opts.output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    if opts.output.is_dir() {
-        return Err(bad_input(format!(
-            "--output {} is a directory; give the bundle's file name (e.g. {}/{}.tar.gz); nothing was exported",
-            opts.output.display(),
-            opts.output.display(),
-            r.name
-        )));
-    }
-    if !parent.is_dir() {
-        return Err(bad_input(format!(
-            "--output {}: the directory {} does not exist (nothing was exported)",
-            opts.output.display(),
-            parent.display()
-        )));
-    }
+    crate::ops::check_output_file(
+        "--output",
+        &opts.output,
+        &format!("{}.tar.gz", r.name),
+        "nothing was exported",
+    )?;
     let store = s.store()?;
     let report = bundle::export(
         &store,

@@ -42,6 +42,40 @@ pub fn json_printed() -> bool {
     JSON_PRINTED.load(std::sync::atomic::Ordering::SeqCst)
 }
 
+/// Checks, before any work, that the file a command is told to write
+/// (`flag` `path`) can be made: `path` is not a directory and its directory
+/// exists. `example` is a file name to suggest for a directory; `nothing`
+/// says what was not done (e.g. "nothing was exported").
+///
+/// Errors (exit 2): `path` is a directory; its directory does not exist or
+/// is not a directory.
+pub fn check_output_file(
+    flag: &str,
+    path: &std::path::Path,
+    example: &str,
+    nothing: &str,
+) -> anyhow::Result<()> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    if path.is_dir() {
+        return Err(crate::exit::bad_input(format!(
+            "{flag} {} is a directory; give a file name (e.g. {}); {nothing}",
+            path.display(),
+            path.join(example).display()
+        )));
+    }
+    if !parent.is_dir() {
+        return Err(crate::exit::bad_input(format!(
+            "{flag} {}: the directory {} does not exist ({nothing})",
+            path.display(),
+            parent.display()
+        )));
+    }
+    Ok(())
+}
+
 /// The one JSON document `--json` prints on stdout for a failure that printed
 /// none: `{"error": <message with its causes>, "exit": <code>, "causes": [...]}`.
 pub fn error_document(err: &anyhow::Error, exit: i32) -> serde_json::Value {

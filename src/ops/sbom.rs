@@ -15,8 +15,12 @@ use crate::stages::lock;
 /// oracle requires and in the recipe's lock directory (`--lockfiles`,
 /// `$ORACLE_BUILD_LOCKFILES`, or `lockfiles/` beside the recipe file).
 ///
-/// Errors: as [`target::locate`] and [`sbom::bom`]; FILE cannot be written.
+/// Errors: exit 2 when FILE is a directory or its directory does not exist
+/// (checked first); as [`target::locate`] and [`sbom::bom`]; FILE cannot be written.
 pub fn run(s: &Session, target_arg: &str, out: Option<&Path>) -> Result<()> {
+    if let Some(file) = out {
+        crate::ops::check_output_file("--out", file, "sbom.json", "nothing was written")?;
+    }
     let t = target::locate(s, target_arg)?;
     let mut lock_dirs = Vec::new();
     // The recipe as the build loaded it: its file, when it is still there.

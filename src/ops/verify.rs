@@ -360,6 +360,14 @@ fn follow_links(path: &Path) -> Result<std::path::PathBuf> {
 /// block is printed or written).
 pub fn run(s: &Session, target: &str, opts: &VerifyOptions) -> Result<()> {
     let json = s.json;
+    if let Some(file) = &opts.write_pin_block {
+        crate::ops::check_output_file(
+            "--write-pin-block",
+            file,
+            "SYNC.md",
+            "nothing was verified or written",
+        )?;
+    }
     let v = verify(s, target, opts)?;
     if let (Some(file), Some(block)) = (&opts.write_pin_block, &v.pin_block) {
         write_pin_block(file, block)?;

@@ -147,6 +147,34 @@ fn pin_block_goes_to_stdout_only_when_verified_and_can_be_replaced_in_place() {
     );
     let out = run(d, &["verify", r, "--store", s, "--pin-file", sf]);
     assert_eq!(code(&out), 0, "{}", text(&out));
+    // A file that cannot be made is bad input, named before any work: a
+    // directory, or a file in a directory that does not exist.
+    let missing = d.join("no-such-dir/SYNC.md");
+    for (flag, path, what) in [
+        ("--write-pin-block", d.to_path_buf(), "is a directory"),
+        ("--write-pin-block", missing.clone(), "does not exist"),
+    ] {
+        let out = run(
+            d,
+            &["verify", r, "--store", s, flag, path.to_str().unwrap()],
+        );
+        let t = text(&out);
+        assert_eq!(code(&out), 2, "{t}");
+        assert!(t.contains(flag) && t.contains(what), "{t}");
+    }
+    for (path, what) in [
+        (d.to_path_buf(), "is a directory"),
+        (missing.clone(), "does not exist"),
+    ] {
+        let out = run(
+            d,
+            &["sbom", r, "--store", s, "--out", path.to_str().unwrap()],
+        );
+        let t = text(&out);
+        assert_eq!(code(&out), 2, "{t}");
+        assert!(t.contains("--out") && t.contains(what), "{t}");
+    }
+    assert!(!missing.parent().unwrap().exists());
 }
 
 // Item 9: --record-golden never overwrites a file at the `golden:` path
