@@ -294,6 +294,18 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
     let python = resolving_python(&r.python, found_uv.as_ref())
         .map_err(|e| anyhow!("cannot export {}: {e}", r.name))?;
     store.init()?;
+    // What killed exports left: their staging, and their bundle beside the output.
+    crate::store::report_stale_staging(store, "export")?;
+    let beside = crate::store::bundle::remove_stale_temps(output);
+    if beside > 0 {
+        progress::stage(
+            "export",
+            format!(
+                "removed {beside} unfinished bundle(s) of killed exports beside {}",
+                output.display()
+            ),
+        );
+    }
     let (tc, uv) = preparing(
         store,
         python,

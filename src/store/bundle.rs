@@ -160,20 +160,60 @@ pub fn list_members(manifest: &mut BundleManifest, files: &[Member]) -> Result<(
     Ok(())
 }
 
-/// Writes the bundle `output`: `manifest` first, then `files` in the order
-/// given, through a temporary file beside it and a rename (a failed write
-/// leaves nothing at `output`).
-///
-/// Errors: a file cannot be read, the archive cannot be written.
-pub fn write_archive(output: &Path, manifest: &BundleManifest, files: &[Member]) -> Result<()> {
-    let tmp = output.with_file_name(format!(
-        ".{}.{}.tmp",
+/// The temporary file a run `pid` writes the bundle `output` into, beside
+/// it: `.<file name>.<pid>.tmp`.
+fn temp_beside(output: &Path, pid: u32) -> std::path::PathBuf {
+    output.with_file_name(format!(
+        ".{}.{pid}.tmp",
         output
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
+            .unwrap_or_default()
+    ))
+}
+
+/// Removes the temporary bundles that killed runs left beside `output`
+/// (see [`write_archive`]: `.<file name>.<pid>.tmp` of a process that no
+/// longer runs); returns how many were removed. Best effort.
+pub fn remove_stale_temps(output: &Path) -> usize {
+    let (Some(dir), Some(name)) = (output.parent(), output.file_name()) else {
+        return 0;
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let Ok(read) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in read.flatten() {
+        let file = e.file_name().to_string_lossy().into_owned();
+        let pid = file
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(".tmp"))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && i32::try_from(pid).is_ok_and(|p| !crate::store::process_alive(p))
+            && e.file_type().is_ok_and(|t| t.is_file())
+            && std::fs::remove_file(e.path()).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// Writes the bundle `output`: `manifest` first, then `files` in the order
+/// given, through a temporary file beside it and a rename (a failed write
+/// leaves nothing at `output`; one a killed run left is removed by the next
+/// export to the same file, [`remove_stale_temps`]).
+///
+/// Errors: a file cannot be read, the archive cannot be written.
+pub fn write_archive(output: &Path, manifest: &BundleManifest, files: &[Member]) -> Result<()> {
+    let tmp = temp_beside(output, std::process::id());
     let result = (|| -> Result<()> {
         let out = fs::File::create(&tmp)?;
         let gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());

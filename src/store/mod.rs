@@ -951,7 +951,7 @@ fn list_root_labels(text: &str) -> impl Iterator<Item = &str> {
 /// zombie: it holds no file and no lock, so what it left is stale.
 /// The state is the field after the command in `/proc/<pid>/stat` (proc(5));
 /// where `/proc` cannot be read, existing counts as running.
-fn process_alive(pid: i32) -> bool {
+pub(crate) fn process_alive(pid: i32) -> bool {
     // SAFETY: kill with signal 0 only checks whether the process exists.
     let rc = unsafe { libc::kill(pid, 0) };
     if rc != 0 {

@@ -1050,11 +1050,26 @@ fn one_built_oracle_plans_counts_lists_writes_through_links_and_imports_repacked
     assert!(text(&out).contains("is a directory"), "{}", text(&out));
     assert_eq!(tree(&store), before);
     let bundle = d.join("fx.tar.gz");
+    // What a killed export left (a pid that no longer runs): its unfinished
+    // bundle beside the output and its staging; the next export removes both.
+    let mut done = std::process::Command::new("true").spawn().unwrap();
+    done.wait().unwrap();
+    let dead = done.id();
+    let beside = d.join(format!(".fx.tar.gz.{dead}.tmp"));
+    std::fs::write(&beside, "half a bundle").unwrap();
+    let staged = store.join(format!("tmp/export.{dead}.x1"));
+    std::fs::create_dir_all(&staged).unwrap();
     let out = run(
         d,
         &["export", r, "-o", bundle.to_str().unwrap(), "--store", s],
     );
     assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(!beside.exists() && !staged.exists(), "{}", text(&out));
+    assert!(
+        text(&out).contains("unfinished bundle(s) of killed exports"),
+        "{}",
+        text(&out)
+    );
     let unpacked = d.join("unpacked");
     std::fs::create_dir_all(&unpacked).unwrap();
     succeeds(
