@@ -873,6 +873,30 @@ pub fn import(
     };
     let f = fs::File::open(file).map_err(|e| refuse(e.to_string()))?;
     let m = bundle::check_archive(f).map_err(refuse)?;
+    // What the manifest says beyond its files, before anything is written:
+    // the platform, and the uv (its entry must hold that uv's wheel).
+    if let Some(p) = &m.platform
+        && crate::host::platform::Platform::parse(p).is_err()
+    {
+        return Err(refuse(format!(
+            "its manifest's platform {p:?} is not one oracle-build builds for"
+        )));
+    }
+    if let Some(u) = &m.uv {
+        let prefix = format!("store/wheelhouse/{}/", u.sha256);
+        let is_uv = |f: &crate::store::ManifestFile| {
+            f.path.strip_prefix(&prefix).is_some_and(|name| {
+                crate::store::wheelname::parse_wheel(name)
+                    .is_ok_and(|w| w.name.as_ref() == "uv" && w.version.to_string() == u.version)
+            })
+        };
+        if !m.files.iter().any(is_uv) {
+            return Err(refuse(format!(
+                "its manifest names uv {} in store/wheelhouse/{}, which holds no uv-{}-*.whl",
+                u.version, u.sha256, u.version
+            )));
+        }
+    }
 
     store.init()?;
     let staging = store.stage("import")?;

@@ -513,6 +513,21 @@ if kind == "tamper":
                 data = data.replace(b"packaging", b"packagin9", 1)
             t.addfile(m, io.BytesIO(data) if data is not None else None)
     sys.exit(0)
+if kind in ("bad-platform", "bad-uv"):
+    # The manifest alone changed: its files still match.
+    import json
+    with tarfile.open(sys.argv[3], "r:gz") as src, tarfile.open(out, "w:gz") as t:
+        for m in src.getmembers():
+            data = src.extractfile(m).read() if m.isfile() else None
+            if m.name == "oracle-bundle.json":
+                man = json.loads(data)
+                if kind == "bad-platform":
+                    man["platform"] = "sparc-plan9"
+                else:
+                    man["uv"]["version"] = "0.0.1"
+                data = json.dumps(man).encode(); m.size = len(data)
+            t.addfile(m, io.BytesIO(data) if data is not None else None)
+    sys.exit(0)
 with tarfile.open(out, "w:gz") as t:
     add(t, "oracle-bundle.json", b'{"format": 1}')
     if kind == "traversal":
@@ -605,6 +620,13 @@ fn export_then_import_into_an_empty_store_rebuilds_the_same_oracle_offline() {
     hostile(&tampered, "tamper", Some(&bundle));
     let store_b = fx.dir().join("store-b");
     assert_refused(&fx, &tampered, &store_b, "tampered");
+    // So is one whose manifest names a platform that is none, or a uv its
+    // entry does not hold, before anything is moved in.
+    for kind in ["bad-platform", "bad-uv"] {
+        let bad = fx.dir().join(format!("{kind}.tar.gz"));
+        hostile(&bad, kind, Some(&bundle));
+        assert_refused(&fx, &bad, &store_b, kind);
+    }
 
     // The original repository is gone: the source must come from the bundle.
     force_remove(&repo);
