@@ -287,6 +287,29 @@ impl Git {
         Ok(())
     }
 
+    /// The paths of the work tree `dir` that differ from its HEAD, added
+    /// files included (`git status --porcelain --untracked-files=all`,
+    /// without taking the index lock: a store checkout is read-only).
+    ///
+    /// Errors: git fails (not a work tree).
+    pub fn changed_files(&self, dir: &Path) -> Result<Vec<String>> {
+        let out = self.run(
+            Config::Hermetic,
+            dir,
+            &[
+                "--no-optional-locks",
+                "status",
+                "--porcelain",
+                "--untracked-files=all",
+            ],
+        )?;
+        Ok(out
+            .lines()
+            .filter(|l| l.len() > 3)
+            .map(|l| l[3..].to_string())
+            .collect())
+    }
+
     /// Checks out `commit` in the work tree `dir` with a detached HEAD, and
     /// checks that HEAD is `commit` afterwards. HEAD is read as a file: a
     /// detached HEAD holds the commit's id itself (gitrepository-layout(5)),

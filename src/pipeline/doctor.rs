@@ -43,7 +43,8 @@ pub enum ProblemKind {
     AliasRegistryUnreadable,
     /// `broken-venv`: a venv whose identity cannot be measured.
     BrokenVenv,
-    /// `damaged-entry`: a store oracle without a readable `oracle.json` or recipe.
+    /// `damaged-entry`: a store oracle without a readable `oracle.json` or
+    /// recipe, or another entry whose content does not match its sha256 or manifest.
     DamagedEntry,
     /// `dirty-tree`: vLLM was built from a tree with local changes.
     DirtyTree,
@@ -770,15 +771,39 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
         }
         // Reachable through roots and the entries' `requires` (as `gc` sees it).
         let reached = crate::store::gc::reachable(store)?;
-        // Every entry is counted (as `status` lists them); the wheelhouse
-        // and resolved locks are the inputs' caches, not diagnosed here.
+        // Every entry is counted (as `status` lists them) and checked for
+        // damage; the wheelhouse and resolved locks, the inputs' caches, are
+        // not said to be unreachable.
         for bucket in Bucket::ALL {
             for e in store.entries(bucket)? {
                 n_entries += 1;
+                let label = e.label();
+                // Every entry but an oracle or a wheel (checked below, file
+                // by file) is checked as `pull` checks one it would keep: a
+                // wheelhouse file against its sha256, a checkout against its
+                // commit (git status), the rest against their manifests,
+                // hashes included.
+                if !matches!(bucket, Bucket::Venvs | Bucket::Wheels) {
+                    let problems = if bucket == Bucket::Src {
+                        crate::stages::source::checkout_damage(&e)
+                    } else {
+                        crate::cache::substitute::damage_of(&e)
+                    };
+                    if !problems.is_empty() {
+                        d.add(
+                            ProblemKind::DamagedEntry,
+                            &label,
+                            problems.join("; "),
+                            format!(
+                                "delete it (`{}`); the next build or pull fetches or makes it again",
+                                delete_cmd(&e.path)
+                            ),
+                        );
+                    }
+                }
                 if matches!(bucket, Bucket::Wheelhouse | Bucket::Locks) {
                     continue;
                 }
-                let label = e.label();
                 if !reached.contains(&label) {
                     d.add(
                         ProblemKind::Unreachable,

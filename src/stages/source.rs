@@ -570,6 +570,28 @@ pub fn ensure_checkout(store: &Store, mirror: &Entry, commit: &str) -> Result<(E
     Ok((entry, true))
 }
 
+/// What is wrong with the checkout `entry`: the files that differ from its
+/// commit (changed, removed or added), at most five named; empty when it is
+/// pristine or git is not on PATH (nothing is said then).
+pub fn checkout_damage(entry: &Entry) -> Vec<String> {
+    let Backend::Cli(git) = Backend::find() else {
+        return Vec::new();
+    };
+    match git.changed_files(&entry.path) {
+        Ok(files) if files.is_empty() => Vec::new(),
+        Ok(files) => {
+            let shown: Vec<&str> = files.iter().take(5).map(String::as_str).collect();
+            vec![format!(
+                "{} file(s) differ from the commit: {}{}",
+                files.len(),
+                shown.join(", "),
+                if files.len() > 5 { ", ..." } else { "" }
+            )]
+        }
+        Err(e) => vec![format!("git cannot read it: {e:#}")],
+    }
+}
+
 /// Clones the bare `mirror` into `dir` through libgit2 and checks out
 /// `commit` there (detached HEAD), then checks the tree is clean.
 ///

@@ -247,6 +247,55 @@ fn pin_file_mistakes_are_bad_input_before_anything_is_measured() {
 }
 
 #[test]
+fn doctor_names_a_damaged_wheelhouse_file_and_checkout() {
+    let fx = Fx::new();
+    let d = fx.dir();
+    let (repo, commit) = fixture_repo(d);
+    let recipe = write_recipe(d, "fx", &repo, &commit, SMOKE);
+    fx.exits(&["build", recipe.to_str().unwrap()], 0);
+    fx.exits(&["doctor"], 0);
+    // One byte of a wheelhouse file (same size) and of a checkout file.
+    let store = fx.store();
+    let artifact = std::fs::read_dir(store.join("store/wheelhouse"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find_map(|dir| {
+            std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        })
+        .unwrap();
+    let checkout = store.join("store/src").join(&commit).join("setup.py");
+    for f in [&artifact, &checkout] {
+        unlock(f);
+        let mut bytes = std::fs::read(f).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(f, &bytes).unwrap();
+    }
+    let ps = problems(&fx.exits(&["doctor", "--json"], 1));
+    let wheelhouse = format!(
+        "wheelhouse/{}",
+        artifact
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+    );
+    for subject in [wheelhouse.as_str(), &format!("src/{commit}")] {
+        let found = find(&ps, "damaged-entry", subject);
+        assert_eq!(found.len(), 1, "{subject}: {ps:?}");
+        assert!(
+            found[0]["fix"].as_str().unwrap().contains("delete it"),
+            "{ps:?}"
+        );
+    }
+}
+
+#[test]
 fn deep_verify_names_missing_and_changed_files_and_doctor_gives_the_fix() {
     let fx = Fx::new();
     let d = fx.dir();
