@@ -6,7 +6,7 @@
 use clap::{CommandFactory, FromArgMatches};
 
 use oracle_build::host::{disk, process};
-use oracle_build::{exit, ops};
+use oracle_build::{exit, ops, progress};
 
 use oracle_build::cli::{Cli, Command};
 
@@ -43,10 +43,10 @@ fn main() {
     oracle_build::store::release_run_lock();
     if let Err(err) = result {
         let code = exit::code_of(&err);
-        eprintln!("error: {err:#}");
+        progress::line(format!("error: {err:#}"));
         if disk::is_disk_full(&err) {
-            eprintln!(
-                "hint: the disk is full (ENOSPC). Finished store entries are intact and the partial work was discarded; free space (`oracle-build gc`) and rerun."
+            progress::line(
+                "hint: the disk is full (ENOSPC). Finished store entries are intact and the partial work was discarded; free space (`oracle-build gc`) and rerun.",
             );
         }
         if json && !ops::json_printed() {
@@ -218,8 +218,9 @@ fn dispatch(cli: Cli, command_name: Option<&str>) -> anyhow::Result<()> {
 /// Makes a closed stdout (`oracle-build status | head -1`) end the process
 /// quietly with 141 (128 + SIGPIPE, what a shell reports for a tool killed by
 /// it) instead of a panic and a backtrace: Rust ignores SIGPIPE, so
-/// `println!` panics with "failed printing to stdout". Every other panic
-/// keeps the default report.
+/// `println!` panics with "failed printing to stdout". Any other failure to
+/// write stdout (a full disk, `>/dev/full`) ends it with exit 1 and says
+/// so. Every other panic keeps the default report.
 fn quiet_on_closed_stdout() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -229,9 +230,16 @@ fn quiet_on_closed_stdout() {
             .map(String::as_str)
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or("");
-        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+        if msg.starts_with("failed printing to stdout") {
             oracle_build::store::release_run_lock();
-            std::process::exit(141);
+            if msg.contains("Broken pipe") {
+                std::process::exit(141);
+            }
+            progress::line(format!(
+                "error: cannot write the output to stdout: {}",
+                msg.trim_start_matches("failed printing to stdout: ")
+            ));
+            std::process::exit(1);
         }
         default(info);
     }));

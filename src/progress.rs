@@ -11,7 +11,16 @@ use regex::Regex;
 
 /// Prints one stage message to stderr (`==> stage: message`).
 pub fn stage(stage: &str, message: impl AsRef<str>) {
-    eprintln!("==> {stage}: {}", message.as_ref());
+    line(format!("==> {stage}: {}", message.as_ref()));
+}
+
+/// Prints `text` and a newline to stderr, best effort: a closed or full
+/// stderr (`build 2>&1 >/dev/null | head -1`, `2>/dev/full`) loses the
+/// message, never the run (`eprintln!` would panic and abandon a build
+/// midway).
+pub fn line(text: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 /// A progress bar for one long step; a spinner until a total is known.

@@ -57,11 +57,11 @@ pub fn run(s: &Session, target_arg: &str, out: Option<&Path>) -> Result<()> {
                 _ => file.to_path_buf(),
             };
             crate::store::write_atomic(&file, text.as_bytes())?;
-            eprintln!(
+            crate::progress::line(format!(
                 "wrote the bill of materials of {} to {}",
                 t.venv.display(),
                 file.display()
-            );
+            ));
         }
     }
     Ok(())

@@ -276,7 +276,7 @@ pub fn print_checks(v: &Verification, to_stderr: bool) {
     });
     for l in lines {
         if to_stderr {
-            eprintln!("{l}");
+            crate::progress::line(l);
         } else {
             println!("{l}");
         }
@@ -372,7 +372,7 @@ pub fn run(s: &Session, target: &str, opts: &VerifyOptions) -> Result<()> {
     if let (Some(file), Some(block)) = (&opts.write_pin_block, &v.pin_block) {
         write_pin_block(file, block)?;
         if !json {
-            eprintln!("wrote the pin block into {}", file.display());
+            crate::progress::line(format!("wrote the pin block into {}", file.display()));
         }
     }
     if json {

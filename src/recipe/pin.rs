@@ -139,12 +139,12 @@ pub fn resolve(pin: &str) -> Result<LoadedRecipe> {
             .map(|o| o.origin.as_str())
             .collect();
         if !others.is_empty() {
-            eprintln!(
+            crate::progress::line(format!(
                 "note: {pin:?} is the file name of {} (recipe {}), used; it is also the `name:` of {}. File names win; give the path to use another.",
                 c.origin,
                 lr.recipe.name,
                 others.join(", ")
-            );
+            ));
         }
         return Ok(lr);
     }

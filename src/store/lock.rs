@@ -76,7 +76,7 @@ pub(super) fn lock_file(locks: &Path, name: &LockName) -> Result<Lock> {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
             let holder = std::fs::read_to_string(&path).unwrap_or_default();
-            eprintln!(
+            crate::progress::line(format!(
                 "waiting for {} (held by {})",
                 path.display(),
                 if holder.trim().is_empty() {
@@ -84,7 +84,7 @@ pub(super) fn lock_file(locks: &Path, name: &LockName) -> Result<Lock> {
                 } else {
                     holder.trim()
                 }
-            );
+            ));
             file.lock()
                 .with_context(|| format!("locking {}", path.display()))?;
         }

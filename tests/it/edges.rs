@@ -1464,3 +1464,41 @@ fn a_second_store_uses_the_default_stores_uv() {
     );
     assert!(!d.join("second/tools").exists(), "nothing provisioned");
 }
+
+// Output that cannot be written: progress on stderr is best effort (a build
+// whose stderr is full or closed finishes), and a report that cannot be
+// written to stdout is an error (exit 1, said on stderr), not a panic (101).
+#[test]
+fn a_full_stderr_does_not_abandon_a_build_and_a_full_stdout_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, store) = fixture_pin(d);
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
+    let out = cmd(d)
+        .args(["build", recipe.to_str().unwrap(), "--store"])
+        .arg(&store)
+        .stderr(full())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let out = build_out(d, &recipe, &store, &["--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(json(&out)["built"], serde_json::json!([]), "built before");
+    let out = cmd(d)
+        .args(["status", "--json", "--store"])
+        .arg(&store)
+        .stdout(full())
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert_eq!(code(&out), 1, "{t}");
+    assert!(
+        t.contains("cannot write the output to stdout") && !t.contains("panicked"),
+        "{t}"
+    );
+}
