@@ -33,6 +33,7 @@ use oci_client::{Client, Reference, RegistryOperation};
 
 use super::bounds::{
     ERROR_BODY_LIMIT, MANIFEST_LIMIT, TAG_LIST_LIMIT, TAG_PAGE_LIMIT, Timeouts, Unreachable,
+    is_unreachable,
 };
 use super::{Fetched, Transport, digest_of};
 
@@ -295,7 +296,14 @@ impl Registry {
         let mut bytes = Vec::new();
         self.body(res, MANIFEST_LIMIT, &mut bytes, &what)
             .await
-            .map_err(|e| e.context("a manifest may hold at most 4 MiB"))?;
+            // The limit is named when it is what failed (not a timeout).
+            .map_err(|e| {
+                if is_unreachable(&e) {
+                    e
+                } else {
+                    e.context("a manifest may hold at most 4 MiB")
+                }
+            })?;
         let digest = digest_of(&bytes);
         if let Some(h) = header
             && h != digest
@@ -580,9 +588,13 @@ impl Transport for Registry {
                     .is_some_and(|l| l.contains("rel=\"next\""));
                 let mut bytes = Vec::new();
                 self.body(res, limit, &mut bytes, what).await.map_err(|e| {
-                    e.context(format!(
-                        "a tag list may take at most {TAG_PAGE_LIMIT} bytes a page and {TAG_LIST_LIMIT} in all"
-                    ))
+                    if is_unreachable(&e) {
+                        e
+                    } else {
+                        e.context(format!(
+                            "a tag list may take at most {TAG_PAGE_LIMIT} bytes a page and {TAG_LIST_LIMIT} in all"
+                        ))
+                    }
                 })?;
                 Ok(Some((bytes, next)))
             })?

@@ -37,6 +37,8 @@ enum Mode {
     Drip,
     /// Manifest GETs: a 200 whose body never ends.
     EndlessManifest,
+    /// Manifest GETs: the registry's headers, then no body ever.
+    StallManifestBody,
     /// Tag list GETs: a 200 whose body never ends.
     EndlessTags,
     /// Every request: never answer.
@@ -187,6 +189,16 @@ fn serve(
     up.write_all(&body)?;
     let mut resp = Vec::new();
     up.read_to_end(&mut resp)?;
+    if manifest && mode == Mode::StallManifestBody {
+        let split = resp
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(resp.len(), |p| p + 4);
+        conn.write_all(&resp[..split])?;
+        conn.flush()?;
+        hold(stop);
+        return Ok(());
+    }
     if blob && matches!(mode, Mode::Truncate | Mode::Garbage | Mode::Drip) {
         let split = resp
             .windows(4)
@@ -317,6 +329,19 @@ fn a_misbehaving_cache_ends_within_its_timeouts_and_leaves_nothing() {
     assert!(
         t.contains(&format!("cache {url}: reading the manifest of inputs-"))
             && t.contains("more than 4194304 bytes"),
+        "{t}"
+    );
+    assert!(entries(&b).is_empty() && residue(&b).is_empty());
+    // A manifest whose body never comes: a timeout, said as one (not as the
+    // size limit).
+    proxy.set(Mode::StallManifestBody);
+    let out = ends(fx.cmd_at(&b, &["pull", r]), "pull (stalled manifest body)");
+    let t = text(&out);
+    assert_eq!(code(&out), 1, "{t}");
+    assert!(
+        t.contains("reading the manifest of inputs-")
+            && t.contains("read_timeout")
+            && !t.contains("may hold at most"),
         "{t}"
     );
     assert!(entries(&b).is_empty() && residue(&b).is_empty());
