@@ -80,14 +80,12 @@ fn whole<'de, D: Deserializer<'de>>(d: D, max: u64) -> Result<u64, D::Error> {
             )));
         }
         Num::Float(f) => {
-            return Err(de::Error::custom(format!(
-                "{f} is not a whole number (0 or more)"
-            )));
+            return Err(de::Error::custom(format!("{f} is not a whole number")));
         }
     };
     if n < 0 {
         return Err(de::Error::custom(format!(
-            "{n} is negative; expected a whole number (0 or more)"
+            "{n} is negative; expected a whole number"
         )));
     }
     u64::try_from(n)

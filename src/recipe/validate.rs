@@ -317,7 +317,10 @@ pub(super) fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
         ));
     }
     if r.smoke.runs == 0 {
-        return Err(fail("smoke.runs", "must be at least 1".into()));
+        return Err(fail(
+            "smoke.runs",
+            format!("0 is not a number of runs; expected 1 to {MAX_RUNS}"),
+        ));
     }
     if r.smoke.allow_ptx_jit && b.device() != TargetDevice::Cuda {
         return Err(fail(
