@@ -221,7 +221,7 @@ pub(super) fn canonical_into(value: &Value, out: &mut String) -> Result<()> {
 }
 
 /// The principal this box signs as: `$ORACLE_BUILD_BUILDER`, else
-/// `$USER@<hostname>`.
+/// `$USER@<hostname>` (`oracle-build@<hostname>` without `USER`).
 pub fn builder_name() -> String {
     if let Ok(b) = std::env::var("ORACLE_BUILD_BUILDER")
         && !b.is_empty()
