@@ -176,6 +176,13 @@ fn builds_a_gateable_oracle_then_a_second_run_is_a_no_op() {
     assert_eq!(code(&v), 0, "{}", text(&v));
 }
 
+/// A refused build recorded no oracle in `store` and left no staging.
+fn assert_refused_left_nothing(store: &Path) {
+    let count = |d: &str| std::fs::read_dir(store.join(d)).unwrap().count();
+    assert_eq!(count("store/venvs"), 0, "a refused oracle is not recorded");
+    assert_eq!(count("tmp"), 0, "no staging left behind");
+}
+
 #[test]
 fn expect_mismatch_is_refused_with_exit_3_and_nothing_is_recorded() {
     let fx = Fx::new();
@@ -190,18 +197,7 @@ fn expect_mismatch_is_refused_with_exit_3_and_nothing_is_recorded() {
     assert_eq!(code(&out), 3, "{}", text(&out));
     let t = text(&out);
     assert!(t.contains("runtime_version") && t.contains("9.9.9"), "{t}");
-    assert_eq!(
-        std::fs::read_dir(store.join("store/venvs"))
-            .unwrap()
-            .count(),
-        0,
-        "a refused oracle is not recorded"
-    );
-    assert_eq!(
-        std::fs::read_dir(store.join("tmp")).unwrap().count(),
-        0,
-        "no staging left behind"
-    );
+    assert_refused_left_nothing(store);
 }
 
 #[test]
@@ -232,18 +228,7 @@ fn an_oracle_that_is_not_the_pin_is_refused_before_the_gate_loads_a_model() {
         !t.contains("smoke: case"),
         "a case ran for a refused oracle: {t}"
     );
-    assert_eq!(
-        std::fs::read_dir(store.join("store/venvs"))
-            .unwrap()
-            .count(),
-        0,
-        "a refused oracle is not recorded"
-    );
-    assert_eq!(
-        std::fs::read_dir(store.join("tmp")).unwrap().count(),
-        0,
-        "no staging left behind"
-    );
+    assert_refused_left_nothing(store);
 }
 
 #[test]
