@@ -937,12 +937,17 @@ pub fn import(
     let temp = store.temp_roots()?;
     let mirror = source::mirror_entry(store, &m.repo);
     temp.add(store, &mirror)?;
+    let had = source::mirror_has(store, &m.repo, &m.commit);
     crate::cache::substitute::fetch_bundle(store, &m.repo, &x.join(SOURCE_BUNDLE), staging.path())?;
     if !source::mirror_has(store, &m.repo, &m.commit) {
         bail!("the source bundle does not hold commit {}", m.commit);
     }
-    let mut added = vec![mirror.label()];
-    let mut present = Vec::new();
+    // The mirror counts as added only when it did not hold the commit yet.
+    let (mut added, mut present) = if had {
+        (Vec::new(), vec![mirror.label()])
+    } else {
+        (vec![mirror.label()], Vec::new())
+    };
     let mut notes = Vec::new();
     let wheel_atts =
         take_attestations(&x.join("lockfiles").join(&m.recipe).join(WHEEL_ATTESTATIONS))?;

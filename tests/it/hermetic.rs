@@ -635,6 +635,23 @@ fn export_then_import_into_an_empty_store_rebuilds_the_same_oracle_offline() {
     let imported = json(&out);
     let recipe_b = PathBuf::from(imported["recipe_file"].as_str().unwrap());
     assert!(recipe_b.starts_with(&store_b), "{imported}");
+    assert!(
+        crate::cache::strs(&imported["added"])
+            .iter()
+            .any(|l| l.starts_with("git/")),
+        "{imported}"
+    );
+    // Imported again: nothing is added, the mirror included.
+    let out = fx.run_at(&store_b, &["import", bundle.to_str().unwrap(), "--json"]);
+    ok(&out);
+    let twice = json(&out);
+    assert_eq!(twice["added"], serde_json::json!([]), "{twice}");
+    assert!(
+        crate::cache::strs(&twice["present"])
+            .iter()
+            .any(|l| l.starts_with("git/")),
+        "{twice}"
+    );
     let again = build_offline(&fx, &store_b, &recipe_b);
     assert_eq!(identity(&again), identity(&first));
     assert_eq!(again["verdict"], "gateable");
