@@ -669,16 +669,11 @@ fn judge_wheel(store: &Store, dir: &Path, atts: &[Attestation]) -> Result<Bundle
             "it has no readable build.json".into(),
         ));
     };
-    let mut why = Vec::new();
-    for p in &policies {
-        let v = trust::verify_wheel(&record, atts, p);
-        if v.is_trusted() {
-            return Ok(BundleLockTrust::Trusted(v.to_string()));
-        }
-        let v = v.to_string();
-        why.push(v.strip_prefix("untrusted: ").unwrap_or(&v).to_string());
-    }
-    Ok(BundleLockTrust::Untrusted(why.join("; ")))
+    Ok(judge_signed(
+        &policies,
+        |p| trust::verify_wheel(&record, atts, p),
+        |v| v.to_string(),
+    ))
 }
 
 /// Why a bundle's lock or wheel is taken unchecked: no trust policy here.
@@ -749,17 +744,31 @@ fn judge_lock(
         return Ok(BundleLockTrust::NotChecked(NO_POLICY.into()));
     }
     let key = lock::auto_entry(store, &lr.recipe).name;
+    Ok(judge_signed(
+        &policies,
+        |p| trust::verify_lock(&key, &digests, &atts, p),
+        |v| crate::cache::substitute::LockTrust::Signed { verdict: v }.to_string(),
+    ))
+}
+
+/// What `policies` (at least one) say of a signed lock or wheel: trusted
+/// by the first whose verdict (`verify`) trusts it, said by `trusted`;
+/// else untrusted, with each policy's reason.
+fn judge_signed(
+    policies: &[trust::Policy],
+    verify: impl Fn(&trust::Policy) -> trust::Verdict,
+    trusted: impl Fn(trust::Verdict) -> String,
+) -> BundleLockTrust {
     let mut why = Vec::new();
-    for p in &policies {
-        let v = trust::verify_lock(&key, &digests, &atts, p);
+    for p in policies {
+        let v = verify(p);
         if v.is_trusted() {
-            let t = crate::cache::substitute::LockTrust::Signed { verdict: v };
-            return Ok(BundleLockTrust::Trusted(t.to_string()));
+            return BundleLockTrust::Trusted(trusted(v));
         }
         let v = v.to_string();
         why.push(v.strip_prefix("untrusted: ").unwrap_or(&v).to_string());
     }
-    Ok(BundleLockTrust::Untrusted(why.join("; ")))
+    BundleLockTrust::Untrusted(why.join("; "))
 }
 
 /// `git bundle create` of `commit` (under `refs/oracle-build/pins/<commit>`,
@@ -873,29 +882,14 @@ pub fn import(
     };
     let f = fs::File::open(file).map_err(|e| refuse(e.to_string()))?;
     let m = bundle::check_archive(f).map_err(refuse)?;
-    // What the manifest says beyond its files, before anything is written:
-    // the platform, and the uv (its entry must hold that uv's wheel).
+    // The platform the manifest names, before anything is written (the uv
+    // it names is checked with its files, by `check_archive`).
     if let Some(p) = &m.platform
         && crate::host::platform::Platform::parse(p).is_err()
     {
         return Err(refuse(format!(
             "its manifest's platform {p:?} is not one oracle-build builds for"
         )));
-    }
-    if let Some(u) = &m.uv {
-        let prefix = format!("store/wheelhouse/{}/", u.sha256);
-        let is_uv = |f: &crate::store::ManifestFile| {
-            f.path.strip_prefix(&prefix).is_some_and(|name| {
-                crate::store::wheelname::parse_wheel(name)
-                    .is_ok_and(|w| w.name.as_ref() == "uv" && w.version.to_string() == u.version)
-            })
-        };
-        if !m.files.iter().any(is_uv) {
-            return Err(refuse(format!(
-                "its manifest names uv {} in store/wheelhouse/{}, which holds no uv-{}-*.whl",
-                u.version, u.sha256, u.version
-            )));
-        }
     }
 
     store.init()?;

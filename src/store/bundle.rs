@@ -502,12 +502,19 @@ fn check(scanned: &Scanned) -> Result<BundleManifest, String> {
     for p in scanned.files.keys().chain(scanned.symlinks.keys()) {
         check_artifact_place(p)?;
     }
+    // The uv it names: its entry must hold that uv's wheel.
     if let Some(uv) = &m.uv {
         let prefix = format!("store/wheelhouse/{}/", uv.sha256);
-        if !scanned.files.keys().any(|p| p.starts_with(&prefix)) {
+        let is_uv = |p: &String| {
+            p.strip_prefix(&prefix).is_some_and(|name| {
+                super::wheelname::parse_wheel(name)
+                    .is_ok_and(|w| w.name.as_ref() == "uv" && w.version.to_string() == uv.version)
+            })
+        };
+        if !scanned.files.keys().any(is_uv) {
             return Err(format!(
-                "the manifest names uv {}'s wheel {}, which the bundle does not hold",
-                uv.version, uv.sha256
+                "the manifest names uv {} in store/wheelhouse/{}, which holds no uv-{}-*.whl",
+                uv.version, uv.sha256, uv.version
             ));
         }
     }
