@@ -64,11 +64,16 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
             (compilers, nvcc)
         });
         let git = toolchain::find_git();
-        let joined = (interpreters.join(), builders.join());
-        match joined {
-            (Ok(i), Ok(b)) => (i, b, git),
-            _ => std::panic::resume_unwind(Box::new("a toolchain probe panicked")),
-        }
+        // A probe's panic is the run's, as it would be without the threads.
+        (
+            interpreters
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            builders
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            git,
+        )
     });
     let python = match python {
         Ok(p) => Some(p),
