@@ -1050,21 +1050,50 @@ fn one_built_oracle_plans_counts_lists_writes_through_links_and_imports_repacked
     assert!(text(&out).contains("is a directory"), "{}", text(&out));
     assert_eq!(tree(&store), before);
     let bundle = d.join("fx.tar.gz");
-    // What a killed export left (a pid that no longer runs): its unfinished
+    // An export SIGKILLed while it writes the bundle leaves its unfinished
     // bundle beside the output and its staging; the next export removes both.
-    let mut done = std::process::Command::new("true").spawn().unwrap();
-    done.wait().unwrap();
-    let dead = done.id();
-    let beside = d.join(format!(".fx.tar.gz.{dead}.tmp"));
-    std::fs::write(&beside, "half a bundle").unwrap();
-    let staged = store.join(format!("tmp/export.{dead}.x1"));
-    std::fs::create_dir_all(&staged).unwrap();
+    let mut export = cmd(d)
+        .args(["export", r, "-o", bundle.to_str().unwrap(), "--store", s])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let beside = d.join(format!(".fx.tar.gz.{}.tmp", export.id()));
+    let t0 = std::time::Instant::now();
+    while !beside.exists() && t0.elapsed() < std::time::Duration::from_secs(120) {
+        assert!(
+            export.try_wait().unwrap().is_none(),
+            "the export ended before it wrote"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    export.kill().unwrap();
+    export.wait().unwrap();
+    assert!(
+        beside.exists() && !bundle.exists(),
+        "killed while writing the bundle"
+    );
+    let staged: Vec<_> = std::fs::read_dir(store.join("tmp"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("export.")
+        })
+        .collect();
+    assert!(!staged.is_empty(), "its staging is left");
     let out = run(
         d,
         &["export", r, "-o", bundle.to_str().unwrap(), "--store", s],
     );
     assert_eq!(code(&out), 0, "{}", text(&out));
-    assert!(!beside.exists() && !staged.exists(), "{}", text(&out));
+    assert!(
+        !beside.exists() && staged.iter().all(|p| !p.exists()),
+        "{}",
+        text(&out)
+    );
     assert!(
         text(&out).contains("unfinished bundle(s) of killed exports"),
         "{}",
