@@ -3,9 +3,11 @@
 //! keys, one after another: about 80 manifests and 60 configs for an
 //! oracle, each a round trip. [`ReadAhead::warm`] takes the tags such an
 //! operation will read and fetches their manifests
-//! ([`Transport::manifests`]) and then their config blobs
-//! ([`Transport::get_blobs`]) many requests at a time; the [`Transport`]
-//! it implements then serves those from memory and from its own staging
+//! ([`Transport::manifests`]) many requests at a time; their config blobs
+//! are fetched with the next batch of blobs asked of it (`pull` asks for
+//! every layer next, so the configs cost no round trip of their own), or
+//! at once when one of them is read first. The [`Transport`] it
+//! implements then serves those from memory and from its own staging
 //! directory and passes everything else to the cache.
 //!
 //! Nothing is trusted more for being read ahead: each manifest and blob was
@@ -37,6 +39,9 @@ pub struct ReadAhead<'a> {
     blobs: RefCell<HashMap<String, (u64, PathBuf)>>,
     /// Config blobs whose read ahead failed: digest -> (size, the failure).
     failed: RefCell<HashMap<String, (u64, Failure)>>,
+    /// Config blobs named by manifests read ahead, not fetched yet: they
+    /// go with the next [`Transport::get_blobs`] (see [`ReadAhead::fetch`]).
+    pending: RefCell<Vec<BlobGet>>,
 }
 
 /// What a read ahead gave: the value, or how it failed.
@@ -80,13 +85,15 @@ impl<'a> ReadAhead<'a> {
             manifests: RefCell::default(),
             blobs: RefCell::default(),
             failed: RefCell::default(),
+            pending: RefCell::default(),
         })
     }
 
     /// Fetches the manifests of `tags` (each an artifact of its kind) not
-    /// read ahead yet, then the config blob each names, many at a time.
-    /// Nothing fails here: what cannot be had now is left for the read
-    /// that asks for it.
+    /// read ahead yet, many at a time, and notes the config blob each names:
+    /// those are fetched with the next batch of blobs asked of this
+    /// transport, or as soon as one of them is read. Nothing fails here:
+    /// what cannot be had now is left for the read that asks for it.
     pub fn warm(&self, tags: &[(Kind, String)]) {
         let mut seen = HashSet::new();
         let todo: Vec<(Kind, String)> = tags
@@ -103,6 +110,7 @@ impl<'a> ReadAhead<'a> {
                 && let Ok(m) = artifact::parse_manifest(&f.bytes, kind, &tag)
                 && let Ok(hex) = super::digest_hex(&m.config.digest)
                 && !self.blobs.borrow().contains_key(&m.config.digest)
+                && !self.is_pending(&m.config.digest)
                 && !gets.iter().any(|g| g.digest == m.config.digest)
             {
                 gets.push(BlobGet {
@@ -113,14 +121,40 @@ impl<'a> ReadAhead<'a> {
             }
             self.manifests.borrow_mut().insert(tag, got);
         }
-        let results = self.inner.get_blobs(&gets);
-        for (g, r) in gets.into_iter().zip(results) {
+        self.pending.borrow_mut().extend(gets);
+    }
+
+    /// Whether the config blob `digest` waits to be fetched.
+    fn is_pending(&self, digest: &str) -> bool {
+        self.pending.borrow().iter().any(|g| g.digest == digest)
+    }
+
+    /// Fetches `rest` from the cache in one batch with the pending config
+    /// blobs (first: they are small), keeps those as read ahead, and
+    /// returns the results for `rest`, in order.
+    fn fetch(&self, rest: &[BlobGet]) -> Vec<Result<()>> {
+        let pending = std::mem::take(&mut *self.pending.borrow_mut());
+        if pending.is_empty() {
+            return self.inner.get_blobs(rest);
+        }
+        let all: Vec<BlobGet> = pending.iter().chain(rest).cloned().collect();
+        let mut results = self.inner.get_blobs(&all);
+        let tail = results.split_off(pending.len().min(results.len()));
+        for (g, r) in pending.into_iter().zip(results) {
             if let Err(e) = r {
                 let failure = (g.size, Failure::of(&e));
                 self.failed.borrow_mut().insert(g.digest, failure);
             } else {
                 self.blobs.borrow_mut().insert(g.digest, (g.size, g.dest));
             }
+        }
+        tail
+    }
+
+    /// Fetches the pending config blobs when `digest` is one of them.
+    fn settle(&self, digest: &str) {
+        if self.is_pending(digest) {
+            self.fetch(&[]);
         }
     }
 
@@ -147,6 +181,7 @@ impl Transport for ReadAhead<'_> {
     }
 
     fn has_blob(&self, digest: &str) -> Result<bool> {
+        self.settle(digest);
         if self.blobs.borrow().contains_key(digest) {
             return Ok(true);
         }
@@ -154,6 +189,7 @@ impl Transport for ReadAhead<'_> {
     }
 
     fn get_blob(&self, digest: &str, size: u64, dest: &Path) -> Result<()> {
+        self.settle(digest);
         if let Some((s, f)) = self.failed.borrow().get(digest)
             && *s == size
         {
@@ -168,11 +204,14 @@ impl Transport for ReadAhead<'_> {
     }
 
     fn get_blobs(&self, blobs: &[BlobGet]) -> Vec<Result<()>> {
+        if blobs.iter().any(|b| self.is_pending(&b.digest)) {
+            self.fetch(&[]);
+        }
         let ahead = |b: &BlobGet| {
             self.blob(&b.digest, b.size).is_some() || self.failed.borrow().contains_key(&b.digest)
         };
         let rest: Vec<BlobGet> = blobs.iter().filter(|b| !ahead(b)).cloned().collect();
-        let mut from_cache = self.inner.get_blobs(&rest).into_iter();
+        let mut from_cache = self.fetch(&rest).into_iter();
         blobs
             .iter()
             .map(|b| {
@@ -222,6 +261,8 @@ mod tests {
         layout: Layout,
         manifests: Cell<usize>,
         blobs: Cell<usize>,
+        /// Calls of `get_blobs` (each a batch of requests in flight at once).
+        batches: Cell<usize>,
         /// A tag whose manifest read fails as a stall would.
         stalled: String,
     }
@@ -243,6 +284,13 @@ mod tests {
         fn get_blob(&self, digest: &str, size: u64, dest: &Path) -> Result<()> {
             self.blobs.set(self.blobs.get() + 1);
             self.layout.get_blob(digest, size, dest)
+        }
+        fn get_blobs(&self, blobs: &[BlobGet]) -> Vec<Result<()>> {
+            self.batches.set(self.batches.get() + 1);
+            blobs
+                .iter()
+                .map(|b| self.get_blob(&b.digest, b.size, &b.dest))
+                .collect()
         }
         fn put_blob(&self, src: &Path, digest: &str, size: u64) -> Result<bool> {
             self.layout.put_blob(src, digest, size)
@@ -271,6 +319,7 @@ mod tests {
             layout,
             manifests: Cell::new(0),
             blobs: Cell::new(0),
+            batches: Cell::new(0),
             stalled: format!("wheel-{}", "e".repeat(32)),
         };
         let store = Store::at(&tmp.path().join("store")).unwrap();
@@ -283,7 +332,8 @@ mod tests {
             (Kind::Wheel, gone.clone()),
             (Kind::Wheel, stalled.clone()),
         ]);
-        assert_eq!((cache.manifests.get(), cache.blobs.get()), (3, 1));
+        // The config is fetched when first read (no batch came first).
+        assert_eq!((cache.manifests.get(), cache.blobs.get()), (3, 0));
 
         // Read as every reader reads: the manifest and config checked.
         let read = listing::read_config(&ahead, &ta, Kind::Wheel, &tmp.path().join("s1"))
@@ -304,5 +354,48 @@ mod tests {
             .unwrap();
         assert_eq!(read.config.name, "b".repeat(32));
         assert_eq!((cache.manifests.get(), cache.blobs.get()), (4, 2));
+    }
+
+    #[test]
+    fn configs_read_ahead_go_with_the_next_batch_of_blobs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = Layout::open(&tmp.path().join("layout"), "file:///layout").unwrap();
+        let a = wheel(&"a".repeat(32));
+        let ta = a.tag().unwrap();
+        listing::tests::put(&layout, &a, &ta, tmp.path());
+        let layer = tmp.path().join("layer");
+        std::fs::write(&layer, b"a layer").unwrap();
+        let layer_digest = crate::cache::digest_of(b"a layer");
+        layout.put_blob(&layer, &layer_digest, 7).unwrap();
+        let cache = Counting {
+            layout,
+            manifests: Cell::new(0),
+            blobs: Cell::new(0),
+            batches: Cell::new(0),
+            stalled: String::new(),
+        };
+        let store = Store::at(&tmp.path().join("store")).unwrap();
+        store.init().unwrap();
+        let ahead = ReadAhead::new(&cache, &store).unwrap();
+        ahead.warm(&[(Kind::Wheel, ta.clone())]);
+        assert_eq!((cache.blobs.get(), cache.batches.get()), (0, 0));
+
+        // The next batch asked for (the layers) carries the config too.
+        let dest = tmp.path().join("got-layer");
+        let got = ahead.get_blobs(&[BlobGet {
+            digest: layer_digest,
+            size: 7,
+            dest: dest.clone(),
+        }]);
+        assert!(got.iter().all(Result::is_ok), "{got:?}");
+        assert_eq!(std::fs::read(&dest).unwrap(), b"a layer");
+        assert_eq!((cache.blobs.get(), cache.batches.get()), (2, 1));
+
+        // The config is then served from what was read ahead.
+        let read = listing::read_config(&ahead, &ta, Kind::Wheel, &tmp.path().join("s"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(read.config.name, "a".repeat(32));
+        assert_eq!((cache.manifests.get(), cache.blobs.get()), (1, 2));
     }
 }
