@@ -1148,15 +1148,21 @@ pub fn fetch_bundle(store: &Store, repo: &str, bundle: &Path, scratch: &Path) ->
         repo,
     )?;
     // 3. Only new refs, never forced.
-    let specs: Vec<String> = plan.iter().map(|r| format!("{r}:{r}")).collect();
     if mirror.exists() {
+        let specs: Vec<String> = plan.iter().map(|r| format!("{r}:{r}")).collect();
         fetch(&mirror.path, &specs)?;
     } else {
-        let dir = scratch.join("mirror.git");
-        git2::Repository::init_bare(&dir)?;
-        fetch(&dir, &specs)?;
+        // No mirror yet: the scratch repository, less the refs not planned,
+        // is what a new one would fetch from it (a second `git fetch` saved).
+        let repo = git2::Repository::open_bare(&incoming)?;
+        for mut r in repo.references()?.flatten() {
+            if r.name().is_none_or(|n| !plan.iter().any(|p| p == n)) {
+                r.delete()?;
+            }
+        }
+        drop(repo);
         fs::create_dir_all(store.bucket_dir(Bucket::Git))?;
-        fs::rename(&dir, &mirror.path)?;
+        fs::rename(&incoming, &mirror.path)?;
     }
     Ok(())
 }
@@ -1947,5 +1953,89 @@ mod lock_trust_tests {
             let is_good = c.config.files == good.config.files;
             assert_eq!(v.is_trusted(), is_good, "{}: {v}", c.tag);
         }
+    }
+}
+
+#[cfg(test)]
+mod bundle_tests {
+    use super::fetch_bundle;
+
+    /// `git` in `dir`, which must succeed; its stdout.
+    fn git(dir: &std::path::Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[test]
+    fn a_bundle_into_a_store_without_the_mirror_brings_its_tags_and_pins_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = tmp.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        git(&work, &["init", "-q", "-b", "main"]);
+        std::fs::write(work.join("f"), "1").unwrap();
+        git(&work, &["add", "f"]);
+        git(
+            &work,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-q",
+                "-m",
+                "one",
+            ],
+        );
+        let head = git(&work, &["rev-parse", "HEAD"]).trim().to_string();
+        git(&work, &["tag", "v1.0.0"]);
+        let pin = format!("refs/oracle-build/pins/{head}");
+        git(&work, &["update-ref", &pin, &head]);
+        git(&work, &["update-ref", "refs/oracle-build/other", &head]);
+        let bundle = tmp.path().join("src.bundle");
+        git(
+            &work,
+            &["bundle", "create", bundle.to_str().unwrap(), "--all"],
+        );
+        let store = crate::store::Store::at(&tmp.path().join("store")).unwrap();
+        store.init().unwrap();
+        let scratch = tmp.path().join("scratch");
+        std::fs::create_dir_all(&scratch).unwrap();
+        fetch_bundle(&store, "file:///repo", &bundle, &scratch).unwrap();
+        let mirror = crate::stages::source::mirror_entry(&store, "file:///repo").path;
+        let refs = git(&mirror, &["for-each-ref", "--format=%(refname)"]);
+        let mut refs: Vec<&str> = refs.lines().collect();
+        refs.sort();
+        // Not the branch, not an oracle-build ref that is not a pin.
+        assert_eq!(refs, vec![pin.as_str(), "refs/tags/v1.0.0"]);
+        assert!(mirror.join("objects").is_dir());
+        assert!(!scratch.join("incoming.git").exists());
+        git(&mirror, &["cat-file", "-e", &head]);
+
+        // A pin ref naming another commit: refused, and no mirror is made.
+        let other = tmp.path().join("store2");
+        let store2 = crate::store::Store::at(&other).unwrap();
+        store2.init().unwrap();
+        git(
+            &work,
+            &[
+                "update-ref",
+                &format!("refs/oracle-build/pins/{}", "0".repeat(40)),
+                &head,
+            ],
+        );
+        git(
+            &work,
+            &["bundle", "create", bundle.to_str().unwrap(), "--all"],
+        );
+        let err = fetch_bundle(&store2, "file:///repo", &bundle, &scratch).unwrap_err();
+        assert!(format!("{err:#}").contains("names commit"), "{err:#}");
+        assert!(!crate::stages::source::mirror_entry(&store2, "file:///repo").exists());
     }
 }
