@@ -641,31 +641,73 @@ pub fn from_wheels(
         out.entries_made += 1;
     }
     drop(locks);
-    for entry in &out.entries {
-        let (linked, failed) = link_entry(entry, site, venv, &mut out.covered, &mut out.hashes)?;
-        out.linked += linked;
-        out.failed += failed;
+    // The entries are linked by a few threads (a venv takes thousands of
+    // links), then merged in entry order, as one thread would have.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 4)
+        .min(out.entries.len().max(1));
+    let mut linked: Vec<Option<Result<Linked>>> = Vec::new();
+    linked.resize_with(out.entries.len(), || None);
+    let done = std::sync::Mutex::new(linked);
+    std::thread::scope(|s| {
+        for worker in 0..threads {
+            let (next, done, entries) = (&next, &done, &out.entries);
+            s.spawn(move || {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(entry) = entries.get(i) else { break };
+                    let got = link_entry(entry, site, venv, worker);
+                    if let Ok(mut d) = done.lock() {
+                        d[i] = Some(got);
+                    }
+                }
+            });
+        }
+    });
+    let done = done
+        .into_inner()
+        .map_err(|_| anyhow::anyhow!("a thread linking bytecode panicked"))?;
+    for (entry, got) in out.entries.iter().zip(done) {
+        let got = got.with_context(|| format!("linking the bytecode of {}", entry.label()))??;
+        out.linked += got.sources.len();
+        out.covered.extend(got.sources);
+        out.hashes.extend(got.hashes);
+        for src in got.refused {
+            if out.covered.insert(src) {
+                out.failed += 1;
+            }
+        }
     }
     Ok(out)
 }
 
+/// What [`link_entry`] linked from one bytecode entry.
+struct Linked {
+    /// The sources whose `.pyc` was linked next to them.
+    sources: Vec<PathBuf>,
+    /// The sources the entry records as refused by Python.
+    refused: Vec<PathBuf>,
+    /// sha256 of each `.pyc` linked, by path relative to the venv.
+    hashes: Vec<(String, String)>,
+}
+
 /// Hard-links every `.pyc` of the bytecode entry `entry` whose source is in
-/// `site` (a venv's site-packages) next to it, adding the sources to
-/// `covered` and the `.pyc` hashes (from the entry's manifest, by path
-/// relative to `venv`) to `hashes`; the sources the entry records as
-/// refused are covered too. Returns (linked, refused).
+/// `site` (a venv's site-packages) next to it; returns those sources, the
+/// sources the entry records as refused, and the `.pyc` hashes (from the
+/// entry's manifest, by path relative to `venv`). `worker` names the
+/// temporary file of a replaced `.pyc` (threads link at once).
 ///
 /// Errors: the entry's manifest or record cannot be read; a link fails.
-fn link_entry(
-    entry: &Entry,
-    site: &Path,
-    venv: &Path,
-    covered: &mut HashSet<PathBuf>,
-    hashes: &mut HashMap<String, String>,
-) -> Result<(usize, usize)> {
+fn link_entry(entry: &Entry, site: &Path, venv: &Path, worker: usize) -> Result<Linked> {
     let rec: BytecodeRecord = crate::store::read_json(&entry.path.join(BYTECODE_JSON))?;
     let manifest = Manifest::read(&entry.path)?;
-    let mut linked = 0;
+    let mut out = Linked {
+        sources: Vec::new(),
+        refused: rec.failed.iter().map(|src| site.join(src)).collect(),
+        hashes: Vec::new(),
+    };
     let prefix = format!("{SITE}/");
     for f in &manifest.files {
         let Some(rel_pyc) = f.path.strip_prefix(&prefix) else {
@@ -688,7 +730,7 @@ fn link_entry(
             // A `.pyc` the wheel itself ships (numpy 2.1 has one, timestamp
             // based): replaced, as a compile would replace it.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let tmp = dest.with_extension("pyc.oracle-build");
+                let tmp = dest.with_extension(format!("pyc.oracle-build.{worker}"));
                 let _ = std::fs::remove_file(&tmp);
                 std::fs::hard_link(&from, &tmp)
                     .and_then(|()| std::fs::rename(&tmp, &dest))
@@ -698,19 +740,12 @@ fn link_entry(
             }
             Err(e) => bail!("linking {} into {}: {e}", from.display(), dest.display()),
         }
-        linked += 1;
-        covered.insert(py);
+        out.sources.push(py);
         if let Some(r) = rel(venv, &dest) {
-            hashes.insert(r, f.sha256.clone());
+            out.hashes.push((r, f.sha256.clone()));
         }
     }
-    let mut failed = 0;
-    for src in &rec.failed {
-        if covered.insert(site.join(src)) {
-            failed += 1;
-        }
-    }
-    Ok((linked, failed))
+    Ok(out)
 }
 
 /// The source (relative to site-packages) of the cache file `rel_pyc`
