@@ -611,21 +611,32 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         substituted = crate::cache::substitute::inputs(&subs, lr, o.lock_dir, &t)?;
         Some(t)
     };
-    // 2. Offline: name everything an offline build would miss before any work.
-    if o.offline {
-        let mut problems = inputs::offline_problems(store, lr, o.lock_dir);
-        if !problems.is_empty() {
-            problems.extend(preflight::inspect(store, lr, true).problems);
-            return Err(anyhow::anyhow!(
-                "cannot build {} offline:\n  - {}\n(nothing was written to {})",
-                r.name,
-                problems.join("\n  - "),
-                store.root().display()
-            ));
-        }
+    // 2. Offline: name everything an offline build would miss before any
+    // work; the toolchain's probes (3) run meanwhile, writing nothing.
+    let (missing, findings) = std::thread::scope(|s| {
+        let probes = s.spawn(|| preflight::inspect(store, lr, o.offline));
+        let missing = if o.offline {
+            inputs::offline_problems(store, lr, o.lock_dir)
+        } else {
+            Vec::new()
+        };
+        let findings = probes
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (missing, findings)
+    });
+    if !missing.is_empty() {
+        let mut problems = missing;
+        problems.extend(findings.problems);
+        return Err(anyhow::anyhow!(
+            "cannot build {} offline:\n  - {}\n(nothing was written to {})",
+            r.name,
+            problems.join("\n  - "),
+            store.root().display()
+        ));
     }
     // 3. Preflight.
-    let tc = preflight::toolchain(store, lr, o.offline)?;
+    let tc = preflight::toolchain_of(store, lr, findings)?;
     let cleaned = store.clean_stale_staging()? + StableWorkDir::clean_stale(store);
     let partial = store.clean_stale_downloads()?;
     if partial > 0 {

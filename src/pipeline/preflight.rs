@@ -136,9 +136,16 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
 /// Errors (exit 1): any problem; the message lists them all. Exit 2: a bad
 /// `ORACLE_BUILD_DOWNLOADS` ([`crate::host::http::downloads`]).
 pub fn toolchain(store: &Store, lr: &LoadedRecipe, offline: bool) -> Result<Toolchain> {
+    toolchain_of(store, lr, inspect(store, lr, offline))
+}
+
+/// [`toolchain`] from the findings `f` of an [`inspect`] already made (a
+/// build runs it beside its other checks).
+///
+/// Errors: as [`toolchain`].
+pub fn toolchain_of(store: &Store, lr: &LoadedRecipe, f: Findings) -> Result<Toolchain> {
     // A bad ORACLE_BUILD_DOWNLOADS is bad input (exit 2): refused before anything is written.
     crate::host::http::downloads()?;
-    let f = inspect(store, lr, offline);
     if !f.compiler_problems.is_empty() {
         // A declared compiler that is not there is bad input: exit 2.
         return Err(crate::exit::bad_input(format!(
