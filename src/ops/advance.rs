@@ -47,7 +47,11 @@ pub struct AdvanceOptions {
 
 /// Resolves TO: a hex commit found in FROM's mirror gives a candidate recipe
 /// (written next to FROM's recipe file, or in `./recipes/` for a built-in
-/// FROM); anything else is a PIN.
+/// FROM); anything else is a PIN. A full commit id the branches and tags do
+/// not bring (an unmerged pull request's) is fetched as a build fetches its
+/// pin: the pull-request refs, then the commit by id; the report flags it.
+///
+/// Errors (exit 2): a full commit id the repository does not have.
 fn resolve_to(
     store: &Store,
     from: &LoadedRecipe,
@@ -56,8 +60,15 @@ fn resolve_to(
     let to = opts.to.as_str();
     let is_hex = (7..=40).contains(&to.len()) && to.chars().all(|c| c.is_ascii_hexdigit());
     if is_hex {
-        let mirror = source::update_mirror(store, &from.recipe.source.repo, opts.offline)?;
-        if let Ok(commit) = source::resolve_commit(&mirror.path, to) {
+        let repo = &from.recipe.source.repo;
+        let mirror = source::update_mirror(store, repo, opts.offline)?;
+        let mut found = source::resolve_commit(&mirror.path, to);
+        if found.is_err() && to.len() == 40 && !opts.offline {
+            let full = to.to_ascii_lowercase();
+            source::ensure_mirror_fetched(store, repo, &full, false)?;
+            found = source::resolve_commit(&mirror.path, &full);
+        }
+        if let Ok(commit) = found {
             let (lr, path) = candidate_recipe(from, &commit, &opts.pins)?;
             return Ok((lr, Some(path)));
         }

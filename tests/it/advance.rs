@@ -350,3 +350,37 @@ fn a_to_that_exists_only_on_a_fork_is_flagged() {
     assert!(md.contains("**FLAG:**"), "{md}");
     assert_eq!(case(&r, "a")["status"], "identical");
 }
+
+#[test]
+fn a_to_only_on_an_unmerged_pull_request_is_fetched_by_id_and_flagged() {
+    let fx = Fx::new();
+    let (repo, _c1, _c2, from) = setup(&fx);
+    // A commit reachable only from a pull request's ref, as GitHub keeps
+    // one under review: on no branch or tag.
+    git(&repo, &["checkout", "-q", "-b", "review", "v0.1.0"]);
+    std::fs::write(repo.join("REVIEW.md"), "under review\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "under review"]);
+    let pr = git(&repo, &["rev-parse", "HEAD"]);
+    git(&repo, &["update-ref", "refs/pull/7/head", &pr]);
+    git(&repo, &["checkout", "-q", "release"]);
+    git(&repo, &["branch", "-q", "-D", "review"]);
+    let r = fx.json(&["advance", from.to_str().unwrap(), &pr, "--json"]);
+    let flag = r["commits"]["flag"].as_str().unwrap_or("");
+    assert!(
+        flag.contains("on no branch or tag") && flag.contains(&pr),
+        "{}",
+        r["commits"]
+    );
+    assert_eq!(case(&r, "a")["status"], "identical", "{r}");
+
+    // A full id the repository does not have: refused naming it (exit 2).
+    let missing = "0123456789abcdef0123456789abcdef01234567";
+    let out = fx.run(&["advance", from.to_str().unwrap(), missing]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("does not have commit {missing}")),
+        "{}",
+        text(&out)
+    );
+}
