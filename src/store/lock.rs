@@ -79,11 +79,7 @@ pub(super) fn lock_file(locks: &Path, name: &LockName) -> Result<Lock> {
             crate::progress::line(format!(
                 "waiting for {} (held by {})",
                 path.display(),
-                if holder.trim().is_empty() {
-                    "another process"
-                } else {
-                    holder.trim()
-                }
+                holder_text(&holder, |pid| Path::new(&format!("/proc/{pid}")).exists())
             ));
             file.lock()
                 .with_context(|| format!("locking {}", path.display()))?;
@@ -103,6 +99,27 @@ pub(super) fn lock_file(locks: &Path, name: &LockName) -> Result<Lock> {
     // this process is killed (see [`held`]).
     held::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
     Ok(Lock { _file: Some(file) })
+}
+
+/// Who holds a lock, from its file's text (`pid <n> (<command line>)`, as
+/// [`lock_file`] writes it): that text, and when `alive` says the pid is
+/// gone, that a process it started holds the lock now (a killed build's
+/// watchdog and compilers share its lock until they stop).
+fn holder_text(text: &str, alive: impl Fn(u32) -> bool) -> String {
+    let text = text.trim();
+    if text.is_empty() {
+        return "another process".into();
+    }
+    let pid = text
+        .strip_prefix("pid ")
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse::<u32>().ok());
+    match pid {
+        Some(pid) if !alive(pid) => format!(
+            "{text}; process {pid} is gone, and a process it started still holds the lock until it stops"
+        ),
+        _ => text.to_string(),
+    }
 }
 
 /// An exclusive OS file lock under `<root>/locks/`; released on drop.
@@ -181,4 +198,26 @@ pub(super) fn wait_for_run_lock(locks: &Path, pid: i32) {
         let _ = f.lock();
     }
     let _ = std::fs::remove_file(&path);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holder_text;
+
+    #[test]
+    fn a_holder_whose_pid_is_gone_is_said_to_be_gone() {
+        let text = "pid 4242 (oracle-build build fx.yaml)\n";
+        assert_eq!(
+            holder_text(text, |_| true),
+            "pid 4242 (oracle-build build fx.yaml)"
+        );
+        let gone = holder_text(text, |pid| pid != 4242);
+        assert!(
+            gone.starts_with("pid 4242 (oracle-build build fx.yaml); process 4242 is gone"),
+            "{gone}"
+        );
+        assert_eq!(holder_text("  \n", |_| false), "another process");
+        // Text another version wrote: shown as it is.
+        assert_eq!(holder_text("someone", |_| false), "someone");
+    }
 }
