@@ -945,11 +945,15 @@ impl<'a> Fetcher<'a> {
         for p in items {
             temp.add(self.store, &p.entry)?;
             if let (Some(repo), Some(commit)) = (&p.repo, Some(&p.config.name)) {
-                fetch_bundle(self.store, repo, &p.dir, self.staging.path())?;
+                let had = source::mirror_has(self.store, repo, commit);
+                let new_refs = fetch_bundle(self.store, repo, &p.dir, self.staging.path())?;
                 if !source::mirror_has(self.store, repo, commit) {
                     bail!("the source bundle from the cache does not hold commit {commit}");
                 }
-                added.push(format!("{} ({commit})", p.entry.label()));
+                // Not when a pull beside this one brought it first.
+                if !had && !new_refs.is_empty() {
+                    added.push(format!("{} ({commit})", p.entry.label()));
+                }
                 continue;
             }
             if p.entry.bucket == Bucket::Wheels
@@ -1094,9 +1098,17 @@ fn check_files(
 /// fetched into the mirror. A tag the mirror holds for another commit is an
 /// error naming the tag and both commits, and nothing is written.
 ///
+/// Returns the refs it added (empty when the mirror held them all: another
+/// pull or import brought them first).
+///
 /// Errors: git fails; a tag of the bundle moves one of the mirror's
 /// (exit 2); a pin ref of the bundle names another commit than its name.
-pub fn fetch_bundle(store: &Store, repo: &str, bundle: &Path, scratch: &Path) -> Result<()> {
+pub fn fetch_bundle(
+    store: &Store,
+    repo: &str,
+    bundle: &Path,
+    scratch: &Path,
+) -> Result<Vec<String>> {
     let git =
         which::which("git").context("taking a source from a cache needs the git command line")?;
     let mirror = source::mirror_entry(store, repo);
@@ -1164,7 +1176,7 @@ pub fn fetch_bundle(store: &Store, repo: &str, bundle: &Path, scratch: &Path) ->
         fs::create_dir_all(store.bucket_dir(Bucket::Git))?;
         fs::rename(&incoming, &mirror.path)?;
     }
-    Ok(())
+    Ok(plan)
 }
 
 /// The refs of `incoming` (a bundle fetched into a scratch repository) that
@@ -2007,7 +2019,8 @@ mod bundle_tests {
         store.init().unwrap();
         let scratch = tmp.path().join("scratch");
         std::fs::create_dir_all(&scratch).unwrap();
-        fetch_bundle(&store, "file:///repo", &bundle, &scratch).unwrap();
+        let added = fetch_bundle(&store, "file:///repo", &bundle, &scratch).unwrap();
+        assert_eq!(added, vec![pin.clone(), "refs/tags/v1.0.0".to_string()]);
         let mirror = crate::stages::source::mirror_entry(&store, "file:///repo").path;
         let refs = git(&mirror, &["for-each-ref", "--format=%(refname)"]);
         let mut refs: Vec<&str> = refs.lines().collect();
@@ -2017,6 +2030,9 @@ mod bundle_tests {
         assert!(mirror.join("objects").is_dir());
         assert!(!scratch.join("incoming.git").exists());
         git(&mirror, &["cat-file", "-e", &head]);
+        // The same bundle again (a second pull of the pin): nothing added.
+        let again = fetch_bundle(&store, "file:///repo", &bundle, &scratch).unwrap();
+        assert!(again.is_empty(), "{again:?}");
 
         // A pin ref naming another commit: refused, and no mirror is made.
         let other = tmp.path().join("store2");

@@ -932,12 +932,18 @@ pub fn import(
     let mirror = source::mirror_entry(store, &m.repo);
     temp.add(store, &mirror)?;
     let had = source::mirror_has(store, &m.repo, &m.commit);
-    crate::cache::substitute::fetch_bundle(store, &m.repo, &x.join(SOURCE_BUNDLE), staging.path())?;
+    let new_refs = crate::cache::substitute::fetch_bundle(
+        store,
+        &m.repo,
+        &x.join(SOURCE_BUNDLE),
+        staging.path(),
+    )?;
     if !source::mirror_has(store, &m.repo, &m.commit) {
         bail!("the source bundle does not hold commit {}", m.commit);
     }
-    // The mirror counts as added only when it did not hold the commit yet.
-    let (mut added, mut present) = if had {
+    // The mirror counts as added only when it did not hold the commit yet
+    // (and no import beside this one brought it first).
+    let (mut added, mut present) = if had || new_refs.is_empty() {
         (Vec::new(), vec![mirror.label()])
     } else {
         (vec![mirror.label()], Vec::new())
