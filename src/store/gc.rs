@@ -280,9 +280,11 @@ mod tests {
         store
             .set_list_root(&name, "fx abc pulled", std::slice::from_ref(&wheel))
             .unwrap();
-        // A second pull adds to it; labels of entries gone are dropped.
+        // A second pull adds to it; labels of entries gone are dropped, and
+        // an entry that never landed (a refused lock) is not listed.
+        let refused = store.entry(Bucket::Locks, "never-stored");
         store
-            .set_list_root(&name, "fx abc pulled", std::slice::from_ref(&lock))
+            .set_list_root(&name, "fx abc pulled", &[lock.clone(), refused])
             .unwrap();
         let root = store
             .roots()

@@ -732,9 +732,10 @@ impl Store {
 
     /// Writes the list root `<root>/roots/<name>` (see [`IMPORTED_ROOT_PREFIX`]):
     /// a text file whose first line is `# <header>` and whose other lines
-    /// are the labels of `entries` and of the entries it already named that
-    /// still exist, sorted, written atomically. `gc` keeps every entry it
-    /// names and what they require.
+    /// are the labels of those of `entries` that exist (one refused on the
+    /// way in is not listed) and of the entries it already named that still
+    /// exist, sorted, written atomically. `gc` keeps every entry it names
+    /// and what they require.
     ///
     /// Errors: the store is read-only; the file cannot be written.
     pub fn set_list_root(&self, name: &str, header: &str, entries: &[Entry]) -> Result<()> {
@@ -742,8 +743,11 @@ impl Store {
             return Err(self.read_only_error(&format!("set the GC root roots/{name}")));
         }
         let path = self.roots_dir().join(name);
-        let mut labels: std::collections::BTreeSet<String> =
-            entries.iter().map(Entry::label).collect();
+        let mut labels: std::collections::BTreeSet<String> = entries
+            .iter()
+            .filter(|e| e.exists())
+            .map(Entry::label)
+            .collect();
         if let Ok(old) = std::fs::read_to_string(&path) {
             labels.extend(
                 list_root_labels(&old)
