@@ -271,6 +271,9 @@ pub struct Fetcher<'a> {
     /// downloaded, by digest: the directory in staging and the sha256 of
     /// each file, by its path relative to that directory.
     unpacked: std::collections::HashMap<String, (PathBuf, Hashes)>,
+    /// The repository of the pin fetched for: its mirror fixes the version
+    /// a wheel taken must have ([`check_wheel_history`]).
+    pub repo: Option<String>,
 }
 
 /// The sha256 (hex) of files, by path.
@@ -293,6 +296,7 @@ impl<'a> Fetcher<'a> {
             prefetched: Default::default(),
             verified: Default::default(),
             unpacked: Default::default(),
+            repo: None,
         })
     }
 
@@ -957,7 +961,7 @@ impl<'a> Fetcher<'a> {
                 continue;
             }
             if p.entry.bucket == Bucket::Wheels
-                && let Err(why) = check_wheel_history(self.store, &p.dir)
+                && let Err(why) = check_wheel_history(self.store, &p.dir, self.repo.as_deref())
             {
                 let why = format!(
                     "cache {}: refusing {}: {why}; the wheel stage builds here",
@@ -985,10 +989,16 @@ impl<'a> Fetcher<'a> {
 /// and the tag they name (`describe`) is the tag this store's mirror of the
 /// commit describes now ([`source::describe`]). Checked after the source
 /// is in the mirror, before the wheel is (by `pull`, substitution and `import`).
+/// The mirror is `repo`'s (the pin's repository) when it holds the commit,
+/// else the one the wheel's record requires.
 ///
 /// Errors: a string naming both tags and both versions (the wheel's, and
 /// the one this box's history gives, [`source::history::History::gives`]).
-pub fn check_wheel_history(store: &Store, dir: &Path) -> std::result::Result<(), String> {
+pub fn check_wheel_history(
+    store: &Store,
+    dir: &Path,
+    repo: Option<&str>,
+) -> std::result::Result<(), String> {
     let rec = wheel::BuildRecord::read(dir).map_err(|e| format!("{e:#}"))?;
     let computed = crate::store::key::content_key(&rec.inputs);
     if computed != rec.key {
@@ -998,12 +1008,18 @@ pub fn check_wheel_history(store: &Store, dir: &Path) -> std::result::Result<(),
         ));
     }
     let commit = rec.inputs["commit"].as_str().unwrap_or_default();
-    let mirror = rec
-        .requires
-        .iter()
-        .filter(|l| l.starts_with("git/"))
-        .find_map(|l| store.entry_by_label(l))
-        .filter(Entry::exists);
+    // The mirror of the pin's repository (a box may name it by another URL
+    // than the box that built the wheel), else the one the wheel names.
+    let mirror = repo
+        .filter(|r| source::mirror_has(store, r, commit))
+        .map(|r| source::mirror_entry(store, r))
+        .or_else(|| {
+            rec.requires
+                .iter()
+                .filter(|l| l.starts_with("git/"))
+                .find_map(|l| store.entry_by_label(l))
+                .filter(Entry::exists)
+        });
     let Some(mirror) = mirror else {
         return Err(format!(
             "this box holds no mirror of commit {commit} to check the wheel's version against"
@@ -1362,6 +1378,7 @@ pub fn pull_pin(
     let key = inputs_key(lr);
     let ahead = super::readahead::ReadAhead::new(cache, store)?;
     let mut f = Fetcher::new(&ahead, store)?;
+    f.repo = Some(r.source.repo.clone());
     let Some((config, mut bytes)) = f.inputs(&key)? else {
         bail!(
             "cache {} has no inputs for {} on this platform (tags {}-*); push it from a box that built it: oracle-build push {}",
@@ -1577,6 +1594,8 @@ pub struct Substituter<'a> {
     /// Per cache: it timed out or dropped a connection in this run
     /// ([`super::bounds::Unreachable`]), so it is not asked again.
     down: Vec<std::cell::Cell<bool>>,
+    /// The repository of the pin substituted for (see [`Fetcher::repo`]).
+    repo: Option<String>,
 }
 
 impl<'a> Substituter<'a> {
@@ -1597,7 +1616,15 @@ impl<'a> Substituter<'a> {
             caches: out,
             tags,
             down,
+            repo: None,
         })
+    }
+
+    /// The same, substituting for a pin of the repository `repo` (its
+    /// mirror checks the version of a wheel taken).
+    pub fn for_repo(mut self, repo: &str) -> Substituter<'a> {
+        self.repo = Some(repo.to_string());
+        self
     }
 
     /// A fetcher from cache `i`, with its tag list (listed now when not
@@ -1613,7 +1640,9 @@ impl<'a> Substituter<'a> {
                 l
             }
         };
-        Fetcher::with_tags(t, self.store, list)
+        let mut f = Fetcher::with_tags(t, self.store, list)?;
+        f.repo.clone_from(&self.repo);
+        Ok(f)
     }
 
     /// The caches still asked in this run, with their index.

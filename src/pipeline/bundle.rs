@@ -964,7 +964,8 @@ pub fn import(
         // A wheel is taken only when this box's history gives its version.
         let from = x.join("store").join(bucket).join(name);
         if b == Bucket::Wheels
-            && let Err(why) = crate::cache::substitute::check_wheel_history(store, &from)
+            && let Err(why) =
+                crate::cache::substitute::check_wheel_history(store, &from, Some(&m.repo))
         {
             notes.push(format!(
                 "the bundle's wheel {} is not taken: {why}; the wheel stage builds here",

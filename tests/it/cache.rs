@@ -674,3 +674,76 @@ fn faults_trust_and_concurrency_through_a_registry() {
     assert_eq!(reg.tag_revisions(REPO, &wheel_tag), revisions);
     assert_eq!(wheel_tags(REPO).len(), 2, "{:?}", reg.tags(REPO));
 }
+
+/// A wheel is keyed by the commit, not by the URL it was fetched from: box
+/// A builds the pin from one URL, then a second recipe of the same commit
+/// from a clone at another (the same wheel), and pushes that one. Box B
+/// pulls the second recipe: its wheel's version is checked against the
+/// mirror the pull brought (the wheel's own record names A's first mirror),
+/// so it is taken, and `build --offline` builds no wheel.
+#[test]
+fn a_wheel_built_under_another_url_of_the_commit_is_checked_against_the_pulled_mirror() {
+    let layout = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", layout.path().join("cache").display());
+    let fx = Fx::new();
+    let (repo, commit, recipe) = fx.pin();
+    let clone = fx.dir().join("clone");
+    git(
+        fx.dir(),
+        &[
+            "clone",
+            "-q",
+            repo.to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    let other = write_recipe(fx.dir(), "fx-clone", &clone, &commit, SMOKE);
+    let a = fx.dir().join("store-a");
+    let (key, line) = keypair(fx.dir(), "builder-a@test");
+    let allowed = fx.dir().join("allowed_signers");
+    std::fs::write(&allowed, line).unwrap();
+    configure(&a, &url, Some(&key), None, 1);
+    let first = ok(&ob(
+        &fx,
+        &a,
+        None,
+        "builder-a@test",
+        &["build", recipe.to_str().unwrap(), "--json"],
+    ));
+    let o = other.to_str().unwrap();
+    let second = ok(&ob(
+        &fx,
+        &a,
+        None,
+        "builder-a@test",
+        &["build", o, "--json"],
+    ));
+    assert_eq!(second["keys"]["wheel"], first["keys"]["wheel"], "{second}");
+    assert!(
+        !strs(&second["built"]).contains(&"wheel".to_string()),
+        "{second}"
+    );
+    ok(&ob(&fx, &a, None, "builder-a@test", &["push", o, "--json"]));
+
+    let b = fx.dir().join("store-b");
+    configure(&b, &url, None, Some(&allowed), 1);
+    let pulled = ok(&ob(&fx, &b, None, "builder-b@test", &["pull", o, "--json"]));
+    assert!(
+        strs(&pulled["added"])
+            .iter()
+            .any(|a| a.starts_with("wheels/")),
+        "{pulled}"
+    );
+    assert!(strs(&pulled["refused"]).is_empty(), "{pulled}");
+    let built = ok(&ob(
+        &fx,
+        &b,
+        None,
+        "builder-b@test",
+        &["build", o, "--offline", "--json"],
+    ));
+    assert!(
+        !strs(&built["built"]).contains(&"wheel".to_string()),
+        "{built}"
+    );
+}
