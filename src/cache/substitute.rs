@@ -90,14 +90,9 @@ pub fn lock_files(config: &Config) -> Vec<super::trust::FileDigest> {
 
 /// Whether the lock artifact `config` holds exactly the lock files
 /// (`pylock.build.toml`, `pylock.runtime.toml`) of a reviewed lockfile
-/// under `lockfiles` (a lockfiles root: `<root>/<recipe>/` and its
-/// platform directories `<root>/<recipe>/<P>/`, as its `lock.json` names
-/// the recipe).
+/// under `lockfiles` (a lockfiles root: see [`pinned_by_lockfile_files`]).
 pub fn pinned_by_lockfile(config: &Config, lockfiles: Option<&Path>) -> bool {
     use crate::stages::lock::{BUILD_LOCK, RUNTIME_LOCK};
-    let Some(recipe) = config.record["recipe"].as_str() else {
-        return false;
-    };
     let theirs = |name: &str| {
         config
             .files
@@ -105,19 +100,21 @@ pub fn pinned_by_lockfile(config: &Config, lockfiles: Option<&Path>) -> bool {
             .find(|f| f.path == name)
             .map(|f| f.sha256.clone())
     };
-    pinned_by_lockfile_files(
-        recipe,
-        (theirs(BUILD_LOCK), theirs(RUNTIME_LOCK)),
-        lockfiles,
-    )
+    pinned_by_lockfile_files((theirs(BUILD_LOCK), theirs(RUNTIME_LOCK)), lockfiles)
 }
+
+/// How many recipe directories of a lockfiles root are looked through.
+const LOCKFILE_DIRS_LIMIT: usize = 10_000;
 
 /// Whether `wanted`, the sha256 of a lock's `pylock.build.toml` and
 /// `pylock.runtime.toml` (`None`: absent), are exactly those of a reviewed
-/// lockfile of `recipe` under `lockfiles` (as [`pinned_by_lockfile`]; also
-/// for a bundle's lock, by `import`).
+/// lockfile under `lockfiles`: a lockfiles root, whose recipe directories
+/// `<root>/<recipe>/` and their platform directories `<root>/<recipe>/<P>/`
+/// hold lockfiles (at most [`LOCKFILE_DIRS_LIMIT`] recipe directories).
+/// Any recipe's: a lock is pinned by its bytes, whichever recipe name the
+/// box that made it used (a lock names none). Also for a bundle's lock, by
+/// `import`.
 pub fn pinned_by_lockfile_files(
-    recipe: &str,
     wanted: (Option<String>, Option<String>),
     lockfiles: Option<&Path>,
 ) -> bool {
@@ -125,30 +122,43 @@ pub fn pinned_by_lockfile_files(
     let Some(root) = lockfiles else {
         return false;
     };
-    if !artifact::plain_name(recipe) {
-        return false;
-    }
     if wanted.0.is_none() && wanted.1.is_none() {
         return false;
     }
-    let dir = root.join(recipe);
-    let mut dirs = vec![dir.clone()];
-    if let Ok(rd) = fs::read_dir(&dir) {
-        dirs.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+    let subdirs = |d: &Path| -> Vec<PathBuf> {
+        fs::read_dir(d).map_or_else(
+            |_| Vec::new(),
+            |rd| {
+                rd.flatten()
+                    .take(LOCKFILE_DIRS_LIMIT)
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect()
+            },
+        )
+    };
+    let mut dirs = Vec::new();
+    for recipe in subdirs(root) {
+        dirs.extend(subdirs(&recipe));
+        dirs.push(recipe);
     }
     dirs.iter().any(|d| {
         let Ok(info) = crate::store::read_json::<LockInfo>(&d.join(LOCK_JSON)) else {
             return false;
         };
+        let claimed = (
+            info.files.get(BUILD_LOCK).cloned(),
+            info.files.get(RUNTIME_LOCK).cloned(),
+        );
+        if claimed != wanted {
+            return false;
+        }
         // The files on disk, not only what their lock.json claims.
         let on_disk = |name: &str| {
             let f = d.join(name);
             f.is_file().then(|| sha256_file(&f).ok()).flatten()
         };
-        let ours = (on_disk(BUILD_LOCK), on_disk(RUNTIME_LOCK));
-        ours == wanted
-            && info.files.get(BUILD_LOCK).cloned() == ours.0
-            && info.files.get(RUNTIME_LOCK).cloned() == ours.1
+        (on_disk(BUILD_LOCK), on_disk(RUNTIME_LOCK)) == wanted
     })
 }
 

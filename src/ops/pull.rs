@@ -59,7 +59,7 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
         }
     }
     drop(temp);
-    let Some(p) = done else {
+    let Some(mut p) = done else {
         bail!(
             "cannot pull {} (no entry was added to {}):\n  - {}",
             lr.recipe.name,
@@ -67,6 +67,12 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
             errors.join("\n  - ")
         );
     };
+    // What `build --offline` would still miss (a refused lock): said, and
+    // the hint below is then a build that may reach the network.
+    let missing = crate::pipeline::inputs::offline_problems(&store, &lr, &lock_dir);
+    for m in &missing {
+        p.notes.push(format!("`build --offline` would miss: {m}"));
+    }
     if opts.json {
         return print_json(&p);
     }
@@ -103,8 +109,9 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
             crate::shell::shell_quote(&root.display().to_string())
         )
     });
+    let offline = if missing.is_empty() { " --offline" } else { "" };
     println!(
-        "the pushing box's oracle: venv key {} (wheel {}); build it here with: oracle-build build {} --offline{store_flag}",
+        "the pushing box's oracle: venv key {} (wheel {}); build it here with: oracle-build build {}{offline}{store_flag}",
         p.inputs.venv_key,
         p.inputs.wheel_key,
         crate::shell::shell_quote(pin_arg)

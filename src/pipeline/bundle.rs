@@ -733,7 +733,6 @@ fn judge_lock(
             .map(|d| d.sha256.clone())
     };
     if crate::cache::substitute::pinned_by_lockfile_files(
-        &lr.recipe.name,
         (sha(lock::BUILD_LOCK), sha(lock::RUNTIME_LOCK)),
         lockfiles,
     ) {

@@ -747,3 +747,64 @@ fn a_wheel_built_under_another_url_of_the_commit_is_checked_against_the_pulled_m
         "{built}"
     );
 }
+
+/// Two boxes lock the same inputs under two recipe names, then both push:
+/// a lock names no recipe, so their signed locks agree (no
+/// reproducibility failure in the append-only cache), `cache verify`
+/// passes, and a third box pulls the second recipe with its lock.
+#[test]
+fn two_boxes_locking_one_pin_under_two_recipe_names_push_the_same_lock() {
+    let layout = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", layout.path().join("cache").display());
+    let fx = Fx::new();
+    let (repo, commit, recipe) = fx.pin();
+    let renamed = write_recipe(fx.dir(), "fx-renamed", &repo, &commit, SMOKE);
+    let (key_a, line_a) = keypair(fx.dir(), "builder-a@test");
+    let (key_b, line_b) = keypair(fx.dir(), "builder-b@test");
+    let allowed = fx.dir().join("allowed_signers");
+    std::fs::write(&allowed, format!("{line_a}{line_b}")).unwrap();
+    let boxes = [
+        ("store-a", &key_a, "builder-a@test", &recipe),
+        ("store-b", &key_b, "builder-b@test", &renamed),
+    ];
+    // Both lock and build before either pushes (as two boxes at once).
+    for (store, key, builder, r) in boxes {
+        let s = fx.dir().join(store);
+        configure(&s, &url, Some(key), Some(&allowed), 1);
+        ok(&ob(
+            &fx,
+            &s,
+            None,
+            builder,
+            &["build", r.to_str().unwrap(), "--json"],
+        ));
+    }
+    for (store, _, builder, r) in boxes {
+        let s = fx.dir().join(store);
+        ok(&ob(
+            &fx,
+            &s,
+            None,
+            builder,
+            &["push", r.to_str().unwrap(), "--json"],
+        ));
+    }
+    let c = fx.dir().join("store-c");
+    configure(&c, &url, None, Some(&allowed), 2);
+    let out = ob(&fx, &c, None, "c@test", &["cache", "verify"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let pulled = ok(&ob(
+        &fx,
+        &c,
+        None,
+        "c@test",
+        &["pull", renamed.to_str().unwrap(), "--json"],
+    ));
+    assert!(strs(&pulled["refused"]).is_empty(), "{pulled}");
+    assert!(
+        strs(&pulled["added"])
+            .iter()
+            .any(|a| a.starts_with("lockfiles/")),
+        "{pulled}"
+    );
+}

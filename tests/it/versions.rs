@@ -651,6 +651,20 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
             "{pulled}"
         );
         assert!(names(&e.join("store/lockfiles")).is_empty(), "{pulled}");
+        // Without a lock, the box cannot build offline: said, and the hint
+        // is a build that may resolve one.
+        assert!(
+            pulled["notes"]
+                .to_string()
+                .contains("`build --offline` would miss: --offline: lock stage"),
+            "{pulled}"
+        );
+        let shown = text(&ob(&fx, &e, &[], &["pull", r]));
+        let hint = shown
+            .lines()
+            .find(|l| l.contains("build it here with: oracle-build build"))
+            .unwrap_or_else(|| panic!("no hint: {shown}"));
+        assert!(!hint.contains("--offline"), "{shown}");
     }
     let out = ob(&fx, &a, &[], &["cache", "ls"]);
     assert!(text(&out).contains("untrusted"), "{}", text(&out));
