@@ -27,6 +27,7 @@ pub fn run(s: &Session, dry_run: bool) -> Result<()> {
                 freed_bytes: 0,
                 kept: Vec::new(),
                 imported: Vec::new(),
+                left_by_killed_runs: Vec::new(),
             });
         }
         println!("no store at {}; nothing to delete", root.display());
@@ -55,6 +56,31 @@ pub fn run(s: &Session, dry_run: bool) -> Result<()> {
         report.freed_bytes as f64 / (1 << 20) as f64,
         report.kept.len()
     );
+    if !report.left_by_killed_runs.is_empty() {
+        let bytes: u64 = report.left_by_killed_runs.iter().map(|d| d.bytes).sum();
+        println!(
+            "{} {} staging director{} or partial download{} killed runs left ({:.1} MiB): {}",
+            if dry_run { "would remove" } else { "removed" },
+            report.left_by_killed_runs.len(),
+            if report.left_by_killed_runs.len() == 1 {
+                "y"
+            } else {
+                "ies"
+            },
+            if report.left_by_killed_runs.len() == 1 {
+                ""
+            } else {
+                "s"
+            },
+            bytes as f64 / (1 << 20) as f64,
+            report
+                .left_by_killed_runs
+                .iter()
+                .map(|d| d.entry.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     for (name, n) in &report.imported {
         println!(
             "kept   roots/{name}: {n} entr{} an import or pull brought (until a build roots its oracle; `oracle-build unkeep` drops it)",

@@ -58,6 +58,9 @@ pub enum ProblemKind {
     IdentityMismatch,
     /// `import-failed`: `import vllm` fails in the venv.
     ImportFailed,
+    /// `left-by-killed-run`: a staging directory or partial download that
+    /// a run which no longer runs left in the store.
+    LeftByKilledRun,
     /// `no-compiled-extensions`: the vLLM install has no compiled extensions.
     NoCompiledExtensions,
     /// `no-history`: vLLM was built from a checkout without history.
@@ -78,7 +81,7 @@ pub enum ProblemKind {
 
 impl ProblemKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ProblemKind; 23] = [
+    pub const ALL: [ProblemKind; 24] = [
         ProblemKind::AliasDangling,
         ProblemKind::AliasMissing,
         ProblemKind::AliasMoved,
@@ -94,6 +97,7 @@ impl ProblemKind {
         ProblemKind::FlashinferMismatch,
         ProblemKind::IdentityMismatch,
         ProblemKind::ImportFailed,
+        ProblemKind::LeftByKilledRun,
         ProblemKind::NoCompiledExtensions,
         ProblemKind::NoHistory,
         ProblemKind::NoScmSha,
@@ -122,6 +126,7 @@ impl ProblemKind {
             ProblemKind::FlashinferMismatch => "flashinfer-mismatch",
             ProblemKind::IdentityMismatch => "identity-mismatch",
             ProblemKind::ImportFailed => "import-failed",
+            ProblemKind::LeftByKilledRun => "left-by-killed-run",
             ProblemKind::NoCompiledExtensions => "no-compiled-extensions",
             ProblemKind::NoHistory => "no-history",
             ProblemKind::NoScmSha => "no-scm-sha",
@@ -741,6 +746,18 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                 r.entries.len()
             ));
         }
+        for path in store.left_by_dead()? {
+            let rel = path.strip_prefix(store.root()).unwrap_or(&path);
+            d.add(
+                ProblemKind::LeftByKilledRun,
+                &rel.display().to_string(),
+                format!(
+                    "left by a run that was killed ({:.1} MiB)",
+                    crate::store::disk_usage(&path) as f64 / (1u64 << 20) as f64
+                ),
+                "`oracle-build gc` removes it (so does the next build, pull or import)",
+            );
+        }
         let registry = d.registry(store);
         n_aliases = registry.aliases.len();
         for r in roots.iter().filter(|r| !r.live) {
@@ -904,7 +921,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
         k if k.as_str().starts_with("alias-") => 0,
         ProblemKind::FilesMissing | ProblemKind::DamagedEntry => 2,
         ProblemKind::RootDangling => 3,
-        ProblemKind::Unreachable => 4,
+        ProblemKind::Unreachable | ProblemKind::LeftByKilledRun => 4,
         _ => 1,
     };
     d.problems.sort_by_key(rank);

@@ -77,7 +77,8 @@ fn reachable_with(store: &Store, between: impl FnOnce()) -> Result<BTreeSet<Stri
 /// One entry deleted (or that would be).
 #[derive(Debug, Serialize)]
 pub struct Deleted {
-    /// `<bucket>/<name>`.
+    /// `<bucket>/<name>` (for what a killed run left: its path relative to
+    /// the store's root, e.g. `tmp/pull.<pid>.<rand>`).
     pub entry: String,
     /// Its path.
     pub path: PathBuf,
@@ -99,6 +100,9 @@ pub struct GcReport {
     /// The list roots of `import` and `pull` (`imported-<recipe>`) and how
     /// many entries each names: what they keep from this `gc`.
     pub imported: Vec<(String, usize)>,
+    /// What killed runs left (staging directories, partial downloads):
+    /// removed (or that would be), with their size; not in `freed_bytes`.
+    pub left_by_killed_runs: Vec<Deleted>,
 }
 
 /// Deletes (or with `dry_run` lists) every entry no root reaches.
@@ -160,6 +164,19 @@ pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
             });
         }
     }
+    let left_by_killed_runs: Vec<Deleted> = store
+        .left_by_dead()?
+        .into_iter()
+        .map(|path| Deleted {
+            entry: path
+                .strip_prefix(store.root())
+                .unwrap_or(&path)
+                .display()
+                .to_string(),
+            bytes: disk_usage(&path),
+            path,
+        })
+        .collect();
     if !dry_run {
         store.clean_stale_staging()?;
         store.clean_stale_downloads()?;
@@ -200,6 +217,7 @@ pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
         freed_bytes,
         kept,
         imported,
+        left_by_killed_runs,
     })
 }
 

@@ -838,36 +838,40 @@ impl Store {
         self.remove_left_by_dead(&area, |name| name.starts_with('.'))
     }
 
-    /// Removes each entry of `dir` that `take` accepts by name and whose
-    /// name carries the pid of a process that no longer runs, as its second
-    /// `.`-separated part (`<stage>.<pid>.<rand>`, `.<pid>.<n>`), once that
-    /// run's lock is free. Returns how many were removed.
+    /// What runs that no longer run left: the staging directories under
+    /// `<root>/tmp/` and the partial downloads under `<root>/downloads/`
+    /// that [`Store::clean_stale_staging`] and
+    /// [`Store::clean_stale_downloads`] remove (listed, not removed: for
+    /// `doctor` and `gc --dry-run`).
+    ///
+    /// Errors: a directory cannot be read.
+    pub fn left_by_dead(&self) -> Result<Vec<PathBuf>> {
+        let mut out = left_by_dead_in(&self.tmp_dir(), |_| true)?;
+        out.extend(left_by_dead_in(
+            &self.downloads_dir().join("sha256"),
+            |name| name.starts_with('.'),
+        )?);
+        Ok(out)
+    }
+
+    /// Removes what [`left_by_dead_in`] lists in `dir`, each once its run's
+    /// lock is free. Returns how many were removed.
     fn remove_left_by_dead(&self, dir: &Path, take: impl Fn(&str) -> bool) -> Result<usize> {
         let mut removed = 0;
-        if !dir.is_dir() {
-            return Ok(0);
-        }
         let locks = self.root.join("locks");
-        for e in fs::read_dir(dir)? {
-            let e = e?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !take(&name) {
-                continue;
-            }
-            let pid = name.split('.').nth(1).and_then(|p| p.parse::<i32>().ok());
-            if let Some(p) = pid.filter(|p| !process_alive(*p)) {
-                // Never under a build that still runs: wait until it is gone.
+        for path in left_by_dead_in(dir, take)? {
+            // Never under a build that still runs: wait until it is gone.
+            if let Some(p) = pid_in_name(&path) {
                 wait_for_run_lock(&locks, p);
-                make_writable(&e.path());
-                let path = e.path();
-                let res = if path.is_dir() {
-                    fs::remove_dir_all(&path)
-                } else {
-                    fs::remove_file(&path)
-                };
-                if res.is_ok() {
-                    removed += 1;
-                }
+            }
+            make_writable(&path);
+            let res = if path.is_dir() {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
+            if res.is_ok() {
+                removed += 1;
             }
         }
         Ok(removed)
@@ -955,6 +959,37 @@ fn list_root_labels(text: &str) -> impl Iterator<Item = &str> {
 /// zombie: it holds no file and no lock, so what it left is stale.
 /// The state is the field after the command in `/proc/<pid>/stat` (proc(5));
 /// where `/proc` cannot be read, existing counts as running.
+/// The pid a staging name carries as its second `.`-separated part
+/// (`<stage>.<pid>.<rand>`, `.<pid>.<n>`).
+fn pid_in_name(path: &Path) -> Option<i32> {
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    name.split('.').nth(1).and_then(|p| p.parse::<i32>().ok())
+}
+
+/// Each entry of `dir` that `take` accepts by name and whose name carries
+/// the pid of a process that no longer runs ([`pid_in_name`]); none when
+/// `dir` does not exist.
+///
+/// Errors: `dir` cannot be read.
+fn left_by_dead_in(dir: &Path, take: impl Fn(&str) -> bool) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    if !dir.is_dir() {
+        return Ok(out);
+    }
+    for e in fs::read_dir(dir)? {
+        let path = e?.path();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if take(&name) && pid_in_name(&path).is_some_and(|p| !process_alive(p)) {
+            out.push(path);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
 pub(crate) fn process_alive(pid: i32) -> bool {
     // SAFETY: kill with signal 0 only checks whether the process exists.
     let rc = unsafe { libc::kill(pid, 0) };

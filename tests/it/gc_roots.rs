@@ -217,6 +217,33 @@ fn gc_after_pull_and_import_keeps_everything_and_damage_is_repaired_from_the_cac
         .join(first["keys"]["wheel"].as_str().unwrap());
     damage_wheel(&wheel_dir);
     stale_staging(&b, "pull");
+    // What the killed pull left is named by `doctor` and `gc --dry-run`.
+    let out = bare_offline_cmd(d)
+        .args(["doctor", "--json", "--store"])
+        .arg(&b)
+        .output()
+        .unwrap();
+    let doc = json(&out);
+    let left: Vec<&Value> = doc["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "left-by-killed-run")
+        .collect();
+    assert_eq!(left.len(), 1, "{doc}");
+    assert!(
+        left[0]["subject"]
+            .as_str()
+            .unwrap()
+            .starts_with("tmp/pull.")
+            && left[0]["fix"].as_str().unwrap().contains("oracle-build gc"),
+        "{doc}"
+    );
+    let dry = bare(d, &b, &["gc", "--dry-run"]);
+    let listed = dry["left_by_killed_runs"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{dry}");
+    assert_eq!(listed[0]["bytes"], 4096, "{dry}");
+    assert_eq!(residue(&b).len(), 2, "gc --dry-run removed nothing");
     let out = bare_offline_cmd(d)
         .args(["pull", r, "--store"])
         .arg(&b)
