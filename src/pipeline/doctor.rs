@@ -41,6 +41,9 @@ pub enum ProblemKind {
     AliasRecipeMissing,
     /// `alias-registry-unreadable`: the store's `aliases.json` cannot be read.
     AliasRegistryUnreadable,
+    /// `bad-config`: the store's (or the user's) `config.toml` does not
+    /// load: every build, pull and push with it fails.
+    BadConfig,
     /// `broken-venv`: a venv whose identity cannot be measured.
     BrokenVenv,
     /// `damaged-entry`: a store oracle without a readable `oracle.json` or
@@ -81,7 +84,7 @@ pub enum ProblemKind {
 
 impl ProblemKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ProblemKind; 24] = [
+    pub const ALL: [ProblemKind; 25] = [
         ProblemKind::AliasDangling,
         ProblemKind::AliasMissing,
         ProblemKind::AliasMoved,
@@ -89,6 +92,7 @@ impl ProblemKind {
         ProblemKind::AliasNotSymlink,
         ProblemKind::AliasRecipeMissing,
         ProblemKind::AliasRegistryUnreadable,
+        ProblemKind::BadConfig,
         ProblemKind::BrokenVenv,
         ProblemKind::DamagedEntry,
         ProblemKind::DirtyTree,
@@ -118,6 +122,7 @@ impl ProblemKind {
             ProblemKind::AliasNotSymlink => "alias-not-symlink",
             ProblemKind::AliasRecipeMissing => "alias-recipe-missing",
             ProblemKind::AliasRegistryUnreadable => "alias-registry-unreadable",
+            ProblemKind::BadConfig => "bad-config",
             ProblemKind::BrokenVenv => "broken-venv",
             ProblemKind::DamagedEntry => "damaged-entry",
             ProblemKind::DirtyTree => "dirty-tree",
@@ -745,6 +750,15 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                 r.header.as_deref().unwrap_or("a list root"),
                 r.entries.len()
             ));
+        }
+        if let Err(e) = crate::cache::config::load(store.root(), None) {
+            let (store_file, _) = crate::host::mirror::config_files(store.root());
+            d.add(
+                ProblemKind::BadConfig,
+                &store_file.display().to_string(),
+                format!("{e:#}"),
+                "fix the file (docs/cache.md lists its fields): every build, pull and push reads it",
+            );
         }
         for path in store.left_by_dead()? {
             let rel = path.strip_prefix(store.root()).unwrap_or(&path);

@@ -680,6 +680,10 @@ impl Store {
     /// of builds that no longer run are removed.
     pub fn live_temp_roots(&self) -> Result<Vec<Entry>> {
         let mut out = Vec::new();
+        // No `locks/`: no build ever ran here, so none runs now.
+        if !self.root.join("locks").is_dir() {
+            return Ok(out);
+        }
         for e in fs::read_dir(self.root.join("locks"))? {
             let path = e?.path();
             let name = path
@@ -787,6 +791,11 @@ impl Store {
     /// Every GC root: its name, its link target, and whether the target exists.
     pub fn roots(&self) -> Result<Vec<Root>> {
         let mut out = Vec::new();
+        // A store whose `roots/` is gone (removed by hand, a partial copy)
+        // has no roots.
+        if !self.roots_dir().is_dir() {
+            return Ok(out);
+        }
         for e in fs::read_dir(self.roots_dir())? {
             let e = e?;
             let name = e.file_name().to_string_lossy().into_owned();
