@@ -212,24 +212,18 @@ pub fn capture_within(
         .start()
         .with_context(|| format!("cannot run {what}"))?;
     let _group = Registered::watched(handle.pids());
-    let start = Instant::now();
-    loop {
-        if handle
-            .try_wait()
-            .with_context(|| format!("waiting for {what}"))?
-            .is_some()
-        {
-            break;
-        }
-        if start.elapsed() >= timeout {
-            kill_groups(&handle.pids());
-            let _ = handle.kill();
-            bail!(
-                "{what} did not finish within {} s and was killed ({limit_hint})",
-                timeout.as_secs()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    // Woken when it exits (not polled: a short run is not made to wait).
+    let done = handle
+        .wait_deadline(deadline_after(timeout))
+        .with_context(|| format!("waiting for {what}"))?
+        .is_some();
+    if !done {
+        kill_groups(&handle.pids());
+        let _ = handle.kill();
+        bail!(
+            "{what} did not finish within {} s and was killed ({limit_hint})",
+            timeout.as_secs()
+        );
     }
     let out = handle
         .into_output()
@@ -333,18 +327,26 @@ pub fn run_with_timeout(cmd: duct::Expression, log: &Path, timeout: Duration) ->
         .start()
         .context("cannot start the smoke driver")?;
     let _group = Registered::watched(handle.pids());
-    let start = Instant::now();
-    loop {
-        if let Some(out) = handle.try_wait().context("waiting for the smoke driver")? {
-            return Ok(out.status.success());
-        }
-        if start.elapsed() >= timeout {
-            kill_groups(&handle.pids());
-            let _ = handle.kill();
-            bail!("timed out after {} s and was killed", timeout.as_secs());
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    // Woken when it exits (not polled: each probe and case of a gate used
+    // to wait up to 50 ms more).
+    if let Some(out) = handle
+        .wait_deadline(deadline_after(timeout))
+        .context("waiting for the smoke driver")?
+    {
+        return Ok(out.status.success());
     }
+    kill_groups(&handle.pids());
+    let _ = handle.kill();
+    bail!("timed out after {} s and was killed", timeout.as_secs());
+}
+
+/// `timeout` from now, or a century when that overflows (an enormous
+/// configured timeout waits as long as it can).
+fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .unwrap_or(now)
 }
 
 /// The last `n` lines of `text`.
