@@ -570,9 +570,16 @@ fn build(
         checks,
         smoke,
         tools: tc.clone(),
-        // The wheel, the runtime set's wheelhouse entries, the store's lock
-        // they were installed from, and the wheel the pinned uv came from.
+        // The wheel, the mirror of this recipe's repository and the
+        // checkout (the wheel's own record names the mirror of the recipe
+        // that built it, maybe under another URL of the commit), the runtime
+        // set's wheelhouse entries, the store's lock they were installed
+        // from, and the wheel the pinned uv came from.
         requires: std::iter::once(wheel_entry.label())
+            .chain([
+                crate::stages::source::mirror_entry(store, &r.source.repo).label(),
+                src.label(),
+            ])
             .chain(plan.hermetic.runtime_lock.iter().flat_map(|l| l.labels()))
             .chain(plan.hermetic.lock_entry.iter().map(|e| e.label()))
             .chain(

@@ -723,6 +723,19 @@ fn a_wheel_built_under_another_url_of_the_commit_is_checked_against_the_pulled_m
         !strs(&second["built"]).contains(&"wheel".to_string()),
         "{second}"
     );
+    // The second oracle keeps the mirror it was built from (the wheel's
+    // record names the first recipe's): gc takes nothing, and it rebuilds
+    // offline.
+    let gc = ok(&ob(&fx, &a, None, "builder-a@test", &["gc", "--json"]));
+    assert_eq!(gc["deleted"], serde_json::json!([]), "{gc}");
+    force_remove(Path::new(second["oracle"].as_str().unwrap()));
+    ok(&ob(
+        &fx,
+        &a,
+        None,
+        "builder-a@test",
+        &["build", o, "--offline", "--json"],
+    ));
     ok(&ob(&fx, &a, None, "builder-a@test", &["push", o, "--json"]));
 
     let b = fx.dir().join("store-b");
