@@ -629,6 +629,20 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     if !missing.is_empty() {
         let mut problems = missing;
         problems.extend(findings.problems);
+        // What it misses may be what a killed import or pull was bringing.
+        let interrupted: Vec<String> = store
+            .left_by_dead()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .filter(|n| n.starts_with("import.") || n.starts_with("pull."))
+            .collect();
+        if !interrupted.is_empty() {
+            problems.push(format!(
+                "an import or pull into this store was interrupted (it left {}): run it again",
+                interrupted.join(", ")
+            ));
+        }
         return Err(anyhow::anyhow!(
             "cannot build {} offline:\n  - {}\n(nothing was written to {})",
             r.name,

@@ -152,6 +152,8 @@ pub fn push_to(
     let wheel_entry = store.entry(Bucket::Wheels, &rec.wheel_key);
     let build = BuildRecord::read(&wheel_entry.path)?;
     let temp = store.temp_roots()?;
+    // What killed pushes left (a source bundle each: large for vLLM).
+    crate::store::report_stale_staging(&store, "push")?;
     let staging = store.stage("push")?;
     let scratch = staging.path();
 

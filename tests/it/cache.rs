@@ -794,13 +794,26 @@ fn two_boxes_locking_one_pin_under_two_recipe_names_push_the_same_lock() {
     }
     for (store, _, builder, r) in boxes {
         let s = fx.dir().join(store);
-        ok(&ob(
+        // A push killed earlier left its staging: this push removes it.
+        let mut gone = Command::new("true").spawn().unwrap();
+        let pid = gone.id();
+        gone.wait().unwrap();
+        let left = s.join("tmp").join(format!("push.{pid}.killed"));
+        std::fs::create_dir_all(&left).unwrap();
+        std::fs::write(left.join("source.bundle"), b"partial").unwrap();
+        let out = ob(
             &fx,
             &s,
             None,
             builder,
             &["push", r.to_str().unwrap(), "--json"],
-        ));
+        );
+        ok(&out);
+        assert!(
+            text(&out).contains("removed 1 stale staging directory") && !left.exists(),
+            "{}",
+            text(&out)
+        );
     }
     let c = fx.dir().join("store-c");
     configure(&c, &url, None, Some(&allowed), 2);

@@ -279,6 +279,19 @@ fn gc_after_pull_and_import_keeps_everything_and_damage_is_repaired_from_the_cac
     // Box C imports; a gc right after deletes nothing; it builds offline.
     let c = d.join("store-c");
     stale_staging(&c, "import");
+    // Before the import is run again, an offline build says it was cut short.
+    let out = bare_offline_cmd(d)
+        .args(["build", r, "--offline", "--store"])
+        .arg(&c)
+        .output()
+        .unwrap();
+    assert_ne!(code(&out), 0, "{}", text(&out));
+    assert!(
+        text(&out).contains("an import or pull into this store was interrupted")
+            && text(&out).contains("run it again"),
+        "{}",
+        text(&out)
+    );
     let out = bare_offline_cmd(d)
         .args(["import", bundle.to_str().unwrap(), "--store"])
         .arg(&c)
