@@ -1219,12 +1219,7 @@ fn config_shapes_toml_cannot_type_name_the_line_and_the_field() {
         // `doctor` on a store with such a file names it (it was healthy).
         std::fs::create_dir_all(store.join("store")).unwrap();
         let doc = json(&run(d, &["doctor", "--store", s, "--json"]));
-        let bad: Vec<&serde_json::Value> = doc["problems"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|p| p["kind"] == "bad-config")
-            .collect();
+        let bad = problems_of(&doc, "bad-config");
         assert_eq!(bad.len(), 1, "{body}: {doc}");
         assert!(bad[0]["message"].as_str().unwrap().contains(at), "{doc}");
         assert_eq!(doc["healthy"], false, "{doc}");

@@ -224,12 +224,7 @@ fn gc_after_pull_and_import_keeps_everything_and_damage_is_repaired_from_the_cac
         .output()
         .unwrap();
     let doc = json(&out);
-    let left: Vec<&Value> = doc["problems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["kind"] == "left-by-killed-run")
-        .collect();
+    let left = problems_of(&doc, "left-by-killed-run");
     assert_eq!(left.len(), 1, "{doc}");
     assert!(
         left[0]["subject"]

@@ -180,6 +180,14 @@ pub fn code(out: &Output) -> i32 {
     out.status.code().expect("exited normally")
 }
 
+/// The problems of `kind` in a `doctor --json` document `doc`.
+pub fn problems_of<'a>(doc: &'a Value, kind: &str) -> Vec<&'a Value> {
+    doc["problems"]
+        .as_array()
+        .map(|ps| ps.iter().filter(|p| p["kind"] == kind).collect())
+        .unwrap_or_default()
+}
+
 /// Parses stdout as JSON.
 pub fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout)
