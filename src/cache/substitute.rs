@@ -1190,6 +1190,15 @@ pub fn fetch_bundle(
         let specs: Vec<String> = plan.iter().map(|r| format!("{r}:{r}")).collect();
         fetch(&mirror.path, &specs)?;
     } else {
+        // A bundle that brings no tag or pin ref gives no commit a ref:
+        // refused, as its empty mirror would have been.
+        if plan.is_empty() {
+            bail!(
+                "the source bundle {} brings no tag and no {}<commit> ref: nothing would keep its commits in a new mirror",
+                bundle.display(),
+                source::PIN_REFS
+            );
+        }
         // No mirror yet: the scratch repository, less the refs not planned,
         // is what a new one would fetch from it (a second `git fetch` saved).
         let repo = git2::Repository::open_bare(&incoming)?;
@@ -2072,6 +2081,18 @@ mod bundle_tests {
         // The same bundle again (a second pull of the pin): nothing added.
         let again = fetch_bundle(&store, "file:///repo", &bundle, &scratch).unwrap();
         assert!(again.is_empty(), "{again:?}");
+
+        // A bundle of a branch alone (no tag, no pin ref): refused, no mirror.
+        let empty = crate::store::Store::at(&tmp.path().join("store3")).unwrap();
+        empty.init().unwrap();
+        let branch_only = tmp.path().join("branch.bundle");
+        git(
+            &work,
+            &["bundle", "create", branch_only.to_str().unwrap(), "main"],
+        );
+        let err = fetch_bundle(&empty, "file:///repo", &branch_only, &scratch).unwrap_err();
+        assert!(format!("{err:#}").contains("brings no tag"), "{err:#}");
+        assert!(!crate::stages::source::mirror_entry(&empty, "file:///repo").exists());
 
         // A pin ref naming another commit: refused, and no mirror is made.
         let other = tmp.path().join("store2");

@@ -669,8 +669,22 @@ pub fn from_wheels(
     let done = done
         .into_inner()
         .map_err(|_| anyhow::anyhow!("a thread linking bytecode panicked"))?;
-    for (entry, got) in out.entries.iter().zip(done) {
+    // A `.pyc` two entries both link (a file two wheels ship) is the later
+    // entry's, as when one thread linked them in order: linked again from it.
+    let mut first_at: HashMap<PathBuf, usize> = HashMap::new();
+    for (i, (entry, got)) in out.entries.iter().zip(done).enumerate() {
         let got = got.with_context(|| format!("linking the bytecode of {}", entry.label()))??;
+        for (from, dest) in &got.links {
+            if first_at.insert(dest.clone(), i).is_some() {
+                let tmp = dest.with_extension("pyc.oracle-build");
+                let _ = std::fs::remove_file(&tmp);
+                std::fs::hard_link(from, &tmp)
+                    .and_then(|()| std::fs::rename(&tmp, dest))
+                    .with_context(|| {
+                        format!("linking {} over {}", from.display(), dest.display())
+                    })?;
+            }
+        }
         out.linked += got.sources.len();
         out.covered.extend(got.sources);
         out.hashes.extend(got.hashes);
@@ -691,6 +705,8 @@ struct Linked {
     refused: Vec<PathBuf>,
     /// sha256 of each `.pyc` linked, by path relative to the venv.
     hashes: Vec<(String, String)>,
+    /// Each link made: the entry's file and the venv's path.
+    links: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Hard-links every `.pyc` of the bytecode entry `entry` whose source is in
@@ -707,6 +723,7 @@ fn link_entry(entry: &Entry, site: &Path, venv: &Path, worker: usize) -> Result<
         sources: Vec::new(),
         refused: rec.failed.iter().map(|src| site.join(src)).collect(),
         hashes: Vec::new(),
+        links: Vec::new(),
     };
     let prefix = format!("{SITE}/");
     for f in &manifest.files {
@@ -744,6 +761,7 @@ fn link_entry(entry: &Entry, site: &Path, venv: &Path, worker: usize) -> Result<
         if let Some(r) = rel(venv, &dest) {
             out.hashes.push((r, f.sha256.clone()));
         }
+        out.links.push((from, dest));
     }
     Ok(out)
 }

@@ -48,10 +48,11 @@ pub struct AdvanceOptions {
 /// Resolves TO: a hex commit found in FROM's mirror gives a candidate recipe
 /// (written next to FROM's recipe file, or in `./recipes/` for a built-in
 /// FROM); anything else is a PIN. A full commit id the branches and tags do
-/// not bring (an unmerged pull request's) is fetched as a build fetches its
-/// pin: the pull-request refs, then the commit by id; the report flags it.
+/// not bring, and no PIN names (a recipe found by its commit), is fetched
+/// as a build fetches its pin (an unmerged pull request's): the
+/// pull-request refs, then the commit by id; the report flags it.
 ///
-/// Errors (exit 2): a full commit id the repository does not have.
+/// Errors (exit 2): a full commit id neither a PIN nor the repository has.
 fn resolve_to(
     store: &Store,
     from: &LoadedRecipe,
@@ -63,7 +64,15 @@ fn resolve_to(
         let repo = &from.recipe.source.repo;
         let mirror = source::update_mirror(store, repo, opts.offline)?;
         let mut found = source::resolve_commit(&mirror.path, to);
+        // A full id not in the mirror: a PIN first (a recipe found by its
+        // commit; not with --pin, which asks for a candidate), then the
+        // commit fetched by id.
         if found.is_err() && to.len() == 40 && !opts.offline {
+            if opts.pins.is_empty()
+                && let Ok(lr) = pin::resolve(to)
+            {
+                return Ok((lr, None));
+            }
             let full = to.to_ascii_lowercase();
             source::ensure_mirror_fetched(store, repo, &full, false)?;
             found = source::resolve_commit(&mirror.path, &full);

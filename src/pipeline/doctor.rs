@@ -752,10 +752,11 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
             ));
         }
         if let Err(e) = crate::cache::config::load(store.root(), None) {
-            let (store_file, _) = crate::host::mirror::config_files(store.root());
+            // The store's file, the user's or ORACLE_BUILD_CACHE: the
+            // message names which.
             d.add(
                 ProblemKind::BadConfig,
-                &store_file.display().to_string(),
+                "config",
                 format!("{e:#}"),
                 "fix the file (docs/cache.md lists its fields): every build, pull and push reads it",
             );

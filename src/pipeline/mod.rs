@@ -639,7 +639,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
             .collect();
         if !interrupted.is_empty() {
             problems.push(format!(
-                "an import or pull into this store was interrupted (it left {}): run it again",
+                "a run bringing inputs into this store was interrupted (an import, a pull, or a build taking them from a cache; it left {}): run it again",
                 interrupted.join(", ")
             ));
         }

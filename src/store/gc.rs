@@ -177,9 +177,12 @@ pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
             path,
         })
         .collect();
+    let mut left_by_killed_runs = left_by_killed_runs;
     if !dry_run {
         store.clean_stale_staging()?;
         store.clean_stale_downloads()?;
+        // Only what is gone is said to be removed.
+        left_by_killed_runs.retain(|d| !d.path.exists());
         // Blobs of pulls that never finished, after a day.
         let day = std::time::Duration::from_secs(24 * 3600);
         if let Ok(rd) = fs::read_dir(store.downloads_dir().join("sha256")) {

@@ -791,11 +791,8 @@ impl Store {
     /// Every GC root: its name, its link target, and whether the target exists.
     pub fn roots(&self) -> Result<Vec<Root>> {
         let mut out = Vec::new();
-        // A store whose `roots/` is gone (removed by hand, a partial copy)
-        // has no roots.
-        if !self.roots_dir().is_dir() {
-            return Ok(out);
-        }
+        // A store without `roots/` (removed by hand, a partial copy) is an
+        // error, not a store without roots: `gc` would delete everything.
         for e in fs::read_dir(self.roots_dir())? {
             let e = e?;
             let name = e.file_name().to_string_lossy().into_owned();
@@ -851,11 +848,13 @@ impl Store {
     /// `<root>/tmp/` and the partial downloads under `<root>/downloads/`
     /// that [`Store::clean_stale_staging`] and
     /// [`Store::clean_stale_downloads`] remove (listed, not removed: for
-    /// `doctor` and `gc --dry-run`).
+    /// `doctor` and `gc --dry-run`). A damaged entry moved aside
+    /// (`damaged-…`, [`Store::quarantine`]) is left on purpose by a run that
+    /// ended well, for the next one to remove: not listed.
     ///
     /// Errors: a directory cannot be read.
     pub fn left_by_dead(&self) -> Result<Vec<PathBuf>> {
-        let mut out = left_by_dead_in(&self.tmp_dir(), |_| true)?;
+        let mut out = left_by_dead_in(&self.tmp_dir(), |name| !name.starts_with("damaged-"))?;
         out.extend(left_by_dead_in(
             &self.downloads_dir().join("sha256"),
             |name| name.starts_with('.'),
@@ -962,12 +961,6 @@ fn list_root_labels(text: &str) -> impl Iterator<Item = &str> {
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
 }
 
-/// Whether process `pid` still runs: it exists (`kill(pid, 0)`) and is not
-/// a zombie. A run killed by SIGKILL whose parent has not reaped it yet (a
-/// `timeout -s KILL` that died with it, a shell that waits later) is a
-/// zombie: it holds no file and no lock, so what it left is stale.
-/// The state is the field after the command in `/proc/<pid>/stat` (proc(5));
-/// where `/proc` cannot be read, existing counts as running.
 /// The pid a staging name carries as its second `.`-separated part
 /// (`<stage>.<pid>.<rand>`, `.<pid>.<n>`).
 fn pid_in_name(path: &Path) -> Option<i32> {
@@ -999,6 +992,12 @@ fn left_by_dead_in(dir: &Path, take: impl Fn(&str) -> bool) -> Result<Vec<PathBu
     Ok(out)
 }
 
+/// Whether process `pid` still runs: it exists (`kill(pid, 0)`) and is not
+/// a zombie. A run killed by SIGKILL whose parent has not reaped it yet (a
+/// `timeout -s KILL` that died with it, a shell that waits later) is a
+/// zombie: it holds no file and no lock, so what it left is stale.
+/// The state is the field after the command in `/proc/<pid>/stat` (proc(5));
+/// where `/proc` cannot be read, existing counts as running.
 pub(crate) fn process_alive(pid: i32) -> bool {
     // SAFETY: kill with signal 0 only checks whether the process exists.
     let rc = unsafe { libc::kill(pid, 0) };

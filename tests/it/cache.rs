@@ -762,11 +762,12 @@ fn a_wheel_built_under_another_url_of_the_commit_is_checked_against_the_pulled_m
 }
 
 /// Two boxes lock the same inputs under two recipe names, then both push:
-/// a lock names no recipe, so their signed locks agree (no
-/// reproducibility failure in the append-only cache), `cache verify`
-/// passes, and a third box pulls the second recipe with its lock.
+/// a lock's `lock.json` names its recipe, so the cache holds two locks for
+/// one key. Every reader sees the reproducibility failure (`cache verify`
+/// fails), none trusts either lock, and a third box's `pull` says what
+/// `build --offline` would miss and hints a build that may resolve one.
 #[test]
-fn two_boxes_locking_one_pin_under_two_recipe_names_push_the_same_lock() {
+fn two_boxes_locking_one_pin_under_two_recipe_names_leave_a_visible_lock_failure() {
     let layout = tempfile::tempdir().unwrap();
     let url = format!("file://{}", layout.path().join("cache").display());
     let fx = Fx::new();
@@ -816,21 +817,37 @@ fn two_boxes_locking_one_pin_under_two_recipe_names_push_the_same_lock() {
         );
     }
     let c = fx.dir().join("store-c");
-    configure(&c, &url, None, Some(&allowed), 2);
+    configure(&c, &url, None, Some(&allowed), 1);
     let out = ob(&fx, &c, None, "c@test", &["cache", "verify"]);
-    assert_eq!(code(&out), 0, "{}", text(&out));
-    let pulled = ok(&ob(
-        &fx,
-        &c,
-        None,
-        "c@test",
-        &["pull", renamed.to_str().unwrap(), "--json"],
-    ));
-    assert!(strs(&pulled["refused"]).is_empty(), "{pulled}");
+    assert_eq!(code(&out), 1, "{}", text(&out));
     assert!(
-        strs(&pulled["added"])
-            .iter()
-            .any(|a| a.starts_with("lockfiles/")),
-        "{pulled}"
+        text(&out).contains("reproducibility failure for lock"),
+        "{}",
+        text(&out)
+    );
+    let r = renamed.to_str().unwrap();
+    let out = ob(&fx, &c, None, "c@test", &["pull", r]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let shown = text(&out);
+    assert!(
+        shown.contains("refused") && shown.contains("lock-"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("`build --offline` would miss: --offline: lock stage"),
+        "{shown}"
+    );
+    let hint = shown
+        .lines()
+        .find(|l| l.contains("build it here with: oracle-build build"))
+        .unwrap_or_else(|| panic!("no hint: {shown}"));
+    assert!(!hint.contains("--offline"), "{shown}");
+    assert!(
+        !c.join("store/lockfiles").is_dir()
+            || std::fs::read_dir(c.join("store/lockfiles"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "no lock was taken"
     );
 }

@@ -1217,7 +1217,9 @@ fn config_shapes_toml_cannot_type_name_the_line_and_the_field() {
         );
         assert_eq!(std::fs::read_to_string(&config).unwrap(), body);
         // `doctor` on a store with such a file names it (it was healthy).
-        std::fs::create_dir_all(store.join("store")).unwrap();
+        for dir in ["store", "roots"] {
+            std::fs::create_dir_all(store.join(dir)).unwrap();
+        }
         let doc = json(&run(d, &["doctor", "--store", s, "--json"]));
         let bad = problems_of(&doc, "bad-config");
         assert_eq!(bad.len(), 1, "{body}: {doc}");

@@ -282,7 +282,7 @@ fn gc_after_pull_and_import_keeps_everything_and_damage_is_repaired_from_the_cac
         .unwrap();
     assert_ne!(code(&out), 0, "{}", text(&out));
     assert!(
-        text(&out).contains("an import or pull into this store was interrupted")
+        text(&out).contains("a run bringing inputs into this store was interrupted")
             && text(&out).contains("run it again"),
         "{}",
         text(&out)

@@ -84,14 +84,16 @@ impl LockInputs {
     }
 }
 
-/// `lock.json`. It names no recipe: the lock is keyed by what it was made
-/// for ([`LockInputs`], the platform), so two boxes locking the same inputs
-/// under two recipe names write the same bytes, and their signed locks in
-/// a shared cache agree (a `recipe` field of older locks is ignored).
+/// `lock.json`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LockInfo {
     /// Format version.
     pub schema: u32,
+    /// Recipe name. Its bytes are signed with the lock's: two boxes that
+    /// lock one pin under two recipe names push two locks for one key, a
+    /// reproducibility failure every reader sees (kept so that a lock made
+    /// by an earlier version and one made now by the same recipe agree).
+    pub recipe: String,
     /// What it was made for.
     pub inputs: LockInputs,
     /// The cut-off passed to uv (`--exclude-newer`), if any.
@@ -653,6 +655,7 @@ pub fn resolve_for(
     let info = LockInfo {
         artifact_index,
         schema: 1,
+        recipe: r.name.clone(),
         inputs: LockInputs::of(r),
         exclude_newer: cutoff,
         build_requirements: build_reqs,
@@ -766,6 +769,7 @@ mod tests {
     fn lock_json(dir: &Path, platform: Option<&str>) {
         let info = LockInfo {
             schema: 1,
+            recipe: "fx".into(),
             inputs: LockInputs {
                 commit: "c".into(),
                 python: "3.11".into(),
@@ -785,21 +789,6 @@ mod tests {
         };
         fs::create_dir_all(dir).unwrap();
         crate::store::write_json(&dir.join(LOCK_JSON), &info).unwrap();
-    }
-
-    #[test]
-    fn a_lock_json_names_no_recipe_and_one_that_does_still_reads() {
-        let tmp = tempfile::tempdir().unwrap();
-        let d = tmp.path().join("fx");
-        lock_json(&d, None);
-        let text = fs::read_to_string(d.join(LOCK_JSON)).unwrap();
-        assert!(!text.contains("\"recipe\""), "{text}");
-        // A lock written before: its recipe name is ignored.
-        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        v["recipe"] = serde_json::json!("fx");
-        fs::write(d.join(LOCK_JSON), v.to_string()).unwrap();
-        let info: LockInfo = read_json(&d.join(LOCK_JSON)).unwrap();
-        assert_eq!(info.uv, "uv 0.13.9");
     }
 
     fn p(s: &str) -> Platform {
