@@ -303,6 +303,19 @@ mod tests {
         }
     }
 
+    impl Counting {
+        /// `layout`, nothing read yet; a manifest read of `stalled` fails.
+        fn new(layout: Layout, stalled: String) -> Counting {
+            Counting {
+                layout,
+                manifests: Cell::new(0),
+                blobs: Cell::new(0),
+                batches: Cell::new(0),
+                stalled,
+            }
+        }
+    }
+
     fn wheel(key: &str) -> Artifact {
         listing::tests::wheel(key, &"1".repeat(64), Vec::new())
     }
@@ -315,13 +328,7 @@ mod tests {
         let (ta, tb) = (a.tag().unwrap(), b.tag().unwrap());
         listing::tests::put(&layout, &a, &ta, tmp.path());
         listing::tests::put(&layout, &b, &tb, tmp.path());
-        let cache = Counting {
-            layout,
-            manifests: Cell::new(0),
-            blobs: Cell::new(0),
-            batches: Cell::new(0),
-            stalled: format!("wheel-{}", "e".repeat(32)),
-        };
+        let cache = Counting::new(layout, format!("wheel-{}", "e".repeat(32)));
         let store = Store::at(&tmp.path().join("store")).unwrap();
         store.init().unwrap();
         let ahead = ReadAhead::new(&cache, &store).unwrap();
@@ -367,13 +374,7 @@ mod tests {
         std::fs::write(&layer, b"a layer").unwrap();
         let layer_digest = crate::cache::digest_of(b"a layer");
         layout.put_blob(&layer, &layer_digest, 7).unwrap();
-        let cache = Counting {
-            layout,
-            manifests: Cell::new(0),
-            blobs: Cell::new(0),
-            batches: Cell::new(0),
-            stalled: String::new(),
-        };
+        let cache = Counting::new(layout, String::new());
         let store = Store::at(&tmp.path().join("store")).unwrap();
         store.init().unwrap();
         let ahead = ReadAhead::new(&cache, &store).unwrap();

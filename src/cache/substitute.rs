@@ -2082,22 +2082,24 @@ mod bundle_tests {
         let again = fetch_bundle(&store, "file:///repo", &bundle, &scratch).unwrap();
         assert!(again.is_empty(), "{again:?}");
 
-        // A bundle of a branch alone (no tag, no pin ref): refused, no mirror.
-        let empty = crate::store::Store::at(&tmp.path().join("store3")).unwrap();
-        empty.init().unwrap();
+        // Refused into a new store, naming `why`: no mirror is made.
+        let refused = |store: &str, bundle: &std::path::Path, why: &str| {
+            let fresh = crate::store::Store::at(&tmp.path().join(store)).unwrap();
+            fresh.init().unwrap();
+            let err = fetch_bundle(&fresh, "file:///repo", bundle, &scratch).unwrap_err();
+            assert!(format!("{err:#}").contains(why), "{err:#}");
+            assert!(!crate::stages::source::mirror_entry(&fresh, "file:///repo").exists());
+        };
+
+        // A bundle of a branch alone (no tag, no pin ref).
         let branch_only = tmp.path().join("branch.bundle");
         git(
             &work,
             &["bundle", "create", branch_only.to_str().unwrap(), "main"],
         );
-        let err = fetch_bundle(&empty, "file:///repo", &branch_only, &scratch).unwrap_err();
-        assert!(format!("{err:#}").contains("brings no tag"), "{err:#}");
-        assert!(!crate::stages::source::mirror_entry(&empty, "file:///repo").exists());
+        refused("store3", &branch_only, "brings no tag");
 
-        // A pin ref naming another commit: refused, and no mirror is made.
-        let other = tmp.path().join("store2");
-        let store2 = crate::store::Store::at(&other).unwrap();
-        store2.init().unwrap();
+        // A pin ref naming another commit.
         git(
             &work,
             &[
@@ -2110,8 +2112,6 @@ mod bundle_tests {
             &work,
             &["bundle", "create", bundle.to_str().unwrap(), "--all"],
         );
-        let err = fetch_bundle(&store2, "file:///repo", &bundle, &scratch).unwrap_err();
-        assert!(format!("{err:#}").contains("names commit"), "{err:#}");
-        assert!(!crate::stages::source::mirror_entry(&store2, "file:///repo").exists());
+        refused("store2", &bundle, "names commit");
     }
 }

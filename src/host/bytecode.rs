@@ -671,18 +671,12 @@ pub fn from_wheels(
         .map_err(|_| anyhow::anyhow!("a thread linking bytecode panicked"))?;
     // A `.pyc` two entries both link (a file two wheels ship) is the later
     // entry's, as when one thread linked them in order: linked again from it.
-    let mut first_at: HashMap<PathBuf, usize> = HashMap::new();
-    for (i, (entry, got)) in out.entries.iter().zip(done).enumerate() {
+    let mut linked_once: HashSet<PathBuf> = HashSet::new();
+    for (entry, got) in out.entries.iter().zip(done) {
         let got = got.with_context(|| format!("linking the bytecode of {}", entry.label()))??;
         for (from, dest) in &got.links {
-            if first_at.insert(dest.clone(), i).is_some() {
-                let tmp = dest.with_extension("pyc.oracle-build");
-                let _ = std::fs::remove_file(&tmp);
-                std::fs::hard_link(from, &tmp)
-                    .and_then(|()| std::fs::rename(&tmp, dest))
-                    .with_context(|| {
-                        format!("linking {} over {}", from.display(), dest.display())
-                    })?;
+            if !linked_once.insert(dest.clone()) {
+                link_over(from, dest, "merge")?;
             }
         }
         out.linked += got.sources.len();
@@ -695,6 +689,19 @@ pub fn from_wheels(
         }
     }
     Ok(out)
+}
+
+/// Replaces the file `dest` by a hard link to `from`: linked beside it as
+/// `<dest>.pyc.oracle-build.<tag>` (`tag`: one per thread that may link at
+/// once), then renamed over it.
+///
+/// Errors: the link or the rename fails (the message names both paths).
+fn link_over(from: &Path, dest: &Path, tag: &str) -> Result<()> {
+    let tmp = dest.with_extension(format!("pyc.oracle-build.{tag}"));
+    let _ = std::fs::remove_file(&tmp);
+    std::fs::hard_link(from, &tmp)
+        .and_then(|()| std::fs::rename(&tmp, dest))
+        .with_context(|| format!("linking {} over {}", from.display(), dest.display()))
 }
 
 /// What [`link_entry`] linked from one bytecode entry.
@@ -747,13 +754,7 @@ fn link_entry(entry: &Entry, site: &Path, venv: &Path, worker: usize) -> Result<
             // A `.pyc` the wheel itself ships (numpy 2.1 has one, timestamp
             // based): replaced, as a compile would replace it.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let tmp = dest.with_extension(format!("pyc.oracle-build.{worker}"));
-                let _ = std::fs::remove_file(&tmp);
-                std::fs::hard_link(&from, &tmp)
-                    .and_then(|()| std::fs::rename(&tmp, &dest))
-                    .with_context(|| {
-                        format!("linking {} over {}", from.display(), dest.display())
-                    })?;
+                link_over(&from, &dest, &worker.to_string())?;
             }
             Err(e) => bail!("linking {} into {}: {e}", from.display(), dest.display()),
         }
