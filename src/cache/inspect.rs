@@ -54,12 +54,57 @@ pub enum Trust {
         /// `<kind> <key> (<file> sha256 <hex>, ...) by <builder> (<fingerprint>)`.
         signs: String,
     },
+    /// A source: its commits are pinned by their git ids; the tags it
+    /// carries (which decide versions) by the policy's verdict on their
+    /// signed statements (`att-tags-`).
+    Source {
+        /// How its tags are trusted.
+        tags: SourceTags,
+    },
     /// A lock: pinned by a reviewed lockfile, or a store lock and the
     /// policy's verdict on its signed statements (its attestation artifacts).
     Lock {
         /// How it is trusted.
         lock: super::substitute::LockTrust,
     },
+}
+
+/// How the tags of a source artifact are trusted (its record's `tags`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "tags_trust", rename_all = "kebab-case")]
+pub enum SourceTags {
+    /// It carries no tag.
+    None,
+    /// Its record names no tags (pushed before tags were signed): a reader
+    /// judges the bundle's own tags, and without signatures keeps them aside.
+    Unlisted,
+    /// The policy's verdict on the tags statement of exactly these tags; a
+    /// reader uses them for versions only when it is trusted.
+    Signed {
+        /// How many tags.
+        count: usize,
+        /// The verdict.
+        verdict: Verdict,
+    },
+}
+
+impl std::fmt::Display for SourceTags {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceTags::None => write!(f, "pinned (commit), no tags"),
+            SourceTags::Unlisted => write!(
+                f,
+                "pinned (commit); tags not listed in its record (pushed by an older oracle-build): unconfirmed"
+            ),
+            SourceTags::Signed { count, verdict } if verdict.is_trusted() => {
+                write!(f, "pinned (commit); {count} tag(s) {verdict}")
+            }
+            SourceTags::Signed { count, verdict } => write!(
+                f,
+                "pinned (commit); {count} tag(s) unconfirmed, not used for versions ({verdict})"
+            ),
+        }
+    }
 }
 
 /// One tag of a cache, read and checked.
@@ -80,6 +125,9 @@ pub struct Inspected {
     /// The trust of its content.
     #[serde(flatten)]
     pub trust: Trust,
+    /// The rule it is taken by ([`trust::rule::TABLE`]): checked here,
+    /// signed, or evidence.
+    pub rule: String,
     /// What is wrong with it (empty: sound); with `deep` the layers were
     /// downloaded and checked too.
     pub problems: Vec<String>,
@@ -90,7 +138,9 @@ impl Inspected {
     pub fn is_sound(&self) -> bool {
         self.problems.is_empty()
             && match &self.trust {
-                Trust::Pinned | Trust::Statement { .. } => true,
+                // A source's commits prove themselves; tags that are not
+                // trusted are kept aside by every reader, never used.
+                Trust::Pinned | Trust::Statement { .. } | Trust::Source { .. } => true,
                 Trust::Signed { verdict } => verdict.is_trusted(),
                 Trust::Lock { lock } => lock.is_trusted(),
             }
@@ -106,6 +156,13 @@ impl Inspected {
                 lock:
                     super::substitute::LockTrust::Signed {
                         verdict: Verdict::Trusted { signers } | Verdict::NotEnough { signers, .. },
+                    },
+            }
+            | Trust::Source {
+                tags:
+                    SourceTags::Signed {
+                        verdict: Verdict::Trusted { signers } | Verdict::NotEnough { signers, .. },
+                        ..
                     },
             } => signers.iter().map(|s| s.builder.clone()).collect(),
             _ => Vec::new(),
@@ -187,6 +244,7 @@ pub fn inspect(
         size,
         layers,
         trust: Trust::Pinned,
+        rule: rule_of(kind),
         problems: vec![format!("{e:#}")],
     };
     let manifest = match artifact::parse_manifest(&fetched.bytes, kind, tag) {
@@ -274,6 +332,10 @@ pub fn inspect(
         Trust::Lock {
             lock: super::substitute::lock_trust(&config, &all, policy, lockfiles),
         }
+    } else if kind == Kind::Source {
+        Trust::Source {
+            tags: source_tags(&config, policy, attestations),
+        }
     } else {
         if kind == Kind::Wheelhouse {
             check_wheelhouse_layer(&manifest, &config.name, &mut problems);
@@ -292,8 +354,54 @@ pub fn inspect(
         size,
         layers: manifest.layers.len(),
         trust,
+        rule: rule_of(kind),
         problems,
     }))
+}
+
+/// The rule an artifact of `kind` is taken by, in words: its row of
+/// [`trust::rule::TABLE`] (a source's: both of its rows; an attestation
+/// is judged with what it signs).
+fn rule_of(kind: Kind) -> String {
+    let rows: &[&str] = match kind {
+        Kind::Source => &["src (objects and history)", "src (tags)"],
+        Kind::Attestation => return "a statement: judged with what it signs".to_string(),
+        k => &[k.prefix()],
+    };
+    rows.iter()
+        .filter_map(|a| trust::rule::row(a))
+        .map(|r| format!("{}: {}", r.artifact, r.check))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// How the tags a source artifact's record lists are trusted under
+/// `policy`, given every attestation of the cache by what it signs.
+fn source_tags(
+    config: &Config,
+    policy: &Policy,
+    attestations: &BTreeMap<String, Vec<trust::Attestation>>,
+) -> SourceTags {
+    let Some(tags) = config
+        .record
+        .get("tags")
+        .and_then(|t| serde_json::from_value::<BTreeMap<String, String>>(t.clone()).ok())
+    else {
+        return SourceTags::Unlisted;
+    };
+    if tags.is_empty() {
+        return SourceTags::None;
+    }
+    let repo = config.record["repo"].as_str().unwrap_or_default();
+    let key = crate::store::key::content_key(&trust::tags_inputs(repo, &config.name, &tags));
+    let atts = attestations
+        .get(&super::attest::signed_name(trust::TAGS, &key))
+        .cloned()
+        .unwrap_or_default();
+    SourceTags::Signed {
+        count: tags.len(),
+        verdict: trust::verify_tags(repo, &config.name, &tags, &atts, policy),
+    }
 }
 
 /// What an attestation artifact says it signs, and who signed it.

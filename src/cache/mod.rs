@@ -51,6 +51,7 @@ pub mod listing;
 pub mod provenance;
 pub mod readahead;
 pub mod registry;
+pub mod source_bundle;
 pub mod substitute;
 pub mod trust;
 

@@ -28,7 +28,6 @@ pub const PARALLEL: usize = 8;
 use super::artifact::{self, Config, Kind, layer_title};
 use super::listing::{self, TagList};
 use super::trust::Attestation;
-use crate::host::process::capture;
 use crate::stages::{source, wheel, wheelhouse};
 use crate::store::{Bucket, Entry, Manifest, Staging, Store, TempRoots, sha256_file};
 
@@ -253,6 +252,8 @@ pub struct Prepared {
     pub repo: Option<String>,
     /// Bytes downloaded.
     pub bytes: u64,
+    /// For a source: whether the tags its bundle carries are trusted.
+    pub tags: Option<super::source_bundle::TagTrust>,
 }
 
 /// Downloads from one cache into one staging directory of one store.
@@ -266,6 +267,9 @@ pub struct Fetcher<'a> {
     tags: Option<Rc<TagList>>,
     /// Entries [`Fetcher::commit`] refused, each with why.
     pub refused: Vec<String>,
+    /// What [`Fetcher::commit`] has to say of what it took (a source's
+    /// tags kept aside as unconfirmed).
+    pub notes: Vec<String>,
     /// Checked blobs kept in [`Store::downloads_dir`] for a resumed pull;
     /// removed once [`Fetcher::commit`] has put their entries in the store.
     kept: Vec<PathBuf>,
@@ -301,6 +305,7 @@ impl<'a> Fetcher<'a> {
             n: 0,
             tags: None,
             refused: Vec::new(),
+            notes: Vec::new(),
             kept: Vec::new(),
             resumed: 0,
             prefetched: Default::default(),
@@ -870,6 +875,7 @@ impl<'a> Fetcher<'a> {
             digest,
             repo: None,
             bytes,
+            tags: None,
         }))
     }
 
@@ -909,35 +915,101 @@ impl<'a> Fetcher<'a> {
     }
 
     /// Prepares the source of `commit` of `repo` (a git bundle for the
-    /// mirror): `None` on a miss.
+    /// mirror): `None` on a miss. Its tags are judged under `policy`
+    /// ([`super::source_bundle::tag_trust`], over every `att-tags-` attestation
+    /// of the set of tags it carries): the first artifact (`preferred`
+    /// first) whose tags are confirmed is taken; when none is, the first
+    /// that passes every check, its tags then kept aside as unconfirmed.
     ///
-    /// Errors: as [`Fetcher::prepare`]; the bundle is not for that commit.
+    /// Errors: as [`Fetcher::prepare`]; every artifact of the source is
+    /// refused (naming each).
     pub fn prepare_source(
         &mut self,
         repo: &str,
         commit: &str,
         preferred: Option<&str>,
+        policy: &super::trust::Policy,
     ) -> Result<Option<Prepared>> {
-        let Some((config, dir, digest, bytes)) = self.download(Kind::Source, commit, preferred)?
-        else {
-            return Ok(None);
-        };
-        let bundle = dir.join(SOURCE_BUNDLE);
-        if !bundle.is_file() {
-            bail!(
-                "cache {}: {} has no {SOURCE_BUNDLE}",
-                self.cache.describe(),
-                artifact::tag(Kind::Source, commit)
-            );
+        let url = self.cache.describe();
+        let mut fallback = None;
+        let mut refused = Vec::new();
+        for tag in self.candidates(Kind::Source, commit, preferred)? {
+            let got = self
+                .download_tag(Kind::Source, commit, &tag)
+                .and_then(|got| {
+                    let Some((config, dir, digest, bytes)) = got else {
+                        return Ok(None);
+                    };
+                    let bundle = dir.join(SOURCE_BUNDLE);
+                    if !bundle.is_file() {
+                        bail!("cache {url}: {tag} has no {SOURCE_BUNDLE}");
+                    }
+                    let tags = crate::host::git::bundle_tags(&bundle)
+                        .with_context(|| format!("cache {url}: refusing {tag}"))?;
+                    let trust = self.tag_trust(repo, commit, &tags, policy)?;
+                    Ok(Some(Prepared {
+                        entry: source::mirror_entry(self.store, repo),
+                        dir: bundle,
+                        config,
+                        digest,
+                        repo: Some(repo.to_string()),
+                        bytes,
+                        tags: Some(trust),
+                    }))
+                });
+            match got {
+                Ok(Some(p)) if p.tags.as_ref().is_some_and(|t| t.is_confirmed()) => {
+                    return Ok(Some(p));
+                }
+                Ok(Some(p)) => {
+                    if fallback.is_none() {
+                        fallback = Some(p);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) if super::bounds::is_unreachable(&e) => return Err(e),
+                Err(e) => refused.push(format!("{e:#}")),
+            }
         }
-        Ok(Some(Prepared {
-            entry: source::mirror_entry(self.store, repo),
-            dir: bundle,
-            config,
-            digest,
-            repo: Some(repo.to_string()),
-            bytes,
-        }))
+        if fallback.is_none() && !refused.is_empty() {
+            bail!("{}", refused.join("; "));
+        }
+        Ok(fallback)
+    }
+
+    /// The trust of `tags`, the tags a source of `commit` of `repo` from
+    /// this cache carries, under `policy`: every attestation of the tags
+    /// statement's key is read ([`listing::attestations`]).
+    ///
+    /// Errors: the cache cannot be read.
+    fn tag_trust(
+        &mut self,
+        repo: &str,
+        commit: &str,
+        tags: &std::collections::BTreeMap<String, String>,
+        policy: &super::trust::Policy,
+    ) -> Result<super::source_bundle::TagTrust> {
+        use super::trust::{TAGS, tags_inputs};
+        if tags.is_empty() {
+            return Ok(super::source_bundle::tag_trust(
+                repo,
+                commit,
+                tags,
+                &[],
+                policy,
+            ));
+        }
+        let key = crate::store::key::content_key(&tags_inputs(repo, commit, tags));
+        let list = self.tag_list()?;
+        let scratch = self.fresh_dir()?;
+        let found = listing::attestations(self.cache, &list, TAGS, &key, &scratch)?;
+        Ok(super::source_bundle::tag_trust(
+            repo,
+            commit,
+            tags,
+            &found.attestations,
+            policy,
+        ))
     }
 
     /// Moves every prepared entry into the store (see the module docs),
@@ -960,12 +1032,27 @@ impl<'a> Fetcher<'a> {
             temp.add(self.store, &p.entry)?;
             if let (Some(repo), Some(commit)) = (&p.repo, Some(&p.config.name)) {
                 let had = source::mirror_has(self.store, repo, commit);
-                let new_refs = fetch_bundle(self.store, repo, &p.dir, self.staging.path())?;
+                let trust = p.tags.clone().unwrap_or_else(|| {
+                    super::source_bundle::TagTrust::Unconfirmed("not judged".into())
+                });
+                let got = super::source_bundle::fetch_bundle(
+                    self.store,
+                    repo,
+                    &p.dir,
+                    self.staging.path(),
+                    &trust,
+                )?;
                 if !source::mirror_has(self.store, repo, commit) {
                     bail!("the source bundle from the cache does not hold commit {commit}");
                 }
+                let from = format!(
+                    "{} ({})",
+                    self.cache.describe(),
+                    artifact::tag(Kind::Source, commit)
+                );
+                self.notes.extend(got.notes(&from, &trust));
                 // Not when a pull beside this one brought it first.
-                if !had && !new_refs.is_empty() {
+                if !had && !got.added.is_empty() {
                     added.push(format!("{} ({commit})", p.entry.label()));
                 }
                 continue;
@@ -1113,162 +1200,6 @@ fn check_files(
     Ok(())
 }
 
-/// Fetches the git bundle `bundle` (the commit under
-/// `refs/oracle-build/pins/` and its tags) into the mirror of `repo`,
-/// creating the mirror in `scratch` and renaming it into place when absent.
-///
-/// What arrives never rewrites a ref: the bundle is first fetched into a
-/// scratch repository that borrows the mirror's objects (git alternates),
-/// its refs are compared with the mirror's, and only tags the mirror lacks
-/// and pin refs (`refs/oracle-build/pins/<sha>` naming `<sha>`) are then
-/// fetched into the mirror. A tag the mirror holds for another commit is an
-/// error naming the tag and both commits, and nothing is written.
-///
-/// Returns the refs it added (empty when the mirror held them all: another
-/// pull or import brought them first).
-///
-/// Errors: git fails; a tag of the bundle moves one of the mirror's
-/// (exit 2); a pin ref of the bundle names another commit than its name.
-pub fn fetch_bundle(
-    store: &Store,
-    repo: &str,
-    bundle: &Path,
-    scratch: &Path,
-) -> Result<Vec<String>> {
-    let git =
-        which::which("git").context("taking a source from a cache needs the git command line")?;
-    let mirror = source::mirror_entry(store, repo);
-    let _lock = mirror.lock()?;
-    let bundle_arg = bundle.display().to_string();
-    let fetch = |dir: &Path, refspecs: &[String]| -> Result<()> {
-        if refspecs.is_empty() {
-            return Ok(());
-        }
-        let mut args = vec![
-            "-C".to_string(),
-            dir.display().to_string(),
-            "fetch".into(),
-            "--quiet".into(),
-            "--no-write-fetch-head".into(),
-            bundle_arg.clone(),
-        ];
-        args.extend(refspecs.iter().cloned());
-        capture("git fetch <bundle>", duct::cmd(&git, args)).map(|_| ())
-    };
-    // 1. Everything the bundle carries, into a scratch repository.
-    let incoming = scratch.join("incoming.git");
-    if incoming.exists() {
-        fs::remove_dir_all(&incoming)?;
-    }
-    git2::Repository::init_bare(&incoming)?;
-    if mirror.exists() {
-        fs::write(
-            incoming.join("objects/info/alternates"),
-            format!("{}\n", mirror.path.join("objects").display()),
-        )?;
-    }
-    fetch(
-        &incoming,
-        &[
-            "+refs/tags/*:refs/tags/*".to_string(),
-            "+refs/oracle-build/*:refs/oracle-build/*".to_string(),
-        ],
-    )?;
-    // 2. What it would add, and what it would move.
-    let plan = incoming_refs(
-        &git2::Repository::open_bare(&incoming)?,
-        mirror
-            .exists()
-            .then(|| git2::Repository::open_bare(&mirror.path))
-            .transpose()?
-            .as_ref(),
-        bundle,
-        repo,
-    )?;
-    // 3. Only new refs, never forced.
-    if mirror.exists() {
-        let specs: Vec<String> = plan.iter().map(|r| format!("{r}:{r}")).collect();
-        fetch(&mirror.path, &specs)?;
-    } else {
-        // A bundle that brings no tag or pin ref gives no commit a ref:
-        // refused, as its empty mirror would have been.
-        if plan.is_empty() {
-            bail!(
-                "the source bundle {} brings no tag and no {}<commit> ref: nothing would keep its commits in a new mirror",
-                bundle.display(),
-                source::PIN_REFS
-            );
-        }
-        // No mirror yet: the scratch repository, less the refs not planned,
-        // is what a new one would fetch from it (a second `git fetch` saved).
-        let repo = git2::Repository::open_bare(&incoming)?;
-        for mut r in repo.references()?.flatten() {
-            if r.name().is_none_or(|n| !plan.iter().any(|p| p == n)) {
-                r.delete()?;
-            }
-        }
-        drop(repo);
-        fs::create_dir_all(store.bucket_dir(Bucket::Git))?;
-        fs::rename(&incoming, &mirror.path)?;
-    }
-    Ok(plan)
-}
-
-/// The refs of `incoming` (a bundle fetched into a scratch repository) that
-/// `mirror` lacks: its tags and pin refs. A tag `mirror` holds with another
-/// commit, or a pin ref naming another commit than its name, is an error
-/// (exit 2) naming each such ref; tags `mirror` holds for the same commit
-/// are left out.
-fn incoming_refs(
-    incoming: &git2::Repository,
-    mirror: Option<&git2::Repository>,
-    bundle: &Path,
-    repo: &str,
-) -> Result<Vec<String>> {
-    let peel = |r: &git2::Repository, name: &str| -> Option<git2::Oid> {
-        r.find_reference(name)
-            .ok()?
-            .peel_to_commit()
-            .ok()
-            .map(|c| c.id())
-    };
-    let mut add = Vec::new();
-    let mut moved = Vec::new();
-    for r in incoming.references()?.flatten() {
-        let Some(name) = r.name().map(str::to_string) else {
-            continue;
-        };
-        let Some(theirs) = peel(incoming, &name) else {
-            continue;
-        };
-        if let Some(sha) = name.strip_prefix(source::PIN_REFS) {
-            if sha != theirs.to_string() {
-                moved.push(format!("{name} names commit {theirs}, not {sha}"));
-                continue;
-            }
-        } else if !name.starts_with("refs/tags/") {
-            continue;
-        }
-        match mirror.and_then(|m| peel(m, &name)) {
-            Some(ours) if ours == theirs => {}
-            Some(ours) => moved.push(format!(
-                "tag {} is commit {ours} in the mirror of {repo}, commit {theirs} in the bundle",
-                name.trim_start_matches("refs/tags/")
-            )),
-            None => add.push(name),
-        }
-    }
-    if !moved.is_empty() {
-        return Err(crate::exit::bad_input(format!(
-            "refusing the source bundle {}: it would move refs of the mirror ({}); a ref that arrives never rewrites one the box holds; nothing was written",
-            bundle.display(),
-            moved.join("; ")
-        )));
-    }
-    add.sort();
-    Ok(add)
-}
-
 /// The record of an `inputs-<key>` artifact: what a box needs to build a
 /// pin, as the pushing box found it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -1391,6 +1322,7 @@ pub fn pull_pin(
     lr: &crate::recipe::LoadedRecipe,
     lock_dir: &Path,
     policy: WheelPolicy<'_>,
+    tags_policy: &super::trust::Policy,
     temp: &TempRoots,
 ) -> Result<Pulled> {
     let r = &lr.recipe;
@@ -1466,6 +1398,7 @@ pub fn pull_pin(
                 &r.source.repo,
                 &r.source.commit,
                 inputs.tags.get(&src_label).map(String::as_str),
+                tags_policy,
             )?
             .ok_or_else(|| {
                 anyhow!(
@@ -1556,7 +1489,7 @@ pub fn pull_pin(
         &kept,
     )?;
     // The pinned uv, into the tools directory, as `import` does.
-    let mut notes = Vec::new();
+    let mut notes = std::mem::take(&mut f.notes);
     let mut uv = None;
     match inputs.uv.as_deref().and_then(|l| store.entry_by_label(l)) {
         Some(e) if e.exists() => {
@@ -1733,10 +1666,16 @@ impl<'a> Substituter<'a> {
     ///
     /// Errors: the store cannot be written.
     pub fn source(&self, repo: &str, commit: &str, temp: &TempRoots) -> Result<Option<String>> {
-        for (i, (t, _)) in self.live() {
+        for (i, (t, policy)) in self.live() {
             let got = self.fetcher(i, false).and_then(|mut f| {
-                match f.prepare_source(repo, commit, None)? {
-                    Some(p) => f.commit(vec![p], temp).map(Some),
+                match f.prepare_source(repo, commit, None, policy)? {
+                    Some(p) => {
+                        let added = f.commit(vec![p], temp)?;
+                        for n in &f.notes {
+                            crate::progress::stage("source", format!("warning: {n}"));
+                        }
+                        Ok(Some(added))
+                    }
                     None => Ok(None),
                 }
             });
@@ -2013,105 +1952,5 @@ mod lock_trust_tests {
             let is_good = c.config.files == good.config.files;
             assert_eq!(v.is_trusted(), is_good, "{}: {v}", c.tag);
         }
-    }
-}
-
-#[cfg(test)]
-mod bundle_tests {
-    use super::fetch_bundle;
-
-    /// `git` in `dir`, which must succeed; its stdout.
-    fn git(dir: &std::path::Path, args: &[&str]) -> String {
-        let out = std::process::Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(args)
-            .output()
-            .expect("git runs");
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    #[test]
-    fn a_bundle_into_a_store_without_the_mirror_brings_its_tags_and_pins_only() {
-        let tmp = tempfile::tempdir().unwrap();
-        let work = tmp.path().join("work");
-        std::fs::create_dir_all(&work).unwrap();
-        git(&work, &["init", "-q", "-b", "main"]);
-        std::fs::write(work.join("f"), "1").unwrap();
-        git(&work, &["add", "f"]);
-        git(
-            &work,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "-q",
-                "-m",
-                "one",
-            ],
-        );
-        let head = git(&work, &["rev-parse", "HEAD"]).trim().to_string();
-        git(&work, &["tag", "v1.0.0"]);
-        let pin = format!("refs/oracle-build/pins/{head}");
-        git(&work, &["update-ref", &pin, &head]);
-        git(&work, &["update-ref", "refs/oracle-build/other", &head]);
-        let bundle = tmp.path().join("src.bundle");
-        git(
-            &work,
-            &["bundle", "create", bundle.to_str().unwrap(), "--all"],
-        );
-        let store = crate::store::Store::at(&tmp.path().join("store")).unwrap();
-        store.init().unwrap();
-        let scratch = tmp.path().join("scratch");
-        std::fs::create_dir_all(&scratch).unwrap();
-        let added = fetch_bundle(&store, "file:///repo", &bundle, &scratch).unwrap();
-        assert_eq!(added, vec![pin.clone(), "refs/tags/v1.0.0".to_string()]);
-        let mirror = crate::stages::source::mirror_entry(&store, "file:///repo").path;
-        let refs = git(&mirror, &["for-each-ref", "--format=%(refname)"]);
-        let mut refs: Vec<&str> = refs.lines().collect();
-        refs.sort();
-        // Not the branch, not an oracle-build ref that is not a pin.
-        assert_eq!(refs, vec![pin.as_str(), "refs/tags/v1.0.0"]);
-        assert!(mirror.join("objects").is_dir());
-        assert!(!scratch.join("incoming.git").exists());
-        git(&mirror, &["cat-file", "-e", &head]);
-        // The same bundle again (a second pull of the pin): nothing added.
-        let again = fetch_bundle(&store, "file:///repo", &bundle, &scratch).unwrap();
-        assert!(again.is_empty(), "{again:?}");
-
-        // Refused into a new store, naming `why`: no mirror is made.
-        let refused = |store: &str, bundle: &std::path::Path, why: &str| {
-            let fresh = crate::store::Store::at(&tmp.path().join(store)).unwrap();
-            fresh.init().unwrap();
-            let err = fetch_bundle(&fresh, "file:///repo", bundle, &scratch).unwrap_err();
-            assert!(format!("{err:#}").contains(why), "{err:#}");
-            assert!(!crate::stages::source::mirror_entry(&fresh, "file:///repo").exists());
-        };
-
-        // A bundle of a branch alone (no tag, no pin ref).
-        let branch_only = tmp.path().join("branch.bundle");
-        git(
-            &work,
-            &["bundle", "create", branch_only.to_str().unwrap(), "main"],
-        );
-        refused("store3", &branch_only, "brings no tag");
-
-        // A pin ref naming another commit.
-        git(
-            &work,
-            &[
-                "update-ref",
-                &format!("refs/oracle-build/pins/{}", "0".repeat(40)),
-                &head,
-            ],
-        );
-        git(
-            &work,
-            &["bundle", "create", bundle.to_str().unwrap(), "--all"],
-        );
-        refused("store2", &bundle, "names commit");
     }
 }

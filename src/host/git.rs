@@ -103,6 +103,14 @@ impl Git {
         self.fetch_with(repo, url, refspecs, &[])
     }
 
+    /// [`Git::fetch`], removing the refs the refspecs cover that `url` no
+    /// longer has (`git fetch --prune`).
+    ///
+    /// Errors: as [`Git::fetch`].
+    pub fn fetch_pruning(&self, repo: &Path, url: &str, refspecs: &[&str]) -> Result<()> {
+        self.fetch_with(repo, url, refspecs, &["--prune"])
+    }
+
     /// [`Git::fetch`] with `options` (`--depth=1`, `--no-tags`) given to
     /// `git fetch` before the URL.
     ///
@@ -343,6 +351,47 @@ impl Git {
         }
         Ok(())
     }
+}
+
+/// How many refs a git bundle may list before it is refused: far above any
+/// repository's tags (vLLM has a few hundred), and a bound on what a
+/// bundle from elsewhere makes this box read.
+pub const MAX_BUNDLE_REFS: usize = 1_000_000;
+
+/// The tags the git bundle `bundle` carries, as `git bundle list-heads`
+/// prints them: tag name (without `refs/tags/`) -> the object id the ref
+/// names (an annotated tag's tag object, a lightweight tag's commit). Reads
+/// only the bundle's header; needs no repository.
+///
+/// Errors: git is not on PATH or cannot read the bundle (named); it lists
+/// more than [`MAX_BUNDLE_REFS`] refs.
+pub fn bundle_tags(bundle: &Path) -> Result<std::collections::BTreeMap<String, String>> {
+    let git = which::which("git").context("reading a git bundle needs the git command line")?;
+    let heads = process::capture(
+        &format!("git bundle list-heads {}", bundle.display()),
+        duct::cmd(
+            &git,
+            ["bundle".as_ref(), "list-heads".as_ref(), bundle.as_os_str()],
+        )
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1"),
+    )?;
+    let mut tags = std::collections::BTreeMap::new();
+    for (n, line) in heads.lines().enumerate() {
+        if n >= MAX_BUNDLE_REFS {
+            bail!(
+                "the git bundle {} lists more than {MAX_BUNDLE_REFS} refs",
+                bundle.display()
+            );
+        }
+        let mut words = line.split_whitespace();
+        if let (Some(id), Some(name)) = (words.next(), words.next())
+            && let Some(tag) = name.strip_prefix("refs/tags/")
+        {
+            tags.insert(tag.to_string(), id.to_string());
+        }
+    }
+    Ok(tags)
 }
 
 impl Git {

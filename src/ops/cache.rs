@@ -156,6 +156,7 @@ fn render_listing(l: &Listing, deep: bool) {
             Trust::Signed { verdict } => verdict.to_string(),
             Trust::Statement { signs } => signs.clone(),
             Trust::Lock { lock } => lock.to_string(),
+            Trust::Source { tags } => tags.to_string(),
         };
         let state = if !a.problems.is_empty() {
             format!("  FAILED: {}", a.problems.join("; "))

@@ -50,7 +50,7 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
                       atts: &[crate::cache::trust::Attestation]| {
             substitute::accept(cfg, atts, &policy, lock_dir.parent())
         };
-        match substitute::pull_pin(t.as_ref(), &store, &lr, &lock_dir, &accept, &temp) {
+        match substitute::pull_pin(t.as_ref(), &store, &lr, &lock_dir, &accept, &policy, &temp) {
             Ok(p) => {
                 done = Some(p);
                 break;

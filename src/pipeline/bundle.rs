@@ -408,6 +408,25 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
             symlink: false,
         });
     }
+    // The tags of the git bundle travel signed, as `push` signs a source's:
+    // an importing box with a trust policy takes them only when trusted.
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let tag_atts = sign_tags(
+        store,
+        &r.source.repo,
+        &r.source.commit,
+        &staging.path().join(SOURCE_BUNDLE),
+        &now,
+    )?;
+    bundle_attestations(
+        staging.path(),
+        &r.name,
+        TAGS_ATTESTATIONS,
+        &tag_atts,
+        &mut files,
+    )?;
     // The lock travels signed, as `push` signs a store lock: one
     // attestation per signing key of the store's caches, beside the lock.
     let atts = sign_lock(store, lr, &locked, target.as_ref())?;
@@ -676,6 +695,64 @@ fn judge_wheel(store: &Store, dir: &Path, atts: &[Attestation]) -> Result<Bundle
     ))
 }
 
+/// The file beside a bundle's lock holding the attestations that sign the
+/// tags its git bundle carries ([`trust::Statement::for_tags`]; a JSON
+/// array of [`Attestation`]s, bounded as [`LOCK_ATTESTATIONS`]).
+pub const TAGS_ATTESTATIONS: &str = "tags-attestations.json";
+
+/// The tags statement of the git bundle `bundle` (the source of `commit` of
+/// `repo`; `time` RFC 3339 to the second), signed by each signing key of
+/// the store's caches; none when the bundle carries no tag.
+///
+/// Errors: the bundle cannot be read; a key cannot be read; signing fails.
+pub(crate) fn sign_tags(
+    store: &Store,
+    repo: &str,
+    commit: &str,
+    bundle: &Path,
+    time: &str,
+) -> Result<Vec<Attestation>> {
+    let tags = crate::host::git::bundle_tags(bundle)?;
+    let keys = signing_keys(store)?;
+    if keys.is_empty() || tags.is_empty() {
+        return Ok(Vec::new());
+    }
+    let st = trust::Statement::for_tags(repo, commit, &tags, &trust::builder_name(), time);
+    keys.iter().map(|k| trust::sign(&st, k)).collect()
+}
+
+/// How `import` judges the tags of the bundle's git bundle `bundle` (the
+/// source of `commit` of `repo`) given `atts`, as a source from a cache is
+/// judged ([`crate::cache::source_bundle::tag_trust`]): confirmed when one
+/// policy of the store's caches trusts them, or when no cache names
+/// `trusted_signers` (an unconfigured offline box takes the bundle as a
+/// whole, as its lock and wheel).
+///
+/// Errors: the git bundle cannot be read; the store's cache configuration
+/// cannot be read.
+fn judge_tags(
+    store: &Store,
+    repo: &str,
+    commit: &str,
+    bundle: &Path,
+    atts: &[Attestation],
+) -> Result<crate::cache::source_bundle::TagTrust> {
+    use crate::cache::source_bundle::{TagTrust, tag_trust};
+    let policies = store_policies(store)?;
+    if policies.is_empty() {
+        return Ok(TagTrust::Confirmed(format!("not checked: {NO_POLICY}")));
+    }
+    let tags = crate::host::git::bundle_tags(bundle)?;
+    let mut why = Vec::new();
+    for p in &policies {
+        match tag_trust(repo, commit, &tags, atts, p) {
+            TagTrust::Confirmed(c) => return Ok(TagTrust::Confirmed(c)),
+            TagTrust::Unconfirmed(u) => why.push(u),
+        }
+    }
+    Ok(TagTrust::Unconfirmed(why.join("; ")))
+}
+
 /// Why a bundle's lock or wheel is taken unchecked: no trust policy here.
 const NO_POLICY: &str =
     "this store's caches name no trusted_signers, so its signatures cannot be checked";
@@ -931,23 +1008,34 @@ pub fn import(
     let mirror = source::mirror_entry(store, &m.repo);
     temp.add(store, &mirror)?;
     let had = source::mirror_has(store, &m.repo, &m.commit);
-    let new_refs = crate::cache::substitute::fetch_bundle(
+    // Its tags decide versions only when trusted, as a cache's.
+    let tags_atts =
+        take_attestations(&x.join("lockfiles").join(&m.recipe).join(TAGS_ATTESTATIONS))?;
+    let tag_trust = judge_tags(
+        store,
+        &m.repo,
+        &m.commit,
+        &x.join(SOURCE_BUNDLE),
+        &tags_atts,
+    )?;
+    let got = crate::cache::source_bundle::fetch_bundle(
         store,
         &m.repo,
         &x.join(SOURCE_BUNDLE),
         staging.path(),
+        &tag_trust,
     )?;
     if !source::mirror_has(store, &m.repo, &m.commit) {
         bail!("the source bundle does not hold commit {}", m.commit);
     }
+    let mut notes = got.notes(&format!("the bundle {}", file.display()), &tag_trust);
     // The mirror counts as added only when it did not hold the commit yet
     // (and no import beside this one brought it first).
-    let (mut added, mut present) = if had || new_refs.is_empty() {
+    let (mut added, mut present) = if had || got.added.is_empty() {
         (Vec::new(), vec![mirror.label()])
     } else {
         (vec![mirror.label()], Vec::new())
     };
-    let mut notes = Vec::new();
     let wheel_atts =
         take_attestations(&x.join("lockfiles").join(&m.recipe).join(WHEEL_ATTESTATIONS))?;
     let mut wheel_trust = None;

@@ -718,6 +718,18 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     if src_built {
         built.push("source".to_string());
     }
+    // Tags a cache or bundle brought unsigned decide no version: said.
+    let unconfirmed = source::unconfirmed_tags(&mirror.path, &r.source.commit);
+    if !unconfirmed.is_empty() {
+        progress::stage(
+            "source",
+            format!(
+                "warning: tags {} of {} came from a cache or bundle without trusted signatures and are not used for the version; a build that reaches the repository confirms them",
+                unconfirmed.join(", "),
+                r.source.repo
+            ),
+        );
+    }
     // 4b. The tree's compiler requirement, before anything is compiled.
     preflight::check_tree_requirements(lr, &src.path, &tc.compilers)?;
 

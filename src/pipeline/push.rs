@@ -205,6 +205,7 @@ pub fn push_to(
     // The source: a git bundle of the commit with its history and tags.
     let bundle = scratch.join(SOURCE_BUNDLE);
     crate::pipeline::bundle::git_bundle(&store, &r.source.repo, &r.source.commit, &bundle)?;
+    let source_tags = crate::host::git::bundle_tags(&bundle)?;
     let bl = Layer::of_file(
         &bundle,
         SOURCE_BUNDLE,
@@ -217,7 +218,10 @@ pub fn push_to(
             format: 1,
             kind: Kind::Source,
             name: r.source.commit.clone(),
-            record: serde_json::json!({"repo": r.source.repo, "commit": r.source.commit}),
+            // The tags the bundle carries, so `cache ls` judges them
+            // against their signatures without downloading the bundle (a
+            // reader takes the bundle's own, `git bundle list-heads`).
+            record: serde_json::json!({"repo": r.source.repo, "commit": r.source.commit, "tags": source_tags}),
             files: vec![crate::store::ManifestFile {
                 path: SOURCE_BUNDLE.into(),
                 size: bl.size,
@@ -371,6 +375,18 @@ pub fn push_to(
                     format!("att-pyc-{i}-{}", &a.name[..16.min(a.name.len())]),
                 )),
                 Kind::Wheel => Some((statement.clone(), format!("att-{i}"))),
+                // The source's tags decide the version a pin is given: the
+                // set the bundle carries, signed (none: nothing to sign).
+                Kind::Source if !source_tags.is_empty() => Some((
+                    trust::Statement::for_tags(
+                        &r.source.repo,
+                        &r.source.commit,
+                        &source_tags,
+                        &statement.builder,
+                        &statement.time,
+                    ),
+                    format!("att-tags-{i}"),
+                )),
                 _ => None,
             };
             if let Some((st, dir)) = to_sign {

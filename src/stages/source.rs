@@ -111,6 +111,20 @@ impl Backend {
         }
     }
 
+    /// [`Backend::fetch`], removing the branches and tags the repository
+    /// no longer has (`git fetch --prune`): a refresh of a mirror, whose
+    /// tags follow the repository's.
+    fn fetch_pruning(&self, dir: &Path, url: &str, refspecs: &[&str]) -> Result<()> {
+        match self {
+            Backend::Cli(git) => git.fetch_pruning(dir, url, refspecs),
+            Backend::Libgit2 => {
+                let repo = Repository::open_bare(dir)
+                    .with_context(|| format!("opening mirror {}", dir.display()))?;
+                fetch_with(&repo, url, refspecs, true)
+            }
+        }
+    }
+
     /// Points the ref `name` of the repository at `dir` at `commit`.
     fn write_ref(&self, dir: &Path, name: &str, commit: &str) -> Result<()> {
         match self {
@@ -284,18 +298,29 @@ pub fn ensure_mirror_fetched(
                 entry.label()
             ),
         );
-        return Ok(match backend.fetch(&entry.path, from, MIRROR_REFSPECS) {
-            Ok(()) => (entry, Fetched::Now),
-            Err(e) => {
-                progress::stage(
-                    "source",
-                    format!(
-                        "warning: the tags and branches of {url} were not refreshed ({e:#}); using the mirror's as they are"
-                    ),
-                );
-                (entry, Fetched::Not)
-            }
-        });
+        let before = tag_commits(&entry.path);
+        return Ok(
+            match backend.fetch_pruning(&entry.path, from, MIRROR_REFSPECS) {
+                Ok(()) => {
+                    // The repository has said which tags exist: what a source
+                    // from elsewhere brought unconfirmed is no longer needed.
+                    drop_unconfirmed(&entry.path, None)?;
+                    for change in tag_changes(&before, &tag_commits(&entry.path)) {
+                        progress::stage("source", format!("{url}: {change}"));
+                    }
+                    (entry, Fetched::Now)
+                }
+                Err(e) => {
+                    progress::stage(
+                        "source",
+                        format!(
+                            "warning: the tags and branches of {url} were not refreshed ({e:#}); using the mirror's as they are"
+                        ),
+                    );
+                    (entry, Fetched::Not)
+                }
+            },
+        );
     }
     if offline {
         bail!(
@@ -380,6 +405,109 @@ pub fn sync_tags(tree: &Path, mirror: &Path) -> Result<()> {
 /// The refs under which every pinned commit is kept in its mirror:
 /// `refs/oracle-build/pins/<sha>`, so `git gc --prune=now` never drops one.
 pub const PIN_REFS: &str = "refs/oracle-build/pins/";
+
+/// Where a mirror keeps the tags a source from elsewhere (a cache's source
+/// artifact, a bundle) brought without confirmation (issue 41):
+/// `refs/oracle-build/unconfirmed/tags/<name>`. Neither `git describe` nor
+/// a checkout reads them (both read `refs/tags/` only), so no version comes
+/// from them; a refresh from the repository removes them
+/// ([`drop_unconfirmed`]), and a source whose tags trusted builders signed
+/// writes them as `refs/tags/`.
+pub const UNCONFIRMED_TAGS: &str = "refs/oracle-build/unconfirmed/tags/";
+
+/// The unconfirmed tags ([`UNCONFIRMED_TAGS`]) of the mirror at `mirror`
+/// that name `commit` or one of its ancestors and that no tag of the same
+/// name confirms: the tags that would change the version `commit` is given
+/// if they were trusted. Sorted; empty when the mirror cannot be read.
+pub fn unconfirmed_tags(mirror: &Path, commit: &str) -> Vec<String> {
+    let (Ok(repo), Ok(oid)) = (Repository::open_bare(mirror), git2::Oid::from_str(commit)) else {
+        return Vec::new();
+    };
+    let Ok(refs) = repo.references_glob(&format!("{UNCONFIRMED_TAGS}*")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for r in refs.flatten() {
+        let (Some(name), Ok(tip)) = (r.name(), r.peel_to_commit()) else {
+            continue;
+        };
+        let tag = name.trim_start_matches(UNCONFIRMED_TAGS).to_string();
+        if repo.find_reference(&format!("refs/tags/{tag}")).is_ok() {
+            continue;
+        }
+        if tip.id() == oid || repo.graph_descendant_of(oid, tip.id()).unwrap_or(false) {
+            out.push(tag);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Removes unconfirmed tags ([`UNCONFIRMED_TAGS`]) from the mirror at
+/// `mirror` (callers hold its lock): those named in `only`, else all (a
+/// refresh from the repository has just said which tags exist).
+///
+/// Errors: the mirror cannot be opened or a ref cannot be deleted.
+pub fn drop_unconfirmed(mirror: &Path, only: Option<&[String]>) -> Result<()> {
+    let repo = Repository::open_bare(mirror)
+        .with_context(|| format!("opening mirror {}", mirror.display()))?;
+    for mut r in repo
+        .references_glob(&format!("{UNCONFIRMED_TAGS}*"))?
+        .flatten()
+    {
+        let tag = r
+            .name()
+            .unwrap_or_default()
+            .trim_start_matches(UNCONFIRMED_TAGS);
+        if only.is_none_or(|names| names.iter().any(|n| n == tag)) {
+            r.delete()
+                .with_context(|| format!("deleting a ref of {}", mirror.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Every tag of the repository at `dir` with the commit it names (peeled);
+/// empty when it cannot be read.
+fn tag_commits(dir: &Path) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(repo) = Repository::open_bare(dir) else {
+        return out;
+    };
+    if let Ok(refs) = repo.references_glob("refs/tags/*") {
+        for r in refs.flatten() {
+            if let (Some(name), Ok(c)) = (r.name(), r.peel_to_commit()) {
+                out.insert(
+                    name.trim_start_matches("refs/tags/").to_string(),
+                    c.id().to_string(),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// What a refresh changed of the mirror's tags, for the source stage's
+/// report: tags moved to another commit and tags deleted upstream (both
+/// can change the version a commit is given), each named with its commits.
+pub fn tag_changes(
+    before: &std::collections::BTreeMap<String, String>,
+    after: &std::collections::BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (tag, old) in before {
+        match after.get(tag) {
+            Some(new) if new != old => out.push(format!(
+                "tag {tag} moved upstream from commit {old} to {new}"
+            )),
+            Some(_) => {}
+            None => out.push(format!(
+                "tag {tag} (commit {old}) was deleted upstream: dropped from the mirror"
+            )),
+        }
+    }
+    out
+}
 
 /// Pull-request refs (GitHub: `refs/pull/<n>/head`), fetched when the
 /// branches and tags do not reach a pinned commit.
@@ -510,6 +638,11 @@ fn with_mirror(
 /// Fetches `refspecs` of `url` into `repo` through libgit2, with every tag
 /// and a progress bar of received objects.
 fn fetch(repo: &Repository, url: &str, refspecs: &[&str]) -> Result<()> {
+    fetch_with(repo, url, refspecs, false)
+}
+
+/// [`fetch`], and with `prune` the refs the remote no longer has removed.
+fn fetch_with(repo: &Repository, url: &str, refspecs: &[&str], prune: bool) -> Result<()> {
     let bar = Progress::new("fetch");
     let mut cb = RemoteCallbacks::new();
     cb.transfer_progress(|p| {
@@ -522,6 +655,9 @@ fn fetch(repo: &Repository, url: &str, refspecs: &[&str]) -> Result<()> {
     let mut opts = FetchOptions::new();
     opts.remote_callbacks(cb);
     opts.download_tags(AutotagOption::All);
+    if prune {
+        opts.prune(git2::FetchPrune::On);
+    }
     let mut remote = repo.remote_anonymous(url)?;
     remote
         .fetch(refspecs, Some(&mut opts), None)

@@ -109,9 +109,15 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
             "statement"
         } else if a["kind"] == "lock" {
             "lock"
+        } else if a["kind"] == "source" {
+            // Its commits pinned, its tags signed (issue 41).
+            assert_eq!(a["tags"]["tags_trust"], "signed", "{a}");
+            assert_eq!(a["tags"]["verdict"]["verdict"], "trusted", "{a}");
+            "source"
         } else {
             "pinned"
         };
+        assert!(a["rule"].as_str().is_some_and(|r| !r.is_empty()), "{a}");
         assert_eq!(a["trust"], want, "{a}");
         assert_eq!(a["problems"], serde_json::json!([]), "{a}");
     }

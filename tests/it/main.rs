@@ -36,5 +36,6 @@ mod sbom;
 mod smoke;
 mod source;
 mod store;
+mod tags_trust;
 mod toolchain;
 mod versions;

@@ -25,10 +25,13 @@
 //!
 //! One file a job: [`statement`] (what is signed, canonical JSON),
 //! [`keys`] (keys and SSHSIG signing), [`allowed_signers`] (the trusted
-//! keys file), [`verdict`] (the policy and the verdict).
+//! keys file), [`verdict`] (the policy and the verdict), [`rule`] (the one
+//! rule and table every reader consults: what is checked here, what must
+//! be signed).
 
 mod allowed_signers;
 mod keys;
+pub mod rule;
 mod statement;
 mod verdict;
 

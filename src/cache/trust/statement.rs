@@ -157,6 +157,54 @@ impl Statement {
     }
 }
 
+/// The statement kind of the tags a source artifact or bundle carries: the
+/// versions of a pin come from its history's tags (setuptools-scm), so a
+/// tag is evidence that decides the oracle, taken only when signed (or
+/// confirmed by this box's own fetch from the repository).
+pub const TAGS: &str = "tags";
+
+/// The key inputs of a tags statement: the repository URL as the recipe
+/// names it, the pinned commit, and every tag the source carries as
+/// `name -> object id` (the id the ref names directly: an annotated tag's
+/// tag object, a lightweight tag's commit), as `git bundle list-heads`
+/// prints them.
+pub fn tags_inputs(
+    repo: &str,
+    commit: &str,
+    tags: &std::collections::BTreeMap<String, String>,
+) -> Value {
+    serde_json::json!({
+        "schema": 1,
+        "repo": repo,
+        "commit": commit,
+        "tags": tags,
+    })
+}
+
+impl Statement {
+    /// The statement that the source of `commit` of `repo` carries exactly
+    /// the tags `tags` (name -> object id): kind [`TAGS`], key the content
+    /// key of [`tags_inputs`], no files (what is vouched for is in the
+    /// inputs), signed by `builder` at `time`.
+    pub fn for_tags(
+        repo: &str,
+        commit: &str,
+        tags: &std::collections::BTreeMap<String, String>,
+        builder: &str,
+        time: &str,
+    ) -> Statement {
+        let inputs = tags_inputs(repo, commit, tags);
+        Statement {
+            kind: TAGS.to_string(),
+            key: crate::store::key::content_key(&inputs),
+            inputs,
+            files: Vec::new(),
+            builder: builder.to_string(),
+            time: time.to_string(),
+        }
+    }
+}
+
 /// The files a wheel statement names for `record`: the wheel alone.
 pub fn wheel_files(record: &BuildRecord) -> Vec<FileDigest> {
     vec![FileDigest {

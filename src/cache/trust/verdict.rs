@@ -23,15 +23,7 @@ pub fn verify_wheel(
     attestations: &[Attestation],
     policy: &Policy,
 ) -> Verdict {
-    let now = jiff::Timestamp::now().as_second();
-    verify(
-        WHEEL,
-        &record.key,
-        &wheel_files(record),
-        attestations,
-        policy,
-        now,
-    )
+    rule::verdict(rule::Subject::Wheel(record), attestations, policy)
 }
 
 impl Policy {
@@ -178,14 +170,7 @@ pub fn verify_lock(
     attestations: &[Attestation],
     policy: &Policy,
 ) -> Verdict {
-    verify(
-        LOCK,
-        key,
-        files,
-        attestations,
-        policy,
-        jiff::Timestamp::now().as_second(),
-    )
+    rule::verdict(rule::Subject::Lock { key, files }, attestations, policy)
 }
 
 /// The verdict on the bytecode entry `key` holding `files` from
@@ -197,13 +182,25 @@ pub fn verify_bytecode(
     attestations: &[Attestation],
     policy: &Policy,
 ) -> Verdict {
-    verify(
-        BYTECODE,
-        key,
-        files,
+    rule::verdict(rule::Subject::Bytecode { key, files }, attestations, policy)
+}
+
+/// The verdict on the tags `tags` (name -> object id) that a source of
+/// `commit` of `repo` carries, from `attestations` under `policy`, now:
+/// [`verify`] with kind [`TAGS`] and the key of [`tags_inputs`], so a
+/// statement vouches for exactly this set of tags (one tag more, less or
+/// moved is another key, which no trusted builder signed).
+pub fn verify_tags(
+    repo: &str,
+    commit: &str,
+    tags: &std::collections::BTreeMap<String, String>,
+    attestations: &[Attestation],
+    policy: &Policy,
+) -> Verdict {
+    rule::verdict(
+        rule::Subject::Tags { repo, commit, tags },
         attestations,
         policy,
-        jiff::Timestamp::now().as_second(),
     )
 }
 

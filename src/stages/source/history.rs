@@ -296,8 +296,17 @@ pub fn check_expected(lr: &LoadedRecipe, mirror: &Path, tree: &Path) -> Result<(
     if wrong.is_empty() {
         return Ok(());
     }
+    let unconfirmed = super::unconfirmed_tags(mirror, &r.source.commit);
+    let aside = if unconfirmed.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; the mirror also holds tags a cache or bundle brought unsigned ({}), which are not used for versions until confirmed: build online (a fetch from the repository confirms them) or take a source whose tags trusted builders signed",
+            unconfirmed.join(", ")
+        )
+    };
     Err(crate::exit::mismatch(format!(
-        "{}: {}, but the history of {} gives {} (from {}); refusing before the wheel stage (no build venv was made, nothing was built)",
+        "{}: {}, but the history of {} gives {} (from {}){aside}; refusing before the wheel stage (no build venv was made, nothing was built)",
         lr.origin,
         wrong.join(" and "),
         r.source.commit,
