@@ -327,8 +327,11 @@ pub enum CacheCommand {
         /// Only this cache (a configured name or a URL; default: every configured cache).
         #[arg(long, value_name = "URL")]
         cache: Option<String>,
-        /// List what would be deleted; delete nothing.
+        /// List what would be deleted and what each root keeps; delete nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Delete every tag of a cache even when this store's roots keep none of them (without it, such a gc is refused).
+        #[arg(long)]
+        allow_empty_roots: bool,
     },
 }

@@ -167,7 +167,17 @@ fn dispatch(cli: Cli, command_name: Option<&str>) -> anyhow::Result<()> {
             let (action, cache) = match action {
                 C::Ls { cache } => (Action::Ls, cache),
                 C::Verify { cache } => (Action::Verify, cache),
-                C::Gc { cache, dry_run } => (Action::Gc { dry_run }, cache),
+                C::Gc {
+                    cache,
+                    dry_run,
+                    allow_empty_roots,
+                } => (
+                    Action::Gc {
+                        dry_run,
+                        allow_empty_roots,
+                    },
+                    cache,
+                ),
             };
             return ops::cache::run(
                 action,

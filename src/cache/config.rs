@@ -12,15 +12,20 @@
 //! Both are read. Entries are merged by `name`: the store root's entry wins
 //! whole (no field-by-field merge), so a user file can add caches but never
 //! weaken the trust settings of a cache the store defines. A store's policy
-//! binds its URLs too: a user entry whose `url` the store's file names is
-//! not a cache of its own, whatever its name; its name finds the store's
-//! entry, read with the store's `trusted_signers` and `min_signatures`
-//! (only a `signing_key` the store's entry lacks is taken from it). The order is the
-//! store root's entries, then the user's, and that is the order lookups try.
+//! binds its caches however their URLs are spelled: a user entry whose `url`
+//! names a cache the store's file names ([`CacheUrl::identity`]: the same
+//! registry repository after normalising scheme, host case, default port,
+//! IP literal forms and this box's names; the same layout directory) is not
+//! a cache of its own, whatever its name; its name finds the store's entry,
+//! read with the store's URL, `trusted_signers` and `min_signatures` (a
+//! higher `min_signatures` of the user's counts; only a `signing_key` the
+//! store's entry lacks is taken from it). The order is the store root's
+//! entries, then the user's, and that is the order lookups try.
 //!
 //! For one run, `--cache VALUE` (or, without the flag, `ORACLE_BUILD_CACHE`)
-//! replaces the list by one cache: the configured entry whose `name` or
-//! `url` is VALUE, else an ad-hoc cache at the URL VALUE with the defaults
+//! replaces the list by one cache: the configured entry whose `name` is
+//! VALUE or whose URL names the same cache as VALUE, else an ad-hoc cache
+//! at the URL VALUE with the defaults
 //! (`push = "manual"`, `substitute = true`, no signers, no key,
 //! `min_signatures = 1`).
 //!
@@ -33,6 +38,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Deserialize;
 
+use crate::cache::identity::{self, CacheId};
 use crate::config_text::line_of;
 use crate::exit::bad_input;
 
@@ -79,7 +85,10 @@ pub enum CacheUrl {
 }
 
 impl CacheUrl {
-    /// Parses `text` as a cache URL.
+    /// Parses `text` as a cache URL, normalised: the scheme and host in
+    /// lower case, an IP address in its canonical form (`127.1` and
+    /// `[::ffff:127.0.0.1]` are `127.0.0.1`; [`identity::normalise_host`]),
+    /// the scheme's default port (443, 80 for `oci+http://`) dropped.
     ///
     /// Errors: the reason in plain words (the caller adds file, field and
     /// value): an unknown scheme, a missing host or repository, a port that
@@ -94,11 +103,19 @@ impl CacheUrl {
                     .into(),
             );
         }
+        // A scheme is case-insensitive (RFC 3986 section 3.1).
+        let lowered;
+        let text = match text.split_once("://") {
+            Some((scheme, rest)) if scheme.chars().any(|c| c.is_ascii_uppercase()) => {
+                lowered = format!("{}://{rest}", scheme.to_ascii_lowercase());
+                lowered.as_str()
+            }
+            _ => text,
+        };
         if let Some(rest) = text.strip_prefix("file://") {
-            let path = if let Some(p) = rest.strip_prefix("localhost") {
-                p
-            } else {
-                rest
+            let path = match rest.get(..9) {
+                Some(h) if h.eq_ignore_ascii_case("localhost") => &rest[9..],
+                _ => rest,
             };
             if !path.starts_with('/') {
                 return Err(
@@ -133,12 +150,40 @@ impl CacheUrl {
         let repo = repo.trim_end_matches('/');
         let (host, port) = split_authority(authority)?;
         check_repo(repo)?;
-        let (host, repo) = (host.to_string(), repo.to_string());
+        let host = identity::normalise_host(host)?;
+        // The scheme's default port is no port: one spelling per cache.
+        let default = if plain { 80 } else { 443 };
+        let port = port.filter(|&p| p != default);
+        let repo = repo.to_string();
         Ok(if plain {
             CacheUrl::OciHttp { host, port, repo }
         } else {
             CacheUrl::Oci { host, port, repo }
         })
+    }
+
+    /// Which cache this URL names, however it is spelled
+    /// ([`identity`](crate::cache::identity)): what a store's policy binds,
+    /// and what `cache ls` prints. A layout's directory is resolved
+    /// (symbolic links) when it exists.
+    pub fn identity(&self) -> CacheId {
+        match self {
+            CacheUrl::Oci { host, port, repo } | CacheUrl::OciHttp { host, port, repo } => {
+                let default = if matches!(self, CacheUrl::OciHttp { .. }) {
+                    80
+                } else {
+                    443
+                };
+                CacheId::Registry {
+                    host: identity::host_identity(host),
+                    port: port.unwrap_or(default),
+                    repo: repo.clone(),
+                }
+            }
+            CacheUrl::File { dir } => CacheId::Layout {
+                dir: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone()),
+            },
+        }
     }
 
     /// Whether the cache is on this machine's file system (`file://`): the
@@ -440,8 +485,9 @@ pub fn load_from(sources: &Sources) -> Result<CacheConfig> {
             if caches.iter().any(|c| c.name == cache.name) {
                 continue;
             }
+            let id = cache.url.identity();
             let bound = caches.iter().position(|c| {
-                c.url == cache.url
+                c.url.identity() == id
                     && store_file.is_some_and(|f| c.origin == Origin::File(f.clone()))
             });
             if let Some(i) = bound {
@@ -460,16 +506,12 @@ pub fn load_from(sources: &Sources) -> Result<CacheConfig> {
     let Some((value, origin)) = one else {
         return Ok(CacheConfig { caches });
     };
-    if let Some(c) = caches
-        .iter()
-        .find(|c| c.name == value || c.url.to_string() == value)
-        .or_else(|| {
-            aliases
-                .iter()
-                .find(|(n, _)| n == value)
-                .map(|(_, i)| &caches[*i])
-        })
-    {
+    if let Some(c) = caches.iter().find(|c| c.name == value).or_else(|| {
+        aliases
+            .iter()
+            .find(|(n, _)| n == value)
+            .map(|(_, i)| &caches[*i])
+    }) {
         return Ok(CacheConfig {
             caches: vec![c.clone()],
         });
@@ -479,7 +521,8 @@ pub fn load_from(sources: &Sources) -> Result<CacheConfig> {
             "{origin}: `{value}` is neither a configured cache name nor a cache URL: {why}"
         ))
     })?;
-    if let Some(c) = caches.iter().find(|c| c.url == url) {
+    let id = url.identity();
+    if let Some(c) = caches.iter().find(|c| c.url.identity() == id) {
         return Ok(CacheConfig {
             caches: vec![c.clone()],
         });
@@ -489,15 +532,18 @@ pub fn load_from(sources: &Sources) -> Result<CacheConfig> {
     })
 }
 
-/// `store`, the store file's entry for a URL, given `other`, another
-/// file's entry for the same URL: the store's policy (`trusted_signers`,
-/// `min_signatures`, `substitute`, `push`) stands whatever `other` says;
-/// only a `signing_key` the store's entry lacks is taken from `other`
-/// (signing what this box pushes trusts nothing more).
+/// `store`, the store file's entry for a cache, given `other`, another
+/// file's entry for the same cache however its URL is spelled
+/// ([`CacheUrl::identity`]): the store's URL and policy (`trusted_signers`,
+/// `substitute`, `push`) stand whatever `other` says, and `min_signatures`
+/// is the higher of the two (a user may ask for more signatures, never
+/// fewer); only a `signing_key` the store's entry lacks is taken from
+/// `other` (signing what this box pushes trusts nothing more).
 fn bind_to_store(store: &mut Cache, other: &Cache) {
     if store.signing_key.is_none() {
         store.signing_key = other.signing_key.clone();
     }
+    store.min_signatures = store.min_signatures.max(other.min_signatures);
 }
 
 /// A configuration file as written.
@@ -732,6 +778,17 @@ mod tests {
             ("oci://[::1]:5000/x", "oci://[::1]:5000/x"),
             ("file:///mnt/usb/cache/", "file:///mnt/usb/cache"),
             ("file://localhost/srv/c", "file:///srv/c"),
+            // Normalised: scheme and host case, default ports, IP forms.
+            ("OCI://Reg.Example:443/x", "oci://reg.example/x"),
+            ("oci+http://h:80/x", "oci+http://h/x"),
+            ("oci://reg.example.:5000/x", "oci://reg.example:5000/x"),
+            ("oci+http://127.1:5000/x", "oci+http://127.0.0.1:5000/x"),
+            (
+                "oci+http://[::ffff:127.0.0.1]:5000/x",
+                "oci+http://127.0.0.1:5000/x",
+            ),
+            ("oci://[0:0::1]/x", "oci://[::1]/x"),
+            ("File://LOCALHOST/srv/c", "file:///srv/c"),
         ];
         for (text, canon) in ok {
             let url = CacheUrl::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
@@ -760,6 +817,8 @@ mod tests {
             ("file://rel/dir", "absolute path"),
             ("file:///a/../b", "`..`"),
             ("oci://h/x?y", "query"),
+            ("oci://[zz::1]/x", "not a host name or address"),
+            ("oci://256.1.1.1/x", "not a host name or address"),
         ];
         for (text, want) in bad {
             let err = CacheUrl::parse(text).unwrap_err();
@@ -868,6 +927,149 @@ mod tests {
         assert_eq!(
             (c.caches[0].name.as_str(), c.caches[0].min_signatures),
             ("team", 2)
+        );
+    }
+
+    #[test]
+    fn a_store_registry_binds_every_spelling_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = write(
+            dir.path(),
+            "store/config.toml",
+            "[[cache]]\nname = \"team\"\nurl = \"oci+http://127.0.0.1:5000/team\"\nmin_signatures = 2\ntrusted_signers = \"/etc/team_signers\"\n",
+        );
+        let spellings = [
+            "oci+http://localhost:5000/team",
+            "OCI+HTTP://LocalHost.:5000/team/",
+            "oci+http://127.1:5000/team",
+            "oci+http://2130706433:5000/team",
+            "oci+http://127.0.0.2:5000/team",
+            "oci+http://[::ffff:127.0.0.1]:5000/team",
+            "oci+http://[::1]:5000/team",
+            "oci+http://ip6-localhost:5000/team",
+            "oci+http://registry.localhost:5000/team",
+            // Another scheme on the same port is the same registry.
+            "oci://localhost:5000/team",
+        ];
+        for (i, url) in spellings.iter().enumerate() {
+            let user = write(
+                dir.path(),
+                &format!("xdg{i}/oracle-build/config.toml"),
+                &format!(
+                    "[[cache]]\nname = \"quick\"\nurl = \"{url}\"\nmin_signatures = 1\ntrusted_signers = \"/home/me/mine\"\n"
+                ),
+            );
+            let mut sources = Sources {
+                store_file: Some(store.clone()),
+                user_file: Some(user),
+                flag: None,
+                env: None,
+            };
+            let c = load_from(&sources).unwrap();
+            assert_eq!(c.caches.len(), 1, "{url}: {c:?}");
+            let team = &c.caches[0];
+            assert_eq!(
+                (
+                    team.name.as_str(),
+                    team.min_signatures,
+                    team.trusted_signers.as_deref(),
+                    team.url.to_string().as_str()
+                ),
+                (
+                    "team",
+                    2,
+                    Some(Path::new("/etc/team_signers")),
+                    "oci+http://127.0.0.1:5000/team"
+                ),
+                "{url}"
+            );
+            assert_eq!(
+                team.url.identity().to_string(),
+                "registry localhost:5000/team"
+            );
+            // By the user's name or by the spelling: the store's entry.
+            for flag in ["quick", url] {
+                sources.flag = Some(flag.to_string());
+                let c = load_from(&sources).unwrap();
+                assert_eq!(
+                    (c.caches[0].name.as_str(), c.caches[0].min_signatures),
+                    ("team", 2),
+                    "--cache {flag}"
+                );
+            }
+        }
+        // Another port, another repository or another host is another cache.
+        for url in [
+            "oci+http://localhost:5001/team",
+            "oci+http://localhost:5000/team2",
+            "oci+http://10.0.0.1:5000/team",
+            "oci+http://localhost/team",
+        ] {
+            let user = write(
+                dir.path(),
+                "other/oracle-build/config.toml",
+                &format!("[[cache]]\nname = \"mine\"\nurl = \"{url}\"\n"),
+            );
+            let c = load_from(&Sources {
+                store_file: Some(store.clone()),
+                user_file: Some(user),
+                flag: None,
+                env: None,
+            })
+            .unwrap();
+            assert_eq!(c.caches.len(), 2, "{url}: {c:?}");
+            assert_eq!(c.caches[1].min_signatures, 1, "{url}");
+        }
+        // A user may ask for more signatures than the store, never fewer.
+        let user = write(
+            dir.path(),
+            "more/oracle-build/config.toml",
+            "[[cache]]\nname = \"strict\"\nurl = \"oci+http://localhost:5000/team\"\nmin_signatures = 3\n",
+        );
+        let c = load_from(&Sources {
+            store_file: Some(store.clone()),
+            user_file: Some(user),
+            flag: None,
+            env: None,
+        })
+        .unwrap();
+        assert_eq!((c.caches.len(), c.caches[0].min_signatures), (1, 3));
+    }
+
+    #[test]
+    fn a_layout_is_one_cache_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("layout");
+        std::fs::create_dir(&real).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let store = write(
+            dir.path(),
+            "store/config.toml",
+            &format!(
+                "[[cache]]\nname = \"usb\"\nurl = \"file://{}\"\nmin_signatures = 2\n",
+                real.display()
+            ),
+        );
+        let user = write(
+            dir.path(),
+            "xdg/oracle-build/config.toml",
+            &format!(
+                "[[cache]]\nname = \"mine\"\nurl = \"file://{}/\"\n",
+                link.display()
+            ),
+        );
+        let c = load_from(&Sources {
+            store_file: Some(store),
+            user_file: Some(user),
+            flag: None,
+            env: None,
+        })
+        .unwrap();
+        assert_eq!(c.caches.len(), 1, "{c:?}");
+        assert_eq!(
+            (c.caches[0].name.as_str(), c.caches[0].min_signatures),
+            ("usb", 2)
         );
     }
 

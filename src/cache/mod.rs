@@ -5,6 +5,8 @@
 //!
 //! - [`config`]: which caches a site uses (`config.toml` in the store root
 //!   or in `$XDG_CONFIG_HOME/oracle-build/`, `--cache`, `ORACLE_BUILD_CACHE`).
+//! - [`identity`]: which cache a URL names however it is spelled (host
+//!   forms, default ports, this box's names): what a store's policy binds.
 //! - [`trust`]: the signed statement a builder attaches to a wheel, SSHSIG
 //!   signing and verification against an `allowed_signers` file, and the
 //!   [`trust::Verdict`] a pulling box acts on.
@@ -44,6 +46,7 @@ pub mod catalog;
 pub mod compiler;
 pub mod config;
 pub mod delete;
+pub mod identity;
 pub mod inspect;
 pub mod keyfile;
 pub mod layout;

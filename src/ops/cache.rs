@@ -9,7 +9,9 @@
 //!   through the `inputs-<key>` artifact of a rooted oracle), through the
 //!   registry API or in the layout's `index.json` (`cache::catalog`), then,
 //!   in a `file://` layout, the blobs no tag references; `--dry-run` lists
-//!   them.
+//!   them and what each root keeps. A store whose roots keep none of a
+//!   cache's tags (no roots at all, or none reaching the cache) is refused
+//!   (exit 2, nothing deleted) unless `--allow-empty-roots`.
 //!   Tags of other tools (other artifact types) are never touched.
 
 use std::path::Path;
@@ -35,14 +37,19 @@ pub enum Action {
     Gc {
         /// List, delete nothing.
         dry_run: bool,
+        /// Delete every tag of a cache even when this store's roots keep
+        /// none of them (no roots, or none reaching the cache).
+        allow_empty_roots: bool,
     },
 }
 
 /// Runs `action` on the caches of the store at `store_arg` (its
 /// `config.toml` and the user's), or on the one cache `cache` names.
 ///
-/// Errors: exit 2 for a bad configuration, no cache at all, or `gc` of a
-/// registry; 1 when a cache cannot be read or (`verify`) an artifact fails.
+/// Errors: exit 2 for a bad configuration, no cache at all, `gc` without a
+/// store, or `gc` (not a dry run) where this store's roots keep none of a
+/// cache's tags and `allow_empty_roots` is not set (nothing deleted); 1
+/// when a cache cannot be read or (`verify`) an artifact fails.
 pub fn run(
     action: Action,
     cache: Option<&str>,
@@ -94,17 +101,17 @@ pub fn run(
             }
             Ok(())
         }
-        Action::Gc { dry_run } => {
+        Action::Gc {
+            dry_run,
+            allow_empty_roots,
+        } => {
             if store.is_none() {
                 return Err(bad_input(format!(
                     "cache gc: {} is not a store (nothing was ever built there), so no root keeps anything and every tag would be deleted; point --store (or ORACLE_BUILD_HOME) at the store whose roots (`oracle-build keep PIN`) say what to keep",
                     root.display()
                 )));
             }
-            let mut out = Vec::new();
-            for c in &caches {
-                out.push(cache_admin::collect(c, store.as_ref(), dry_run)?);
-            }
+            let out = cache_admin::collect(&caches, store.as_ref(), dry_run, allow_empty_roots)?;
             if json {
                 return print_json(&serde_json::json!({ "caches": out }));
             }
@@ -147,7 +154,7 @@ fn render_listing(l: &Listing, deep: bool) {
     println!(
         "cache {} ({}): {} artifact(s){provenance}",
         l.name,
-        l.url,
+        l.identity,
         l.artifacts.len()
     );
     for a in &l.artifacts {
@@ -188,13 +195,32 @@ fn render_listing(l: &Listing, deep: bool) {
 
 fn render_collected(c: &Collected) {
     let verb = if c.dry_run { "would delete" } else { "deleted" };
+    if c.dry_run {
+        for r in &c.kept_by {
+            println!("root {} keeps {} tag(s)", r.root, r.tags.len());
+            for t in &r.tags {
+                println!("  {t}");
+            }
+        }
+    }
     for t in &c.deleted {
         println!("{verb} {t}");
+    }
+    if c.dry_run && c.empty_roots {
+        let roots = if c.roots == 0 {
+            "this store has no roots".to_string()
+        } else {
+            format!("none of this store's {} root(s) reaches it", c.roots)
+        };
+        println!(
+            "cache {} ({}): {roots}, so `cache gc` without --dry-run refuses to delete every tag (pass --allow-empty-roots to delete them)",
+            c.name, c.identity
+        );
     }
     println!(
         "cache {} ({}): {verb} {} tag(s), kept {} a root reaches{}",
         c.name,
-        c.url,
+        c.identity,
         c.deleted.len(),
         c.kept.len(),
         if c.dry_run {

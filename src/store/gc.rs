@@ -65,13 +65,25 @@ fn reachable_with(store: &Store, between: impl FnOnce()) -> Result<BTreeSet<Stri
     for root in store.roots()? {
         todo.extend(store.root_entries(&root));
     }
+    Ok(closure(store, todo))
+}
+
+/// The labels of every entry one root reaches: the entries it names and
+/// what they were made from, for saying what each root keeps (`cache gc
+/// --dry-run`). [`reachable`] is what `gc` acts on.
+pub fn reachable_from(store: &Store, root: &crate::store::Root) -> BTreeSet<String> {
+    closure(store, store.root_entries(root))
+}
+
+/// The labels of `todo` and of every entry they reference, transitively.
+fn closure(store: &Store, mut todo: Vec<Entry>) -> BTreeSet<String> {
     let mut seen = BTreeSet::new();
     while let Some(e) = todo.pop() {
         if seen.insert(e.label()) {
             todo.extend(references(store, &e));
         }
     }
-    Ok(seen)
+    seen
 }
 
 /// One entry deleted (or that would be).

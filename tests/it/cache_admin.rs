@@ -347,7 +347,11 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
         .status()
         .unwrap();
     assert!(st.success());
+    // A has no root left: gc refuses to empty the cache unless told.
     let out = ob(&fx, &a, &["cache", "gc", "--json"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("--allow-empty-roots"), "{}", text(&out));
+    let out = ob(&fx, &a, &["cache", "gc", "--allow-empty-roots", "--json"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     let g = &json(&out)["caches"][0];
     assert_eq!(

@@ -11,6 +11,7 @@ mod bytecode;
 mod cache;
 mod cache_admin;
 mod cache_bounds;
+mod cache_policy;
 mod cache_race;
 mod carry;
 mod compiler_cache;

@@ -25,10 +25,13 @@
 //!
 //! The architecture and its `a` / `f` variant come from the entry header.
 //! Each payload is then checked against it, decompressing what is
-//! compressed (LZ4 block format: `lz4_flex`; zstd: `ruzstd`, the first
-//! [`PREFIX`] bytes only): a cubin must be a CUDA ELF (`EM_CUDA`) whose
+//! compressed (LZ4 block format: `lz4_flex`; zstd: `ruzstd`, a PTX's first
+//! [`PREFIX`] bytes only, a cubin whole): a cubin must be a CUDA ELF (`EM_CUDA`) whose
 //! `e_flags` name the same SM (bits 8..15 from ELF ABI version 8, the low
-//! byte before), a PTX must declare `.target sm_<same>[variant]`. A cubin of
+//! byte before) and that is an ELF with code (read whole with the `object`
+//! crate: a consistent header, sections inside the cubin, each kernel's
+//! `.text.<name>`; an ELF header alone is damage), a PTX must declare
+//! `.target sm_<same>[variant]`. A cubin of
 //! the older layout may also say `a` in its own `e_flags`
 //! (`EF_CUDA_ACCELERATORS_V1`); from ABI version 8 the cubin carries neither
 //! `a` nor `f` (the fixtures show sm_90 and sm_90a cubins with equal flags).
@@ -56,7 +59,8 @@ pub const MAGIC: u32 = 0xBA55_ED50;
 /// against its header (an ELF header; a PTX `.target` line).
 pub const PREFIX: usize = 64 * 1024;
 
-/// The largest decompressed LZ4 payload read (LZ4 block data is decompressed whole).
+/// The largest decompressed payload read whole: an LZ4 one (LZ4 block data
+/// is decompressed whole), a zstd-compressed cubin (checked whole).
 pub const MAX_LZ4: u64 = 1 << 30;
 
 const FLAG_LZ4: u64 = 0x2000;
@@ -464,8 +468,12 @@ fn read_entry(data: &[u8], at: usize, section: &str) -> Result<(FatbinEntry, usi
         compressed
     };
     let payload = &data[payload_at..payload_at + stored as usize];
-    let prefix = match compression {
-        Compression::None => payload[..payload.len().min(PREFIX)].to_vec(),
+    // A cubin is read whole (its section headers may lie anywhere in it);
+    // of a PTX only the first PREFIX bytes (its `.target` line).
+    let whole = kind == EntryKind::Cubin;
+    let prefix: std::borrow::Cow<'_, [u8]> = match compression {
+        Compression::None if whole => std::borrow::Cow::Borrowed(payload),
+        Compression::None => std::borrow::Cow::Borrowed(&payload[..payload.len().min(PREFIX)]),
         Compression::Lz4 => {
             if decompressed == 0 || decompressed > MAX_LZ4 || decompressed > 255 * stored + 64 {
                 return Err(format!(
@@ -480,18 +488,41 @@ fn read_entry(data: &[u8], at: usize, section: &str) -> Result<(FatbinEntry, usi
                     out.len()
                 ));
             }
-            out.truncate(PREFIX);
-            out
+            if !whole {
+                out.truncate(PREFIX);
+            }
+            std::borrow::Cow::Owned(out)
         }
         Compression::Zstd => {
+            if whole && (decompressed == 0 || decompressed > MAX_LZ4) {
+                return Err(format!(
+                    "the {arch} entry at offset {at}: decompressed size {decompressed} for {stored} zstd bytes"
+                ));
+            }
             let mut out = Vec::new();
             let decoder = ruzstd::decoding::StreamingDecoder::new(payload)
                 .map_err(|e| format!("the {arch} entry at offset {at}: zstd: {e}"))?;
+            let limit = if whole {
+                decompressed + 1
+            } else {
+                PREFIX as u64
+            };
             decoder
-                .take(PREFIX as u64)
+                .take(limit)
                 .read_to_end(&mut out)
                 .map_err(|e| format!("the {arch} entry at offset {at}: zstd: {e}"))?;
-            out
+            if whole && out.len() as u64 != decompressed {
+                return Err(format!(
+                    "the {arch} entry at offset {at}: zstd gave {}{} bytes, the header says {decompressed}",
+                    if out.len() as u64 > decompressed {
+                        "more than "
+                    } else {
+                        ""
+                    },
+                    out.len().min(decompressed as usize)
+                ));
+            }
+            std::borrow::Cow::Owned(out)
         }
     };
     let bytes = if compression == Compression::None {
@@ -514,8 +545,9 @@ fn read_entry(data: &[u8], at: usize, section: &str) -> Result<(FatbinEntry, usi
     ))
 }
 
-/// Checks the start of a decompressed payload against the header's `arch`;
-/// returns the architecture, marked arch-specific when a cubin of the older
+/// Checks a decompressed payload (a PTX's start, a cubin whole) against
+/// the header's `arch`; a cubin must also be an ELF with code
+/// ([`check_cubin_elf`]). Returns the architecture, marked arch-specific when a cubin of the older
 /// ELF layout (ABI version 7) says so in its `e_flags`
 /// (`EF_CUDA_ACCELERATORS_V1`, 0x800, LLVM BinaryFormat/ELF.h) and its
 /// entry header does not.
@@ -568,6 +600,7 @@ fn check_payload(prefix: &[u8], arch: Arch) -> Result<Arch, String> {
             "its ELF says sm_{sm} (e_flags {flags:#x}, ABI version {abi})"
         ));
     }
+    check_cubin_elf(prefix)?;
     if abi < 8 && flags & 0x800 != 0 && arch.variant == Variant::Plain {
         return Ok(Arch {
             variant: Variant::Specific,
@@ -575,6 +608,89 @@ fn check_payload(prefix: &[u8], arch: Arch) -> Result<Arch, String> {
         });
     }
     Ok(arch)
+}
+
+/// Checks that the whole cubin `elf` is an ELF with code, read with the
+/// `object` crate: a consistent header (ELF version 1, a 64-byte header,
+/// type `ET_EXEC`, or `ET_REL` for relocatable device code; section and
+/// program header tables of the right entry size inside the cubin, a
+/// section-name table), sections (an ELF header alone, however right its
+/// `e_machine` and `e_flags`, holds no code), every section's and
+/// segment's bytes inside the cubin, every `.text.<name>` section
+/// executable code (`SHT_PROGBITS`, `SHF_EXECINSTR`, not empty), and every
+/// kernel the cubin describes (a `.nv.info.<name>` section) with its
+/// `.text.<name>`. A cubin with no kernel at all (nvcc makes one for a
+/// translation unit without any) passes.
+///
+/// Errors: the first thing that does not hold, in plain words.
+fn check_cubin_elf(elf: &[u8]) -> Result<(), String> {
+    use object::elf::{ET_EXEC, ET_REL, SHF_EXECINSTR, SHT_PROGBITS};
+    use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, SectionHeader};
+    let file = ElfFile64::<object::LittleEndian>::parse(elf)
+        .map_err(|e| format!("a cubin whose ELF does not read ({e})"))?;
+    let endian = file.endian();
+    let header = file.elf_header();
+    let (kind, version, size) = (
+        header.e_type(endian),
+        header.e_version(endian),
+        header.e_ehsize(endian),
+    );
+    if kind != ET_EXEC && kind != ET_REL {
+        return Err(format!(
+            "a cubin of ELF type {kind} (ET_EXEC {ET_EXEC} or ET_REL {ET_REL})"
+        ));
+    }
+    if version != 1 || size != 64 {
+        return Err(format!(
+            "a cubin whose ELF header says version {version}, header size {size} (1, 64)"
+        ));
+    }
+    let sections = file.elf_section_table();
+    if sections.len() < 2 {
+        return Err(
+            "a cubin with no sections: an ELF header alone, without code (damaged or not a cubin)"
+                .into(),
+        );
+    }
+    let mut code = std::collections::BTreeSet::new();
+    let mut described = Vec::new();
+    for (i, section) in sections.iter().enumerate() {
+        let name = sections
+            .section_name(endian, section)
+            .map_err(|e| format!("a cubin whose section {i} has no name ({e})"))?;
+        let shown = String::from_utf8_lossy(name);
+        section
+            .data(endian, elf)
+            .map_err(|_| format!("a cubin whose section {shown} lies outside it"))?;
+        if let Some(kernel) = name.strip_prefix(b".text.") {
+            if section.sh_type(endian) != SHT_PROGBITS
+                || section.sh_flags(endian).0 & SHF_EXECINSTR.0 == 0
+                || section.sh_size(endian) == 0
+            {
+                return Err(format!(
+                    "a cubin whose section {shown} is not code (type {}, flags {:#x}, {} bytes)",
+                    section.sh_type(endian),
+                    section.sh_flags(endian).0,
+                    section.sh_size(endian)
+                ));
+            }
+            code.insert(kernel);
+        } else if let Some(kernel) = name.strip_prefix(b".nv.info.") {
+            described.push(kernel);
+        }
+    }
+    if let Some(k) = described.iter().find(|k| !code.contains(*k)) {
+        let k = String::from_utf8_lossy(k);
+        return Err(format!(
+            "a cubin that describes kernel {k} (.nv.info.{k}) without its code (.text.{k})"
+        ));
+    }
+    for (i, segment) in file.elf_program_headers().iter().enumerate() {
+        segment
+            .data(endian, elf)
+            .map_err(|_| format!("a cubin whose program header {i} lies outside it"))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -806,6 +922,121 @@ mod tests {
         for cut in (0..bytes.len()).step_by(97) {
             let _ = read_elf(&bytes[..cut]);
         }
+    }
+
+    /// 128 bytes of cubin: an ELF header saying ET_EXEC, EM_CUDA and sm_90
+    /// (ELF ABI 8, the flags nvcc 13.0 gives sm_90), then zeros: no section
+    /// or program headers, no code.
+    fn header_only_cubin() -> Vec<u8> {
+        let mut elf = vec![0u8; 128];
+        elf[..9].copy_from_slice(b"\x7fELF\x02\x01\x01\x41\x08");
+        elf[16..18].copy_from_slice(&2u16.to_le_bytes());
+        elf[18..20].copy_from_slice(&EM_CUDA.to_le_bytes());
+        elf[20..24].copy_from_slice(&1u32.to_le_bytes());
+        elf[48..52].copy_from_slice(&0x0600_5a04u32.to_le_bytes());
+        elf[52..54].copy_from_slice(&64u16.to_le_bytes());
+        elf
+    }
+
+    /// A `.nv_fatbin` section holding one fat binary of one plain cubin
+    /// entry for `sm_<arch>`, with `cubin` as its payload.
+    fn one_cubin_section(cubin: &[u8], arch: u32) -> Vec<u8> {
+        let mut entry = vec![0u8; 64];
+        entry[0..2].copy_from_slice(&2u16.to_le_bytes());
+        entry[4..8].copy_from_slice(&64u32.to_le_bytes());
+        entry[8..16].copy_from_slice(&(cubin.len() as u64).to_le_bytes());
+        entry[28..32].copy_from_slice(&arch.to_le_bytes());
+        let mut out = MAGIC.to_le_bytes().to_vec();
+        out.extend(1u16.to_le_bytes());
+        out.extend(16u16.to_le_bytes());
+        out.extend(((entry.len() + cubin.len()) as u64).to_le_bytes());
+        out.extend(entry);
+        out.extend(cubin);
+        out
+    }
+
+    #[test]
+    fn a_cubin_that_is_an_elf_header_alone_is_damage() {
+        // Its e_machine and e_flags say sm_90, as its entry does: without
+        // sections it is no code, so no "sm_90 runs on 9.0".
+        let header_only = one_cubin_section(&header_only_cubin(), 90);
+        let corpus = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fuzz/corpus/fatbin/header-only-cubin.nv_fatbin"
+        );
+        assert_eq!(
+            std::fs::read(corpus).unwrap(),
+            header_only,
+            "the fuzz corpus entry is this section"
+        );
+        let err = read_section(&header_only, LOADABLE).unwrap_err();
+        assert!(
+            err.contains("the sm_90 entry at offset 16")
+                && err.contains("no sections: an ELF header alone"),
+            "{err}"
+        );
+        // A real cubin in the same wrapping reads: the wrapping is right.
+        let bytes = fixture("multi.so");
+        let (off, _) = section(&bytes, LOADABLE);
+        let elf = off + 16 + 64;
+        let size = u64_at(&bytes, off + 16 + 8).unwrap() as usize;
+        let real = bytes[elf..elf + size].to_vec();
+        let entries = read_section(&one_cubin_section(&real, 80), LOADABLE).unwrap();
+        assert_eq!(entries[0].arch.to_string(), "sm_80");
+
+        // In a library: multi.so's sm_80 cubin damaged in place, each way
+        // reported, nothing listed.
+        let cubin = object::read::elf::ElfFile64::<object::LittleEndian>::parse(&real[..]).unwrap();
+        let text = cubin
+            .section_by_name(".text._Z5scalePff")
+            .unwrap()
+            .index()
+            .0;
+        let text_header = elf + u64_at(&real, 40).unwrap() as usize + 64 * text;
+        let damaged = |patches: &[(usize, &[u8])]| {
+            let mut b = bytes.clone();
+            for (at, with) in patches {
+                b[*at..*at + with.len()].copy_from_slice(with);
+            }
+            let k = read_elf(&b);
+            assert!(k.cubins.is_empty() && k.entries.is_empty(), "{k:?}");
+            k.error.unwrap()
+        };
+        // No section headers: e_shoff, e_shnum and e_shstrndx zeroed.
+        let err = damaged(&[(elf + 40, &[0; 8]), (elf + 60, &[0; 4])]);
+        assert!(
+            err.contains("sm_80") && err.contains("no sections"),
+            "{err}"
+        );
+        // The kernel's code section renamed: described, no code.
+        let name = u32_at(&real, text_header - elf).unwrap() as usize;
+        let shstrtab = cubin
+            .section_by_name(".shstrtab")
+            .unwrap()
+            .file_range()
+            .unwrap()
+            .0 as usize;
+        let err = damaged(&[(elf + shstrtab + name, b".txet")]);
+        assert!(
+            err.contains("describes kernel _Z5scalePff (.nv.info._Z5scalePff) without its code"),
+            "{err}"
+        );
+        // The code section not executable, or empty.
+        let err = damaged(&[(text_header + 8, &[0x02])]);
+        assert!(
+            err.contains("section .text._Z5scalePff is not code"),
+            "{err}"
+        );
+        let err = damaged(&[(text_header + 32, &[0; 8])]);
+        assert!(err.contains("is not code"), "{err}");
+        // The code section's bytes outside the cubin.
+        let err = damaged(&[(text_header + 24, &[0xff, 0xff, 0xff, 0x7f])]);
+        assert!(err.contains(".text._Z5scalePff lies outside it"), "{err}");
+        // An ELF type that is no cubin's, a header of another size.
+        let err = damaged(&[(elf + 16, &[3])]);
+        assert!(err.contains("ELF type 3"), "{err}");
+        let err = damaged(&[(elf + 52, &[65])]);
+        assert!(err.contains("header size 65"), "{err}");
     }
 
     #[test]
