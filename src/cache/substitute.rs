@@ -879,39 +879,170 @@ impl<'a> Fetcher<'a> {
         }))
     }
 
-    /// The inputs artifact of key `key` (the config and the bytes read):
-    /// `None` when the cache has none. Several (two boxes pushed one
-    /// recipe) are fine when they name the same wheel key, and the first
-    /// in tag order is taken; naming different wheel keys they are refused,
-    /// since the boxes locked or built differently and no reader picks one.
+    /// The inputs artifact of key `key` for the recipe `r` (the config and
+    /// the bytes read), with the inputs artifacts skipped, each with why:
+    /// `None` when the cache has none. Several (two boxes pushed one recipe)
+    /// are fine when they name the same wheel key, and the first in tag
+    /// order is taken. Naming different wheel keys (boxes locked or built
+    /// differently, or a box pushed what it liked: inputs are not signed),
+    /// each is judged ([`Fetcher::inputs_trust`]): those of the most trusted
+    /// kind (a trusted wheel, else a trusted lock) are taken when they name
+    /// one wheel key, and those naming another are skipped. One for another
+    /// recipe or commit, or that cannot be read, is skipped too.
     ///
-    /// Errors: the cache fails; the inputs disagree; none can be read.
-    fn inputs(&mut self, key: &str) -> Result<Option<(Config, u64)>> {
+    /// Errors: the cache fails; inputs naming different wheel keys of which
+    /// none is trusted, or the most trusted name several (no reader picks
+    /// one); none can be read.
+    fn inputs(
+        &mut self,
+        key: &str,
+        r: &crate::recipe::Recipe,
+        policy: WheelPolicy<'_>,
+    ) -> Result<Option<(Config, u64, Vec<String>)>> {
         let url = self.cache.describe();
         let tags = self.candidates(Kind::Inputs, key, None)?;
-        let mut wheels: Vec<(String, String)> = Vec::new();
+        let mut read: Vec<(String, InputsRecord)> = Vec::new();
+        let mut skipped: Vec<String> = Vec::new();
         for (i, t) in tags.iter().enumerate() {
             let dir = self.staging.path().join(format!("inputs-{i}"));
-            if let Ok(Some(r)) = self.read_config(t, Kind::Inputs, &dir)
-                && let Ok(rec) = serde_json::from_value::<InputsRecord>(r.config.record)
-                && !wheels.iter().any(|(_, w)| *w == rec.wheel_key)
-            {
-                wheels.push((t.clone(), rec.wheel_key));
+            match self.read_config(t, Kind::Inputs, &dir) {
+                Ok(Some(got)) => match serde_json::from_value::<InputsRecord>(got.config.record) {
+                    Ok(rec) if rec.commit == r.source.commit && rec.recipe == r.name => {
+                        read.push((t.clone(), rec));
+                    }
+                    Ok(rec) => skipped.push(format!(
+                        "{t}: it is for {} @ {}, not {} @ {}",
+                        rec.recipe, rec.commit, r.name, r.source.commit
+                    )),
+                    Err(e) => skipped.push(format!("{t}: its record does not parse: {e}")),
+                },
+                Ok(None) => {}
+                Err(e) => skipped.push(format!("{t}: {e:#}")),
             }
         }
-        if wheels.len() > 1 {
-            bail!(
-                "cache {url} holds inputs for this recipe naming different wheels ({}): boxes locked or built it differently; pull from one with --cache, or commit a lock beside the recipe",
-                wheels
-                    .iter()
-                    .map(|(t, w)| format!("{t}: wheel {w}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
+        let mut wheels: Vec<&str> = Vec::new();
+        for (_, rec) in &read {
+            if !wheels.contains(&rec.wheel_key.as_str()) {
+                wheels.push(&rec.wheel_key);
+            }
         }
-        Ok(self
-            .download(Kind::Inputs, key, wheels.first().map(|(t, _)| t.as_str()))?
-            .map(|(config, _, _, bytes)| (config, bytes)))
+        let take: Vec<String> = if wheels.len() <= 1 {
+            read.iter().map(|(t, _)| t.clone()).collect()
+        } else {
+            let mut judged = Vec::new();
+            for (t, rec) in &read {
+                let (tier, why) = self.inputs_trust(rec, policy);
+                judged.push((t, rec, tier, why));
+            }
+            // The most trusted: a trusted wheel, else a trusted lock.
+            let best = judged.iter().map(|j| j.2).max().unwrap_or(0);
+            let top: Vec<_> = judged.iter().filter(|j| j.2 == best).collect();
+            let (wheel, chosen, chosen_why) = match top.first() {
+                Some((t, rec, _, why))
+                    if best > 0 && top.iter().all(|j| j.1.wheel_key == rec.wheel_key) =>
+                {
+                    (rec.wheel_key.as_str(), *t, why)
+                }
+                _ => {
+                    let which = if best == 0 {
+                        "none of them trusted here"
+                    } else {
+                        "trusted builders locked or built it differently"
+                    };
+                    bail!(
+                        "cache {url} holds inputs for this recipe naming different wheels, {which} ({}); no reader picks one",
+                        judged
+                            .iter()
+                            .map(|(t, rec, _, why)| format!("{t}: wheel {}, {why}", rec.wheel_key))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    );
+                }
+            };
+            for (t, rec, _, why) in &judged {
+                if rec.wheel_key != wheel {
+                    skipped.push(format!(
+                        "{t}: it names wheel {} (venv {}), {why}, where {chosen} names wheel {wheel}, {chosen_why}",
+                        rec.wheel_key, rec.venv_key
+                    ));
+                }
+            }
+            top.iter().map(|j| j.0.clone()).collect()
+        };
+        let mut refused = Vec::new();
+        for t in &take {
+            match self.download_tag(Kind::Inputs, key, t) {
+                Ok(Some((config, _, _, bytes))) => return Ok(Some((config, bytes, skipped))),
+                Ok(None) => {}
+                Err(e) => refused.push(format!("{e:#}")),
+            }
+        }
+        refused.extend(skipped);
+        if refused.is_empty() {
+            return Ok(None);
+        }
+        bail!(
+            "cache {url} holds no usable inputs for this recipe: {}",
+            refused.join("; ")
+        )
+    }
+
+    /// How far the inputs record `rec` is trusted under `policy`, with
+    /// why: 2 when its wheel key has a wheel the policy accepts, else 1
+    /// when the lock it lists is accepted (a reviewed lockfile's, or
+    /// signed: any pusher may list another box's signed lock, so this
+    /// ranks below a trusted wheel), else 0.
+    ///
+    /// Never fails: a cache error is part of the reason.
+    fn inputs_trust(&mut self, rec: &InputsRecord, policy: WheelPolicy<'_>) -> (u8, String) {
+        let wheel_label = format!("{}/{}", Bucket::Wheels.dir_name(), rec.wheel_key);
+        let preferred = rec.tags.get(&wheel_label).map(String::as_str);
+        let wheel = match self.choose_wheel(&rec.wheel_key, policy, preferred) {
+            Ok(Some(t)) => return (2, format!("its wheel {t} trusted")),
+            Ok(None) => "the cache has no wheel of its key".to_string(),
+            Err(e) => format!("{e:#}"),
+        };
+        let mut why = vec![format!("its wheel not trusted ({wheel})")];
+        for label in &rec.entries {
+            let Some(entry) = self
+                .store
+                .entry_by_label(label)
+                .filter(|e| e.bucket == Bucket::Locks)
+            else {
+                continue;
+            };
+            let Some(tag) = rec.tags.get(label) else {
+                continue;
+            };
+            let judged = (|| -> Result<()> {
+                let scratch = self.fresh_dir()?;
+                let Some(got) = self.read_config(tag, Kind::Lock, &scratch)? else {
+                    bail!("{tag} is not in the cache");
+                };
+                if got.config.name != entry.name {
+                    bail!("{tag} is a lock of key {}", got.config.name);
+                }
+                let tags = self.tag_list()?;
+                let signed = listing::signed(
+                    self.cache,
+                    &tags,
+                    Kind::Lock,
+                    &entry.name,
+                    lock_files,
+                    &scratch.join("att"),
+                )?;
+                let _ = fs::remove_dir_all(&scratch);
+                policy(&got.config, &signed.attestations)
+            })();
+            match judged {
+                Ok(()) => {
+                    why.push(format!("its lock {tag} trusted"));
+                    return (1, why.join(", "));
+                }
+                Err(e) => why.push(format!("its lock not trusted ({e:#})")),
+            }
+        }
+        (0, why.join(", "))
     }
 
     /// Prepares the source of `commit` of `repo` (a git bundle for the
@@ -1280,6 +1411,9 @@ pub struct Pulled {
     pub cache: String,
     /// The inputs the pushing box recorded.
     pub inputs: InputsRecord,
+    /// Other inputs artifacts of the recipe not taken, each with why (one
+    /// naming another wheel that is not trusted, for another recipe, unreadable).
+    pub skipped: Vec<String>,
     /// Entries added to the store (the mirror with its commit included).
     pub added: Vec<String>,
     /// Entries already present.
@@ -1330,7 +1464,7 @@ pub fn pull_pin(
     let ahead = super::readahead::ReadAhead::new(cache, store)?;
     let mut f = Fetcher::new(&ahead, store)?;
     f.repo = Some(r.source.repo.clone());
-    let Some((config, mut bytes)) = f.inputs(&key)? else {
+    let Some((config, mut bytes, skipped)) = f.inputs(&key, r, policy)? else {
         bail!(
             "cache {} has no inputs for {} on this platform (tags {}-*); push it from a box that built it: oracle-build push {}",
             cache.describe(),
@@ -1507,6 +1641,7 @@ pub fn pull_pin(
     Ok(Pulled {
         cache: cache.describe(),
         inputs,
+        skipped,
         added,
         present,
         refused: f.refused.clone(),

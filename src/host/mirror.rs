@@ -18,7 +18,10 @@
 //! repository, every staged CMake source, submodules) and package indexes
 //! (the recipe's and every `--index-url` / `--extra-index-url` line of the
 //! tree's requirement files) go through it. The original URL stays in every
-//! key and entry name; what was fetched is recorded beside it.
+//! key and entry name; what was fetched is recorded beside it. An index
+//! dropped (`none`) is the exception: the store lock's key holds it
+//! (the lock stage's `dropped_indexes`), since without it a resolution
+//! picks other packages.
 //!
 //! Bad tables exit 2 naming the file, the line, the field (`mirror[2].prefix`)
 //! and the value, and change nothing.
@@ -114,6 +117,11 @@ impl Mirrors {
                 Target::Url(u) => Mapped::Mirrored(format!("{u}{}", &url[m.prefix.len()..]), m),
             },
         }
+    }
+
+    /// Whether some `[[mirror]]` drops what it matches (`url = "none"`).
+    pub fn drops_any(&self) -> bool {
+        self.entries.iter().any(|m| m.target == Target::None)
     }
 
     /// The URL git fetches for `url`, named `what` in messages (`the

@@ -30,7 +30,9 @@ pub struct PullOptions {
 /// Pulls PIN's inputs from the first cache that has them.
 ///
 /// Errors (exit 2): bad input, no cache; errors: no cache has the pin; a
-/// digest or check fails (nothing written); the wheel is not trusted.
+/// digest or check fails (nothing written); the wheel is not trusted; the
+/// cache's inputs for the pin name different wheels and no reader picks
+/// one. Each names the fix that runs as printed: a build in this store.
 pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Result<()> {
     let lr = pin::resolve(pin_arg)?;
     let root = Store::default_root(store_arg)?;
@@ -59,12 +61,20 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
         }
     }
     drop(temp);
+    // Every hint runs as printed: from any directory, into this store.
+    let store_flag = store_arg.map_or_else(String::new, |_| {
+        format!(
+            " --store {}",
+            crate::shell::shell_quote(&root.display().to_string())
+        )
+    });
     let Some(mut p) = done else {
         bail!(
-            "cannot pull {} (no entry was added to {}):\n  - {}",
+            "cannot pull {} (no entry was added to {}):\n  - {}\nbuild it here instead (it takes from the caches what is pinned): oracle-build build {}{store_flag}",
             lr.recipe.name,
             root.display(),
-            errors.join("\n  - ")
+            errors.join("\n  - "),
+            crate::shell::shell_quote(pin_arg)
         );
     };
     // What `build --offline` would still miss (a refused lock): said, and
@@ -90,6 +100,9 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     for r in &p.refused {
         println!("refused  {r}");
     }
+    for s in &p.skipped {
+        println!("skipped  {s}");
+    }
     if p.resumed > 0 {
         println!("resumed  {} blob(s) an earlier pull had checked", p.resumed);
     }
@@ -102,13 +115,6 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     for n in &p.notes {
         println!("note     {n}");
     }
-    // The hint runs as printed: from any directory, into this store.
-    let store_flag = store_arg.map_or_else(String::new, |_| {
-        format!(
-            " --store {}",
-            crate::shell::shell_quote(&root.display().to_string())
-        )
-    });
     let offline = if missing.is_empty() { " --offline" } else { "" };
     println!(
         "the pushing box's oracle: venv key {} (wheel {}); build it here with: oracle-build build {}{offline}{store_flag}",

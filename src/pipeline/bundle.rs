@@ -566,7 +566,7 @@ fn sign_lock(
         .to_string();
     let st = trust::Statement::for_lock(
         &lock_key(store, lr, target),
-        &lock::auto_key_inputs(&lr.recipe),
+        &lock::auto_key_inputs(store, &lr.recipe),
         lock_digests(&locked.dir, &locked.info)?,
         &trust::builder_name(),
         &time,

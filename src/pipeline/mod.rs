@@ -78,9 +78,9 @@ use crate::stages::wheel::{self, BuildRecord, StableWorkDir, WheelHermetic, Whee
 use crate::stages::{Ctx, lock, source};
 use crate::store::{Entry, Store};
 
-/// The keys of one build: the pinned commit (the source entry's name) and
-/// the wheel and venv keys, `None` where they cannot be known without doing
-/// work (no lock yet, no checkout, the wheel not built).
+/// The keys of one build: the pinned commit (the source entry's name), the
+/// wheel and venv keys and the store lock's, `None` where they cannot be
+/// known without doing work (no lock yet, no checkout, the wheel not built).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Keys {
     /// The pinned commit.
@@ -89,6 +89,13 @@ pub struct Keys {
     pub wheel: Option<String>,
     /// The venv key.
     pub venv: Option<String>,
+    /// The store lock's key (`store/lockfiles/<key>`, a cache's
+    /// `lock-<key>`), when the build takes its lock from the store rather
+    /// than from a lockfile beside the recipe: known once the mirror holds
+    /// the commit (it reads the tree's requirement files for the indexes
+    /// the site drops, [`lock::dropped_indexes`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock: Option<String>,
 }
 
 /// The wheel plan for `lr` built from the checkout at `src` with `tc` and
@@ -376,6 +383,9 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         source: r.source.commit.clone(),
         wheel: None,
         venv: None,
+        lock: (matches!(lock.state, LockState::None)
+            && source::mirror_has(store, &r.source.repo, &r.source.commit))
+        .then(|| lock::auto_entry(store, r).name),
     };
     let mut wheel_state = step(
         "wheel",
@@ -879,6 +889,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
             source: r.source.commit.clone(),
             wheel: Some(plan.key.clone()),
             venv: Some(vplan.key.clone()),
+            lock: lock_entry.as_ref().map(|e| e.name.clone()),
         },
         oracle: outcome,
         built,

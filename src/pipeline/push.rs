@@ -357,7 +357,7 @@ pub fn push_to(
                 Kind::Lock => Some((
                     trust::Statement::for_lock(
                         &a.name,
-                        &lock::auto_key_inputs(r),
+                        &lock::auto_key_inputs(&store, r),
                         substitute::lock_files(&a.config),
                         &statement.builder,
                         &statement.time,

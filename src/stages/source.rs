@@ -941,6 +941,45 @@ pub fn check_clean_at(repo: &Repository, commit: &str) -> Result<()> {
     Ok(())
 }
 
+/// The files of one commit of a bare mirror, read without a checkout
+/// (libgit2): for what must be known of the tree before a checkout exists
+/// (the requirement files that the store lock's key reads).
+pub struct CommitFiles {
+    repo: Repository,
+    tree: git2::Oid,
+}
+
+impl CommitFiles {
+    /// The tree of `commit` in the mirror at `mirror`: `None` when the
+    /// mirror cannot be opened or lacks the commit.
+    pub fn open(mirror: &Path, commit: &str) -> Option<CommitFiles> {
+        let repo = Repository::open_bare(mirror).ok()?;
+        let tree = repo
+            .find_commit(git2::Oid::from_str(commit).ok()?)
+            .ok()?
+            .tree_id();
+        Some(CommitFiles { repo, tree })
+    }
+
+    /// The text of the regular file `rel` (relative to the tree's root),
+    /// invalid UTF-8 replaced: `None` when it is absent, not a regular
+    /// file, or larger than `max` bytes (not read).
+    pub fn read(&self, rel: &str, max: usize) -> Option<String> {
+        let tree = self.repo.find_tree(self.tree).ok()?;
+        let e = tree.get_path(Path::new(rel)).ok()?;
+        // 0o100644 / 0o100755: a blob that is a file (not a symlink).
+        if e.kind() != Some(git2::ObjectType::Blob) || e.filemode() & 0o170000 != 0o100000 {
+            return None;
+        }
+        let (size, _) = self.repo.odb().ok()?.read_header(e.id()).ok()?;
+        if size > max {
+            return None;
+        }
+        let b = self.repo.find_blob(e.id()).ok()?;
+        Some(String::from_utf8_lossy(b.content()).into_owned())
+    }
+}
+
 /// The committer time of `commit` in the checkout at `dir`, seconds since the epoch.
 pub fn commit_time(dir: &Path, commit: &str) -> Result<i64> {
     let repo = git2::Repository::open(dir).with_context(|| format!("opening {}", dir.display()))?;

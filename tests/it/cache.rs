@@ -851,3 +851,132 @@ fn two_boxes_locking_one_pin_under_two_recipe_names_leave_a_visible_lock_failure
         "no lock was taken"
     );
 }
+
+/// Issue 41, item 6: one pusher cannot stop a team's `pull`. Box A
+/// (trusted) builds and pushes; box E, a team member's box with write access
+/// and a key nobody trusts, has another `gcc` (a wrapper answering another
+/// version: another wheel key for the same recipe text), builds the pin and
+/// pushes: a second `inputs-` artifact of the recipe naming another wheel.
+/// Box C, trusting only A, pulls A's inputs and says that E's were skipped
+/// and why; box U, trusting nobody, is told that no reader picks one, and
+/// the fix it prints (a build here) runs as printed.
+#[test]
+fn one_untrusted_pusher_naming_another_wheel_cannot_stop_a_teams_pull() {
+    let reg = Registry::start(None);
+    let url = reg.url(REPO);
+    let (fx, recipe, first, allowed) = built_and_pushed(&url, None);
+    let r = recipe.to_str().unwrap();
+    let a = fx.dir().join("store-a");
+    let wheel_a = first["keys"]["wheel"].as_str().unwrap().to_string();
+
+    // E: A's store copied (the mirror, the lock), another gcc on PATH.
+    let e = fx.dir().join("store-e");
+    succeeds(Command::new("cp").arg("-a").arg(&a).arg(&e));
+    let (key_e, _) = keypair(fx.dir(), "eve@test");
+    configure(&e, &url, Some(&key_e), None, 1);
+    let bin = fx.dir().join("eve-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let gcc = bin.join("gcc");
+    std::fs::write(
+        &gcc,
+        "#!/bin/sh\nif [ \"$1\" = -dumpfullversion ]; then echo 99.1.0; exit 0; fi\nexec /usr/bin/gcc \"$@\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&gcc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let as_eve = |args: &[&str]| {
+        fx.cmd_at(&e, args)
+            .env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
+            .env("HOME", fx.dir())
+            .env("ORACLE_BUILD_BUILDER", "eve@test")
+            .env("DOCKER_CONFIG", fx.dir().join("no-docker-config"))
+            .env("PATH", &path)
+            .output()
+            .unwrap()
+    };
+    let built_e = ok(&as_eve(&["build", r, "--json"]));
+    let wheel_e = built_e["keys"]["wheel"].as_str().unwrap().to_string();
+    assert_ne!(wheel_e, wheel_a, "{built_e}");
+    let pushed = ok(&as_eve(&["push", r, "--json"]));
+    let inputs_e = pushed[0]["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|x| x["tag"].as_str())
+        .find(|t| t.starts_with("inputs-"))
+        .expect("E pushed an inputs artifact")
+        .to_string();
+    let inputs: Vec<String> = reg
+        .tags(REPO)
+        .into_iter()
+        .filter(|t| t.starts_with("inputs-"))
+        .collect();
+    assert_eq!(inputs.len(), 2, "{inputs:?}");
+
+    // C trusts A: A's inputs are taken, E's skipped, saying why.
+    let c = fx.dir().join("store-c");
+    configure(&c, &url, None, Some(&allowed), 1);
+    let out = ob(&fx, &c, None, "c@test", &["pull", r, "--json"]);
+    let pulled = ok(&out);
+    assert_eq!(pulled["inputs"]["wheel_key"], wheel_a.as_str(), "{pulled}");
+    let skipped = strs(&pulled["skipped"]);
+    assert_eq!(skipped.len(), 1, "{pulled}");
+    assert!(
+        skipped[0].starts_with(&format!("{inputs_e}: it names wheel {wheel_e}"))
+            && skipped[0].contains("not trusted")
+            && skipped[0].contains(&format!(
+                "names wheel {wheel_a}, its wheel wheel-{wheel_a}-"
+            )),
+        "{pulled}"
+    );
+    assert!(
+        strs(&pulled["added"])
+            .iter()
+            .any(|x| *x == format!("wheels/{wheel_a}")),
+        "{pulled}"
+    );
+    let shown = text(&ob(&fx, &c, None, "c@test", &["pull", r]));
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with(&format!("skipped  {inputs_e}: "))),
+        "{shown}"
+    );
+
+    // U trusts nobody: no reader picks one; nothing is written, and the
+    // fix it prints runs as printed (the box builds its own).
+    let u = fx.dir().join("store-u");
+    configure(&u, &url, None, None, 1);
+    let out = ob(&fx, &u, None, "u@test", &["pull", r]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let shown = text(&out);
+    assert!(
+        shown.contains("naming different wheels, none of them trusted here")
+            && shown.contains(&inputs_e),
+        "{shown}"
+    );
+    assert!(entries(&u).is_empty(), "{:?}", entries(&u));
+    let fix = shown
+        .split("build it here instead (it takes from the caches what is pinned): oracle-build ")
+        .nth(1)
+        .and_then(|h| h.lines().next())
+        .unwrap_or_else(|| panic!("no fix: {shown}"));
+    let args: Vec<&str> = fix.split_whitespace().collect();
+    let mut c = crate::support::cmd(fx.dir());
+    c.args(&args)
+        .arg("--json")
+        .env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
+        .env("HOME", fx.dir())
+        .env("DOCKER_CONFIG", fx.dir().join("no-docker-config"));
+    let built_u = ok(&c.output().expect("oracle-build runs"));
+    assert_eq!(built_u["keys"]["wheel"], wheel_a.as_str(), "{built_u}");
+    assert!(
+        strs(&built_u["substituted"]).contains(&"source".to_string()),
+        "{built_u}"
+    );
+}

@@ -9,6 +9,7 @@
 
 use std::path::Path;
 
+use crate::real::{Server, make_index};
 use crate::support::*;
 
 /// A port on 127.0.0.1 that nothing listens on (bound, then released).
@@ -249,10 +250,16 @@ fn git_sources_and_indexes_go_through_site_mirrors_and_the_keys_keep_the_declare
         assert!(shown.contains(&line), "{line} not in\n{shown}");
     }
 
-    // Without the mirrors (git's own URL rewrite reaching the same
+    // Without the git mirrors (git's own URL rewrite reaching the same
     // repositories instead), `plan` computes the same keys: no mirror URL
-    // is in any of them.
-    std::fs::remove_file(&config).unwrap();
+    // is in any of them. The dead index stays dropped: that is a key input
+    // of the store lock (`keys.lock`).
+    assert!(keys["lock"].is_string(), "{keys}");
+    std::fs::write(
+        &config,
+        format!("[[mirror]]\nprefix = \"{dead_index}\"\nurl = \"none\"\n"),
+    )
+    .unwrap();
     let home = d.join("home");
     std::fs::create_dir_all(&home).unwrap();
     let gitconfig = home.join(".gitconfig");
@@ -278,6 +285,7 @@ fn git_sources_and_indexes_go_through_site_mirrors_and_the_keys_keep_the_declare
     );
 
     // A git URL mapped to `none` is refused, naming the source and the entry.
+    std::fs::remove_file(&config).unwrap();
     std::fs::write(
         &config,
         "[[mirror]]\nprefix = \"https://git.invalid/org/repo\"\nurl = \"none\"\n",
@@ -293,4 +301,110 @@ fn git_sources_and_indexes_go_through_site_mirrors_and_the_keys_keep_the_declare
         "{}",
         text(&out)
     );
+}
+
+/// Issue 41, item 5: an index the site drops (`[[mirror]] url = "none"`)
+/// changes what a lock can resolve, so it is an input of the store lock's
+/// key; an index a mirror serves from another URL, or a `none` for an index
+/// the pin never names, leaves the key as it was. The fixture's build
+/// requirements name an extra index (served from this test) that holds an
+/// `idna` of its own: box A resolves it from there, box D (the index
+/// dropped) from PyPI.
+#[test]
+fn an_index_the_site_drops_is_a_lock_key_input_and_a_mirrored_one_is_not() {
+    let fx = Fx::new();
+    let d = fx.dir();
+    make_index(&d.join("extra"), &["idna==2.0"]);
+    let extra = Server::start(&d.join("extra"));
+    let (repo, _) = fx.repo();
+    let reqs = repo.join("requirements/build/cpu.txt");
+    let old = std::fs::read_to_string(&reqs).unwrap();
+    std::fs::write(
+        &reqs,
+        format!("--extra-index-url {}\n{old}idna\n", extra.url),
+    )
+    .unwrap();
+    git(
+        &repo,
+        &["commit", "-qam", "an extra index for the build set"],
+    );
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    // Files of a local index carry no upload time: no cut-off.
+    let recipe = fx.recipe(
+        "fx",
+        &repo,
+        &commit,
+        &format!("{SMOKE}lock:\n  exclude_newer: none\n"),
+    );
+    let r = recipe.to_str().unwrap();
+    // The same index through another URL of the same server.
+    let port = extra
+        .url
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    let boxes = [
+        ("a", String::new()),
+        (
+            "dropped",
+            format!("[[mirror]]\nprefix = \"{}\"\nurl = \"none\"\n", extra.url),
+        ),
+        (
+            "mirrored",
+            format!(
+                "[[mirror]]\nprefix = \"{}\"\nurl = \"http://localhost:{port}/simple\"\n",
+                extra.url
+            ),
+        ),
+        (
+            "unrelated",
+            "[[mirror]]\nprefix = \"https://download.pytorch.org/whl/cpu\"\nurl = \"none\"\n"
+                .into(),
+        ),
+    ];
+    let mut lock_keys = std::collections::BTreeMap::new();
+    for (name, config) in &boxes {
+        let store = d.join(format!("store-{name}"));
+        std::fs::create_dir_all(&store).unwrap();
+        std::fs::write(store.join("config.toml"), config).unwrap();
+        let out = fx.run_at(&store, &["fetch", r]);
+        assert_eq!(code(&out), 0, "{name}: {}", text(&out));
+        let plan = fx.run_at(&store, &["plan", r, "--json"]);
+        let plan = json(&plan);
+        let key = plan["keys"]["lock"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: plan names the store lock's key: {plan}"))
+            .to_string();
+        lock_keys.insert(*name, key);
+    }
+    assert_ne!(lock_keys["dropped"], lock_keys["a"], "{lock_keys:?}");
+    assert_eq!(lock_keys["mirrored"], lock_keys["a"], "{lock_keys:?}");
+    assert_eq!(lock_keys["unrelated"], lock_keys["a"], "{lock_keys:?}");
+
+    // What each resolves: A takes the extra index's idna, D PyPI's.
+    let idna = |name: &str| -> String {
+        let store = d.join(format!("store-{name}"));
+        let locks = d.join(format!("lockfiles-{name}"));
+        let out = fx
+            .cmd_at(&store, &["lock", r, "--lockfiles", locks.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{name}: {}", text(&out));
+        let lock = std::fs::read_to_string(locks.join("fx/pylock.build.toml")).unwrap();
+        let block = lock
+            .split("[[packages]]")
+            .find(|b| b.lines().any(|l| l == "name = \"idna\""))
+            .unwrap_or_else(|| panic!("{name}: idna not locked:\n{lock}"));
+        block
+            .lines()
+            .find_map(|l| l.strip_prefix("version = "))
+            .unwrap()
+            .trim_matches('"')
+            .to_string()
+    };
+    assert_eq!(idna("a"), "2.0");
+    assert_ne!(idna("dropped"), "2.0");
 }

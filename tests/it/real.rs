@@ -415,13 +415,16 @@ with open(os.path.join(root, "simple", "index.html"), "w") as f:
 
 /// `python3 -m http.server --bind 127.0.0.1` serving a directory, stopped
 /// (by its pid) when dropped.
-struct Server {
+pub(crate) struct Server {
     child: std::process::Child,
-    url: String,
+    /// `http://127.0.0.1:<port>/simple`: the index [`make_index`] wrote.
+    pub(crate) url: String,
 }
 
 impl Server {
-    fn start(dir: &Path) -> Server {
+    /// Serves `dir` on a free port of 127.0.0.1; returns once it accepts
+    /// connections.
+    pub(crate) fn start(dir: &Path) -> Server {
         let port = closed_port();
         let child = Command::new("python3")
             .args([

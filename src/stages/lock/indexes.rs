@@ -12,9 +12,12 @@
 //! named it and the `[[mirror]]` that would fix it.
 //!
 //! Keys: the lock's inputs (`lock.json` `inputs.indexes`) and the wheel and
-//! venv keys keep the recipe's indexes as written; a mirror is not part of
-//! any key, as a git mirror is not. What a lock installs is decided by its
-//! content (every artifact pinned by sha256), whichever index served it.
+//! venv keys keep the recipe's indexes as written; a mirror that serves an
+//! index is not part of any key, as a git mirror is not. What a lock
+//! installs is decided by its content (every artifact pinned by sha256),
+//! whichever index served it. An index a mirror drops ([`dropped`]) changes
+//! what a resolution can pick, so the store lock's key holds it
+//! ([`super::dropped_indexes`]).
 
 use std::path::{Path, PathBuf};
 
@@ -72,16 +75,24 @@ fn option_of<'a>(line: &'a str, options: &[&str]) -> Option<(&'a str, &'a str)> 
 /// lines, each once, in the order reached; includes leaving `root` or
 /// absolute are not followed (uv reads them as they are).
 fn reached(root: &Path, files: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
+    reached_with(&|rel| fs::read_to_string(root.join(rel)).ok(), files)
+        .into_iter()
+        .map(|(rel, _)| rel)
+        .collect()
+}
+
+/// [`reached`] through `read` (a path relative to the tree's root -> its
+/// text, `None` when it cannot be read): each file with its text.
+fn reached_with(read: &dyn Fn(&str) -> Option<String>, files: &[String]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
     let mut todo: Vec<String> = files.iter().rev().cloned().collect();
     while let Some(rel) = todo.pop() {
-        if out.contains(&rel) {
+        if out.iter().any(|(r, _)| *r == rel) {
             continue;
         }
-        let Ok(text) = fs::read_to_string(root.join(&rel)) else {
+        let Some(text) = read(&rel) else {
             continue;
         };
-        out.push(rel.clone());
         let dir = Path::new(&rel).parent().unwrap_or(Path::new(""));
         let mut next = Vec::new();
         for line in text.lines() {
@@ -92,6 +103,7 @@ fn reached(root: &Path, files: &[String]) -> Vec<String> {
                 }
             }
         }
+        out.push((rel, text));
         todo.extend(next.into_iter().rev());
     }
     out
@@ -117,11 +129,15 @@ fn normalize(p: &Path) -> Option<String> {
 /// Every index line of the requirement files `files` of the tree at
 /// `root` and of the files they include (`-r`, `-c`), in order.
 pub fn scan(root: &Path, files: &[String]) -> Vec<IndexLine> {
+    scan_with(&|rel| fs::read_to_string(root.join(rel)).ok(), files)
+}
+
+/// [`scan`] of a tree read through `read` (a path relative to the tree's
+/// root -> its text, `None` when absent), such as a commit of a mirror
+/// ([`crate::stages::source::CommitFiles`]).
+pub fn scan_with(read: &dyn Fn(&str) -> Option<String>, files: &[String]) -> Vec<IndexLine> {
     let mut out = Vec::new();
-    for rel in reached(root, files) {
-        let Ok(text) = fs::read_to_string(root.join(&rel)) else {
-            continue;
-        };
+    for (rel, text) in reached_with(read, files) {
         for (i, line) in text.lines().enumerate() {
             if let Some((option, url)) = option_of(line, INDEX_OPTIONS) {
                 out.push(IndexLine {
@@ -133,6 +149,22 @@ pub fn scan(root: &Path, files: &[String]) -> Vec<IndexLine> {
             }
         }
     }
+    out
+}
+
+/// The indexes `mirrors` drop (`url = "none"`) among those the recipe
+/// names (`recipe`) and those the tree's requirement files name (`lines`):
+/// each URL as written, sorted, once. Pure.
+pub fn dropped(mirrors: &Mirrors, recipe: &[Index], lines: &[IndexLine]) -> Vec<String> {
+    let mut out: Vec<String> = recipe
+        .iter()
+        .map(Index::url)
+        .chain(lines.iter().map(|l| l.url.as_str()))
+        .filter(|u| matches!(mirrors.map(u), Mapped::Dropped(_)))
+        .map(str::to_string)
+        .collect();
+    out.sort();
+    out.dedup();
     out
 }
 
@@ -305,6 +337,76 @@ pub fn check_reachable(mirrors: &Mirrors, lines: &[IndexLine], recipe: &[Index])
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_indexes_a_mirror_drops_are_named_once_each_and_sorted() {
+        let mirrors = Mirrors {
+            entries: crate::host::mirror::parse(
+                "[[mirror]]\nprefix = \"https://download.pytorch.org/whl/\"\nurl = \"none\"\n[[mirror]]\nprefix = \"https://pypi.org/\"\nurl = \"http://127.0.0.1:9/pypi/\"\n",
+                Path::new("/s/config.toml"),
+            )
+            .unwrap(),
+            config_file: None,
+        };
+        let line = |file: &str, url: &str| IndexLine {
+            file: file.into(),
+            line: 1,
+            option: "--extra-index-url".into(),
+            url: url.into(),
+        };
+        let lines = [
+            line(
+                "requirements/cpu.txt",
+                "https://download.pytorch.org/whl/cpu",
+            ),
+            line(
+                "requirements/build/cpu.txt",
+                "https://download.pytorch.org/whl/cpu",
+            ),
+            line("requirements/common.txt", "https://pypi.org/simple"),
+            line("requirements/common.txt", "https://example.org/simple"),
+        ];
+        let recipe = [
+            Index::Url("https://download.pytorch.org/whl/cu128".into()),
+            Index::Url("https://pypi.org/simple".into()),
+        ];
+        // Mirrored (pypi) or untouched (example.org): served, not dropped.
+        assert_eq!(
+            dropped(&mirrors, &recipe, &lines),
+            [
+                "https://download.pytorch.org/whl/cpu",
+                "https://download.pytorch.org/whl/cu128"
+            ]
+        );
+        assert!(dropped(&Mirrors::default(), &recipe, &lines).is_empty());
+        // The same lines read through a reader as through the tree.
+        let files: std::collections::BTreeMap<&str, &str> = [
+            (
+                "requirements/cpu.txt",
+                "-r common.txt\n--extra-index-url https://download.pytorch.org/whl/cpu\n",
+            ),
+            (
+                "requirements/common.txt",
+                "-i https://pypi.org/simple\nnumpy\n",
+            ),
+        ]
+        .into_iter()
+        .collect();
+        let read = |rel: &str| files.get(rel).map(|t| t.to_string());
+        let got = scan_with(&read, &["requirements/cpu.txt".to_string()]);
+        let urls: Vec<&str> = got.iter().map(|l| l.url.as_str()).collect();
+        assert_eq!(
+            urls,
+            [
+                "https://download.pytorch.org/whl/cpu",
+                "https://pypi.org/simple"
+            ]
+        );
+        assert_eq!(
+            dropped(&mirrors, &[], &got),
+            ["https://download.pytorch.org/whl/cpu"]
+        );
+    }
 
     #[test]
     fn index_lines_are_found_through_includes_and_rewritten() {

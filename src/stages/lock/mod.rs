@@ -171,32 +171,114 @@ pub fn lock_dir(lr: &LoadedRecipe, explicit: Option<&Path>) -> PathBuf {
 
 /// The store entry keeping the lock resolved for a build of `r` made without
 /// a lockfile: `store/lockfiles/<key>`, keyed by [`LockInputs`] (the commit
-/// fixes the requirement files; the cut-off fixes the index state) and this
+/// fixes the requirement files; the cut-off fixes the index state), this
 /// host's platform (OS, machine, libc: [`Platform::host`]), so a store
-/// shared by an x86_64 and an aarch64 box keeps one lock for each.
+/// shared by an x86_64 and an aarch64 box keeps one lock for each, and the
+/// indexes the site drops ([`dropped_indexes`]).
 pub fn auto_entry(store: &Store, r: &Recipe) -> crate::store::Entry {
-    let key = crate::store::key::content_key(&auto_key_inputs(r));
+    let key = crate::store::key::content_key(&auto_key_inputs(store, r));
     store.entry(crate::store::Bucket::Locks, &key)
 }
 
-/// The key inputs of [`auto_entry`] for `r` on this host: what a signed
-/// statement of the store lock names as its inputs.
-pub fn auto_key_inputs(r: &Recipe) -> serde_json::Value {
-    serde_json::json!({
+/// The key inputs of [`auto_entry`] for `r` on this host and the site of
+/// `store`: what a signed statement of the store lock names as its inputs.
+/// `dropped_indexes` is there only when the site drops an index of `r`, so
+/// a box without such a mirror keeps the key it always had.
+pub fn auto_key_inputs(store: &Store, r: &Recipe) -> serde_json::Value {
+    let mut v = serde_json::json!({
         "schema": crate::store::key::KEY_SCHEMA, "stage": "autolock", "inputs": LockInputs::of(r),
         "host": Platform::host().map(|p| p.spelled),
-    })
+    });
+    with_dropped(&mut v, dropped_indexes(store, r));
+    v
 }
 
 /// The store entry keeping the lock `export --platform P` resolved for
 /// another box: like [`auto_entry`], keyed by the platform as well, so it
 /// never stands in for this host's own lock.
 pub fn platform_entry(store: &Store, r: &Recipe, platform: &Platform) -> crate::store::Entry {
-    let key = crate::store::key::content_key(&serde_json::json!({
+    let mut v = serde_json::json!({
         "schema": crate::store::key::KEY_SCHEMA, "stage": "autolock", "inputs": LockInputs::of(r),
         "platform": platform.spelled,
-    }));
+    });
+    with_dropped(&mut v, dropped_indexes(store, r));
+    let key = crate::store::key::content_key(&v);
     store.entry(crate::store::Bucket::Locks, &key)
+}
+
+/// Adds `dropped` to the key inputs `v` as `dropped_indexes`, when any.
+fn with_dropped(v: &mut serde_json::Value, dropped: Vec<String>) {
+    if !dropped.is_empty()
+        && let Some(o) = v.as_object_mut()
+    {
+        o.insert("dropped_indexes".into(), serde_json::json!(dropped));
+    }
+}
+
+/// The largest requirement file [`dropped_indexes`] reads from a mirror.
+const MAX_REQUIREMENTS_BYTES: usize = 1 << 20;
+
+/// The package indexes the site's `[[mirror]]` tables (the two
+/// `config.toml` files of `store`) drop with `url = "none"` from a lock of
+/// `r`: each URL as the recipe's `indexes` or a requirement file of the
+/// pinned tree writes it, sorted ([`indexes::dropped`]). The tree is read
+/// from the store's mirror of the repository at the commit, without a
+/// checkout: the build and runtime requirement files a lock may read
+/// ([`build_requirements`], [`fallback_files`]) and what they include.
+///
+/// Empty when no mirror drops anything (the tree is then not read), so the
+/// key of a box without such a mirror is the one it always had. A mirror
+/// that maps an index to another URL serves the same index: not here.
+/// Until the mirror holds the commit, only the recipe's indexes are known
+/// (every build, `push` and `export` reads the tree: a lookup made before
+/// the source is there may miss, never take another box's lock). A
+/// `config.toml` that does not parse counts as none here: every stage that
+/// fetches reads it again and stops on it (exit 2).
+pub fn dropped_indexes(store: &Store, r: &Recipe) -> Vec<String> {
+    let Ok(mirrors) = crate::host::mirror::load(store.root()) else {
+        return Vec::new();
+    };
+    if !mirrors.drops_any() {
+        return Vec::new();
+    }
+    let mirror = crate::stages::source::mirror_entry(store, &r.source.repo);
+    let lines = match crate::stages::source::CommitFiles::open(&mirror.path, &r.source.commit) {
+        Some(tree) => {
+            let read = |rel: &str| tree.read(rel, MAX_REQUIREMENTS_BYTES);
+            let files = requirement_files(&|rel| read(rel).is_some(), &r.build.target_device);
+            indexes::scan_with(&read, &files)
+        }
+        None => Vec::new(),
+    };
+    indexes::dropped(&mirrors, &r.indexes, &lines)
+}
+
+/// Where a tree's build requirements may be, in the order looked for.
+fn build_candidates(device: &str) -> [String; 2] {
+    [
+        format!("requirements/build/{device}.txt"),
+        "requirements/build.txt".into(),
+    ]
+}
+
+/// Where a tree's runtime requirements may be, in the order looked for.
+fn runtime_candidates(device: &str) -> [String; 2] {
+    [
+        format!("requirements/{device}.txt"),
+        "requirements/common.txt".into(),
+    ]
+}
+
+/// The requirement files a lock of a tree for `device` may read, given
+/// which paths are files (`is_file`): the first build requirements file
+/// and the first runtime one (read when the tree's metadata cannot be
+/// asked), each found as [`build_requirements`] and [`fallback_files`] find it.
+fn requirement_files(is_file: &dyn Fn(&str) -> bool, device: &str) -> Vec<String> {
+    let first = |c: [String; 2]| c.into_iter().find(|rel| is_file(rel));
+    first(build_candidates(device))
+        .into_iter()
+        .chain(first(runtime_candidates(device)))
+        .collect()
 }
 
 /// The platform recorded in the lock in `dir`: `Ok(None)` when there is no
@@ -695,14 +777,11 @@ fn compile(
 /// metadata cannot be asked: `requirements/<device>.txt`, else (vLLM's
 /// `empty`, which has no file of its own) `requirements/common.txt`.
 pub fn fallback_files(src: &Path, device: &str) -> Vec<String> {
-    [
-        format!("requirements/{device}.txt"),
-        "requirements/common.txt".into(),
-    ]
-    .into_iter()
-    .find(|rel| src.join(rel).is_file())
-    .into_iter()
-    .collect()
+    runtime_candidates(device)
+        .into_iter()
+        .find(|rel| src.join(rel).is_file())
+        .into_iter()
+        .collect()
 }
 
 /// Where the build requirements come from, in the order they are looked for.
@@ -724,10 +803,7 @@ pub enum BuildRequirements {
 ///
 /// Errors: none of them exists, or `pyproject.toml` does not parse.
 pub fn build_requirements(src: &Path, device: &str) -> Result<BuildRequirements> {
-    for rel in [
-        format!("requirements/build/{device}.txt"),
-        "requirements/build.txt".into(),
-    ] {
+    for rel in build_candidates(device) {
         if src.join(&rel).is_file() {
             return Ok(BuildRequirements::File(rel));
         }
@@ -867,6 +943,38 @@ mod tests {
         let bare = tmp.path().join("bare");
         lock_json(&bare.join("notes"), Some("aarch64-manylinux_2_28"));
         assert_eq!(pick(&bare, Some(&arm)).unwrap(), Pick::None);
+    }
+
+    #[test]
+    fn a_lock_key_without_dropped_indexes_is_the_one_it_always_was() {
+        let v = serde_json::json!({"schema": 1, "stage": "autolock", "host": "h"});
+        let mut same = v.clone();
+        with_dropped(&mut same, Vec::new());
+        assert_eq!(same, v);
+        let mut other = v.clone();
+        with_dropped(
+            &mut other,
+            vec!["https://download.pytorch.org/whl/cpu".into()],
+        );
+        assert_ne!(
+            crate::store::key::content_key(&other),
+            crate::store::key::content_key(&v)
+        );
+        // The files a lock may read: the first build file and the first runtime one.
+        let have = [
+            "requirements/build.txt",
+            "requirements/common.txt",
+            "requirements/cpu.txt",
+        ];
+        let is_file = |rel: &str| have.contains(&rel);
+        assert_eq!(
+            requirement_files(&is_file, "cpu"),
+            ["requirements/build.txt", "requirements/cpu.txt"]
+        );
+        assert_eq!(
+            requirement_files(&is_file, "empty"),
+            ["requirements/build.txt", "requirements/common.txt"]
+        );
     }
 
     #[test]
