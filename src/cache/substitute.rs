@@ -1420,7 +1420,8 @@ pub struct Pulled {
     pub present: Vec<String>,
     /// Entries not taken, each with why: a store lock without trusted
     /// signatures (the box resolves its own), a wheel whose version this
-    /// box's history contradicts (built here).
+    /// box's history contradicts (built here), a uv wheel whose sha256
+    /// this binary does not pin (never fetched).
     pub refused: Vec<String>,
     /// Bytes downloaded.
     pub bytes: u64,
@@ -1440,7 +1441,8 @@ pub struct Pulled {
 /// `store`: the inputs artifact, the source (unless mirrored), the lock
 /// (kept as the store's lock of the recipe when `lock_dir` has none), every
 /// wheelhouse, ext and wheel entry it lists (the wheel only when `policy`
-/// accepts it) and the pinned uv (installed into the store's tools).
+/// accepts it) and the pinned uv (installed into the store's tools, only
+/// when its wheel's sha256 is one this binary pins for this host).
 /// Everything is downloaded and checked before any entry is added (see the
 /// module docs); a present entry is checked too and fetched again when
 /// damaged; blobs an unfinished pull checked are taken from the store's
@@ -1488,7 +1490,29 @@ pub fn pull_pin(
     let mut items = Vec::new();
     let mut present = Vec::new();
     let mut damaged: Vec<(Entry, Vec<String>)> = Vec::new();
-    let mut labels = inputs.entries.clone();
+    // The uv it names is taken only when this binary pins its wheel for
+    // this host (issue 41): another one is not fetched at all.
+    let uv_refused = inputs.uv.as_ref().and_then(|label| {
+        let sha = store
+            .entry_by_label(label)
+            .filter(|e| e.bucket == Bucket::Wheelhouse)
+            .map_or_else(|| label.clone(), |e| e.name);
+        let what = format!("the pushed uv wheel {label} (inputs-{key})");
+        crate::host::uv_wheels::check(&sha, std::env::consts::ARCH, &what)
+            .err()
+            .map(|e| (label.clone(), format!("{e:#}")))
+    });
+    let entries: Vec<String> = inputs
+        .entries
+        .iter()
+        .filter(|l| uv_refused.as_ref().is_none_or(|(r, _)| r != *l))
+        .cloned()
+        .collect();
+    if let Some((_, why)) = &uv_refused {
+        crate::progress::stage("pull", why.clone());
+        f.refused.push(why.clone());
+    }
+    let mut labels = entries.clone();
     let has_lock = matches!(crate::stages::lock::load(lock_dir, lr), Ok(Some(_)));
     let auto = crate::stages::lock::auto_entry(store, r);
     if !has_lock && !labels.contains(&auto.label()) {
@@ -1516,7 +1540,7 @@ pub fn pull_pin(
             wanted.push((Kind::Source, t.clone()));
         }
     }
-    for label in &inputs.entries {
+    for label in &entries {
         if let (Some(e), Some(t)) = (store.entry_by_label(label), inputs.tags.get(label))
             && let Some(kind) = Kind::of_bucket(e.bucket)
             && !e.exists()
@@ -1626,9 +1650,13 @@ pub fn pull_pin(
     let mut notes = std::mem::take(&mut f.notes);
     let mut uv = None;
     match inputs.uv.as_deref().and_then(|l| store.entry_by_label(l)) {
+        _ if uv_refused.is_some() => notes.push(
+            "the pushed uv was refused: `build --offline` needs uv on PATH or the pinned uv provisioned online".into(),
+        ),
         Some(e) if e.exists() => {
+            let what = format!("the pushed uv wheel {}", e.label());
             match wheelhouse::file_of(&e)
-                .and_then(|f| crate::host::toolchain::install_uv_wheel(store, &f))
+                .and_then(|f| crate::host::toolchain::install_uv_wheel(store, &f, &what))
             {
                 Ok(tool) => uv = Some(tool.path),
                 Err(err) => notes.push(format!("the pushed uv was not installed: {err:#}")),

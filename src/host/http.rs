@@ -9,7 +9,8 @@
 //! - [`fetch_all`] downloads a set of files in parallel (at most
 //!   [`downloads`] at once, `ORACLE_BUILD_DOWNLOADS`), each streamed to its
 //!   destination with its sha256 computed on the way and checked against the
-//!   expected one; transient failures (connect errors, timeouts, a broken
+//!   expected one, and never more bytes read than its expected size when
+//!   that is known; transient failures (connect errors, timeouts, a broken
 //!   body, HTTP 408/425/429/5xx) are retried with exponential backoff (and
 //!   `Retry-After`), resuming with a `Range` request when the server allows
 //!   it; permanent ones (any other status, e.g. 404, and a hash mismatch) are
@@ -166,6 +167,16 @@ pub enum DownloadError {
         /// The sha256 of what was received.
         actual: String,
     },
+    /// More bytes came than the file has ([`Job::size`]); the rest was not read.
+    #[error("{name} ({url}) is larger than the {size} bytes expected; refusing it")]
+    TooLarge {
+        /// The file name.
+        name: String,
+        /// Where it came from.
+        url: String,
+        /// The expected size.
+        size: u64,
+    },
     /// A local file could not be read or written.
     #[error("{what} {path}: {source}")]
     Io {
@@ -262,6 +273,11 @@ pub struct Job {
     pub dest: PathBuf,
     /// The expected lowercase hex sha256.
     pub sha256: String,
+    /// The expected size in bytes, when known (a lock's `size`, a pinned
+    /// wheel's): a body that runs past it is cut there and refused
+    /// ([`DownloadError::TooLarge`]), so no server makes a download
+    /// unbounded.
+    pub size: Option<u64>,
 }
 
 /// What a successful fetch did.
@@ -416,11 +432,29 @@ async fn fetch_one(
     cancel: &AtomicBool,
     on_bytes: &OnBytes,
 ) -> Result<Fetched, DownloadError> {
+    let name = job.name.clone();
+    fetch_job(client, job, cancel, on_bytes)
+        .await
+        .map_err(|e| match e {
+            DownloadError::TooLarge { url, size, .. } => {
+                DownloadError::TooLarge { name, url, size }
+            }
+            e => e,
+        })
+}
+
+async fn fetch_job(
+    client: &reqwest::Client,
+    job: Job,
+    cancel: &AtomicBool,
+    on_bytes: &OnBytes,
+) -> Result<Fetched, DownloadError> {
     let (sha, bytes, attempts) = match &job.source {
         Source::Local(src) => {
             let (src, dest, on_bytes) = (src.clone(), job.dest.clone(), on_bytes.clone());
+            let limit = job.size;
             let (sha, bytes) =
-                tokio::task::spawn_blocking(move || copy_local(&src, dest, &on_bytes))
+                tokio::task::spawn_blocking(move || copy_local(&src, dest, limit, &on_bytes))
                     .await
                     .map_err(|e| DownloadError::Io {
                         what: "copying",
@@ -434,7 +468,7 @@ async fn fetch_one(
             let mut attempt = 0;
             loop {
                 attempt += 1;
-                match try_once(client, url, &mut sink, cancel, on_bytes).await {
+                match try_once(client, url, &mut sink, job.size, cancel, on_bytes).await {
                     Ok(()) => break,
                     Err(e) if e.retry() == Retry::Transient && attempt < ATTEMPTS => {
                         let after = match &e {
@@ -466,11 +500,12 @@ async fn fetch_one(
 }
 
 /// One try: a GET (with `Range` when `sink` holds a partial file) streamed
-/// into `sink`.
+/// into `sink`, at most `limit` bytes in all (the rest is not read).
 async fn try_once(
     client: &reqwest::Client,
     url: &str,
     sink: &mut Sink,
+    limit: Option<u64>,
     cancel: &AtomicBool,
     on_bytes: &OnBytes,
 ) -> Result<(), DownloadError> {
@@ -514,6 +549,13 @@ async fn try_once(
         }
         sink.write(&chunk)?;
         on_bytes(chunk.len() as i64);
+        if let Some(size) = limit.filter(|l| sink.written > *l) {
+            return Err(DownloadError::TooLarge {
+                name: String::new(),
+                url: url.to_string(),
+                size,
+            });
+        }
     }
     Ok(())
 }
@@ -532,6 +574,7 @@ fn range_start(resp: &reqwest::Response) -> Option<u64> {
 fn copy_local(
     src: &std::path::Path,
     dest: PathBuf,
+    limit: Option<u64>,
     on_bytes: &OnBytes,
 ) -> Result<(String, u64), DownloadError> {
     let mut input = std::fs::File::open(src).map_err(|source| DownloadError::Io {
@@ -552,6 +595,13 @@ fn copy_local(
         }
         sink.write(&buf[..n])?;
         on_bytes(n as i64);
+        if let Some(size) = limit.filter(|l| sink.written > *l) {
+            return Err(DownloadError::TooLarge {
+                name: String::new(),
+                url: src.display().to_string(),
+                size,
+            });
+        }
     }
     sink.finish()
 }
@@ -632,6 +682,37 @@ mod tests {
             assert!(e.to_string().contains(DOWNLOADS_ENV), "{e}");
             assert!(e.to_string().contains(&format!("`{bad}`")), "{e}");
         }
+    }
+
+    #[test]
+    fn a_file_longer_than_its_expected_size_is_cut_there_and_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("big.whl");
+        std::fs::write(&src, vec![7u8; 3 << 20]).unwrap();
+        let dest = d.path().join("out");
+        let job = Job {
+            name: "big.whl".into(),
+            source: Source::Local(src),
+            dest: dest.clone(),
+            sha256: "0".repeat(64),
+            size: Some(1 << 20),
+        };
+        let mut got = None;
+        fetch_all(vec![job], 1, Arc::new(|_| {}), |_, r| {
+            got = Some(r);
+            Ok(())
+        })
+        .unwrap();
+        match got {
+            Some(Err(e @ DownloadError::TooLarge { .. })) => {
+                assert_eq!(e.retry(), Retry::Permanent);
+                let m = e.to_string();
+                assert!(m.contains("big.whl") && m.contains("1048576 bytes"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Read no further than one buffer past the size.
+        assert!(std::fs::metadata(&dest).unwrap().len() <= 2 << 20);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! and checkouts ([`git`]), and the bytecode of a venv, shared through the store's pool
 //! ([`bytecode`]), ccache's remote storage ([`ccache`]), the compilers a
 //! build declares and uses, measured ([`compilers`]), and the site's
-//! `[[mirror]]` URL mapping ([`mirror`]). It may use the store and the
+//! `[[mirror]]` URL mapping ([`mirror`]), and the sha256 of the pinned uv's
+//! wheels, compiled in ([`uv_wheels`]). It may use the store and the
 //! recipe, never a stage.
 
 pub mod bytecode;
@@ -19,3 +20,4 @@ pub mod platform;
 pub mod process;
 pub mod toolchain;
 pub mod uv;
+pub mod uv_wheels;

@@ -10,11 +10,13 @@ use fs_err as fs;
 use serde::{Deserialize, Serialize};
 
 use crate::host::process::{capture, failure_line};
+use crate::host::uv_wheels;
 use crate::progress;
 use crate::store::Store;
 
-/// The uv version provisioned into `<root>/tools/` when none is on PATH.
-pub const UV_VERSION: &str = "0.13.9";
+/// The uv version provisioned into `<root>/tools/` when none is on PATH
+/// (pinned by its wheels' sha256, [`uv_wheels::UV_WHEELS`]).
+pub use crate::host::uv_wheels::UV_VERSION;
 
 /// A tool that ran: where it is and what version it reported.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -159,15 +161,18 @@ fn unpinned_allowed() -> bool {
 
 /// Finds uv, the pinned version ([`UV_VERSION`]) unless the user asks for
 /// another one: `$ORACLE_BUILD_UV`, else `uv` on PATH, each used only when
-/// it is the pinned version or `ORACLE_BUILD_UV_UNPINNED=1` is set; else the
-/// pinned uv in the tools directory (`$ORACLE_BUILD_TOOLS` or `<root>/tools`),
-/// provisioning it there with `pip install --target` using `python` when it
-/// is missing (and `provision`).
+/// it is the pinned version or `ORACLE_BUILD_UV_UNPINNED=1` is set (a uv
+/// the user installed on this machine, chosen by them); else the pinned uv
+/// in the tools directory (`$ORACLE_BUILD_TOOLS` or `<root>/tools`) or in
+/// the default store's ([`shared_uv`]), each used only when it was
+/// installed from a wheel whose sha256 is pinned by this binary
+/// ([`installed_uv`]). Provisions nothing: the pinned wheel is fetched by
+/// `stages::installer` and installed by [`install_uv_wheel`].
 ///
 /// Errors: `ORACLE_BUILD_UV` does not run or is another version (without
-/// `ORACLE_BUILD_UV_UNPINNED=1`); nothing works and provisioning fails (the
-/// message says how to get uv).
-pub fn find_uv(store: &Store, python: Option<&Python>, provision: bool) -> Result<Tool> {
+/// `ORACLE_BUILD_UV_UNPINNED=1`); no uv is found (the message names the
+/// tools directory).
+pub fn find_uv(store: &Store) -> Result<Tool> {
     let pinned = |t: &Tool| uv_version_number(&t.version) == UV_VERSION || unpinned_allowed();
     if let Some(explicit) = std::env::var_os("ORACLE_BUILD_UV").filter(|v| !v.is_empty()) {
         let path = PathBuf::from(explicit);
@@ -189,72 +194,46 @@ pub fn find_uv(store: &Store, python: Option<&Python>, provision: bool) -> Resul
             return Ok(tool);
         }
     }
-    let dir = tools_dir(store).join(format!("uv-{UV_VERSION}"));
-    let bin = dir.join("bin/uv");
-    if let Some(tool) = probe_tool(&bin, &["--version"]) {
+    let dir = uv_dir(store);
+    if let Some(tool) = installed_uv(&dir) {
         return Ok(tool);
     }
     if let Some(tool) = shared_uv(store) {
         return Ok(tool);
     }
-    if !provision {
-        anyhow::bail!(
-            "uv not found on PATH and not yet provisioned in {}",
-            dir.display()
-        );
-    }
-    let python = match python {
-        Some(p) => p.path.clone(),
-        None => which::which("python3")
-            .context("uv is not on PATH and no python3 is available to install it")?,
-    };
-    // The tools directory may be shared by several stores: lock and stage inside it.
-    let tools = dir.parent().context("tools dir")?;
-    fs::create_dir_all(tools)?;
-    let _lock = crate::store::lock_tools(tools, "uv", UV_VERSION)?;
-    if let Some(tool) = probe_tool(&bin, &["--version"]) {
-        return Ok(tool);
-    }
-    progress::stage(
-        "toolchain",
-        format!("provisioning uv {UV_VERSION} into {}", dir.display()),
-    );
-    let staging = tempfile::Builder::new()
-        .prefix(".uv-staging.")
-        .tempdir_in(tools)?;
-    let target = staging.path().join("uv");
-    capture(
-        "pip install uv",
-        duct::cmd(
-            &python,
-            [
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--no-warn-script-location",
-                "--quiet",
-                "--target",
-                &target.display().to_string(),
-                &format!("uv=={UV_VERSION}"),
-            ],
-        ),
+    anyhow::bail!(
+        "uv not found on PATH and not yet provisioned in {}",
+        dir.display()
     )
-    .context(
-        "provisioning uv: install it yourself (https://docs.astral.sh/uv/) or set ORACLE_BUILD_UV",
-    )?;
-    fs::rename(&target, &dir)?;
-    probe_tool(&bin, &["--version"])
-        .with_context(|| format!("provisioned uv at {} does not run", bin.display()))
+}
+
+/// The directory the pinned uv is installed into: `<tools>/uv-<UV_VERSION>`.
+pub fn uv_dir(store: &Store) -> PathBuf {
+    tools_dir(store).join(format!("uv-{UV_VERSION}"))
+}
+
+/// The uv installed in `dir` (`<tools>/uv-<version>`) when it runs,
+/// reports [`UV_VERSION`] and its record ([`UV_WHEEL_RECORD`]) names a
+/// wheel pinned for this host's architecture ([`uv_wheels::check`]);
+/// `None` otherwise (nothing there, or a uv an older oracle-build
+/// installed with pip, which is replaced when the pinned wheel is
+/// installed).
+pub fn installed_uv(dir: &Path) -> Option<Tool> {
+    let tool = probe_tool(&dir.join("bin/uv"), &["--version"])?;
+    let sha = uv_wheel_sha256(&tool)?;
+    uv_wheels::check(&sha, std::env::consts::ARCH, "")
+        .ok()
+        .filter(|_| uv_version_number(&tool.version) == UV_VERSION)
+        .map(|_| tool)
 }
 
 /// The pinned uv another store of this user already holds, so that a second
 /// store does not provision its own copy: the default store's
 /// (`Store::default_root(None)`, i.e. `$ORACLE_BUILD_HOME` or
 /// `~/.local/share/oracle-build`) `tools/uv-<UV_VERSION>/bin/uv`, used when
-/// it runs and reports the pinned version. `None` when `ORACLE_BUILD_TOOLS`
-/// names the tools directory (then that one is the shared one), when this
-/// store is the default store, or when it holds no such uv.
+/// [`installed_uv`] accepts it. `None` when `ORACLE_BUILD_TOOLS` names the
+/// tools directory (then that one is the shared one), when this store is
+/// the default store, or when it holds no such uv.
 fn shared_uv(store: &Store) -> Option<Tool> {
     if std::env::var_os("ORACLE_BUILD_TOOLS").is_some_and(|v| !v.is_empty()) {
         return None;
@@ -268,11 +247,7 @@ fn shared_uv(store: &Store) -> Option<Tool> {
     if same(&default, store.root()) {
         return None;
     }
-    let bin = default
-        .join("tools")
-        .join(format!("uv-{UV_VERSION}"))
-        .join("bin/uv");
-    probe_tool(&bin, &["--version"]).filter(|t| uv_version_number(&t.version) == UV_VERSION)
+    installed_uv(&default.join("tools").join(format!("uv-{UV_VERSION}")))
 }
 
 /// The tools directory: `$ORACLE_BUILD_TOOLS`, else `<root>/tools`.
@@ -285,6 +260,9 @@ pub fn tools_dir(store: &Store) -> PathBuf {
 /// The record, in a uv installed from a wheel (`<tools>/uv-<version>/`), of
 /// that wheel's sha256.
 const UV_WHEEL_RECORD: &str = "wheel.json";
+
+/// The largest file [`install_uv_wheel`] unpacks (uv 0.13.9's `uv` is 37 MiB).
+const MAX_UV_PROGRAM: u64 = 512 << 20;
 
 /// The sha256 of the wheel the uv `tool` was installed from by
 /// [`install_uv_wheel`] (its wheelhouse entry's name), read from the record
@@ -300,22 +278,28 @@ pub fn uv_wheel_sha256(tool: &Tool) -> Option<String> {
 
 /// Installs the uv of the wheel at `wheel` (its `uv-<version>.data/scripts/`
 /// programs, as `pip install --target` lays them out) into the tools
-/// directory as the pinned uv `uv-<UV_VERSION>/bin/uv`, staged and renamed
-/// into place, unless a working one is there. Returns it, proven to run.
+/// directory as the pinned uv `uv-<UV_VERSION>/bin/uv`, unpacked into a
+/// staging directory beside it and renamed into place (a uv there that
+/// [`installed_uv`] does not accept is replaced), unless an accepted one is
+/// there. `what` names the wheel in messages (`the pushed uv wheel
+/// wheelhouse/<sha>`). Nothing is unpacked before the wheel's sha256 is
+/// found among the wheels this binary pins for this host's architecture
+/// ([`uv_wheels::check`]). Returns the uv, proven to run.
 ///
-/// Errors: the wheel is not the pinned uv's or lacks its program; it does
-/// not run on this host (another platform's wheel).
-pub fn install_uv_wheel(store: &Store, wheel: &Path) -> Result<Tool> {
-    use std::io::Read;
-    let dir = tools_dir(store).join(format!("uv-{UV_VERSION}"));
-    let bin = dir.join("bin/uv");
-    if let Some(tool) = probe_tool(&bin, &["--version"]) {
+/// Errors: the wheel's sha256 is not pinned (the message names both
+/// hashes); it is not a zip or lacks its program; the program does not run
+/// on this host or reports another version.
+pub fn install_uv_wheel(store: &Store, wheel: &Path, what: &str) -> Result<Tool> {
+    let dir = uv_dir(store);
+    if let Some(tool) = installed_uv(&dir) {
         return Ok(tool);
     }
+    let sha = crate::store::sha256_file(wheel)?;
+    uv_wheels::check(&sha, std::env::consts::ARCH, what)?;
     let tools = dir.parent().context("tools dir")?;
     fs::create_dir_all(tools)?;
     let _lock = crate::store::lock_tools(tools, "uv", UV_VERSION)?;
-    if let Some(tool) = probe_tool(&bin, &["--version"]) {
+    if let Some(tool) = installed_uv(&dir) {
         return Ok(tool);
     }
     let staging = tempfile::Builder::new()
@@ -334,13 +318,21 @@ pub fn install_uv_wheel(store: &Store, wheel: &Path) -> Result<Tool> {
         let Some(prog) = name.strip_prefix(&prefix) else {
             continue;
         };
-        if prog.is_empty() || prog.contains('/') {
+        if prog.is_empty() || prog.contains('/') || prog.starts_with('.') {
             continue;
         }
-        let mut bytes = Vec::new();
-        member.read_to_end(&mut bytes)?;
         let out = target.join("bin").join(prog);
-        fs::write(&out, bytes)?;
+        let mut file = fs::File::create(&out)?;
+        let copied = std::io::copy(
+            &mut std::io::Read::take(&mut member, MAX_UV_PROGRAM + 1),
+            &mut file,
+        )?;
+        if copied > MAX_UV_PROGRAM {
+            anyhow::bail!(
+                "{}: {name} is larger than {MAX_UV_PROGRAM} bytes",
+                wheel.display()
+            );
+        }
         use std::os::unix::fs::PermissionsExt;
         fs::set_permissions(&out, std::fs::Permissions::from_mode(0o755))?;
         found |= prog == "uv";
@@ -366,18 +358,22 @@ pub fn install_uv_wheel(store: &Store, wheel: &Path) -> Result<Tool> {
     }
     // Which wheel it came from: the oracles built with it require that
     // wheelhouse entry ([`uv_wheel_sha256`]), so `gc` keeps it.
-    let sha = crate::store::sha256_file(wheel)?;
     fs::write(
         target.join(UV_WHEEL_RECORD),
         serde_json::json!({"sha256": sha, "wheel": wheel.file_name().map(|n| n.to_string_lossy().into_owned())}).to_string(),
     )?;
+    // A uv not installed from a pinned wheel (an older oracle-build's
+    // `pip install`) is moved into the staging directory, which goes.
+    if fs::symlink_metadata(&dir).is_ok() {
+        fs::rename(&dir, staging.path().join("replaced"))?;
+    }
     fs::rename(&target, &dir)?;
     progress::stage(
-        "import",
+        "toolchain",
         format!("installed uv {UV_VERSION} into {}", dir.display()),
     );
-    probe_tool(&bin, &["--version"])
-        .with_context(|| format!("installed uv at {} does not run", bin.display()))
+    probe_tool(&dir.join("bin/uv"), &["--version"])
+        .with_context(|| format!("installed uv at {} does not run", dir.display()))
 }
 
 /// `nvcc`, from `$CUDA_HOME/bin`, PATH, or `/usr/local/cuda/bin`; version is

@@ -72,13 +72,13 @@ pub fn run(s: &Session, pin_arg: &str, opts: &LockOptions) -> Result<()> {
         return check(&lr, s.lockfiles(), target.as_ref(), json);
     }
     let store = s.store()?;
-    let found_uv = toolchain::find_uv(&store, None, false).ok();
+    let found_uv = toolchain::find_uv(&store).ok();
     let python = toolchain::find_python(&r.python, found_uv.as_ref())
         .map_err(|e| anyhow!("cannot lock {}: {e}", r.name))?;
     store.init()?;
     let uv_tool = match found_uv {
         Some(u) => u,
-        None => toolchain::find_uv(&store, Some(&python), true)?,
+        None => crate::stages::installer::find_or_provision_uv(&store)?,
     };
     let tc = Toolchain {
         python,

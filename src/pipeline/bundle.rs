@@ -27,12 +27,13 @@ use crate::exit::bad_input;
 use crate::host::platform::Platform;
 use crate::host::process::capture;
 use crate::host::toolchain::{self, Toolchain, UV_VERSION};
+use crate::host::uv_wheels;
 use crate::progress;
 use crate::recipe::LoadedRecipe;
 use crate::stages::oracle::OracleRecord;
 use crate::stages::smoke::golden;
 use crate::stages::wheelhouse;
-use crate::stages::{Ctx, ext, lock, source};
+use crate::stages::{Ctx, ext, installer, lock, source};
 use crate::store::bundle::{self, BundleManifest, BundledUv, Member, SOURCE_BUNDLE, add_entry};
 use crate::store::{Bucket, Entry, Store, TempRoots, make_writable};
 
@@ -118,85 +119,6 @@ fn lock_for(
         .ok_or_else(|| anyhow!("{} holds no lock", entry.path.display()))
 }
 
-/// The pinned uv's wheel for `platform`, from the package index, in the
-/// wheelhouse: resolved with `uv pip compile --python-platform` (so its
-/// sha256 comes from the index, as every locked artifact's), the lock kept
-/// in the store (`store/lockfiles/<key>/pylock.tools.toml`), one wheel of it
-/// downloaded and hash-checked like every artifact.
-///
-/// Errors: uv cannot resolve it; the download or hash check fails.
-fn uv_wheel(
-    cx: &Ctx<'_>,
-    platform: &Platform,
-    temp: &TempRoots,
-) -> Result<(Entry, lock::pylock::Artifact)> {
-    let Ctx { store, lr, uv, .. } = *cx;
-    let key = crate::store::key::content_key(&serde_json::json!({
-        "schema": crate::store::key::KEY_SCHEMA, "stage": "tools-lock", "uv": UV_VERSION,
-        "platform": platform.spelled, "python": lr.recipe.python,
-    }));
-    let entry = store.entry(Bucket::Locks, &key);
-    temp.add(store, &entry)?;
-    let file = "pylock.tools.toml";
-    {
-        let _lock = entry.lock()?;
-        if !entry.exists() {
-            let staging = store.stage("tools-lock")?;
-            let dir = staging.path().join("lock");
-            fs::create_dir_all(&dir)?;
-            let input = staging.path().join("tools.in");
-            fs::write(&input, format!("uv=={UV_VERSION}\n"))?;
-            // The recipe's indexes serve its stack, not the tool.
-            let plain = crate::host::uv::Uv {
-                indexes: Vec::new(),
-                ..uv.clone()
-            };
-            let args: Vec<String> = vec![
-                "--format".into(),
-                "pylock.toml".into(),
-                "--generate-hashes".into(),
-                "--no-header".into(),
-                "--no-annotate".into(),
-                "--python-version".into(),
-                lr.recipe.python.clone(),
-                "--python-platform".into(),
-                platform.spelled.clone(),
-                "-o".into(),
-                dir.join(file).display().to_string(),
-                input.display().to_string(),
-            ];
-            progress::stage("export", format!("locking uv {UV_VERSION} for {platform}"));
-            plain
-                .pip_compile(&args, &staging.path().join("tools.log"))
-                .with_context(|| format!("locking uv {UV_VERSION} for {platform}"))?;
-            store.persist(&dir, &entry)?;
-        }
-    }
-    let pkgs = lock::pylock::parse_pylock(&entry.path.join(file))?;
-    let mut pkg = pkgs
-        .into_iter()
-        .find(|p| p.name == "uv" && p.version == UV_VERSION)
-        .ok_or_else(|| anyhow!("the index has no uv {UV_VERSION} for {platform}"))?;
-    let wheel = pkg
-        .wheels
-        .first()
-        .cloned()
-        .ok_or_else(|| anyhow!("the index has no uv {UV_VERSION} wheel for {platform}"))?;
-    pkg.wheels = vec![wheel.clone()];
-    let got = wheelhouse::ensure(
-        store,
-        std::slice::from_ref(&pkg),
-        &entry.path,
-        false,
-        Some(temp),
-    )?;
-    let e = got
-        .into_iter()
-        .next()
-        .ok_or_else(|| anyhow!("uv's wheel is not in the wheelhouse"))?;
-    Ok((e, wheel))
-}
-
 /// The Python that resolves and downloads for a preparation that builds
 /// nothing: the recipe's Python `minor` (found as a build finds it, `uv`
 /// helping), else any `python3` on PATH (uv needs none to resolve for
@@ -229,7 +151,7 @@ fn preparing(
 ) -> Result<(Toolchain, crate::host::uv::Uv)> {
     let uv_tool = match found {
         Some(u) => u,
-        None => toolchain::find_uv(store, Some(&python), true)?,
+        None => crate::stages::installer::find_or_provision_uv(store)?,
     };
     let tc = Toolchain {
         python,
@@ -250,27 +172,17 @@ fn preparing(
     Ok((tc, uv))
 }
 
-/// The pinned uv's wheel for this host, in the wheelhouse (resolved and
-/// downloaded as [`export`] does, registered in `temp`): what `push` sends
-/// so that a pulling box without uv can `build --offline` (issue 23).
+/// The pinned uv's wheel for this host, in the wheelhouse (fetched by its
+/// compiled-in sha256 as [`export`] does, registered in `temp`): what
+/// `push` sends so that a pulling box without uv can `build --offline`
+/// (issue 23).
 ///
-/// Errors: no uv or Python to resolve with; the host platform is not one
-/// uv has wheels for; the resolution, download or hash check fails.
-pub fn host_uv_wheel(store: &Store, lr: &LoadedRecipe, temp: &TempRoots) -> Result<Entry> {
-    let r = &lr.recipe;
+/// Errors: the host platform is not one uv has a pinned wheel for; the
+/// download or hash check fails.
+pub fn host_uv_wheel(store: &Store, temp: &TempRoots) -> Result<Entry> {
     let platform =
         Platform::host().ok_or_else(|| anyhow!("this host's platform has no uv wheel to send"))?;
-    let found_uv = toolchain::find_uv(store, None, false).ok();
-    let python = resolving_python(&r.python, found_uv.as_ref())
-        .map_err(|e| anyhow!("no Python to resolve uv's wheel with: {e}"))?;
-    let (tc, uv) = preparing(store, python, found_uv, Vec::new())?;
-    let cx = Ctx {
-        store,
-        lr,
-        tc: &tc,
-        uv: &uv,
-    };
-    Ok(uv_wheel(&cx, &platform, temp)?.0)
+    Ok(installer::wheel_entry(store, &platform, Some(temp))?.0)
 }
 
 /// Writes the bundle of `lr` from `store` to `opts.output` (through a temporary
@@ -288,7 +200,7 @@ pub fn host_uv_wheel(store: &Store, lr: &LoadedRecipe, temp: &TempRoots) -> Resu
 pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<ExportReport> {
     let r = &lr.recipe;
     let (target, platform, output) = (&opts.target, &opts.platform, opts.output);
-    let found_uv = toolchain::find_uv(store, None, false).ok();
+    let found_uv = toolchain::find_uv(store).ok();
     // The recipe's Python resolves a lock for this host; any Python does
     // for another platform (uv needs none) and for the downloads.
     let python = resolving_python(&r.python, found_uv.as_ref())
@@ -348,7 +260,7 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
         let (e, _) = ext::ensure(store, s, false)?;
         add_entry(&e, &mut entries, &mut files)?;
     }
-    let (uv_entry, uv_artifact) = uv_wheel(&cx, platform, &temp)?;
+    let (uv_entry, uv_artifact) = installer::wheel_entry(store, platform, Some(&temp))?;
     add_entry(&uv_entry, &mut entries, &mut files)?;
 
     // The built wheel of the pin's oracle, when it was built from this very build lock.
@@ -1039,8 +951,24 @@ pub fn import(
     let wheel_atts =
         take_attestations(&x.join("lockfiles").join(&m.recipe).join(WHEEL_ATTESTATIONS))?;
     let mut wheel_trust = None;
+    // The uv it carries is installed only when this binary pins its wheel
+    // for the bundle's platform (issue 41): another one is not taken at all.
+    let uv_refused = m.uv.as_ref().and_then(|u| {
+        let arch = m
+            .platform
+            .as_deref()
+            .and_then(uv_wheels::arch_of)
+            .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+        let what = format!("the bundle's uv wheel wheelhouse/{}", u.sha256);
+        uv_wheels::check(&u.sha256, &arch, &what)
+            .err()
+            .map(|e| (u.sha256.clone(), format!("{e:#}; not installed")))
+    });
     for (bucket, name) in &tops {
         let b = Bucket::from_dir_name(bucket).ok_or_else(|| anyhow!("unknown bucket {bucket}"))?;
+        if b == Bucket::Wheelhouse && uv_refused.as_ref().is_some_and(|(sha, _)| sha == name) {
+            continue;
+        }
         let e = store.entry(b, name);
         temp.add(store, &e)?;
         let _lock = e.lock()?;
@@ -1091,7 +1019,9 @@ pub fn import(
             .platform
             .as_deref()
             .is_none_or(|p| lock::platform_fits(Some(p), None).is_ok());
-        if u.version != UV_VERSION {
+        if let Some((_, why)) = &uv_refused {
+            notes.push(why.clone());
+        } else if u.version != UV_VERSION {
             notes.push(format!(
                 "the bundle carries uv {}, not the pinned {UV_VERSION}; not installed",
                 u.version
@@ -1102,7 +1032,11 @@ pub fn import(
                 m.platform.as_deref().unwrap_or("?")
             ));
         } else {
-            let tool = toolchain::install_uv_wheel(store, &wheelhouse::file_of(&e)?)?;
+            let tool = toolchain::install_uv_wheel(
+                store,
+                &wheelhouse::file_of(&e)?,
+                &format!("the bundle's uv wheel {}", e.label()),
+            )?;
             uv_installed = Some(tool.path);
         }
     }

@@ -43,7 +43,7 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
     // the compilers; nvcc and git.
     let ((uv, python), (compilers, nvcc), git) = std::thread::scope(|s| {
         let interpreters = s.spawn(|| {
-            let uv = toolchain::find_uv(store, None, false).ok();
+            let uv = toolchain::find_uv(store).ok();
             let python = toolchain::find_python(&r.python, uv.as_ref());
             (uv, python)
         });
@@ -82,15 +82,10 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
             None
         }
     };
-    if uv.is_none() && (offline || which::which("python3").is_err() && python.is_none()) {
+    if uv.is_none() && offline {
         problems.push(format!(
-            "uv not found on PATH or in {}, and it cannot be installed {}: put uv on PATH, set ORACLE_BUILD_UV=/path/to/uv, or copy a provisioned tools directory (`<root>/tools/` of an online store) and set ORACLE_BUILD_TOOLS to it",
-            store.tools_dir().display(),
-            if offline {
-                "offline"
-            } else {
-                "(no working Python with pip)"
-            }
+            "uv not found on PATH or in {}, and --offline cannot download the pinned uv's wheel: put uv on PATH, set ORACLE_BUILD_UV=/path/to/uv, `pull` or `import` a pin (they install the uv they carry), or copy a provisioned tools directory (`<root>/tools/` of an online store) and set ORACLE_BUILD_TOOLS to it",
+            toolchain::tools_dir(store).display(),
         ));
     }
     let (compilers, compiler_problems) = match compilers {
@@ -167,7 +162,7 @@ pub fn toolchain_of(store: &Store, lr: &LoadedRecipe, f: Findings) -> Result<Too
     let python = f.python.ok_or_else(|| anyhow!("python vanished"))?;
     let uv = match f.uv {
         Some(uv) => uv,
-        None => toolchain::find_uv(store, Some(&python), true)?,
+        None => crate::stages::installer::find_or_provision_uv(store)?,
     };
     let compilers = f.compilers.unwrap_or_default();
     let tc = Toolchain {

@@ -181,7 +181,7 @@ pub fn push_to(
     }
     // The pinned uv for this platform, so that a pulling box without uv
     // builds offline (issue 23).
-    let uv_entry = match crate::pipeline::bundle::host_uv_wheel(&store, lr, &temp) {
+    let uv_entry = match crate::pipeline::bundle::host_uv_wheel(&store, &temp) {
         Ok(e) => {
             if !entries.contains(&e) {
                 entries.push(e.clone());

@@ -3,6 +3,7 @@
 
 pub mod ext;
 pub mod identity;
+pub mod installer;
 pub mod lock;
 pub mod oracle;
 pub mod requires;

@@ -583,8 +583,12 @@ fn build(
             .chain(plan.hermetic.runtime_lock.iter().flat_map(|l| l.labels()))
             .chain(plan.hermetic.lock_entry.iter().map(|e| e.label()))
             .chain(
+                // Only when this store holds it (a tools directory shared
+                // by several stores got it through another one).
                 crate::host::toolchain::uv_wheel_sha256(&tc.uv)
-                    .map(|sha| format!("{}/{sha}", Bucket::Wheelhouse.dir_name())),
+                    .map(|sha| store.entry(Bucket::Wheelhouse, &sha))
+                    .filter(|e| e.exists())
+                    .map(|e| e.label()),
             )
             // The bytecode entries its `.pyc` files were linked from.
             .chain(bytecode.entries.iter().cloned())

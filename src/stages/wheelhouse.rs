@@ -172,6 +172,7 @@ fn fetch(store: &Store, todo: &[&Artifact], lock_dir: &Path) -> Result<()> {
             source,
             dest: dir.join(&a.filename),
             sha256: a.sha256.clone(),
+            size: a.size,
         });
         pending.push(Some(Pending {
             artifact: a,

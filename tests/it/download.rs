@@ -40,9 +40,9 @@ const CORRUPT: &[u8] = b"this is not the wheel the lock names\n";
 
 /// One request as the server saw it.
 #[derive(Debug, Clone)]
-struct Hit {
+pub(crate) struct Hit {
     /// The path asked for.
-    path: String,
+    pub(crate) path: String,
     /// Whether it came in absolute form (through a proxy).
     proxied: bool,
     /// Its `Range` header, if any.
@@ -60,7 +60,7 @@ struct State {
 }
 
 /// The server; stops accepting when dropped.
-struct Index {
+pub(crate) struct Index {
     state: Arc<State>,
     port: u16,
     stop: Arc<AtomicBool>,
@@ -69,7 +69,7 @@ struct Index {
 impl Index {
     /// Serves `root` on a free port of 127.0.0.1; `armed` names the wheel
     /// (file name prefix) the modes apply to.
-    fn start(root: &Path, armed: &str) -> Index {
+    pub(crate) fn start(root: &Path, armed: &str) -> Index {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(State {
@@ -102,12 +102,17 @@ impl Index {
         format!("http://127.0.0.1:{}/simple", self.port)
     }
 
+    /// `http://127.0.0.1:<port>/`: the root it serves.
+    pub(crate) fn base(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.port)
+    }
+
     fn set(&self, mode: Mode) {
         *self.state.mode.lock().unwrap() = mode;
     }
 
     /// Requests for the armed wheel so far.
-    fn wheel_hits(&self) -> Vec<Hit> {
+    pub(crate) fn wheel_hits(&self) -> Vec<Hit> {
         self.state
             .hits
             .lock()

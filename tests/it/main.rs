@@ -25,6 +25,7 @@ mod gc_roots;
 mod gpu;
 mod hermetic;
 mod identity;
+mod installer;
 mod mirror;
 mod perf;
 mod pipeline_keys;
