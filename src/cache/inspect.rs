@@ -81,6 +81,8 @@ pub enum SourceTags {
     /// The policy's verdict on the tags statement of exactly these tags; a
     /// reader uses them for versions only when it is trusted.
     Signed {
+        /// The key of the tags statement (its `att-tags-<key>-` artifacts).
+        key: String,
         /// How many tags.
         count: usize,
         /// The verdict.
@@ -96,10 +98,10 @@ impl std::fmt::Display for SourceTags {
                 f,
                 "pinned (commit); tags not listed in its record (pushed by an older oracle-build): unconfirmed"
             ),
-            SourceTags::Signed { count, verdict } if verdict.is_trusted() => {
+            SourceTags::Signed { count, verdict, .. } if verdict.is_trusted() => {
                 write!(f, "pinned (commit); {count} tag(s) {verdict}")
             }
-            SourceTags::Signed { count, verdict } => write!(
+            SourceTags::Signed { count, verdict, .. } => write!(
                 f,
                 "pinned (commit); {count} tag(s) unconfirmed, not used for versions ({verdict})"
             ),
@@ -399,6 +401,7 @@ fn source_tags(
         .cloned()
         .unwrap_or_default();
     SourceTags::Signed {
+        key,
         count: tags.len(),
         verdict: trust::verify_tags(repo, &config.name, &tags, &atts, policy),
     }

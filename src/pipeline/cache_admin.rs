@@ -206,6 +206,18 @@ fn keeps(
             keep.extend(rec.tags.values().cloned());
         }
     }
+    // A source's tags statement is named by the key of its tags, not the
+    // commit: kept with every source kept.
+    for a in artifacts {
+        if a.kind == Kind::Source
+            && reach.contains(&(Kind::Source, a.name.clone()))
+            && let crate::cache::inspect::Trust::Source {
+                tags: crate::cache::inspect::SourceTags::Signed { key, .. },
+            } = &a.trust
+        {
+            reach.insert((Kind::Source, key.clone()));
+        }
+    }
     for a in artifacts {
         let reached = match a.kind {
             // `<kind>-<key>` of what it signs: kept with the entry whose

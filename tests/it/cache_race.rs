@@ -232,10 +232,10 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
             "r@test",
             &["cache", "ls", "--json"],
         ));
-        // Each box signs the wheel and the store lock, each signature its
-        // own artifact: all four stay.
+        // Each box signs the wheel, the store lock and the source's tags,
+        // each signature its own artifact: all six stay.
         let atts = of_kind(&doc, "attestation");
-        for what in ["wheel", "lock"] {
+        for what in ["wheel", "lock", "tags"] {
             let n = atts
                 .iter()
                 .filter(|a| {
@@ -262,7 +262,8 @@ fn concurrent_pushes_keep_every_signature_and_every_wheel_is_seen() {
             .filter(|a| a["signs"].as_str().unwrap().starts_with("signs bytecode "))
             .count();
         assert_eq!(pyc_atts, 2 * pyc.len(), "round {round}: {doc}");
-        assert_eq!(atts.len(), 4 + pyc_atts, "round {round}: {doc}");
+        // The wheel, the store lock and the source's tags, by each box.
+        assert_eq!(atts.len(), 6 + pyc_atts, "round {round}: {doc}");
         let locks = of_kind(&doc, "lock");
         assert_eq!(locks.len(), 1, "round {round}: {doc}");
         assert_eq!(
