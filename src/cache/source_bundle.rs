@@ -355,6 +355,12 @@ mod tests {
         refs
     }
 
+    /// Commits what is staged in `work` with message `msg`.
+    fn commit(work: &std::path::Path, msg: &str) {
+        let id = ["-c", "user.name=t", "-c", "user.email=t@t"];
+        git(work, &[&id[..], &["commit", "-q", "-m", msg]].concat());
+    }
+
     /// A work repository with one commit tagged `v1.0.0`, its pin ref and
     /// another oracle-build ref: (work dir, head).
     fn work(tmp: &std::path::Path) -> (std::path::PathBuf, String) {
@@ -363,19 +369,7 @@ mod tests {
         git(&work, &["init", "-q", "-b", "main"]);
         std::fs::write(work.join("f"), "1").unwrap();
         git(&work, &["add", "f"]);
-        git(
-            &work,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "-q",
-                "-m",
-                "one",
-            ],
-        );
+        commit(&work, "one");
         let head = git(&work, &["rev-parse", "HEAD"]).trim().to_string();
         git(&work, &["tag", "v1.0.0"]);
         git(
@@ -518,19 +512,7 @@ mod tests {
         // confirmed, refused with nothing written.
         std::fs::write(work.join("f"), "2").unwrap();
         git(&work, &["add", "f"]);
-        git(
-            &work,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "-q",
-                "-m",
-                "two",
-            ],
-        );
+        commit(&work, "two");
         git(&work, &["tag", "-f", "v1.0.0"]);
         git(
             &work,
