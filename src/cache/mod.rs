@@ -44,6 +44,7 @@ pub mod catalog;
 pub mod compiler;
 pub mod config;
 pub mod delete;
+pub mod ext_trust;
 pub mod inspect;
 pub mod keyfile;
 pub mod layout;

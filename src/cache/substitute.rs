@@ -284,6 +284,9 @@ pub struct Fetcher<'a> {
     /// The repository of the pin fetched for: its mirror fixes the version
     /// a wheel taken must have ([`check_wheel_history`]).
     pub repo: Option<String>,
+    /// Whether an ext entry's tag may be confirmed over the network
+    /// ([`super::ext_trust::judge`]).
+    pub reach: super::ext_trust::Reach,
 }
 
 /// The sha256 (hex) of files, by path.
@@ -307,6 +310,7 @@ impl<'a> Fetcher<'a> {
             verified: Default::default(),
             unpacked: Default::default(),
             repo: None,
+            reach: super::ext_trust::Reach::Online,
         })
     }
 
@@ -418,6 +422,15 @@ impl<'a> Fetcher<'a> {
         let mut unreachable = false;
         for t in &tags {
             match self.download_tag(kind, name, t) {
+                // An external tree must be its commit's (and the commit the
+                // declaration's): else the next artifact is tried.
+                Ok(Some(got)) if kind == Kind::Ext => {
+                    let scratch = self.fresh_dir()?.join("git");
+                    match super::ext_trust::judge(self.store, &got.1, name, &scratch, self.reach) {
+                        Ok(_) => return Ok(Some(got)),
+                        Err(e) => refused.push(format!("cache {url}: refusing {t}: {e:#}")),
+                    }
+                }
                 Ok(Some(got)) => return Ok(Some(got)),
                 Ok(None) => {}
                 Err(e) => {
@@ -1496,17 +1509,22 @@ pub fn pull_pin(
         }
         let prepared = match f.prepare(&entry, policy, inputs.tags.get(label).map(String::as_str)) {
             // A lock that is refused (untrusted, damaged) is not taken:
-            // the box resolves its own; refused bytecode, it compiles its own.
-            Err(e) if matches!(entry.bucket, Bucket::Locks | Bucket::Bytecode) => {
-                let why = if entry.bucket == Bucket::Bytecode {
-                    format!("{}: {e:#}; this box compiles its own", entry.label())
-                } else {
-                    format!("{e:#}")
+            // the box resolves its own; refused bytecode, it compiles its
+            // own; a refused external tree, the ext stage stages its own.
+            Err(e) if matches!(entry.bucket, Bucket::Locks | Bucket::Bytecode | Bucket::Ext) => {
+                let why = match entry.bucket {
+                    Bucket::Bytecode => {
+                        format!("{}: {e:#}; this box compiles its own", entry.label())
+                    }
+                    Bucket::Ext => {
+                        format!("{}: {e:#}; the ext stage stages it here", entry.label())
+                    }
+                    _ => format!("{e:#}"),
                 };
-                let stage = if entry.bucket == Bucket::Locks {
-                    "lock"
-                } else {
-                    "bytecode"
+                let stage = match entry.bucket {
+                    Bucket::Locks => "lock",
+                    Bucket::Ext => "ext",
+                    _ => "bytecode",
                 };
                 crate::progress::stage(stage, why.clone());
                 f.refused.push(why);
@@ -1615,6 +1633,8 @@ pub struct Substituter<'a> {
     down: Vec<std::cell::Cell<bool>>,
     /// The repository of the pin substituted for (see [`Fetcher::repo`]).
     repo: Option<String>,
+    /// See [`Fetcher::reach`].
+    reach: super::ext_trust::Reach,
 }
 
 impl<'a> Substituter<'a> {
@@ -1636,7 +1656,17 @@ impl<'a> Substituter<'a> {
             tags,
             down,
             repo: None,
+            reach: super::ext_trust::Reach::Online,
         })
+    }
+
+    /// The same, for a build that may not use the network (`--offline`):
+    /// an external tree's tag is not confirmed ([`Fetcher::reach`]).
+    pub fn offline(mut self, offline: bool) -> Substituter<'a> {
+        if offline {
+            self.reach = super::ext_trust::Reach::Offline;
+        }
+        self
     }
 
     /// The same, substituting for a pin of the repository `repo` (its
@@ -1661,6 +1691,7 @@ impl<'a> Substituter<'a> {
         };
         let mut f = Fetcher::with_tags(t, self.store, list)?;
         f.repo.clone_from(&self.repo);
+        f.reach = self.reach;
         Ok(f)
     }
 

@@ -676,6 +676,37 @@ fn judge_wheel(store: &Store, dir: &Path, atts: &[Attestation]) -> Result<Bundle
     ))
 }
 
+/// How `import` judges the bundle's ext entry at `dir` (for the store
+/// entry `name`): its tree must be the commit's it records, and a
+/// declaration by commit that commit
+/// ([`crate::stages::ext::proof::check_received`], else untrusted). A
+/// tag's commit is a claim `import` cannot confirm (it uses no network):
+/// untrusted on a store whose caches name `trusted_signers`, not checked
+/// on one whose caches name none (an unconfigured offline box takes the
+/// bundle as a whole, as its lock and wheel). `scratch`: a new directory.
+///
+/// Errors: the store's cache configuration cannot be read.
+fn judge_ext(store: &Store, dir: &Path, name: &str, scratch: &Path) -> Result<BundleLockTrust> {
+    use crate::stages::ext::proof::{Received, check_received};
+    Ok(match check_received(dir, name, scratch) {
+        Err(e) => BundleLockTrust::Untrusted(format!("{e:#}")),
+        Ok(Received::Pinned) => {
+            BundleLockTrust::Trusted("its tree is the declared commit's".into())
+        }
+        Ok(Received::Claimed { repo, tag, commit }) => {
+            let claim =
+                format!("its tree is commit {commit}'s, which it says {tag} of {repo} names");
+            if store_policies(store)?.is_empty() {
+                BundleLockTrust::NotChecked(format!("{claim}; {NO_POLICY}"))
+            } else {
+                BundleLockTrust::Untrusted(format!(
+                    "{claim}; import uses no network to confirm that"
+                ))
+            }
+        }
+    })
+}
+
 /// Why a bundle's lock or wheel is taken unchecked: no trust policy here.
 const NO_POLICY: &str =
     "this store's caches name no trusted_signers, so its signatures cannot be checked";
@@ -971,6 +1002,25 @@ pub fn import(
                 e.label()
             ));
             continue;
+        }
+        // An external tree only when it is its commit's, and the commit is
+        // the declaration's (crate::cache::ext_trust).
+        if b == Bucket::Ext {
+            let scratch = staging.path().join(format!("git-{name}"));
+            match judge_ext(store, &from, name, &scratch)? {
+                BundleLockTrust::Untrusted(why) => {
+                    notes.push(format!(
+                        "the bundle's {} is not taken: {why}; the ext stage stages it here (online)",
+                        e.label()
+                    ));
+                    continue;
+                }
+                BundleLockTrust::NotChecked(why) => notes.push(format!(
+                    "the bundle's {} was taken without confirming its tag: {why}",
+                    e.label()
+                )),
+                BundleLockTrust::Trusted(_) => {}
+            }
         }
         // And only when this store's trust policy admits it (as a cache's).
         if b == Bucket::Wheels {
