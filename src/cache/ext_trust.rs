@@ -5,17 +5,23 @@
 //! Its files must be the tree of the commit it records, checked on this
 //! box by git from the files and the recorded commit objects
 //! ([`crate::stages::ext::proof::check_received`]). A source declared by a
-//! 40-hex commit is then proven. One declared by a tag or branch is taken
-//! only when this box's own `git ls-remote` of the repository (through its
-//! `[[mirror]]` tables) confirms that the tag names that commit now; a
-//! box that may not reach the network (`--offline`, `import`), or cannot
-//! reach the repository, refuses it, and the ext stage stages it here.
-//! Everything refused says why, naming the artifact.
+//! 40-hex commit is then proven. One declared by a tag or branch names its
+//! commit only by the claim of the box that staged it, which is taken when
+//! a statement this box trusts vouches for it (the key inputs of a wheel
+//! whose signatures the policy trusts name that commit for that
+//! declaration: [`vouched_by`]), or when this box's own `git ls-remote` of
+//! the repository (through its `[[mirror]]` tables) confirms that the tag
+//! names that commit now. A box that may not reach the network
+//! (`--offline`, `import`), or cannot reach the repository, refuses an
+//! unvouched one, and the ext stage stages it here. Everything refused says
+//! why, naming the artifact.
 
 use std::path::Path;
 
 use anyhow::{Result, bail};
+use serde_json::Value;
 
+use crate::stages::ext::keyed_sources;
 use crate::stages::ext::proof::{self, Received};
 use crate::store::Store;
 
@@ -28,27 +34,73 @@ pub enum Reach {
     Offline,
 }
 
+/// A commit a trusted statement vouches for: the store entry name of a
+/// declaration (`<name>-<rev>-<h>`) and the commit it resolved to, as the
+/// key inputs of a trusted wheel name them; `by` says which wheel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vouched {
+    /// The ext entry's name.
+    pub entry: String,
+    /// The commit.
+    pub commit: String,
+    /// The statement that vouches for it, for messages.
+    pub by: String,
+}
+
+/// What the record `record` (a wheel's `build.json`, as JSON) of a wheel
+/// whose signatures this box's policy trusts vouches for: each staged git
+/// source of its key inputs (`inputs.ext`) with the commit it was built
+/// from. The builder signed those inputs (its statement's inputs hash to
+/// the key); the record's are taken only when they hash to its key too.
+/// Empty when they do not, or name no staged source. `by` names the wheel
+/// and its signers.
+pub fn vouched_by(store: &Store, record: &Value, by: &str) -> Vec<Vouched> {
+    let key = record["key"].as_str().unwrap_or_default();
+    let inputs = &record["inputs"];
+    if key.is_empty() || crate::store::key::content_key(inputs) != key {
+        return Vec::new();
+    }
+    let Ok(items) = keyed_sources(inputs.get("ext")) else {
+        return Vec::new();
+    };
+    items
+        .into_iter()
+        .filter_map(|k| {
+            Some(Vouched {
+                entry: k.entry(store).name,
+                commit: k.commit?.to_ascii_lowercase(),
+                by: by.to_string(),
+            })
+        })
+        .collect()
+}
+
 /// Checks the ext entry at `dir` (received for the store entry `name`)
-/// and says how it was proven: `commit <c> (declared)` or `<tag> at commit
-/// <c>, confirmed by git ls-remote <url>`. `scratch` is a new directory for
-/// git's scratch repository.
+/// and says how it was proven. A tag's commit is taken when one of
+/// `vouched` names it for this entry, else when `reach` lets this box
+/// confirm it itself ([`proof::confirm`]). `scratch` is a new directory
+/// for git's scratch repository.
 ///
 /// Errors (why it is refused): see [`proof::check_received`]; a tag or
-/// branch that `reach` does not let this box confirm, or that the
-/// repository does not confirm.
+/// branch no trusted statement vouches for and that `reach` does not let
+/// this box confirm, or that the repository does not confirm.
 pub fn judge(
     store: &Store,
     dir: &Path,
     name: &str,
     scratch: &Path,
     reach: Reach,
+    vouched: &[Vouched],
 ) -> Result<String> {
     match proof::check_received(dir, name, scratch)? {
         Received::Pinned => Ok("its tree is the declared commit's".to_string()),
         Received::Claimed { repo, tag, commit } => {
+            if let Some(v) = vouch(vouched, name, &commit) {
+                return Ok(format!("{tag} at commit {commit}, vouched for by {}", v.by));
+            }
             if reach == Reach::Offline {
                 bail!(
-                    "its tree is commit {commit}'s, which it says {tag} of {repo} names; with no network this box cannot confirm that (the ext stage stages it online)"
+                    "its tree is commit {commit}'s, which it says {tag} of {repo} names; no trusted signature vouches for that, and with no network this box cannot confirm it (the ext stage stages it online)"
                 );
             }
             proof::confirm(store, &repo, &tag, &commit).map_err(|e| {
@@ -59,6 +111,13 @@ pub fn judge(
             Ok(format!("{tag} at commit {commit}, confirmed by this box"))
         }
     }
+}
+
+/// The statement of `vouched` that names `commit` for the entry `name`.
+pub fn vouch<'v>(vouched: &'v [Vouched], name: &str, commit: &str) -> Option<&'v Vouched> {
+    vouched
+        .iter()
+        .find(|v| v.entry == name && v.commit.eq_ignore_ascii_case(commit))
 }
 
 #[cfg(test)]

@@ -287,6 +287,8 @@ pub struct Fetcher<'a> {
     /// Whether an ext entry's tag may be confirmed over the network
     /// ([`super::ext_trust::judge`]).
     pub reach: super::ext_trust::Reach,
+    /// The commits a trusted wheel's key inputs vouch for (`pull`).
+    pub vouched: Vec<super::ext_trust::Vouched>,
 }
 
 /// The sha256 (hex) of files, by path.
@@ -311,6 +313,7 @@ impl<'a> Fetcher<'a> {
             unpacked: Default::default(),
             repo: None,
             reach: super::ext_trust::Reach::Online,
+            vouched: Vec::new(),
         })
     }
 
@@ -426,7 +429,15 @@ impl<'a> Fetcher<'a> {
                 // declaration's): else the next artifact is tried.
                 Ok(Some(got)) if kind == Kind::Ext => {
                     let scratch = self.fresh_dir()?.join("git");
-                    match super::ext_trust::judge(self.store, &got.1, name, &scratch, self.reach) {
+                    let judged = super::ext_trust::judge(
+                        self.store,
+                        &got.1,
+                        name,
+                        &scratch,
+                        self.reach,
+                        &self.vouched,
+                    );
+                    match judged {
                         Ok(_) => return Ok(Some(got)),
                         Err(e) => refused.push(format!("cache {url}: refusing {t}: {e:#}")),
                     }
@@ -1472,6 +1483,19 @@ pub fn pull_pin(
         }
     }
     f.prefetch(&wanted);
+    // The commits the trusted wheel's key inputs name for its staged
+    // sources vouch for their tags (cache::ext_trust).
+    let wheel_label = store.entry(Bucket::Wheels, &inputs.wheel_key).label();
+    if let Ok(Some(t)) = f.choose_wheel(
+        &inputs.wheel_key,
+        policy,
+        inputs.tags.get(&wheel_label).map(String::as_str),
+    ) && let Ok(dir) = f.fresh_dir()
+        && let Ok(Some(read)) = f.read_config(&t, Kind::Wheel, &dir)
+    {
+        let by = format!("the trusted wheel {t}");
+        f.vouched = super::ext_trust::vouched_by(store, &read.config.record, &by);
+    }
     if !mirrored {
         let src_label = format!("{}/{}", Bucket::Src.dir_name(), r.source.commit);
         let p = f

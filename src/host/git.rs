@@ -556,6 +556,16 @@ impl ScratchRepo {
     /// Runs git plumbing with the scratch repository, its index and, when
     /// given, the work tree `work` (and `-C work`).
     fn plumbing(&self, work: Option<&Path>, args: &[&str]) -> Result<String> {
+        self.plumbing_with(work, args, None)
+    }
+
+    /// [`ScratchRepo::plumbing`] with `stdin` given to git.
+    fn plumbing_with(
+        &self,
+        work: Option<&Path>,
+        args: &[&str],
+        stdin: Option<Vec<u8>>,
+    ) -> Result<String> {
         let mut all: Vec<std::ffi::OsString> = Vec::new();
         for setting in [
             "core.autocrlf=false",
@@ -564,7 +574,6 @@ impl ScratchRepo {
             "core.safecrlf=false",
             "core.fsmonitor=false",
             "core.untrackedCache=false",
-            "core.looseCompression=0",
         ] {
             all.push("-c".into());
             all.push(setting.into());
@@ -583,6 +592,9 @@ impl ScratchRepo {
             Some(w) => cmd.env("GIT_WORK_TREE", w),
             None => cmd.env_remove("GIT_WORK_TREE"),
         };
+        if let Some(bytes) = stdin {
+            cmd = cmd.stdin_bytes(bytes);
+        }
         process::capture(&format!("git {}", args.join(" ")), cmd)
     }
 
@@ -605,19 +617,27 @@ impl ScratchRepo {
         Ok((id, tree.to_string()))
     }
 
-    /// git's own tree id of the files under `dir`: every file and symlink
-    /// as `git add -A -f` reads it (ignore rules overridden; the executable
-    /// bit, symlinks, and the tree's own `.gitattributes` conversions as git
-    /// applies them; empty directories are no part of a git tree), with each
-    /// of `gitlinks` (deepest first) in place of the files under its path:
-    /// a fetched one's files must first hash to its `tree`, under an
-    /// unfetched one there must be nothing. Uses this repository's index,
-    /// once.
+    /// git's own tree id of the files under `dir`: every regular file and
+    /// symlink, each hashed by `git update-index --add --info-only` as `git
+    /// add` hashes it (the executable bit, symlinks, and the tree's own
+    /// `.gitattributes` conversions as git applies them; no object is
+    /// written, so the trees are written with `--missing-ok`; empty
+    /// directories are no part of a git tree), with each of `gitlinks`
+    /// (deepest first) in place of the files under its path: a fetched
+    /// one's files must first hash to its `tree`, under an unfetched one
+    /// there must be nothing. Uses this repository's index, once.
     ///
-    /// Errors: git fails (a path git refuses); a fetched submodule's files
-    /// hash to another tree; files lie under an unfetched submodule.
+    /// Errors: a directory cannot be read; git fails (a path git refuses);
+    /// a fetched submodule's files hash to another tree; files lie under an
+    /// unfetched submodule.
     pub fn tree_of_files(&self, dir: &Path, gitlinks: &[Gitlink]) -> Result<String> {
-        self.plumbing(Some(dir), &["add", "--all", "--force", "--", "."])?;
+        let mut paths = Vec::new();
+        list_paths(dir, Path::new(""), &mut paths)?;
+        self.plumbing_with(
+            Some(dir),
+            &["update-index", "--add", "--info-only", "-z", "--stdin"],
+            Some(paths),
+        )?;
         let mut links: Vec<&Gitlink> = gitlinks.iter().collect();
         links.sort_by_key(|g| std::cmp::Reverse(g.path.matches('/').count()));
         for g in links {
@@ -626,7 +646,7 @@ impl ScratchRepo {
                 Some(want) => {
                     let prefix = format!("--prefix={}/", g.path);
                     let got = self
-                        .plumbing(Some(dir), &["write-tree", &prefix])
+                        .plumbing(Some(dir), &["write-tree", "--missing-ok", &prefix])
                         .with_context(|| format!("submodule {}: no files", g.path))?;
                     if &got != want {
                         bail!(
@@ -662,8 +682,30 @@ impl ScratchRepo {
             let info = format!("160000,{},{}", g.commit, g.path);
             self.plumbing(Some(dir), &["update-index", "--add", "--cacheinfo", &info])?;
         }
-        self.plumbing(Some(dir), &["write-tree"])
+        self.plumbing(Some(dir), &["write-tree", "--missing-ok"])
     }
+}
+
+/// Appends the path (relative to the walk's root, `rel` here) of every
+/// regular file and symlink under `dir` to `out`, each ended by NUL (the
+/// input of `git update-index -z --stdin`), directories followed, symlinks
+/// not.
+fn list_paths(dir: &Path, rel: &Path, out: &mut Vec<u8>) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    for e in fs_err::read_dir(dir)? {
+        let e = e?;
+        let ft = e.file_type()?;
+        let r = rel.join(e.file_name());
+        if ft.is_dir() {
+            list_paths(&e.path(), &r, out)?;
+        } else if ft.is_file() || ft.is_symlink() {
+            out.extend_from_slice(r.as_os_str().as_bytes());
+            out.push(0);
+        } else {
+            bail!("{} is not a file, directory or symlink", e.path().display());
+        }
+    }
+    Ok(())
 }
 
 /// `url` as git should get it when it runs in another directory (`-C`): a

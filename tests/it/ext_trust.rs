@@ -4,10 +4,14 @@
 //! `[[mirror]]` points there) and edits the tree and manifest of one
 //! declared by a 40-hex commit, then pushes and exports. Through a real
 //! `docker-registry`, box C's `build` refuses both artifacts, naming each and
-//! why, stages its own and compiles the upstream trees; box D's `pull` (which
-//! trusts E's signature on the wheel) refuses both trees all the same;
-//! box K's `import` of E's bundle takes neither. A staged tree edited in a
-//! store afterwards fails `verify --deep` and `sbom`.
+//! why, stages its own and compiles the upstream trees; box D's `pull`,
+//! which trusts E's signature, takes E's word for the tag (its trusted
+//! wheel vouches for it) but refuses the edited tree; box K's `import` of
+//! E's bundle takes neither. C's honest trees, pushed and exported, are
+//! taken: by F's `build` (the tag confirmed by F's own `git ls-remote`) and
+//! by K2's `import` (vouched for by the bundle's trusted wheel), which then
+//! builds offline. A staged tree edited in a store afterwards fails
+//! `verify --deep` and `sbom`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -132,7 +136,7 @@ fn external_trees_from_a_cache_or_a_bundle_are_checked_against_their_commit() {
         "tagged v1.0 from another repository\n",
         Some("v1.0"),
     );
-    let (_a_key, a_line) = keypair(fx.dir(), "builder-a@test");
+    let (a_key, a_line) = keypair(fx.dir(), "builder-a@test");
     let allowed = fx.dir().join("allowed_signers");
     std::fs::write(&allowed, &a_line).unwrap();
 
@@ -183,7 +187,7 @@ fn external_trees_from_a_cache_or_a_bundle_are_checked_against_their_commit() {
     // C builds from the registry: both trees refused, naming the artifact
     // and why; its own staged and compiled.
     let c = fx.dir().join("store-c");
-    configure(&c, &url, None, Some(&allowed), 1);
+    configure(&c, &url, Some(&a_key), Some(&allowed), 1);
     let out = ob(&fx, &c, None, "c@test", &["build", r, "--json"]);
     let built = ok(&out);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -218,6 +222,10 @@ fn external_trees_from_a_cache_or_a_bundle_are_checked_against_their_commit() {
             "FETCHCONTENT_SOURCE_DIR_PINNED": "pinned upstream",
             "FETCHCONTENT_SOURCE_DIR_TAGGED": "tagged v1.0 upstream",
         })
+    );
+    assert!(
+        strs(&built["built"]).contains(&"wheel".to_string()),
+        "{built}"
     );
     let key = read_json(&venv.join("oracle.json"))["wheel_key"]
         .as_str()
@@ -258,26 +266,30 @@ fn external_trees_from_a_cache_or_a_bundle_are_checked_against_their_commit() {
         );
     }
 
-    // D trusts E's signature (the wheel is taken), and still refuses both
-    // trees: a tree is checked, not trusted.
+    // D trusts E's signature: E's wheel is taken, and with it E's word for
+    // the commit its tag named (the wheel's signed key inputs vouch for
+    // it); the edited tree is refused all the same: a tree is checked, not
+    // trusted.
     let d = fx.dir().join("store-d");
     let trusts_e = fx.dir().join("allowed_e");
     std::fs::write(&trusts_e, &e_line).unwrap();
     configure(&d, &url, None, Some(&trusts_e), 1);
     let pulled = ok(&ob(&fx, &d, None, "d@test", &["pull", r, "--json"]));
     let refused = strs(&pulled["refused"]);
-    for (tag, why) in [
-        (&pinned_tag, "its files hash to git tree".to_string()),
-        (&tagged_tag, format!("has v1.0 at commit {honest_tag}")),
-    ] {
-        assert!(
-            refused
-                .iter()
-                .any(|x| x.contains(&format!("refusing {tag}: ")) && x.contains(&why)),
-            "{tag}: {pulled}"
-        );
-    }
-    assert!(ext_entry(&d, "tagged").is_none() && ext_entry(&d, "pinned").is_none());
+    assert!(
+        refused
+            .iter()
+            .any(|x| x.contains(&format!("refusing {pinned_tag}: "))
+                && x.contains("its files hash to git tree")
+                && x.contains("the ext stage stages it here")),
+        "{pulled}"
+    );
+    assert!(ext_entry(&d, "pinned").is_none());
+    let d_tagged = ext_entry(&d, "tagged").unwrap();
+    assert_eq!(
+        read_json(&d_tagged.join("ext.json"))["commit"],
+        evil_tag.as_str()
+    );
 
     // K imports E's bundle: neither tree is taken (import uses no network,
     // so a tag's commit is not confirmed where trusted_signers is set).
@@ -305,6 +317,71 @@ fn external_trees_from_a_cache_or_a_bundle_are_checked_against_their_commit() {
         );
     }
     assert!(ext_entry(&k, "tagged").is_none() && ext_entry(&k, "pinned").is_none());
+
+    // C pushes and exports, signing as A: F builds from the registry and
+    // takes C's trees (the tag confirmed by F's own ls-remote), and the
+    // wheel; K2 imports C's bundle, whose trusted wheel vouches for the
+    // tag, and builds it offline.
+    ok(&ob(&fx, &c, None, "builder-a@test", &["push", r, "--json"]));
+    let c_bundle = fx.dir().join("c.tar.gz");
+    ok(&ob(
+        &fx,
+        &c,
+        None,
+        "builder-a@test",
+        &["export", r, "-o", c_bundle.to_str().unwrap(), "--json"],
+    ));
+    let f = fx.dir().join("store-f");
+    configure(&f, &url, None, Some(&allowed), 1);
+    let out = ob(&fx, &f, None, "f@test", &["build", r, "--json"]);
+    let f_built = ok(&out);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    for name in ["tagged", "pinned"] {
+        assert!(
+            err.contains(&format!("substituted ext/{name}-")),
+            "{name}:\n{err}"
+        );
+    }
+    assert!(
+        strs(&f_built["substituted"]).contains(&"wheel".to_string()),
+        "{f_built}"
+    );
+    let honest = serde_json::json!({
+        "FETCHCONTENT_SOURCE_DIR_PINNED": "pinned upstream",
+        "FETCHCONTENT_SOURCE_DIR_TAGGED": "tagged v1.0 upstream",
+    });
+    assert_eq!(
+        sources(Path::new(f_built["oracle"].as_str().unwrap())),
+        honest
+    );
+    let k2 = fx.dir().join("store-k2");
+    configure(&k2, &url, None, Some(&allowed), 1);
+    let imported = ok(&ob(
+        &fx,
+        &k2,
+        None,
+        "k2@test",
+        &["import", c_bundle.to_str().unwrap(), "--json"],
+    ));
+    assert!(
+        !strs(&imported["notes"]).iter().any(|n| n.contains("ext/")),
+        "{imported}"
+    );
+    assert_eq!(
+        read_json(&ext_entry(&k2, "tagged").unwrap().join("ext.json"))["commit"],
+        honest_tag.as_str()
+    );
+    let out = ob(
+        &fx,
+        &k2,
+        None,
+        "k2@test",
+        &["build", r, "--offline", "--json"],
+    );
+    assert_eq!(
+        sources(Path::new(ok(&out)["oracle"].as_str().unwrap())),
+        honest
+    );
 
     // An entry edited in C's store afterwards: verify --deep and sbom fail.
     edit_entry(&ext_entry(&c, "pinned").unwrap(), "pinned, edited later\n");
