@@ -46,6 +46,7 @@ pub mod catalog;
 pub mod compiler;
 pub mod config;
 pub mod delete;
+pub mod ext_trust;
 pub mod identity;
 pub mod inspect;
 pub mod keyfile;

@@ -288,6 +288,11 @@ pub struct Fetcher<'a> {
     /// The repository of the pin fetched for: its mirror fixes the version
     /// a wheel taken must have ([`check_wheel_history`]).
     pub repo: Option<String>,
+    /// Whether an ext entry's tag may be confirmed over the network
+    /// ([`super::ext_trust::judge`]).
+    pub reach: super::ext_trust::Reach,
+    /// The commits a trusted wheel's key inputs vouch for (`pull`).
+    pub vouched: Vec<super::ext_trust::Vouched>,
 }
 
 /// The sha256 (hex) of files, by path.
@@ -312,6 +317,8 @@ impl<'a> Fetcher<'a> {
             verified: Default::default(),
             unpacked: Default::default(),
             repo: None,
+            reach: super::ext_trust::Reach::Online,
+            vouched: Vec::new(),
         })
     }
 
@@ -423,6 +430,23 @@ impl<'a> Fetcher<'a> {
         let mut unreachable = false;
         for t in &tags {
             match self.download_tag(kind, name, t) {
+                // An external tree must be its commit's (and the commit the
+                // declaration's): else the next artifact is tried.
+                Ok(Some(got)) if kind == Kind::Ext => {
+                    let scratch = self.fresh_dir()?.join("git");
+                    let judged = super::ext_trust::judge(
+                        self.store,
+                        &got.1,
+                        name,
+                        &scratch,
+                        self.reach,
+                        &self.vouched,
+                    );
+                    match judged {
+                        Ok(_) => return Ok(Some(got)),
+                        Err(e) => refused.push(format!("cache {url}: refusing {t}: {e:#}")),
+                    }
+                }
                 Ok(Some(got)) => return Ok(Some(got)),
                 Ok(None) => {}
                 Err(e) => {
@@ -1549,6 +1573,19 @@ pub fn pull_pin(
         }
     }
     f.prefetch(&wanted);
+    // The commits the trusted wheel's key inputs name for its staged
+    // sources vouch for their tags (cache::ext_trust).
+    let wheel_label = store.entry(Bucket::Wheels, &inputs.wheel_key).label();
+    if let Ok(Some(t)) = f.choose_wheel(
+        &inputs.wheel_key,
+        policy,
+        inputs.tags.get(&wheel_label).map(String::as_str),
+    ) && let Ok(dir) = f.fresh_dir()
+        && let Ok(Some(read)) = f.read_config(&t, Kind::Wheel, &dir)
+    {
+        let by = format!("the trusted wheel {t}");
+        f.vouched = super::ext_trust::vouched_by(store, &read.config.record, &by);
+    }
     if !mirrored {
         let src_label = format!("{}/{}", Bucket::Src.dir_name(), r.source.commit);
         let p = f
@@ -1587,17 +1624,22 @@ pub fn pull_pin(
         }
         let prepared = match f.prepare(&entry, policy, inputs.tags.get(label).map(String::as_str)) {
             // A lock that is refused (untrusted, damaged) is not taken:
-            // the box resolves its own; refused bytecode, it compiles its own.
-            Err(e) if matches!(entry.bucket, Bucket::Locks | Bucket::Bytecode) => {
-                let why = if entry.bucket == Bucket::Bytecode {
-                    format!("{}: {e:#}; this box compiles its own", entry.label())
-                } else {
-                    format!("{e:#}")
+            // the box resolves its own; refused bytecode, it compiles its
+            // own; a refused external tree, the ext stage stages its own.
+            Err(e) if matches!(entry.bucket, Bucket::Locks | Bucket::Bytecode | Bucket::Ext) => {
+                let why = match entry.bucket {
+                    Bucket::Bytecode => {
+                        format!("{}: {e:#}; this box compiles its own", entry.label())
+                    }
+                    Bucket::Ext => {
+                        format!("{}: {e:#}; the ext stage stages it here", entry.label())
+                    }
+                    _ => format!("{e:#}"),
                 };
-                let stage = if entry.bucket == Bucket::Locks {
-                    "lock"
-                } else {
-                    "bytecode"
+                let stage = match entry.bucket {
+                    Bucket::Locks => "lock",
+                    Bucket::Ext => "ext",
+                    _ => "bytecode",
                 };
                 crate::progress::stage(stage, why.clone());
                 f.refused.push(why);
@@ -1711,6 +1753,8 @@ pub struct Substituter<'a> {
     down: Vec<std::cell::Cell<bool>>,
     /// The repository of the pin substituted for (see [`Fetcher::repo`]).
     repo: Option<String>,
+    /// See [`Fetcher::reach`].
+    reach: super::ext_trust::Reach,
 }
 
 impl<'a> Substituter<'a> {
@@ -1732,7 +1776,17 @@ impl<'a> Substituter<'a> {
             tags,
             down,
             repo: None,
+            reach: super::ext_trust::Reach::Online,
         })
+    }
+
+    /// The same, for a build that may not use the network (`--offline`):
+    /// an external tree's tag is not confirmed ([`Fetcher::reach`]).
+    pub fn offline(mut self, offline: bool) -> Substituter<'a> {
+        if offline {
+            self.reach = super::ext_trust::Reach::Offline;
+        }
+        self
     }
 
     /// The same, substituting for a pin of the repository `repo` (its
@@ -1757,6 +1811,7 @@ impl<'a> Substituter<'a> {
         };
         let mut f = Fetcher::with_tags(t, self.store, list)?;
         f.repo.clone_from(&self.repo);
+        f.reach = self.reach;
         Ok(f)
     }
 

@@ -439,15 +439,8 @@ impl Git {
                 &["ls-remote", "--", &absolute_local(url)],
             )
             .with_context(|| format!("listing the refs of {url}"))?;
-        let has = |name: &str| {
-            listed
-                .lines()
-                .any(|l| l.split_whitespace().nth(1) == Some(name))
-        };
         let is_sha = rev.len() == 40 && rev.chars().all(|c| c.is_ascii_hexdigit());
-        let named = [format!("refs/tags/{rev}"), format!("refs/heads/{rev}")]
-            .into_iter()
-            .find(|r| has(r));
+        let named = named_ref(&listed, rev).map(|(r, _)| r);
         let spec = match (&named, is_sha) {
             (Some(r), _) => format!("+{r}:{WANT}"),
             (None, true) => format!("+{rev}:{WANT}"),
@@ -520,6 +513,248 @@ impl Git {
         )
         .is_ok_and(|out| !out.is_empty())
     }
+
+    /// The commit the tag or branch `rev` names at `url` now, as
+    /// [`Git::fetch_tree`] resolves it (the tag `refs/tags/<rev>` first,
+    /// peeled when annotated, else the branch `refs/heads/<rev>`), read
+    /// with `git ls-remote` (the user's configuration applies: proxies,
+    /// credentials, `insteadOf`); `None` when `url` has neither. Nothing is
+    /// fetched.
+    ///
+    /// Errors: `git ls-remote` fails (the message names `url`).
+    pub fn remote_commit(&self, url: &str, rev: &str) -> Result<Option<String>> {
+        let listed = self
+            .run(
+                Config::User,
+                Path::new("/"),
+                &["ls-remote", "--", &absolute_local(url)],
+            )
+            .with_context(|| format!("listing the refs of {url}"))?;
+        Ok(named_ref(&listed, rev).map(|(_, c)| c))
+    }
+
+    /// A new bare repository at `dir` (which must not exist) with its own
+    /// index, in which a staged tree's git ids are computed
+    /// ([`ScratchRepo::tree_of_files`]).
+    ///
+    /// Errors: `git init` fails.
+    pub fn scratch_repo(&self, dir: &Path) -> Result<ScratchRepo> {
+        fs_err::create_dir_all(dir)?;
+        self.run(
+            Config::Hermetic,
+            dir,
+            &["init", "--quiet", "--bare", "--template=", "repo"],
+        )?;
+        Ok(ScratchRepo {
+            git: self.clone(),
+            repo: dir.join("repo"),
+            index: dir.join("index"),
+        })
+    }
+}
+
+/// The ref `rev` names among the lines of `git ls-remote` (`listed`) and
+/// the commit it points at: `refs/tags/<rev>` (its peeled `^{}` line when
+/// the tag is annotated), else `refs/heads/<rev>`; `None` when neither is
+/// listed.
+fn named_ref(listed: &str, rev: &str) -> Option<(String, String)> {
+    let id_of = |name: &str| {
+        listed.lines().find_map(|l| {
+            let mut w = l.split_whitespace();
+            let id = w.next()?;
+            (w.next() == Some(name)).then(|| id.to_string())
+        })
+    };
+    let tag = format!("refs/tags/{rev}");
+    if let Some(id) = id_of(&tag) {
+        let peeled = id_of(&format!("{tag}^{{}}")).unwrap_or(id);
+        return Some((tag, peeled));
+    }
+    let head = format!("refs/heads/{rev}");
+    id_of(&head).map(|id| (head, id))
+}
+
+/// A submodule of a staged tree, for [`ScratchRepo::tree_of_files`]: the
+/// gitlink at `path` (relative to the tree, `/`-separated) naming
+/// `commit`. `tree`: the tree the files under `path` must hash to (the
+/// submodule's commit's tree) when it was fetched; `None` when it was left
+/// unfetched (`GIT_SUBMODULES ""`), and then no file may lie under `path`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gitlink {
+    /// Its path in the tree.
+    pub path: String,
+    /// The commit the gitlink names.
+    pub commit: String,
+    /// The tree of `commit`, when its files were fetched.
+    pub tree: Option<String>,
+}
+
+/// A bare scratch repository with its own index ([`Git::scratch_repo`]):
+/// git's own ids of commit objects and of a directory of files, computed
+/// by git, never by this crate. Every command runs with git's defaults
+/// only (no user or system configuration) and no attributes but the
+/// tree's own `.gitattributes`.
+#[derive(Debug)]
+pub struct ScratchRepo {
+    git: Git,
+    repo: PathBuf,
+    index: PathBuf,
+}
+
+impl ScratchRepo {
+    /// Runs git plumbing with the scratch repository, its index and, when
+    /// given, the work tree `work` (and `-C work`).
+    fn plumbing(&self, work: Option<&Path>, args: &[&str]) -> Result<String> {
+        self.plumbing_with(work, args, None)
+    }
+
+    /// [`ScratchRepo::plumbing`] with `stdin` given to git.
+    fn plumbing_with(
+        &self,
+        work: Option<&Path>,
+        args: &[&str],
+        stdin: Option<Vec<u8>>,
+    ) -> Result<String> {
+        let mut all: Vec<std::ffi::OsString> = Vec::new();
+        for setting in [
+            "core.autocrlf=false",
+            "core.filemode=true",
+            "core.symlinks=true",
+            "core.safecrlf=false",
+            "core.fsmonitor=false",
+            "core.untrackedCache=false",
+        ] {
+            all.push("-c".into());
+            all.push(setting.into());
+        }
+        if let Some(w) = work {
+            all.push("-C".into());
+            all.push(w.into());
+        }
+        all.extend(args.iter().map(Into::into));
+        let mut cmd = self
+            .git
+            .command(Config::Hermetic, all)
+            .env("GIT_DIR", &self.repo)
+            .env("GIT_INDEX_FILE", &self.index);
+        cmd = match work {
+            Some(w) => cmd.env("GIT_WORK_TREE", w),
+            None => cmd.env_remove("GIT_WORK_TREE"),
+        };
+        if let Some(bytes) = stdin {
+            cmd = cmd.stdin_bytes(bytes);
+        }
+        process::capture(&format!("git {}", args.join(" ")), cmd)
+    }
+
+    /// Writes the raw commit object in the file `file` into the scratch
+    /// repository (`git hash-object -t commit -w`, which refuses a malformed
+    /// commit) and returns its id and the id of the tree it names.
+    ///
+    /// Errors: git refuses the object; it names no tree.
+    pub fn hash_commit(&self, file: &Path) -> Result<(String, String)> {
+        let file = file.to_string_lossy();
+        let id = self.plumbing(None, &["hash-object", "-t", "commit", "-w", "--", &file])?;
+        let text = self.plumbing(None, &["cat-file", "commit", &id])?;
+        // fsck (run by hash-object) requires the first header to be the tree.
+        let tree = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("tree "))
+            .filter(|t| t.len() >= 40 && t.chars().all(|c| c.is_ascii_hexdigit()))
+            .with_context(|| format!("commit object {id} names no tree"))?;
+        Ok((id, tree.to_string()))
+    }
+
+    /// git's own tree id of the files under `dir`: every regular file and
+    /// symlink, each hashed by `git update-index --add --info-only` as `git
+    /// add` hashes it (the executable bit, symlinks, and the tree's own
+    /// `.gitattributes` conversions as git applies them; no object is
+    /// written, so the trees are written with `--missing-ok`; empty
+    /// directories are no part of a git tree), with each of `gitlinks`
+    /// (deepest first) in place of the files under its path: a fetched
+    /// one's files must first hash to its `tree`, under an unfetched one
+    /// there must be nothing. Uses this repository's index, once.
+    ///
+    /// Errors: a directory cannot be read; git fails (a path git refuses);
+    /// a fetched submodule's files hash to another tree; files lie under an
+    /// unfetched submodule.
+    pub fn tree_of_files(&self, dir: &Path, gitlinks: &[Gitlink]) -> Result<String> {
+        let mut paths = Vec::new();
+        list_paths(dir, Path::new(""), &mut paths)?;
+        self.plumbing_with(
+            Some(dir),
+            &["update-index", "--add", "--info-only", "-z", "--stdin"],
+            Some(paths),
+        )?;
+        let mut links: Vec<&Gitlink> = gitlinks.iter().collect();
+        links.sort_by_key(|g| std::cmp::Reverse(g.path.matches('/').count()));
+        for g in links {
+            let literal = format!(":(literal){}", g.path);
+            match &g.tree {
+                Some(want) => {
+                    let prefix = format!("--prefix={}/", g.path);
+                    let got = self
+                        .plumbing(Some(dir), &["write-tree", "--missing-ok", &prefix])
+                        .with_context(|| format!("submodule {}: no files", g.path))?;
+                    if &got != want {
+                        bail!(
+                            "submodule {}: its files hash to git tree {got}, the tree of its commit {} is {want}",
+                            g.path,
+                            g.commit
+                        );
+                    }
+                }
+                None => {
+                    let under = self.plumbing(Some(dir), &["ls-files", "--", &literal])?;
+                    if !under.is_empty() {
+                        bail!(
+                            "submodule {} was not fetched, but files lie under it ({})",
+                            g.path,
+                            under.lines().next().unwrap_or_default()
+                        );
+                    }
+                }
+            }
+            self.plumbing(
+                Some(dir),
+                &[
+                    "rm",
+                    "-r",
+                    "-q",
+                    "--cached",
+                    "--ignore-unmatch",
+                    "--",
+                    &literal,
+                ],
+            )?;
+            let info = format!("160000,{},{}", g.commit, g.path);
+            self.plumbing(Some(dir), &["update-index", "--add", "--cacheinfo", &info])?;
+        }
+        self.plumbing(Some(dir), &["write-tree", "--missing-ok"])
+    }
+}
+
+/// Appends the path (relative to the walk's root, `rel` here) of every
+/// regular file and symlink under `dir` to `out`, each ended by NUL (the
+/// input of `git update-index -z --stdin`), directories followed, symlinks
+/// not.
+fn list_paths(dir: &Path, rel: &Path, out: &mut Vec<u8>) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    for e in fs_err::read_dir(dir)? {
+        let e = e?;
+        let ft = e.file_type()?;
+        let r = rel.join(e.file_name());
+        if ft.is_dir() {
+            list_paths(&e.path(), &r, out)?;
+        } else if ft.is_file() || ft.is_symlink() {
+            out.extend_from_slice(r.as_os_str().as_bytes());
+            out.push(0);
+        } else {
+            bail!("{} is not a file, directory or symlink", e.path().display());
+        }
+    }
+    Ok(())
 }
 
 /// `url` as git should get it when it runs in another directory (`-C`): a

@@ -665,6 +665,51 @@ fn judge_tags(
     Ok(TagTrust::Unconfirmed(why.join("; ")))
 }
 
+/// How `import` judges the bundle's ext entry at `dir` (for the store
+/// entry `name`): its tree must be the commit's it records, and a
+/// declaration by commit that commit
+/// ([`crate::stages::ext::proof::check_received`], else untrusted). A
+/// tag's commit is the claim of the box that staged it, which `import`
+/// does not confirm over the network: trusted when one of `vouched` (the
+/// bundle's trusted wheel's key inputs) names it, else untrusted on a
+/// store whose caches name `trusted_signers` and not checked on one whose
+/// caches name none (an unconfigured offline box takes the bundle as a
+/// whole, as its lock and wheel). `scratch`: a new directory.
+///
+/// Errors: the store's cache configuration cannot be read.
+fn judge_ext(
+    store: &Store,
+    dir: &Path,
+    name: &str,
+    scratch: &Path,
+    vouched: &[crate::cache::ext_trust::Vouched],
+) -> Result<BundleLockTrust> {
+    use crate::stages::ext::proof::{Received, check_received};
+    Ok(match check_received(dir, name, scratch) {
+        Err(e) => BundleLockTrust::Untrusted(format!("{e:#}")),
+        Ok(Received::Pinned) => {
+            BundleLockTrust::Trusted("its tree is the declared commit's".into())
+        }
+        Ok(Received::Claimed { repo, tag, commit }) => {
+            if let Some(v) = crate::cache::ext_trust::vouch(vouched, name, &commit) {
+                return Ok(BundleLockTrust::Trusted(format!(
+                    "{tag} at commit {commit}, vouched for by {}",
+                    v.by
+                )));
+            }
+            let claim =
+                format!("its tree is commit {commit}'s, which it says {tag} of {repo} names");
+            if store_policies(store)?.is_empty() {
+                BundleLockTrust::NotChecked(format!("{claim}; {NO_POLICY}"))
+            } else {
+                BundleLockTrust::Untrusted(format!(
+                    "{claim}; no trusted signature vouches for that (the bundle's wheel is not trusted here, or was built from another commit), and import uses no network to confirm it"
+                ))
+            }
+        }
+    })
+}
+
 /// Why a bundle's lock or wheel is taken unchecked: no trust policy here.
 const NO_POLICY: &str =
     "this store's caches name no trusted_signers, so its signatures cannot be checked";
@@ -964,6 +1009,19 @@ pub fn import(
             .err()
             .map(|e| (u.sha256.clone(), format!("{e:#}; not installed")))
     });
+    // A trusted wheel's key inputs vouch for the commits its staged
+    // sources' tags named (crate::cache::ext_trust).
+    let mut vouched = Vec::new();
+    for (_, name) in tops.iter().filter(|(b, _)| b == Bucket::Wheels.dir_name()) {
+        let dir = x.join("store").join(Bucket::Wheels.dir_name()).join(name);
+        if let BundleLockTrust::Trusted(by) = judge_wheel(store, &dir, &wheel_atts)?
+            && let Ok(record) =
+                crate::store::read_json::<serde_json::Value>(&dir.join("build.json"))
+        {
+            let by = format!("the bundle's wheel {name}, {by}");
+            vouched.extend(crate::cache::ext_trust::vouched_by(store, &record, &by));
+        }
+    }
     for (bucket, name) in &tops {
         let b = Bucket::from_dir_name(bucket).ok_or_else(|| anyhow!("unknown bucket {bucket}"))?;
         if b == Bucket::Wheelhouse && uv_refused.as_ref().is_some_and(|(sha, _)| sha == name) {
@@ -987,6 +1045,25 @@ pub fn import(
                 e.label()
             ));
             continue;
+        }
+        // An external tree only when it is its commit's, and the commit is
+        // the declaration's (crate::cache::ext_trust).
+        if b == Bucket::Ext {
+            let scratch = staging.path().join(format!("git-{name}"));
+            match judge_ext(store, &from, name, &scratch, &vouched)? {
+                BundleLockTrust::Untrusted(why) => {
+                    notes.push(format!(
+                        "the bundle's {} is not taken: {why}; the ext stage stages it here (online)",
+                        e.label()
+                    ));
+                    continue;
+                }
+                BundleLockTrust::NotChecked(why) => notes.push(format!(
+                    "the bundle's {} was taken without confirming its tag: {why}",
+                    e.label()
+                )),
+                BundleLockTrust::Trusted(_) => {}
+            }
         }
         // And only when this store's trust policy admits it (as a cache's).
         if b == Bucket::Wheels {

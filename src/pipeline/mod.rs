@@ -611,8 +611,9 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     let r = &lr.recipe;
     // 1b. Substitution of the hermetic inputs (source, lock, wheelhouse,
     // ext) from the configured caches, before anything checks for them.
-    let subs =
-        crate::cache::substitute::Substituter::new(store, o.caches)?.for_repo(&r.source.repo);
+    let subs = crate::cache::substitute::Substituter::new(store, o.caches)?
+        .for_repo(&r.source.repo)
+        .offline(o.offline);
     let mut substituted = Vec::new();
     let early_temp = if subs.is_empty() {
         None

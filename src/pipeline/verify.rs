@@ -10,6 +10,9 @@
 //! - the oracle's own `oracle.json` (`recorded <field>`), when it has one;
 //! - the entry's manifest (`files (manifest)`) and the package's `RECORD`
 //!   (`files (RECORD)`): present with their sizes, or with `--deep` their hashes;
+//! - with `--deep`, each staged source the wheel was built with (`staged
+//!   source <name>`): its files are the git tree of the commit the wheel's
+//!   key names;
 //! - the users' pin record (`--pin-file`): `vllm_commit`,
 //!   `vllm_runtime_version`, `vllm_distribution_version`, `flashinfer_version`.
 
@@ -23,7 +26,7 @@ use crate::stages::identity::pin_block::PinRecord;
 use crate::stages::identity::record::{self, RecordCheck};
 use crate::stages::identity::{self, Check, Identity};
 use crate::stages::oracle::{self, ORACLE_JSON, OracleRecord};
-use crate::stages::source;
+use crate::stages::{ext, source};
 use crate::store::{Manifest, Store};
 
 /// How the `files (RECORD)` and `files (manifest)` checks compare files.
@@ -177,6 +180,59 @@ pub fn file_checks(venv: &Path, package: &str, depth: Depth, out: &mut Vec<Check
 
 /// The `recorded <field>` checks: what was measured now against what
 /// `oracle.json` recorded when the oracle was built.
+/// `verify --deep`: every staged source the oracle's wheel was built with
+/// (its `build.json` `inputs.ext`), held by `store`, its files hashed by
+/// git against the tree of the commit the wheel's key names
+/// ([`ext::proof::check_staged`]): one `staged source <name>` check each.
+/// A source that cannot be checked (a URL source, an entry staged before
+/// commit objects were recorded) or that the store does not hold passes,
+/// saying so; no rows when the wheel's record cannot be read.
+fn staged_source_checks(store: &Store, rec: &OracleRecord) -> Vec<Check> {
+    use crate::stages::ext::proof::{Staged, check_staged};
+    let dir = store
+        .entry(crate::store::Bucket::Wheels, &rec.wheel_key)
+        .path;
+    let Ok(build) = crate::stages::wheel::BuildRecord::read(&dir) else {
+        return Vec::new();
+    };
+    let items = match ext::keyed_sources(build.inputs.get("ext")) {
+        Ok(items) => items,
+        Err(e) => {
+            return vec![Check {
+                field: "staged sources".into(),
+                expected: "the wheel's inputs.ext".into(),
+                found: first_line(&format!("{e:#}")).to_string(),
+                ok: false,
+            }];
+        }
+    };
+    let mut out = Vec::new();
+    for k in items {
+        let expected = match &k.commit {
+            Some(c) => format!("the git tree of commit {c}"),
+            None => "its staged tree".to_string(),
+        };
+        let got = tempfile::tempdir()
+            .map_err(anyhow::Error::from)
+            .and_then(|t| check_staged(store, &k, &t.path().join("git")));
+        let (found, ok) = match got {
+            Ok(Staged::Checked { commit, tree }) => {
+                (format!("git tree {tree} of commit {commit}"), true)
+            }
+            Ok(Staged::Unchecked(why)) => (format!("not checked: {why}"), true),
+            Ok(Staged::Absent) => ("not checked: not in this store".to_string(), true),
+            Err(e) => (first_line(&format!("{e:#}")).to_string(), false),
+        };
+        out.push(Check {
+            field: format!("staged source {}", k.name),
+            expected,
+            found,
+            ok,
+        });
+    }
+    out
+}
+
 fn recorded_checks(rec: &OracleRecord, id: &Identity) -> Vec<Check> {
     let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
     let pairs = [
@@ -272,6 +328,11 @@ pub fn verify_venv(
         });
     }
     let d = file_checks(venv, &recipe.source.package, depth, &mut checks);
+    if depth == Depth::Deep
+        && let (Some(store), Some(rec)) = (store, &record)
+    {
+        checks.extend(staged_source_checks(store, rec));
+    }
     if let Some((_, pf)) = pin_file {
         let built = record.as_ref().map(|r| r.identity.commit.as_str());
         checks.extend(pf.checks(&id, built));

@@ -21,6 +21,7 @@ mod driver;
 mod edges;
 mod engine_env;
 mod ext_conditions;
+mod ext_trust;
 mod gc_roots;
 mod gpu;
 mod hermetic;

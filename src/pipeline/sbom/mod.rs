@@ -374,8 +374,15 @@ fn extensions(venv: &Path, package_dir: Option<&str>, raw: &Value) -> Result<Vec
 /// The staged external sources of the wheel `build` (its key's `inputs.ext`),
 /// each with the sha256 of its staged tree when the store holds it.
 ///
+/// A staged git source's files are checked against the commit the key
+/// names (its git tree, [`ext::proof::check_staged`]): property `git_tree`
+/// and `commit_checked` `true`, or `false: <why>` for one that cannot be
+/// checked (an entry staged before commit objects were recorded, a URL
+/// source).
+///
 /// Errors: `inputs.ext` is not the key inputs' shape; a staged entry's
-/// record cannot be read or the entry is damaged.
+/// record cannot be read or the entry is damaged; its files are not the
+/// tree of the commit the key names.
 fn ext_sources(store: &Store, build: &BuildRecord) -> Result<Vec<Component>> {
     let items = ext::keyed_sources(build.inputs.get("ext"))?;
     let mut out = Vec::new();
@@ -391,6 +398,20 @@ fn ext_sources(store: &Store, build: &BuildRecord) -> Result<Vec<Component>> {
             properties.push(Property::new("declared_in", &er.source.file));
             hashes.push(Hash::sha256(&ext::tree_digest(&entry.path)?));
             properties.push(Property::new("staged", "true"));
+            // The commit named below is the one the staged files are.
+            let scratch = tempfile::tempdir()?;
+            match ext::proof::check_staged(store, &k, &scratch.path().join("git"))
+                .with_context(|| format!("the staged source {} is not its commit's tree", k.name))?
+            {
+                ext::proof::Staged::Checked { tree, .. } => {
+                    properties.push(Property::new("git_tree", &tree));
+                    properties.push(Property::new("commit_checked", "true"));
+                }
+                ext::proof::Staged::Unchecked(why) => {
+                    properties.push(Property::new("commit_checked", &format!("false: {why}")));
+                }
+                ext::proof::Staged::Absent => {}
+            }
         } else {
             properties.push(Property::new("staged", "false (not in this store)"));
         }

@@ -38,6 +38,7 @@
 
 mod cmake;
 pub mod condition;
+pub mod proof;
 pub mod requirement;
 
 use std::collections::BTreeMap;
@@ -287,6 +288,12 @@ pub struct ExtRecord {
     /// before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fetched_from: Option<String>,
+    /// The commit objects that fix the staged tree (git sources): see
+    /// [`proof`]. Absent in entries staged before it was recorded (and when
+    /// it could not be read): such an entry is used by the store that
+    /// staged it, never taken from a cache or a bundle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<proof::GitProof>,
 }
 
 /// The entry of `src`: `store/ext/<name>-<rev>`.
@@ -335,6 +342,7 @@ pub fn ensure(store: &Store, src: &ExtSource, offline: bool) -> Result<(Entry, E
         archive_sha256: None,
         submodules: BTreeMap::new(),
         fetched_from: None,
+        git: None,
     };
     match &src.origin {
         Origin::Git { repo, tag } => {
@@ -348,17 +356,23 @@ pub fn ensure(store: &Store, src: &ExtSource, offline: bool) -> Result<(Entry, E
             // line when on PATH (it reads a mirror that is a partial
             // clone), libgit2 only on a box without git.
             let (commit, subs) = match crate::host::git::Git::find() {
-                Some(git) => {
-                    let got = git
-                        .fetch_tree(&from, tag, src.submodules, &tree, &mirrors.git_config())
-                        .with_context(|| {
-                            format!("staging CMake source {} from {from}", src.name)
-                        })?;
-                    remove_git_dirs(&tree)?;
-                    got
-                }
+                Some(git) => git
+                    .fetch_tree(&from, tag, src.submodules, &tree, &mirrors.git_config())
+                    .with_context(|| format!("staging CMake source {} from {from}", src.name))?,
                 None => fetch_git(&from, tag, src.submodules, &tree)?,
             };
+            // The commit objects that fix the tree, read before `.git` goes.
+            match proof::record(&tree, &commit, &subs) {
+                Ok(p) => rec.git = Some(p),
+                Err(e) => progress::stage(
+                    "ext",
+                    format!(
+                        "warning: {}: the commit objects could not be read ({e:#}); no other box will take this entry from a cache",
+                        src.name
+                    ),
+                ),
+            }
+            remove_git_dirs(&tree)?;
             rec.commit = Some(commit);
             rec.submodules = subs;
             rec.fetched_from = Some(from);
@@ -392,7 +406,8 @@ pub fn describe(o: &Origin) -> String {
 
 /// libgit2's fetch of `tag` of `url` into `dir`, on a box without git
 /// (it cannot read a mirror that is a partial clone, nor apply the site's
-/// mirrors to submodule URLs).
+/// mirrors to submodule URLs). The `.git` directories are left for the
+/// caller to read and remove.
 fn fetch_git(
     url: &str,
     tag: &str,
@@ -444,7 +459,6 @@ fn fetch_git(
     drop(commit);
     drop(remote);
     drop(repo);
-    remove_git_dirs(dir)?;
     Ok((id, subs))
 }
 
