@@ -113,6 +113,49 @@ pub fn judge(
     }
 }
 
+/// The tag claim of the ext entry at `dir` (its `ext.json`): the declared
+/// repository and tag and the commit it records; `None` for a source
+/// declared by commit or URL, or a record that does not read.
+pub fn claim_of(dir: &Path) -> Option<(String, String, String)> {
+    let rec: crate::stages::ext::ExtRecord = crate::store::read_json(&dir.join("ext.json")).ok()?;
+    let crate::stages::ext::Origin::Git { repo, tag } = &rec.source.origin else {
+        return None;
+    };
+    let is_sha = tag.len() == 40 && tag.chars().all(|c| c.is_ascii_hexdigit());
+    if is_sha {
+        return None;
+    }
+    Some((repo.clone(), tag.clone(), rec.commit.clone()?))
+}
+
+/// The [`Vouched`] of the ext entry `name` at `dir` when `attestations`
+/// (its `ext-tag` statements) are trusted by one of `policies`: the
+/// statement names its claim ([`claim_of`]) exactly.
+pub fn signed_claim(
+    dir: &Path,
+    name: &str,
+    attestations: &[crate::cache::trust::Attestation],
+    policies: &[crate::cache::trust::Policy],
+) -> Option<Vouched> {
+    let (repo, tag, commit) = claim_of(dir)?;
+    policies.iter().find_map(|p| {
+        let v = crate::cache::trust::rule::verdict(
+            crate::cache::trust::rule::Subject::ExtTag {
+                repo: &repo,
+                tag: &tag,
+                commit: &commit,
+            },
+            attestations,
+            p,
+        );
+        v.is_trusted().then(|| Vouched {
+            entry: name.to_string(),
+            commit: commit.clone(),
+            by: format!("the statement that {tag} of {repo} named it, {v}"),
+        })
+    })
+}
+
 /// The statement of `vouched` that names `commit` for the entry `name`.
 pub fn vouch<'v>(vouched: &'v [Vouched], name: &str, commit: &str) -> Option<&'v Vouched> {
     vouched
@@ -287,5 +330,61 @@ mod tests {
         assert!(format!("{e:#}").contains("was not fetched"), "{e:#}");
         std::fs::remove_file(entry.join("src/third/sub/s.txt")).unwrap();
         assert!(proof::check_received(&entry, &name, &d.join("s3")).is_ok());
+    }
+
+    /// A tag claim is taken on a signed `ext-tag` statement of exactly it
+    /// (what `push` and `export` sign), by a trusted key only; a source
+    /// declared by commit makes no claim.
+    #[test]
+    fn a_signed_tag_claim_vouches_for_its_commit_under_a_trusting_policy_only() {
+        use crate::cache::trust::{AllowedSigners, Policy, SigningKey, Statement, sign};
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        let (entry, name, commit) = staged(d, Some("v1"));
+        let (repo, tag, c) = claim_of(&entry).unwrap();
+        assert_eq!((tag.as_str(), c.as_str()), ("v1", commit.as_str()));
+        let keygen = |name: &str| {
+            let path = d.join(name);
+            let out = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            let public = std::fs::read_to_string(path.with_extension("pub")).unwrap();
+            (SigningKey::load(&path).unwrap(), public.trim().to_string())
+        };
+        let (key, public) = keygen("a");
+        let (_, public_b) = keygen("b");
+        let policy = |line: &str| Policy {
+            allowed: Some(AllowedSigners::parse(line, "allowed_signers").unwrap()),
+            min_signatures: 1,
+        };
+        let trusting = policy(&format!("a@box {public}"));
+        let other = policy(&format!("b@box {public_b}"));
+        let st = Statement::for_ext_tag(&repo, &tag, &commit, "a@box", "2026-12-07T00:00:00Z");
+        let att = sign(&st, &key).unwrap();
+        let got = signed_claim(
+            &entry,
+            &name,
+            std::slice::from_ref(&att),
+            &[trusting.clone()],
+        );
+        assert!(got.is_some_and(|v| v.commit == commit && v.entry == name));
+        assert!(signed_claim(&entry, &name, std::slice::from_ref(&att), &[other]).is_none());
+        // A statement of another commit for the same tag vouches for nothing.
+        let wrong = Statement::for_ext_tag(
+            &repo,
+            &tag,
+            &"0".repeat(40),
+            "a@box",
+            "2026-12-07T00:00:00Z",
+        );
+        let wrong = sign(&wrong, &key).unwrap();
+        assert!(signed_claim(&entry, &name, &[wrong], &[trusting.clone()]).is_none());
+        // Declared by commit: no claim to sign.
+        let (pinned, pinned_name, _) = staged(&d.join("p"), None);
+        assert!(claim_of(&pinned).is_none());
+        assert!(signed_claim(&pinned, &pinned_name, &[att], &[trusting]).is_none());
     }
 }

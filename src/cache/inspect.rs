@@ -130,6 +130,11 @@ pub struct Inspected {
     /// The rule it is taken by ([`trust::rule::TABLE`]): checked here,
     /// signed, or evidence.
     pub rule: String,
+    /// The names (`<kind>-<key>`, their `att-` tags' part) of the
+    /// statements that vouch for what it claims besides its own content: a
+    /// source's tags, an external source's tag; `cache gc` keeps them with it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<String>,
     /// What is wrong with it (empty: sound); with `deep` the layers were
     /// downloaded and checked too.
     pub problems: Vec<String>,
@@ -247,6 +252,7 @@ pub fn inspect(
         layers,
         trust: Trust::Pinned,
         rule: rule_of(kind),
+        claims: Vec::new(),
         problems: vec![format!("{e:#}")],
     };
     let manifest = match artifact::parse_manifest(&fetched.bytes, kind, tag) {
@@ -348,6 +354,7 @@ pub fn inspect(
         problems.push(format!("{e:#}"));
     }
     let _ = fs::remove_dir_all(scratch);
+    let claims = claims_of(kind, &config, &trust);
     Ok(Some(Inspected {
         tag: tag.to_string(),
         kind,
@@ -355,10 +362,40 @@ pub fn inspect(
         digest: fetched.digest,
         size,
         layers: manifest.layers.len(),
+        claims,
         trust,
         rule: rule_of(kind),
         problems,
     }))
+}
+
+/// The statements that vouch for the claims of the artifact of `kind`
+/// with `config` and `trust` (see [`Inspected::claims`]).
+fn claims_of(kind: Kind, config: &Config, trust: &Trust) -> Vec<String> {
+    match (kind, trust) {
+        (
+            Kind::Source,
+            Trust::Source {
+                tags: SourceTags::Signed { key, .. },
+            },
+        ) => vec![super::attest::signed_name(trust::TAGS, key)],
+        (Kind::Ext, _) => {
+            let rec = &config.record;
+            let tag = rec["source"]["origin"]["git"]["tag"].as_str();
+            let repo = rec["source"]["origin"]["git"]["repo"].as_str();
+            match (repo, tag, rec["commit"].as_str()) {
+                (Some(repo), Some(tag), Some(commit))
+                    if !(tag.len() == 40 && tag.chars().all(|c| c.is_ascii_hexdigit())) =>
+                {
+                    let key =
+                        crate::store::key::content_key(&trust::ext_tag_inputs(repo, tag, commit));
+                    vec![super::attest::signed_name(trust::EXT_TAG, &key)]
+                }
+                _ => Vec::new(),
+            }
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// The rule an artifact of `kind` is taken by, in words: its row of

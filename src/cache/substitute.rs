@@ -293,6 +293,10 @@ pub struct Fetcher<'a> {
     pub reach: super::ext_trust::Reach,
     /// The commits a trusted wheel's key inputs vouch for (`pull`).
     pub vouched: Vec<super::ext_trust::Vouched>,
+    /// The cache's trust policy, for what a reader judges by signatures
+    /// outside a wheel's or a lock's own policy (an ext entry's tag claim);
+    /// `None`: nothing is trusted by signature.
+    pub policy: Option<super::trust::Policy>,
 }
 
 /// The sha256 (hex) of files, by path.
@@ -319,6 +323,7 @@ impl<'a> Fetcher<'a> {
             repo: None,
             reach: super::ext_trust::Reach::Online,
             vouched: Vec::new(),
+            policy: None,
         })
     }
 
@@ -434,13 +439,11 @@ impl<'a> Fetcher<'a> {
                 // declaration's): else the next artifact is tried.
                 Ok(Some(got)) if kind == Kind::Ext => {
                     let scratch = self.fresh_dir()?.join("git");
+                    // A signed statement of its tag's commit vouches too.
+                    let mut vouched = self.vouched.clone();
+                    vouched.extend(self.signed_ext_claim(&got.1, name)?);
                     let judged = super::ext_trust::judge(
-                        self.store,
-                        &got.1,
-                        name,
-                        &scratch,
-                        self.reach,
-                        &self.vouched,
+                        self.store, &got.1, name, &scratch, self.reach, &vouched,
                     );
                     match judged {
                         Ok(_) => return Ok(Some(got)),
@@ -1132,6 +1135,34 @@ impl<'a> Fetcher<'a> {
         Ok(fallback)
     }
 
+    /// The claim of the ext entry downloaded at `dir` (for entry `name`)
+    /// that its tag named its commit, when every `att-ext-tag-` statement
+    /// of it this cache holds is trusted under [`Fetcher::policy`].
+    ///
+    /// Errors: the cache cannot be read.
+    fn signed_ext_claim(
+        &mut self,
+        dir: &Path,
+        name: &str,
+    ) -> Result<Option<super::ext_trust::Vouched>> {
+        let (Some(policy), Some((repo, tag, commit))) =
+            (self.policy.clone(), super::ext_trust::claim_of(dir))
+        else {
+            return Ok(None);
+        };
+        use super::trust::{EXT_TAG, ext_tag_inputs};
+        let key = crate::store::key::content_key(&ext_tag_inputs(&repo, &tag, &commit));
+        let list = self.tag_list()?;
+        let scratch = self.fresh_dir()?;
+        let found = listing::attestations(self.cache, &list, EXT_TAG, &key, &scratch)?;
+        Ok(super::ext_trust::signed_claim(
+            dir,
+            name,
+            &found.attestations,
+            &[policy],
+        ))
+    }
+
     /// The trust of `tags`, the tags a source of `commit` of `repo` from
     /// this cache carries, under `policy`: every attestation of the tags
     /// statement's key is read ([`listing::attestations`]).
@@ -1490,6 +1521,7 @@ pub fn pull_pin(
     let ahead = super::readahead::ReadAhead::new(cache, store)?;
     let mut f = Fetcher::new(&ahead, store)?;
     f.repo = Some(r.source.repo.clone());
+    f.policy = Some(tags_policy.clone());
     let Some((config, mut bytes, skipped)) = f.inputs(&key, r, policy)? else {
         bail!(
             "cache {} has no inputs for {} on this platform (tags {}-*); push it from a box that built it: oracle-build push {}",
@@ -1811,6 +1843,7 @@ impl<'a> Substituter<'a> {
         };
         let mut f = Fetcher::with_tags(t, self.store, list)?;
         f.repo.clone_from(&self.repo);
+        f.policy = Some(self.caches[i].1.clone());
         f.reach = self.reach;
         Ok(f)
     }

@@ -339,6 +339,16 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
         &tag_atts,
         &mut files,
     )?;
+    // And the commits its external sources' tags named (`import` checks
+    // each tree against its commit, and the tag's commit by this).
+    let ext_atts = sign_ext_tags(store, &entries, &now)?;
+    bundle_attestations(
+        staging.path(),
+        &r.name,
+        EXT_ATTESTATIONS,
+        &ext_atts,
+        &mut files,
+    )?;
     // The lock travels signed, as `push` signs a store lock: one
     // attestation per signing key of the store's caches, beside the lock.
     let atts = sign_lock(store, lr, &locked, target.as_ref())?;
@@ -631,6 +641,38 @@ pub(crate) fn sign_tags(
     }
     let st = trust::Statement::for_tags(repo, commit, &tags, &trust::builder_name(), time);
     keys.iter().map(|k| trust::sign(&st, k)).collect()
+}
+
+/// The file beside a bundle's lock holding the attestations that sign the
+/// tag claims of its external sources ([`trust::Statement::for_ext_tag`];
+/// a JSON array of [`Attestation`]s, bounded as [`LOCK_ATTESTATIONS`]).
+pub const EXT_ATTESTATIONS: &str = "ext-attestations.json";
+
+/// The statement of each tag claim among the ext entries `entries` (store
+/// labels; [`crate::cache::ext_trust::claim_of`]), signed by each signing
+/// key of the store's caches at `time`.
+///
+/// Errors: a key cannot be read; signing fails.
+pub(crate) fn sign_ext_tags(
+    store: &Store,
+    entries: &[String],
+    time: &str,
+) -> Result<Vec<Attestation>> {
+    let keys = signing_keys(store)?;
+    let mut out = Vec::new();
+    for e in entries.iter().filter_map(|l| store.entry_by_label(l)) {
+        if e.bucket != Bucket::Ext {
+            continue;
+        }
+        if let Some((repo, tag, commit)) = crate::cache::ext_trust::claim_of(&e.path) {
+            let st =
+                trust::Statement::for_ext_tag(&repo, &tag, &commit, &trust::builder_name(), time);
+            for k in &keys {
+                out.push(trust::sign(&st, k)?);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// How `import` judges the tags of the bundle's git bundle `bundle` (the
@@ -1009,6 +1051,7 @@ pub fn import(
             .err()
             .map(|e| (u.sha256.clone(), format!("{e:#}; not installed")))
     });
+    let ext_atts = take_attestations(&x.join("lockfiles").join(&m.recipe).join(EXT_ATTESTATIONS))?;
     // A trusted wheel's key inputs vouch for the commits its staged
     // sources' tags named (crate::cache::ext_trust).
     let mut vouched = Vec::new();
@@ -1050,6 +1093,14 @@ pub fn import(
         // the declaration's (crate::cache::ext_trust).
         if b == Bucket::Ext {
             let scratch = staging.path().join(format!("git-{name}"));
+            // Or a signed statement of its tag's commit (`export` signs one).
+            let mut vouched = vouched.clone();
+            vouched.extend(crate::cache::ext_trust::signed_claim(
+                &from,
+                name,
+                &ext_atts,
+                &store_policies(store)?,
+            ));
             match judge_ext(store, &from, name, &scratch, &vouched)? {
                 BundleLockTrust::Untrusted(why) => {
                     notes.push(format!(

@@ -206,16 +206,13 @@ fn keeps(
             keep.extend(rec.tags.values().cloned());
         }
     }
-    // A source's tags statement is named by the key of its tags, not the
-    // commit: kept with every source kept.
+    // The statements that vouch for what an artifact claims (a source's
+    // tags, an external source's tag) are named by their own keys: kept
+    // with every artifact kept.
+    let mut claims = BTreeSet::new();
     for a in artifacts {
-        if a.kind == Kind::Source
-            && reach.contains(&(Kind::Source, a.name.clone()))
-            && let crate::cache::inspect::Trust::Source {
-                tags: crate::cache::inspect::SourceTags::Signed { key, .. },
-            } = &a.trust
-        {
-            reach.insert((Kind::Source, key.clone()));
+        if reach.contains(&(a.kind, a.name.clone())) {
+            claims.extend(a.claims.iter().cloned());
         }
     }
     for a in artifacts {
@@ -223,10 +220,12 @@ fn keeps(
             // `<kind>-<key>` of what it signs: kept with the entry whose
             // name is that key, whatever the statement's kind (a wheel's
             // own statement, or another kind about the same key).
-            Kind::Attestation => a
-                .name
-                .split_once('-')
-                .is_some_and(|(_, n)| reach.iter().any(|(_, rn)| rn == n)),
+            Kind::Attestation => {
+                claims.contains(&a.name)
+                    || a.name
+                        .split_once('-')
+                        .is_some_and(|(_, n)| reach.iter().any(|(_, rn)| rn == n))
+            }
             k => reach.contains(&(k, a.name.clone())),
         };
         if reached {

@@ -377,6 +377,23 @@ pub fn push_to(
                 Kind::Wheel => Some((statement.clone(), format!("att-{i}"))),
                 // The source's tags decide the version a pin is given: the
                 // set the bundle carries, signed (none: nothing to sign).
+                // An external source declared by a tag: the commit it
+                // named when staged (its tree is checked on arrival).
+                Kind::Ext => crate::cache::ext_trust::claim_of(
+                    &store.entry(crate::store::Bucket::Ext, &a.name).path,
+                )
+                .map(|(repo, tag, commit)| {
+                    (
+                        trust::Statement::for_ext_tag(
+                            &repo,
+                            &tag,
+                            &commit,
+                            &statement.builder,
+                            &statement.time,
+                        ),
+                        format!("att-ext-{i}-{}", &a.name[..16.min(a.name.len())]),
+                    )
+                }),
                 Kind::Source if !source_tags.is_empty() => Some((
                     trust::Statement::for_tags(
                         &r.source.repo,

@@ -93,9 +93,10 @@ pub const TABLE: &[Row] = &[
     Row {
         artifact: "ext",
         decides: "an external CMake tree",
-        check: Check::Local(
-            "its URL_HASH, or its files hash to the git tree of the commit its declaration fixes",
-        ),
+        check: Check::LocalElseSigned {
+            local: "its files hash to the git tree of the commit it records, which a declaration by commit fixes, and a tag's commit this box's own `git ls-remote` confirms",
+            signed: EXT_TAG,
+        },
     },
     Row {
         artifact: "wheel",
@@ -149,6 +150,15 @@ pub enum Subject<'a> {
         /// The `.pyc` files and `bytecode.json`.
         files: &'a [FileDigest],
     },
+    /// The claim that `tag` of `repo` named `commit` (a staged external source).
+    ExtTag {
+        /// The declared repository.
+        repo: &'a str,
+        /// The declared tag or branch.
+        tag: &'a str,
+        /// The commit it resolved to.
+        commit: &'a str,
+    },
     /// The tags a source of `commit` of `repo` carries (name -> object id).
     Tags {
         /// The repository URL as the recipe names it.
@@ -181,6 +191,14 @@ pub fn verdict_at(
         ),
         Subject::Lock { key, files } => verify(LOCK, key, files, attestations, policy, now),
         Subject::Bytecode { key, files } => verify(BYTECODE, key, files, attestations, policy, now),
+        Subject::ExtTag { repo, tag, commit } => verify(
+            EXT_TAG,
+            &content_key(&ext_tag_inputs(repo, tag, commit)),
+            &[],
+            attestations,
+            policy,
+            now,
+        ),
         Subject::Tags { repo, commit, tags } => verify(
             TAGS,
             &content_key(&tags_inputs(repo, commit, tags)),
@@ -208,7 +226,7 @@ mod tests {
 
     #[test]
     fn every_signed_kind_has_a_row_and_every_row_a_check() {
-        for kind in [WHEEL, LOCK, BYTECODE, TAGS] {
+        for kind in [WHEEL, LOCK, BYTECODE, TAGS, EXT_TAG] {
             assert!(
                 TABLE.iter().any(|r| matches!(
                     r.check,

@@ -205,6 +205,40 @@ impl Statement {
     }
 }
 
+/// The statement kind of the claim that a tag (or branch) of a repository
+/// names a commit, as a staged external source (`ext/`) declared by that
+/// tag records it: the tree is checked against the commit on arrival, the
+/// tag's commit needs a signature (or this box's own `git ls-remote`).
+pub const EXT_TAG: &str = "ext-tag";
+
+/// The key inputs of an [`EXT_TAG`] statement.
+pub fn ext_tag_inputs(repo: &str, tag: &str, commit: &str) -> Value {
+    serde_json::json!({"schema": 1, "repo": repo, "tag": tag, "commit": commit})
+}
+
+impl Statement {
+    /// The statement that `tag` of `repo` named `commit` when the external
+    /// source was staged: kind [`EXT_TAG`], key the content key of
+    /// [`ext_tag_inputs`], no files, signed by `builder` at `time`.
+    pub fn for_ext_tag(
+        repo: &str,
+        tag: &str,
+        commit: &str,
+        builder: &str,
+        time: &str,
+    ) -> Statement {
+        let inputs = ext_tag_inputs(repo, tag, commit);
+        Statement {
+            kind: EXT_TAG.to_string(),
+            key: crate::store::key::content_key(&inputs),
+            inputs,
+            files: Vec::new(),
+            builder: builder.to_string(),
+            time: time.to_string(),
+        }
+    }
+}
+
 /// The files a wheel statement names for `record`: the wheel alone.
 pub fn wheel_files(record: &BuildRecord) -> Vec<FileDigest> {
     vec![FileDigest {
