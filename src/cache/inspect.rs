@@ -8,7 +8,7 @@
 //! the wheel with its `build.json` and the signed statements with the
 //! cache's trust policy ([`super::trust::verify_wheel`]); for a lock, the
 //! reviewed lockfiles that pin it or else its signed statements
-//! ([`super::substitute::lock_trust`]).
+//! ([`super::accept::lock_trust`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -65,7 +65,7 @@ pub enum Trust {
     /// policy's verdict on its signed statements (its attestation artifacts).
     Lock {
         /// How it is trusted.
-        lock: super::substitute::LockTrust,
+        lock: super::accept::LockTrust,
     },
 }
 
@@ -161,7 +161,7 @@ impl Inspected {
             }
             | Trust::Lock {
                 lock:
-                    super::substitute::LockTrust::Signed {
+                    super::accept::LockTrust::Signed {
                         verdict: Verdict::Trusted { signers } | Verdict::NotEnough { signers, .. },
                     },
             }
@@ -338,7 +338,7 @@ pub fn inspect(
             }
         }
         Trust::Lock {
-            lock: super::substitute::lock_trust(&config, &all, policy, lockfiles),
+            lock: super::accept::lock_trust(&config, &all, policy, lockfiles),
         }
     } else if kind == Kind::Source {
         Trust::Source {

@@ -39,6 +39,7 @@
 //! the transport (the sha256 of what was received) and again by
 //! [`substitute`] before anything is renamed into the store.
 
+pub mod accept;
 pub mod artifact;
 pub mod attest;
 pub mod bounds;
@@ -47,12 +48,14 @@ pub mod compiler;
 pub mod config;
 pub mod delete;
 pub mod ext_trust;
+pub mod fetcher;
 pub mod identity;
 pub mod inspect;
 pub mod keyfile;
 pub mod layout;
 pub mod listing;
 pub mod provenance;
+pub mod pull;
 pub mod readahead;
 pub mod registry;
 pub mod source_bundle;

@@ -1,5 +1,5 @@
 //! `oracle-build pull <PIN> [--cache URL]`: fetch from a cache everything
-//! `build <PIN> --offline` needs (see [`crate::cache::substitute::pull_pin`]):
+//! `build <PIN> --offline` needs (see [`crate::cache::pull::pull_pin`]):
 //! the source into the mirror, the lock, every wheelhouse and ext entry, and
 //! the built wheel when its signatures satisfy the cache's trust policy.
 //! Every blob is checked against its digest and every entry as its stage
@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 
-use crate::cache::substitute::{self, Pulled};
+use crate::cache::accept;
+use crate::cache::pull::{self, Pulled};
 use crate::ops::print_json;
 use crate::recipe::pin;
 use crate::stages::lock;
@@ -46,13 +47,13 @@ pub fn pull(pin_arg: &str, store_arg: Option<&Path>, opts: &PullOptions) -> Resu
     let mut done: Option<Pulled> = None;
     for c in &caches {
         let t = crate::cache::open(c)?;
-        let policy = substitute::policy_of(c)?;
+        let policy = accept::policy_of(c)?;
         // A lock is pinned by this recipe's reviewed lockfile, else signed.
         let accept = |cfg: &crate::cache::artifact::Config,
                       atts: &[crate::cache::trust::Attestation]| {
-            substitute::accept(cfg, atts, &policy, lock_dir.parent())
+            accept::accept(cfg, atts, &policy, lock_dir.parent())
         };
-        match substitute::pull_pin(t.as_ref(), &store, &lr, &lock_dir, &accept, &policy, &temp) {
+        match pull::pull_pin(t.as_ref(), &store, &lr, &lock_dir, &accept, &policy, &temp) {
             Ok(p) => {
                 done = Some(p);
                 break;

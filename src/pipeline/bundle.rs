@@ -367,7 +367,7 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
     let mut damaged = Vec::new();
     for label in &entries {
         if let Some(e) = store.entry_by_label(label) {
-            let problems = crate::cache::substitute::damage_of(&e);
+            let problems = crate::cache::fetcher::damage_of(&e);
             if !problems.is_empty() {
                 let _lock = e.lock()?;
                 if e.exists() {
@@ -781,7 +781,7 @@ impl std::fmt::Display for BundleLockTrust {
 /// The trust of the lock in `dir` (a bundle's `lockfiles/<name>/`, its
 /// [`LOCK_ATTESTATIONS`] removed from it here) for `lr` on this box, as a
 /// lock from a cache is judged: pinned when its pylock files are a reviewed
-/// lockfile's under `lockfiles` ([`crate::cache::substitute::pinned_by_lockfile`]);
+/// lockfile's under `lockfiles` ([`crate::cache::accept::pinned_by_lockfile`]);
 /// else by its attestations under each policy of the store's caches that
 /// names `trusted_signers` ([`trust::verify_lock`]: the key is this host's
 /// store lock key), trusted when one policy trusts it; not checked when no
@@ -808,7 +808,7 @@ fn judge_lock(
             .find(|d| d.path == name)
             .map(|d| d.sha256.clone())
     };
-    if crate::cache::substitute::pinned_by_lockfile_files(
+    if crate::cache::accept::pinned_by_lockfile_files(
         (sha(lock::BUILD_LOCK), sha(lock::RUNTIME_LOCK)),
         lockfiles,
     ) {
@@ -822,7 +822,7 @@ fn judge_lock(
     Ok(judge_signed(
         &policies,
         |p| trust::verify_lock(&key, &digests, &atts, p),
-        |v| crate::cache::substitute::LockTrust::Signed { verdict: v }.to_string(),
+        |v| crate::cache::accept::LockTrust::Signed { verdict: v }.to_string(),
     ))
 }
 
@@ -1081,7 +1081,7 @@ pub fn import(
         let from = x.join("store").join(bucket).join(name);
         if b == Bucket::Wheels
             && let Err(why) =
-                crate::cache::substitute::check_wheel_history(store, &from, Some(&m.repo))
+                crate::cache::fetcher::check_wheel_history(store, &from, Some(&m.repo))
         {
             notes.push(format!(
                 "the bundle's wheel {} is not taken: {why}; the wheel stage builds here",

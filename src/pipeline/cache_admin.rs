@@ -13,7 +13,7 @@ use crate::cache::artifact::{self, Kind};
 use crate::cache::catalog;
 use crate::cache::config::Cache;
 use crate::cache::inspect::{self, Inspected};
-use crate::cache::substitute::InputsRecord;
+use crate::cache::pull::InputsRecord;
 use crate::cache::trust::Policy;
 use crate::exit::bad_input;
 use crate::store::{Bucket, Store, gc};

@@ -819,7 +819,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                     let problems = if bucket == Bucket::Src {
                         crate::stages::source::checkout_damage(&e)
                     } else {
-                        crate::cache::substitute::damage_of(&e)
+                        crate::cache::fetcher::damage_of(&e)
                     };
                     if !problems.is_empty() {
                         d.add(

@@ -22,10 +22,12 @@ use std::path::Path;
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
 
+use crate::cache::accept;
 use crate::cache::artifact::{self, Artifact, Config, Kind, Layer, TagForm};
 use crate::cache::config::{self, Cache};
+use crate::cache::fetcher::SOURCE_BUNDLE;
 use crate::cache::listing::{self, TagList};
-use crate::cache::substitute::{self, InputsRecord, SOURCE_BUNDLE};
+use crate::cache::pull::{self, InputsRecord};
 use crate::cache::{Transport, attest, trust};
 use crate::recipe::LoadedRecipe;
 use crate::stages::lock;
@@ -258,7 +260,7 @@ pub fn push_to(
         };
         tags.insert(label, a.tag()?);
     }
-    let key = substitute::inputs_key(lr);
+    let key = pull::inputs_key(lr);
     let recipe_file = scratch.join("recipe.yaml");
     fs_err::write(&recipe_file, &lr.text)?;
     let inputs = InputsRecord {
@@ -358,7 +360,7 @@ pub fn push_to(
                     trust::Statement::for_lock(
                         &a.name,
                         &lock::auto_key_inputs(&store, r),
-                        substitute::lock_files(&a.config),
+                        accept::lock_files(&a.config),
                         &statement.builder,
                         &statement.time,
                     ),
@@ -368,7 +370,7 @@ pub fn push_to(
                     trust::Statement::for_bytecode(
                         &a.name,
                         &a.config.record,
-                        substitute::bytecode_files(&a.config),
+                        accept::bytecode_files(&a.config),
                         &statement.builder,
                         &statement.time,
                     ),
