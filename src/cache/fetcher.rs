@@ -23,8 +23,8 @@ use fs_err as fs;
 use super::Transport;
 use super::accept::{WheelPolicy, bytecode_files, lock_files};
 use super::artifact::{self, Config, Kind, layer_title};
+use super::inputs_record::InputsRecord;
 use super::listing::{self, TagList};
-use super::pull::InputsRecord;
 use crate::stages::{source, wheel, wheelhouse};
 use crate::store::{Bucket, Entry, Manifest, Staging, Store, TempRoots, sha256_file};
 

@@ -50,6 +50,7 @@ pub mod delete;
 pub mod ext_trust;
 pub mod fetcher;
 pub mod identity;
+pub mod inputs_record;
 pub mod inspect;
 pub mod keyfile;
 pub mod layout;

@@ -42,7 +42,7 @@ pub struct CacheRow {
 /// Errors (exit 2): the cache configuration is bad.
 pub fn cache_rows(lr: &LoadedRecipe, p: &Plan, offline: bool) -> Result<Vec<CacheRow>> {
     use crate::cache::artifact::Kind;
-    use crate::cache::pull::inputs_key;
+    use crate::cache::inputs_record::inputs_key;
     use crate::cache::substitute::Substituter;
     let Some(store) = Store::open_existing(&p.store).or_else(|| Store::at(&p.store).ok()) else {
         return Ok(Vec::new());

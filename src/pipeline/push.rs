@@ -26,8 +26,8 @@ use crate::cache::accept;
 use crate::cache::artifact::{self, Artifact, Config, Kind, Layer, TagForm};
 use crate::cache::config::{self, Cache};
 use crate::cache::fetcher::SOURCE_BUNDLE;
+use crate::cache::inputs_record::{self, InputsRecord};
 use crate::cache::listing::{self, TagList};
-use crate::cache::pull::{self, InputsRecord};
 use crate::cache::{Transport, attest, trust};
 use crate::recipe::LoadedRecipe;
 use crate::stages::lock;
@@ -260,7 +260,7 @@ pub fn push_to(
         };
         tags.insert(label, a.tag()?);
     }
-    let key = pull::inputs_key(lr);
+    let key = inputs_record::inputs_key(lr);
     let recipe_file = scratch.join("recipe.yaml");
     fs_err::write(&recipe_file, &lr.text)?;
     let inputs = InputsRecord {
