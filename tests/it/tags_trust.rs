@@ -198,3 +198,28 @@ fn a_tag_from_an_untrusted_source_never_gives_the_pin_a_version() {
     ));
     assert!(mirror_refs(&g).contains(&"refs/tags/v0.1.0".to_string()));
 }
+
+/// The mirror's tags follow the repository (issue 41): a tag deleted
+/// upstream is dropped from the mirror by the next online build, which
+/// says so, and the version no longer comes from it.
+#[test]
+fn a_tag_deleted_upstream_no_longer_gives_the_version() {
+    let fx = Fx::new();
+    let (repo, commit, recipe) = fx.pin();
+    let r = recipe.to_str().unwrap();
+    git(&repo, &["tag", "v0.2.0", &commit]);
+    let first = fx.build_json(fx.store(), &recipe);
+    assert_eq!(first["runtime_version"], "0.2.0", "{first}");
+    git(&repo, &["tag", "-d", "v0.2.0"]);
+    let out = fx.run(&["build", r, "--json"]);
+    let shown = text(&out);
+    assert_eq!(code(&out), 0, "{shown}");
+    assert!(
+        shown.contains("tag v0.2.0") && shown.contains("was deleted upstream"),
+        "{shown}"
+    );
+    let again = json(&out);
+    let version = again["runtime_version"].as_str().unwrap();
+    assert!(version.starts_with("0.1.1.dev1+g"), "{again}");
+    assert!(!mirror_refs(fx.store()).contains(&"refs/tags/v0.2.0".to_string()));
+}
