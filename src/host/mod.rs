@@ -17,5 +17,6 @@ pub mod http;
 pub mod mirror;
 pub mod platform;
 pub mod process;
+pub mod rust;
 pub mod toolchain;
 pub mod uv;

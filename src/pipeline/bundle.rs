@@ -239,6 +239,7 @@ fn preparing(
         gcc: None,
         nvcc: None,
         compilers: Default::default(),
+        rust: None,
     };
     let uv = crate::host::uv::Uv {
         tool: uv_tool,

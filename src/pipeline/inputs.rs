@@ -14,9 +14,10 @@ use crate::stages::ext::{self, Discovery, ExtSource};
 use crate::stages::lock::pylock::parse_pylock;
 use crate::stages::lock::{self, Locked};
 use crate::stages::requires;
+use crate::stages::rust::TreeRust;
 use crate::stages::source;
 use crate::stages::venv::VenvHermetic;
-use crate::stages::wheel::{CompilerCache, SCRUBBED_ENV, WheelHermetic, is_scrubbed};
+use crate::stages::wheel::{CompilerCache, RustInputs, SCRUBBED_ENV, WheelHermetic, is_scrubbed};
 use crate::stages::wheelhouse;
 use crate::stages::wheelhouse::LockedInstall;
 use crate::store::{Entry, Store, TempRoots, read_json};
@@ -138,6 +139,7 @@ pub fn prepare(
     lock_dir: &Path,
     offline: bool,
     temp: &TempRoots,
+    tree_rust: Option<&TreeRust>,
 ) -> Result<Prepared> {
     let Ctx { store, lr, .. } = *cx;
     let r = &lr.recipe;
@@ -219,6 +221,7 @@ pub fn prepare(
     prepared.wheel.ext = staged;
     prepared.wheel.ext_key = ext::key_inputs(&records);
     prepared.wheel.compiler_cache = compiler_cache(store)?;
+    prepared.wheel.rust = tree_rust.map(|t| RustInputs { tree: t.clone() });
     if !prepared.wheel.ext.is_empty() {
         progress::stage(
             "ext",
@@ -307,6 +310,10 @@ pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> O
     }
     prepared.wheel.ext = staged;
     prepared.wheel.ext_key = ext::key_inputs(&records);
+    prepared.wheel.rust =
+        crate::stages::rust::discover_in_tree(src, &lr.recipe.build.target_device)
+            .ok()?
+            .map(|tree| RustInputs { tree });
     Some(prepared)
 }
 

@@ -6,6 +6,7 @@ pub mod identity;
 pub mod lock;
 pub mod oracle;
 pub mod requires;
+pub mod rust;
 pub mod smoke;
 pub mod source;
 pub mod venv;

@@ -23,6 +23,7 @@ use crate::progress::{self, Progress};
 use crate::recipe::{BuildMode, LoadedRecipe, TargetDevice};
 use crate::stages::ext::{Decided, ExtSource, Variable};
 use crate::stages::lock::{BuildRequirements, build_requirements};
+use crate::stages::rust::TreeRust;
 use crate::stages::source::Describe;
 use crate::stages::wheelhouse::LockedInstall;
 use crate::store::key::{KEY_SCHEMA, content_key};
@@ -79,12 +80,29 @@ pub const COMPILER_ENV: &[&str] = &[
     "NVCC_APPEND_FLAGS",
     "NVCC_CCBIN",
     "CMAKE_ARGS",
+    // Rust (a tree built with setuptools-rust or maturin): cargo and rustc
+    // read these (cargo's `config.html#environment-variables`); the build
+    // sets its own `CARGO`, `RUSTUP_TOOLCHAIN`, `CARGO_HOME` and
+    // `CARGO_NET_OFFLINE` (`stages::rust`).
+    "RUSTFLAGS",
+    "RUSTDOCFLAGS",
+    "CARGO_ENCODED_RUSTFLAGS",
+    "RUSTC",
+    "RUSTC_WRAPPER",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "RUSTUP_TOOLCHAIN",
+    "CARGO",
+    "CARGO_HOME",
+    "CARGO_NET_OFFLINE",
 ];
 
 /// Prefixes of build-tool variables removed like [`COMPILER_ENV`]: CMake
 /// reads `CMAKE_GENERATOR`, `CMAKE_BUILD_TYPE`, `CMAKE_TOOLCHAIN_FILE`,
 /// `CMAKE_<LANG>_COMPILER_LAUNCHER`... from the environment (cmake-env-variables(7)).
-pub const COMPILER_ENV_PREFIXES: &[&str] = &["CMAKE_"];
+/// cargo reads `CARGO_BUILD_*`, `CARGO_PROFILE_*` and `CARGO_TARGET_*`
+/// (`CARGO_TARGET_DIR`, `CARGO_TARGET_<triple>_RUSTFLAGS`, `_LINKER`) as config.
+pub const COMPILER_ENV_PREFIXES: &[&str] =
+    &["CMAKE_", "CARGO_BUILD_", "CARGO_PROFILE_", "CARGO_TARGET_"];
 
 /// Whether the inherited variable `key` is removed from builds.
 pub fn is_scrubbed(key: &str) -> bool {
@@ -309,7 +327,7 @@ pub fn plan(
     } else {
         hermetic.ext_key.clone()
     };
-    let inputs = json!({
+    let mut inputs = json!({
         "schema": KEY_SCHEMA,
         "stage": "wheel",
         "commit": r.source.commit,
@@ -336,6 +354,10 @@ pub fn plan(
         },
         "build_lock": hermetic.build_lock.as_ref().map(|l| l.lock_sha256.clone()),
     });
+    // Only a tree that builds Rust has it in its key (other keys stay as they were).
+    if let (Some(_), Some(t)) = (&hermetic.rust, &tc.rust) {
+        inputs["rust"] = json!({ "toolchain": t.key() });
+    }
     let key = content_key(&inputs);
     WheelPlan {
         entry: store.entry(Bucket::Wheels, &key),
@@ -651,6 +673,15 @@ pub struct WheelHermetic {
     pub ext_key: Value,
     /// sccache / ccache, when found.
     pub compiler_cache: Option<CompilerCache>,
+    /// What the tree's build needs of Rust (`None`: it builds no Rust).
+    pub rust: Option<RustInputs>,
+}
+
+/// The Rust inputs of a tree whose build needs Rust ([`crate::stages::rust`]).
+#[derive(Debug, Clone, Default)]
+pub struct RustInputs {
+    /// What the tree declares.
+    pub tree: TreeRust,
 }
 
 impl WheelHermetic {
@@ -984,6 +1015,10 @@ pub fn ensure(
     if let Some(c) = cache {
         let paths = c.path_env(&work, env.get("CMAKE_ARGS").map(String::as_str));
         env.extend(paths);
+    }
+    // Rust: the measured toolchain, named for rustup (`RUSTUP_TOOLCHAIN`).
+    if let (Some(_), Some(t)) = (&plan.hermetic.rust, &tc.rust) {
+        env.extend(t.env());
     }
     if uv.offline && crate::stages::ext::runs_cmake(&r.build.target_device) {
         // Offline, CMake itself must fail on any source that was not
