@@ -418,9 +418,24 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
             Ok(Some((tree, measured))) => {
                 let (state, detail) = match measured {
                     Ok(t) => {
-                        let d = t.describe();
+                        let mut d = t.describe();
+                        let mut state = StepState::Cached;
+                        for l in &tree.locks {
+                            let e = crate::stages::rust::crates::entry(store, l);
+                            let staged = if e.exists() {
+                                "staged"
+                            } else {
+                                state = StepState::ToDo;
+                                "to stage"
+                            };
+                            d.push_str(&format!(
+                                "; crates of {}: {staged} in {}",
+                                l.file,
+                                e.label()
+                            ));
+                        }
                         plan_rust = Some(t);
-                        (StepState::Cached, d)
+                        (state, d)
                     }
                     Err(rust::Problem::Mismatch(w) | rust::Problem::Missing(w)) => {
                         tree_refusals.push(w.clone());

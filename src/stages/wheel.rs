@@ -24,6 +24,7 @@ use crate::recipe::{BuildMode, LoadedRecipe, TargetDevice};
 use crate::stages::ext::{Decided, ExtSource, Variable};
 use crate::stages::lock::{BuildRequirements, build_requirements};
 use crate::stages::rust::TreeRust;
+use crate::stages::rust::crates::{self, CratesRecord};
 use crate::stages::source::Describe;
 use crate::stages::wheelhouse::LockedInstall;
 use crate::store::key::{KEY_SCHEMA, content_key};
@@ -355,8 +356,8 @@ pub fn plan(
         "build_lock": hermetic.build_lock.as_ref().map(|l| l.lock_sha256.clone()),
     });
     // Only a tree that builds Rust has it in its key (other keys stay as they were).
-    if let (Some(_), Some(t)) = (&hermetic.rust, &tc.rust) {
-        inputs["rust"] = json!({ "toolchain": t.key() });
+    if let (Some(r), Some(t)) = (&hermetic.rust, &tc.rust) {
+        inputs["rust"] = json!({ "toolchain": t.key(), "crates": crates::key_inputs(&r.crates) });
     }
     let key = content_key(&inputs);
     WheelPlan {
@@ -682,12 +683,18 @@ pub struct WheelHermetic {
 pub struct RustInputs {
     /// What the tree declares.
     pub tree: TreeRust,
+    /// The crates of each of its `Cargo.lock` files, staged
+    /// ([`crate::stages::rust::crates`]).
+    pub crates: Vec<(Entry, CratesRecord)>,
 }
 
 impl WheelHermetic {
     /// Labels of every store entry these inputs come from (for `requires`).
     pub fn labels(&self) -> Vec<String> {
         let mut out: Vec<String> = self.ext.iter().map(|(_, e)| e.label()).collect();
+        if let Some(r) = &self.rust {
+            out.extend(r.crates.iter().map(|(e, _)| e.label()));
+        }
         if let Some(l) = &self.build_lock {
             out.extend(l.labels());
         }
@@ -1017,8 +1024,10 @@ pub fn ensure(
         env.extend(paths);
     }
     // Rust: the measured toolchain, named for rustup (`RUSTUP_TOOLCHAIN`).
-    if let (Some(_), Some(t)) = (&plan.hermetic.rust, &tc.rust) {
+    // Its staged crates only, offline (`CARGO_HOME` in the work directory).
+    if let (Some(rust), Some(t)) = (&plan.hermetic.rust, &tc.rust) {
         env.extend(t.env());
+        env.extend(crates::build_env(&rust.crates, &work)?);
     }
     if uv.offline && crate::stages::ext::runs_cmake(&r.build.target_device) {
         // Offline, CMake itself must fail on any source that was not

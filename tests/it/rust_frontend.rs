@@ -171,3 +171,146 @@ fn a_channel_no_installed_toolchain_satisfies_is_refused_before_any_work() {
     let problems = json(&plan)["problems"].to_string();
     assert!(problems.contains("channel 1.2"), "{problems}");
 }
+
+/// The sha256 of the file at `path`, lowercase hex (as `sha256sum`).
+fn sha256_of(path: &Path) -> String {
+    let out = succeeds(Command::new("sha256sum").arg(path));
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn crates_are_staged_exported_and_build_offline_after_import_with_an_empty_cargo_home() {
+    let fx = Fx::new();
+    let (repo, commit, dep) = rust_repo(fx.dir(), &channel_of_default(), |_| {});
+    let recipe = fx.recipe("fx", &repo, &commit, SMOKE);
+    let r = recipe.to_str().unwrap();
+    let lock_sha = sha256_of(&repo.join("rust/Cargo.lock"));
+    // Export stages the crates of rust/Cargo.lock (no build).
+    let bundle = fx.dir().join("fx.tar.gz");
+    fx.exits(&["export", r, "-o", bundle.to_str().unwrap()], 0);
+    let crates = fx.store().join("store/crates").join(&lock_sha);
+    let sums = crates.join("vendor/fxdep-0.1.0/.cargo-checksum.json");
+    assert!(
+        sums.is_file(),
+        "{:?}",
+        tree(&fx.store().join("store/crates"))
+    );
+    let listing = succeeds(Command::new("tar").arg("-tzf").arg(&bundle));
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(
+        listing.contains(&format!(
+            "store/crates/{lock_sha}/vendor/fxdep-0.1.0/src/lib.rs"
+        )),
+        "{listing}"
+    );
+
+    // Box B: fxdep's repository gone, an empty CARGO_HOME, import, offline.
+    let gone = fx.dir().join("fxdep-gone");
+    std::fs::rename(&dep, &gone).unwrap();
+    let b = fx.dir().join("store-b");
+    let home = fx.dir().join("empty-cargo-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let on_b = |args: &[&str]| {
+        let mut c = fx.cmd_at(&b, args);
+        c.env("CARGO_HOME", &home);
+        c.output().expect("oracle-build runs")
+    };
+    let out = on_b(&["import", bundle.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let plan = on_b(&["plan", r, "--offline", "--json"]);
+    let plan = json(&plan);
+    assert!(
+        plan["offline_missing"].as_array().unwrap().is_empty(),
+        "{plan}"
+    );
+    let out = on_b(&["build", r, "--offline", "--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let built_b = json(&out);
+    assert!(
+        strs_of(&built_b["built"]).contains(&"wheel".to_string()),
+        "B built the wheel itself: {built_b}"
+    );
+    let rec = build_record(&b, &built_b);
+    assert_eq!(rec["env"]["CARGO_NET_OFFLINE"], "true", "{}", rec["env"]);
+    let cargo_home = rec["env"]["CARGO_HOME"].as_str().unwrap();
+    assert!(
+        cargo_home.starts_with(b.to_str().unwrap()),
+        "the build's CARGO_HOME is in its store: {cargo_home}"
+    );
+    assert_eq!(
+        rec["inputs"]["rust"]["crates"][0]["sha256"], lock_sha,
+        "{}",
+        rec["inputs"]
+    );
+    assert!(
+        strs_of(&rec["requires"]).contains(&format!("crates/{lock_sha}")),
+        "{}",
+        rec["requires"]
+    );
+    assert_eq!(
+        run_fx_rs(&oracle_of(&b, "fx")),
+        "fx-rs with fxdep 0.1.0 from git"
+    );
+    assert!(
+        tree(&home).is_empty(),
+        "CARGO_HOME untouched: {:?}",
+        tree(&home)
+    );
+
+    // A builds online from its staged crates too, under the same key; its
+    // push carries the crates (signed), and C's pull brings them.
+    std::fs::rename(&gone, &dep).unwrap();
+    let url = format!("file://{}", fx.dir().join("cache").display());
+    let (key, line) = keypair(fx.dir(), "builder-a@test");
+    let allowed = fx.dir().join("allowed_signers");
+    std::fs::write(&allowed, line).unwrap();
+    crate::cache::configure(fx.store(), &url, Some(&key), None, 1);
+    crate::cache::configure(&c_store(&fx), &url, None, Some(&allowed), 1);
+    let as_builder = |store: &Path, args: &[&str]| {
+        let mut c = fx.cmd_at(store, args);
+        c.env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
+            .env("ORACLE_BUILD_BUILDER", "builder-a@test");
+        c.output().expect("oracle-build runs")
+    };
+    let out = as_builder(fx.store(), &["build", r, "--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(json(&out)["keys"]["wheel"], built_b["keys"]["wheel"]);
+    let out = as_builder(fx.store(), &["push", r]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let out = as_builder(&c_store(&fx), &["pull", r]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(
+        c_store(&fx)
+            .join("store/crates")
+            .join(&lock_sha)
+            .join("vendor/fxdep-0.1.0")
+            .is_dir(),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Box C's store in the test directory of `fx`.
+fn c_store(fx: &Fx) -> PathBuf {
+    fx.dir().join("store-c")
+}
+
+/// The strings of a JSON array.
+fn strs_of(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The oracle venv of recipe `name` in the store at `store`.
+fn oracle_of(store: &Path, name: &str) -> PathBuf {
+    store.join("roots").join(name).canonicalize().unwrap()
+}

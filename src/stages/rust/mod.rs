@@ -11,6 +11,8 @@
 //! tree declares ([`crate::host::rust`]), and only then does the wheel key
 //! hold it; a tree without Rust builds as before.
 
+pub mod crates;
+
 use std::path::Path;
 use std::str::FromStr;
 
