@@ -117,11 +117,38 @@ fn a_channel_the_default_toolchain_satisfies_under_another_name_builds_with_it()
         "{}",
         rec["inputs"]
     );
-    // The extension was built (rustup did not stop at the tree's channel).
+    // The extension was built (rustup did not stop at the tree's channel),
+    // required (the tree reads VLLM_REQUIRE_RUST_FRONTEND), and recorded.
     assert_eq!(
         run_fx_rs(&fx.oracle("fx")),
         "fx-rs with fxdep 0.1.0 from git"
     );
+    assert_eq!(
+        rec["env"]["VLLM_REQUIRE_RUST_FRONTEND"], "1",
+        "{}",
+        rec["env"]
+    );
+    let ext = &rec["rust_extensions"][0];
+    assert_eq!(ext["target"], "fixturellm.fx-rs", "{ext}");
+    assert_eq!(ext["kind"], "executable", "{ext}");
+    assert_eq!(ext["present"], true, "{ext}");
+    assert!(
+        ext["declared"]
+            .as_str()
+            .unwrap()
+            .starts_with("tools/build_rust.py:"),
+        "{ext}"
+    );
+    // `verify` lists the optional extension present.
+    let verified = fx.json(&["verify", recipe.to_str().unwrap(), "--json"]);
+    let check = verified["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["field"] == "optional_extensions")
+        .unwrap_or_else(|| panic!("verify checks the optional extensions: {verified}"));
+    assert_eq!(check["ok"], true, "{check}");
+    assert_eq!(check["found"], "present: fixturellm.fx-rs", "{check}");
     // `plan` measured the same toolchain and knew nothing to refuse.
     let plan = json(&plan);
     let step = plan["steps"]
@@ -313,4 +340,84 @@ fn strs_of(v: &serde_json::Value) -> Vec<String> {
 /// The oracle venv of recipe `name` in the store at `store`.
 fn oracle_of(store: &Path, name: &str) -> PathBuf {
     store.join("roots").join(name).canonicalize().unwrap()
+}
+
+#[test]
+fn an_optional_extension_missing_is_a_mismatch_unless_the_recipe_accepts_it() {
+    let fx = Fx::new();
+    // A tree whose extension cannot build, optional whatever the
+    // environment says (it does not read VLLM_REQUIRE_RUST_FRONTEND):
+    // setuptools-rust leaves it out of the wheel with a warning.
+    let (repo, commit, _) = rust_repo(fx.dir(), &channel_of_default(), |repo| {
+        let tools = repo.join("tools/build_rust.py");
+        let text = std::fs::read_to_string(&tools).unwrap();
+        let optional = "optional = os.environ.get(\"VLLM_REQUIRE_RUST_FRONTEND\", \"0\") != \"1\"";
+        assert!(text.contains(optional));
+        let text = text
+            .replace(optional, "optional = True")
+            .replace("unless ``VLLM_REQUIRE_RUST_FRONTEND=1``", "always");
+        std::fs::write(&tools, text).unwrap();
+        std::fs::write(
+            repo.join("rust/src/main.rs"),
+            "compile_error!(\"fx-rs does not build here\");\nfn main() {}\n",
+        )
+        .unwrap();
+    });
+    let recipe = fx.recipe("fx", &repo, &commit, SMOKE);
+    let out = fx.build(&recipe);
+    assert_eq!(code(&out), 3, "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "optional_extensions",
+        "absent: fixturellm.fx-rs (tools/build_rust.py:",
+    ] {
+        assert!(err.contains(want), "names {want}: {err}");
+    }
+    assert!(
+        tree(&fx.store().join("store/venvs")).is_empty(),
+        "no oracle is kept"
+    );
+    // A recipe that accepts its absence says so, and gets its own wheel key.
+    let ok = fx.recipe(
+        "fx-ok",
+        &repo,
+        &commit,
+        &format!("  optional_missing_ok: [fixturellm.fx-rs]\n{SMOKE}"),
+    );
+    let built = fx.build_json(fx.store(), &ok);
+    assert_eq!(built["verdict"], "gateable", "{built}");
+    let rec = build_record(fx.store(), &built);
+    assert_eq!(
+        rec["inputs"]["rust"]["optional_missing_ok"][0], "fixturellm.fx-rs",
+        "{}",
+        rec["inputs"]
+    );
+    assert_eq!(rec["rust_extensions"][0]["present"], false, "{rec}");
+    let verified = fx.json(&["verify", ok.to_str().unwrap(), "--json"]);
+    let check = verified["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["field"] == "optional_extensions")
+        .unwrap_or_else(|| panic!("{verified}"));
+    assert_eq!(check["ok"], true, "{check}");
+    assert_eq!(
+        check["found"],
+        "present: none; absent, accepted by build.optional_missing_ok: fixturellm.fx-rs",
+        "{check}"
+    );
+    // A value that names no target is bad input, with its line (exit 2).
+    let bad = fx.recipe(
+        "fx-bad",
+        &repo,
+        &commit,
+        &format!("  optional_missing_ok: [\"fixturellm fx-rs\"]\n{SMOKE}"),
+    );
+    let out = fx.build(&bad);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 9: field `build.optional_missing_ok[0]`: \"fixturellm fx-rs\""),
+        "{err}"
+    );
 }

@@ -12,6 +12,7 @@
 //! hold it; a tree without Rust builds as before.
 
 pub mod crates;
+pub mod declared;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -54,6 +55,10 @@ pub struct TreeRust {
     /// looked for in a checkout; `false` for a mirror's commit).
     #[serde(default)]
     pub reads_require_env: bool,
+    /// The Python files of the tree that name `setuptools_rust` (where its
+    /// extensions are declared: [`declared`]; only looked for in a checkout).
+    #[serde(default)]
+    pub rust_py_files: Vec<String>,
 }
 
 /// The file names rustup reads a toolchain from.
@@ -145,18 +150,26 @@ pub fn discover(
     if needs.is_empty() {
         return Ok(None);
     }
-    let reads_require_env = scan_env
-        && paths.iter().filter(|p| p.ends_with(".py")).any(|p| {
-            read(p).is_some_and(|b| {
-                b.windows(REQUIRE_ENV.len())
-                    .any(|w| w == REQUIRE_ENV.as_bytes())
-            })
-        });
+    let mut reads_require_env = false;
+    let mut rust_py_files = Vec::new();
+    if scan_env {
+        let has = |b: &[u8], word: &str| b.windows(word.len()).any(|w| w == word.as_bytes());
+        let mut py: Vec<&String> = paths.iter().filter(|p| p.ends_with(".py")).collect();
+        py.sort();
+        for p in py {
+            let Some(b) = read(p) else { continue };
+            reads_require_env |= has(&b, REQUIRE_ENV);
+            if has(&b, "setuptools_rust") {
+                rust_py_files.push(p.clone());
+            }
+        }
+    }
     Ok(Some(TreeRust {
         needs,
         toolchain_files,
         locks,
         reads_require_env,
+        rust_py_files,
     }))
 }
 
@@ -247,7 +260,7 @@ mod tests {
             ("rust-toolchain.toml", "[toolchain]\nchannel = \"1.95\"\n"),
             (
                 "tools/build_rust.py",
-                "os.getenv('VLLM_REQUIRE_RUST_FRONTEND')\n",
+                "from setuptools_rust import RustExtension\nos.getenv('VLLM_REQUIRE_RUST_FRONTEND')\n",
             ),
         ]);
         let read = |p: &str| map.get(p).cloned();
@@ -263,6 +276,7 @@ mod tests {
         assert_eq!(t.locks.len(), 1);
         assert_eq!(t.locks[0].file, "rust/Cargo.lock");
         assert!(t.reads_require_env);
+        assert_eq!(t.rust_py_files, ["tools/build_rust.py"]);
         assert!(
             !discover(&paths, &read, "cpu", false)
                 .unwrap()
