@@ -29,6 +29,7 @@ const STAGE_ORDER: &[&str] = &[
     "lock",
     "wheelhouse",
     "ext",
+    "rust",
     "wheel",
     "venv",
     "identity",

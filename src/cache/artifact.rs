@@ -41,6 +41,8 @@ pub enum Kind {
     Wheelhouse,
     /// A staged external source.
     Ext,
+    /// The vendored crates of one `Cargo.lock` (`store/crates/<sha256>`).
+    Crates,
     /// A built wheel with `build.json` and `build.log`.
     Wheel,
     /// What a pin needs: the list of the other artifacts, its recipe and
@@ -63,6 +65,7 @@ impl Kind {
             Kind::Lock => "lock",
             Kind::Wheelhouse => "wheelhouse",
             Kind::Ext => "ext",
+            Kind::Crates => "crates",
             Kind::Wheel => "wheel",
             Kind::Inputs => "inputs",
             Kind::Attestation => "att",
@@ -92,6 +95,7 @@ impl Kind {
             Kind::Lock => "lock",
             Kind::Wheelhouse => "wheelhouse",
             Kind::Ext => "ext",
+            Kind::Crates => "crates",
             Kind::Wheel => "wheel",
             Kind::Inputs => "inputs",
             Kind::Attestation => "attestation",
@@ -118,6 +122,7 @@ impl Kind {
             Bucket::Locks => Some(Kind::Lock),
             Bucket::Wheelhouse => Some(Kind::Wheelhouse),
             Bucket::Ext => Some(Kind::Ext),
+            Bucket::Crates => Some(Kind::Crates),
             Bucket::Wheels => Some(Kind::Wheel),
             Bucket::Bytecode => Some(Kind::Bytecode),
             Bucket::Git | Bucket::Src | Bucket::Venvs => None,
@@ -521,6 +526,7 @@ fn record_file(bucket: Bucket) -> Option<&'static str> {
         Bucket::Wheels => Some("build.json"),
         Bucket::Wheelhouse => Some(crate::stages::wheelhouse::ARTIFACT_JSON),
         Bucket::Ext => Some("ext.json"),
+        Bucket::Crates => Some(crate::stages::rust::crates::CRATES_JSON),
         Bucket::Locks => Some(crate::stages::lock::LOCK_JSON),
         Bucket::Bytecode => Some(crate::host::bytecode::BYTECODE_JSON),
         _ => None,

@@ -651,6 +651,12 @@ impl<'a> Fetcher<'a> {
             Bucket::Ext if !dir.join("ext.json").is_file() => {
                 return Err(refuse("no ext.json".into()));
             }
+            Bucket::Crates => {
+                let problems = crate::stages::rust::crates::check(&dir, &entry.name);
+                if !problems.is_empty() {
+                    return Err(refuse(problems.join("; ")));
+                }
+            }
             Bucket::Locks if !dir.join(crate::stages::lock::LOCK_JSON).is_file() => {
                 return Err(refuse("no lock.json".into()));
             }

@@ -267,9 +267,10 @@ pub struct Lookup {
 /// Substitutes the hermetic inputs of `lr` before they are needed: the
 /// source (when the mirror lacks the commit), the lock (when neither
 /// `lock_dir` nor the store holds one), every wheelhouse artifact of the
-/// lock and every external source the commit's CMake files declare that the
-/// store lacks. Returns the stages taken from a cache (`source`, `lock`,
-/// `wheelhouse`, `ext`), each once.
+/// lock, every external source the commit's CMake files declare and the
+/// crates of each of its `Cargo.lock` files that the store lacks. Returns
+/// the stages taken from a cache (`source`, `lock`, `wheelhouse`, `ext`,
+/// `crates`), each once.
 ///
 /// Errors: the store cannot be written (a cache's failure only skips it).
 pub fn inputs(
@@ -338,6 +339,23 @@ pub fn inputs(
         }
         if hit {
             taken.push("ext".to_string());
+        }
+    }
+    // The crates of the commit's Cargo.lock files (a tree that builds Rust).
+    if let Ok(Some(tree)) = crate::stages::rust::discover_in_mirror(
+        &mirror.path,
+        &r.source.commit,
+        &r.build.target_device,
+    ) {
+        let mut hit = false;
+        for l in &tree.locks {
+            let e = crate::stages::rust::crates::entry(store, l);
+            if !e.exists() && subs.entry(&e, temp)?.is_some() {
+                hit = true;
+            }
+        }
+        if hit {
+            taken.push("crates".to_string());
         }
     }
     Ok(taken)

@@ -18,6 +18,7 @@ pub mod http;
 pub mod mirror;
 pub mod platform;
 pub mod process;
+pub mod rust;
 pub mod toolchain;
 pub mod uv;
 pub mod uv_wheels;

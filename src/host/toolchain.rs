@@ -515,4 +515,9 @@ pub struct Toolchain {
     /// PATH), measured at preflight ([`crate::host::compilers`]).
     #[serde(default)]
     pub compilers: crate::host::compilers::Compilers,
+    /// rustc and cargo, for a tree whose build needs Rust (measured after
+    /// the checkout, against the channels it declares: [`crate::host::rust`]);
+    /// `None` for every other tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rust: Option<crate::host::rust::RustToolchain>,
 }

@@ -88,6 +88,7 @@ pub fn run(s: &Session, pin_arg: &str, opts: &LockOptions) -> Result<()> {
         gcc: toolchain::find_gcc(),
         nvcc: None,
         compilers: Default::default(),
+        rust: None,
     };
     let uv = Uv {
         tool: uv_tool,

@@ -161,6 +161,7 @@ fn preparing(
         gcc: None,
         nvcc: None,
         compilers: Default::default(),
+        rust: None,
     };
     let uv = crate::host::uv::Uv {
         tool: uv_tool,
@@ -170,6 +171,41 @@ fn preparing(
         tmp_dir: Some(store.uv_tmp_dir()),
     };
     Ok((tc, uv))
+}
+
+/// The staged crates of every `Cargo.lock` of the checkout at `src`, when
+/// its build needs Rust (`stages::rust`), vendored now when missing with
+/// the toolchain the tree declares, else this machine's default one (only
+/// cargo vendors them; nothing is compiled). Each entry is registered in
+/// `temp` first.
+///
+/// Errors: no cargo; a toolchain file that does not parse; cargo fails.
+fn stage_crates(
+    store: &Store,
+    lr: &LoadedRecipe,
+    src: &Path,
+    temp: &TempRoots,
+) -> Result<Vec<Entry>> {
+    use crate::host::rust::{Problem, measure};
+    use crate::stages::rust::{crates, discover_in_tree};
+    let Some(tree) = discover_in_tree(src, &lr.recipe.build.target_device)? else {
+        return Ok(Vec::new());
+    };
+    if tree.locks.iter().all(|l| crates::entry(store, l).exists()) {
+        return Ok(tree.locks.iter().map(|l| crates::entry(store, l)).collect());
+    }
+    let rust = match measure(&tree.toolchain_files).or_else(|_| measure(&[])) {
+        Ok(t) => t,
+        Err(Problem::Missing(why) | Problem::Mismatch(why)) => {
+            bail!("cannot stage the crates of {}: {why}", lr.recipe.name)
+        }
+    };
+    let mut out = Vec::new();
+    for l in &tree.locks {
+        temp.add(store, &crates::entry(store, l))?;
+        out.push(crates::ensure(store, &rust, src, l, false)?.0);
+    }
+    Ok(out)
 }
 
 /// The pinned uv's wheel for this host, in the wheelhouse (fetched by its
@@ -258,6 +294,11 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
     for s in &found.sources {
         temp.add(store, &ext::entry(store, s))?;
         let (e, _) = ext::ensure(store, s, false)?;
+        add_entry(&e, &mut entries, &mut files)?;
+    }
+    // The crates of the tree's Cargo.lock files (the same for every
+    // platform: cargo vendors every target's packages).
+    for e in stage_crates(store, lr, &src.path, &temp)? {
         add_entry(&e, &mut entries, &mut files)?;
     }
     let (uv_entry, uv_artifact) = installer::wheel_entry(store, platform, Some(&temp))?;
@@ -1035,6 +1076,22 @@ pub fn import(
     } else {
         (vec![mirror.label()], Vec::new())
     };
+    // The crates entries are what their names say (each Cargo.lock's
+    // sha256, every package of it vendored with its checksum), before any
+    // entry is moved in.
+    for (bucket, name) in &tops {
+        if bucket == Bucket::Crates.dir_name() {
+            let problems =
+                crate::stages::rust::crates::check(&x.join("store").join(bucket).join(name), name);
+            if !problems.is_empty() {
+                return Err(bad_input(format!(
+                    "refusing {}: store/{bucket}/{name} is not the crates of its Cargo.lock: {}",
+                    file.display(),
+                    problems.join("; ")
+                )));
+            }
+        }
+    }
     let wheel_atts =
         take_attestations(&x.join("lockfiles").join(&m.recipe).join(WHEEL_ATTESTATIONS))?;
     let mut wheel_trust = None;

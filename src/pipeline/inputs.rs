@@ -14,9 +14,10 @@ use crate::stages::ext::{self, Discovery, ExtSource};
 use crate::stages::lock::pylock::parse_pylock;
 use crate::stages::lock::{self, Locked};
 use crate::stages::requires;
+use crate::stages::rust::{TreeRust, crates};
 use crate::stages::source;
 use crate::stages::venv::VenvHermetic;
-use crate::stages::wheel::{CompilerCache, SCRUBBED_ENV, WheelHermetic, is_scrubbed};
+use crate::stages::wheel::{CompilerCache, RustInputs, SCRUBBED_ENV, WheelHermetic, is_scrubbed};
 use crate::stages::wheelhouse;
 use crate::stages::wheelhouse::LockedInstall;
 use crate::store::{Entry, Store, TempRoots, read_json};
@@ -138,6 +139,7 @@ pub fn prepare(
     lock_dir: &Path,
     offline: bool,
     temp: &TempRoots,
+    tree_rust: Option<&TreeRust>,
 ) -> Result<Prepared> {
     let Ctx { store, lr, .. } = *cx;
     let r = &lr.recipe;
@@ -219,6 +221,17 @@ pub fn prepare(
     prepared.wheel.ext = staged;
     prepared.wheel.ext_key = ext::key_inputs(&records);
     prepared.wheel.compiler_cache = compiler_cache(store)?;
+    if let (Some(tree), Some(tc)) = (tree_rust, &cx.tc.rust) {
+        let mut staged = Vec::new();
+        for l in &tree.locks {
+            temp.add(store, &crates::entry(store, l))?;
+            staged.push(crates::ensure(store, tc, &src.path, l, offline)?);
+        }
+        prepared.wheel.rust = Some(RustInputs {
+            tree: tree.clone(),
+            crates: staged,
+        });
+    }
     if !prepared.wheel.ext.is_empty() {
         progress::stage(
             "ext",
@@ -307,6 +320,14 @@ pub fn known(store: &Store, lr: &LoadedRecipe, src: &Path, lock_dir: &Path) -> O
     }
     prepared.wheel.ext = staged;
     prepared.wheel.ext_key = ext::key_inputs(&records);
+    prepared.wheel.rust =
+        match crate::stages::rust::discover_in_tree(src, &lr.recipe.build.target_device).ok()? {
+            None => None,
+            Some(tree) => Some(RustInputs {
+                crates: crates::known(store, &tree.locks)?,
+                tree,
+            }),
+        };
     Some(prepared)
 }
 
@@ -410,6 +431,23 @@ pub fn discover(store: &Store, lr: &LoadedRecipe) -> Option<Discovery> {
     ext::discover_in_mirror(&mirror.path, &r.source.commit, &r.build.target_device).ok()
 }
 
+/// The Rust of `commit`'s tree ([`crate::stages::rust`]), read from the
+/// checkout when it exists, else from the mirror; `None` when its build
+/// needs no Rust or neither holds the commit.
+pub fn discover_rust(store: &Store, lr: &LoadedRecipe) -> Option<TreeRust> {
+    let r = &lr.recipe;
+    let src = source::checkout_entry(store, &r.source.commit);
+    if src.exists() {
+        return crate::stages::rust::discover_in_tree(&src.path, &r.build.target_device)
+            .ok()
+            .flatten();
+    }
+    let mirror = source::mirror_entry(store, &r.source.repo);
+    crate::stages::rust::discover_in_mirror(&mirror.path, &r.source.commit, &r.build.target_device)
+        .ok()
+        .flatten()
+}
+
 /// Rows for `plan`.
 pub fn ext_rows(store: &Store, found: &Discovery) -> Vec<ExtRow> {
     let mirrors = crate::host::mirror::load(store.root()).unwrap_or_default();
@@ -475,6 +513,18 @@ pub fn offline_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Ve
             )),
         },
         Err(e) => problems.push(format!("--offline: lock stage: {e:#}")),
+    }
+    if let Some(tree) = discover_rust(store, lr) {
+        for l in &tree.locks {
+            let e = crates::entry(store, l);
+            if !e.exists() {
+                problems.push(format!(
+                    "--offline: rust stage: the crates of {} are not staged in {}",
+                    l.file,
+                    e.label()
+                ));
+            }
+        }
     }
     if let Some(found) = discover(store, lr) {
         for row in ext_rows(store, &found).iter().filter(|r| !r.staged) {

@@ -23,7 +23,10 @@
 //!    version) are evaluated with the measured compilers
 //!    ([`preflight::check_tree_requirements`]): one they fail is refused
 //!    before anything is compiled, one the tree decides at configure time
-//!    is a warning.
+//!    is a warning. A tree whose build needs Rust has its toolchain
+//!    measured and held against the channels it declares
+//!    ([`preflight::check_tree_rust`]): exit 2 when nothing installed
+//!    satisfies one.
 //! 5. Check the recipe's `expect.runtime_version` and
 //!    `expect.distribution_version` against what the commit's history fixes
 //!    of its version, read from the mirror (`stages::source::history`: the
@@ -68,6 +71,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::host::disk::{self, Stage};
+use crate::host::rust;
 use crate::host::toolchain::{self, Toolchain};
 use crate::host::uv::Uv;
 use crate::progress;
@@ -407,7 +411,48 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         if let Some(c) = &findings.compilers {
             tree_refusals = preflight::tree_requirements(lr, &src.path, c).0;
         }
-        if let Some(tc) = known_toolchain(&findings) {
+        // The tree's Rust: its toolchain measured (a refusal is a problem).
+        let mut plan_rust = None;
+        match preflight::tree_rust(lr, &src.path) {
+            Ok(None) => {}
+            Ok(Some((tree, measured))) => {
+                let (state, detail) = match measured {
+                    Ok(t) => {
+                        let mut d = t.describe();
+                        let mut state = StepState::Cached;
+                        for l in &tree.locks {
+                            let e = crate::stages::rust::crates::entry(store, l);
+                            let staged = if e.exists() {
+                                "staged"
+                            } else {
+                                state = StepState::ToDo;
+                                "to stage"
+                            };
+                            d.push_str(&format!(
+                                "; crates of {}: {staged} in {}",
+                                l.file,
+                                e.label()
+                            ));
+                        }
+                        plan_rust = Some(t);
+                        (state, d)
+                    }
+                    Err(rust::Problem::Mismatch(w) | rust::Problem::Missing(w)) => {
+                        tree_refusals.push(w.clone());
+                        (StepState::Blocked, w)
+                    }
+                };
+                steps.push(step(
+                    "rust",
+                    state,
+                    format!("{detail} ({})", tree.needs.join("; ")),
+                    0,
+                ));
+            }
+            Err(e) => tree_refusals.push(format!("{e:#}")),
+        }
+        if let Some(mut tc) = known_toolchain(&findings) {
+            tc.rust = plan_rust;
             let known = inputs::known(store, lr, &src.path, lock_dir);
             match (wheel::settings(lr, &src.path, None), known) {
                 (Err(e), _) => {
@@ -662,7 +707,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         ));
     }
     // 3. Preflight.
-    let tc = preflight::toolchain_of(store, lr, findings)?;
+    let mut tc = preflight::toolchain_of(store, lr, findings)?;
     let cleaned = store.clean_stale_staging()? + StableWorkDir::clean_stale(store);
     let partial = store.clean_stale_downloads()?;
     if partial > 0 {
@@ -686,12 +731,6 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         offline: o.offline,
         cache_dir: Some(store.uv_cache_dir()),
         tmp_dir: Some(store.uv_tmp_dir()),
-    };
-    let cx = Ctx {
-        store,
-        lr,
-        tc: &tc,
-        uv: &uv,
     };
     let mut built = Vec::new();
 
@@ -743,13 +782,29 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     }
     // 4b. The tree's compiler requirement, before anything is compiled.
     preflight::check_tree_requirements(lr, &src.path, &tc.compilers)?;
+    // 4c. The tree's Rust: the toolchain its files declare, measured.
+    let tree_rust = preflight::check_tree_rust(lr, &src.path)?;
+    tc.rust = tree_rust.as_ref().map(|(_, t)| t.clone());
+    let cx = Ctx {
+        store,
+        lr,
+        tc: &tc,
+        uv: &uv,
+    };
 
     // 5. The versions the recipe expects, against what the history fixes:
     // a wrong one fails now, not after the lock, the build venv and the compile.
     source::history::check_expected(lr, &mirror.path, &src.path)?;
 
     // 6. Hermetic inputs.
-    let hermetic = inputs::prepare(&cx, &src, o.lock_dir, o.offline, &temp)?;
+    let hermetic = inputs::prepare(
+        &cx,
+        &src,
+        o.lock_dir,
+        o.offline,
+        &temp,
+        tree_rust.as_ref().map(|(t, _)| t),
+    )?;
     let lock_entry = hermetic.lock_entry.clone();
 
     // 7. Wheel.
@@ -916,6 +971,7 @@ fn known_toolchain(findings: &preflight::Findings) -> Option<Toolchain> {
         gcc: preflight::gcc_of(findings.compilers.as_ref()?),
         nvcc: findings.nvcc.clone(),
         compilers: findings.compilers.clone()?,
+        rust: None,
     })
 }
 

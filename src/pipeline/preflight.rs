@@ -4,9 +4,11 @@
 use anyhow::{Result, anyhow};
 
 use crate::host::compilers::{self, Compilers};
+use crate::host::rust::{self, RustToolchain};
 use crate::host::toolchain::{self, Python, Tool, Toolchain};
 use crate::progress;
 use crate::recipe::LoadedRecipe;
+use crate::stages::rust::TreeRust;
 use crate::stages::source;
 use crate::store::Store;
 
@@ -173,6 +175,7 @@ pub fn toolchain_of(store: &Store, lr: &LoadedRecipe, f: Findings) -> Result<Too
         gcc: gcc_of(&compilers),
         nvcc: f.nvcc,
         compilers,
+        rust: None,
     };
     progress::stage(
         "toolchain",
@@ -276,4 +279,67 @@ pub fn check_tree_requirements(
         )));
     }
     Ok(())
+}
+
+/// The Rust of the tree at `src` and the toolchain that builds it
+/// (`None` when its build needs no Rust, [`crate::stages::rust`]):
+/// measured and held against the channels its toolchain files declare
+/// ([`crate::host::rust::measure`]), each problem one line.
+pub fn tree_rust(
+    lr: &LoadedRecipe,
+    src: &std::path::Path,
+) -> Result<Option<(TreeRust, std::result::Result<RustToolchain, rust::Problem>)>> {
+    let Some(tree) = crate::stages::rust::discover_in_tree(src, &lr.recipe.build.target_device)?
+    else {
+        return Ok(None);
+    };
+    let measured = rust::measure(&tree.toolchain_files);
+    Ok(Some((tree, measured)))
+}
+
+/// [`tree_rust`] as the build applies it, after the checkout and before
+/// the lock and the wheel stage: a declared channel no installed toolchain
+/// satisfies is bad input (exit 2, naming the file and both versions:
+/// rustup would stop the build there, or setuptools-rust skip an optional
+/// extension); no rustc or cargo is a failure (exit 1). Says which
+/// toolchain builds the tree.
+pub fn check_tree_rust(
+    lr: &LoadedRecipe,
+    src: &std::path::Path,
+) -> Result<Option<(TreeRust, RustToolchain)>> {
+    let Some((tree, measured)) = tree_rust(lr, src)? else {
+        return Ok(None);
+    };
+    let name = &lr.recipe.name;
+    match measured {
+        Ok(tc) => {
+            let declared: Vec<String> = tree
+                .toolchain_files
+                .iter()
+                .filter_map(|d| Some(format!("{} channel {}", d.file, d.channel.as_deref()?)))
+                .collect();
+            progress::stage(
+                "toolchain",
+                format!(
+                    "{}, {} ({}){}",
+                    tc.describe(),
+                    tc.cargo.version,
+                    tree.needs.join("; "),
+                    if declared.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", for {}", declared.join(", "))
+                    }
+                ),
+            );
+            Ok(Some((tree, tc)))
+        }
+        Err(rust::Problem::Mismatch(why)) => Err(crate::exit::bad_input(format!(
+            "cannot build {name}: the tree's Rust toolchain is not on this machine (nothing was compiled): {why}"
+        ))),
+        Err(rust::Problem::Missing(why)) => Err(anyhow!(
+            "cannot build {name}: {why} (the tree needs Rust: {})",
+            tree.needs.join("; ")
+        )),
+    }
 }

@@ -161,6 +161,13 @@ pub struct Build {
     /// Disk each stage needs, for the preflight; defaults by target device.
     #[serde(default)]
     pub disk: Disk,
+    /// The optional extensions the tree declares (its setuptools-rust
+    /// `RustExtension` / `RustBin` targets, e.g. `vllm._rust_tool_parser`,
+    /// `vllm.vllm-rs`) this oracle may lack. Every declared one is required
+    /// unless named here (`stages::rust::declared`); part of the wheel key
+    /// of a tree that builds Rust.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub optional_missing_ok: Vec<String>,
 }
 
 /// `build.disk:` free space each stage needs before it starts, in GiB.
@@ -211,6 +218,7 @@ impl Default for Build {
             nvcc_threads: 1,
             env: BTreeMap::new(),
             disk: Disk::default(),
+            optional_missing_ok: Vec::new(),
         }
     }
 }
@@ -674,6 +682,36 @@ mod tests {
         parse(&format!("{BASE}{extra}"), "r.yaml")
             .unwrap_err()
             .to_string()
+    }
+
+    #[test]
+    fn optional_missing_ok_names_targets_with_their_line() {
+        let ok = parse(
+            &format!("{BASE}build:\n  target_device: cpu\n  optional_missing_ok: [vllm._rust_tool_parser, vllm.vllm-rs]\n"),
+            "r.yaml",
+        )
+        .unwrap();
+        assert_eq!(
+            ok.build.optional_missing_ok,
+            ["vllm._rust_tool_parser", "vllm.vllm-rs"]
+        );
+        let e = error_of(
+            "build:\n  target_device: cpu\n  optional_missing_ok:\n    - vllm.ok\n    - \"vllm rs\"\n",
+        );
+        assert!(
+            e.starts_with("r.yaml: line 10: field `build.optional_missing_ok[1]`: \"vllm rs\""),
+            "{e}"
+        );
+        let e = error_of("build:\n  optional_missing_ok: [a.b, a.b]\n");
+        assert!(
+            e.contains("`build.optional_missing_ok[1]`") && e.contains("listed twice"),
+            "{e}"
+        );
+        let e = error_of("build:\n  optional_missing_ok: [\"\"]\n");
+        assert!(e.contains("`build.optional_missing_ok[0]`"), "{e}");
+        let e = error_of("build:\n  optional_missing_ok: vllm.x\n");
+        assert!(e.contains("optional_missing_ok"), "{e}");
+        assert_plain(&e);
     }
 
     /// Rust type names and serde-saphyr's advice must never reach the user.

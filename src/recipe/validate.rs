@@ -32,6 +32,9 @@ pub fn controlled_build_var(key: &str) -> Option<&'static str> {
         "MAX_JOBS" => "set `build.max_jobs` (or `--jobs N`)",
         "NVCC_THREADS" => "set `build.nvcc_threads`",
         "TORCH_CUDA_ARCH_LIST" => "set `build.cuda_arch_list`",
+        "VLLM_REQUIRE_RUST_FRONTEND" => {
+            "it is 1 for a tree that reads it unless `build.optional_missing_ok` names the extensions that may be absent"
+        }
         "SOURCE_DATE_EPOCH" => "it is the committer time of `source.commit` (reproducible builds)",
         "PYTHONPATH" | "PYTHONHOME" | "PIP_CONSTRAINT" => {
             "it is removed from every build: the build venv holds exactly the build requirements"
@@ -279,6 +282,27 @@ pub(super) fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
                 &format!("build.disk.{field}"),
                 format!("{v} is not a size in GiB (a number, 0 or more)"),
             ));
+        }
+    }
+    for (i, target) in b.optional_missing_ok.iter().enumerate() {
+        let field = format!("build.optional_missing_ok[{i}]");
+        let valid = !target.is_empty()
+            && !target.starts_with('.')
+            && !target.ends_with('.')
+            && !target.contains("..")
+            && target
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+        if !valid {
+            return Err(fail(
+                &field,
+                format!(
+                    "{target:?} is not an extension's target: a dotted module path or a binary name the tree declares (e.g. `vllm._rust_tool_parser`, `vllm.vllm-rs`)"
+                ),
+            ));
+        }
+        if b.optional_missing_ok[..i].contains(target) {
+            return Err(fail(&field, format!("{target:?} is listed twice")));
         }
     }
     for (section, env) in [("build.env", &b.env), ("smoke.env", &r.smoke.env)] {

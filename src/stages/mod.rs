@@ -7,6 +7,7 @@ pub mod installer;
 pub mod lock;
 pub mod oracle;
 pub mod requires;
+pub mod rust;
 pub mod smoke;
 pub mod source;
 pub mod venv;

@@ -199,6 +199,17 @@ pub fn measure_oracle(
 ) -> Result<Identity> {
     let wheel = record.and_then(|r| r.wheel_record(venv));
     let mut id = identity::measure(venv, package, commit, wheel.as_ref().map(|w| &w.env))?;
+    // The tree's Rust extensions as its wheel's record lists them, measured
+    // in the venv now (else as the oracle's record says they were).
+    let declared = wheel.as_ref().map_or_else(
+        || {
+            record
+                .map(|r| r.identity.rust_extensions.clone())
+                .unwrap_or_default()
+        },
+        |w| w.rust_extensions.clone(),
+    );
+    id.rust_extensions = crate::stages::rust::declared::measure_in_venv(venv, &declared);
     if let Some(rec) = record.filter(|r| r.identity.commit == commit) {
         id.tags_at_commit = rec.identity.tags_at_commit.clone();
         id.history_version = rec
@@ -450,6 +461,8 @@ fn measure_identity(
     };
     ident.tags_at_commit = crate::stages::source::tags_at(tags_from, &r.source.commit);
     ident.history_version = wheel.history_version.clone();
+    ident.rust_extensions =
+        crate::stages::rust::declared::measure_in_venv(venv, &wheel.rust_extensions);
     let mut warnings = plan.source_warnings.clone();
     if crate::stages::source::nearest_tag(tags_from, &r.source.commit).is_none() {
         let w = format!(

@@ -978,6 +978,24 @@ impl CommitFiles {
         let b = self.repo.find_blob(e.id()).ok()?;
         Some(String::from_utf8_lossy(b.content()).into_owned())
     }
+
+    /// The paths of every regular file of the tree (relative to its root,
+    /// `/`-separated), submodules and symlinks left out.
+    pub fn paths(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Ok(tree) = self.repo.find_tree(self.tree) {
+            let _ = tree.walk(git2::TreeWalkMode::PreOrder, |root, e| {
+                if e.kind() == Some(git2::ObjectType::Blob)
+                    && e.filemode() & 0o170000 == 0o100000
+                    && let Some(name) = e.name()
+                {
+                    out.push(format!("{root}{name}"));
+                }
+                git2::TreeWalkResult::Ok
+            });
+        }
+        out
+    }
 }
 
 /// The committer time of `commit` in the checkout at `dir`, seconds since the epoch.

@@ -23,6 +23,9 @@ use crate::progress::{self, Progress};
 use crate::recipe::{BuildMode, LoadedRecipe, TargetDevice};
 use crate::stages::ext::{Decided, ExtSource, Variable};
 use crate::stages::lock::{BuildRequirements, build_requirements};
+use crate::stages::rust::TreeRust;
+use crate::stages::rust::crates::{self, CratesRecord};
+use crate::stages::rust::declared::{self, Extension};
 use crate::stages::source::Describe;
 use crate::stages::wheelhouse::LockedInstall;
 use crate::store::key::{KEY_SCHEMA, content_key};
@@ -40,6 +43,8 @@ pub const SCRUBBED_ENV: &[&str] = &[
     "PYTHONPATH",
     "PYTHONHOME",
     "PIP_CONSTRAINT",
+    // Set by the build for a tree that reads it (`stages::rust::REQUIRE_ENV`).
+    "VLLM_REQUIRE_RUST_FRONTEND",
 ];
 
 /// Prefixes of variables that hand-set a version (setuptools-scm's
@@ -79,12 +84,29 @@ pub const COMPILER_ENV: &[&str] = &[
     "NVCC_APPEND_FLAGS",
     "NVCC_CCBIN",
     "CMAKE_ARGS",
+    // Rust (a tree built with setuptools-rust or maturin): cargo and rustc
+    // read these (cargo's `config.html#environment-variables`); the build
+    // sets its own `CARGO`, `RUSTUP_TOOLCHAIN`, `CARGO_HOME` and
+    // `CARGO_NET_OFFLINE` (`stages::rust`).
+    "RUSTFLAGS",
+    "RUSTDOCFLAGS",
+    "CARGO_ENCODED_RUSTFLAGS",
+    "RUSTC",
+    "RUSTC_WRAPPER",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "RUSTUP_TOOLCHAIN",
+    "CARGO",
+    "CARGO_HOME",
+    "CARGO_NET_OFFLINE",
 ];
 
 /// Prefixes of build-tool variables removed like [`COMPILER_ENV`]: CMake
 /// reads `CMAKE_GENERATOR`, `CMAKE_BUILD_TYPE`, `CMAKE_TOOLCHAIN_FILE`,
 /// `CMAKE_<LANG>_COMPILER_LAUNCHER`... from the environment (cmake-env-variables(7)).
-pub const COMPILER_ENV_PREFIXES: &[&str] = &["CMAKE_"];
+/// cargo reads `CARGO_BUILD_*`, `CARGO_PROFILE_*` and `CARGO_TARGET_*`
+/// (`CARGO_TARGET_DIR`, `CARGO_TARGET_<triple>_RUSTFLAGS`, `_LINKER`) as config.
+pub const COMPILER_ENV_PREFIXES: &[&str] =
+    &["CMAKE_", "CARGO_BUILD_", "CARGO_PROFILE_", "CARGO_TARGET_"];
 
 /// Whether the inherited variable `key` is removed from builds.
 pub fn is_scrubbed(key: &str) -> bool {
@@ -309,7 +331,7 @@ pub fn plan(
     } else {
         hermetic.ext_key.clone()
     };
-    let inputs = json!({
+    let mut inputs = json!({
         "schema": KEY_SCHEMA,
         "stage": "wheel",
         "commit": r.source.commit,
@@ -336,6 +358,16 @@ pub fn plan(
         },
         "build_lock": hermetic.build_lock.as_ref().map(|l| l.lock_sha256.clone()),
     });
+    // Only a tree that builds Rust has it in its key (other keys stay as they were).
+    if let (Some(rust), Some(t)) = (&hermetic.rust, &tc.rust) {
+        inputs["rust"] = json!({
+            "toolchain": t.key(),
+            "crates": crates::key_inputs(&rust.crates),
+            // The extensions the recipe lets be absent; the rest are required.
+            "optional_missing_ok": r.build.optional_missing_ok,
+            "require_env": require_env(rust, lr),
+        });
+    }
     let key = content_key(&inputs);
     WheelPlan {
         entry: store.entry(Bucket::Wheels, &key),
@@ -651,12 +683,27 @@ pub struct WheelHermetic {
     pub ext_key: Value,
     /// sccache / ccache, when found.
     pub compiler_cache: Option<CompilerCache>,
+    /// What the tree's build needs of Rust (`None`: it builds no Rust).
+    pub rust: Option<RustInputs>,
+}
+
+/// The Rust inputs of a tree whose build needs Rust ([`crate::stages::rust`]).
+#[derive(Debug, Clone, Default)]
+pub struct RustInputs {
+    /// What the tree declares.
+    pub tree: TreeRust,
+    /// The crates of each of its `Cargo.lock` files, staged
+    /// ([`crate::stages::rust::crates`]).
+    pub crates: Vec<(Entry, CratesRecord)>,
 }
 
 impl WheelHermetic {
     /// Labels of every store entry these inputs come from (for `requires`).
     pub fn labels(&self) -> Vec<String> {
         let mut out: Vec<String> = self.ext.iter().map(|(_, e)| e.label()).collect();
+        if let Some(r) = &self.rust {
+            out.extend(r.crates.iter().map(|(e, _)| e.label()));
+        }
         if let Some(l) = &self.build_lock {
             out.extend(l.labels());
         }
@@ -815,6 +862,15 @@ pub struct BuildRecord {
     /// `configure` time by the tree's CMake; [`crate::stages::ext::taken`]).
     #[serde(default)]
     pub ext_taken: Vec<crate::stages::ext::Taken>,
+    /// Every extension the tree declares to setuptools-rust and whether the
+    /// wheel holds it ([`crate::stages::rust::declared`]); empty for a tree
+    /// that builds no Rust.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rust_extensions: Vec<Extension>,
+    /// Declarations of the tree that could not be read (a file that does
+    /// not parse, a target that is not a string literal), one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rust_unread: Vec<String>,
     /// When the build started (RFC 3339).
     pub started: String,
     /// Wall time, seconds.
@@ -985,6 +1041,16 @@ pub fn ensure(
         let paths = c.path_env(&work, env.get("CMAKE_ARGS").map(String::as_str));
         env.extend(paths);
     }
+    // Rust: the measured toolchain, named for rustup (`RUSTUP_TOOLCHAIN`).
+    // Its staged crates only, offline (`CARGO_HOME` in the work directory);
+    // its optional extensions required where the tree reads the variable.
+    if let (Some(rust), Some(t)) = (&plan.hermetic.rust, &tc.rust) {
+        env.extend(t.env());
+        env.extend(crates::build_env(&rust.crates, &work)?);
+        if let Some(v) = require_env(rust, lr) {
+            env.insert(crate::stages::rust::REQUIRE_ENV.into(), v.into());
+        }
+    }
     if uv.offline && crate::stages::ext::runs_cmake(&r.build.target_device) {
         // Offline, CMake itself must fail on any source that was not
         // redirected to a staged copy (CMake docs, FetchContent).
@@ -1056,6 +1122,38 @@ pub fn ensure(
         // Another file system (a staging directory outside the store).
         fs::copy(dist.join(wheel), &wheel_path)?;
     }
+    // The tree's Rust extensions, and which of them the wheel holds.
+    let (mut rust_extensions, mut rust_unread) = (Vec::new(), Vec::new());
+    if let Some(rust) = &plan.hermetic.rust {
+        (rust_extensions, rust_unread) = declared::find(&tc.python.path, &src.path, &rust.tree)?;
+        let members = wheel_members(&wheel_path)?;
+        for e in &mut rust_extensions {
+            e.present = declared::in_wheel(e, &members);
+        }
+        for w in &rust_unread {
+            progress::stage(
+                "build",
+                format!(
+                    "warning: a Rust extension declaration that cannot be read (not checked): {w}"
+                ),
+            );
+        }
+        let missing: Vec<&str> = rust_extensions
+            .iter()
+            .filter(|e| !e.present)
+            .map(|e| e.target.as_str())
+            .collect();
+        if !missing.is_empty() {
+            progress::stage(
+                "build",
+                format!(
+                    "the wheel lacks the Rust extension(s) {} the tree declares (see {})",
+                    missing.join(", "),
+                    log.display()
+                ),
+            );
+        }
+    }
     let record = BuildRecord {
         key: plan.key.clone(),
         wheel: wheel.clone(),
@@ -1085,6 +1183,8 @@ pub fn ensure(
                 .collect(),
         },
         ext_taken,
+        rust_extensions,
+        rust_unread,
         started,
         duration_s: t0.elapsed().as_secs_f64(),
     };
@@ -1131,6 +1231,26 @@ pub fn ensure(
         ),
     );
     Ok((record, true))
+}
+
+/// The value of [`crate::stages::rust::REQUIRE_ENV`] the build sets: `1`
+/// when the tree reads it and the recipe accepts no absent extension
+/// (`build.optional_missing_ok` empty), so the tree's own build fails
+/// rather than leave one out; else none (the tree's default).
+fn require_env(rust: &RustInputs, lr: &LoadedRecipe) -> Option<&'static str> {
+    (rust.tree.reads_require_env && lr.recipe.build.optional_missing_ok.is_empty()).then_some("1")
+}
+
+/// The member names of the wheel at `path`.
+///
+/// Errors: it is not a zip archive.
+fn wheel_members(path: &Path) -> Result<Vec<String>> {
+    let zip = zip::ZipArchive::new(fs::File::open(path)?)
+        .with_context(|| format!("{} is not a zip archive", path.display()))?;
+    zip.file_names()
+        .map(|n| Ok(n?.into_owned()))
+        .collect::<Result<Vec<String>, zip::result::ZipError>>()
+        .with_context(|| format!("reading the member names of {}", path.display()))
 }
 
 /// `s` as one POSIX shell word: unchanged when it holds only characters no

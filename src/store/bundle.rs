@@ -11,6 +11,7 @@
 //! goldens/<name>/<case>.json       the recorded goldens
 //! store/wheelhouse/<sha256>/...    every locked artifact, and the pinned uv's wheel
 //! store/ext/<name>-<rev>/...       every staged external source
+//! store/crates/<sha256>/...         the vendored crates of each Cargo.lock
 //! store/wheels/<key>/...           the built wheel, when built from the bundled build lock
 //! ```
 //!
@@ -488,7 +489,7 @@ fn check(scanned: &Scanned) -> Result<BundleManifest, String> {
             || (parts.len() == 3 && parts[0] == "lockfiles" && parts[1] == m.recipe)
             || (parts.len() >= 4
                 && parts[0] == "store"
-                && matches!(parts[1], "wheelhouse" | "ext" | "wheels"))
+                && matches!(parts[1], "wheelhouse" | "ext" | "crates" | "wheels"))
             || (parts.len() == 3
                 && parts[0] == "goldens"
                 && parts[1] == m.recipe

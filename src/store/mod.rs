@@ -70,6 +70,9 @@ pub enum Bucket {
     Src,
     /// `store/ext/<name>-<rev>`: staged external sources.
     Ext,
+    /// `store/crates/<sha256 of a Cargo.lock>`: the crates of one
+    /// `Cargo.lock`, vendored (`stages::rust::crates`).
+    Crates,
     /// `store/wheelhouse/`: downloaded wheels, by hash.
     Wheelhouse,
     /// `store/wheels/<key>`: a built wheel with `build.json` and `build.log`.
@@ -87,10 +90,11 @@ pub enum Bucket {
 
 impl Bucket {
     /// Every bucket, in pipeline order.
-    pub const ALL: [Bucket; 8] = [
+    pub const ALL: [Bucket; 9] = [
         Bucket::Git,
         Bucket::Src,
         Bucket::Ext,
+        Bucket::Crates,
         Bucket::Locks,
         Bucket::Wheelhouse,
         Bucket::Wheels,
@@ -120,6 +124,7 @@ impl Bucket {
             Bucket::Git => "git",
             Bucket::Src => "src",
             Bucket::Ext => "ext",
+            Bucket::Crates => "crates",
             Bucket::Wheelhouse => "wheelhouse",
             Bucket::Wheels => "wheel",
             Bucket::Venvs => "venv",
@@ -134,6 +139,7 @@ impl Bucket {
             Bucket::Git => "git",
             Bucket::Src => "src",
             Bucket::Ext => "ext",
+            Bucket::Crates => "crates",
             Bucket::Wheelhouse => "wheelhouse",
             Bucket::Wheels => "wheels",
             Bucket::Venvs => "venvs",

@@ -35,6 +35,7 @@ mod real;
 mod recipes;
 mod registry;
 mod roots;
+mod rust_frontend;
 mod sbom;
 mod smoke;
 mod source;

@@ -99,6 +99,12 @@ pub struct Identity {
     /// wheel was built for ([`coverage::target`]); `None` when neither was known.
     #[serde(default)]
     pub kernel_target: Option<coverage::Target>,
+    /// Every extension the tree declares to setuptools-rust (from the
+    /// wheel's `build.json`) and whether the venv holds it now (measured:
+    /// [`crate::stages::rust::declared::measure_in_venv`]); empty for a
+    /// tree without Rust, or without a wheel record.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rust_extensions: Vec<crate::stages::rust::declared::Extension>,
 }
 
 #[derive(Deserialize)]
@@ -272,6 +278,7 @@ pub fn measure(
         sys_prefix: m.sys_prefix,
         import_error: m.import_error,
         tags_at_commit: Vec::new(),
+        rust_extensions: Vec::new(),
         kernel_target: coverage::target(
             &crate::host::toolchain::gpus(),
             build_env
@@ -457,6 +464,9 @@ pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
             !names.is_empty(),
         ));
     }
+    if let Some(c) = optional_check(id, recipe) {
+        out.push(c);
+    }
     if recipe.build.device() == crate::recipe::TargetDevice::Cuda {
         out.extend(coverage::checks(
             &id.compiled_extensions,
@@ -522,6 +532,65 @@ pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
         }
     }
     out
+}
+
+/// The `optional_extensions` check of a tree that declares Rust
+/// extensions (`None` for any other): every one the tree declares is in the
+/// venv, except those the recipe's `build.optional_missing_ok` lets be
+/// absent. Names the present ones, the absent ones accepted, and the
+/// absent ones not accepted with where each is declared.
+fn optional_check(id: &Identity, recipe: &Recipe) -> Option<Check> {
+    if id.rust_extensions.is_empty() {
+        return None;
+    }
+    let ok_missing = &recipe.build.optional_missing_ok;
+    let (present, absent): (Vec<_>, Vec<_>) = id.rust_extensions.iter().partition(|e| e.present);
+    let (accepted, refused): (Vec<_>, Vec<_>) = absent
+        .into_iter()
+        .partition(|e| ok_missing.contains(&e.target));
+    let names = |v: &[&crate::stages::rust::declared::Extension], with_place: bool| {
+        v.iter()
+            .map(|e| {
+                if with_place {
+                    format!("{} ({})", e.target, e.declared)
+                } else {
+                    e.target.clone()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let all: Vec<&_> = id.rust_extensions.iter().collect();
+    let mut expected = format!("every extension the tree declares: {}", names(&all, true));
+    if !ok_missing.is_empty() {
+        expected.push_str(&format!(
+            "; build.optional_missing_ok lets {} be absent",
+            ok_missing.join(", ")
+        ));
+    }
+    let mut found = vec![format!(
+        "present: {}",
+        if present.is_empty() {
+            "none".to_string()
+        } else {
+            names(&present, false)
+        }
+    )];
+    if !accepted.is_empty() {
+        found.push(format!(
+            "absent, accepted by build.optional_missing_ok: {}",
+            names(&accepted, false)
+        ));
+    }
+    if !refused.is_empty() {
+        found.push(format!("absent: {}", names(&refused, true)));
+    }
+    Some(check(
+        "optional_extensions",
+        expected,
+        found.join("; "),
+        refused.is_empty(),
+    ))
 }
 
 /// The tag at the commit that names `version` exactly (`v<version>` or
@@ -773,6 +842,7 @@ mod commit_tests {
             package_in_venv: true,
             compiled_extensions: vec![],
             kernel_target: None,
+            rust_extensions: vec![],
             build_mode: "source".into(),
             build_mode_evidence: vec![],
             history_version: None,

@@ -253,8 +253,9 @@ pub fn dropped_indexes(store: &Store, r: &Recipe) -> Vec<String> {
     indexes::dropped(&mirrors, &r.indexes, &lines)
 }
 
-/// Where a tree's build requirements may be, in the order looked for.
-fn build_candidates(device: &str) -> [String; 2] {
+/// Where a tree's build requirements may be, in the order looked for
+/// (`requirements/build/<device>.txt`, then `requirements/build.txt`).
+pub fn build_candidates(device: &str) -> [String; 2] {
     [
         format!("requirements/build/{device}.txt"),
         "requirements/build.txt".into(),
