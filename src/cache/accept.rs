@@ -217,8 +217,30 @@ pub fn accept(
                 Err(anyhow!("the bytecode is not trusted ({v})"))
             }
         }
+        Kind::Crates => {
+            let v = super::trust::rule::verdict(
+                super::trust::rule::Subject::Crates {
+                    key: &config.name,
+                    files: &crates_files(config),
+                },
+                attestations,
+                policy,
+            );
+            if v.is_trusted() {
+                Ok(())
+            } else {
+                Err(anyhow!("the crates are not trusted ({v}); this box vendors its own"))
+            }
+        }
         _ => Ok(()),
     }
+}
+
+/// The files a crates statement names for the crates artifact `config`:
+/// its content, not the entry's manifest (the directory times of the box
+/// that vendored it), as for bytecode.
+pub fn crates_files(config: &Config) -> Vec<super::trust::FileDigest> {
+    super::trust::bytecode_content(lock_files(config))
 }
 
 /// The statement's view of a wheel entry: only the wheel file (its

@@ -21,7 +21,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use fs_err as fs;
 
 use super::Transport;
-use super::accept::{WheelPolicy, bytecode_files, lock_files};
+use super::accept::{WheelPolicy, bytecode_files, crates_files, lock_files};
 use super::artifact::{self, Config, Kind, layer_title};
 use super::inputs_record::InputsRecord;
 use super::listing::{self, TagList};
@@ -656,6 +656,20 @@ impl<'a> Fetcher<'a> {
                 if !problems.is_empty() {
                     return Err(refuse(problems.join("; ")));
                 }
+                // What the check cannot see (a vendored file rewritten with
+                // its checksum line): taken only when signed.
+                let tags = self.tag_list()?;
+                let scratch = self.fresh_dir()?;
+                let signed = listing::signed(
+                    self.cache,
+                    &tags,
+                    Kind::Crates,
+                    &entry.name,
+                    crates_files,
+                    &scratch,
+                )?;
+                let _ = fs::remove_dir_all(&scratch);
+                policy(&config, &signed.attestations).map_err(|e| refuse(format!("{e:#}")))?;
             }
             Bucket::Locks if !dir.join(crate::stages::lock::LOCK_JSON).is_file() => {
                 return Err(refuse("no lock.json".into()));

@@ -383,6 +383,14 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
     // And the commits its external sources' tags named (`import` checks
     // each tree against its commit, and the tag's commit by this).
     let ext_atts = sign_ext_tags(store, &entries, &now)?;
+    let crates_atts = sign_crates(store, &entries, &now)?;
+    bundle_attestations(
+        staging.path(),
+        &r.name,
+        CRATES_ATTESTATIONS,
+        &crates_atts,
+        &mut files,
+    )?;
     bundle_attestations(
         staging.path(),
         &r.name,
@@ -682,6 +690,46 @@ pub(crate) fn sign_tags(
     }
     let st = trust::Statement::for_tags(repo, commit, &tags, &trust::builder_name(), time);
     keys.iter().map(|k| trust::sign(&st, k)).collect()
+}
+
+/// The file beside a bundle's lock holding the attestations that sign its
+/// crates entries ([`trust::Statement::for_crates`]; a JSON array of
+/// [`Attestation`]s, bounded as [`LOCK_ATTESTATIONS`]).
+pub const CRATES_ATTESTATIONS: &str = "crates-attestations.json";
+
+/// The content files of a crates entry whose manifest is `m` (what a
+/// crates statement names: not the manifest itself).
+fn crates_content(m: &crate::store::Manifest) -> Vec<trust::FileDigest> {
+    trust::bytecode_content(
+        m.files
+            .iter()
+            .map(|f| trust::FileDigest {
+                path: f.path.clone(),
+                sha256: f.sha256.clone(),
+                size: f.size,
+            })
+            .collect(),
+    )
+}
+
+/// The statement of each crates entry among `entries` (store labels),
+/// signed by each signing key of the store's caches at `time`.
+///
+/// Errors: a manifest or key cannot be read; signing fails.
+fn sign_crates(store: &Store, entries: &[String], time: &str) -> Result<Vec<Attestation>> {
+    let keys = signing_keys(store)?;
+    let mut out = Vec::new();
+    for e in entries.iter().filter_map(|l| store.entry_by_label(l)) {
+        if e.bucket != Bucket::Crates {
+            continue;
+        }
+        let files = crates_content(&crate::store::Manifest::read(&e.path)?);
+        let st = trust::Statement::for_crates(&e.name, files, &trust::builder_name(), time);
+        for k in &keys {
+            out.push(trust::sign(&st, k)?);
+        }
+    }
+    Ok(out)
 }
 
 /// The file beside a bundle's lock holding the attestations that sign the
@@ -1078,7 +1126,10 @@ pub fn import(
     };
     // The crates entries are what their names say (each Cargo.lock's
     // sha256, every package of it vendored with its checksum), before any
-    // entry is moved in.
+    // entry is moved in; on a store with a trust policy, taken only signed
+    // (a vendored file can be rewritten with its checksum line).
+    let crates_atts =
+        take_attestations(&x.join("lockfiles").join(&m.recipe).join(CRATES_ATTESTATIONS))?;
     for (bucket, name) in &tops {
         if bucket == Bucket::Crates.dir_name() {
             let problems =
@@ -1145,6 +1196,32 @@ pub fn import(
                 e.label()
             ));
             continue;
+        }
+        if b == Bucket::Crates {
+            let policies = store_policies(store)?;
+            if !policies.is_empty() {
+                let files = crate::store::Manifest::read(&from)
+                    .map(|m| crates_content(&m))
+                    .unwrap_or_default();
+                let t = judge_signed(
+                    &policies,
+                    |p| {
+                        trust::rule::verdict(
+                            trust::rule::Subject::Crates { key: name, files: &files },
+                            &crates_atts,
+                            p,
+                        )
+                    },
+                    |v| v.to_string(),
+                );
+                if let BundleLockTrust::Untrusted(why) = t {
+                    notes.push(format!(
+                        "the bundle's {} is not trusted ({why}): not taken; the build vendors its own (online)",
+                        e.label()
+                    ));
+                    continue;
+                }
+            }
         }
         // An external tree only when it is its commit's, and the commit is
         // the declaration's (crate::cache::ext_trust).

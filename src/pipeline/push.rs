@@ -377,6 +377,15 @@ pub fn push_to(
                     format!("att-pyc-{i}-{}", &a.name[..16.min(a.name.len())]),
                 )),
                 Kind::Wheel => Some((statement.clone(), format!("att-{i}"))),
+                Kind::Crates => Some((
+                    trust::Statement::for_crates(
+                        &a.name,
+                        accept::crates_files(&a.config),
+                        &statement.builder,
+                        &statement.time,
+                    ),
+                    format!("att-crates-{i}"),
+                )),
                 // The source's tags decide the version a pin is given: the
                 // set the bundle carries, signed (none: nothing to sign).
                 // An external source declared by a tag: the commit it

@@ -99,6 +99,11 @@ pub const TABLE: &[Row] = &[
         },
     },
     Row {
+        artifact: "crates",
+        decides: "the Rust crates the frontend is compiled from",
+        check: Check::Signed(CRATES),
+    },
+    Row {
         artifact: "wheel",
         decides: "the product",
         check: Check::Signed(WHEEL),
@@ -150,6 +155,13 @@ pub enum Subject<'a> {
         /// The `.pyc` files and `bytecode.json`.
         files: &'a [FileDigest],
     },
+    /// A crates entry named `key` (a Cargo.lock's sha256) holding `files`.
+    Crates {
+        /// The sha256 of the Cargo.lock.
+        key: &'a str,
+        /// Its content files.
+        files: &'a [FileDigest],
+    },
     /// The claim that `tag` of `repo` named `commit` (a staged external source).
     ExtTag {
         /// The declared repository.
@@ -191,6 +203,7 @@ pub fn verdict_at(
         ),
         Subject::Lock { key, files } => verify(LOCK, key, files, attestations, policy, now),
         Subject::Bytecode { key, files } => verify(BYTECODE, key, files, attestations, policy, now),
+        Subject::Crates { key, files } => verify(CRATES, key, files, attestations, policy, now),
         Subject::ExtTag { repo, tag, commit } => verify(
             EXT_TAG,
             &content_key(&ext_tag_inputs(repo, tag, commit)),
@@ -226,7 +239,7 @@ mod tests {
 
     #[test]
     fn every_signed_kind_has_a_row_and_every_row_a_check() {
-        for kind in [WHEEL, LOCK, BYTECODE, TAGS, EXT_TAG] {
+        for kind in [WHEEL, LOCK, BYTECODE, TAGS, EXT_TAG, CRATES] {
             assert!(
                 TABLE.iter().any(|r| matches!(
                     r.check,

@@ -205,6 +205,30 @@ impl Statement {
     }
 }
 
+/// The statement kind of a crates entry (`store/crates/<sha256 of a
+/// Cargo.lock>`, the vendored crates of one lock): signed like bytecode,
+/// since a vendored file and its line in `.cargo-checksum.json` can be
+/// rewritten together and the `.crate` archives the lock's checksums name
+/// are not kept.
+pub const CRATES: &str = "crates";
+
+impl Statement {
+    /// The statement for the crates entry `key` (the sha256 of its
+    /// `Cargo.lock`) holding exactly `files` (its content, not its
+    /// manifest), signed by `builder` at `time`: kind [`CRATES`], inputs
+    /// `{"cargo_lock_sha256": key}`.
+    pub fn for_crates(key: &str, files: Vec<FileDigest>, builder: &str, time: &str) -> Statement {
+        Statement {
+            kind: CRATES.to_string(),
+            key: key.to_string(),
+            inputs: serde_json::json!({ "cargo_lock_sha256": key }),
+            files,
+            builder: builder.to_string(),
+            time: time.to_string(),
+        }
+    }
+}
+
 /// The statement kind of the claim that a tag (or branch) of a repository
 /// names a commit, as a staged external source (`ext/`) declared by that
 /// tag records it: the tree is checked against the commit on arrival, the

@@ -346,7 +346,13 @@ fn check_one(
     }
     // A bytecode entry is named by what it was compiled from, not by a
     // content key: its inputs must spell its name.
-    let computed = if kind == BYTECODE {
+    let computed = if kind == CRATES {
+        // The crates of one Cargo.lock are named by its sha256.
+        statement.inputs["cargo_lock_sha256"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    } else if kind == BYTECODE {
         let i = &statement.inputs;
         format!(
             "{}-{}-{}",
