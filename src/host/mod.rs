@@ -2,7 +2,7 @@
 //! each: the toolchain found on it ([`toolchain`]), uv ([`uv`]), child
 //! processes with timeouts and process groups ([`process`]), and disk space
 //! ([`disk`]), HTTP downloads ([`http`]), the git command line for fetches
-//! and checkouts ([`git`]), and the bytecode of a venv, shared through the store's pool
+//! and checkouts ([`git`]) and the limits of its network steps ([`git_timeouts`]), and the bytecode of a venv, shared through the store's pool
 //! ([`bytecode`]), ccache's remote storage ([`ccache`]), the compilers a
 //! build declares and uses, measured ([`compilers`]), and the site's
 //! `[[mirror]]` URL mapping ([`mirror`]). It may use the store and the
@@ -13,6 +13,7 @@ pub mod ccache;
 pub mod compilers;
 pub mod disk;
 pub mod git;
+pub mod git_timeouts;
 pub mod http;
 pub mod mirror;
 pub mod platform;

@@ -77,6 +77,22 @@ impl Backend {
         Git::find().map_or(Backend::Libgit2, Backend::Cli)
     }
 
+    /// [`Backend::find`] for steps that talk to a repository: under the
+    /// `[git]` timeouts of the store's `config.toml`
+    /// ([`crate::host::git_timeouts`]), given to git or set in libgit2.
+    ///
+    /// Errors: exit 2 for a bad `[git]` table.
+    fn for_network(store: &Store) -> Result<Backend> {
+        let timeouts = crate::host::git_timeouts::load(store.root())?;
+        Ok(match Git::find() {
+            Some(git) => Backend::Cli(git.with_timeouts(timeouts)),
+            None => {
+                timeouts.apply_to_libgit2()?;
+                Backend::Libgit2
+            }
+        })
+    }
+
     /// Whether the repository at `dir` holds the commit `commit`.
     fn has_commit(&self, dir: &Path, commit: &str) -> bool {
         match self {
@@ -228,13 +244,34 @@ pub fn origin_url(store: &Store, url: &str) -> Result<String> {
     crate::host::mirror::load(store.root())?.git_url(url, "the recipe's repository")
 }
 
-/// Checks that `url` answers (a connect and ref listing). Errors name the repository.
-pub fn check_reachable(url: &str) -> Result<()> {
+/// Checks that `url` answers (a connect and ref listing, libgit2), each
+/// step within the `connect_timeout` of the store's `[git]` table (a
+/// repository that accepts and never answers is not waited for).
+///
+/// Errors: a bad `[git]` table (exit 2); the repository cannot be reached
+/// or did not answer in time (the message names the repository, and the
+/// limit when it ran out).
+pub fn check_reachable(store: &Store, url: &str) -> Result<()> {
+    let t = crate::host::git_timeouts::load(store.root())?;
+    let check = crate::host::git_timeouts::GitTimeouts {
+        read: t.connect,
+        ..t.clone()
+    };
+    check.apply_to_libgit2()?;
     let mut remote = git2::Remote::create_detached(url)
         .with_context(|| format!("invalid repository URL {url}"))?;
-    remote
-        .connect(git2::Direction::Fetch)
-        .map_err(|e| anyhow::anyhow!("repository {url} cannot be reached: {}", e.message()))?;
+    remote.connect(git2::Direction::Fetch).map_err(|e| {
+        let limit = if e.code() == git2::ErrorCode::Timeout {
+            format!(
+                " (no answer within connect_timeout {}, set by {})",
+                crate::host::git_timeouts::show(t.connect),
+                t.hint("connect_timeout")
+            )
+        } else {
+            String::new()
+        };
+        anyhow::anyhow!("repository {url} cannot be reached: {}{limit}", e.message())
+    })?;
     let _ = remote.disconnect();
     Ok(())
 }
@@ -289,7 +326,7 @@ pub fn ensure_mirror_fetched(
         if offline || store.read_only() {
             return Ok((entry, Fetched::Not));
         }
-        let backend = Backend::find();
+        let backend = Backend::for_network(store)?;
         progress::stage(
             "source",
             format!(
@@ -328,7 +365,7 @@ pub fn ensure_mirror_fetched(
             entry.path.display()
         );
     }
-    let backend = Backend::find();
+    let backend = Backend::for_network(store)?;
     with_mirror(store, &entry, url, &backend, |dir| {
         backend.fetch(dir, from, MIRROR_REFSPECS)?;
         if !backend.reached_by_branch_or_tag(dir, commit) {
@@ -600,7 +637,7 @@ pub fn fork_only_warning(mirror: &std::path::Path, url: &str, commit: &str) -> O
 /// branch reaches `commit` is not known, so nothing is claimed.
 pub fn fork_check_not_made(url: &str, commit: &str) -> String {
     format!(
-        "whether a branch of {url} reaches {commit} (the fork-only check) was not checked: the mirror's branches were not fetched from the repository (the mirror came from a bundle or a cache, or the build was offline); the next online fetch or build makes the check"
+        "whether a branch of {url} reaches {commit} (the fork-only check) was not checked: the mirror's branches were not fetched from the repository (the mirror came from a bundle or a cache, the build was offline, or the repository did not answer); the next online fetch or build makes the check"
     )
 }
 
@@ -795,7 +832,7 @@ pub fn update_mirror(store: &Store, url: &str, offline: bool) -> Result<Entry> {
         return Ok(entry);
     }
     let from = origin_url(store, url)?;
-    let backend = Backend::find();
+    let backend = Backend::for_network(store)?;
     with_mirror(store, &entry, url, &backend, |dir| {
         backend.fetch(dir, &from, MIRROR_REFSPECS)
     })?;

@@ -22,6 +22,7 @@ mod edges;
 mod engine_env;
 mod ext_conditions;
 mod gc_roots;
+mod git_edges;
 mod gpu;
 mod hermetic;
 mod identity;

@@ -347,8 +347,10 @@ pub fn ensure(store: &Store, src: &ExtSource, offline: bool) -> Result<(Entry, E
             // One git path for the source and the ext stage: the command
             // line when on PATH (it reads a mirror that is a partial
             // clone), libgit2 only on a box without git.
+            let timeouts = crate::host::git_timeouts::load(store.root())?;
             let (commit, subs) = match crate::host::git::Git::find() {
                 Some(git) => {
+                    let git = git.with_timeouts(timeouts);
                     let got = git
                         .fetch_tree(&from, tag, src.submodules, &tree, &mirrors.git_config())
                         .with_context(|| {
@@ -357,7 +359,10 @@ pub fn ensure(store: &Store, src: &ExtSource, offline: bool) -> Result<(Entry, E
                     remove_git_dirs(&tree)?;
                     got
                 }
-                None => fetch_git(&from, tag, src.submodules, &tree)?,
+                None => {
+                    timeouts.apply_to_libgit2()?;
+                    fetch_git(&from, tag, src.submodules, &tree)?
+                }
             };
             rec.commit = Some(commit);
             rec.submodules = subs;

@@ -1,0 +1,171 @@
+//! The edges of the source stage a new user hit (issue 42): a git remote
+//! that stalls, a tag moved upstream, a ref whose history misses an object.
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// How a [`stalling_server`] treats a connection.
+#[derive(Debug, Clone, Copy)]
+enum Stall {
+    /// Accepts and never sends a byte.
+    Silent,
+    /// Sends the first packet of a git protocol v2 answer
+    /// (`000eversion 2\n`), then nothing.
+    AfterFirstPacket,
+}
+
+/// A TCP server on 127.0.0.1 that accepts every connection and stalls it
+/// as `how` says, holding it open until the test process ends. Returns
+/// its port.
+fn stalling_server(how: Stall) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held: Vec<TcpStream> = Vec::new();
+        for mut s in l.incoming().flatten() {
+            if let Stall::AfterFirstPacket = how {
+                let _ = s.write_all(b"000eversion 2\n");
+            }
+            held.push(s);
+        }
+    });
+    port
+}
+
+/// Runs `c` (stdout and stderr captured) and returns its output and how
+/// long it ran; panics, after killing it, when it runs past `limit` (the
+/// hang this module's timeouts exist for).
+fn bounded(c: &mut Command, limit: Duration) -> (Output, Duration) {
+    let start = Instant::now();
+    let child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("oracle-build starts");
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => (out.unwrap(), start.elapsed()),
+        Err(_) => {
+            // SAFETY: the child this test started (its git children get
+            // SIGTERM from the kernel when it dies).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("still running after {limit:?}: a stalled remote hangs the command");
+        }
+    }
+}
+
+/// A recipe `name` for `commit` of the repository URL `url`.
+fn recipe_at(dir: &Path, name: &str, url: &str, commit: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(
+        &path,
+        format!(
+            "name: {name}\nsource:\n  repo: {url}\n  commit: {commit}\n  package: fixturellm\npython: \"3.11\"\nbuild:\n  target_device: cpu\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Issue 42, item 1: every git network operation has a connect and an idle
+/// timeout (the store's `[git]` table, 2 s and 3 s here). A first fetch
+/// from an `http://` repository that accepts and never answers fails
+/// within seconds naming the URL and `connect_timeout 2s`, for `fetch`
+/// (git's command line) and for `build` (its pre-build check, libgit2),
+/// and writes no mirror. A store that already has the mirror, refreshing
+/// it from a `git://` remote that answers one packet and then stalls,
+/// says the refresh ran out of `read_timeout 3s`, falls back to the
+/// mirror and checks the pin out (exit 0); from one that never answers,
+/// the same with `connect_timeout 2s`.
+#[test]
+fn a_stalled_git_remote_times_out_and_a_refresh_falls_back_to_the_mirror() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let (_repo, head) = fixture_repo(dir);
+    let store = dir.join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    let timeouts = "[git]\nconnect_timeout = \"2s\"\nread_timeout = \"3s\"\n";
+    std::fs::write(store.join("config.toml"), timeouts).unwrap();
+    let limit = Duration::from_secs(60);
+
+    // A first clone from a silent http:// server.
+    let silent = stalling_server(Stall::Silent);
+    let url = format!("http://127.0.0.1:{silent}/fx.git");
+    let first = recipe_at(dir, "fxhttp", &url, &head);
+    for args in [
+        vec!["fetch", first.to_str().unwrap()],
+        vec!["build", first.to_str().unwrap(), "--no-smoke"],
+    ] {
+        let (out, took) = bounded(cmd(dir).args(&args).arg("--store").arg(&store), limit);
+        let all = text(&out);
+        assert_eq!(code(&out), 1, "{args:?}: {all}");
+        assert!(
+            took < Duration::from_secs(30),
+            "{args:?} took {took:?}: {all}"
+        );
+        assert!(
+            all.contains(&url) && all.contains("connect_timeout 2s"),
+            "{args:?} must name the URL and the timeout: {all}"
+        );
+        assert!(
+            tree(&store.join("store/git")).is_empty(),
+            "no mirror from a clone that timed out: {:?}",
+            tree(&store.join("store/git"))
+        );
+    }
+
+    // A mirror made through a file:// site mirror, refreshed through a
+    // git:// one that stalls.
+    let declared = "https://git.invalid/repo";
+    let second = recipe_at(dir, "fxgit", declared, &head);
+    let mirror_to = |target: &str| {
+        std::fs::write(
+            store.join("config.toml"),
+            format!(
+                "{timeouts}\n[[mirror]]\nprefix = \"https://git.invalid/\"\nurl = \"{target}\"\n"
+            ),
+        )
+        .unwrap();
+    };
+    mirror_to(&format!("file://{}/", dir.display()));
+    let out = cmd(dir)
+        .args(["fetch", second.to_str().unwrap(), "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    for (how, says) in [
+        (Stall::AfterFirstPacket, "read_timeout 3s"),
+        (Stall::Silent, "connect_timeout 2s"),
+    ] {
+        let port = stalling_server(how);
+        mirror_to(&format!("git://127.0.0.1:{port}/"));
+        let (out, took) = bounded(
+            cmd(dir)
+                .args(["fetch", second.to_str().unwrap(), "--store"])
+                .arg(&store),
+            limit,
+        );
+        let all = text(&out);
+        assert_eq!(code(&out), 0, "{how:?}: {all}");
+        assert!(
+            took < Duration::from_secs(30),
+            "{how:?} took {took:?}: {all}"
+        );
+        assert!(
+            all.contains("were not refreshed")
+                && all.contains(says)
+                && all.contains("using the mirror's as they are"),
+            "{how:?}: the refresh must say it timed out and fell back: {all}"
+        );
+    }
+}
