@@ -155,18 +155,45 @@ impl Git {
             end == b'\n' && !line.trim().is_empty()
         })
         .map_err(|e| match e.downcast_ref::<Stalled>() {
-            Some(Stalled::NoAnswer(_)) => anyhow::anyhow!(
+            Some(Stalled::NoAnswer(_)) => anyhow::Error::new(TimedOut(format!(
                 "{what}: the repository did not answer within connect_timeout {} (set by {}); git was stopped",
                 show(t.connect),
                 t.hint("connect_timeout")
-            ),
-            Some(Stalled::Idle(_)) => anyhow::anyhow!(
+            ))),
+            Some(Stalled::Idle(_)) => anyhow::Error::new(TimedOut(format!(
                 "{what}: the repository sent nothing for read_timeout {} (set by {}); git was stopped",
                 show(t.read),
                 t.hint("read_timeout")
-            ),
+            ))),
             None => e,
         })
+    }
+
+    /// The branches and tags of the repository `url` (`git ls-remote
+    /// --heads --tags`, under [`Git::timeouts`]): each ref's full name and
+    /// the object it names, peeled entries (`^{}`) left out.
+    ///
+    /// Errors: git fails or the repository does not answer in time (named).
+    pub fn list_remote(&self, url: &str) -> Result<Vec<(String, String)>> {
+        let out = self
+            .network(
+                "git ls-remote",
+                vec![
+                    "ls-remote".into(),
+                    "--heads".into(),
+                    "--tags".into(),
+                    "--".into(),
+                    absolute_local(url).into(),
+                ],
+            )
+            .with_context(|| format!("listing the refs of {url}"))?;
+        Ok(out
+            .lines()
+            .filter_map(|l| {
+                let (id, name) = l.split_once('\t')?;
+                (!name.ends_with("^{}")).then(|| (name.to_string(), id.to_string()))
+            })
+            .collect())
     }
 
     /// Fetches `refspecs` from `url` into the repository at `repo` (the
@@ -416,6 +443,25 @@ impl Git {
         }
         Ok(())
     }
+}
+
+/// A git step that talks to a repository ended because the repository did
+/// not answer within a `[git]` timeout ([`Git::network`]): the message says
+/// which and where it is set. Found in an error's chain by [`timed_out`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimedOut(pub String);
+
+impl std::fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TimedOut {}
+
+/// Whether `e` (or an error it wraps) is a [`TimedOut`].
+pub fn timed_out(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<TimedOut>().is_some())
 }
 
 /// How many refs a git bundle may list before it is refused: far above any

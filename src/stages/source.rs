@@ -141,6 +141,34 @@ impl Backend {
         }
     }
 
+    /// The branches and tags of the repository `url`: full ref name and
+    /// the object it names.
+    fn list_remote(&self, url: &str) -> Result<Vec<(String, String)>> {
+        match self {
+            Backend::Cli(git) => git.list_remote(url),
+            Backend::Libgit2 => {
+                let mut remote = git2::Remote::create_detached(url)
+                    .with_context(|| format!("invalid repository URL {url}"))?;
+                remote
+                    .connect(git2::Direction::Fetch)
+                    .map_err(|e| anyhow::anyhow!("listing the refs of {url}: {}", e.message()))?;
+                let refs = remote
+                    .list()
+                    .map_err(|e| anyhow::anyhow!("listing the refs of {url}: {}", e.message()))?
+                    .iter()
+                    .filter(|h| {
+                        let n = h.name();
+                        (n.starts_with("refs/heads/") || n.starts_with("refs/tags/"))
+                            && !n.ends_with("^{}")
+                    })
+                    .map(|h| (h.name().to_string(), h.oid().to_string()))
+                    .collect();
+                let _ = remote.disconnect();
+                Ok(refs)
+            }
+        }
+    }
+
     /// Points the ref `name` of the repository at `dir` at `commit`.
     fn write_ref(&self, dir: &Path, name: &str, commit: &str) -> Result<()> {
         match self {
@@ -336,28 +364,29 @@ pub fn ensure_mirror_fetched(
             ),
         );
         let before = tag_commits(&entry.path);
-        return Ok(
-            match backend.fetch_pruning(&entry.path, from, MIRROR_REFSPECS) {
-                Ok(()) => {
-                    // The repository has said which tags exist: what a source
-                    // from elsewhere brought unconfirmed is no longer needed.
-                    drop_unconfirmed(&entry.path, None)?;
-                    for change in tag_changes(&before, &tag_commits(&entry.path)) {
-                        progress::stage("source", format!("{url}: {change}"));
-                    }
-                    (entry, Fetched::Now)
+        let refreshed = backend
+            .fetch_pruning(&entry.path, from, MIRROR_REFSPECS)
+            .or_else(|e| fetch_ref_by_ref(&backend, &entry.path, url, from, true, e));
+        return Ok(match refreshed {
+            Ok(()) => {
+                // The repository has said which tags exist: what a source
+                // from elsewhere brought unconfirmed is no longer needed.
+                drop_unconfirmed(&entry.path, None)?;
+                for change in tag_changes(&before, &tag_commits(&entry.path)) {
+                    progress::stage("source", format!("{url}: {change}"));
                 }
-                Err(e) => {
-                    progress::stage(
-                        "source",
-                        format!(
-                            "warning: the tags and branches of {url} were not refreshed ({e:#}); using the mirror's as they are"
-                        ),
-                    );
-                    (entry, Fetched::Not)
-                }
-            },
-        );
+                (entry, Fetched::Now)
+            }
+            Err(e) => {
+                progress::stage(
+                    "source",
+                    format!(
+                        "warning: the tags and branches of {url} were not refreshed ({e:#}); using the mirror's as they are"
+                    ),
+                );
+                (entry, Fetched::Not)
+            }
+        });
     }
     if offline {
         bail!(
@@ -367,7 +396,9 @@ pub fn ensure_mirror_fetched(
     }
     let backend = Backend::for_network(store)?;
     with_mirror(store, &entry, url, &backend, |dir| {
-        backend.fetch(dir, from, MIRROR_REFSPECS)?;
+        backend
+            .fetch(dir, from, MIRROR_REFSPECS)
+            .or_else(|e| fetch_ref_by_ref(&backend, dir, url, from, false, e))?;
         if !backend.reached_by_branch_or_tag(dir, commit) {
             // A fork-only commit: GitHub keeps pull requests under refs/pull/*.
             let _ = backend.fetch(dir, from, &[PULL_REFSPEC]);
@@ -387,6 +418,118 @@ pub fn ensure_mirror_fetched(
     })?;
     keep_pin(&entry.path, commit)?;
     Ok((entry, Fetched::Now))
+}
+
+/// When one fetch of every branch and tag of `from` (the repository `url`,
+/// or its site mirror) into the repository at `dir` failed with `first`:
+/// fetches them again in halves, down to single refs, so that a ref the
+/// repository cannot send (a fork's branch whose history misses an object:
+/// `remote: fatal: unable to read <id>`) costs only that ref. Each ref left
+/// out is warned about on stderr with git's reason; with `prune`, the
+/// branches and tags of `dir` the repository no longer lists are removed
+/// (as `git fetch --prune`). About two fetches per bad ref for each
+/// halving of the ref list.
+///
+/// Errors: `first` when this cannot help: it was a `[git]` timeout, the
+/// repository's refs cannot be listed, or no ref could be fetched.
+fn fetch_ref_by_ref(
+    backend: &Backend,
+    dir: &Path,
+    url: &str,
+    from: &str,
+    prune: bool,
+    first: anyhow::Error,
+) -> Result<()> {
+    if crate::host::git::timed_out(&first) {
+        return Err(first);
+    }
+    let Ok(listed) = backend.list_remote(from) else {
+        return Err(first);
+    };
+    let names: Vec<String> = listed.iter().map(|(n, _)| n.clone()).collect();
+    if names.is_empty() {
+        return Err(first);
+    }
+    progress::stage(
+        "source",
+        format!(
+            "fetching every branch and tag of {url}{} at once failed ({}); fetching them in parts",
+            via(url, from),
+            git_reason(&first)
+        ),
+    );
+    let left_out = fetch_halves(backend, dir, from, &names);
+    if left_out.len() == names.len() {
+        return Err(first);
+    }
+    for (name, why) in &left_out {
+        progress::stage(
+            "source",
+            format!(
+                "warning: {name} of {url}{} cannot be fetched ({why}): left out of the mirror; the other {} branches and tags were fetched",
+                via(url, from),
+                names.len() - left_out.len()
+            ),
+        );
+    }
+    if prune {
+        let repo = Repository::open_bare(dir)
+            .with_context(|| format!("opening mirror {}", dir.display()))?;
+        for glob in ["refs/heads/*", "refs/tags/*"] {
+            for mut r in repo.references_glob(glob)?.flatten() {
+                let name = r.name().unwrap_or_default().to_string();
+                if !names.contains(&name) {
+                    r.delete()
+                        .with_context(|| format!("deleting {name} in {}", dir.display()))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fetches the refs `names` of `from` into `dir` (each under its own
+/// name), halving the list while a fetch fails; returns the refs that
+/// failed alone, with the first line of git's reason. A timeout ends the
+/// halving: every ref of that part is returned.
+fn fetch_halves(
+    backend: &Backend,
+    dir: &Path,
+    from: &str,
+    names: &[String],
+) -> Vec<(String, String)> {
+    let specs: Vec<String> = names.iter().map(|n| format!("+{n}:{n}")).collect();
+    let specs: Vec<&str> = specs.iter().map(String::as_str).collect();
+    match backend.fetch(dir, from, &specs) {
+        Ok(()) => Vec::new(),
+        Err(e) if names.len() == 1 || crate::host::git::timed_out(&e) => {
+            let why = git_reason(&e);
+            names.iter().map(|n| (n.clone(), why.clone())).collect()
+        }
+        Err(_) => {
+            let (a, b) = names.split_at(names.len() / 2);
+            let mut out = fetch_halves(backend, dir, from, a);
+            out.extend(fetch_halves(backend, dir, from, b));
+            out
+        }
+    }
+}
+
+/// The line of a failed git step's error `e` that says why: the
+/// repository's own first `remote: fatal:` line (`remote: fatal: unable to
+/// read <id>`), else git's first `fatal:` line, else the first line git
+/// printed ([`crate::host::process::failure_line`]).
+fn git_reason(e: &anyhow::Error) -> String {
+    let text = format!("{e:#}");
+    let first = |needle: &str| {
+        text.lines()
+            .map(str::trim)
+            .find(|l| l.contains(needle))
+            .map(str::to_string)
+    };
+    first("remote: fatal:")
+        .or_else(|| first("fatal:"))
+        .unwrap_or_else(|| crate::host::process::failure_line(e))
 }
 
 /// ` (through <from>)` when the URL fetched is not `url`, for messages.

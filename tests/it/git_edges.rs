@@ -169,3 +169,72 @@ fn a_stalled_git_remote_times_out_and_a_refresh_falls_back_to_the_mirror() {
         );
     }
 }
+
+/// Issue 42, item 10(a): a branch of the repository whose history misses
+/// an object (a fork's branch with one blob deleted from the object store,
+/// unrelated to the pin) makes git's fetch of every branch and tag fail
+/// (`remote: fatal: unable to read <id>`). `fetch` still makes the mirror:
+/// it fetches the refs in parts, warns naming the branch and git's reason,
+/// and checks the pin out with its tag (the version's history); the next
+/// `fetch` refreshes the mirror the same way (the refresh is not reported
+/// as failed), and a tag deleted upstream meanwhile is pruned.
+#[test]
+fn a_branch_missing_an_object_costs_only_that_branch() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let (repo, head) = fixture_repo(dir);
+    let main = git(&repo, &["rev-parse", "--abbrev-ref", "HEAD"]);
+    git(&repo, &["checkout", "-qb", "fork", "HEAD~1"]);
+    std::fs::write(repo.join("FORK.md"), "a fork's file, lost\n").unwrap();
+    git(&repo, &["add", "FORK.md"]);
+    git(&repo, &["commit", "-qm", "fork"]);
+    let blob = git(&repo, &["rev-parse", "HEAD:FORK.md"]);
+    git(&repo, &["checkout", "-q", &main]);
+    std::fs::remove_file(repo.join(".git/objects").join(&blob[..2]).join(&blob[2..])).unwrap();
+    git(&repo, &["tag", "gone-0.0.1", "HEAD~1"]);
+    let store = dir.join("store");
+    let recipe = write_recipe(dir, "fxfork", &repo, &head, "");
+    let fetch = || {
+        let out = cmd(dir)
+            .args(["fetch", recipe.to_str().unwrap(), "--store"])
+            .arg(&store)
+            .output()
+            .unwrap();
+        let all = text(&out);
+        assert_eq!(code(&out), 0, "{all}");
+        let warning = all
+            .lines()
+            .find(|l| l.contains("warning: refs/heads/fork of file://"))
+            .unwrap_or_else(|| panic!("the left-out branch must be named: {all}"));
+        assert!(
+            warning.contains(&format!("remote: fatal: unable to read {blob}")),
+            "git's reason must be named: {all}"
+        );
+        assert!(!all.contains("were not refreshed"), "{all}");
+        all
+    };
+    fetch();
+    let mirror = only_entry(&store.join("store/git"));
+    let refs = git(&mirror, &["for-each-ref", "--format=%(refname)"]);
+    assert!(
+        refs.contains(&format!("refs/heads/{main}"))
+            && refs.contains("refs/tags/v0.1.0")
+            && refs.contains("refs/tags/gone-0.0.1")
+            && !refs.contains("refs/heads/fork"),
+        "{refs}"
+    );
+    let checkout = store.join("store/src").join(&head);
+    assert_eq!(
+        std::fs::read_to_string(checkout.join(".git/HEAD"))
+            .unwrap()
+            .trim(),
+        head
+    );
+    git(&repo, &["tag", "-d", "gone-0.0.1"]);
+    fetch();
+    let refs = git(&mirror, &["for-each-ref", "--format=%(refname)"]);
+    assert!(
+        refs.contains("refs/tags/v0.1.0") && !refs.contains("gone-0.0.1"),
+        "a tag deleted upstream is pruned: {refs}"
+    );
+}
