@@ -3,7 +3,7 @@
 //! processes with timeouts and process groups ([`process`]), and disk space
 //! ([`disk`]), HTTP downloads ([`http`]), the git command line for fetches
 //! and checkouts ([`git`]) and the limits of its network steps ([`git_timeouts`]), and the bytecode of a venv, shared through the store's pool
-//! ([`bytecode`]), ccache's remote storage ([`ccache`]), the compilers a
+//! ([`bytecode`]), ccache's remote storage ([`ccache`]) and skipping it when it stalls mid-build ([`team_cache`]), the compilers a
 //! build declares and uses, measured ([`compilers`]), and the site's
 //! `[[mirror]]` URL mapping ([`mirror`]). It may use the store and the
 //! recipe, never a stage.
@@ -18,5 +18,6 @@ pub mod http;
 pub mod mirror;
 pub mod platform;
 pub mod process;
+pub mod team_cache;
 pub mod toolchain;
 pub mod uv;
