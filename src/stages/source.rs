@@ -13,6 +13,7 @@ use std::path::Path;
 use crate::exit::bad_input;
 use crate::host::git::Git;
 use crate::progress::{self, Progress};
+use crate::recipe::MovedTags;
 use crate::store::{Bucket, Entry, Store};
 
 pub mod history;
@@ -334,7 +335,9 @@ pub enum Fetched {
 /// the repository now. Online, a mirror that already holds `commit` is
 /// refreshed too (every branch and tag: a tag made upstream after the
 /// mirror was fetched changes the version the history gives); a refresh
-/// that fails is said on stderr and the mirror is used as it is.
+/// that fails is said on stderr and the mirror is used as it is. A tag
+/// moved upstream is followed ([`ensure_mirror_refreshed`] with
+/// [`MovedTags::Follow`]).
 ///
 /// Errors: as [`ensure_mirror`].
 pub fn ensure_mirror_fetched(
@@ -343,6 +346,68 @@ pub fn ensure_mirror_fetched(
     commit: &str,
     offline: bool,
 ) -> Result<(Entry, Fetched)> {
+    ensure_mirror_refreshed(store, url, commit, offline, MovedTags::Follow)
+        .map(|r| (r.entry, r.fetched))
+}
+
+/// One tag an online refresh moved or deleted in the mirror.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TagMove {
+    /// The tag's name (`v0.1.0`).
+    pub tag: String,
+    /// The commit it named before the refresh.
+    pub from: String,
+    /// The commit it names now; `None`: deleted upstream.
+    pub to: Option<String>,
+}
+
+impl std::fmt::Display for TagMove {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.to {
+            Some(to) => write!(
+                f,
+                "tag {} moved upstream from commit {} to {to}",
+                self.tag, self.from
+            ),
+            None => write!(
+                f,
+                "tag {} (commit {}) was deleted upstream",
+                self.tag, self.from
+            ),
+        }
+    }
+}
+
+/// What [`ensure_mirror_refreshed`] did.
+#[derive(Debug, Clone)]
+pub struct Refreshed {
+    /// The mirror.
+    pub entry: Entry,
+    /// Whether its branches and tags were fetched from the repository now.
+    pub fetched: Fetched,
+    /// The tags the refresh moved or deleted (empty when none, or not refreshed).
+    pub moved: Vec<TagMove>,
+}
+
+/// [`ensure_mirror_fetched`], with `moved_tags` deciding what happens when
+/// the refresh moves or deletes a tag the mirror had and that changes the
+/// version `commit`'s history gives (the tag `git describe` finds, or its
+/// commit, is another): [`MovedTags::Follow`] keeps the repository's
+/// tags; [`MovedTags::Refuse`] puts the moved and deleted tags back where
+/// they were (the refs as they were, annotated tags included) and fails.
+/// A move that leaves `commit`'s version as it was is followed either way.
+/// Every move is said on stderr, and returned.
+///
+/// Errors: as [`ensure_mirror`]; with `refuse`, a move that changes the
+/// version (exit 3, naming each tag, both commits and both versions, and
+/// the recipe field).
+pub fn ensure_mirror_refreshed(
+    store: &Store,
+    url: &str,
+    commit: &str,
+    offline: bool,
+    moved_tags: MovedTags,
+) -> Result<Refreshed> {
     let entry = mirror_entry(store, url);
     let _lock = entry.lock()?;
     // Fetched from the site's mirror of `url`, kept under `url`'s entry.
@@ -352,7 +417,11 @@ pub fn ensure_mirror_fetched(
         keep_pin(&entry.path, commit)?;
         // A read-only store is served as it is (nothing may be written).
         if offline || store.read_only() {
-            return Ok((entry, Fetched::Not));
+            return Ok(Refreshed {
+                entry,
+                fetched: Fetched::Not,
+                moved: Vec::new(),
+            });
         }
         let backend = Backend::for_network(store)?;
         progress::stage(
@@ -364,28 +433,72 @@ pub fn ensure_mirror_fetched(
             ),
         );
         let before = tag_commits(&entry.path);
+        let refs_before = tag_refs(&entry.path);
+        let history_before = history::of(&entry.path, commit);
         let refreshed = backend
             .fetch_pruning(&entry.path, from, MIRROR_REFSPECS)
             .or_else(|e| fetch_ref_by_ref(&backend, &entry.path, url, from, true, e));
-        return Ok(match refreshed {
-            Ok(()) => {
-                // The repository has said which tags exist: what a source
-                // from elsewhere brought unconfirmed is no longer needed.
-                drop_unconfirmed(&entry.path, None)?;
-                for change in tag_changes(&before, &tag_commits(&entry.path)) {
-                    progress::stage("source", format!("{url}: {change}"));
+        if let Err(e) = refreshed {
+            progress::stage(
+                "source",
+                format!(
+                    "warning: the tags and branches of {url} were not refreshed ({e:#}); using the mirror's as they are"
+                ),
+            );
+            return Ok(Refreshed {
+                entry,
+                fetched: Fetched::Not,
+                moved: Vec::new(),
+            });
+        }
+        // The repository has said which tags exist: what a source
+        // from elsewhere brought unconfirmed is no longer needed.
+        drop_unconfirmed(&entry.path, None)?;
+        let after = tag_commits(&entry.path);
+        for change in tag_changes(&before, &after) {
+            progress::stage("source", format!("{url}: {change}"));
+        }
+        let moved = tag_moves(&before, &after);
+        if moved_tags == MovedTags::Refuse && !moved.is_empty() {
+            let history_after = history::of(&entry.path, commit);
+            let was = history_before.as_ref().map(|h| &h.describe);
+            if history_after.as_ref().map(|h| &h.describe) != was {
+                for m in &moved {
+                    if let Some(raw) = refs_before.get(&m.tag) {
+                        backend.write_ref(&entry.path, &format!("refs/tags/{}", m.tag), raw)?;
+                    }
                 }
-                (entry, Fetched::Now)
+                let gives = |h: Option<history::History>| {
+                    h.map_or("(unknown)".to_string(), |h| {
+                        format!("{} ({})", h.gives(), h.from())
+                    })
+                };
+                return Err(crate::exit::mismatch(format!(
+                    "{}: this changes the version of commit {commit} from {} to {}; the recipe says `source.moved_tags: refuse`, so the mirror keeps {} as {} and nothing was built (to take the move, set `moved_tags: follow` under `source:`)",
+                    moved
+                        .iter()
+                        .map(|m| format!("{url}: {m}"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    gives(history_before),
+                    gives(history_after),
+                    if moved.len() == 1 {
+                        "that tag"
+                    } else {
+                        "those tags"
+                    },
+                    if moved.len() == 1 {
+                        "it was"
+                    } else {
+                        "they were"
+                    },
+                )));
             }
-            Err(e) => {
-                progress::stage(
-                    "source",
-                    format!(
-                        "warning: the tags and branches of {url} were not refreshed ({e:#}); using the mirror's as they are"
-                    ),
-                );
-                (entry, Fetched::Not)
-            }
+        }
+        return Ok(Refreshed {
+            entry,
+            fetched: Fetched::Now,
+            moved,
         });
     }
     if offline {
@@ -417,7 +530,11 @@ pub fn ensure_mirror_fetched(
         Ok(())
     })?;
     keep_pin(&entry.path, commit)?;
-    Ok((entry, Fetched::Now))
+    Ok(Refreshed {
+        entry,
+        fetched: Fetched::Now,
+        moved: Vec::new(),
+    })
 }
 
 /// When one fetch of every branch and tag of `from` (the repository `url`,
@@ -665,6 +782,44 @@ fn tag_commits(dir: &Path) -> std::collections::BTreeMap<String, String> {
         }
     }
     out
+}
+
+/// Every tag ref of the bare repository at `dir` with the object it names
+/// as it is (an annotated tag's tag object): what [`ensure_mirror_refreshed`]
+/// puts back. Empty when it cannot be read.
+fn tag_refs(dir: &Path) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(repo) = Repository::open_bare(dir) else {
+        return out;
+    };
+    if let Ok(refs) = repo.references_glob("refs/tags/*") {
+        for r in refs.flatten() {
+            if let (Some(name), Some(id)) = (r.name(), r.target()) {
+                out.insert(
+                    name.trim_start_matches("refs/tags/").to_string(),
+                    id.to_string(),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The tags of `before` (tag -> commit) that `after` names another commit
+/// or lacks.
+pub fn tag_moves(
+    before: &std::collections::BTreeMap<String, String>,
+    after: &std::collections::BTreeMap<String, String>,
+) -> Vec<TagMove> {
+    before
+        .iter()
+        .filter(|(tag, old)| after.get(*tag) != Some(*old))
+        .map(|(tag, old)| TagMove {
+            tag: tag.clone(),
+            from: old.clone(),
+            to: after.get(tag).cloned(),
+        })
+        .collect()
 }
 
 /// What a refresh changed of the mirror's tags, for the source stage's

@@ -238,3 +238,113 @@ fn a_branch_missing_an_object_costs_only_that_branch() {
         "a tag deleted upstream is pruned: {refs}"
     );
 }
+
+/// A fixture recipe `name` for `commit` of `repo` with `source:` lines
+/// `source_extra` (each indented two spaces).
+fn recipe_with_source(
+    dir: &Path,
+    name: &str,
+    repo: &Path,
+    commit: &str,
+    source_extra: &str,
+) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(
+        &path,
+        format!(
+            "name: {name}\nsource:\n  repo: file://{}\n  commit: {commit}\n  package: fixturellm\n{source_extra}python: \"3.11\"\nbuild:\n  target_device: cpu\n",
+            repo.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Issue 42, item 4: a tag moved upstream (`git tag -f v0.1.0 <pin>`) after
+/// the store built the pin. With the default `source.moved_tags: follow`,
+/// the next online build says the move (tag, both commits), rebuilds, and
+/// names the version change: text and `--json` `version_change` (the
+/// previous oracle's version, the new one, the tag move). A store whose
+/// recipe says `moved_tags: refuse` stops at the source stage (exit 3)
+/// naming the tag, both commits, both versions and the field, builds
+/// nothing, and keeps the tag where it was in its mirror (the next try
+/// refuses again). A value other than `follow` or `refuse` is bad input
+/// naming the field.
+#[test]
+fn a_tag_moved_upstream_names_the_version_change_or_is_refused() {
+    let fx = Fx::new();
+    let (repo, head) = fx.repo();
+    let old = git(&repo, &["rev-parse", "v0.1.0^{commit}"]);
+    let follow = fx.recipe("fx", &repo, &head, "");
+    let f = follow.to_str().unwrap();
+    let first = json(&fx.exits(&["build", f, "--no-smoke", "--json"], 4));
+    let before = first["runtime_version"].as_str().unwrap().to_string();
+    assert!(before.starts_with("0.1.1.dev1+g"), "{first}");
+    assert!(first.get("version_change").is_none(), "{first}");
+    let b = fx.dir().join("store-b");
+    let refuse = recipe_with_source(fx.dir(), "fxr", &repo, &head, "  moved_tags: refuse\n");
+    let r = refuse.to_str().unwrap();
+    let out = fx.run_at(&b, &["fetch", r]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+
+    git(&repo, &["tag", "-f", "v0.1.0", &head]);
+
+    let out = fx.exits(&["build", f, "--no-smoke", "--json"], 4);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let moved = format!("tag v0.1.0 moved upstream from commit {old} to {head}");
+    assert!(err.contains(&moved), "{err}");
+    let doc = json(&out);
+    assert_eq!(doc["runtime_version"], "0.1.0", "{doc}");
+    let change = &doc["version_change"];
+    assert_eq!(change["from"], before.as_str(), "{doc}");
+    assert_eq!(change["to"], "0.1.0", "{doc}");
+    assert_eq!(change["tag_moves"][0]["tag"], "v0.1.0", "{doc}");
+    assert_eq!(change["tag_moves"][0]["from"], old.as_str(), "{doc}");
+    assert_eq!(change["tag_moves"][0]["to"], head.as_str(), "{doc}");
+    assert!(
+        err.contains(&format!("{before} -> 0.1.0 under the same commit")),
+        "the build names the version change: {err}"
+    );
+    assert!(
+        doc["built"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s == "wheel"),
+        "{doc}"
+    );
+
+    for args in [vec!["fetch", r], vec!["build", r, "--no-smoke"]] {
+        let out = fx.run_at(&b, &args);
+        let all = text(&out);
+        assert_eq!(code(&out), 3, "{args:?}: {all}");
+        assert!(
+            all.contains(&moved)
+                && all.contains("from a development version 1 commit after 0.1.0")
+                && all.contains(&format!(
+                    "(tag v0.1.0 at {old}) to 0.1.0 (tag v0.1.0 at {head})"
+                )),
+            "{args:?}: the tag, both commits and both versions: {all}"
+        );
+        assert!(
+            all.contains("to 0.1.0 (tag v0.1.0 at") && all.contains("source.moved_tags: refuse"),
+            "{args:?}: the new version and the field: {all}"
+        );
+        let mirror = only_entry(&b.join("store/git"));
+        assert_eq!(
+            git(&mirror, &["rev-parse", "v0.1.0^{commit}"]),
+            old,
+            "{args:?}"
+        );
+        assert!(!b.join("store/wheels").exists() || tree(&b.join("store/wheels")).is_empty());
+    }
+
+    let bad = recipe_with_source(fx.dir(), "fxbad", &repo, &head, "  moved_tags: sometimes\n");
+    let out = fx.run_at(&b, &["fetch", bad.to_str().unwrap()]);
+    let all = text(&out);
+    assert_eq!(code(&out), 2, "{all}");
+    assert!(
+        all.contains("line 6") && all.contains("source.moved_tags"),
+        "{all}"
+    );
+}
