@@ -229,7 +229,9 @@ pub fn accept(
             if v.is_trusted() {
                 Ok(())
             } else {
-                Err(anyhow!("the crates are not trusted ({v}); this box vendors its own"))
+                Err(anyhow!(
+                    "the crates are not trusted ({v}); this box vendors its own"
+                ))
             }
         }
         _ => Ok(()),

@@ -6,6 +6,8 @@
 //! [compiler_cache]
 //! remote = "redis://cache.example:6379"   # or http://..., file:/dir
 //! read_only = false                       # true: this box only reads
+//! connect_timeout = "100ms"               # ccache's connect-timeout (default 100ms)
+//! operation_timeout = "10s"               # ccache's operation-timeout (default 10s)
 //! ```
 //!
 //! The store root's table wins whole over the user's (as a `[[cache]]`
@@ -74,6 +76,8 @@ struct RawCompilerCache {
     remote: Option<toml::Spanned<String>>,
     #[serde(default)]
     read_only: bool,
+    connect_timeout: Option<toml::Spanned<String>>,
+    operation_timeout: Option<toml::Spanned<String>>,
 }
 
 /// The `[compiler_cache]` table of configuration text `text` read from
@@ -82,7 +86,8 @@ struct RawCompilerCache {
 /// Errors: exit 2, naming the file, the line, the field and the value
 /// (a password in it redacted): text that is not TOML, an unknown field, a
 /// missing or bad `remote` (see [`RemoteStorage::parse`]), a `read_only`
-/// that is not a boolean.
+/// that is not a boolean, a `connect_timeout` or `operation_timeout` that
+/// is not a duration from 1 ms to 1 hour, or is given for a `file:` remote.
 pub fn parse(text: &str, file: &Path) -> Result<Option<TeamCache>> {
     let origin = file.display();
     let line_of = |at: usize| crate::config_text::line_of(text, at);
@@ -105,13 +110,30 @@ pub fn parse(text: &str, file: &Path) -> Result<Option<TeamCache>> {
         )));
     };
     let value = remote.get_ref();
-    let remote = RemoteStorage::parse(value, table.read_only).map_err(|why| {
+    let at_remote = |why: String| {
         bad_input(format!(
             "{origin}: line {}: field `compiler_cache.remote`: value `{}`: {why}",
             line_of(remote.span().start),
             redact(value)
         ))
-    })?;
+    };
+    let duration = |v: &Option<toml::Spanned<String>>, field: &str| match v {
+        None => Ok(None),
+        Some(v) => crate::config_text::parse_duration(v.get_ref())
+            .map(Some)
+            .map_err(|why| {
+                bad_input(format!(
+                    "{origin}: line {}: field `compiler_cache.{field}`: value `{}`: {why}",
+                    line_of(v.span().start),
+                    v.get_ref()
+                ))
+            }),
+    };
+    let connect = duration(&table.connect_timeout, "connect_timeout")?;
+    let operation = duration(&table.operation_timeout, "operation_timeout")?;
+    let remote = RemoteStorage::parse(value, table.read_only)
+        .and_then(|r| r.with_timeouts(connect, operation))
+        .map_err(at_remote)?;
     Ok(Some(TeamCache {
         remote,
         file: file.to_path_buf(),
@@ -189,6 +211,14 @@ mod tests {
             (
                 "[compiler_cache]\nremote = \"redis://h\"\nread_only = \"yes\"\n",
                 "line 3: ",
+            ),
+            (
+                "[compiler_cache]\nremote = \"redis://h\"\noperation_timeout = \"soon\"\n",
+                "line 3: field `compiler_cache.operation_timeout`: value `soon`: is not a duration",
+            ),
+            (
+                "[compiler_cache]\nremote = \"file:/srv/cc\"\nconnect_timeout = \"1s\"\n",
+                "field `compiler_cache.remote`: value `file:/srv/cc`: a file: remote has no timeouts",
             ),
         ] {
             let err = parse(text, f).unwrap_err();

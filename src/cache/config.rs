@@ -560,6 +560,10 @@ struct RawFile {
     #[serde(default)]
     #[allow(dead_code)]
     mirror: Option<Vec<toml::Table>>,
+    /// Git's network timeouts: read by `host/git_timeouts.rs`.
+    #[serde(default)]
+    #[allow(dead_code)]
+    git: Option<toml::Table>,
 }
 
 /// One `[[cache]]` entry as written; values keep their span for messages.
@@ -704,21 +708,12 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<Cache>> {
     Ok(out)
 }
 
-/// A timeout as written in a `[[cache]]` entry: jiff's friendly duration
-/// format (`"10s"`, `"500ms"`, `"2m"`, `"1m 30s"`) or ISO 8601 (`"PT10S"`),
-/// from 1 ms to 1 hour.
+/// A timeout as written in a `[[cache]]` entry: see
+/// [`crate::config_text::parse_duration`] (from 1 ms to 1 hour).
 ///
 /// Errors: the reason in plain words (the caller adds file, field and value).
 pub fn parse_duration(text: &str) -> std::result::Result<std::time::Duration, String> {
-    let d: jiff::SignedDuration = text
-        .trim()
-        .parse()
-        .map_err(|_| "is not a duration; write it as \"10s\", \"500ms\" or \"2m\"".to_string())?;
-    let d = std::time::Duration::try_from(d).map_err(|_| "is negative".to_string())?;
-    if d < std::time::Duration::from_millis(1) || d > std::time::Duration::from_secs(3600) {
-        return Err("must be from 1ms to 1h".into());
-    }
-    Ok(d)
+    crate::config_text::parse_duration(text)
 }
 
 #[cfg(test)]

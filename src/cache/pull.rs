@@ -213,10 +213,11 @@ pub fn pull_pin(
             // A lock that is refused (untrusted, damaged) is not taken:
             // the box resolves its own; refused bytecode, it compiles its
             // own; a refused external tree, the ext stage stages its own.
-            Err(e) if matches!(
-                entry.bucket,
-                Bucket::Locks | Bucket::Bytecode | Bucket::Ext | Bucket::Crates
-            ) =>
+            Err(e)
+                if matches!(
+                    entry.bucket,
+                    Bucket::Locks | Bucket::Bytecode | Bucket::Ext | Bucket::Crates
+                ) =>
             {
                 let why = match entry.bucket {
                     Bucket::Bytecode => {

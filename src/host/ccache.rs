@@ -15,6 +15,7 @@
 //! `redis://:PASSWORD@HOST` as an empty user name, which Redis refuses.
 
 use std::fmt;
+use std::time::Duration;
 
 /// The environment variable that gives ccache its remote storage.
 pub const REMOTE_STORAGE_VAR: &str = "CCACHE_REMOTE_STORAGE";
@@ -28,6 +29,29 @@ pub struct RemoteStorage {
     url: String,
     /// Whether this box only reads from it (ccache's `|read-only`).
     pub read_only: bool,
+    /// ccache's `connect-timeout` attribute (Redis and HTTP backends;
+    /// ccache's default is 100 ms); `None`: ccache's default.
+    pub connect_timeout: Option<Duration>,
+    /// ccache's `operation-timeout` attribute: how long one lookup or store
+    /// may take (ccache's default is 10 s); `None`: ccache's default.
+    pub operation_timeout: Option<Duration>,
+}
+
+/// ccache's `operation-timeout` when none is given (its manual, "Redis
+/// storage backend" and "HTTP storage backend": 10000 ms).
+pub const CCACHE_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What [`RemoteStorage::probe`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// The server sent something back (any answer, an error too).
+    Answers,
+    /// The connection was refused or failed at once: a server that is down
+    /// costs a compiler call nothing, so it is not skipped.
+    Refused(String),
+    /// Connected (or still connecting) and nothing came back in time: a
+    /// stalled server, which costs every compiler call its operation timeout.
+    Silent,
 }
 
 impl RemoteStorage {
@@ -98,17 +122,147 @@ impl RemoteStorage {
         Ok(RemoteStorage {
             url: text.to_string(),
             read_only,
+            connect_timeout: None,
+            operation_timeout: None,
         })
     }
 
-    /// The value of `CCACHE_REMOTE_STORAGE`: the URL, with `|read-only`
-    /// when so. Holds any credentials: for the compilers' environment only.
-    pub fn ccache_value(&self) -> String {
-        if self.read_only {
-            format!("{}|read-only", self.url)
-        } else {
-            self.url.clone()
+    /// This remote with ccache's `connect-timeout` and `operation-timeout`
+    /// set (`None`: ccache's default).
+    ///
+    /// Errors: the remote is a `file:` directory, which has neither.
+    pub fn with_timeouts(
+        self,
+        connect: Option<Duration>,
+        operation: Option<Duration>,
+    ) -> Result<RemoteStorage, String> {
+        if self.url.starts_with("file:") && (connect.is_some() || operation.is_some()) {
+            return Err(
+                "a file: remote has no timeouts (they apply to redis:// and http:// remotes)"
+                    .into(),
+            );
         }
+        Ok(RemoteStorage {
+            connect_timeout: connect,
+            operation_timeout: operation,
+            ..self
+        })
+    }
+
+    /// How long ccache waits for one lookup or store: the configured
+    /// `operation-timeout`, else ccache's default.
+    pub fn operation_timeout(&self) -> Duration {
+        self.operation_timeout.unwrap_or(CCACHE_OPERATION_TIMEOUT)
+    }
+
+    /// The value of `CCACHE_REMOTE_STORAGE`: the URL, with `|read-only`,
+    /// `|connect-timeout=<ms>` and `|operation-timeout=<ms>` when set. Holds
+    /// any credentials: for the compilers' environment only.
+    pub fn ccache_value(&self) -> String {
+        let mut v = self.url.clone();
+        if self.read_only {
+            v.push_str("|read-only");
+        }
+        if let Some(t) = self.connect_timeout {
+            v.push_str(&format!("|connect-timeout={}", t.as_millis().max(1)));
+        }
+        if let Some(t) = self.operation_timeout {
+            v.push_str(&format!("|operation-timeout={}", t.as_millis().max(1)));
+        }
+        v
+    }
+
+    /// Asks the server whether it answers at all, waiting at most `limit`
+    /// to connect and as long again for a reply: a Redis server is sent
+    /// `PING` (any reply counts, `-NOAUTH` too), an HTTP server a `HEAD /`.
+    /// A `file:` remote always [`Probe::Answers`] (nothing to ask).
+    pub fn probe(&self, limit: Duration) -> Probe {
+        use std::io::{Read, Write};
+        let ask: &[u8] = if self.url.starts_with("http://") {
+            b"HEAD / HTTP/1.0\r\n\r\n"
+        } else {
+            b"PING\r\n"
+        };
+        fn talk<S: Read + Write>(mut s: S, ask: &[u8]) -> Probe {
+            if s.write_all(ask).is_err() {
+                return Probe::Refused("the connection was closed".into());
+            }
+            let mut b = [0u8; 1];
+            match s.read(&mut b) {
+                Ok(1) => Probe::Answers,
+                Ok(_) => Probe::Refused("the connection was closed".into()),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    Probe::Silent
+                }
+                Err(e) => Probe::Refused(e.to_string()),
+            }
+        }
+        if let Some(path) = self.url.strip_prefix("redis+unix:") {
+            let path = path.strip_prefix("//").unwrap_or(path);
+            let path = path.split('?').next().unwrap_or(path);
+            return match std::os::unix::net::UnixStream::connect(path) {
+                Ok(s) => {
+                    let _ = s.set_read_timeout(Some(limit));
+                    let _ = s.set_write_timeout(Some(limit));
+                    talk(s, ask)
+                }
+                Err(e) => Probe::Refused(e.to_string()),
+            };
+        }
+        let Some((host, port)) = self.host_port() else {
+            return Probe::Answers;
+        };
+        use std::net::ToSocketAddrs;
+        let addrs: Vec<std::net::SocketAddr> = match (host.as_str(), port).to_socket_addrs() {
+            Ok(a) => a.collect(),
+            Err(e) => return Probe::Refused(e.to_string()),
+        };
+        let mut why = "no address".to_string();
+        for addr in addrs {
+            match std::net::TcpStream::connect_timeout(&addr, limit) {
+                Ok(s) => {
+                    let _ = s.set_read_timeout(Some(limit));
+                    let _ = s.set_write_timeout(Some(limit));
+                    return talk(s, ask);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return Probe::Silent,
+                Err(e) => why = e.to_string(),
+            }
+        }
+        Probe::Refused(why)
+    }
+
+    /// The host and port of a `redis://` or `http://` remote (the scheme's
+    /// default port when none is given: 6379, 80); `None` for the others.
+    fn host_port(&self) -> Option<(String, u16)> {
+        let (rest, default) = if let Some(r) = self.url.strip_prefix("redis://") {
+            (r, 6379)
+        } else if let Some(r) = self.url.strip_prefix("http://") {
+            (r, 80)
+        } else {
+            return None;
+        };
+        let authority = rest.split('/').next().unwrap_or("");
+        let host_port = authority.rsplit('@').next().unwrap_or("");
+        let (host, port) = if let Some(v6) = host_port.strip_prefix('[') {
+            let (h, after) = v6.split_once(']')?;
+            (h, after.strip_prefix(':'))
+        } else {
+            match host_port.split_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (host_port, None),
+            }
+        };
+        let port = match port {
+            Some(p) => p.parse().ok()?,
+            None => default,
+        };
+        Some((host.to_string(), port))
     }
 
     /// The URL with any password replaced by `***` (see [`redact`]).
@@ -187,6 +341,42 @@ mod tests {
             let e = RemoteStorage::parse(bad, false).unwrap_err();
             assert!(e.contains(why), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn timeouts_are_attributes_and_a_probe_tells_silent_from_refused() {
+        let r = RemoteStorage::parse("redis://h:6379", true)
+            .unwrap()
+            .with_timeouts(
+                Some(Duration::from_millis(200)),
+                Some(Duration::from_secs(2)),
+            )
+            .unwrap();
+        assert_eq!(
+            r.ccache_value(),
+            "redis://h:6379|read-only|connect-timeout=200|operation-timeout=2000"
+        );
+        assert_eq!(r.operation_timeout(), Duration::from_secs(2));
+        assert_eq!(r.host_port(), Some(("h".to_string(), 6379)));
+        assert!(
+            RemoteStorage::parse("file:/x", false)
+                .unwrap()
+                .with_timeouts(None, Some(Duration::from_secs(1)))
+                .is_err()
+        );
+        // A listener that never answers, and a port nobody listens on.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let at =
+            |port: u16| RemoteStorage::parse(&format!("redis://127.0.0.1:{port}"), false).unwrap();
+        let limit = Duration::from_millis(300);
+        assert_eq!(
+            at(silent.local_addr().unwrap().port()).probe(limit),
+            Probe::Silent
+        );
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        assert!(matches!(at(port).probe(limit), Probe::Refused(_)));
     }
 
     #[test]

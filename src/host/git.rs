@@ -16,20 +16,27 @@
 //! `core.autocrlf`, filter or template directory cannot change the files of
 //! a checkout. A fetch from the network keeps that configuration: proxies,
 //! credential helpers and `url.<base>.insteadOf` are how users reach their
-//! repositories. No step ever prompts (`GIT_TERMINAL_PROMPT=0`).
+//! repositories. No step ever prompts (`GIT_TERMINAL_PROMPT=0`), and no
+//! step that talks to a repository waits longer than the site's `[git]`
+//! timeouts allow ([`Git::network`], [`crate::host::git_timeouts`]).
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use crate::host::process;
+use crate::host::git_timeouts::{GitTimeouts, show};
+use crate::host::process::{self, Silence, Stalled};
 
-/// The git program found on PATH.
+/// The git program found on PATH, and the limits of its network operations.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Git {
     /// Absolute path of `git`.
     pub path: PathBuf,
+    /// How long a fetch, a ref listing or a submodule update may wait for
+    /// the repository ([`Git::network`]); the defaults unless
+    /// [`Git::with_timeouts`] was given the site's `[git]` table.
+    pub timeouts: GitTimeouts,
 }
 
 /// Whether a git command may read the user's and the system's configuration.
@@ -44,7 +51,16 @@ enum Config {
 impl Git {
     /// `git` on PATH, or `None` (the caller uses libgit2). Starts no process.
     pub fn find() -> Option<Git> {
-        which::which("git").ok().map(|path| Git { path })
+        which::which("git").ok().map(|path| Git {
+            path,
+            timeouts: GitTimeouts::default(),
+        })
+    }
+
+    /// This git with the network limits `timeouts` (the site's `[git]`
+    /// table, [`crate::host::git_timeouts::load`]).
+    pub fn with_timeouts(self, timeouts: GitTimeouts) -> Git {
+        Git { timeouts, ..self }
     }
 
     fn command(&self, config: Config, args: Vec<std::ffi::OsString>) -> duct::Expression {
@@ -92,13 +108,101 @@ impl Git {
         process::capture(&what, self.command(config, all))
     }
 
+    /// Runs git with `args` (a step that talks to the repository `url`:
+    /// a fetch, `ls-remote`, a submodule update) under [`Git::timeouts`], and
+    /// returns its trimmed stdout. git traces the protocol's packets on
+    /// stderr (`GIT_TRACE_PACKET=2`): its first received packet (`fetch<`,
+    /// `ls-remote<`...) is the repository's answer, which must come within
+    /// `connect_timeout`; after it, git's output (the packets, its
+    /// `--progress` meters and the repository's `remote:` lines) may stop
+    /// for at most `read_timeout`; else git's process group is killed
+    /// ([`process::capture_watched`]): this covers every transport (`git://`
+    /// and ssh too, which git gives no timeout of its own). Over HTTP, curl
+    /// also ends a transfer idle that long (`http.lowSpeedLimit=1`,
+    /// `http.lowSpeedTime`). On a terminal, git's progress is shown as it
+    /// comes.
+    ///
+    /// Errors: git fails (the message names `what` and ends with git's
+    /// own lines, the trace left out); the repository did not answer or
+    /// fell silent (the message names `what`, the limit, and where to set it).
+    fn network(&self, what: &str, args: Vec<std::ffi::OsString>) -> Result<String> {
+        let t = &self.timeouts;
+        let speed_time = t.read.as_secs_f64().ceil().max(1.0).to_string();
+        let mut all: Vec<std::ffi::OsString> = vec![
+            "-c".into(),
+            "http.lowSpeedLimit=1".into(),
+            "-c".into(),
+            format!("http.lowSpeedTime={speed_time}").into(),
+        ];
+        all.extend(args);
+        let cmd = self
+            .command(Config::User, all)
+            .env("GIT_TRACE_PACKET", "2")
+            .env("GIT_HTTP_LOW_SPEED_LIMIT", "1")
+            .env("GIT_HTTP_LOW_SPEED_TIME", &speed_time);
+        let terminal = std::io::stderr().is_terminal();
+        let silence = Silence {
+            first: t.connect,
+            idle: t.read,
+        };
+        process::capture_watched(what, cmd, silence, received_packet, |line, end| {
+            if packet_trace(line).is_some() {
+                return false;
+            }
+            if terminal {
+                eprint!("{line}{}", end as char);
+            }
+            end == b'\n' && !line.trim().is_empty()
+        })
+        .map_err(|e| match e.downcast_ref::<Stalled>() {
+            Some(Stalled::NoAnswer(_)) => anyhow::Error::new(TimedOut(format!(
+                "{what}: the repository did not answer within connect_timeout {} (set by {}); git was stopped",
+                show(t.connect),
+                t.hint("connect_timeout")
+            ))),
+            Some(Stalled::Idle(_)) => anyhow::Error::new(TimedOut(format!(
+                "{what}: the repository sent nothing for read_timeout {} (set by {}); git was stopped",
+                show(t.read),
+                t.hint("read_timeout")
+            ))),
+            None => e,
+        })
+    }
+
+    /// The branches and tags of the repository `url` (`git ls-remote
+    /// --heads --tags`, under [`Git::timeouts`]): each ref's full name and
+    /// the object it names, peeled entries (`^{}`) left out.
+    ///
+    /// Errors: git fails or the repository does not answer in time (named).
+    pub fn list_remote(&self, url: &str) -> Result<Vec<(String, String)>> {
+        let out = self
+            .network(
+                "git ls-remote",
+                vec![
+                    "ls-remote".into(),
+                    "--heads".into(),
+                    "--tags".into(),
+                    "--".into(),
+                    absolute_local(url).into(),
+                ],
+            )
+            .with_context(|| format!("listing the refs of {url}"))?;
+        Ok(out
+            .lines()
+            .filter_map(|l| {
+                let (id, name) = l.split_once('\t')?;
+                (!name.ends_with("^{}")).then(|| (name.to_string(), id.to_string()))
+            })
+            .collect())
+    }
+
     /// Fetches `refspecs` from `url` into the repository at `repo` (the
     /// mirror's refspecs name every tag). On a terminal, git
     /// draws its own progress on stderr; otherwise its output is kept for the
     /// error.
     ///
-    /// Errors: the fetch fails (the message names `url` and holds git's
-    /// output, or points at it above on a terminal).
+    /// Errors: the fetch fails, or the repository does not answer in time
+    /// ([`Git::network`]); the message names `url` and holds git's output.
     pub fn fetch(&self, repo: &Path, url: &str, refspecs: &[&str]) -> Result<()> {
         self.fetch_with(repo, url, refspecs, &[])
     }
@@ -134,27 +238,15 @@ impl Git {
             "fetch".into(),
             "--no-write-fetch-head".into(),
         ];
-        let terminal = std::io::stderr().is_terminal();
-        args.push(if terminal { "--progress" } else { "--quiet" }.into());
+        // Progress even off a terminal: it is how a long transfer shows it
+        // is alive ([`Git::network`]).
+        args.push("--progress".into());
         args.extend(options.iter().map(Into::into));
         // After `--`, the URL is never an option.
         args.push("--".into());
         args.push(absolute_local(url).into());
         args.extend(refspecs.iter().map(Into::into));
-        let cmd = self.command(Config::User, args);
-        if terminal {
-            let status = cmd
-                .stdout_null()
-                .unchecked()
-                .run()
-                .with_context(|| format!("cannot run {}", self.path.display()))?
-                .status;
-            if !status.success() {
-                bail!("fetching {url}: git fetch failed ({status}); its messages are above");
-            }
-            return Ok(());
-        }
-        process::capture(&format!("git fetch {url}"), cmd)
+        self.network("git fetch", args)
             .map(|_| ())
             .with_context(|| format!("fetching {url}"))
     }
@@ -353,6 +445,25 @@ impl Git {
     }
 }
 
+/// A git step that talks to a repository ended because the repository did
+/// not answer within a `[git]` timeout ([`Git::network`]): the message says
+/// which and where it is set. Found in an error's chain by [`timed_out`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimedOut(pub String);
+
+impl std::fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TimedOut {}
+
+/// Whether `e` (or an error it wraps) is a [`TimedOut`].
+pub fn timed_out(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<TimedOut>().is_some())
+}
+
 /// How many refs a git bundle may list before it is refused: far above any
 /// repository's tags (vLLM has a few hundred), and a bound on what a
 /// bundle from elsewhere makes this box read.
@@ -433,10 +544,15 @@ impl Git {
             &["config", "remote.origin.url", &absolute_local(url)],
         )?;
         let listed = self
-            .run(
-                Config::User,
-                dir,
-                &["ls-remote", "--", &absolute_local(url)],
+            .network(
+                "git ls-remote",
+                vec![
+                    "-C".into(),
+                    dir.into(),
+                    "ls-remote".into(),
+                    "--".into(),
+                    absolute_local(url).into(),
+                ],
             )
             .with_context(|| format!("listing the refs of {url}"))?;
         let is_sha = rev.len() == 40 && rev.chars().all(|c| c.is_ascii_hexdigit());
@@ -479,12 +595,14 @@ impl Git {
         self.checkout_detached(dir, &commit)?;
         let mut subs = std::collections::BTreeMap::new();
         if submodules && dir.join(".gitmodules").is_file() {
-            let mut args: Vec<&str> = Vec::new();
+            let mut args: Vec<std::ffi::OsString> = vec!["-C".into(), dir.into()];
             for c in url_config {
-                args.extend(["-c", c.as_str()]);
+                args.extend(["-c".into(), c.into()]);
             }
-            args.extend(["submodule", "update", "--init", "--recursive", "--quiet"]);
-            self.run(Config::User, dir, &args)
+            for a in ["submodule", "update", "--init", "--recursive", "--progress"] {
+                args.push(a.into());
+            }
+            self.network("git submodule update", args)
                 .with_context(|| format!("fetching the submodules of {url} @ {rev}"))?;
             let status = self.run(
                 Config::Hermetic,
@@ -757,6 +875,21 @@ fn list_paths(dir: &Path, rel: &Path, out: &mut Vec<u8>) -> Result<()> {
     Ok(())
 }
 
+/// The direction and payload of a line of git's packet trace
+/// (`GIT_TRACE_PACKET`): `12:00:00.000000 pkt-line.c:86  packet:  fetch< version 2`
+/// gives `("fetch<", "version 2")`; `None` for any other line.
+fn packet_trace(line: &str) -> Option<(&str, &str)> {
+    let (_, rest) = line.split_once(" packet: ")?;
+    let rest = rest.trim_start();
+    Some(rest.split_once(' ').unwrap_or((rest, "")))
+}
+
+/// Whether `line` traces a packet git received (`fetch<`, `ls-remote<`,
+/// `git<`): the repository has answered.
+fn received_packet(line: &str) -> bool {
+    packet_trace(line).is_some_and(|(who, _)| who.ends_with('<'))
+}
+
 /// `url` as git should get it when it runs in another directory (`-C`): a
 /// relative local path made absolute against the current directory (as
 /// libgit2 reads it); URLs (`scheme://`), absolute paths and scp-like
@@ -773,7 +906,19 @@ fn absolute_local(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::absolute_local;
+    use super::{absolute_local, packet_trace, received_packet};
+
+    #[test]
+    fn packet_traces_are_told_from_git_messages() {
+        let got = "13:32:35.257843 pkt-line.c:86           packet:        fetch< version 2";
+        assert_eq!(packet_trace(got), Some(("fetch<", "version 2")));
+        assert!(received_packet(got));
+        let sent = "13:32:35.257910 pkt-line.c:86           packet:        fetch> command=ls-refs";
+        assert!(packet_trace(sent).is_some() && !received_packet(sent));
+        for plain in ["remote: Counting objects: 3", "fatal: unable to access 'x'"] {
+            assert_eq!(packet_trace(plain), None);
+        }
+    }
 
     #[test]
     fn only_relative_local_paths_are_made_absolute() {

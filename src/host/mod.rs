@@ -2,8 +2,8 @@
 //! each: the toolchain found on it ([`toolchain`]), uv ([`uv`]), child
 //! processes with timeouts and process groups ([`process`]), and disk space
 //! ([`disk`]), HTTP downloads ([`http`]), the git command line for fetches
-//! and checkouts ([`git`]), and the bytecode of a venv, shared through the store's pool
-//! ([`bytecode`]), ccache's remote storage ([`ccache`]), the compilers a
+//! and checkouts ([`git`]) and the limits of its network steps ([`git_timeouts`]), and the bytecode of a venv, shared through the store's pool
+//! ([`bytecode`]), ccache's remote storage ([`ccache`]) and skipping it when it stalls mid-build ([`team_cache`]), the compilers a
 //! build declares and uses, measured ([`compilers`]), and the site's
 //! `[[mirror]]` URL mapping ([`mirror`]), and the sha256 of the pinned uv's
 //! wheels, compiled in ([`uv_wheels`]). It may use the store and the
@@ -14,11 +14,13 @@ pub mod ccache;
 pub mod compilers;
 pub mod disk;
 pub mod git;
+pub mod git_timeouts;
 pub mod http;
 pub mod mirror;
 pub mod platform;
 pub mod process;
 pub mod rust;
+pub mod team_cache;
 pub mod toolchain;
 pub mod uv;
 pub mod uv_wheels;

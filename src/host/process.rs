@@ -231,6 +231,144 @@ pub fn capture_within(
     stdout_of(what, &out)
 }
 
+/// How long a network command may stay silent ([`capture_watched`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Silence {
+    /// From the start until the first line the caller takes as the other
+    /// end's answer.
+    pub first: Duration,
+    /// Between two lines of output after that answer.
+    pub idle: Duration,
+}
+
+/// Why [`capture_watched`] killed a command: the root cause of its error
+/// (`e.downcast_ref::<Stalled>()`), for callers that say it in their terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stalled {
+    /// No answer within [`Silence::first`].
+    NoAnswer(Duration),
+    /// Nothing for [`Silence::idle`] after the answer.
+    Idle(Duration),
+}
+
+impl std::fmt::Display for Stalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stalled::NoAnswer(d) => write!(f, "no answer within {} ms", d.as_millis()),
+            Stalled::Idle(d) => write!(f, "silent for {} ms", d.as_millis()),
+        }
+    }
+}
+
+impl std::error::Error for Stalled {}
+
+/// Runs `expr` (a command that talks to a server: git's fetches) with its
+/// stdout captured and its stderr read as it comes, one line at a time
+/// (a line ends at `\n` or at the `\r` of a progress meter), each given to
+/// `on_line` with its end byte. The command must show that it is alive:
+/// its first line that `answered` accepts within `silence.first`, then
+/// some line at least every `silence.idle`; else its whole process group
+/// is killed. Returns the trimmed stdout.
+///
+/// Errors: the program cannot start; it was killed ([`Stalled`] is the
+/// root cause); it exits non-zero (the error names `what` and ends with
+/// the last 30 lines `on_line` returned `true` for: the lines worth
+/// showing).
+pub fn capture_watched(
+    what: &str,
+    expr: duct::Expression,
+    silence: Silence,
+    answered: impl Fn(&str) -> bool,
+    mut on_line: impl FnMut(&str, u8) -> bool,
+) -> Result<String> {
+    let (mut err_read, err_write) =
+        std::io::pipe().with_context(|| format!("cannot run {what}"))?;
+    let handle = isolate(expr)
+        .stdout_capture()
+        .stderr_file(err_write)
+        .unchecked()
+        .start()
+        .with_context(|| format!("cannot run {what}"))?;
+    let _group = Registered::new(handle.pids());
+    let (tx, rx) = std::sync::mpsc::channel::<(String, u8)>();
+    // Reads until every holder of the pipe's write end is gone (the
+    // command and what it started), then hangs up.
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        let mut line: Vec<u8> = Vec::new();
+        loop {
+            let n = match std::io::Read::read(&mut err_read, &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            for &b in &buf[..n] {
+                if b == b'\n' || b == b'\r' {
+                    let text = String::from_utf8_lossy(&line).into_owned();
+                    line.clear();
+                    if tx.send((text, b)).is_err() {
+                        return;
+                    }
+                } else if line.len() < 64 * 1024 {
+                    line.push(b);
+                }
+            }
+        }
+        if !line.is_empty() {
+            let _ = tx.send((String::from_utf8_lossy(&line).into_owned(), b'\n'));
+        }
+    });
+    let start = Instant::now();
+    let mut answer: Option<Instant> = None;
+    let mut kept: std::collections::VecDeque<String> = std::collections::VecDeque::new();
+    loop {
+        let deadline = match answer {
+            None => start + silence.first,
+            Some(last) => last + silence.idle,
+        };
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok((line, end)) => {
+                if answer.is_some() || answered(&line) {
+                    answer = Some(Instant::now());
+                }
+                if on_line(&line, end) {
+                    kept.push_back(line);
+                    if kept.len() > 30 {
+                        kept.pop_front();
+                    }
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                kill_groups(&handle.pids());
+                let _ = handle.kill();
+                let why = match answer {
+                    None => Stalled::NoAnswer(silence.first),
+                    Some(_) => Stalled::Idle(silence.idle),
+                };
+                return Err(anyhow::Error::new(why).context(format!("{what} was killed")));
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    // Its stderr is closed: it is exiting (bounded all the same).
+    let out = match handle
+        .wait_deadline(deadline_after(silence.idle))
+        .with_context(|| format!("waiting for {what}"))?
+    {
+        Some(out) => out.clone(),
+        None => {
+            kill_groups(&handle.pids());
+            let _ = handle.kill();
+            return Err(anyhow::Error::new(Stalled::Idle(silence.idle))
+                .context(format!("{what} was killed")));
+        }
+    };
+    if !out.status.success() {
+        let text: Vec<String> = kept.into_iter().collect();
+        bail!("{what} failed ({}):\n{}", out.status, text.join("\n"));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 /// Sends SIGKILL to the process group each of `pids` leads.
 fn kill_groups(pids: &[u32]) {
     for pid in pids {

@@ -66,6 +66,10 @@ pub struct BuildReport {
     pub activated: Option<crate::ops::activate::Activation>,
     /// The keys used: the same object `plan --json` reports.
     pub keys: Keys,
+    /// The version this pin's oracle had before, when the same commit
+    /// gives another now (left out when not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version_change: Option<crate::pipeline::VersionChange>,
 }
 
 /// Runs the main job in session `s` and prints its report. Errors carry
@@ -115,6 +119,9 @@ pub fn print_report(report: &BuildReport) {
         "version  {}",
         report.runtime_version.as_deref().unwrap_or("(none)")
     );
+    if let Some(v) = &report.version_change {
+        println!("changed  {}", v.describe());
+    }
     println!("verdict  {}", report.verdict.as_str());
     for reason in &report.reasons {
         println!("  - {reason}");
@@ -201,6 +208,7 @@ pub fn execute(s: &Session, opts: &BuildOptions) -> Result<BuildReport> {
         seconds: done.seconds,
         activated: None,
         keys: done.keys.clone(),
+        version_change: done.version_change.clone(),
     };
     if let Some(path) = &opts.activate
         && report.verdict == Verdict::Gateable

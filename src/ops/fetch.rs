@@ -18,8 +18,17 @@ pub fn run(s: &Session, pin_arg: &str, offline: bool) -> Result<()> {
     let temp = store.temp_roots()?;
     temp.add(&store, &source::mirror_entry(&store, &r.source.repo))?;
     temp.add(&store, &source::checkout_entry(&store, &r.source.commit))?;
-    let (mirror, fetched) =
-        source::ensure_mirror_fetched(&store, &r.source.repo, &r.source.commit, offline)?;
+    let source::Refreshed {
+        entry: mirror,
+        fetched,
+        ..
+    } = source::ensure_mirror_refreshed(
+        &store,
+        &r.source.repo,
+        &r.source.commit,
+        offline,
+        r.source.moved_tags,
+    )?;
     let (src, created) = source::ensure_checkout(&store, &mirror, &r.source.commit)?;
     // The fork-only check, against the branches just fetched; else said not made.
     let (warning, not_checked) = if fetched == source::Fetched::Now {

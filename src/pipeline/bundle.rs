@@ -1128,8 +1128,11 @@ pub fn import(
     // sha256, every package of it vendored with its checksum), before any
     // entry is moved in; on a store with a trust policy, taken only signed
     // (a vendored file can be rewritten with its checksum line).
-    let crates_atts =
-        take_attestations(&x.join("lockfiles").join(&m.recipe).join(CRATES_ATTESTATIONS))?;
+    let crates_atts = take_attestations(
+        &x.join("lockfiles")
+            .join(&m.recipe)
+            .join(CRATES_ATTESTATIONS),
+    )?;
     for (bucket, name) in &tops {
         if bucket == Bucket::Crates.dir_name() {
             let problems =
@@ -1207,7 +1210,10 @@ pub fn import(
                     &policies,
                     |p| {
                         trust::rule::verdict(
-                            trust::rule::Subject::Crates { key: name, files: &files },
+                            trust::rule::Subject::Crates {
+                                key: name,
+                                files: &files,
+                            },
                             &crates_atts,
                             p,
                         )

@@ -74,8 +74,11 @@ fn installs(store: &Store, locked: &Locked, entries: (Vec<Entry>, Vec<Entry>)) -
 /// Every wheelhouse entry it fetches is registered in `temp` first, so a
 /// concurrent `gc` cannot take the build set between download and install.
 ///
-/// Errors: the build set cannot be installed, the backend has no hook, or
-/// the hook fails (vLLM's cuda metadata needs nvcc): the caller falls back.
+/// Errors: the backend has no hook, or the hook fails (vLLM's cuda metadata
+/// needs nvcc): a [`requires::TreeDeclined`], after which the caller falls
+/// back to the requirement files; anything else (the build set cannot be
+/// fetched or installed, the tree cannot be copied, a full disk) is a
+/// failure of the step, which the caller reports.
 pub fn metadata_runtime(
     cx: &Ctx<'_>,
     src: &Path,
@@ -86,11 +89,24 @@ pub fn metadata_runtime(
 ) -> Result<Vec<String>> {
     let Ctx { store, lr, tc, uv } = *cx;
     let r = &lr.recipe;
+    // A full disk in this step, for the tests on boxes where they cannot
+    // mount a small tmpfs (docs/testing.md; debug builds only).
+    if cfg!(debug_assertions)
+        && std::env::var_os("ORACLE_BUILD_TEST_FAULT").is_some_and(|v| v == "metadata-enospc")
+    {
+        return Err(
+            anyhow::Error::new(std::io::Error::from_raw_os_error(libc::ENOSPC)).context(format!(
+                "creating {} (ORACLE_BUILD_TEST_FAULT)",
+                work.join("meta-venv").display()
+            )),
+        );
+    }
     let lock_dir = build_lock.parent().unwrap_or(work);
     let packages = parse_pylock(build_lock)?;
     let entries = wheelhouse::ensure(store, &packages, lock_dir, false, Some(temp))?;
     let venv = work.join("meta-venv");
-    let log = work.join("meta.log");
+    // Outside staging: the log an error names must outlive it.
+    let log = store.stage_log(&format!("lock-metadata-{}", r.name))?;
     uv.venv(&tc.python.path, &venv, false, &log)?;
     LockedInstall {
         packages,
@@ -115,9 +131,14 @@ pub fn metadata_runtime(
         &env,
         &remove,
     )?
-    .context("the build backend has no prepare_metadata_for_build_wheel hook")?;
+    .ok_or_else(|| {
+        anyhow::Error::new(requires::TreeDeclined(
+            "the build backend has no prepare_metadata_for_build_wheel hook".into(),
+        ))
+    })?;
     let reqs = requires::requires_dist(&meta, "the tree's METADATA")?;
     let target = requires::marker_env_on(&tc.python.path, platform)?;
+    let _ = fs_err::remove_file(&log);
     Ok(requires::active(&reqs, &target, &[])
         .iter()
         .map(ToString::to_string)

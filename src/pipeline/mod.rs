@@ -635,6 +635,46 @@ pub struct Built {
     pub pushed: Vec<push::AutoPushed>,
     /// Wall time, seconds.
     pub seconds: f64,
+    /// The version this pin's oracle had before, when it is another now
+    /// for the same commit (a tag moved, deleted or made upstream).
+    pub version_change: Option<VersionChange>,
+}
+
+/// The version of a recipe's oracle changed under the same commit: the
+/// previous oracle's (the one its GC root named before this build) and
+/// this one's, and the tag changes the source stage saw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VersionChange {
+    /// The previous oracle's `runtime_version`.
+    pub from: String,
+    /// This oracle's.
+    pub to: String,
+    /// The previous oracle's venv.
+    pub previous_oracle: std::path::PathBuf,
+    /// The tag moves of this build's refresh (empty: none seen now; the
+    /// tags changed before, or a tag was made upstream).
+    pub tag_moves: Vec<source::TagMove>,
+}
+
+impl VersionChange {
+    /// One line: `0.1.1.dev1+g… -> 0.1.0 under the same commit: tag v0.1.0 moved upstream from commit … to …`.
+    pub fn describe(&self) -> String {
+        let why = if self.tag_moves.is_empty() {
+            "the tags of its history changed upstream".to_string()
+        } else {
+            self.tag_moves
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        format!(
+            "{} -> {} under the same commit (the previous oracle: {}): {why}",
+            self.from,
+            self.to,
+            self.previous_oracle.display()
+        )
+    }
 }
 
 impl Built {
@@ -746,8 +786,17 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     if !src_entry.exists() {
         disk::check(store.root(), r, Stage::Source)?;
     }
-    let (mirror, fetched) =
-        source::ensure_mirror_fetched(store, &r.source.repo, &r.source.commit, o.offline)?;
+    let source::Refreshed {
+        entry: mirror,
+        fetched,
+        moved: tag_moves,
+    } = source::ensure_mirror_refreshed(
+        store,
+        &r.source.repo,
+        &r.source.commit,
+        o.offline,
+        r.source.moved_tags,
+    )?;
     let (src, src_built) = source::ensure_checkout(store, &mirror, &r.source.commit)?;
     // Whether a fork-only commit is reached by no branch or tag: asked only
     // when something is built (the answer goes into the oracle's record,
@@ -918,6 +967,35 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         };
         oracle::settle_note(&outcome.entry, &mut outcome.record, &not_made, warning)?;
     }
+    // The version this pin's oracle had before, when the same commit now
+    // gives another: said, with the tag moves seen now.
+    let version_change = store
+        .roots()?
+        .into_iter()
+        .find(|x| x.name == r.name && !x.is_list() && x.live)
+        // The root is `../store/venvs/<key>`: the venv beside this one.
+        .and_then(|root| {
+            root.target
+                .file_name()
+                .map(|n| outcome.entry.path.with_file_name(n))
+        })
+        .filter(|prev| *prev != outcome.entry.path)
+        .and_then(|path| Some((OracleRecord::read(&path).ok()?, path)))
+        .and_then(|(prev, path)| {
+            let (from, to) = (
+                prev.identity.runtime_version?,
+                outcome.record.identity.runtime_version.clone()?,
+            );
+            (prev.identity.commit == r.source.commit && from != to).then(|| VersionChange {
+                from,
+                to,
+                previous_oracle: path,
+                tag_moves: tag_moves.clone(),
+            })
+        });
+    if let Some(v) = &version_change {
+        progress::stage("version", format!("{}: {}", r.name, v.describe()));
+    }
     // 10. One root per pin: the oracle; its record's `requires` keeps the rest.
     store.set_root(&r.name, &outcome.entry)?;
     // What an import or pull of this pin brought is now kept through that
@@ -952,6 +1030,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         substituted,
         pushed,
         seconds: t0.elapsed().as_secs_f64(),
+        version_change,
     })
 }
 

@@ -110,7 +110,7 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
                 r.source.commit, r.source.repo
             ));
         } else if let Err(e) = source::origin_url(store, &r.source.repo)
-            .and_then(|from| source::check_reachable(&from))
+            .and_then(|from| source::check_reachable(store, &from))
         {
             problems.push(format!("{e:#}"));
         }

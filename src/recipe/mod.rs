@@ -108,10 +108,43 @@ pub struct Source {
     /// Distribution and import name (default `vllm`).
     #[serde(default = "default_package")]
     pub package: String,
+    /// What a build does when an online refresh finds that a tag the
+    /// mirror had was moved (or deleted) upstream and that this changes the
+    /// version the commit's history gives: `follow` (the default) or
+    /// `refuse`.
+    #[serde(default, skip_serializing_if = "MovedTags::is_follow")]
+    pub moved_tags: MovedTags,
 }
 
 fn default_package() -> String {
     "vllm".into()
+}
+
+/// `source.moved_tags`: whether a build follows a tag moved upstream.
+///
+/// `follow` is the default: the repository is the authority on its tags
+/// (its refresh already moves and prunes them, and a new tag changes the
+/// version the same way), and refusing by default would stop every box's
+/// builds of a pin whenever upstream re-tags a release; the build names
+/// the version change instead (old and new version, the tag and both
+/// commits). `refuse` is for a team whose oracle must never change
+/// version under a fixed commit: the move is undone in the mirror and the
+/// build stops (exit 3) until the recipe says `follow`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MovedTags {
+    /// Take the repository's tags as they are now; name the version change.
+    #[default]
+    Follow,
+    /// Keep the mirror's tags where they were and stop the build.
+    Refuse,
+}
+
+impl MovedTags {
+    /// Whether this is the default, `follow`.
+    pub fn is_follow(&self) -> bool {
+        *self == MovedTags::Follow
+    }
 }
 
 /// Whether native code is compiled from the checkout or taken from a prebuilt wheel.

@@ -151,7 +151,8 @@ pub fn wheel_metadata(wheel: &Path) -> Result<String> {
 /// environment `env`. `Ok(None)` when the backend has no such hook.
 ///
 /// Errors: the hook fails (its output's tail is quoted: vLLM's cuda metadata,
-/// for one, runs `nvcc -V`).
+/// for one, runs `nvcc -V`): with [`TreeDeclined`] as its cause, unless
+/// its output says the disk is full.
 pub fn hook_metadata(
     python: &Path,
     tree: &Path,
@@ -185,12 +186,25 @@ pub fn hook_metadata(
     }
     if !res.status.success() {
         let text = stdout + &String::from_utf8_lossy(&res.stderr);
-        bail!(
+        let full = format!(
             "prepare_metadata_for_build_wheel in {} failed ({}):\n{}",
             tree.display(),
             res.status,
             crate::host::process::tail(&text, 20)
         );
+        if text.contains("No space left on device") {
+            bail!("{full}");
+        }
+        let last = text
+            .lines()
+            .map(str::trim)
+            .rfind(|l| !l.is_empty())
+            .unwrap_or_default();
+        return Err(anyhow::Error::new(TreeDeclined(format!(
+            "prepare_metadata_for_build_wheel failed ({}): {last}",
+            res.status
+        )))
+        .context(full));
     }
     match stdout.split_once("\n----- METADATA -----\n") {
         Some((_, meta)) => Ok(Some(meta.to_string())),
@@ -200,6 +214,24 @@ pub fn hook_metadata(
         ),
     }
 }
+
+/// The tree's own answer that it cannot give its metadata: its build
+/// backend has no `prepare_metadata_for_build_wheel` hook, the hook failed
+/// in the tree's code (vLLM's CUDA metadata runs `nvcc -V`), or the tree
+/// declares no build requirements. The one failure of the lock's metadata
+/// step after which the lock falls back to the requirement files (a full
+/// disk never counts as one). The text is the reason recorded in
+/// `lock.json`: it names no scratch path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeDeclined(pub String);
+
+impl std::fmt::Display for TreeDeclined {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TreeDeclined {}
 
 /// One header of core metadata (RFC 822 style): the values of `field`, in
 /// order, from the header block (up to the first empty line).

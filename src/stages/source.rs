@@ -13,6 +13,7 @@ use std::path::Path;
 use crate::exit::bad_input;
 use crate::host::git::Git;
 use crate::progress::{self, Progress};
+use crate::recipe::MovedTags;
 use crate::store::{Bucket, Entry, Store};
 
 pub mod history;
@@ -77,6 +78,22 @@ impl Backend {
         Git::find().map_or(Backend::Libgit2, Backend::Cli)
     }
 
+    /// [`Backend::find`] for steps that talk to a repository: under the
+    /// `[git]` timeouts of the store's `config.toml`
+    /// ([`crate::host::git_timeouts`]), given to git or set in libgit2.
+    ///
+    /// Errors: exit 2 for a bad `[git]` table.
+    fn for_network(store: &Store) -> Result<Backend> {
+        let timeouts = crate::host::git_timeouts::load(store.root())?;
+        Ok(match Git::find() {
+            Some(git) => Backend::Cli(git.with_timeouts(timeouts)),
+            None => {
+                timeouts.apply_to_libgit2()?;
+                Backend::Libgit2
+            }
+        })
+    }
+
     /// Whether the repository at `dir` holds the commit `commit`.
     fn has_commit(&self, dir: &Path, commit: &str) -> bool {
         match self {
@@ -121,6 +138,34 @@ impl Backend {
                 let repo = Repository::open_bare(dir)
                     .with_context(|| format!("opening mirror {}", dir.display()))?;
                 fetch_with(&repo, url, refspecs, true)
+            }
+        }
+    }
+
+    /// The branches and tags of the repository `url`: full ref name and
+    /// the object it names.
+    fn list_remote(&self, url: &str) -> Result<Vec<(String, String)>> {
+        match self {
+            Backend::Cli(git) => git.list_remote(url),
+            Backend::Libgit2 => {
+                let mut remote = git2::Remote::create_detached(url)
+                    .with_context(|| format!("invalid repository URL {url}"))?;
+                remote
+                    .connect(git2::Direction::Fetch)
+                    .map_err(|e| anyhow::anyhow!("listing the refs of {url}: {}", e.message()))?;
+                let refs = remote
+                    .list()
+                    .map_err(|e| anyhow::anyhow!("listing the refs of {url}: {}", e.message()))?
+                    .iter()
+                    .filter(|h| {
+                        let n = h.name();
+                        (n.starts_with("refs/heads/") || n.starts_with("refs/tags/"))
+                            && !n.ends_with("^{}")
+                    })
+                    .map(|h| (h.name().to_string(), h.oid().to_string()))
+                    .collect();
+                let _ = remote.disconnect();
+                Ok(refs)
             }
         }
     }
@@ -228,13 +273,34 @@ pub fn origin_url(store: &Store, url: &str) -> Result<String> {
     crate::host::mirror::load(store.root())?.git_url(url, "the recipe's repository")
 }
 
-/// Checks that `url` answers (a connect and ref listing). Errors name the repository.
-pub fn check_reachable(url: &str) -> Result<()> {
+/// Checks that `url` answers (a connect and ref listing, libgit2), each
+/// step within the `connect_timeout` of the store's `[git]` table (a
+/// repository that accepts and never answers is not waited for).
+///
+/// Errors: a bad `[git]` table (exit 2); the repository cannot be reached
+/// or did not answer in time (the message names the repository, and the
+/// limit when it ran out).
+pub fn check_reachable(store: &Store, url: &str) -> Result<()> {
+    let t = crate::host::git_timeouts::load(store.root())?;
+    let check = crate::host::git_timeouts::GitTimeouts {
+        read: t.connect,
+        ..t.clone()
+    };
+    check.apply_to_libgit2()?;
     let mut remote = git2::Remote::create_detached(url)
         .with_context(|| format!("invalid repository URL {url}"))?;
-    remote
-        .connect(git2::Direction::Fetch)
-        .map_err(|e| anyhow::anyhow!("repository {url} cannot be reached: {}", e.message()))?;
+    remote.connect(git2::Direction::Fetch).map_err(|e| {
+        let limit = if e.code() == git2::ErrorCode::Timeout {
+            format!(
+                " (no answer within connect_timeout {}, set by {})",
+                crate::host::git_timeouts::show(t.connect),
+                t.hint("connect_timeout")
+            )
+        } else {
+            String::new()
+        };
+        anyhow::anyhow!("repository {url} cannot be reached: {}{limit}", e.message())
+    })?;
     let _ = remote.disconnect();
     Ok(())
 }
@@ -269,7 +335,9 @@ pub enum Fetched {
 /// the repository now. Online, a mirror that already holds `commit` is
 /// refreshed too (every branch and tag: a tag made upstream after the
 /// mirror was fetched changes the version the history gives); a refresh
-/// that fails is said on stderr and the mirror is used as it is.
+/// that fails is said on stderr and the mirror is used as it is. A tag
+/// moved upstream is followed ([`ensure_mirror_refreshed`] with
+/// [`MovedTags::Follow`]).
 ///
 /// Errors: as [`ensure_mirror`].
 pub fn ensure_mirror_fetched(
@@ -278,6 +346,68 @@ pub fn ensure_mirror_fetched(
     commit: &str,
     offline: bool,
 ) -> Result<(Entry, Fetched)> {
+    ensure_mirror_refreshed(store, url, commit, offline, MovedTags::Follow)
+        .map(|r| (r.entry, r.fetched))
+}
+
+/// One tag an online refresh moved or deleted in the mirror.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TagMove {
+    /// The tag's name (`v0.1.0`).
+    pub tag: String,
+    /// The commit it named before the refresh.
+    pub from: String,
+    /// The commit it names now; `None`: deleted upstream.
+    pub to: Option<String>,
+}
+
+impl std::fmt::Display for TagMove {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.to {
+            Some(to) => write!(
+                f,
+                "tag {} moved upstream from commit {} to {to}",
+                self.tag, self.from
+            ),
+            None => write!(
+                f,
+                "tag {} (commit {}) was deleted upstream",
+                self.tag, self.from
+            ),
+        }
+    }
+}
+
+/// What [`ensure_mirror_refreshed`] did.
+#[derive(Debug, Clone)]
+pub struct Refreshed {
+    /// The mirror.
+    pub entry: Entry,
+    /// Whether its branches and tags were fetched from the repository now.
+    pub fetched: Fetched,
+    /// The tags the refresh moved or deleted (empty when none, or not refreshed).
+    pub moved: Vec<TagMove>,
+}
+
+/// [`ensure_mirror_fetched`], with `moved_tags` deciding what happens when
+/// the refresh moves or deletes a tag the mirror had and that changes the
+/// version `commit`'s history gives (the tag `git describe` finds, or its
+/// commit, is another): [`MovedTags::Follow`] keeps the repository's
+/// tags; [`MovedTags::Refuse`] puts the moved and deleted tags back where
+/// they were (the refs as they were, annotated tags included) and fails.
+/// A move that leaves `commit`'s version as it was is followed either way.
+/// Every move is said on stderr, and returned.
+///
+/// Errors: as [`ensure_mirror`]; with `refuse`, a move that changes the
+/// version (exit 3, naming each tag, both commits and both versions, and
+/// the recipe field).
+pub fn ensure_mirror_refreshed(
+    store: &Store,
+    url: &str,
+    commit: &str,
+    offline: bool,
+    moved_tags: MovedTags,
+) -> Result<Refreshed> {
     let entry = mirror_entry(store, url);
     let _lock = entry.lock()?;
     // Fetched from the site's mirror of `url`, kept under `url`'s entry.
@@ -287,9 +417,13 @@ pub fn ensure_mirror_fetched(
         keep_pin(&entry.path, commit)?;
         // A read-only store is served as it is (nothing may be written).
         if offline || store.read_only() {
-            return Ok((entry, Fetched::Not));
+            return Ok(Refreshed {
+                entry,
+                fetched: Fetched::Not,
+                moved: Vec::new(),
+            });
         }
-        let backend = Backend::find();
+        let backend = Backend::for_network(store)?;
         progress::stage(
             "source",
             format!(
@@ -299,28 +433,73 @@ pub fn ensure_mirror_fetched(
             ),
         );
         let before = tag_commits(&entry.path);
-        return Ok(
-            match backend.fetch_pruning(&entry.path, from, MIRROR_REFSPECS) {
-                Ok(()) => {
-                    // The repository has said which tags exist: what a source
-                    // from elsewhere brought unconfirmed is no longer needed.
-                    drop_unconfirmed(&entry.path, None)?;
-                    for change in tag_changes(&before, &tag_commits(&entry.path)) {
-                        progress::stage("source", format!("{url}: {change}"));
+        let refs_before = tag_refs(&entry.path);
+        let history_before = history::of(&entry.path, commit);
+        let refreshed = backend
+            .fetch_pruning(&entry.path, from, MIRROR_REFSPECS)
+            .or_else(|e| fetch_ref_by_ref(&backend, &entry.path, url, from, true, e));
+        if let Err(e) = refreshed {
+            progress::stage(
+                "source",
+                format!(
+                    "warning: the tags and branches of {url} were not refreshed ({e:#}); using the mirror's as they are"
+                ),
+            );
+            return Ok(Refreshed {
+                entry,
+                fetched: Fetched::Not,
+                moved: Vec::new(),
+            });
+        }
+        // The repository has said which tags exist: what a source
+        // from elsewhere brought unconfirmed is no longer needed.
+        drop_unconfirmed(&entry.path, None)?;
+        let after = tag_commits(&entry.path);
+        for change in tag_changes(&before, &after) {
+            progress::stage("source", format!("{url}: {change}"));
+        }
+        let moved = tag_moves(&before, &after);
+        if moved_tags == MovedTags::Refuse && !moved.is_empty() {
+            let history_after = history::of(&entry.path, commit);
+            let was = history_before.as_ref().map(|h| &h.describe);
+            if history_after.as_ref().map(|h| &h.describe) != was {
+                for m in &moved {
+                    if let Some(raw) = refs_before.get(&m.tag) {
+                        backend.write_ref(&entry.path, &format!("refs/tags/{}", m.tag), raw)?;
                     }
-                    (entry, Fetched::Now)
                 }
-                Err(e) => {
-                    progress::stage(
-                        "source",
-                        format!(
-                            "warning: the tags and branches of {url} were not refreshed ({e:#}); using the mirror's as they are"
-                        ),
-                    );
-                    (entry, Fetched::Not)
-                }
-            },
-        );
+                let gives = |h: Option<history::History>| {
+                    h.map_or("(unknown)".to_string(), |h| {
+                        format!("{} ({})", h.gives(), h.from())
+                    })
+                };
+                return Err(crate::exit::mismatch(format!(
+                    "{}: this changes the version of commit {commit} from {} to {}; the recipe says `source.moved_tags: refuse`, so the mirror keeps {} as {} and nothing was built (to take the move, set `moved_tags: follow` under `source:`)",
+                    moved
+                        .iter()
+                        .map(|m| format!("{url}: {m}"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    gives(history_before),
+                    gives(history_after),
+                    if moved.len() == 1 {
+                        "that tag"
+                    } else {
+                        "those tags"
+                    },
+                    if moved.len() == 1 {
+                        "it was"
+                    } else {
+                        "they were"
+                    },
+                )));
+            }
+        }
+        return Ok(Refreshed {
+            entry,
+            fetched: Fetched::Now,
+            moved,
+        });
     }
     if offline {
         bail!(
@@ -328,9 +507,11 @@ pub fn ensure_mirror_fetched(
             entry.path.display()
         );
     }
-    let backend = Backend::find();
+    let backend = Backend::for_network(store)?;
     with_mirror(store, &entry, url, &backend, |dir| {
-        backend.fetch(dir, from, MIRROR_REFSPECS)?;
+        backend
+            .fetch(dir, from, MIRROR_REFSPECS)
+            .or_else(|e| fetch_ref_by_ref(&backend, dir, url, from, false, e))?;
         if !backend.reached_by_branch_or_tag(dir, commit) {
             // A fork-only commit: GitHub keeps pull requests under refs/pull/*.
             let _ = backend.fetch(dir, from, &[PULL_REFSPEC]);
@@ -349,7 +530,123 @@ pub fn ensure_mirror_fetched(
         Ok(())
     })?;
     keep_pin(&entry.path, commit)?;
-    Ok((entry, Fetched::Now))
+    Ok(Refreshed {
+        entry,
+        fetched: Fetched::Now,
+        moved: Vec::new(),
+    })
+}
+
+/// When one fetch of every branch and tag of `from` (the repository `url`,
+/// or its site mirror) into the repository at `dir` failed with `first`:
+/// fetches them again in halves, down to single refs, so that a ref the
+/// repository cannot send (a fork's branch whose history misses an object:
+/// `remote: fatal: unable to read <id>`) costs only that ref. Each ref left
+/// out is warned about on stderr with git's reason; with `prune`, the
+/// branches and tags of `dir` the repository no longer lists are removed
+/// (as `git fetch --prune`). About two fetches per bad ref for each
+/// halving of the ref list.
+///
+/// Errors: `first` when this cannot help: it was a `[git]` timeout, the
+/// repository's refs cannot be listed, or no ref could be fetched.
+fn fetch_ref_by_ref(
+    backend: &Backend,
+    dir: &Path,
+    url: &str,
+    from: &str,
+    prune: bool,
+    first: anyhow::Error,
+) -> Result<()> {
+    if crate::host::git::timed_out(&first) {
+        return Err(first);
+    }
+    let Ok(listed) = backend.list_remote(from) else {
+        return Err(first);
+    };
+    let names: Vec<String> = listed.iter().map(|(n, _)| n.clone()).collect();
+    if names.is_empty() {
+        return Err(first);
+    }
+    progress::stage(
+        "source",
+        format!(
+            "fetching every branch and tag of {url}{} at once failed ({}); fetching them in parts",
+            via(url, from),
+            git_reason(&first)
+        ),
+    );
+    let left_out = fetch_halves(backend, dir, from, &names);
+    if left_out.len() == names.len() {
+        return Err(first);
+    }
+    for (name, why) in &left_out {
+        progress::stage(
+            "source",
+            format!(
+                "warning: {name} of {url}{} cannot be fetched ({why}): left out of the mirror; the other {} branches and tags were fetched",
+                via(url, from),
+                names.len() - left_out.len()
+            ),
+        );
+    }
+    if prune {
+        let repo = Repository::open_bare(dir)
+            .with_context(|| format!("opening mirror {}", dir.display()))?;
+        for glob in ["refs/heads/*", "refs/tags/*"] {
+            for mut r in repo.references_glob(glob)?.flatten() {
+                let name = r.name().unwrap_or_default().to_string();
+                if !names.contains(&name) {
+                    r.delete()
+                        .with_context(|| format!("deleting {name} in {}", dir.display()))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fetches the refs `names` of `from` into `dir` (each under its own
+/// name), halving the list while a fetch fails; returns the refs that
+/// failed alone, with the first line of git's reason. A timeout ends the
+/// halving: every ref of that part is returned.
+fn fetch_halves(
+    backend: &Backend,
+    dir: &Path,
+    from: &str,
+    names: &[String],
+) -> Vec<(String, String)> {
+    let specs: Vec<String> = names.iter().map(|n| format!("+{n}:{n}")).collect();
+    let specs: Vec<&str> = specs.iter().map(String::as_str).collect();
+    match backend.fetch(dir, from, &specs) {
+        Ok(()) => Vec::new(),
+        Err(e) if names.len() == 1 || crate::host::git::timed_out(&e) => {
+            let why = git_reason(&e);
+            names.iter().map(|n| (n.clone(), why.clone())).collect()
+        }
+        Err(_) => {
+            let (a, b) = names.split_at(names.len() / 2);
+            let mut out = fetch_halves(backend, dir, from, a);
+            out.extend(fetch_halves(backend, dir, from, b));
+            out
+        }
+    }
+}
+
+/// The line of a failed git step's error `e` that says why: the
+/// repository's own first `remote: fatal:` line (`remote: fatal: unable to
+/// read <id>`), else git's first `fatal:` line, else the first line git
+/// printed ([`crate::host::process::failure_line`]).
+fn git_reason(e: &anyhow::Error) -> String {
+    let text = format!("{e:#}");
+    let first = |needle: &str| {
+        text.lines()
+            .map(str::trim)
+            .find(|l| l.contains(needle))
+            .map(str::to_string)
+    };
+    first("remote: fatal:")
+        .or_else(|| first("fatal:"))
+        .unwrap_or_else(|| crate::host::process::failure_line(e))
 }
 
 /// ` (through <from>)` when the URL fetched is not `url`, for messages.
@@ -487,6 +784,44 @@ fn tag_commits(dir: &Path) -> std::collections::BTreeMap<String, String> {
     out
 }
 
+/// Every tag ref of the bare repository at `dir` with the object it names
+/// as it is (an annotated tag's tag object): what [`ensure_mirror_refreshed`]
+/// puts back. Empty when it cannot be read.
+fn tag_refs(dir: &Path) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(repo) = Repository::open_bare(dir) else {
+        return out;
+    };
+    if let Ok(refs) = repo.references_glob("refs/tags/*") {
+        for r in refs.flatten() {
+            if let (Some(name), Some(id)) = (r.name(), r.target()) {
+                out.insert(
+                    name.trim_start_matches("refs/tags/").to_string(),
+                    id.to_string(),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The tags of `before` (tag -> commit) that `after` names another commit
+/// or lacks.
+pub fn tag_moves(
+    before: &std::collections::BTreeMap<String, String>,
+    after: &std::collections::BTreeMap<String, String>,
+) -> Vec<TagMove> {
+    before
+        .iter()
+        .filter(|(tag, old)| after.get(*tag) != Some(*old))
+        .map(|(tag, old)| TagMove {
+            tag: tag.clone(),
+            from: old.clone(),
+            to: after.get(tag).cloned(),
+        })
+        .collect()
+}
+
 /// What a refresh changed of the mirror's tags, for the source stage's
 /// report: tags moved to another commit and tags deleted upstream (both
 /// can change the version a commit is given), each named with its commits.
@@ -600,7 +935,7 @@ pub fn fork_only_warning(mirror: &std::path::Path, url: &str, commit: &str) -> O
 /// branch reaches `commit` is not known, so nothing is claimed.
 pub fn fork_check_not_made(url: &str, commit: &str) -> String {
     format!(
-        "whether a branch of {url} reaches {commit} (the fork-only check) was not checked: the mirror's branches were not fetched from the repository (the mirror came from a bundle or a cache, or the build was offline); the next online fetch or build makes the check"
+        "whether a branch of {url} reaches {commit} (the fork-only check) was not checked: the mirror's branches were not fetched from the repository (the mirror came from a bundle or a cache, the build was offline, or the repository did not answer); the next online fetch or build makes the check"
     )
 }
 
@@ -795,7 +1130,7 @@ pub fn update_mirror(store: &Store, url: &str, offline: bool) -> Result<Entry> {
         return Ok(entry);
     }
     let from = origin_url(store, url)?;
-    let backend = Backend::find();
+    let backend = Backend::for_network(store)?;
     with_mirror(store, &entry, url, &backend, |dir| {
         backend.fetch(dir, &from, MIRROR_REFSPECS)
     })?;

@@ -454,6 +454,11 @@ pub struct CacheStats {
     /// timed out): compiled here all the same.
     #[serde(default)]
     pub remote_errors: u64,
+    /// Whether the build skipped the team cache after it timed out and
+    /// stopped answering (`host::team_cache`): the calls after that did
+    /// not ask it.
+    #[serde(default)]
+    pub remote_skipped: bool,
     /// The sources of the calls that missed, as ccache logged them (relative
     /// to the build directory), at most [`MISSED_SHOWN`].
     #[serde(default)]
@@ -558,6 +563,11 @@ impl CacheCounter {
         ))
     }
 
+    /// The build's ccache stats log (`CCACHE_STATSLOG`; ccache only).
+    pub fn statslog(&self) -> &Path {
+        &self.statslog
+    }
+
     /// The counts of the build since [`CacheCounter::start`]; `None` when
     /// they cannot be read (sccache not answering). A ccache build that made
     /// no compiler call has no stats log: all zero.
@@ -660,7 +670,11 @@ impl CompilerCache {
             ("CCACHE_NOHASHDIR".to_string(), "1".to_string()),
         ];
         if self.remote.is_some() {
-            let launcher = self.tool.path.display().to_string();
+            // ccache through the build's launcher script, which leaves a
+            // stalled team cache out (`host::team_cache`).
+            let launcher = crate::host::team_cache::launcher_path(work)
+                .display()
+                .to_string();
             let mut args = cmake_args.unwrap_or("").to_string();
             for lang in ["C", "CXX", "CUDA"] {
                 args = format!("{args} -DCMAKE_{lang}_COMPILER_LAUNCHER={launcher}");
@@ -1097,13 +1111,32 @@ pub fn ensure(
     if let Some(r) = remote {
         env_pairs.push((REMOTE_STORAGE_VAR.into(), r.ccache_value()));
     }
+    // A team cache that stalls is skipped for the rest of the build.
+    let watch = match (cache, remote, &counter) {
+        (Some(c), Some(r), Some((counter, _))) => {
+            let switch = crate::host::team_cache::Switch::install(&work, &c.tool.path)?;
+            Some(crate::host::team_cache::Watch::start(
+                &switch,
+                counter.statslog().to_path_buf(),
+                r.clone(),
+            ))
+        }
+        _ => None,
+    };
     // uv writes its own files beside the wheel (a `.gitignore`): the build
     // goes to `dist/`, and only the wheel moves into the entry.
     let dist = work.join("dist");
     let remove = removals(&scrubbed, &env_pairs);
     uv.build_wheel(&venv, &tree, &dist, &env_pairs, &remove, &log, &bar)?;
     bar.finish();
-    let cache_stats = counter.as_ref().and_then(|(c, _)| c.finish());
+    let skipped = watch.is_some_and(crate::host::team_cache::Watch::finish);
+    let cache_stats = counter
+        .as_ref()
+        .and_then(|(c, _)| c.finish())
+        .map(|s| CacheStats {
+            remote_skipped: skipped,
+            ..s
+        });
     let ext_taken = crate::stages::ext::taken(&plan.hermetic.ext, &work)?;
     let wheels: Vec<String> = fs::read_dir(&dist)?
         .flatten()
@@ -1346,7 +1379,7 @@ mod tests {
         let team: BTreeMap<String, String> = c.path_env(work, Some("-DX=1")).into_iter().collect();
         assert_eq!(
             team["CMAKE_ARGS"],
-            "-DX=1 -DCMAKE_C_COMPILER_LAUNCHER=/usr/bin/ccache -DCMAKE_CXX_COMPILER_LAUNCHER=/usr/bin/ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=/usr/bin/ccache"
+            "-DX=1 -DCMAKE_C_COMPILER_LAUNCHER=/s/tmp/build-k/ccache-launcher -DCMAKE_CXX_COMPILER_LAUNCHER=/s/tmp/build-k/ccache-launcher -DCMAKE_CUDA_COMPILER_LAUNCHER=/s/tmp/build-k/ccache-launcher"
         );
         assert_eq!(team["VLLM_DISABLE_SCCACHE"], "1");
         assert!(

@@ -358,3 +358,52 @@ fn two_stores_share_compiler_hits_through_a_team_redis_and_a_lost_cache_costs_on
     let (_, _, _, misses, errors) = stats(&killed);
     assert!(errors >= 1 && misses >= 1, "{killed}");
 }
+
+/// Issue 42, item 9: a team cache that accepts connections and never
+/// answers (a TCP listener of the test on 127.0.0.1, `operation_timeout =
+/// "1s"`) costs a few compiler calls, not every one: the build skips it
+/// after the first timeout (its probe gets no answer), says so once,
+/// records `remote_skipped`, and most calls never ask it.
+#[test]
+fn a_stalled_team_cache_is_skipped_after_its_first_timeout_and_said_once() {
+    assert!(
+        which::which("ccache").is_ok(),
+        "ccache is not on PATH (.ci/run installs it)"
+    );
+    let fx = Fx::new();
+    let (repo, c1) = heavy_fixture(fx.dir());
+    let r1 = fx.recipe("fx", &repo, &c1, "");
+    let l = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held: Vec<TcpStream> = Vec::new();
+        for s in l.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let store = fx.store().to_path_buf();
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::write(
+        store.join("config.toml"),
+        format!(
+            "[compiler_cache]\nremote = \"redis://127.0.0.1:{port}\"\noperation_timeout = \"1s\"\n"
+        ),
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    let (rec, err) = build(&fx, &store, &r1);
+    let took = t0.elapsed();
+    let (calls, _, _, _, errors) = stats(&rec);
+    const SKIPPED: &str = "skipped for the rest of this build";
+    assert_eq!(err.matches(SKIPPED).count(), 1, "{err}");
+    assert_eq!(rec["compiler_cache_stats"]["remote_skipped"], true, "{rec}");
+    assert!(calls >= TUS as u64, "{rec}");
+    assert!(
+        errors >= 1 && errors * 3 < calls,
+        "only the calls before the skip ask the stalled cache ({errors} of {calls} did): {rec}"
+    );
+    eprintln!(
+        "stalled team cache: {errors} of {calls} compiler calls timed out (1 s each), build {:.1} s",
+        took.as_secs_f64()
+    );
+}

@@ -23,6 +23,7 @@ mod engine_env;
 mod ext_conditions;
 mod ext_trust;
 mod gc_roots;
+mod git_edges;
 mod gpu;
 mod hermetic;
 mod identity;

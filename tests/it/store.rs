@@ -498,3 +498,90 @@ fn a_store_path_that_is_a_file_or_links_into_a_checkout_is_bad_input() {
         "nothing written into the checkout"
     );
 }
+
+/// Issue 42, item 2: a full disk during the lock's metadata step (PEP 517
+/// `prepare_metadata_for_build_wheel` in a build venv in the store's
+/// staging) fails the lock, named as a full disk, and changes nothing: a
+/// lock written before keeps its bytes (its `runtime_source` still the
+/// tree's metadata), and a build without a lockfile stores no lock. The
+/// disk is a 1 MiB tmpfs mounted on `<store>/tmp` after the first lock
+/// (the build set's wheels are already in the wheelhouse, so the step's
+/// venv is the first thing that does not fit); where no tmpfs can be
+/// mounted, the debug binary's `ORACLE_BUILD_TEST_FAULT=metadata-enospc`
+/// makes the step fail with ENOSPC instead.
+#[test]
+fn a_full_disk_in_the_locks_metadata_step_fails_and_changes_no_lock() {
+    let fx = Fx::new();
+    let (_, _, recipe) = fx.pin();
+    let r = recipe.to_str().unwrap();
+    fx.exits(&["lock", r], 0);
+    let lockdir = fx.dir().join("lockfiles/fx");
+    let lock_json = std::fs::read(lockdir.join("lock.json")).unwrap();
+    let runtime = std::fs::read(lockdir.join("pylock.runtime.toml")).unwrap();
+    let info: Value = serde_json::from_slice(&lock_json).unwrap();
+    assert_eq!(info["runtime_source"]["kind"], "metadata", "{info}");
+
+    let tmp = fx.store().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=1m",
+            "tmpfs",
+            tmp.to_str().unwrap(),
+        ])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    struct Unmount(Option<std::path::PathBuf>);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            if let Some(p) = &self.0 {
+                let _ = std::process::Command::new("umount").arg(p).status();
+            }
+        }
+    }
+    let _guard = Unmount(mounted.then(|| tmp.clone()));
+    let fault: &[(&str, &str)] = if mounted {
+        &[]
+    } else {
+        eprintln!("no tmpfs can be mounted here: ORACLE_BUILD_TEST_FAULT=metadata-enospc");
+        &[("ORACLE_BUILD_TEST_FAULT", "metadata-enospc")]
+    };
+    let empty = fx.dir().join("no-lockfiles");
+    std::fs::create_dir_all(&empty).unwrap();
+    for args in [
+        vec!["lock", r],
+        vec![
+            "build",
+            r,
+            "--no-smoke",
+            "--lockfiles",
+            empty.to_str().unwrap(),
+        ],
+    ] {
+        let out = fx.cmd(&args).envs(fault.iter().copied()).output().unwrap();
+        let all = text(&out);
+        assert_eq!(code(&out), 1, "{args:?}: {all}");
+        assert!(
+            all.contains("the metadata step of the lock of fx")
+                && all.contains("the disk is full (ENOSPC)"),
+            "{args:?}: the failure is the metadata step's, named as a full disk: {all}"
+        );
+        assert!(
+            !all.contains("runtime set from the requirement file"),
+            "{all}"
+        );
+        assert_eq!(std::fs::read(lockdir.join("lock.json")).unwrap(), lock_json);
+        assert_eq!(
+            std::fs::read(lockdir.join("pylock.runtime.toml")).unwrap(),
+            runtime
+        );
+        let stored: Vec<_> = std::fs::read_dir(fx.store().join("store/lockfiles"))
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(stored.is_empty(), "{args:?}: no lock stored: {stored:?}");
+    }
+}

@@ -355,11 +355,17 @@ pub fn ensure(store: &Store, src: &ExtSource, offline: bool) -> Result<(Entry, E
             // One git path for the source and the ext stage: the command
             // line when on PATH (it reads a mirror that is a partial
             // clone), libgit2 only on a box without git.
+            let timeouts = crate::host::git_timeouts::load(store.root())?;
             let (commit, subs) = match crate::host::git::Git::find() {
-                Some(git) => git
-                    .fetch_tree(&from, tag, src.submodules, &tree, &mirrors.git_config())
-                    .with_context(|| format!("staging CMake source {} from {from}", src.name))?,
-                None => fetch_git(&from, tag, src.submodules, &tree)?,
+                Some(git) => {
+                    let git = git.with_timeouts(timeouts);
+                    git.fetch_tree(&from, tag, src.submodules, &tree, &mirrors.git_config())
+                        .with_context(|| format!("staging CMake source {} from {from}", src.name))?
+                }
+                None => {
+                    timeouts.apply_to_libgit2()?;
+                    fetch_git(&from, tag, src.submodules, &tree)?
+                }
             };
             // The commit objects that fix the tree, read before `.git` goes.
             match proof::record(&tree, &commit, &subs) {

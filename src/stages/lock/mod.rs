@@ -552,16 +552,23 @@ pub fn exclude_newer(lr: &LoadedRecipe, src: &Path) -> Result<Option<String>> {
 /// metadata (PEP 517 `prepare_metadata_for_build_wheel`, run in a venv that
 /// holds exactly that build set). The pipeline layer supplies it, as it
 /// alone may use the wheelhouse and wheel stages that this needs. An error
-/// makes [`resolve`] fall back to the requirement files
-/// ([`fallback_files`]), naming the reason in `lock.json`.
+/// whose cause is [`crate::stages::requires::TreeDeclined`] (the tree has
+/// no hook, or its hook failed) makes [`resolve`] fall back to the
+/// requirement files ([`fallback_files`]), naming that reason in
+/// `lock.json`; any other error (the step itself failed: a download, the
+/// build venv, a full disk, even inside the hook) fails [`resolve`], which
+/// then writes nothing.
 pub type AskRuntime<'a> = &'a dyn Fn(&Path, &Path) -> Result<Vec<String>>;
 
 /// Resolves the build and runtime sets of `lr` (checkout at `src`) with uv
 /// and writes them, then `lock.json`, into `dir` (each file replaced
-/// atomically; `lock.json` last). Scratch files go to a staging directory of
-/// `store`.
+/// atomically; `lock.json` last), only once everything has succeeded.
+/// Scratch files go to a staging directory of `store`.
 ///
-/// Errors: uv cannot resolve (its output is quoted; the log is named).
+/// Errors: uv cannot resolve (its output is quoted; the log is named); the
+/// metadata step fails other than by the tree declining ([`AskRuntime`]):
+/// the message says so, and that the disk is full when it is; `dir` is
+/// left as it was.
 pub fn resolve(cx: &Ctx<'_>, src: &Path, dir: &Path, ask: AskRuntime<'_>) -> Result<Locked> {
     resolve_for(cx, src, dir, None, ask)
 }
@@ -655,7 +662,9 @@ pub fn resolve_for(
         }
     }
     let build_in_text = fs::read_to_string(&build_in)?;
-    fs::create_dir_all(dir)?;
+    // Nothing reaches `dir` before every step has succeeded: the files are
+    // made in `work` and written into `dir` at the end.
+    let mut made: Vec<(&str, Vec<u8>)> = Vec::new();
     let runtime;
     let mut runtime_in = String::new();
     let runtime_source;
@@ -663,13 +672,35 @@ pub fn resolve_for(
         // The build set first: the runtime set is asked of the tree in it.
         let name = BUILD_LOCK;
         let asked = if build_in_text.trim().is_empty() {
-            Err(anyhow::anyhow!("the tree declares no build requirements"))
+            Err(anyhow::Error::new(crate::stages::requires::TreeDeclined(
+                "the tree declares no build requirements".into(),
+            )))
         } else {
             compile(cx, &common, work, name, &build_in_text, &log)?;
-            let bytes = fs::read(work.join(name))?;
-            write_atomic(&dir.join(name), &bytes)?;
-            files.insert(name.to_string(), sha256_file(&dir.join(name))?);
-            ask(&dir.join(name), work)
+            made.push((name, fs::read(work.join(name))?));
+            ask(&work.join(name), work)
+        };
+        // Only the tree's own answer that it cannot say (no hook, its hook
+        // failing) falls back to the requirement files; a failure of the
+        // step itself (a download, the build venv, a full disk) fails the
+        // lock, and nothing of it is kept.
+        let asked = match asked {
+            Err(why) if crate::host::disk::is_disk_full(&why) => {
+                return Err(why.context(format!(
+                    "the metadata step of the lock of {} (PEP 517 prepare_metadata_for_build_wheel) failed: the disk is full (ENOSPC); no lock was written",
+                    r.name
+                )));
+            }
+            Err(why) => match why.downcast_ref::<crate::stages::requires::TreeDeclined>() {
+                Some(d) => Err(d.0.clone()),
+                None => {
+                    return Err(why.context(format!(
+                        "the metadata step of the lock of {} (PEP 517 prepare_metadata_for_build_wheel) failed; no lock was written",
+                        r.name
+                    )));
+                }
+            },
+            Ok(reqs) => Ok(reqs),
         };
         match asked {
             Ok(reqs) => {
@@ -682,12 +713,7 @@ pub fn resolve_for(
                     requires_dist: reqs,
                 };
             }
-            Err(why) => {
-                let reason = format!("{why:#}")
-                    .lines()
-                    .next()
-                    .unwrap_or_default()
-                    .to_string();
+            Err(reason) => {
                 let files = fallback_files(src, &r.build.target_device);
                 if online {
                     indexes::check_reachable(&mirrors, &indexes::scan(src, &files), &r.indexes)?;
@@ -713,8 +739,11 @@ pub fn resolve_for(
             continue;
         }
         compile(cx, &common, work, name, &input, &log)?;
-        let bytes = fs::read(work.join(name))?;
-        write_atomic(&dir.join(name), &bytes)?;
+        made.push((name, fs::read(work.join(name))?));
+    }
+    fs::create_dir_all(dir)?;
+    for (name, bytes) in &made {
+        write_atomic(&dir.join(name), bytes)?;
         files.insert(name.to_string(), sha256_file(&dir.join(name))?);
     }
     for stale in [BUILD_LOCK, RUNTIME_LOCK] {
