@@ -41,8 +41,9 @@ pub enum ProblemKind {
     AliasRecipeMissing,
     /// `alias-registry-unreadable`: the store's `aliases.json` cannot be read.
     AliasRegistryUnreadable,
-    /// `bad-config`: the store's (or the user's) `config.toml` does not
-    /// load: every build, pull and push with it fails.
+    /// `bad-config`: a table of the store's (or the user's) `config.toml`
+    /// is refused, or a `[[mirror]]` drops the repository of a recipe
+    /// here: every command refuses to run with it (exit 2).
     BadConfig,
     /// `broken-venv`: a venv whose identity cannot be measured.
     BrokenVenv,
@@ -740,6 +741,24 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
     let (mut n_entries, mut n_roots, mut n_aliases) = (0, 0, 0);
     let mut imported = Vec::new();
     let mut checked: BTreeSet<PathBuf> = BTreeSet::new();
+    // Every table of both `config.toml` files, whether or not the root
+    // holds a store yet: the store's file, the user's or
+    // ORACLE_BUILD_CACHE (each message names which).
+    for problem in crate::cache::site::problems(root)? {
+        d.add(
+            ProblemKind::BadConfig,
+            "config",
+            problem,
+            "fix the file (docs/cache.md lists its fields): every command refuses to run with it (exit 2)",
+        );
+    }
+    // The repositories of the store's oracles and of `--pin`: a
+    // `[[mirror]]` that drops one (`url = "none"`) is a bad configuration
+    // for them (checked below).
+    let mut repos: BTreeSet<String> = pinned
+        .iter()
+        .map(|lr| lr.recipe.source.repo.clone())
+        .collect();
     if let Some(store) = &store {
         let roots = store.roots()?;
         n_roots = roots.len();
@@ -750,16 +769,6 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                 r.header.as_deref().unwrap_or("a list root"),
                 r.entries.len()
             ));
-        }
-        if let Err(e) = crate::cache::config::load(store.root(), None) {
-            // The store's file, the user's or ORACLE_BUILD_CACHE: the
-            // message names which.
-            d.add(
-                ProblemKind::BadConfig,
-                "config",
-                format!("{e:#}"),
-                "fix the file (docs/cache.md lists its fields): every build, pull and push reads it",
-            );
         }
         for path in store.left_by_dead()? {
             let rel = path.strip_prefix(store.root()).unwrap_or(&path);
@@ -849,6 +858,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                         Ok(rec) => {
                             match recipe::parse(&rec.recipe_text, &format!("{label}/oracle.json")) {
                                 Ok(r) => {
+                                    repos.insert(r.source.repo.clone());
                                     d.venv(&e.path, &label, Some(&r), &record_recipe_arg(&rec));
                                 }
                                 Err(err) => d.add(
@@ -927,6 +937,18 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
             };
             if checked.insert(a.path.clone()) {
                 d.alias(s, &a);
+            }
+        }
+    }
+    if let Ok(mirrors) = crate::host::mirror::load(root) {
+        for repo in &repos {
+            if let Err(e) = mirrors.git_url(repo, "the recipe's repository") {
+                d.add(
+                    ProblemKind::BadConfig,
+                    "config",
+                    format!("{e:#}"),
+                    "fix the file (docs/cache.md, \"Mirrors\"): every command on a recipe of that repository refuses to run with it (exit 2)",
+                );
             }
         }
     }

@@ -1,0 +1,124 @@
+//! Issue 42 (items 3, 5, 6, 7, 8, 10, 11): the edges a new user hit with
+//! several stores, a registry and hostile servers, each answered where it
+//! happens: a bad configuration before any work, a gate that could not run
+//! without changing the verdict, printed fixes that act on the store they
+//! name, a cache that timed out named as such.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use crate::support::*;
+
+/// A fixture repository in `dir`, a recipe `fx` at its head commit with the
+/// default smoke section, and the store path `dir/store`.
+/// Returns (repo, commit, recipe, store).
+fn fixture_pin(dir: &Path) -> (PathBuf, String, PathBuf, PathBuf) {
+    let (repo, commit) = fixture_repo(dir);
+    let recipe = write_recipe(dir, "fx", &repo, &commit, SMOKE);
+    (repo, commit, recipe, dir.join("store"))
+}
+
+/// `oracle-build args...` in `cwd` with a private `XDG_CONFIG_HOME`
+/// (`<cwd>/xdg`), so only the test's configuration files are read.
+fn run_own(cwd: &Path, args: &[&str]) -> Output {
+    cmd(cwd)
+        .env("XDG_CONFIG_HOME", cwd.join("xdg"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+// Item 6: every `config.toml` (the store root's and the user's) is
+// validated whole before any work, by every command: a bad
+// `[compiler_cache]` or `[[mirror]]` table, or a mirror that drops the
+// recipe's git repository, exits 2 naming file, line and field, with
+// nothing fetched, locked or written; `plan` refuses alike, and `doctor`
+// names it (`bad-config`, unhealthy) even on a root that holds only the
+// bad file.
+#[test]
+fn a_bad_site_config_is_refused_before_any_work_with_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, store) = fixture_pin(d);
+    let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
+    let user = d.join("xdg/oracle-build/config.toml");
+    for (in_user, body, at) in [
+        (
+            false,
+            "[compiler_cache]\nremote = \"redis://127.0.0.1:99999\"\n",
+            "line 2: field `compiler_cache.remote`: value `redis://127.0.0.1:99999`",
+        ),
+        (
+            false,
+            "[compiler_cache]\nremote = \"redis://127.0.0.1:6379\"\nread_only = \"yes\"\n",
+            "line 3: field `compiler_cache.read_only`",
+        ),
+        (
+            false,
+            "[[mirror]]\nprefix = \"https://example.invalid/\"\nurl = \"file:///srv/m/\"\nsuffix = \"x\"\n",
+            "line 4: field `mirror[0].suffix`",
+        ),
+        (
+            true,
+            "[[mirror]]\nprefix = \"github.com\"\nurl = \"file:///srv/m/\"\n",
+            "line 2: field `mirror[0].prefix`: value `github.com`",
+        ),
+        (
+            false,
+            "[[mirror]]\nprefix = \"file:///\"\nurl = \"none\"\n",
+            "line 2: mirror[0] (prefix \"file:///\")",
+        ),
+    ] {
+        let _ = std::fs::remove_dir_all(&store);
+        let _ = std::fs::remove_dir_all(d.join("xdg"));
+        let file = if in_user {
+            user.clone()
+        } else {
+            store.join("config.toml")
+        };
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, body).unwrap();
+        let want = format!("{}: {at}", file.display());
+        for args in [
+            vec!["build", r, "--store", s],
+            vec!["plan", r, "--store", s],
+            vec!["fetch", r, "--store", s],
+            vec!["lock", r, "--store", s],
+        ] {
+            let out = run_own(d, &args);
+            let t = text(&out);
+            assert_eq!(code(&out), 2, "{body}\n{args:?}: {t}");
+            assert!(t.contains(&want), "{body}\n{args:?}: {want} not in {t}");
+            // Nothing was fetched, locked or written: the root holds only
+            // the configuration file (when it is the store's).
+            let left: Vec<_> = std::fs::read_dir(&store)
+                .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+                .unwrap_or_default();
+            let expected: Vec<std::ffi::OsString> = if in_user {
+                vec![]
+            } else {
+                vec!["config.toml".into()]
+            };
+            assert_eq!(left, expected, "{body}\n{args:?}: {t}");
+            assert!(!d.join("lockfiles").exists(), "{args:?}");
+        }
+        if !body.contains("\"none\"") {
+            // A command without a PIN refuses too.
+            let out = run_own(d, &["status", "--store", s]);
+            assert_eq!(code(&out), 2, "{body}: {}", text(&out));
+            assert!(text(&out).contains(&want), "{}", text(&out));
+        }
+        // `doctor` names it on a root with nothing else (it was healthy).
+        let out = run_own(d, &["doctor", "--store", s, "--pin", r, "--json"]);
+        assert_eq!(code(&out), 1, "{body}: {}", text(&out));
+        let doc = json(&out);
+        let bad = problems_of(&doc, "bad-config");
+        assert_eq!(bad.len(), 1, "{body}: {doc}");
+        assert!(
+            bad[0]["message"].as_str().unwrap().contains(&want),
+            "{want} not in {doc}"
+        );
+        assert_eq!(doc["healthy"], false, "{doc}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), body);
+    }
+}
