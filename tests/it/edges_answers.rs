@@ -122,3 +122,85 @@ fn a_bad_site_config_is_refused_before_any_work_with_exit_2() {
         assert_eq!(std::fs::read_to_string(&file).unwrap(), body);
     }
 }
+
+// Item 3: a gate that cannot run on this box (its model's variable unset,
+// its model missing) reports that and leaves the last verdict in force,
+// recording the attempt beside it (`oracle.json` `gate_not_run`): `build`
+// exits 0 with the gateable verdict, `activate` still works, `smoke`
+// exits 4 saying the gate could not run, and the verdict stays. A gate
+// that runs and fails (a model that crashes the engine) still replaces it.
+#[test]
+fn a_gate_that_cannot_run_leaves_the_last_verdict_in_force() {
+    let fx = Fx::new();
+    let (_, _, recipe) = fx.pin();
+    let r = recipe.to_str().unwrap();
+    fx.exits(&["build", r], 0);
+    let venv = fx.oracle("fx");
+    let gated = record(&venv)["smoke"].clone();
+    assert_eq!(gated["verdict"], "gateable");
+
+    // Without the variable: the gate cannot run; the verdict stands.
+    let out = fx
+        .cmd(&["build", r, "--json"])
+        .env_remove("FX_MODELS")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let doc = json(&out);
+    assert_eq!(doc["verdict"], "gateable", "{doc}");
+    let reasons = doc["gate_not_run"]["reasons"].to_string();
+    assert!(reasons.contains("${FX_MODELS}, which is not set"), "{doc}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the gate could not run on this box"),
+        "{}",
+        text(&out)
+    );
+    let rec = record(&venv);
+    assert_eq!(
+        rec["smoke"], gated,
+        "the verdict is the one recorded before"
+    );
+    assert_eq!(rec["gate_not_run"]["by"], "build", "{rec}");
+    let alias = fx.dir().join("alias");
+    let out = fx
+        .cmd(&["activate", r, alias.to_str().unwrap()])
+        .env_remove("FX_MODELS")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+
+    // `smoke` with a model directory that lacks the model: exit 4, the
+    // verdict kept, the attempt recorded.
+    let out = fx
+        .cmd(&["smoke", r])
+        .env("FX_MODELS", fx.dir().join("no-models"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    assert!(
+        text(&out).contains("the gate of fx could not run on this box")
+            && text(&out).contains("keeps its gateable verdict"),
+        "{}",
+        text(&out)
+    );
+    let rec = record(&venv);
+    assert_eq!(rec["smoke"], gated);
+    assert_eq!(rec["gate_not_run"]["by"], "smoke", "{rec}");
+
+    // A gate that runs and fails is a verdict: it replaces the old one.
+    let crash = fx.dir().join("crash-models/model");
+    overlay(&fixture_models().join("model"), &crash);
+    let config = crash.join("config.json");
+    let mut cfg: serde_json::Value = read_json(&config);
+    cfg["mode"] = "crash".into();
+    std::fs::write(&config, cfg.to_string()).unwrap();
+    let out = fx
+        .cmd(&["build", r])
+        .env("FX_MODELS", crash.parent().unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let rec = record(&venv);
+    assert_eq!(rec["smoke"]["verdict"], "not-gateable", "{rec}");
+    assert!(rec.get("gate_not_run").is_none(), "{rec}");
+}
