@@ -44,9 +44,13 @@ pub fn run(s: &Session, target_arg: &str, commit: &str) -> Result<()> {
     let mirror = source::mirror_entry(&store, &repo);
     if !mirror.exists() {
         return Err(anyhow!(
-            "the store {} has no mirror of {repo} (looked at {}); run `oracle-build fetch {target_arg}`",
+            "the store {} has no mirror of {repo} (looked at {}); run `{}`",
             store.root().display(),
-            mirror.path.display()
+            mirror.path.display(),
+            crate::shell::command_at(
+                &format!("fetch {}", crate::shell::shell_quote(target_arg)),
+                store.root()
+            )
         ));
     }
     let answer = source::contains(&mirror.path, head, commit)?;

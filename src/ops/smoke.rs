@@ -152,10 +152,10 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
     let link = store.roots_dir().join(&r.name);
     if !link.exists() {
         return Err(anyhow!(
-            "no oracle of {} in {} (build it first: `oracle-build build {}`)",
+            "no oracle of {} in {} (build it first: `{}`)",
             r.name,
             store.root().display(),
-            args.pin
+            crate::shell::command_at(&format!("build {}", crate::recipe::shell_arg(&lr)), &root)
         ));
     }
     let venv = link
@@ -169,7 +169,7 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
         .is_some_and(|p| *p != json!(r.source.package));
     if rec.identity.commit != r.source.commit || package_differs {
         return Err(mismatch(format!(
-            "the oracle at {} ({}) was built from {} {}, but recipe {} pins {} {}; build it first (`oracle-build build {}`)",
+            "the oracle at {} ({}) was built from {} {}, but recipe {} pins {} {}; build it first (`{}`)",
             link.display(),
             venv.display(),
             rec.inputs["package"].as_str().unwrap_or("?"),
@@ -177,7 +177,7 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
             r.name,
             r.source.package,
             r.source.commit,
-            args.pin
+            crate::shell::command_at(&format!("build {}", crate::recipe::shell_arg(&lr)), &root)
         )));
     }
     let problems = Manifest::read(&venv)
@@ -185,14 +185,18 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
         .check(&venv, false);
     if !problems.is_empty() {
         return Err(anyhow!(
-            "oracle venv {} is damaged ({}); rebuild it",
+            "oracle venv {} is damaged ({}); rebuild it: `{}` hashes every file, moves the entry aside and rebuilds it",
             venv.display(),
             problems
                 .iter()
                 .take(5)
                 .cloned()
                 .collect::<Vec<_>>()
-                .join("; ")
+                .join("; "),
+            crate::shell::command_at(
+                &format!("build {} --deep", crate::recipe::shell_arg(&lr)),
+                &root
+            )
         ));
     }
     store.refuse_read_only(

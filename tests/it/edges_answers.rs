@@ -204,3 +204,105 @@ fn a_gate_that_cannot_run_leaves_the_last_verdict_in_force() {
     assert_eq!(rec["smoke"]["verdict"], "not-gateable", "{rec}");
     assert!(rec.get("gate_not_run").is_none(), "{rec}");
 }
+
+/// The first `` `oracle-build <verb> ...` `` command printed in `text`.
+fn printed(text: &str, verb: &str) -> String {
+    let start = text
+        .find(&format!("`oracle-build {verb} "))
+        .unwrap_or_else(|| panic!("no `oracle-build {verb} ...` in:\n{text}"));
+    let rest = &text[start + 1..];
+    rest[..rest.find('`').unwrap()].to_string()
+}
+
+/// Runs a printed command line with a POSIX shell in `cwd`, the binary on
+/// `PATH` and the default store at `home` (`ORACLE_BUILD_HOME`): a command
+/// that does not name its store acts on `home`.
+fn run_printed_with_home(cwd: &Path, line: &str, home: &Path) -> Output {
+    let path = format!(
+        "{}:{}",
+        bin().parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let c = cmd(cwd);
+    std::process::Command::new("sh")
+        .current_dir(cwd)
+        .args(["-c", line])
+        .envs(c.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))))
+        .env("PATH", path)
+        .env("ORACLE_BUILD_HOME", home)
+        .output()
+        .unwrap()
+}
+
+/// Makes `file` and its directory writable (store entries are read-only).
+fn unlock(file: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for p in [file.parent().unwrap(), file] {
+        let mode = std::fs::metadata(p).unwrap().permissions().mode();
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode | 0o200)).unwrap();
+    }
+}
+
+// Item 7: every printed command carries the options that make it act where
+// the problem is. With the default store elsewhere (`ORACLE_BUILD_HOME`),
+// `activate --store B`'s refusal of a not-gateable oracle prints a fix that,
+// run as printed from another directory, gates B's oracle; `doctor --store
+// B`'s fix for a damaged oracle rebuilds B's; `smoke`'s advice for a damaged
+// oracle names `--deep` and B. The default store is never touched.
+#[test]
+fn printed_fixes_act_on_the_store_they_were_printed_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, _) = fixture_pin(d);
+    let r = recipe.to_str().unwrap();
+    let b = d.join("b");
+    let s = b.to_str().unwrap();
+    let home = d.join("default-store");
+    let elsewhere = d.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    // Built where the gate cannot find its model: not gateable.
+    let out = cmd(d)
+        .args(["build", r, "--store", s])
+        .env_remove("FX_MODELS")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let alias = d.join("alias");
+    let out = run(d, &["activate", r, alias.to_str().unwrap(), "--store", s]);
+    assert_eq!(code(&out), 3, "{}", text(&out));
+    let fix = printed(&text(&out), "smoke");
+    assert!(fix.ends_with(&format!("--store {s}")), "{fix}");
+    let out = run_printed_with_home(&elsewhere, &fix, &home);
+    assert_eq!(code(&out), 0, "`{fix}`: {}", text(&out));
+    let out = run(d, &["activate", r, alias.to_str().unwrap(), "--store", s]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+
+    // A file of B's oracle removed: doctor's fix rebuilds B's oracle.
+    let venv = std::fs::canonicalize(b.join("roots/fx")).unwrap();
+    let removed = venv.join("lib/python3.11/site-packages/fixturellm/_custom_ops.py");
+    unlock(&removed);
+    std::fs::remove_file(&removed).unwrap();
+    let out = run(d, &["smoke", r, "--store", s]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let advice = printed(&text(&out), "build");
+    assert!(
+        advice.contains(" --deep") && advice.ends_with(&format!("--store {s}")),
+        "{advice}"
+    );
+    let out = run(d, &["doctor", "--store", s, "--json"]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let doc = json(&out);
+    let fix = printed(
+        problems_of(&doc, "files-missing")[0]["fix"]
+            .as_str()
+            .unwrap(),
+        "build",
+    );
+    assert!(fix.ends_with(&format!("--store {s}")), "{fix}");
+    let out = run_printed_with_home(&elsewhere, &fix, &home);
+    assert_eq!(code(&out), 0, "`{fix}`: {}", text(&out));
+    assert!(removed.is_file(), "the fix rebuilt B's oracle");
+    let out = run(d, &["doctor", "--store", s]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(!home.exists(), "nothing acted on the default store");
+}
