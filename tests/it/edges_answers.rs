@@ -306,3 +306,60 @@ fn printed_fixes_act_on_the_store_they_were_printed_for() {
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert!(!home.exists(), "nothing acted on the default store");
 }
+
+/// Plants `name` (a `.pth`, which Python runs at every start) in the
+/// oracle `venv`'s site-packages and puts the directory's time back, as
+/// `touch -r` would; returns the planted file.
+fn plant_with_time_restored(venv: &Path, name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let sp = venv.join("lib/python3.11/site-packages");
+    let mtime = std::fs::metadata(&sp).unwrap().modified().unwrap();
+    let mode = std::fs::metadata(&sp).unwrap().permissions().mode();
+    std::fs::set_permissions(&sp, std::fs::Permissions::from_mode(mode | 0o200)).unwrap();
+    let file = sp.join(name);
+    std::fs::write(&file, "import os; os.environ['PLANTED'] = '1'\n").unwrap();
+    std::fs::set_permissions(&sp, std::fs::Permissions::from_mode(mode)).unwrap();
+    std::fs::File::open(&sp)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    assert_eq!(std::fs::metadata(&sp).unwrap().modified().unwrap(), mtime);
+    file
+}
+
+// Item 5: a `.pth` added to an oracle's site-packages with the directory's
+// time restored is found by the no-op check (the directory's names are
+// listed, not only stat'ed): `build` rebuilds the oracle instead of saying
+// "built nothing"; `smoke` refuses the damaged oracle and its advice, run
+// as printed, repairs it.
+#[test]
+fn a_planted_pth_with_the_time_restored_is_found_by_the_no_op() {
+    let fx = Fx::new();
+    let (_, _, recipe) = fx.pin();
+    let r = recipe.to_str().unwrap();
+    fx.exits(&["build", r], 0);
+    let venv = fx.oracle("fx");
+
+    let planted = plant_with_time_restored(&venv, "zz-planted.pth");
+    let out = fx.exits(&["smoke", r], 1);
+    assert!(
+        text(&out).contains("added: lib/python3.11/site-packages/zz-planted.pth"),
+        "{}",
+        text(&out)
+    );
+    let advice = printed(&text(&out), "build");
+    let home = fx.dir().join("default-store");
+    let out = run_printed_with_home(fx.dir(), &advice, &home);
+    assert_eq!(code(&out), 0, "`{advice}`: {}", text(&out));
+    assert!(!planted.exists(), "`{advice}` repaired the oracle");
+    assert!(!home.exists());
+
+    let planted = plant_with_time_restored(&fx.oracle("fx"), "zz-planted.pth");
+    let doc = json(&fx.exits(&["build", r, "--json"], 0));
+    assert!(
+        doc["built"].as_array().unwrap().iter().any(|b| b == "venv"),
+        "the no-op must not accept it: {doc}"
+    );
+    assert!(!planted.exists(), "the rebuilt oracle has no planted file");
+    fx.exits(&["verify", r, "--deep"], 0);
+}
