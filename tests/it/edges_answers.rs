@@ -363,3 +363,98 @@ fn a_planted_pth_with_the_time_restored_is_found_by_the_no_op() {
     assert!(!planted.exists(), "the rebuilt oracle has no planted file");
     fx.exits(&["verify", r, "--deep"], 0);
 }
+
+/// A server on 127.0.0.1 that accepts every connection and never answers
+/// (the connections are held until the test ends). Returns its port.
+fn stalling_server() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in listener.incoming() {
+            match c {
+                Ok(c) => held.push(c),
+                Err(_) => break,
+            }
+        }
+    });
+    port
+}
+
+// Item 8: a cache that does not answer is named, not taken for an empty
+// one. `plan` says before asking which cache it waits for and how long,
+// then lists the timeout as a cache problem (`cache_problems`, each row
+// `not_known`), not "no cache has it"; `verify --provenance` says which
+// cache it reads and with what timeouts before it waits, and fails naming
+// the cache and the timeout.
+#[test]
+fn a_cache_that_times_out_is_named_not_taken_for_empty() {
+    let fx = Fx::new();
+    let (_, _, recipe) = fx.pin();
+    let r = recipe.to_str().unwrap();
+    fx.exits(&["build", r], 0);
+    let port = stalling_server();
+    let url = format!("oci+http://127.0.0.1:{port}/team/oracles");
+    std::fs::write(
+        fx.store().join("config.toml"),
+        format!(
+            "[[cache]]\nname = \"team\"\nurl = \"{url}\"\nconnect_timeout = \"1s\"\nread_timeout = \"1s\"\n"
+        ),
+    )
+    .unwrap();
+
+    let t0 = std::time::Instant::now();
+    let out = fx
+        .cmd(&["plan", r, "--json"])
+        .env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
+        .output()
+        .unwrap();
+    assert!(t0.elapsed().as_secs() < 20, "{:?}", t0.elapsed());
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "asking cache team ({url}) what it holds (connect timeout 1s, read timeout 1s)"
+        )),
+        "{err}"
+    );
+    let doc = json(&out);
+    let problems = doc["cache_problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{doc}");
+    let p = problems[0].as_str().unwrap();
+    assert!(p.contains(&url) && p.contains("timed out"), "{p}");
+    let rows = doc["caches"].as_array().unwrap();
+    assert!(!rows.is_empty(), "{doc}");
+    for row in rows {
+        assert!(row["cache"].is_null(), "{row}");
+        assert!(row["not_known"].is_string(), "{row}");
+    }
+    let out = fx
+        .cmd(&["plan", r])
+        .env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(!t.contains("no cache has it"), "{t}");
+    assert!(
+        t.contains("problem  what cache") && t.contains("timed out"),
+        "{t}"
+    );
+
+    let out = fx
+        .cmd(&["verify", r, "--provenance"])
+        .env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let said = err
+        .find("reading the provenance of wheel")
+        .unwrap_or_else(|| panic!("{err}"));
+    let failed = err.find("error: ").unwrap_or_else(|| panic!("{err}"));
+    assert!(said < failed, "said before waiting: {err}");
+    assert!(
+        err[failed..].contains("cache team") && err[failed..].contains("timed out"),
+        "{err}"
+    );
+}
