@@ -43,7 +43,7 @@ fn main() {
     oracle_build::store::release_run_lock();
     if let Err(err) = result {
         let code = exit::code_of(&err);
-        progress::line(format!("error: {err:#}"));
+        progress::line(format!("error: {}", ops::error_text(&err)));
         if disk::is_disk_full(&err) {
             progress::line(
                 "hint: the disk is full (ENOSPC). Finished store entries are intact and the partial work was discarded; free space (`oracle-build gc`) and rerun.",

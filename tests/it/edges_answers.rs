@@ -458,3 +458,29 @@ fn a_cache_that_times_out_is_named_not_taken_for_empty() {
         "{err}"
     );
 }
+
+// Item 10e: docs/recipes.md says where a golden of a recipe file is
+// written, which is where `smoke --record-golden` writes it: beside the
+// recipe (`goldens/<name>/<case>.json`), with a copy in the store.
+#[test]
+fn goldens_of_a_recipe_file_are_where_the_docs_say() {
+    let fx = Fx::new();
+    let (_, _, recipe) = fx.pin();
+    let r = recipe.to_str().unwrap();
+    fx.exits(&["build", r], 0);
+    let out = fx.exits(&["smoke", r, "--record-golden"], 0);
+    let beside = fx.dir().join("goldens/fx/small.json");
+    assert!(beside.is_file(), "{}", text(&out));
+    assert!(fx.store().join("goldens/fx/small.json").is_file());
+    let docs =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/recipes.md"))
+            .unwrap();
+    let row = docs
+        .lines()
+        .find(|l| l.starts_with("| `smoke.cases[i].golden` |"))
+        .expect("the golden row");
+    assert!(
+        row.contains("[beside the recipe file: `goldens/<name>/<case>.json`"),
+        "{row}"
+    );
+}
