@@ -4,7 +4,7 @@
 //! in which case the [`Exit`]'s code is used.
 //!
 //! Answers map onto the same codes: `contains` says `no` with the generic
-//! 1 and `unknown` (the mirror lacks the commit, so no answer can be given
+//! 1 and `unknown` (a shallow mirror lacks the commit, so no answer can be given
 //! from it) with [`Exit::BadInput`]'s 2 (docs/sbom.md).
 
 /// A failure with a contract exit code other than the generic 1.

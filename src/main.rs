@@ -43,7 +43,7 @@ fn main() {
     oracle_build::store::release_run_lock();
     if let Err(err) = result {
         let code = exit::code_of(&err);
-        progress::line(format!("error: {err:#}"));
+        progress::line(format!("error: {}", ops::error_text(&err)));
         if disk::is_disk_full(&err) {
             progress::line(
                 "hint: the disk is full (ENOSPC). Finished store entries are intact and the partial work was discarded; free space (`oracle-build gc`) and rerun.",
@@ -72,6 +72,20 @@ fn dispatch(cli: Cli, command_name: Option<&str>) -> anyhow::Result<()> {
         return Err(exit::bad_input(format!(
             "{arg} is given before the command `{name}`, where it does nothing: only --store, --json and --lockfiles may come before a command; put the others after it (`oracle-build {name} ...`)"
         )));
+    }
+    // Every `config.toml` of the store root is checked whole before any
+    // work (exit 2): not by the commands that open no store, nor by
+    // `doctor`, which reports a bad file as a problem (`bad-config`).
+    if !matches!(
+        cli.command,
+        Some(
+            Command::Completions { .. }
+                | Command::Man { .. }
+                | Command::Watchdog { .. }
+                | Command::Doctor { .. }
+        )
+    ) {
+        s.check_config()?;
     }
     let build_args = match cli.command {
         Some(Command::Plan { pin, offline }) => return ops::plan::run(&s, &pin, offline),

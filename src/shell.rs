@@ -17,9 +17,35 @@ pub fn shell_quote(s: &str) -> String {
     }
 }
 
+/// `--store <root>`, the root absolute and quoted ([`shell_quote`]): the
+/// option every printed command carries, so it acts on the store where the
+/// problem is, from any directory and whatever `ORACLE_BUILD_HOME` says.
+pub fn store_option(root: &std::path::Path) -> String {
+    let abs = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+    format!("--store {}", shell_quote(&abs.display().to_string()))
+}
+
+/// `oracle-build <words> --store <root>` ([`store_option`]); `words` are
+/// shell words already quoted.
+pub fn command_at(words: &str, root: &std::path::Path) -> String {
+    format!("oracle-build {words} {}", store_option(root))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::shell_quote;
+    use super::{command_at, shell_quote};
+
+    #[test]
+    fn a_printed_command_names_its_store() {
+        assert_eq!(
+            command_at("build /r/fx.yaml --deep", std::path::Path::new("/s/b")),
+            "oracle-build build /r/fx.yaml --deep --store /s/b"
+        );
+        assert_eq!(
+            command_at("gc", std::path::Path::new("/my store")),
+            "oracle-build gc --store '/my store'"
+        );
+    }
 
     #[test]
     fn quotes_only_what_a_shell_would_split_or_expand() {

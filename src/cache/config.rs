@@ -587,11 +587,20 @@ fn yes() -> bool {
     true
 }
 
-/// The validated `[[cache]]` entries of `file`; none when it does not exist.
+/// The validated `[[cache]]` entries of `file`; none when it does not
+/// exist (or a part of its path is not a directory).
 fn read_file(file: &Path) -> Result<Vec<Cache>> {
     let text = match fs_err::read_to_string(file) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        // A store root that is a file has no configuration (its command says so).
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(Vec::new());
+        }
         Err(e) => return Err(e.into()),
     };
     parse(&text, file)

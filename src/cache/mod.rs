@@ -34,6 +34,8 @@
 //!   `pull` and `build` share.
 //! - [`compiler`]: the team compiler cache (`[compiler_cache]` in the same
 //!   `config.toml`), ccache's remote storage for the wheel stage's compilers.
+//! - [`site`]: both `config.toml` files checked whole (every table by its
+//!   reader) before a command does any work.
 //!
 //! Every blob and manifest is checked against its digest on arrival: by
 //! the transport (the sha256 of what was received) and again by
@@ -59,6 +61,7 @@ pub mod provenance;
 pub mod pull;
 pub mod readahead;
 pub mod registry;
+pub mod site;
 pub mod source_bundle;
 pub mod substitute;
 pub mod trust;

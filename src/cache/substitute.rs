@@ -29,6 +29,9 @@ pub struct Substituter<'a> {
     /// Per cache: it timed out or dropped a connection in this run
     /// ([`super::bounds::Unreachable`]), so it is not asked again.
     down: Vec<std::cell::Cell<bool>>,
+    /// What [`Substituter::lookup`] could not learn, one line per cache
+    /// (the first failure of each), for `plan`.
+    failed: RefCell<Vec<(usize, String)>>,
     /// The repository of the pin substituted for (see [`Fetcher::repo`]).
     repo: Option<String>,
     /// See [`Fetcher::reach`].
@@ -53,6 +56,7 @@ impl<'a> Substituter<'a> {
             caches: out,
             tags,
             down,
+            failed: RefCell::new(Vec::new()),
             repo: None,
             reach: super::ext_trust::Reach::Online,
         })
@@ -191,6 +195,42 @@ impl<'a> Substituter<'a> {
         Ok(None)
     }
 
+    /// Keeps the failure `e` of a lookup in cache `i` (the first of each
+    /// cache) for [`Substituter::failures`]; an unreachable cache is not
+    /// asked again.
+    fn failed_lookup(&self, i: usize, e: &anyhow::Error) {
+        let unreachable = super::bounds::is_unreachable(e);
+        if unreachable {
+            self.down[i].set(true);
+        }
+        let mut failed = self.failed.borrow_mut();
+        if !failed.iter().any(|(j, _)| *j == i) {
+            let url = self.caches[i].0.describe();
+            failed.push((
+                i,
+                format!(
+                    "what cache {url} holds is not known (it could not be read): {e:#}{}",
+                    if unreachable {
+                        " (not asked again in this run)"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+    }
+
+    /// What the lookups so far could not learn, one line per cache that
+    /// failed (timed out, refused, answered garbage), naming it and why;
+    /// empty when every cache answered.
+    pub fn failures(&self) -> Vec<String> {
+        self.failed
+            .borrow()
+            .iter()
+            .map(|(_, m)| m.clone())
+            .collect()
+    }
+
     /// What `plan` shows for the artifact of `kind` named `name`: the first
     /// cache holding its tag and, for a wheel or a store lock, the verdict
     /// on its signatures (the artifact a trusted one vouches for first); `None` when no cache has
@@ -200,9 +240,7 @@ impl<'a> Substituter<'a> {
             let tags = match self.fetcher(i, false).and_then(|mut f| f.tag_list()) {
                 Ok(tags) => tags,
                 Err(e) => {
-                    if super::bounds::is_unreachable(&e) {
-                        self.down[i].set(true);
-                    }
+                    self.failed_lookup(i, &e);
                     continue;
                 }
             };
@@ -224,10 +262,8 @@ impl<'a> Substituter<'a> {
             };
             let signed = files_of.map(|files_of| {
                 let w = listing::signed(t.as_ref(), &tags, kind, name, files_of, scratch);
-                if let Err(e) = &w
-                    && super::bounds::is_unreachable(e)
-                {
-                    self.down[i].set(true);
+                if let Err(e) = &w {
+                    self.failed_lookup(i, e);
                 }
                 w
             });

@@ -56,14 +56,17 @@ pub struct Mirror {
     pub file: PathBuf,
     /// Its index among that file's `[[mirror]]` tables.
     pub index: usize,
+    /// The 1-based line of its `prefix` in that file.
+    pub line: usize,
 }
 
 impl Mirror {
-    /// `<file>: mirror[i] (prefix "p")`, for messages.
+    /// `<file>: line N: mirror[i] (prefix "p")`, for messages.
     pub fn describe(&self) -> String {
         format!(
-            "{}: mirror[{}] (prefix \"{}\")",
+            "{}: line {}: mirror[{}] (prefix \"{}\")",
             self.file.display(),
+            self.line,
             self.index,
             self.prefix
         )
@@ -264,6 +267,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<Mirror>> {
             target,
             file: file.to_path_buf(),
             index: i,
+            line: line_of(rm.prefix.span().start),
         });
     }
     Ok(out)
@@ -332,7 +336,7 @@ mod tests {
             )
             .unwrap_err();
         assert!(
-            format!("{err:#}").contains("/s/config.toml: mirror[2]"),
+            format!("{err:#}").contains("/s/config.toml: line 10: mirror[2]"),
             "{err:#}"
         );
         assert_eq!(

@@ -14,6 +14,7 @@ use crate::exit::mismatch;
 use crate::ops::{Opened, Session, print_json};
 use crate::pipeline::verify::{Depth, verify_venv};
 use crate::recipe::LoadedRecipe;
+use crate::shell::{command_at, shell_quote};
 use crate::stages::identity;
 use crate::stages::oracle::OracleRecord;
 use crate::stages::smoke::Verdict;
@@ -51,9 +52,12 @@ pub fn oracle_entry(store: &Store, lr: &LoadedRecipe) -> Result<Entry> {
         .filter(|e| e.bucket == Bucket::Venvs)
         .ok_or_else(|| {
             anyhow!(
-                "no oracle of {name} in {} (build it: `oracle-build build {} --activate PATH`)",
+                "no oracle of {name} in {} (build it: `{}`)",
                 store.root().display(),
-                lr.origin
+                command_at(
+                    &format!("build {} --activate PATH", crate::recipe::shell_arg(lr)),
+                    store.root()
+                )
             )
         })?;
     // The oracle under roots/<name> is another recipe's when a recipe of the
@@ -144,10 +148,13 @@ pub fn activate_with(
             format!(": {}", record.smoke.reasons.join("; "))
         };
         return Err(mismatch(format!(
-            "refusing to activate {}: its gate verdict is {}{reasons} (rebuild with the smoke gate: `oracle-build build {}`)",
+            "refusing to activate {}: its gate verdict is {}{reasons} (once the reasons are fixed, gate it again: `{}`)",
             entry.path.display(),
             record.smoke.verdict.as_str(),
-            lr.origin
+            command_at(
+                &format!("smoke {}", crate::recipe::shell_arg(lr)),
+                store.root()
+            )
         )));
     }
     let Switched {
@@ -193,9 +200,16 @@ pub fn run(s: &Session, pin: &str, path: &Path, force: bool) -> Result<()> {
     } = s.open(pin)?;
     if !store.bucket_dir(Bucket::Venvs).is_dir() {
         return Err(anyhow!(
-            "no store at {} (build first: `oracle-build build {pin} --activate {}`)",
+            "no store at {} (build first: `{}`)",
             root.display(),
-            path.display()
+            command_at(
+                &format!(
+                    "build {} --activate {}",
+                    crate::recipe::shell_arg(&lr),
+                    shell_quote(&path.display().to_string())
+                ),
+                &root
+            )
         ));
     }
     let entry = oracle_entry(&store, &lr)?;

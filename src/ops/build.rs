@@ -50,6 +50,11 @@ pub struct BuildReport {
     pub verdict: Verdict,
     /// Why not gateable.
     pub reasons: Vec<String>,
+    /// The gate this build ran could not run on this box (an unset
+    /// variable, a missing model): `verdict` is the one recorded before,
+    /// which stands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate_not_run: Option<crate::stages::smoke::GateAttempt>,
     /// Warnings recorded with the oracle (see `OracleRecord::warnings`).
     pub warnings: Vec<String>,
     /// Stages done now (the rest came from the store or a cache).
@@ -126,6 +131,14 @@ pub fn print_report(report: &BuildReport) {
     for reason in &report.reasons {
         println!("  - {reason}");
     }
+    if let Some(a) = &report.gate_not_run {
+        println!(
+            "gate     could not run on this box, so the verdict above (recorded before) stands:"
+        );
+        for reason in &a.reasons {
+            println!("  - {reason}");
+        }
+    }
     for warning in &report.warnings {
         println!("warning  {warning}");
     }
@@ -201,6 +214,7 @@ pub fn execute(s: &Session, opts: &BuildOptions) -> Result<BuildReport> {
         runtime_version: rec.identity.runtime_version.clone(),
         verdict: rec.smoke.verdict,
         reasons: rec.smoke.reasons.clone(),
+        gate_not_run: done.oracle.gate_not_run.clone(),
         warnings: rec.warnings.clone(),
         built: done.built.clone(),
         substituted: done.substituted.clone(),

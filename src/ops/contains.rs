@@ -3,9 +3,9 @@
 //! network ([`source::contains`], docs/sbom.md).
 //!
 //! Exit 0: yes (with the first-parent distance); 1: no (the mirror holds
-//! the commit, outside the oracle's history); 2: unknown (the mirror lacks
-//! the commit), as for any other input the tool cannot act on
-//! ([`crate::exit::Exit::BadInput`]).
+//! the commit outside the oracle's history, or lacks it while holding that
+//! whole history); 2: unknown (a shallow mirror lacks the commit), as for
+//! any other input the tool cannot act on ([`crate::exit::Exit::BadInput`]).
 
 use anyhow::{Result, anyhow};
 
@@ -44,9 +44,13 @@ pub fn run(s: &Session, target_arg: &str, commit: &str) -> Result<()> {
     let mirror = source::mirror_entry(&store, &repo);
     if !mirror.exists() {
         return Err(anyhow!(
-            "the store {} has no mirror of {repo} (looked at {}); run `oracle-build fetch {target_arg}`",
+            "the store {} has no mirror of {repo} (looked at {}); run `{}`",
             store.root().display(),
-            mirror.path.display()
+            mirror.path.display(),
+            crate::shell::command_at(
+                &format!("fetch {}", crate::shell::shell_quote(target_arg)),
+                store.root()
+            )
         ));
     }
     let answer = source::contains(&mirror.path, head, commit)?;
@@ -76,9 +80,15 @@ pub fn run(s: &Session, target_arg: &str, commit: &str) -> Result<()> {
             }
             Ok(())
         }
-        Containment::No { commit } => {
+        Containment::No { commit, in_mirror } => {
             if !s.json {
-                println!("no: {commit} is not in the history of {head}");
+                if in_mirror {
+                    println!("no: {commit} is not in the history of {head}");
+                } else {
+                    println!(
+                        "no: {commit} is not in the history of {head} (the mirror holds that whole history, and no commit {commit})"
+                    );
+                }
             }
             Err(anyhow!(
                 "{commit} is not in the oracle of {name} (commit {head})"
@@ -86,10 +96,12 @@ pub fn run(s: &Session, target_arg: &str, commit: &str) -> Result<()> {
         }
         Containment::Unknown { commit } => {
             if !s.json {
-                println!("unknown: the mirror does not hold {commit}");
+                println!(
+                    "unknown: the mirror does not hold {commit}, and it is shallow (the history of {head} is not all there)"
+                );
             }
             Err(bad_input(format!(
-                "unknown: the mirror {} does not hold a commit {commit}; `oracle-build fetch` of a pin at a newer commit brings more history",
+                "unknown: the mirror {} does not hold a commit {commit} and is shallow, so the history of {head} is not all there to answer from; a full fetch of the repository into it answers",
                 mirror.path.display()
             )))
         }

@@ -10,6 +10,7 @@ use anyhow::{Result, anyhow};
 use serde::Serialize;
 
 use crate::ops::{Session, print_json};
+use crate::shell::command_at;
 use crate::stages::oracle::OracleRecord;
 use crate::store::gc;
 use crate::store::{Bucket, Entry, Store};
@@ -142,9 +143,10 @@ pub fn keep(s: &Session, pin_arg: &str, keep: bool) -> Result<()> {
     let out = match Store::open_existing(&root) {
         None if keep => {
             return Err(anyhow!(
-                "no store at {}: there is no oracle of {} to keep; build it first (`oracle-build {pin_arg}`)",
+                "no store at {}: there is no oracle of {} to keep; build it first (`{}`)",
                 root.display(),
-                r.name
+                r.name,
+                command_at(&format!("build {}", crate::recipe::shell_arg(&lr)), &root)
             ));
         }
         None => KeepOutput {
@@ -157,9 +159,10 @@ pub fn keep(s: &Session, pin_arg: &str, keep: bool) -> Result<()> {
             let (entry, _) =
                 newest_oracle(&store, &r.name, &r.source.commit)?.ok_or_else(|| {
                     anyhow!(
-                        "no oracle of {} in {}; build it first (`oracle-build {pin_arg}`)",
+                        "no oracle of {} in {}; build it first (`{}`)",
                         r.name,
-                        root.display()
+                        root.display(),
+                        command_at(&format!("build {}", crate::recipe::shell_arg(&lr)), &root)
                     )
                 })?;
             crate::stages::oracle::check_root_owner(&store, &lr)?;
@@ -181,8 +184,9 @@ pub fn keep(s: &Session, pin_arg: &str, keep: bool) -> Result<()> {
             let imported = store.remove_root(&crate::store::imported_root_name(&r.name))?;
             if imported && !s.json {
                 println!(
-                    "removed root {}; `oracle-build gc` can now delete what the import or pull brought",
-                    crate::store::imported_root_name(&r.name)
+                    "removed root {}; `{}` can now delete what the import or pull brought",
+                    crate::store::imported_root_name(&r.name),
+                    command_at("gc", &root)
                 );
             }
             KeepOutput {
@@ -203,8 +207,9 @@ pub fn keep(s: &Session, pin_arg: &str, keep: bool) -> Result<()> {
             out.oracle.as_deref().unwrap_or(Path::new("?")).display()
         ),
         "removed" => println!(
-            "removed root {}; `oracle-build gc` can now delete what only it reached",
-            out.recipe
+            "removed root {}; `{}` can now delete what only it reached",
+            out.recipe,
+            command_at("gc", &root)
         ),
         _ if Store::open_existing(&root).is_none() => println!(
             "{} had no root (there is no store at {})",

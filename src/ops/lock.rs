@@ -168,7 +168,7 @@ fn check(
         bad_input(format!(
             "no lock for {for_what} in {}; run `oracle-build lock {}{}`",
             base.display(),
-            crate::recipe::shell_arg(lr),
+            lock::lock_pin_arg(lr, &base),
             target.map_or(String::new(), |p| format!(" --platform {p}"))
         ))
     })?;

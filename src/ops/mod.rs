@@ -76,13 +76,43 @@ pub fn check_output_file(
     Ok(())
 }
 
+/// The message of `err` with its causes (`{err:#}`, causes joined by
+/// `: `), with no space left before a line break: a cause that is a list
+/// (`\n  - ...`) follows its colon directly.
+pub fn error_text(err: &anyhow::Error) -> String {
+    tidy(&format!("{err:#}"))
+}
+
+/// `text` without a space before any line break.
+fn tidy(text: &str) -> String {
+    text.split('\n')
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The one JSON document `--json` prints on stdout for a failure that printed
-/// none: `{"error": <message with its causes>, "exit": <code>, "causes": [...]}`.
+/// none: `{"error": <message with its causes>, "exit": <code>, "causes": [...]}`
+/// ([`error_text`]).
 pub fn error_document(err: &anyhow::Error, exit: i32) -> serde_json::Value {
     serde_json::json!({
-        "error": format!("{err:#}"),
+        "error": error_text(err),
         "exit": exit,
-        "causes": err.chain().map(ToString::to_string).collect::<Vec<_>>(),
+        "causes": err.chain().map(|c| tidy(&c.to_string())).collect::<Vec<_>>(),
         "disk_full": crate::host::disk::is_disk_full(err),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_document_has_no_space_before_a_line_break() {
+        let err = anyhow::anyhow!("\n  - no Python 3.99\n  - no nvcc").context("cannot build fx");
+        let doc = error_document(&err, 1);
+        let text = doc["error"].as_str().unwrap();
+        assert_eq!(text, "cannot build fx:\n  - no Python 3.99\n  - no nvcc");
+        assert!(!doc.to_string().contains(": \\n"), "{doc}");
+    }
 }

@@ -56,7 +56,8 @@ pub fn run(s: &Session, pin_arg: &str, offline: bool) -> Result<()> {
     if s.json {
         print_json(&PlanReport {
             plan: &p,
-            caches: &caches,
+            caches: &caches.rows,
+            cache_problems: &caches.problems,
             kernels: kernels.as_ref().map(|k| match k {
                 Ok(p) => serde_json::to_value(p).unwrap_or_default(),
                 Err(e) => serde_json::json!({ "error": e }),
@@ -67,13 +68,19 @@ pub fn run(s: &Session, pin_arg: &str, offline: bool) -> Result<()> {
         if let Some(k) = &kernels {
             println!("{}", render_kernels(k));
         }
-        for c in &caches {
+        for c in &caches.rows {
             let state = match (&c.cache, &c.verdict) {
+                (None, _) if c.not_known.is_some() => {
+                    format!("not known: {}", c.not_known.as_deref().unwrap_or_default())
+                }
                 (None, _) => "no cache has it".to_string(),
                 (Some(url), None) => format!("in {url}"),
                 (Some(url), Some(v)) => format!("in {url}; {v}"),
             };
             println!("cache    {:<10} {:<44} {state}", c.stage, c.tag);
+        }
+        for problem in &caches.problems {
+            println!("problem  {problem}");
         }
     }
     blocked(&p)
@@ -87,6 +94,9 @@ struct PlanReport<'a> {
     /// Per stage whose key is known and whose entry the store lacks: which
     /// substituting cache has it and, for the wheel, who signed it.
     caches: &'a [CacheRow],
+    /// Each substituting cache that could not be read (a timeout, a
+    /// refused connection), named with why: what it holds is not known.
+    cache_problems: &'a [String],
     /// For a `cuda` recipe: the device code the build will ask for
     /// (`arch_list`, `cubins`, `ptx`), or `{"error": why it is not known}`.
     kernels: Option<serde_json::Value>,

@@ -63,11 +63,33 @@ impl Session {
         Store::at(&self.root()?)
     }
 
-    /// The recipe `pin_arg` names ([`pin::resolve`]).
+    /// Checks the site configuration of the store root whole before any
+    /// work ([`crate::cache::site::check`]): both `config.toml` files, every
+    /// table. Nothing to check when the root cannot be named (the command
+    /// says why).
     ///
-    /// Errors (exit 2): the PIN names no recipe, or the recipe is invalid.
+    /// Errors: exit 2 naming file, line and field of every bad table.
+    pub fn check_config(&self) -> Result<()> {
+        match self.root() {
+            Ok(root) => crate::cache::site::check(&root),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// The recipe `pin_arg` names ([`pin::resolve`]), its repository
+    /// checked against the site's `[[mirror]]` tables: a git URL a mirror
+    /// drops (`url = "none"`) is a configuration this recipe cannot be
+    /// fetched with.
+    ///
+    /// Errors (exit 2): the PIN names no recipe, the recipe is invalid, or
+    /// a `[[mirror]]` drops its repository (naming the entry).
     pub fn recipe(&self, pin_arg: &str) -> Result<LoadedRecipe> {
-        pin::resolve(pin_arg)
+        let lr = pin::resolve(pin_arg)?;
+        // A file that does not load is [`Session::check_config`]'s to report.
+        if let Ok(mirrors) = self.root().and_then(|r| crate::host::mirror::load(&r)) {
+            mirrors.git_url(&lr.recipe.source.repo, "the recipe's repository")?;
+        }
+        Ok(lr)
     }
 
     /// The recipe `pin_arg` names, then the store: what most commands open.

@@ -51,8 +51,13 @@ pub struct SmokeOutput {
     pub commit: String,
     /// `<package>.__version__` as recorded.
     pub runtime_version: Option<String>,
-    /// Whether `oracle.json` was updated with this verdict (not with `--case`).
+    /// Whether `oracle.json` was updated with this verdict (not with
+    /// `--case`, nor when the gate could not run on this box).
     pub recorded: bool,
+    /// The verdict `oracle.json` keeps when the gate could not run on this
+    /// box (an unset variable, a missing model): it stands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stands: Option<Verdict>,
     /// Per case, the engine arguments the recipe sets (shown first in text).
     #[serde(skip)]
     pub requested: std::collections::BTreeMap<String, Vec<String>>,
@@ -147,10 +152,10 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
     let link = store.roots_dir().join(&r.name);
     if !link.exists() {
         return Err(anyhow!(
-            "no oracle of {} in {} (build it first: `oracle-build build {}`)",
+            "no oracle of {} in {} (build it first: `{}`)",
             r.name,
             store.root().display(),
-            args.pin
+            crate::shell::command_at(&format!("build {}", crate::recipe::shell_arg(&lr)), &root)
         ));
     }
     let venv = link
@@ -164,7 +169,7 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
         .is_some_and(|p| *p != json!(r.source.package));
     if rec.identity.commit != r.source.commit || package_differs {
         return Err(mismatch(format!(
-            "the oracle at {} ({}) was built from {} {}, but recipe {} pins {} {}; build it first (`oracle-build build {}`)",
+            "the oracle at {} ({}) was built from {} {}, but recipe {} pins {} {}; build it first (`{}`)",
             link.display(),
             venv.display(),
             rec.inputs["package"].as_str().unwrap_or("?"),
@@ -172,7 +177,7 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
             r.name,
             r.source.package,
             r.source.commit,
-            args.pin
+            crate::shell::command_at(&format!("build {}", crate::recipe::shell_arg(&lr)), &root)
         )));
     }
     let problems = Manifest::read(&venv)
@@ -180,14 +185,18 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
         .check(&venv, false);
     if !problems.is_empty() {
         return Err(anyhow!(
-            "oracle venv {} is damaged ({}); rebuild it",
+            "oracle venv {} is damaged ({}); rebuild it: `{}` hashes every file, moves the entry aside and rebuilds it",
             venv.display(),
             problems
                 .iter()
                 .take(5)
                 .cloned()
                 .collect::<Vec<_>>()
-                .join("; ")
+                .join("; "),
+            crate::shell::command_at(
+                &format!("build {} --deep", crate::recipe::shell_arg(&lr)),
+                &root
+            )
         ));
     }
     store.refuse_read_only(
@@ -203,9 +212,9 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
         });
     }
     let report = oracle::gate_with(&store, &venv, &lr, &opts)?;
-    let recorded = args.case.is_none();
-    if recorded {
-        rec.smoke = report.clone();
+    // A gate that could not run here leaves the recorded verdict in force.
+    let recorded = args.case.is_none() && oracle::settle_gate(&mut rec, report.clone(), "smoke");
+    if args.case.is_none() {
         oracle::write_record(&venv, &rec)?;
     }
     let out = SmokeOutput {
@@ -214,6 +223,7 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
         commit: r.source.commit.clone(),
         runtime_version: rec.identity.runtime_version.clone(),
         recorded,
+        stands: (args.case.is_none() && !recorded).then(|| rec.smoke.verdict),
         requested: r
             .smoke
             .cases
@@ -233,6 +243,13 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
     }
     if out.smoke.verdict == Verdict::Gateable {
         Ok(())
+    } else if let Some(stands) = out.stands {
+        Err(not_gateable(format!(
+            "the gate of {} could not run on this box ({}); oracle.json keeps its {} verdict",
+            out.recipe,
+            out.smoke.not_run.join("; "),
+            stands.as_str()
+        )))
     } else {
         Err(not_gateable(format!(
             "{} is not gateable ({} reason{})",
@@ -303,6 +320,12 @@ pub fn render(out: &SmokeOutput) -> String {
     ));
     for reason in &s.reasons {
         line(format!("  - {reason}"));
+    }
+    if let Some(stands) = out.stands {
+        line(format!(
+            "note     the gate could not run on this box; oracle.json keeps its {} verdict (the attempt is recorded beside it as gate_not_run)",
+            stands.as_str()
+        ));
     }
     t
 }

@@ -51,10 +51,13 @@ pub fn locate(s: &Session, target: &str) -> Result<Target> {
         let link = root.join("roots").join(&lr.recipe.name);
         link.canonicalize().map_err(|_| {
             anyhow!(
-                "no oracle of {} in {} (run `oracle-build build {}`)",
+                "no oracle of {} in {} (run `{}`)",
                 lr.recipe.name,
                 root.display(),
-                target
+                crate::shell::command_at(
+                    &format!("build {}", crate::recipe::shell_arg(&lr)),
+                    &root
+                )
             )
         })?
     };

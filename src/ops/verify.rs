@@ -162,10 +162,10 @@ fn locate(s: &Session, target: &str, pin_arg: Option<&str>) -> Result<Located> {
     let link = root.join("roots").join(&lr.recipe.name);
     if !link.exists() {
         return Err(anyhow!(
-            "no oracle of {} in {} (run `oracle-build build {}`)",
+            "no oracle of {} in {} (run `{}`)",
             lr.recipe.name,
             root.display(),
-            target
+            crate::shell::command_at(&format!("build {}", crate::recipe::shell_arg(&lr)), &root)
         ));
     }
     Ok(Located {

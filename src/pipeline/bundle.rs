@@ -428,10 +428,13 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
     }
     if !damaged.is_empty() {
         bail!(
-            "refusing to export {}: damaged store entries, which the importing box would refuse (moved aside):\n  - {}\nbuild the pin here again (`oracle-build build {}`, online), which fetches or makes them anew, then export",
+            "refusing to export {}: damaged store entries, which the importing box would refuse (moved aside):\n  - {}\nbuild the pin here again (`{}`, online), which fetches or makes them anew, then export",
             r.name,
             damaged.join("\n  - "),
-            lr.origin
+            crate::shell::command_at(
+                &format!("build {}", crate::recipe::shell_arg(lr)),
+                store.root()
+            )
         );
     }
     // The wheel travels signed too, as `push` signs it: an importing box

@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::recipe::pin;
 use crate::recipe::shell_arg as recipe_arg;
 use crate::recipe::{self, Recipe};
-use crate::shell::shell_quote;
+use crate::shell::{command_at, shell_quote};
 use crate::stages::identity::record;
 use crate::stages::identity::{self, Identity, dirty_mark, lacks_history, release_tag, scm_sha};
 use crate::stages::oracle::OracleRecord;
@@ -41,8 +41,9 @@ pub enum ProblemKind {
     AliasRecipeMissing,
     /// `alias-registry-unreadable`: the store's `aliases.json` cannot be read.
     AliasRegistryUnreadable,
-    /// `bad-config`: the store's (or the user's) `config.toml` does not
-    /// load: every build, pull and push with it fails.
+    /// `bad-config`: a table of the store's (or the user's) `config.toml`
+    /// is refused, or a `[[mirror]]` drops the repository of a recipe
+    /// here: every command refuses to run with it (exit 2).
     BadConfig,
     /// `broken-venv`: a venv whose identity cannot be measured.
     BrokenVenv,
@@ -197,6 +198,9 @@ pub struct DoctorOptions {
 }
 
 struct Doctor {
+    /// The store root the fixes being written act on (`--store` in each
+    /// printed command): the doctor's store, or the store owning a venv.
+    at: PathBuf,
     problems: Vec<Problem>,
     measured: BTreeMap<PathBuf, Option<Identity>>,
     /// Stores whose unreadable `aliases.json` was already reported.
@@ -204,6 +208,12 @@ struct Doctor {
 }
 
 impl Doctor {
+    /// `` `oracle-build <words> --store <at>` ``: a printed command that acts
+    /// on the store where the problem is.
+    fn cmd(&self, words: &str) -> String {
+        format!("`{}`", command_at(words, &self.at))
+    }
+
     /// The alias registry of `store`; an unreadable or corrupt one is
     /// reported (once per store) and read as empty, so the rest of the
     /// diagnosis goes on.
@@ -223,7 +233,8 @@ impl Doctor {
                             first_line(&format!("{e:#}"))
                         ),
                         format!(
-                            "move it aside (`mv {f} {aside}`), then register each alias again: `oracle-build activate <PIN> <PATH>`"
+                            "move it aside (`mv {f} {aside}`), then register each alias again: `{}`",
+                            command_at("activate <PIN> <PATH>", store.root())
                         ),
                     );
                 }
@@ -277,7 +288,7 @@ impl Doctor {
                             "its Python cannot report the identity: {}",
                             first_line(&format!("{e:#}"))
                         ),
-                        format!("recreate it: `oracle-build build {pin}`"),
+                        format!("recreate it: {}", self.cmd(&format!("build {pin}"))),
                     );
                     self.measured.insert(canon, None);
                     return None;
@@ -312,7 +323,10 @@ impl Doctor {
                     ProblemKind::IdentityMismatch,
                     subject,
                     format!("is not the pin of {}: {}", r.name, failed.join("; ")),
-                    format!("build the pin and use that: `oracle-build build {pin}`"),
+                    format!(
+                        "build the pin and use that: {}",
+                        self.cmd(&format!("build {pin}"))
+                    ),
                 );
             }
         }
@@ -331,7 +345,7 @@ impl Doctor {
     ) -> BTreeSet<&'static str> {
         let mut covered = BTreeSet::new();
         let package = recipe.map_or("vllm", |r| r.source.package.as_str());
-        let rebuild = format!("`oracle-build build {pin}`");
+        let rebuild = self.cmd(&format!("build {pin}"));
         if id.editable {
             covered.extend(["editable", "package_path", "import", "compiled_extensions"]);
             let gone: Vec<&String> = id
@@ -358,8 +372,14 @@ impl Doctor {
             self.add(
                 ProblemKind::Editable,
                 subject,
-                format!("editable install ({}){source}", id.editable_evidence.join("; ")),
-                format!("replace it with a non-editable oracle: `oracle-build build {pin} --activate <PATH>` and use PATH instead"),
+                format!(
+                    "editable install ({}){source}",
+                    id.editable_evidence.join("; ")
+                ),
+                format!(
+                    "replace it with a non-editable oracle: {} and use PATH instead",
+                    self.cmd(&format!("build {pin} --activate <PATH>"))
+                ),
             );
         } else if let Some(err) = &id.import_error {
             covered.extend(["import", "package_path", "compiled_extensions"]);
@@ -496,10 +516,14 @@ impl Doctor {
             // Not "delete it and rebuild": a file rewritten in place is shared
             // with the store's caches, which a plain rebuild links again.
             format!(
-                "the entry is damaged: `oracle-build build {pin} --deep` hashes every file, moves the entry aside, drops its damaged files from the store's caches and rebuilds it"
+                "the entry is damaged: {} hashes every file, moves the entry aside, drops its damaged files from the store's caches and rebuilds it",
+                self.cmd(&format!("build {pin} --deep"))
             )
         } else {
-            format!("reinstall, or replace it with an oracle: `oracle-build build {pin}`")
+            format!(
+                "reinstall, or replace it with an oracle: {}",
+                self.cmd(&format!("build {pin}"))
+            )
         };
         self.add(
             ProblemKind::FilesMissing,
@@ -519,11 +543,13 @@ impl Doctor {
 
     /// A registered alias: present, a symlink, live, and pointing at an oracle of its recipe's pin.
     fn alias(&mut self, store: &Store, a: &Alias) {
+        // Its fixes act on the store that registered it.
+        self.at = store.root().to_path_buf();
         let subject = a.path.display().to_string();
         let pin_arg = alias_recipe_arg(a);
         let quoted = shell_quote(&subject);
-        let activate = format!("`oracle-build activate {pin_arg} {quoted}`");
-        let build_activate = format!("`oracle-build build {pin_arg} --activate {quoted}`");
+        let activate = self.cmd(&format!("activate {pin_arg} {quoted}"));
+        let build_activate = self.cmd(&format!("build {pin_arg} --activate {quoted}"));
         let meta = match std::fs::symlink_metadata(&a.path) {
             Ok(m) => m,
             Err(_) => {
@@ -561,8 +587,15 @@ impl Doctor {
                 self.add(
                     ProblemKind::AliasRecipeMissing,
                     &subject,
-                    format!("its recipe {} cannot be read: {}", a.recipe, first_line(&format!("{e:#}"))),
-                    "restore the recipe, or re-activate the alias with the right one: `oracle-build activate <PIN> <PATH>`",
+                    format!(
+                        "its recipe {} cannot be read: {}",
+                        a.recipe,
+                        first_line(&format!("{e:#}"))
+                    ),
+                    format!(
+                        "restore the recipe, or re-activate the alias with the right one: {}",
+                        self.cmd("activate <PIN> <PATH>")
+                    ),
                 );
                 return;
             }
@@ -699,8 +732,8 @@ fn delete_cmd(dir: &Path) -> String {
     )
 }
 
-/// The fix for a dangling root `name`.
-fn dangling_fix(root: &Root, registry: &Registry) -> String {
+/// The fix for a dangling root `name` of the store at `store_root`.
+fn dangling_fix(root: &Root, registry: &Registry, store_root: &Path) -> String {
     let rm = format!(
         "remove it: `rm {}`",
         shell_quote(&root.path.display().to_string())
@@ -712,15 +745,21 @@ fn dangling_fix(root: &Root, registry: &Registry) -> String {
     }
     if let Some(a) = registry.aliases.values().find(|a| a.root == root.name) {
         return format!(
-            "`oracle-build build {} --activate {}`",
-            alias_recipe_arg(a),
-            shell_quote(&a.path.display().to_string())
+            "`{}`",
+            command_at(
+                &format!(
+                    "build {} --activate {}",
+                    alias_recipe_arg(a),
+                    shell_quote(&a.path.display().to_string())
+                ),
+                store_root
+            )
         );
     }
     match pin::resolve(&root.name) {
         Ok(lr) => format!(
-            "rebuild (it re-roots): `oracle-build build {}`",
-            recipe_arg(&lr)
+            "rebuild (it re-roots): `{}`",
+            command_at(&format!("build {}", recipe_arg(&lr)), store_root)
         ),
         Err(_) => rm,
     }
@@ -732,6 +771,7 @@ fn dangling_fix(root: &Root, registry: &Registry) -> String {
 pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
     let pinned = opts.pin.as_deref().map(pin::resolve).transpose()?;
     let mut d = Doctor {
+        at: root.to_path_buf(),
         problems: Vec::new(),
         measured: BTreeMap::new(),
         bad_registries: BTreeSet::new(),
@@ -740,6 +780,24 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
     let (mut n_entries, mut n_roots, mut n_aliases) = (0, 0, 0);
     let mut imported = Vec::new();
     let mut checked: BTreeSet<PathBuf> = BTreeSet::new();
+    // Every table of both `config.toml` files, whether or not the root
+    // holds a store yet: the store's file, the user's or
+    // ORACLE_BUILD_CACHE (each message names which).
+    for problem in crate::cache::site::problems(root)? {
+        d.add(
+            ProblemKind::BadConfig,
+            "config",
+            problem,
+            "fix the file (docs/cache.md lists its fields): every command refuses to run with it (exit 2)",
+        );
+    }
+    // The repositories of the store's oracles and of `--pin`: a
+    // `[[mirror]]` that drops one (`url = "none"`) is a bad configuration
+    // for them (checked below).
+    let mut repos: BTreeSet<String> = pinned
+        .iter()
+        .map(|lr| lr.recipe.source.repo.clone())
+        .collect();
     if let Some(store) = &store {
         let roots = store.roots()?;
         n_roots = roots.len();
@@ -751,16 +809,6 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                 r.entries.len()
             ));
         }
-        if let Err(e) = crate::cache::config::load(store.root(), None) {
-            // The store's file, the user's or ORACLE_BUILD_CACHE: the
-            // message names which.
-            d.add(
-                ProblemKind::BadConfig,
-                "config",
-                format!("{e:#}"),
-                "fix the file (docs/cache.md lists its fields): every build, pull and push reads it",
-            );
-        }
         for path in store.left_by_dead()? {
             let rel = path.strip_prefix(store.root()).unwrap_or(&path);
             d.add(
@@ -770,7 +818,10 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                     "left by a run that was killed ({:.1} MiB)",
                     crate::store::disk_usage(&path) as f64 / (1u64 << 20) as f64
                 ),
-                "`oracle-build gc` removes it (so does the next build, pull or import)",
+                format!(
+                    "`{}` removes it (so does the next build, pull or import)",
+                    command_at("gc", store.root())
+                ),
             );
         }
         let registry = d.registry(store);
@@ -780,7 +831,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                 ProblemKind::RootDangling,
                 &format!("roots/{}", r.name),
                 format!("points at {}, which no longer exists", r.target.display()),
-                dangling_fix(r, &registry),
+                dangling_fix(r, &registry, store.root()),
             );
         }
         for r in roots.iter().filter(|r| r.live && !r.is_list()) {
@@ -841,7 +892,10 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                         ProblemKind::Unreachable,
                         &label,
                         "no root reaches this entry (a superseded build, or its root was removed)",
-                        "`oracle-build gc` deletes it; to keep it, rebuild or activate its recipe so a root points at it",
+                        format!(
+                            "`{}` deletes it; to keep it, rebuild or activate its recipe so a root points at it",
+                            command_at("gc", store.root())
+                        ),
                     );
                 }
                 match bucket {
@@ -849,6 +903,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                         Ok(rec) => {
                             match recipe::parse(&rec.recipe_text, &format!("{label}/oracle.json")) {
                                 Ok(r) => {
+                                    repos.insert(r.source.repo.clone());
                                     d.venv(&e.path, &label, Some(&r), &record_recipe_arg(&rec));
                                 }
                                 Err(err) => d.add(
@@ -917,6 +972,10 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
             (None, Some((r, arg))) => (Some(r), arg),
             (None, None) => (None, "<PIN>".to_string()),
         };
+        // An oracle of another store is fixed in that store.
+        d.at = alias::owning_root(v)
+            .filter(|r| Store::open_existing(r).is_some())
+            .unwrap_or_else(|| root.to_path_buf());
         d.venv(v, &subject, recipe.as_ref(), &pin_name);
         // An alias (or a link to one) registered in this store or in the
         // store that owns the venv is also checked against its recipe.
@@ -927,6 +986,18 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
             };
             if checked.insert(a.path.clone()) {
                 d.alias(s, &a);
+            }
+        }
+    }
+    if let Ok(mirrors) = crate::host::mirror::load(root) {
+        for repo in &repos {
+            if let Err(e) = mirrors.git_url(repo, "the recipe's repository") {
+                d.add(
+                    ProblemKind::BadConfig,
+                    "config",
+                    format!("{e:#}"),
+                    "fix the file (docs/cache.md, \"Mirrors\"): every command on a recipe of that repository refuses to run with it (exit 2)",
+                );
             }
         }
     }

@@ -181,7 +181,7 @@ pub fn prepare(
                     bail!(
                         "--offline: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle{}",
                         lock_dir.display(),
-                        crate::recipe::shell_arg(cx.lr),
+                        lock::lock_pin_arg(cx.lr, lock_dir),
                         imported_note(store, lr)
                     );
                 }
@@ -193,7 +193,7 @@ pub fn prepare(
                             "no lockfile in {}: resolving one into {} (`oracle-build lock {}` writes it beside the recipe)",
                             lock_dir.display(),
                             entry.label(),
-                            crate::recipe::shell_arg(cx.lr)
+                            lock::lock_pin_arg(cx.lr, lock_dir)
                         ),
                     );
                     let staging = store.stage("autolock")?;
@@ -529,7 +529,7 @@ pub fn offline_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Ve
             _ => problems.push(format!(
                 "--offline: lock stage: no lockfile in {} and no lock in the store; run `oracle-build lock {}` while online, or import a bundle{}",
                 lock_dir.display(),
-                crate::recipe::shell_arg(lr),
+                lock::lock_pin_arg(lr, lock_dir),
                 imported_note(store, lr)
             )),
         },

@@ -535,7 +535,8 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         Some(verdict) => (
             StepState::Cached,
             format!(
-                "{verdict}, recorded in oracle.json (`oracle-build smoke` runs the gate again); "
+                "{verdict}, recorded in oracle.json (`{}` runs the gate again); ",
+                crate::shell::command_at(&format!("smoke {}", crate::recipe::shell_arg(lr)), root)
             ),
         ),
         None => (StepState::ToDo, String::new()),

@@ -154,7 +154,7 @@ pub fn toolchain_of(store: &Store, lr: &LoadedRecipe, f: Findings) -> Result<Too
     }
     if !f.problems.is_empty() {
         return Err(anyhow!(
-            "cannot build {}: \n  - {}\n(nothing was written to {})",
+            "cannot build {}:\n  - {}\n(nothing was written to {})",
             lr.recipe.name,
             f.problems.join("\n  - "),
             store.root().display()

@@ -51,7 +51,22 @@ pub fn checks(store: &Store, record: &OracleRecord, repo: &str) -> Result<Vec<Ch
     for (i, c) in caches.iter().enumerate() {
         let t = crate::cache::open(c)?;
         let policy = Policy::for_cache(c)?;
-        for tag in provenance::tags_for(t.as_ref(), &build.key)? {
+        // Said before asking: an unresponsive cache is waited for up to
+        // its timeouts, and the user sees which one and how long.
+        crate::progress::stage(
+            "provenance",
+            format!(
+                "reading the provenance of wheel {} from cache {} ({}; connect timeout {:?}, read timeout {:?})",
+                build.key, c.name, c.url, c.timeouts.connect, c.timeouts.read
+            ),
+        );
+        let tags = provenance::tags_for(t.as_ref(), &build.key).with_context(|| {
+            format!(
+                "verify --provenance: cache {} ({}) could not be read (read timeout {:?})",
+                c.name, c.url, c.timeouts.read
+            )
+        })?;
+        for tag in tags {
             let dir = scratch.path().join(format!("{i}-{tag}"));
             let checked = match provenance::fetch(t.as_ref(), &tag, &dir) {
                 Ok(signed) => provenance::check(&tag, &build.key, &signed, &expected, &policy, now),

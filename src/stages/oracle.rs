@@ -86,6 +86,11 @@ pub struct OracleRecord {
     /// Where the time of making this venv went.
     #[serde(default)]
     pub timings: Timings,
+    /// The latest gate that could not run on a box (an unset variable, a
+    /// missing model) since `smoke` was recorded: kept beside the verdict,
+    /// which it leaves in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_not_run: Option<smoke::GateAttempt>,
 }
 
 /// Seconds spent in each part of making an oracle venv (`oracle.json`'s `timings`).
@@ -230,8 +235,11 @@ pub struct Outcome {
     pub record: OracleRecord,
     /// Whether the venv was built now (false: found in the store).
     pub built: bool,
-    /// Whether the smoke run happened now.
+    /// Whether the smoke run happened now (and its verdict was recorded).
     pub smoked: bool,
+    /// A gate run now that could not run on this box (the recorded verdict
+    /// stands; see [`OracleRecord::gate_not_run`]).
+    pub gate_not_run: Option<smoke::GateAttempt>,
 }
 
 /// Options of the venv stage.
@@ -295,6 +303,7 @@ pub fn ensure(
                 record,
                 built: true,
                 smoked,
+                gate_not_run: None,
             });
         }
     }
@@ -310,6 +319,7 @@ pub fn ensure(
             record,
             built: false,
             smoked: false,
+            gate_not_run: None,
         });
     }
     let _lock = plan.entry.lock()?;
@@ -321,14 +331,43 @@ pub fn ensure(
             "the smoke configuration changed since this oracle was gated; re-running the gate"
         },
     );
-    record.smoke = gate(store, &entry.path, lr)?;
+    let report = gate(store, &entry.path, lr)?;
+    let smoked = settle_gate(&mut record, report, "build");
     write_record(&entry.path, &record)?;
+    let gate_not_run = (!smoked).then(|| record.gate_not_run.clone()).flatten();
     Ok(Outcome {
         entry,
         record,
         built: false,
-        smoked: true,
+        smoked,
+        gate_not_run,
     })
+}
+
+/// Records the gate run `report` (made by `by`: `build`, `smoke`) in
+/// `record`: as its verdict, unless the gate could not run on this box
+/// ([`SmokeReport::could_not_run`]: an unset variable, a missing model, and
+/// nothing else wrong), which tells nothing about the oracle, and a gate
+/// made the recorded verdict (not `--no-smoke`); then that verdict stands,
+/// the attempt is kept beside it (`gate_not_run`) and it is said on
+/// stderr. Returns whether `report` became the verdict.
+pub fn settle_gate(record: &mut OracleRecord, report: SmokeReport, by: &str) -> bool {
+    if report.could_not_run() && record.smoke.verdict != smoke::Verdict::Unsmoked {
+        progress::stage(
+            "smoke",
+            format!(
+                "the gate could not run on this box ({}); the {} verdict of {} stands",
+                report.not_run.join("; "),
+                record.smoke.verdict.as_str(),
+                record.smoke.started
+            ),
+        );
+        record.gate_not_run = Some(report.attempt(by));
+        return false;
+    }
+    record.smoke = report;
+    record.gate_not_run = None;
+    true
 }
 
 /// Replaces the note `note` (a check not made when the oracle at `entry`
@@ -608,6 +647,7 @@ fn build(
             .collect(),
         warnings,
         notes: plan.source_notes.clone(),
+        gate_not_run: None,
         created,
         install_s,
         bytecode: bytecode.stats,

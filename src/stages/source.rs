@@ -1361,12 +1361,18 @@ pub enum Containment {
         /// `commit` in (`None` when it lies on the chain).
         merged_by: Option<String>,
     },
-    /// The repository holds `commit`, and it is not in `head`'s history.
+    /// `commit` is not in `head`'s history: the repository holds it
+    /// elsewhere, or does not hold it at all while it holds `head`'s whole
+    /// history (it is not shallow), so no ancestor of `head` is `commit`.
     No {
-        /// The commit asked about, in full.
+        /// The commit asked about: in full when the repository holds it,
+        /// else as asked.
         commit: String,
+        /// Whether the repository holds `commit`.
+        in_mirror: bool,
     },
-    /// The repository does not hold `commit` (or no commit matches the prefix).
+    /// The repository does not hold `commit` (or no commit matches the
+    /// prefix) and is shallow: `head`'s history is not all there.
     Unknown {
         /// The commit as asked.
         commit: String,
@@ -1411,8 +1417,18 @@ pub fn contains(dir: &Path, head: &str, spec: &str) -> Result<Containment> {
     };
     let Some(target) = found.filter(|c| c.id().to_string().starts_with(&spec.to_ascii_lowercase()))
     else {
-        return Ok(Containment::Unknown {
-            commit: spec.to_string(),
+        // Every ancestor of `head` is in a repository that is not shallow
+        // (git keeps a repository's history closed), so a commit it lacks
+        // is provably not one of them.
+        return Ok(if repo.is_shallow() {
+            Containment::Unknown {
+                commit: spec.to_string(),
+            }
+        } else {
+            Containment::No {
+                commit: spec.to_string(),
+                in_mirror: false,
+            }
         });
     };
     let t = target.id();
@@ -1420,7 +1436,10 @@ pub fn contains(dir: &Path, head: &str, spec: &str) -> Result<Containment> {
     let reaches =
         |from: git2::Oid| -> Result<bool> { Ok(from == t || repo.graph_descendant_of(from, t)?) };
     if !reaches(head_id)? {
-        return Ok(Containment::No { commit });
+        return Ok(Containment::No {
+            commit,
+            in_mirror: true,
+        });
     }
     // The first-parent chain from head, until the commit itself.
     let mut chain = vec![head_id];

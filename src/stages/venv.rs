@@ -147,6 +147,25 @@ pub struct BytecodeStats {
     pub failed: usize,
 }
 
+/// The install's bytecode line: every `.pyc` of the venv is linked from
+/// the store's pool, and those this box compiled now went into the pool
+/// first, so the compiled ones are a part of the linked ones, said as such
+/// (`43 .pyc linked from the store's pool: 40 compiled now into it, 3 there
+/// from earlier builds or pulls`), never as two counts side by side.
+pub fn describe_bytecode(stats: &BytecodeStats, entries_made: usize, wheels: usize) -> String {
+    let earlier = stats.linked.saturating_sub(stats.compiled);
+    let origin = match (stats.compiled, earlier) {
+        (0, 0) => String::new(),
+        (0, e) => format!(": all {e} there from earlier builds or pulls"),
+        (c, 0) => format!(": all {c} compiled now into it"),
+        (c, e) => format!(": {c} compiled now into it, {e} there from earlier builds or pulls"),
+    };
+    format!(
+        "bytecode: {} .pyc linked from the store's pool{origin}; {} source(s) not compilable; {entries_made} of {wheels} wheels' bytecode entries made now",
+        stats.linked, stats.failed
+    )
+}
+
 /// Where an installed venv's bytecode came from.
 #[derive(Debug, Clone, Default)]
 pub struct InstalledBytecode {
@@ -559,14 +578,7 @@ pub fn install(
     };
     progress::stage(
         "install",
-        format!(
-            "bytecode: {} linked from the store's pool, {} compiled now, {} not compilable ({} of {} wheels' bytecode entries made now)",
-            stats.linked,
-            stats.compiled,
-            stats.failed,
-            per.entries_made,
-            wheels.len()
-        ),
+        describe_bytecode(&stats, per.entries_made, wheels.len()),
     );
     let mut known = record_hashes(&venv)?;
     known.extend(per.hashes);
@@ -645,6 +657,29 @@ mod tests {
     use super::*;
     use base64::Engine;
     use sha2::{Digest, Sha256};
+
+    #[test]
+    fn the_bytecode_line_says_the_compiled_pyc_are_among_the_linked() {
+        let stats = |linked, compiled| BytecodeStats {
+            linked,
+            compiled,
+            failed: 0,
+        };
+        // The contradiction: every .pyc compiled now, then linked.
+        let all_new = describe_bytecode(&stats(17428, 17428), 64, 64);
+        assert_eq!(
+            all_new,
+            "bytecode: 17428 .pyc linked from the store's pool: all 17428 compiled now into it; 0 source(s) not compilable; 64 of 64 wheels' bytecode entries made now"
+        );
+        assert!(!all_new.contains("17428 linked from the store's pool, 17428 compiled now"));
+        assert!(describe_bytecode(&stats(43, 0), 0, 3).contains(
+            "43 .pyc linked from the store's pool: all 43 there from earlier builds or pulls"
+        ));
+        assert!(
+            describe_bytecode(&stats(43, 40), 1, 3)
+                .contains(": 40 compiled now into it, 3 there from earlier builds or pulls")
+        );
+    }
 
     fn b64(data: &[u8]) -> String {
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(data))

@@ -317,12 +317,13 @@ pub fn point(
             if !force && registry.get(&seen).is_none() && !points_into(store, &seen) {
                 let to = std::fs::read_link(&seen).unwrap_or_default();
                 return Err(bad_input(format!(
-                    "{} is a symlink to {}, which is neither an alias registered in {} nor an oracle of this store; refusing to replace someone else's link (move it away, or replace it anyway with `oracle-build activate {} {} --force`)",
+                    "{} is a symlink to {}, which is neither an alias registered in {} nor an oracle of this store; refusing to replace someone else's link (move it away, or replace it anyway with `oracle-build activate {} {} --force {}`)",
                     seen.display(),
                     to.display(),
                     Registry::file(store).display(),
                     crate::recipe::shell_arg(lr),
                     crate::shell::shell_quote(&seen.display().to_string()),
+                    crate::shell::store_option(store.root()),
                 )));
             }
             seen.canonicalize().ok()

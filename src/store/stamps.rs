@@ -13,10 +13,13 @@
 //! - every file's size and modification time: a write in place (same inode,
 //!   e.g. `echo >> f`) changes it, though its directory's time stays;
 //! - every name's kind (file, directory, symlink), and the sha256 of the
-//!   entry's records (`oracle.json`), which are hashed on every check.
+//!   entry's records (`oracle.json`), which are hashed on every check;
+//! - every directory's names: listed on every check and compared with the
+//!   stamped ones, so a name added with its directory's time restored
+//!   (`touch -r`), which no `stat` sees, is a change.
 //!
 //! Checking is one `fstatat` per name relative to its directory's open
-//! descriptor, spread over threads ([`Stamps::changes`]). A stamp that
+//! descriptor, and one listing of that descriptor, spread over threads ([`Stamps::changes`]). A stamp that
 //! differs is not a verdict: the caller checks the paths it names against the
 //! manifest, so a `touch` costs a hash, never a rebuild.
 //!
@@ -460,6 +463,54 @@ impl Stamps {
                 out.push(join(&d.path, s.name));
             }
         }
+        // Below the top, a name added with the directory's time restored
+        // (`touch -r`: a `.pth` in site-packages, which Python runs at every
+        // start) changes no stamp: the directory's names are listed (one
+        // `getdents` for most directories) and compared with the stamped
+        // ones. The top's own names are [`Stamps::added_at_top`]'s.
+        if !top {
+            out.extend(self.unstamped_names(d, fd));
+        }
+    }
+
+    /// The names now in the directory `d` (open as `fd`) that its stamps do
+    /// not list, as entry paths; `d`'s own path when it cannot be listed or
+    /// when a stamped name is gone from it.
+    fn unstamped_names(&self, d: &DirAt, fd: OwnedFd) -> Vec<String> {
+        let Ok(mut listing) = rustix::fs::Dir::new(fd) else {
+            return vec![d.path.clone()];
+        };
+        let mut now: Vec<Vec<u8>> = Vec::with_capacity(d.count);
+        while let Some(e) = listing.read() {
+            let Ok(e) = e else {
+                return vec![d.path.clone()];
+            };
+            let name = e.file_name().to_bytes();
+            if name != b"." && name != b".." {
+                now.push(name.to_vec());
+            }
+        }
+        // Both sorted by bytes (the stamps are written sorted by name, and
+        // UTF-8 sorts as its bytes): one merge, no lookup per name.
+        now.sort_unstable();
+        let mut stamped = self.names(d).map(|s| s.name.as_bytes()).peekable();
+        let mut out = Vec::new();
+        let mut gone = false;
+        for name in &now {
+            while stamped.next_if(|s| *s < name.as_slice()).is_some() {
+                gone = true;
+            }
+            if stamped.next_if(|s| *s == name.as_slice()).is_none() {
+                out.push(join(&d.path, &String::from_utf8_lossy(name)));
+            }
+        }
+        if stamped.next().is_some() {
+            gone = true;
+        }
+        if out.is_empty() && gone {
+            out.push(d.path.clone());
+        }
+        out
     }
 
     /// Names at the top of the entry that the stamps do not list.
@@ -609,6 +660,35 @@ mod tests {
         std::fs::create_dir(d.join("lib64")).unwrap();
         let c = Stamps::read(d).unwrap().changes(d);
         assert_eq!(c, ["lib/pkg", "lib/pkg/a.py", "lib64", "sitecustomize.py"]);
+    }
+
+    #[test]
+    fn a_name_added_with_its_directorys_time_restored_is_a_change() {
+        let (t, _) = entry();
+        let d = t.path();
+        let dir = d.join("lib/pkg");
+        let mtime = std::fs::metadata(&dir).unwrap().modified().unwrap();
+        // `touch -r`: a `.pth` planted, the directory's time put back.
+        std::fs::write(dir.join("evil.pth"), "import os\n").unwrap();
+        std::fs::File::open(&dir)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().modified().unwrap(), mtime);
+        let c = Stamps::read(d).unwrap().changes(d);
+        assert_eq!(c, ["lib/pkg/evil.pth"]);
+        assert_eq!(Manifest::check_quick(d), ["added: lib/pkg/evil.pth"]);
+        // One name swapped for another: the added one is named.
+        std::fs::remove_file(dir.join("evil.pth")).unwrap();
+        std::fs::rename(dir.join("a.py"), dir.join("b.py")).unwrap();
+        std::fs::File::open(&dir)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        assert_eq!(
+            Stamps::read(d).unwrap().changes(d),
+            ["lib/pkg/a.py", "lib/pkg/b.py"]
+        );
     }
 
     #[test]

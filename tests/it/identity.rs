@@ -382,8 +382,9 @@ fn deep_verify_names_missing_and_changed_files_and_doctor_gives_the_fix() {
     let fix = fm[0]["fix"].as_str().unwrap();
     assert!(
         fix.contains(&format!(
-            "`oracle-build build {} --deep`",
-            recipe.canonicalize().unwrap().display()
+            "`oracle-build build {} --deep --store {}`",
+            recipe.canonicalize().unwrap().display(),
+            fx.store().display()
         )),
         "the recipe file, not its name: {fix}"
     );
@@ -534,9 +535,14 @@ fn activate_switches_the_alias_atomically_and_roots_the_rollback() {
     std::os::unix::fs::symlink(&alias, &link).unwrap();
     let t = text(&fx.exits(&["verify", link.to_str().unwrap()], 3));
     assert!(t.contains("alias registry"), "{t}");
-    // The fix, as printed, heals it.
+    // The fix, as printed (it names the store), heals it.
     let args: Vec<&str> = fix.trim_matches('`').split(' ').skip(1).collect();
-    fx.exits(&args, 0);
+    assert_eq!(
+        args[args.len() - 2..],
+        ["--store", fx.store().to_str().unwrap()]
+    );
+    let out = cmd(d).args(&args).output().unwrap();
+    assert_eq!(code(&out), 0, "{fix}: {}", text(&out));
     fx.exits(&["doctor"], 0);
     fx.exits(&["verify", l], 0);
 
@@ -664,8 +670,9 @@ fn an_advanced_pin_leaves_the_alias_on_the_rollback_and_doctor_names_it() {
     assert_eq!(
         np[0]["fix"].as_str().unwrap(),
         format!(
-            "`oracle-build activate {} {l}`",
-            recipe.canonicalize().unwrap().display()
+            "`oracle-build activate {} {l} --store {}`",
+            recipe.canonicalize().unwrap().display(),
+            store.display()
         )
     );
     // The alias roots c1's oracle, and through its `requires` the wheel and
@@ -1002,10 +1009,15 @@ fn doctor_fixes_name_the_recipe_file_and_run_as_printed_from_anywhere() {
     let cmds: Vec<&str> = fix.split('`').skip(1).step_by(2).collect();
     assert_eq!(
         cmds,
-        [format!("oracle-build build {quoted} --deep").as_str()],
+        [format!(
+            "oracle-build build {quoted} --deep --store {}",
+            store.display()
+        )
+        .as_str()],
         "{fix}"
     );
-    run_fix(&elsewhere, cmds[0], Some(store));
+    // Run as printed: the fix names the store it acts on.
+    run_fix(&elsewhere, cmds[0], None);
     assert!(removed.is_file(), "the fix rebuilt the damaged entry");
     let ps = problems(&there(&["doctor", "--json"], 0));
     assert!(
@@ -1023,7 +1035,10 @@ fn doctor_fixes_name_the_recipe_file_and_run_as_printed_from_anywhere() {
     let fix = dangling[0]["fix"].as_str().unwrap();
     assert_eq!(
         fix,
-        format!("`oracle-build build {quoted} --activate '{l}'`"),
+        format!(
+            "`oracle-build build {quoted} --activate '{l}' --store {}`",
+            store.display()
+        ),
         "{fix}"
     );
     for p in find(&ps, "root-dangling", "roots/") {
@@ -1035,7 +1050,7 @@ fn doctor_fixes_name_the_recipe_file_and_run_as_printed_from_anywhere() {
             );
         }
     }
-    run_fix(&elsewhere, fix.trim_matches('`'), Some(store));
+    run_fix(&elsewhere, fix.trim_matches('`'), None);
     there(&["doctor"], 0);
     there(&["verify", l], 0);
 }

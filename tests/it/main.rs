@@ -19,6 +19,7 @@ mod demo;
 mod download;
 mod driver;
 mod edges;
+mod edges_answers;
 mod engine_env;
 mod ext_conditions;
 mod ext_trust;

@@ -295,7 +295,7 @@ fn git_sources_and_indexes_go_through_site_mirrors_and_the_keys_keep_the_declare
     assert_eq!(code(&out), 2, "{}", text(&out));
     assert!(
         text(&out).contains(&format!(
-            "the recipe's repository https://git.invalid/org/repo.git is dropped by {}: mirror[0]",
+            "the recipe's repository https://git.invalid/org/repo.git is dropped by {}: line 2: mirror[0]",
             config.display()
         )),
         "{}",

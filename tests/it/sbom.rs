@@ -72,9 +72,25 @@ fn contains_answers_from_the_mirror_with_first_parent_distances_across_a_merge()
     // On another branch, never merged: no, exit 1.
     let v = ask(&x, 1);
     assert_eq!(v["answer"], "no", "{v}");
-    // Not in the mirror at all: unknown, exit 2.
-    let v = ask("0123456789abcdef0123456789abcdef01234567", 2);
+    assert_eq!(v["in_mirror"], true, "{v}");
+    // Not in the mirror at all, which holds the pin's whole history (it is
+    // not shallow): provably no, exit 1 (issue 42, item 10d).
+    let absent = "0123456789abcdef0123456789abcdef01234567";
+    let v = ask(absent, 1);
+    assert_eq!(v["answer"], "no", "{v}");
+    assert_eq!(v["in_mirror"], false, "{v}");
+    let out = fx.exits(&["contains", pin, absent], 1);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("the mirror holds that whole history"),
+        "{}",
+        text(&out)
+    );
+    // A shallow mirror (its history cut at b) cannot tell: unknown, exit 2.
+    let mirror = std::path::PathBuf::from(v["mirror"].as_str().unwrap());
+    std::fs::write(mirror.join("shallow"), format!("{b}\n")).unwrap();
+    let v = ask(absent, 2);
     assert_eq!(v["answer"], "unknown", "{v}");
+    std::fs::remove_file(mirror.join("shallow")).unwrap();
     // Text: one line naming the answer.
     let out = fx.exits(&["contains", pin, &f2], 0);
     let line = String::from_utf8_lossy(&out.stdout);

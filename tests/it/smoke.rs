@@ -580,7 +580,12 @@ fn smoke_needs_a_built_oracle_and_a_known_case() {
     let out = fx.run(&["smoke", "fx.yaml"]);
     assert_eq!(code(&out), 1, "{}", text(&out));
     assert!(
-        text(&out).contains("no oracle of fx") && text(&out).contains("oracle-build build fx.yaml"),
+        text(&out).contains("no oracle of fx")
+            && text(&out).contains(&format!(
+                "oracle-build build {} --store {}",
+                fx.dir().join("fx.yaml").canonicalize().unwrap().display(),
+                fx.store().display()
+            )),
         "{}",
         text(&out)
     );

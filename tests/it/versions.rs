@@ -220,8 +220,9 @@ fn one_pin_gives_one_version_and_one_runtime_set_on_every_box() {
     let msg = text(&out);
     for want in [
         "expect.distribution_version is 0.1.1",
-        "a development version 1 commit after 0.1.0",
-        &format!("tag v0.1.0 at {first}"),
+        // The whole version the history gives, and the rule that makes it.
+        &format!("gives {stale_version} (from tag v0.1.0 at {first}; "),
+        "the tag's version 0.1.0 with its last number bumped (0.1.1), appends .dev1",
         "before the wheel stage",
     ] {
         assert!(msg.contains(want), "{want}: {msg}");

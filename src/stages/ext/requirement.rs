@@ -187,11 +187,26 @@ impl Frame {
 }
 
 /// The requirements of one CMake file `rel` with text `text` (pure).
+///
+/// A `return()` outside a `function()` or `macro()` ends the file for
+/// CMake: under a guard true for this build (vLLM's `CMakeLists.txt`
+/// returns at its top for every target but `cuda` and `rocm`), nothing
+/// after it is read; under an unknown guard the rest is read as before.
 pub fn check_file(rel: &str, text: &str, facts: &Facts, compilers: &Compilers) -> Vec<Requirement> {
     let mut stack: Vec<Frame> = Vec::new();
     let mut out = Vec::new();
+    // Open `function()` / `macro()` bodies: a `return()` there ends the call.
+    let mut bodies = 0usize;
     for call in calls(text) {
         match call.name.as_str() {
+            "function" | "macro" => bodies += 1,
+            "endfunction" | "endmacro" => bodies = bodies.saturating_sub(1),
+            "return" if bodies == 0 => {
+                let truth = stack.iter().fold(Truth::True, |t, f| t.and(f.truth(facts)));
+                if truth == Truth::True {
+                    break;
+                }
+            }
             "if" => stack.push(Frame {
                 before: Vec::new(),
                 current: Some(call.cond_args()),
@@ -346,6 +361,54 @@ endif()
         let r = check("aarch64", &gxx("9.4.0"));
         let lines: Vec<usize> = r.iter().map(|r| r.line).collect();
         assert_eq!(lines, [7, 11], "{r:?}");
+    }
+
+    /// vLLM's `CMakeLists.txt` shape: every target but cuda and rocm
+    /// returns before the GPU part, which holds a compiler requirement.
+    const TOP: &str = r#"function(check_lto)
+    return()
+endfunction()
+if (NOT VLLM_TARGET_DEVICE STREQUAL "cuda" AND
+    NOT VLLM_TARGET_DEVICE STREQUAL "rocm")
+    if (VLLM_TARGET_DEVICE STREQUAL "cpu")
+        include(cmake/cpu_extension.cmake)
+    else()
+        return()
+    endif()
+    return()
+endif()
+if (VLLM_GPU_LANG STREQUAL "HIP")
+    if (CMAKE_CXX_COMPILER_VERSION VERSION_LESS 99)
+        message(FATAL_ERROR "LTO is enabled for ROCm build")
+    endif()
+endif()
+"#;
+
+    #[test]
+    fn a_return_true_for_the_target_ends_the_file() {
+        let c = gxx("12.2.0");
+        for (device, lines) in [("cpu", vec![]), ("empty", vec![]), ("cuda", vec![15])] {
+            let facts = Facts::for_platform(device, "x86_64", "linux");
+            let mut facts = facts;
+            for (k, v) in super::facts(device, &c).vars {
+                if k.contains("COMPILER") {
+                    facts.set(&k, &v);
+                }
+            }
+            let r = check_file("CMakeLists.txt", TOP, &facts, &c);
+            let got: Vec<usize> = r.iter().map(|r| r.line).collect();
+            assert_eq!(got, lines, "{device}: {r:?}");
+        }
+        // A return() in a function body, or under a guard not known for
+        // this build, does not end the file.
+        let unknown = TOP.replace(
+            "NOT VLLM_TARGET_DEVICE STREQUAL \"rocm\")",
+            "NOT VLLM_TARGET_DEVICE STREQUAL \"rocm\" AND NOT SOME_OPTION)",
+        );
+        let mut facts = Facts::for_platform("cpu", "x86_64", "linux");
+        facts.set("CMAKE_CXX_COMPILER_VERSION", "12.2.0");
+        let r = check_file("CMakeLists.txt", &unknown, &facts, &c);
+        assert_eq!(r.len(), 1, "{r:?}");
     }
 
     #[test]

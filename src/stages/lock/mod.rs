@@ -159,14 +159,43 @@ pub fn lock_dir(lr: &LoadedRecipe, explicit: Option<&Path>) -> PathBuf {
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
         })
-        .unwrap_or_else(|| match &lr.dir {
-            Some(d) if d.file_name().is_some_and(|n| n == "recipes") => d
-                .parent()
-                .map_or_else(|| PathBuf::from("lockfiles"), |p| p.join("lockfiles")),
-            Some(d) => d.join("lockfiles"),
-            None => PathBuf::from("lockfiles"),
-        });
+        .unwrap_or_else(|| default_root(lr));
     root.join(&lr.recipe.name)
+}
+
+/// The lockfiles directory of `lr` when neither `--lockfiles` nor
+/// `ORACLE_BUILD_LOCKFILES` names one: `lockfiles/` beside the recipe
+/// (beside its `recipes/` directory), else `./lockfiles`.
+fn default_root(lr: &LoadedRecipe) -> PathBuf {
+    match &lr.dir {
+        Some(d) if d.file_name().is_some_and(|n| n == "recipes") => d
+            .parent()
+            .map_or_else(|| PathBuf::from("lockfiles"), |p| p.join("lockfiles")),
+        Some(d) => d.join("lockfiles"),
+        None => PathBuf::from("lockfiles"),
+    }
+}
+
+/// How a printed `oracle-build lock` names the recipe of `lr` whose lock
+/// directory is `dir`: the recipe ([`crate::recipe::shell_arg`]), with
+/// `--lockfiles <root>` when `dir` is `<root>/<name>` for another root than
+/// the recipe's own ([`default_root`]), so the command writes the lock
+/// where this one was looked for.
+pub fn lock_pin_arg(lr: &LoadedRecipe, dir: &Path) -> String {
+    let pin = crate::recipe::shell_arg(lr);
+    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    match dir.parent() {
+        Some(root)
+            if dir.file_name().is_some_and(|n| *n == *lr.recipe.name)
+                && abs(root) != abs(&default_root(lr)) =>
+        {
+            format!(
+                "{pin} --lockfiles {}",
+                crate::shell::shell_quote(&abs(root).display().to_string())
+            )
+        }
+        _ => pin,
+    }
 }
 
 /// The store entry keeping the lock resolved for a build of `r` made without
@@ -449,7 +478,7 @@ pub fn load_for(
     target: Option<&Platform>,
 ) -> Result<Option<Locked>> {
     let r = &lr.recipe;
-    let pin = crate::recipe::shell_arg(lr);
+    let pin = lock_pin_arg(lr, dir);
     let dir = match pick(dir, target)? {
         Pick::None => return Ok(None),
         Pick::Dir(d) => d,

@@ -28,8 +28,9 @@ use golden::compare_golden;
 pub use golden::{ConfigDiff, GoldenDiff, GoldenState};
 use record_golden::{Pending, record_golden, write_goldens};
 pub use report::{
-    CacheUse, Candidate, CaseResult, Disagreement, EngineRecord, KvCacheSpace, SmokeReport,
-    TmpLeft, TopLogprob, UnreadKnob, Usage, Verdict, describe_candidates, describe_diff,
+    CacheUse, Candidate, CaseResult, Disagreement, EngineRecord, GateAttempt, KvCacheSpace,
+    SmokeReport, TmpLeft, TopLogprob, UnreadKnob, Usage, Verdict, describe_candidates,
+    describe_diff,
 };
 
 use crate::host::toolchain;
@@ -222,6 +223,7 @@ pub fn run_held(
     hold()?;
 
     let mut cases = Vec::new();
+    let mut not_run = Vec::new();
     let mut pending = Vec::new();
     for case in recipe
         .smoke
@@ -242,7 +244,11 @@ pub fn run_held(
             &mut engine,
         )?;
         for p in &result.problems {
-            reasons.push(format!("case {}: {p}", result.name));
+            let reason = format!("case {}: {p}", result.name);
+            if result.not_run {
+                not_run.push(reason.clone());
+            }
+            reasons.push(reason);
         }
         cases.push(result);
     }
@@ -279,6 +285,7 @@ pub fn run_held(
         started,
         duration_s: t0.elapsed().as_secs_f64(),
         engine: Some(engine),
+        not_run,
     })
 }
 
@@ -353,11 +360,14 @@ fn run_case(
         config_diffs: Vec::new(),
         error: None,
         log: out_dir.join(format!("case-{}.log", case.name)),
+        not_run: false,
     };
+    // A model this box does not have: the case cannot run here.
     let model = match expand_env(&case.model) {
         Ok(m) => m,
         Err(e) => {
             result.problems.push(format!("model path: {e}"));
+            result.not_run = true;
             return Ok(result);
         }
     };
@@ -366,6 +376,7 @@ fn run_case(
         result.problems.push(format!(
             "model path {model} does not exist; refusing to run the case"
         ));
+        result.not_run = true;
         return Ok(result);
     }
     progress::stage(

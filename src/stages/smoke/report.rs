@@ -133,6 +133,11 @@ pub struct CaseResult {
     pub error: Option<Value>,
     /// The driver's log file.
     pub log: PathBuf,
+    /// The case could not run on this box: its model path names a variable
+    /// that is not set, or a path that does not exist. Its problems say
+    /// which; nothing about the oracle was learned from it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not_run: bool,
 }
 
 /// An engine argument that could not be read back from the engine.
@@ -178,6 +183,26 @@ pub struct SmokeReport {
     /// `stages::smoke::confine`); absent in records made before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<EngineRecord>,
+    /// The reasons (among `reasons`) that are cases the gate could not run
+    /// on this box ([`CaseResult::not_run`]): an unset variable, a missing
+    /// model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_run: Vec<String>,
+}
+
+/// A gate that could not run (`oracle.json` `gate_not_run`): every reason
+/// it failed was a case it could not run on this box, so it says nothing
+/// about the oracle, and the verdict recorded before it stays in force.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GateAttempt {
+    /// When the attempt started (RFC 3339).
+    pub started: String,
+    /// The smoke key it ran under.
+    pub key: String,
+    /// Why it could not run, one line per case.
+    pub reasons: Vec<String>,
+    /// What ran it: `build` or `smoke`.
+    pub by: String,
 }
 
 /// What the engine wrote into its confined caches and `TMPDIR` during one
@@ -268,6 +293,26 @@ impl SmokeReport {
             started: jiff::Timestamp::now().to_string(),
             duration_s: 0.0,
             engine: None,
+            not_run: Vec::new(),
+        }
+    }
+
+    /// Whether the gate could not run at all: some case could not run on
+    /// this box ([`CaseResult::not_run`]) and nothing else failed (the
+    /// probe passed, every case that ran passed). Such a run says nothing
+    /// about the oracle and must not replace a verdict.
+    pub fn could_not_run(&self) -> bool {
+        !self.not_run.is_empty() && self.reasons.iter().all(|r| self.not_run.contains(r))
+    }
+
+    /// The attempt this run was, for `oracle.json` `gate_not_run`, by
+    /// `by` (`build`, `smoke`).
+    pub fn attempt(&self, by: &str) -> GateAttempt {
+        GateAttempt {
+            started: self.started.clone(),
+            key: self.key.clone(),
+            reasons: self.not_run.clone(),
+            by: by.to_string(),
         }
     }
 }

@@ -111,23 +111,85 @@ impl History {
         &self.commit[..self.commit.len().min(9)]
     }
 
+    /// The next release setuptools-scm's default `guess-next-dev` scheme
+    /// guesses after the tag's version (`0.0` without a tag), as its
+    /// `guess_next_version` does: a `.dev0` tag gives its release
+    /// (`1.0.dev0` -> `1.0`), any other its last number bumped (`0.7.2` ->
+    /// `0.7.3`, `0.23.1rc1` -> `0.23.1rc2`, `1.0.post1` -> `1.0.post2`).
+    /// `None` when the tag holds no version, or a `.devN` with N other than
+    /// 0 (setuptools-scm refuses it).
+    fn guessed(&self) -> Option<String> {
+        let base = self.base()?.without_local().to_string();
+        if let Some((prefix, tail)) = base.rsplit_once(".dev") {
+            return (tail == "0").then(|| prefix.to_string());
+        }
+        let digits = base.len() - base.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let (prefix, tail) = base.split_at(base.len() - digits);
+        let n: u64 = tail.parse().ok()?;
+        Some(format!("{prefix}{}", n.checked_add(1)?))
+    }
+
+    /// The whole version this history gives under setuptools-scm's default
+    /// schemes (`guess-next-dev`, `node-and-date`, a clean tree): the tag's
+    /// version on a tagged commit (`0.2.0`), else the guessed next release
+    /// ([`History::guessed`]), `.dev<distance>`, `+g<first 9 hex digits of
+    /// the commit>` (`0.7.3.dev14671+g56d875cf1`). `None` when the tag
+    /// holds no version setuptools-scm can bump.
+    pub fn version(&self) -> Option<String> {
+        if self.distance == 0 && self.describe.is_some() {
+            return self.base().map(|v| v.to_string());
+        }
+        Some(format!(
+            "{}.dev{}+g{}",
+            self.guessed()?,
+            self.distance,
+            self.short()
+        ))
+    }
+
+    /// How setuptools-scm's default scheme makes [`History::version`] from
+    /// this history, in words: `the tag's version 0.23.1rc1 with its last
+    /// number bumped (0.23.1rc2), .dev1511 for the commits since the tag,
+    /// +g<the commit's first 9 hex digits>` (or that a tagged commit's
+    /// version is the tag's).
+    pub fn rule(&self) -> String {
+        if self.distance == 0 && self.describe.is_some() {
+            return "setuptools-scm gives a tagged commit the tag's version".into();
+        }
+        let base = self
+            .base()
+            .map_or_else(|| "(none)".to_string(), |v| v.to_string());
+        let from = if self.describe.is_some() {
+            format!("the tag's version {base}")
+        } else {
+            "0.0 (no tag reaches the commit)".to_string()
+        };
+        format!(
+            "setuptools-scm's default guess-next-dev scheme takes {from} with its last number bumped ({}), appends .dev{} for the {} commit{} since, and +g{} (the commit's first 9 hex digits)",
+            self.guessed()
+                .unwrap_or_else(|| "which it cannot do here".into()),
+            self.distance,
+            self.distance,
+            if self.distance == 1 { "" } else { "s" },
+            self.short()
+        )
+    }
+
     /// The version this history gives, as far as the history fixes it:
-    /// the tag's version on a tagged commit (`0.2.0`), else `a development
-    /// version N commits after <tag version> (.devN+g<sha>)`.
+    /// the whole version ([`History::version`]) when it is known, else `a
+    /// development version N commits after <tag version> (.devN+g<sha>)`.
     pub fn gives(&self) -> String {
+        if let Some(v) = self.version() {
+            return v;
+        }
         let base = self
             .base()
             .map_or_else(|| "(no version in the tag)".to_string(), |v| v.to_string());
         if self.distance == 0 && self.describe.is_some() {
             return base;
         }
-        let after = if self.describe.is_some() {
-            base
-        } else {
-            "0.0 (no tag)".to_string()
-        };
         format!(
-            "a development version {} commit{} after {after} (.dev{}+g{}…)",
+            "a development version {} commit{} after {base} (.dev{}+g{}…)",
             self.distance,
             if self.distance == 1 { "" } else { "s" },
             self.distance,
@@ -146,10 +208,11 @@ impl History {
     /// gives; `None` when the history does not contradict it. Compared:
     /// on a tagged commit (distance 0), the public version is the tag's
     /// ([`tag_version`]) and a runtime version has no local label; after
-    /// the tag, the public version is greater than the tag's, is a
-    /// development release `.devN` with N the distance, and the first
-    /// local label is `g` and at least 7 leading hex digits of the commit
-    /// (a runtime version has no other label). Versions compare as PEP 440
+    /// the tag, the public version is the guessed next release with
+    /// `.devN`, N the distance ([`History::version`]; when the tag cannot
+    /// be bumped: greater than the tag's and `.devN`), and the first local
+    /// label is `g` and at least 7 leading hex digits of the commit (a
+    /// runtime version has no other label). Versions compare as PEP 440
     /// versions (`pep440_rs`), so `0.2` and `0.2.0` are the same here; the
     /// identity gate compares the strings.
     pub fn contradiction(&self, version: &str, field: Field) -> Option<String> {
@@ -167,6 +230,18 @@ impl History {
                 return Some("a tagged commit's version has no local label".into());
             }
             return None;
+        }
+        let guessed = self.guessed().and_then(|g| {
+            let v = Version::from_str(&format!("{g}.dev{}", self.distance)).ok()?;
+            Some((g, v))
+        });
+        if let Some((g, v)) = &guessed
+            && public != *v
+        {
+            return Some(format!(
+                "its public version is not {g}.dev{}, which setuptools-scm makes of {} commit(s) after {base}",
+                self.distance, self.distance
+            ));
         }
         if public <= base {
             return Some(format!(
@@ -306,12 +381,13 @@ pub fn check_expected(lr: &LoadedRecipe, mirror: &Path, tree: &Path) -> Result<(
         )
     };
     Err(crate::exit::mismatch(format!(
-        "{}: {}, but the history of {} gives {} (from {}){aside}; refusing before the wheel stage (no build venv was made, nothing was built)",
+        "{}: {}, but the history of {} gives {} (from {}; {}){aside}; refusing before the wheel stage (no build venv was made, nothing was built)",
         lr.origin,
         wrong.join(" and "),
         r.source.commit,
         h.gives(),
-        h.from()
+        h.from(),
+        h.rule()
     )))
 }
 
@@ -382,6 +458,48 @@ mod tests {
             None
         );
         assert!(none.contradiction("1.0", Field::Runtime).is_some());
+    }
+
+    #[test]
+    fn the_whole_version_and_the_rule_are_said_as_setuptools_scm_guesses_them() {
+        // vLLM's case: 14671 commits after v0.7.2.
+        let h = at(Some("v0.7.2"), 14671);
+        assert_eq!(h.gives(), "0.7.3.dev14671+g56d875cf1");
+        // A release candidate's last number is bumped: rc1 -> rc2.
+        let rc = at(Some("v0.23.1rc1"), 1511);
+        assert_eq!(rc.gives(), "0.23.1rc2.dev1511+g56d875cf1");
+        assert!(
+            rc.rule()
+                .contains("0.23.1rc1 with its last number bumped (0.23.1rc2)"),
+            "{}",
+            rc.rule()
+        );
+        assert!(
+            rc.rule().contains(".dev1511 for the 1511 commits since"),
+            "{}",
+            rc.rule()
+        );
+        let why = rc
+            .contradiction("0.23.1rc1.dev1511", Field::Runtime)
+            .unwrap();
+        assert!(why.contains("not 0.23.1rc2.dev1511"), "{why}");
+        assert_eq!(
+            rc.contradiction("0.23.1rc2.dev1511+g56d875cf1", Field::Runtime),
+            None
+        );
+        assert_eq!(
+            at(Some("v1.0.post1"), 2).gives(),
+            "1.0.post2.dev2+g56d875cf1"
+        );
+        assert_eq!(at(Some("v1.0.dev0"), 2).gives(), "1.0.dev2+g56d875cf1");
+        assert_eq!(at(None, 3).gives(), "0.1.dev3+g56d875cf1");
+        assert_eq!(at(Some("v0.2.0"), 0).gives(), "0.2.0");
+        // A .devN tag setuptools-scm refuses to bump: said in words.
+        assert!(
+            at(Some("v1.0.dev3"), 2)
+                .gives()
+                .starts_with("a development version 2 commits after")
+        );
     }
 
     #[test]
