@@ -444,6 +444,24 @@ impl<'a> Fetcher<'a> {
         })
     }
 
+    /// Every attestation of entry `kind` `name` this cache holds, read with
+    /// its artifacts ([`listing::signed`]; `files_of` gives the files a
+    /// statement names): what a signed kind is judged with.
+    ///
+    /// Errors: the cache cannot be read.
+    fn attestations_of(
+        &mut self,
+        kind: Kind,
+        name: &str,
+        files_of: fn(&Config) -> Vec<super::trust::FileDigest>,
+    ) -> Result<Vec<super::trust::Attestation>> {
+        let tags = self.tag_list()?;
+        let scratch = self.fresh_dir()?;
+        let signed = listing::signed(self.cache, &tags, kind, name, files_of, &scratch)?;
+        let _ = fs::remove_dir_all(&scratch);
+        Ok(signed.attestations)
+    }
+
     /// Downloads the artifact tagged `tag` of `kind` for the entry `name`:
     /// `None` when the cache has no such tag. Returns the config, the
     /// directory with the entry's files and the manifest digest.
@@ -658,18 +676,8 @@ impl<'a> Fetcher<'a> {
                 }
                 // What the check cannot see (a vendored file rewritten with
                 // its checksum line): taken only when signed.
-                let tags = self.tag_list()?;
-                let scratch = self.fresh_dir()?;
-                let signed = listing::signed(
-                    self.cache,
-                    &tags,
-                    Kind::Crates,
-                    &entry.name,
-                    crates_files,
-                    &scratch,
-                )?;
-                let _ = fs::remove_dir_all(&scratch);
-                policy(&config, &signed.attestations).map_err(|e| refuse(format!("{e:#}")))?;
+                let atts = self.attestations_of(Kind::Crates, &entry.name, crates_files)?;
+                policy(&config, &atts).map_err(|e| refuse(format!("{e:#}")))?;
             }
             Bucket::Locks if !dir.join(crate::stages::lock::LOCK_JSON).is_file() => {
                 return Err(refuse("no lock.json".into()));
@@ -679,33 +687,13 @@ impl<'a> Fetcher<'a> {
                 // every attestation of its key the cache holds.
                 crate::host::bytecode::check_entry(&dir, &entry.name)
                     .map_err(|e| refuse(format!("{e:#}")))?;
-                let tags = self.tag_list()?;
-                let scratch = self.fresh_dir()?;
-                let signed = listing::signed(
-                    self.cache,
-                    &tags,
-                    Kind::Bytecode,
-                    &entry.name,
-                    bytecode_files,
-                    &scratch,
-                )?;
-                let _ = fs::remove_dir_all(&scratch);
-                policy(&config, &signed.attestations).map_err(|e| refuse(format!("{e:#}")))?;
+                let atts = self.attestations_of(Kind::Bytecode, &entry.name, bytecode_files)?;
+                policy(&config, &atts).map_err(|e| refuse(format!("{e:#}")))?;
             }
             Bucket::Locks => {
                 // Judged with every attestation of its key the cache holds.
-                let tags = self.tag_list()?;
-                let scratch = self.fresh_dir()?;
-                let signed = listing::signed(
-                    self.cache,
-                    &tags,
-                    Kind::Lock,
-                    &entry.name,
-                    lock_files,
-                    &scratch,
-                )?;
-                let _ = fs::remove_dir_all(&scratch);
-                policy(&config, &signed.attestations).map_err(|e| refuse(format!("{e:#}")))?;
+                let atts = self.attestations_of(Kind::Lock, &entry.name, lock_files)?;
+                policy(&config, &atts).map_err(|e| refuse(format!("{e:#}")))?;
             }
             _ => {}
         }

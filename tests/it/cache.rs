@@ -126,6 +126,26 @@ pub fn built_and_pushed(url: &str, docker: Option<&Path>) -> (Fx, PathBuf, Value
     (fx, recipe, first, allowed)
 }
 
+/// Runs the command `shown` prints after `lead` (the rest of that line,
+/// split on whitespace) as printed, from the test directory with no user
+/// config and no registry credentials, with `--json`; asserts exit 0 and
+/// returns its document.
+fn run_printed(fx: &Fx, shown: &str, lead: &str) -> Value {
+    let line = shown
+        .split(lead)
+        .nth(1)
+        .and_then(|h| h.lines().next())
+        .unwrap_or_else(|| panic!("no `{lead}` in: {shown}"));
+    let args: Vec<&str> = line.split_whitespace().collect();
+    let mut c = crate::support::cmd(fx.dir());
+    c.args(&args)
+        .arg("--json")
+        .env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
+        .env("HOME", fx.dir())
+        .env("DOCKER_CONFIG", fx.dir().join("no-docker-config"));
+    ok(&c.output().expect("oracle-build runs"))
+}
+
 /// Box B: pull into an empty store, then `build --offline`: no wheel is
 /// built, the venv key is A's, the oracle is gateable.
 fn pull_then_offline_build(
@@ -157,19 +177,7 @@ fn pull_then_offline_build(
     // names this store.
     let shown = ob(fx, &b, docker, "builder-b@test", &["pull", r]);
     let shown = text(&shown);
-    let hint = shown
-        .split("build it here with: oracle-build ")
-        .nth(1)
-        .and_then(|h| h.lines().next())
-        .unwrap_or_else(|| panic!("no hint: {shown}"));
-    let args: Vec<&str> = hint.split_whitespace().collect();
-    let mut c = crate::support::cmd(fx.dir());
-    c.args(&args)
-        .arg("--json")
-        .env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
-        .env("HOME", fx.dir())
-        .env("DOCKER_CONFIG", fx.dir().join("no-docker-config"));
-    let again = ok(&c.output().expect("oracle-build runs"));
+    let again = run_printed(fx, &shown, "build it here with: oracle-build ");
     assert!(
         !strs(&again["built"]).contains(&"wheel".to_string()),
         "{again}"
@@ -961,19 +969,11 @@ fn one_untrusted_pusher_naming_another_wheel_cannot_stop_a_teams_pull() {
         "{shown}"
     );
     assert!(entries(&u).is_empty(), "{:?}", entries(&u));
-    let fix = shown
-        .split("build it here instead (it takes from the caches what is pinned): oracle-build ")
-        .nth(1)
-        .and_then(|h| h.lines().next())
-        .unwrap_or_else(|| panic!("no fix: {shown}"));
-    let args: Vec<&str> = fix.split_whitespace().collect();
-    let mut c = crate::support::cmd(fx.dir());
-    c.args(&args)
-        .arg("--json")
-        .env("XDG_CONFIG_HOME", fx.dir().join("xdg"))
-        .env("HOME", fx.dir())
-        .env("DOCKER_CONFIG", fx.dir().join("no-docker-config"));
-    let built_u = ok(&c.output().expect("oracle-build runs"));
+    let built_u = run_printed(
+        &fx,
+        &shown,
+        "build it here instead (it takes from the caches what is pinned): oracle-build ",
+    );
     // U trusts no signer, so the tags of the cache's source are kept aside
     // (issue 41, item 1): with the repository gone its history has none,
     // and it builds its own wheel of that version, not A's.

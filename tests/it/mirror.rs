@@ -384,6 +384,54 @@ fn an_index_the_site_drops_is_a_lock_key_input_and_a_mirrored_one_is_not() {
     assert_eq!(lock_keys["mirrored"], lock_keys["a"], "{lock_keys:?}");
     assert_eq!(lock_keys["unrelated"], lock_keys["a"], "{lock_keys:?}");
 
+    // Through a registry: A builds and pushes its signed store lock; the
+    // box that drops the index, trusting A, does not take it (under the
+    // same key it would have installed the dropped index's idna) and
+    // resolves its own.
+    let reg = crate::registry::Registry::start(None);
+    let url = reg.url("team/oracles");
+    let (key, line) = keypair(d, "builder-a@test");
+    let allowed = d.join("allowed_signers");
+    std::fs::write(&allowed, line).unwrap();
+    let cache = |signing: bool| {
+        let mut t = format!(
+            "[[cache]]\nname = \"team\"\nurl = \"{url}\"\ntrusted_signers = \"{}\"\n",
+            allowed.display()
+        );
+        if signing {
+            t.push_str(&format!("signing_key = \"{}\"\n", key.display()));
+        }
+        t
+    };
+    let build = |name: &str, args: &[&str]| {
+        let store = d.join(format!("store-{name}"));
+        let out = fx
+            .cmd_at(&store, args)
+            .env("ORACLE_BUILD_BUILDER", "builder-a@test")
+            .env("DOCKER_CONFIG", d.join("no-docker-config"))
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{name} {args:?}: {}", text(&out));
+        out
+    };
+    std::fs::write(d.join("store-a/config.toml"), cache(true)).unwrap();
+    build("a", &["build", r]);
+    build("a", &["push", r]);
+    let dropped = d.join("store-dropped/config.toml");
+    let mut config = std::fs::read_to_string(&dropped).unwrap();
+    config.push_str(&cache(false));
+    std::fs::write(&dropped, config).unwrap();
+    let built = json(&build("dropped", &["build", r, "--json"]));
+    assert!(
+        !built["substituted"].to_string().contains("lock"),
+        "the dropping box took A's lock: {built}"
+    );
+    assert_eq!(
+        built["keys"]["lock"],
+        lock_keys["dropped"].as_str(),
+        "{built}"
+    );
+
     // What each resolves: A takes the extra index's idna, D PyPI's.
     let idna = |name: &str| -> String {
         let store = d.join(format!("store-{name}"));
