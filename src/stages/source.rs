@@ -228,8 +228,16 @@ pub fn origin_url(store: &Store, url: &str) -> Result<String> {
     crate::host::mirror::load(store.root())?.git_url(url, "the recipe's repository")
 }
 
-/// Checks that `url` answers (a connect and ref listing). Errors name the repository.
+/// Checks that `url` answers (a connect and ref listing) through the
+/// backend the fetch will use: the git command line (`git ls-remote`, every
+/// transport git reads, dumb HTTP included) when it is on PATH, else
+/// libgit2. Errors name the repository.
 pub fn check_reachable(url: &str) -> Result<()> {
+    if let Backend::Cli(git) = Backend::find() {
+        return git.ls_remote(url).map_err(|e| {
+            anyhow::anyhow!("repository {url} cannot be reached: {}", first_line_of(&e))
+        });
+    }
     let mut remote = git2::Remote::create_detached(url)
         .with_context(|| format!("invalid repository URL {url}"))?;
     remote
@@ -237,6 +245,18 @@ pub fn check_reachable(url: &str) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("repository {url} cannot be reached: {}", e.message()))?;
     let _ = remote.disconnect();
     Ok(())
+}
+
+/// The last line of `e`'s message with its causes that says something
+/// (git's own error), for a one-line problem.
+fn first_line_of(e: &anyhow::Error) -> String {
+    let text = format!("{e:#}");
+    text.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// Ensures the mirror of `url` holds `commit`, fetching what is new.
