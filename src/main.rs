@@ -19,6 +19,14 @@ fn main() {
     let (cli, command_name) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => {
+            if let Some(msg) = pin_before_command(&e) {
+                progress::line(format!("error: {msg}"));
+                if std::env::args_os().any(|a| a == "--json") {
+                    let doc = ops::error_document(&exit::bad_input(msg), 2);
+                    println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+                }
+                std::process::exit(2);
+            }
             // Usage errors exit 2; with --json stdout still gets one document.
             let usage = e.use_stderr();
             if usage && std::env::args_os().any(|a| a == "--json") {
@@ -237,6 +245,23 @@ fn dispatch(cli: Cli, command_name: Option<&str>) -> anyhow::Result<()> {
         no_substitute: build_args.no_substitute,
     };
     ops::build::run(&s, &opts).map(|_| ())
+}
+
+/// The answer to a command line whose PIN came before a command that
+/// needs an argument of its own (`oracle-build fx.yaml verify`): clap
+/// would say only that `<TARGET>` is missing; this says where the PIN went
+/// and how to write it. `None` for any other parse error.
+fn pin_before_command(e: &clap::Error) -> Option<String> {
+    if e.kind() != clap::error::ErrorKind::MissingRequiredArgument {
+        return None;
+    }
+    let m = Cli::command().ignore_errors(true).try_get_matches().ok()?;
+    let name = m.subcommand_name()?;
+    let pin = m.try_get_one::<String>("pin").ok().flatten()?;
+    Some(format!(
+        "the PIN {pin:?} is given before the command `{name}`, where it does nothing: only --store, --json and --lockfiles may come before a command; put it after the command's name (`oracle-build {name} {} ...`)",
+        oracle_build::shell::shell_quote(pin)
+    ))
 }
 
 /// Makes a closed stdout (`oracle-build status | head -1`) end the process

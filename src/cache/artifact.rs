@@ -468,6 +468,12 @@ impl Artifact {
     }
 }
 
+/// An `artifactType` as a message shows it: the value, or `none` when the
+/// manifest has none (never Rust's `Some("...")`).
+pub fn shown_type(t: Option<&str>) -> String {
+    t.map_or_else(|| "none".to_string(), str::to_string)
+}
+
 /// Reads a manifest received from a cache: an OCI image manifest of the
 /// artifact type of `kind`, every digest a sha256 and every layer titled by
 /// a plain file name.
@@ -478,8 +484,8 @@ pub fn parse_manifest(bytes: &[u8], kind: Kind, tag: &str) -> Result<OciImageMan
         .with_context(|| format!("the manifest of {tag} is not an OCI image manifest"))?;
     if m.artifact_type.as_deref() != Some(kind.artifact_type().as_str()) {
         bail!(
-            "the manifest of {tag} has artifactType {:?}, not {}",
-            m.artifact_type,
+            "the manifest of {tag} has artifactType {}, not {}",
+            shown_type(m.artifact_type.as_deref()),
             kind.artifact_type()
         );
     }
@@ -771,6 +777,29 @@ pub fn unpack_tree(file: &Path, dest: &Path) -> Result<std::collections::HashMap
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_manifest_of_another_artifact_type_is_named_plainly() {
+        let m = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "artifactType": Kind::Lock.artifact_type(),
+            "config": {"mediaType": "application/json", "digest": format!("sha256:{}", "a".repeat(64)), "size": 2},
+            "layers": []
+        });
+        let err = parse_manifest(m.to_string().as_bytes(), Kind::Wheel, "wheel-x").unwrap_err();
+        let msg = format!("{err:#}");
+        assert_eq!(
+            msg,
+            format!(
+                "the manifest of wheel-x has artifactType {}, not {}",
+                Kind::Lock.artifact_type(),
+                Kind::Wheel.artifact_type()
+            )
+        );
+        assert!(!msg.contains("Some("), "{msg}");
+        assert_eq!(shown_type(None), "none");
+    }
 
     #[test]
     fn tags_stay_within_128_characters_and_the_allowed_alphabet() {

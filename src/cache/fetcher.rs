@@ -480,9 +480,10 @@ impl<'a> Fetcher<'a> {
         let size = u64::try_from(m.config.size).unwrap_or(0);
         if config.kind != kind || config.name != name {
             bail!(
-                "cache {url}: {tag} carries {:?} {}, not {kind:?} {name}",
-                config.kind,
-                config.name
+                "cache {url}: {tag} carries {} {}, not {} {name}",
+                config.kind.name(),
+                config.name,
+                kind.name()
             );
         }
         let dir = work.join("entry");

@@ -200,7 +200,11 @@ pub fn read_config_with(
     let _ = fs::remove_file(&p);
     let config = config.with_context(|| format!("cache {url}: the config of {tag}"))?;
     if config.kind != kind {
-        anyhow::bail!("cache {url}: {tag} carries {:?}, not {kind:?}", config.kind);
+        anyhow::bail!(
+            "cache {url}: {tag} carries a {} entry, not a {} entry",
+            config.kind.name(),
+            kind.name()
+        );
     }
     artifact::check_tag(tag, kind, &config, &got.digest)
         .with_context(|| format!("cache {url}: refusing {tag}"))?;

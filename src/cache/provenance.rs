@@ -375,8 +375,8 @@ pub fn fetch(t: &dyn Transport, tag: &str, scratch: &Path) -> Result<Signed> {
         .with_context(|| format!("the manifest of {tag} is not an OCI image manifest"))?;
     if m.artifact_type.as_deref() != Some(ARTIFACT_TYPE) {
         bail!(
-            "the manifest of {tag} has artifactType {:?}, not {ARTIFACT_TYPE}",
-            m.artifact_type
+            "the manifest of {tag} has artifactType {}, not {ARTIFACT_TYPE}",
+            super::artifact::shown_type(m.artifact_type.as_deref())
         );
     }
     fs_err::create_dir_all(scratch)?;

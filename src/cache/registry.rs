@@ -567,6 +567,7 @@ impl Transport for Registry {
         let mut out: Vec<String> = Vec::new();
         let mut last: Option<String> = None;
         let mut read = 0u64;
+        let mut pages = 0usize;
         loop {
             let mut url = reqwest::Url::parse(&self.v2_url("tags/list"))
                 .with_context(|| self.context(what))?;
@@ -574,31 +575,32 @@ impl Transport for Registry {
             if let Some(l) = &last {
                 url.query_pairs_mut().append_pair("last", l);
             }
-            let limit = TAG_PAGE_LIMIT.min(TAG_LIST_LIMIT - read);
-            let (bytes, next) = self.runtime.block_on(async {
-                let res = self.get(url.as_str(), None, what).await?;
-                if res.status() == reqwest::StatusCode::NOT_FOUND {
-                    return Ok::<_, anyhow::Error>(None);
-                }
-                let res = self.success(res, what).await?;
-                let next = res
-                    .headers()
-                    .get(reqwest::header::LINK)
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|l| l.contains("rel=\"next\""));
-                let mut bytes = Vec::new();
-                self.body(res, limit, &mut bytes, what).await.map_err(|e| {
-                    if is_unreachable(&e) {
-                        e
-                    } else {
-                        e.context(format!(
-                            "a tag list may take at most {TAG_PAGE_LIMIT} bytes a page and {TAG_LIST_LIMIT} in all"
-                        ))
+            let (limit, bound) = tag_list_bound(read, pages);
+            pages += 1;
+            let (bytes, next) = self
+                .runtime
+                .block_on(async {
+                    let res = self.get(url.as_str(), None, what).await?;
+                    if res.status() == reqwest::StatusCode::NOT_FOUND {
+                        return Ok::<_, anyhow::Error>(None);
                     }
-                })?;
-                Ok(Some((bytes, next)))
-            })?
-            .unwrap_or_default();
+                    let res = self.success(res, what).await?;
+                    let next = res
+                        .headers()
+                        .get(reqwest::header::LINK)
+                        .and_then(|v| v.to_str().ok())
+                        .is_some_and(|l| l.contains("rel=\"next\""));
+                    let mut bytes = Vec::new();
+                    self.body(res, limit, &mut bytes, what).await.map_err(|e| {
+                        if is_unreachable(&e) {
+                            e
+                        } else {
+                            e.context(bound.clone())
+                        }
+                    })?;
+                    Ok(Some((bytes, next)))
+                })?
+                .unwrap_or_default();
             read += bytes.len() as u64;
             if bytes.is_empty() {
                 break;
@@ -632,5 +634,53 @@ impl Transport for Registry {
         };
         self.runtime
             .block_on(super::delete::delete_manifest(&target, digest))
+    }
+}
+
+/// How much of page `pages + 1` of a tag list may be read when `read`
+/// bytes came in the pages before it, and the bound that limit is, in
+/// words, for the error when it is hit: [`TAG_PAGE_LIMIT`] a page, or what
+/// is left of [`TAG_LIST_LIMIT`] in all (then naming the pages and bytes
+/// read), whichever is smaller.
+fn tag_list_bound(read: u64, pages: usize) -> (u64, String) {
+    let left = TAG_LIST_LIMIT.saturating_sub(read);
+    if left < TAG_PAGE_LIMIT {
+        (
+            left,
+            format!(
+                "the tag list hit its bound of {TAG_LIST_LIMIT} bytes in all ({read} bytes in the {pages} page(s) before this one)"
+            ),
+        )
+    } else {
+        (
+            TAG_PAGE_LIMIT,
+            format!("a page of the tag list hit its bound of {TAG_PAGE_LIMIT} bytes a page"),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tag_list_error_names_the_bound_it_hit() {
+        let (limit, why) = tag_list_bound(0, 0);
+        assert_eq!(limit, TAG_PAGE_LIMIT);
+        assert!(
+            why.contains(&format!("bound of {TAG_PAGE_LIMIT} bytes a page")),
+            "{why}"
+        );
+        // Endless pages under the page bound: the bound in all is hit.
+        let read = TAG_LIST_LIMIT - 1000;
+        let (limit, why) = tag_list_bound(read, 7);
+        assert_eq!(limit, 1000);
+        assert!(
+            why.contains(&format!(
+                "bound of {TAG_LIST_LIMIT} bytes in all ({read} bytes in the 7 page(s)"
+            )),
+            "{why}"
+        );
+        assert!(!why.contains("1000 bytes"), "{why}");
     }
 }

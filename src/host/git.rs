@@ -251,6 +251,27 @@ impl Git {
             .with_context(|| format!("fetching {url}"))
     }
 
+    /// Asks the repository at `url` for its `HEAD` (`git ls-remote -- <url>
+    /// HEAD`: one line of output), through every transport the fetch uses
+    /// (dumb HTTP included, which libgit2 lacks) and the user's
+    /// configuration (proxies, credentials, `insteadOf`), as the fetch will.
+    ///
+    /// Errors: git cannot start or the repository does not answer; the
+    /// message holds git's.
+    pub fn ls_remote(&self, url: &str) -> Result<()> {
+        let args: Vec<std::ffi::OsString> = vec![
+            "ls-remote".into(),
+            "--".into(),
+            absolute_local(url).into(),
+            "HEAD".into(),
+        ];
+        process::capture(
+            &format!("git ls-remote {url}"),
+            self.command(Config::User, args),
+        )
+        .map(|_| ())
+    }
+
     /// Whether the repository at `repo` holds the commit `commit` (an object
     /// of type commit: an annotated tag's id is not one).
     pub fn has_commit(&self, repo: &Path, commit: &str) -> bool {

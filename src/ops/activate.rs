@@ -40,6 +40,32 @@ pub struct Activation {
     pub previous: Option<PathBuf>,
     /// The GC root keeping the previous oracle, when it is a store entry.
     pub rollback_root: Option<String>,
+    /// The recipe PATH was the alias of before, when it was another one:
+    /// said, since those using the path expect that recipe's oracle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub was_alias_of: Option<String>,
+}
+
+/// The recipe the alias `path` of `store` is registered for, when it is
+/// another recipe than `lr` (another name): `activate` would re-point a
+/// path others use as recipe A's oracle to recipe B. `None` when PATH is
+/// no alias, or `lr`'s.
+///
+/// Errors: the alias registry cannot be read.
+pub fn other_recipe(store: &Store, lr: &LoadedRecipe, path: &Path) -> Result<Option<String>> {
+    let registry = crate::store::alias::Registry::load(store)?;
+    let Some(a) = registry.get(path) else {
+        return Ok(None);
+    };
+    // A recipe of the same name in another file is refused by ownership
+    // (`stages::oracle::check_owner`); a moved file is the same recipe.
+    if a.recipe == lr.recipe.name {
+        return Ok(None);
+    }
+    Ok(Some(match &a.recipe_file {
+        Some(f) => format!("{} ({})", a.recipe, f.display()),
+        None => a.recipe.clone(),
+    }))
 }
 
 /// The oracle venv entry of recipe `lr`: the target of `roots/<name>`.
@@ -170,6 +196,7 @@ pub fn activate_with(
         root: alias.root,
         previous: alias.previous,
         rollback_root,
+        was_alias_of: None,
     })
 }
 
@@ -184,6 +211,13 @@ pub fn print(a: &Activation) {
     println!("root     roots/{}", a.root);
     if let (Some(prev), Some(root)) = (&a.previous, &a.rollback_root) {
         println!("rollback roots/{root} -> {}", prev.display());
+    }
+    if let Some(other) = &a.was_alias_of {
+        println!(
+            "note     {} was the alias of recipe {other}; it now points at recipe {}'s oracle (its rollback root keeps the old one)",
+            a.path.display(),
+            a.recipe
+        );
     }
 }
 
@@ -213,7 +247,9 @@ pub fn run(s: &Session, pin: &str, path: &Path, force: bool) -> Result<()> {
         ));
     }
     let entry = oracle_entry(&store, &lr)?;
-    let a = activate_with(&store, &lr, &entry, path, force)?;
+    let was_alias_of = other_recipe(&store, &lr, path)?;
+    let mut a = activate_with(&store, &lr, &entry, path, force)?;
+    a.was_alias_of = was_alias_of;
     if s.json {
         print_json(&a)
     } else {

@@ -171,6 +171,7 @@ pub fn execute(s: &Session, opts: &BuildOptions) -> Result<BuildReport> {
     let Opened {
         recipe: lr, store, ..
     } = s.open(&opts.pin)?;
+
     // roots/<name> and its oracle belong to the recipe that built it.
     crate::stages::oracle::check_root_owner(&store, &lr)?;
     let lock_dir = pipeline::lock_dir(&lr, s.lockfiles());
@@ -227,12 +228,11 @@ pub fn execute(s: &Session, opts: &BuildOptions) -> Result<BuildReport> {
     if let Some(path) = &opts.activate
         && report.verdict == Verdict::Gateable
     {
-        report.activated = Some(crate::ops::activate::activate(
-            &store,
-            &lr,
-            &done.oracle.entry,
-            path,
-        )?);
+        // Said when PATH was another recipe's alias.
+        let was_alias_of = crate::ops::activate::other_recipe(&store, &lr, path)?;
+        let mut a = crate::ops::activate::activate(&store, &lr, &done.oracle.entry, path)?;
+        a.was_alias_of = was_alias_of;
+        report.activated = Some(a);
     }
     Ok(report)
 }

@@ -227,8 +227,9 @@ fn render(p: &Plan) -> String {
         format!("{:.1} GiB", f as f64 / GIB as f64)
     });
     line(format!(
-        "disk     needs ~{:.1} GiB, free {free}",
-        p.needed_bytes as f64 / GIB as f64
+        "disk     needs ~{:.1} GiB, free {free} (estimate: {})",
+        p.needed_bytes as f64 / GIB as f64,
+        p.disk_basis
     ));
     if !p.problems.is_empty() {
         line("a build now would stop:".into());

@@ -216,6 +216,9 @@ pub struct Plan {
     pub free_bytes: Option<u64>,
     /// Total disk the to-do stages need.
     pub needed_bytes: u64,
+    /// Where that estimate comes from (the wheel stage's, the largest:
+    /// [`disk::basis`]).
+    pub disk_basis: String,
     /// The stages in order.
     pub steps: Vec<Step>,
     /// Problems that would stop a build now.
@@ -570,6 +573,7 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         store: root.to_path_buf(),
         free_bytes: disk::free_bytes(root),
         needed_bytes: needed,
+        disk_basis: disk::basis(r, Stage::Wheel),
         steps,
         problems: findings
             .compiler_problems

@@ -273,9 +273,11 @@ pub fn origin_url(store: &Store, url: &str) -> Result<String> {
     crate::host::mirror::load(store.root())?.git_url(url, "the recipe's repository")
 }
 
-/// Checks that `url` answers (a connect and ref listing, libgit2), each
-/// step within the `connect_timeout` of the store's `[git]` table (a
-/// repository that accepts and never answers is not waited for).
+/// Checks that `url` answers (a connect and ref listing) through the
+/// backend the fetch will use: the git command line (`git ls-remote`, every
+/// transport git reads, dumb HTTP included) when it is on PATH, else
+/// libgit2; each step within the `connect_timeout` of the store's `[git]`
+/// table (a repository that accepts and never answers is not waited for).
 ///
 /// Errors: a bad `[git]` table (exit 2); the repository cannot be reached
 /// or did not answer in time (the message names the repository, and the
@@ -286,6 +288,11 @@ pub fn check_reachable(store: &Store, url: &str) -> Result<()> {
         read: t.connect,
         ..t.clone()
     };
+    if let Backend::Cli(git) = Backend::find() {
+        return git.with_timeouts(check).ls_remote(url).map_err(|e| {
+            anyhow::anyhow!("repository {url} cannot be reached: {}", first_line_of(&e))
+        });
+    }
     check.apply_to_libgit2()?;
     let mut remote = git2::Remote::create_detached(url)
         .with_context(|| format!("invalid repository URL {url}"))?;
@@ -303,6 +310,18 @@ pub fn check_reachable(store: &Store, url: &str) -> Result<()> {
     })?;
     let _ = remote.disconnect();
     Ok(())
+}
+
+/// The last line of `e`'s message with its causes that says something
+/// (git's own error), for a one-line problem.
+fn first_line_of(e: &anyhow::Error) -> String {
+    let text = format!("{e:#}");
+    text.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// Ensures the mirror of `url` holds `commit`, fetching what is new.

@@ -320,8 +320,8 @@ impl Store {
 
     /// The store at `root`, validated but not created (see [`Store::init`]).
     ///
-    /// Errors (exit 2): `root` exists and is not a directory, holds a `$`,
-    /// or lies inside a git checkout.
+    /// Errors (exit 2): `root` exists and is not a directory, holds a `$`
+    /// or a control character (a line break), or lies inside a git checkout.
     pub fn at(root: &Path) -> Result<Store> {
         let abs =
             std::path::absolute(root).with_context(|| format!("resolving {}", root.display()))?;
@@ -337,6 +337,14 @@ impl Store {
             return Err(bad_input(format!(
                 "store root {} holds a `$`, which Python's setuptools reads as a variable in the build's paths; choose a path without `$` (--store or ORACLE_BUILD_HOME)",
                 abs.display()
+            )));
+        }
+        if abs.to_string_lossy().chars().any(char::is_control) {
+            // A line break in a path reaches uv, the venv's scripts
+            // (shebangs) and RECORD files, which cannot carry it.
+            return Err(bad_input(format!(
+                "store root {} holds a line break or another control character, which uv, a venv's scripts and RECORD files cannot carry; choose a path without one (--store or ORACLE_BUILD_HOME)",
+                abs.display().to_string().escape_debug()
             )));
         }
         // Symlinks resolved, so a link into a checkout is caught too.
@@ -1062,6 +1070,22 @@ pub fn enclosing_checkout(path: &Path) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_root_with_a_line_break_is_refused_as_one_with_a_dollar() {
+        let t = tempfile::tempdir().unwrap();
+        for bad in ["a\nb", "a\rb", "a$b"] {
+            let err = Store::at(&t.path().join(bad)).unwrap_err();
+            assert_eq!(crate::exit::code_of(&err), 2, "{bad:?}: {err:#}");
+            assert!(!t.path().join(bad).exists());
+        }
+        let err = Store::at(&t.path().join("x\ny")).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("x\\ny holds a line break"),
+            "{err:#}"
+        );
+        assert!(Store::at(&t.path().join("fine store")).is_ok());
+    }
 
     #[test]
     fn a_killed_process_not_yet_reaped_is_not_alive() {

@@ -484,3 +484,129 @@ fn goldens_of_a_recipe_file_are_where_the_docs_say() {
         "{row}"
     );
 }
+
+/// Serves `dir` over dumb HTTP (`python3 -m http.server` on 127.0.0.1, a
+/// free port): returns the child (killed by the caller) and the port.
+fn dumb_http(dir: &Path) -> (std::process::Child, u16) {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let child = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(t.elapsed().as_secs() < 20, "http.server did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    (child, port)
+}
+
+// Item 11: the small edges, each answered plainly. A store path holding a
+// line break is refused up front (exit 2, nothing made), as one with `$`;
+// a dumb-HTTP git remote that `git ls-remote` reads passes the pre-build
+// check and is fetched; `<PIN> verify` says the PIN came before the
+// command; `activate` of another recipe onto an alias says whose alias it
+// was; the disk estimate of a CUDA recipe of another package says where
+// it comes from.
+#[test]
+fn small_edges_get_plain_answers() {
+    let fx = Fx::new();
+    let d = fx.dir();
+    let (repo, commit, recipe) = fx.pin();
+    let r = recipe.to_str().unwrap();
+
+    let nl = d.join("store\nx");
+    let out = run(d, &["build", r, "--store", nl.to_str().unwrap()]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("holds a line break"), "{}", text(&out));
+    assert!(!nl.exists());
+
+    // Dumb HTTP: a bare copy with `git update-server-info`, served as files.
+    let served = d.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    git(
+        d,
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            repo.to_str().unwrap(),
+            "served/repo.git",
+        ],
+    );
+    git(&served.join("repo.git"), &["update-server-info"]);
+    let (mut server, port) = dumb_http(&served);
+    let url = format!("http://127.0.0.1:{port}/repo.git");
+    let text_of = std::fs::read_to_string(&recipe)
+        .unwrap()
+        .replace(&format!("file://{}", repo.display()), &url)
+        .replace("name: fx", "name: fxd");
+    let dumb = d.join("fxd.yaml");
+    std::fs::write(&dumb, text_of).unwrap();
+    let dr = dumb.to_str().unwrap();
+    let plan = fx.run(&["plan", dr, "--json"]);
+    let doc = json(&plan);
+    assert!(
+        !doc["problems"].to_string().contains("cannot be reached"),
+        "{doc}"
+    );
+    let out = fx.run(&["fetch", dr]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+
+    // The PIN before a command that takes its own argument.
+    let out = fx.run(&[r, "verify"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains("is given before the command `verify`")
+            && text(&out).contains("oracle-build verify"),
+        "{}",
+        text(&out)
+    );
+
+    // An alias of fx re-pointed to fx2 says whose it was.
+    let fx2 = fx.recipe("fx2", &repo, &commit, SMOKE);
+    fx.exits(&["build", r], 0);
+    fx.exits(&["build", fx2.to_str().unwrap()], 0);
+    let alias = d.join("alias");
+    let a = alias.to_str().unwrap();
+    fx.exits(&["activate", r, a], 0);
+    let out = fx.exits(&["activate", fx2.to_str().unwrap(), a], 0);
+    assert!(
+        text(&out).contains(&format!("{a} was the alias of recipe fx (")),
+        "{}",
+        text(&out)
+    );
+    let doc = fx.json(&["activate", r, a, "--json"]);
+    assert!(
+        doc["was_alias_of"].as_str().unwrap().starts_with("fx2"),
+        "{doc}"
+    );
+
+    // The disk estimate of a CUDA build of another package than vLLM.
+    let cuda = fx.recipe("fxc", &repo, &commit, "  cuda_arch_list: \"9.0\"\n");
+    let t = std::fs::read_to_string(&cuda)
+        .unwrap()
+        .replace("target_device: cpu", "target_device: cuda");
+    std::fs::write(&cuda, t).unwrap();
+    let out = fx.run(&["plan", cuda.to_str().unwrap(), "--json"]);
+    let basis = json(&out)["disk_basis"].as_str().unwrap().to_string();
+    assert!(
+        basis.contains("measured on vLLM's CUDA builds")
+            && basis.contains("builds fixturellm, not vllm"),
+        "{basis}"
+    );
+}
