@@ -265,11 +265,9 @@ impl Git {
             absolute_local(url).into(),
             "HEAD".into(),
         ];
-        process::capture(
-            &format!("git ls-remote {url}"),
-            self.command(Config::User, args),
-        )
-        .map(|_| ())
+        // Under the connect and idle limits of every network step.
+        self.network(&format!("git ls-remote {url}"), args)
+            .map(|_| ())
     }
 
     /// Whether the repository at `repo` holds the commit `commit` (an object
