@@ -320,7 +320,7 @@ fn a_tag_moved_upstream_names_the_version_change_or_is_refused() {
         assert_eq!(code(&out), 3, "{args:?}: {all}");
         assert!(
             all.contains(&moved)
-                && all.contains("from a development version 1 commit after 0.1.0")
+                && all.contains(&format!("from 0.1.1.dev1+g{}", &head[..9]))
                 && all.contains(&format!(
                     "(tag v0.1.0 at {old}) to 0.1.0 (tag v0.1.0 at {head})"
                 )),
