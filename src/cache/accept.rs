@@ -169,9 +169,9 @@ pub fn lock_trust(
 /// `config`: the content it restores (the `.pyc` files and
 /// `bytecode.json`), with sha256 and size; not the entry's manifest, which
 /// records the building box's directory times
-/// ([`super::trust::bytecode_content`]).
+/// ([`super::trust::entry_content`]).
 pub fn bytecode_files(config: &Config) -> Vec<super::trust::FileDigest> {
-    super::trust::bytecode_content(lock_files(config))
+    super::trust::entry_content(lock_files(config))
 }
 
 /// The trust policy on the config of a signed kind, given `attestations`
@@ -242,7 +242,7 @@ pub fn accept(
 /// its content, not the entry's manifest (the directory times of the box
 /// that vendored it), as for bytecode.
 pub fn crates_files(config: &Config) -> Vec<super::trust::FileDigest> {
-    super::trust::bytecode_content(lock_files(config))
+    super::trust::entry_content(lock_files(config))
 }
 
 /// The statement's view of a wheel entry: only the wheel file (its

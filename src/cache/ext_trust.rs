@@ -117,12 +117,15 @@ pub fn judge(
 /// repository and tag and the commit it records; `None` for a source
 /// declared by commit or URL, or a record that does not read.
 pub fn claim_of(dir: &Path) -> Option<(String, String, String)> {
-    let rec: crate::stages::ext::ExtRecord = crate::store::read_json(&dir.join("ext.json")).ok()?;
+    claim_of_record(&crate::store::read_json(&dir.join("ext.json")).ok()?)
+}
+
+/// The tag claim of the ext record `rec` (see [`claim_of`]).
+pub fn claim_of_record(rec: &crate::stages::ext::ExtRecord) -> Option<(String, String, String)> {
     let crate::stages::ext::Origin::Git { repo, tag } = &rec.source.origin else {
         return None;
     };
-    let is_sha = tag.len() == 40 && tag.chars().all(|c| c.is_ascii_hexdigit());
-    if is_sha {
+    if crate::host::git::is_full_id(tag) {
         return None;
     }
     Some((repo.clone(), tag.clone(), rec.commit.clone()?))

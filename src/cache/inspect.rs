@@ -379,21 +379,16 @@ fn claims_of(kind: Kind, config: &Config, trust: &Trust) -> Vec<String> {
                 tags: SourceTags::Signed { key, .. },
             },
         ) => vec![super::attest::signed_name(trust::TAGS, key)],
-        (Kind::Ext, _) => {
-            let rec = &config.record;
-            let tag = rec["source"]["origin"]["git"]["tag"].as_str();
-            let repo = rec["source"]["origin"]["git"]["repo"].as_str();
-            match (repo, tag, rec["commit"].as_str()) {
-                (Some(repo), Some(tag), Some(commit))
-                    if !(tag.len() == 40 && tag.chars().all(|c| c.is_ascii_hexdigit())) =>
-                {
-                    let key =
-                        crate::store::key::content_key(&trust::ext_tag_inputs(repo, tag, commit));
-                    vec![super::attest::signed_name(trust::EXT_TAG, &key)]
-                }
-                _ => Vec::new(),
-            }
-        }
+        (Kind::Ext, _) => serde_json::from_value(config.record.clone())
+            .ok()
+            .and_then(|rec| super::ext_trust::claim_of_record(&rec))
+            .map(|(repo, tag, commit)| {
+                let key =
+                    crate::store::key::content_key(&trust::ext_tag_inputs(&repo, &tag, &commit));
+                super::attest::signed_name(trust::EXT_TAG, &key)
+            })
+            .into_iter()
+            .collect(),
         _ => Vec::new(),
     }
 }

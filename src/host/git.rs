@@ -64,8 +64,7 @@ impl Git {
     }
 
     fn command(&self, config: Config, args: Vec<std::ffi::OsString>) -> duct::Expression {
-        let mut all: Vec<std::ffi::OsString> = Vec::new();
-        for setting in [
+        let mut all = settings(&[
             // No hook of the user's runs (`core.hooksPath` in their
             // configuration would apply to the store's repositories too).
             "core.hooksPath=/dev/null",
@@ -77,10 +76,7 @@ impl Git {
             "protocol.http.allow=always",
             "protocol.https.allow=always",
             "protocol.ssh.allow=always",
-        ] {
-            all.push("-c".into());
-            all.push(setting.into());
-        }
+        ]);
         all.extend(args);
         let mut cmd = duct::cmd(&self.path, all)
             .env("GIT_TERMINAL_PROMPT", "0")
@@ -483,6 +479,21 @@ pub fn timed_out(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<TimedOut>().is_some())
 }
 
+/// `-c <setting>` for each of `settings`: git configuration given on its
+/// command line, over any file's.
+fn settings(settings: &[&str]) -> Vec<std::ffi::OsString> {
+    settings
+        .iter()
+        .flat_map(|s| ["-c".into(), std::ffi::OsString::from(s)])
+        .collect()
+}
+
+/// Whether `s` is a full commit id (40 hex digits, SHA-1), as a pin or a
+/// `GIT_TAG` may name one, rather than a tag or branch name.
+pub fn is_full_id(s: &str) -> bool {
+    s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// How many refs a git bundle may list before it is refused: far above any
 /// repository's tags (vLLM has a few hundred), and a bound on what a
 /// bundle from elsewhere makes this box read.
@@ -574,7 +585,7 @@ impl Git {
                 ],
             )
             .with_context(|| format!("listing the refs of {url}"))?;
-        let is_sha = rev.len() == 40 && rev.chars().all(|c| c.is_ascii_hexdigit());
+        let is_sha = is_full_id(rev);
         let named = named_ref(&listed, rev).map(|(r, _)| r);
         let spec = match (&named, is_sha) {
             (Some(r), _) => format!("+{r}:{WANT}"),
@@ -752,18 +763,14 @@ impl ScratchRepo {
         args: &[&str],
         stdin: Option<Vec<u8>>,
     ) -> Result<String> {
-        let mut all: Vec<std::ffi::OsString> = Vec::new();
-        for setting in [
+        let mut all = settings(&[
             "core.autocrlf=false",
             "core.filemode=true",
             "core.symlinks=true",
             "core.safecrlf=false",
             "core.fsmonitor=false",
             "core.untrackedCache=false",
-        ] {
-            all.push("-c".into());
-            all.push(setting.into());
-        }
+        ]);
         if let Some(w) = work {
             all.push("-C".into());
             all.push(w.into());

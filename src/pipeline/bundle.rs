@@ -703,7 +703,7 @@ pub const CRATES_ATTESTATIONS: &str = "crates-attestations.json";
 /// The content files of a crates entry whose manifest is `m` (what a
 /// crates statement names: not the manifest itself).
 fn crates_content(m: &crate::store::Manifest) -> Vec<trust::FileDigest> {
-    trust::bytecode_content(
+    trust::entry_content(
         m.files
             .iter()
             .map(|f| trust::FileDigest {

@@ -204,7 +204,8 @@ pub fn verify_tags(
     )
 }
 
-/// The content files among `files` of a bytecode entry: all but its
+/// The content files among `files` of an entry whose statement leaves its
+/// manifest out (bytecode, crates): all but its
 /// `manifest.json` and `manifest.stamps`, which record the directory times
 /// of the box that made the entry. Two boxes compiling the same wheel with
 /// the same Python write the same `.pyc` bytes (PEP 552 checked-hash) and
@@ -212,7 +213,7 @@ pub fn verify_tags(
 /// manifest signed, every second builder would read as a reproducibility
 /// failure. What the statement leaves out is still pinned by the
 /// artifact's digest and checked against the files on arrival.
-pub fn bytecode_content(files: Vec<FileDigest>) -> Vec<FileDigest> {
+pub fn entry_content(files: Vec<FileDigest>) -> Vec<FileDigest> {
     files
         .into_iter()
         .filter(|f| f.path != crate::store::MANIFEST && f.path != crate::store::STAMPS)
@@ -262,7 +263,7 @@ pub fn verify(
             Ok((signed, signer)) => {
                 let mut signed = if kind == BYTECODE {
                     // Statements made before the manifest was left out.
-                    bytecode_content(signed)
+                    entry_content(signed)
                 } else {
                     signed
                 };

@@ -423,7 +423,7 @@ fn fetch_git(
     let repo = Repository::init(dir).with_context(|| format!("creating {}", dir.display()))?;
     repo.remote("origin", url)?;
     let mut remote = repo.find_remote("origin")?;
-    let is_sha = tag.len() == 40 && tag.chars().all(|c| c.is_ascii_hexdigit());
+    let is_sha = crate::host::git::is_full_id(tag);
     let mut specs: Vec<String> = vec![
         "+refs/heads/*:refs/remotes/origin/*".into(),
         "+refs/tags/*:refs/tags/*".into(),

@@ -133,7 +133,7 @@ pub fn check_received(dir: &Path, name: &str, scratch: &Path) -> Result<Received
         );
     };
     let (commit, _) = check_tree(dir, &rec, scratch)?;
-    let is_sha = tag.len() == 40 && tag.chars().all(|c| c.is_ascii_hexdigit());
+    let is_sha = crate::host::git::is_full_id(tag);
     if is_sha && commit.eq_ignore_ascii_case(tag) {
         return Ok(Received::Pinned);
     }
@@ -328,7 +328,7 @@ pub fn check_staged(store: &Store, keyed: &super::KeyedSource, scratch: &Path) -
         ));
     }
     let (commit, tree) = check_tree(&e.path, &rec, scratch).with_context(|| e.label())?;
-    let is_sha = tag.len() == 40 && tag.chars().all(|c| c.is_ascii_hexdigit());
+    let is_sha = crate::host::git::is_full_id(tag);
     if is_sha && !commit.eq_ignore_ascii_case(tag) {
         bail!(
             "{} is declared as commit {tag} but records {commit}",
