@@ -209,6 +209,12 @@ fn render(p: &Plan) -> String {
             "ext", "report"
         ));
     }
+    for u in &p.ext_not_blocking {
+        line(format!(
+            "  {:<10} {:<7} blocks nothing: {u}",
+            "ext", "named"
+        ));
+    }
     if let Some(c) = &p.compile_cost {
         line(format!("compile  {}", c.summary));
     }

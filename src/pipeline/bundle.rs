@@ -291,6 +291,9 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
             format!("cannot redirect (the offline build would download): {line}"),
         );
     }
+    for line in &found.not_blocking {
+        progress::stage("ext", format!("not bundled, blocks nothing: {line}"));
+    }
     for s in &found.sources {
         temp.add(store, &ext::entry(store, s))?;
         let (e, _) = ext::ensure(store, s, false)?;

@@ -231,6 +231,9 @@ pub fn prepare(
     for line in &found.unmapped {
         progress::stage("ext", format!("cannot redirect: {line}"));
     }
+    for line in &found.not_blocking {
+        progress::stage("ext", format!("not staged, blocks nothing: {line}"));
+    }
     let mut staged = Vec::new();
     let mut records = Vec::new();
     for s in &found.sources {

@@ -234,6 +234,9 @@ pub struct Plan {
     pub ext_sources: Vec<inputs::ExtRow>,
     /// Downloads the build would make that cannot be redirected to a staged copy.
     pub ext_unmapped: Vec<String>,
+    /// What is named and blocks nothing ([`ext::Discovery::not_blocking`]):
+    /// declarations never taken, downloads the tree's configure decides.
+    pub ext_not_blocking: Vec<String>,
     /// Why no external source is read (a target whose build runs no CMake).
     pub ext_no_cmake: Option<String>,
     /// What an `--offline` build would miss now (empty: it can run offline).
@@ -585,6 +588,7 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         source_fetched_from: source::origin_url(store, &r.source.repo).ok(),
         ext_sources,
         ext_unmapped: found.unmapped,
+        ext_not_blocking: found.not_blocking,
         ext_no_cmake: found.no_cmake,
         offline_missing,
         keys,

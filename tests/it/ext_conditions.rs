@@ -208,3 +208,113 @@ fn conditional_double_declaration_resolved_for_the_processor_or_by_cmake_or_refu
         wheels
     );
 }
+
+/// Downloads no redirect can reach, as vLLM's `cmake/cpu_extension.cmake`
+/// makes the Arm Compute Library's: `FetchContent_Populate(arm_compute
+/// GIT_REPOSITORY ...)` under `if(ASIMD_FOUND)`, a `find_isa` of
+/// `/proc/cpuinfo` that only an aarch64 configure sets. Here the tree's
+/// function sets its variable off (the x86 outcome), and a second download
+/// sits under another processor's branch. Neither blocks an offline
+/// rebuild: `plan --offline` is ready and names the first with its
+/// condition, and after the wheel and venv are wiped `build --offline`
+/// rebuilds with every network path closed (issue 40). An unconditional
+/// download still blocks it.
+#[test]
+fn a_download_the_configure_decides_never_blocks_an_offline_rebuild() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (repo, _) = cmake_fixture(d);
+    let url = format!("file://{}", d.join("ext/fxplain").display());
+    let store = d.join("store");
+    let other = if std::env::consts::ARCH == "aarch64" {
+        "x86_64|amd64"
+    } else {
+        "aarch64|arm64"
+    };
+    let acl = format!(
+        "function(fx_find_isa out)\n  set(${{out}} OFF PARENT_SCOPE)\nendfunction()\nfx_find_isa(FX_ASIMD_FOUND)\nif(FX_ASIMD_FOUND)\n  if(DEFINED ENV{{FX_ACL_ROOT_DIR}} AND IS_DIRECTORY \"$ENV{{FX_ACL_ROOT_DIR}}\")\n    message(STATUS \"Using ACL from $ENV{{FX_ACL_ROOT_DIR}}\")\n  else()\n    FetchContent_Populate(fxacl\n      SUBBUILD_DIR \"${{FETCHCONTENT_BASE_DIR}}/fxacl-subbuild\"\n      GIT_REPOSITORY https://example.invalid/ComputeLibrary.git\n      GIT_TAG v52.6.0)\n  endif()\nendif()\nif(CMAKE_SYSTEM_PROCESSOR MATCHES \"{other}\")\n  FetchContent_Populate(fxother GIT_REPOSITORY https://example.invalid/other.git GIT_TAG v1)\nendif()\nFetchContent_Declare(fxplain GIT_REPOSITORY {url} GIT_TAG v1.0)\nFetchContent_MakeAvailable(fxplain)\n"
+    );
+    let recipe = commit_plain(d, &repo, "fxacl", &acl);
+    let (first, rec) = build(d, &recipe, &store);
+    assert_eq!(built_plain(&first), "fxplain v1.0");
+
+    let r = recipe.to_str().unwrap();
+    let plan = crate::hermetic::offline_cmd(d)
+        .args(["plan", r, "--offline", "--json", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert_eq!(code(&plan), 0, "{}", text(&plan));
+    let p = json(&plan);
+    assert_eq!(p["offline_missing"], serde_json::json!([]), "{p}");
+    let named: Vec<&str> = p["ext_not_blocking"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        named.len() == 1
+            && named[0].starts_with(
+                "cmake/external_projects/fxplain.cmake:9: FetchContent_Populate(fxacl)"
+            )
+            && named[0].contains("https://example.invalid/ComputeLibrary.git GIT_TAG v52.6.0")
+            && named[0].contains("if(FX_ASIMD_FOUND)"),
+        "{named:?}"
+    );
+    assert!(!plan_text(&p).contains("fxother"), "{p}");
+
+    // The rebuild: wheel and venv gone, every network path closed.
+    for b in ["venvs", "wheels"] {
+        for e in std::fs::read_dir(store.join("store").join(b)).unwrap() {
+            force_remove(&e.unwrap().path());
+        }
+    }
+    let again = crate::hermetic::offline_cmd(d)
+        .args(["build", r, "--no-smoke", "--offline", "--json", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    ok(&again);
+    let again = json(&again);
+    assert_eq!(again["keys"]["wheel"], first["keys"]["wheel"], "{again}");
+    assert_eq!(built_plain(&again), "fxplain v1.0");
+    // Neither download is staged nor keyed.
+    assert!(
+        !plan_text(&rec["inputs"]["ext"]).contains("fxacl")
+            && !plan_text(&rec["inputs"]["ext"]).contains("fxother"),
+        "{rec}"
+    );
+
+    // The same download with no condition blocks the offline build, named.
+    let bare = commit_plain(
+        d,
+        &repo,
+        "fxaclbare",
+        &format!(
+            "FetchContent_Populate(fxacl GIT_REPOSITORY https://example.invalid/ComputeLibrary.git GIT_TAG v52.6.0)\nFetchContent_Declare(fxplain GIT_REPOSITORY {url} GIT_TAG v1.0)\nFetchContent_MakeAvailable(fxplain)\n"
+        ),
+    );
+    ok(&run_store(d, &["lock", bare.to_str().unwrap()], &store));
+    let plan = crate::hermetic::offline_cmd(d)
+        .args([
+            "plan",
+            bare.to_str().unwrap(),
+            "--offline",
+            "--json",
+            "--store",
+        ])
+        .arg(&store)
+        .output()
+        .unwrap();
+    let p = json(&plan);
+    assert!(
+        plan_text(&p["offline_missing"]).contains("FetchContent_Populate(fxacl"),
+        "{p}"
+    );
+}
+
+/// A JSON value as text, for "does not name X" checks.
+fn plan_text(v: &Value) -> String {
+    v.to_string()
+}

@@ -516,21 +516,36 @@ fn parse_calls(per_file: &Walked) -> Discovery {
             let Some(name) = c.args.first() else { continue };
             let kw = keyword_args(&c.args[1..]);
             let fetches = kw.contains_key("GIT_REPOSITORY") || kw.contains_key("URL");
-            match c.name.as_str() {
-                "externalproject_add" if fetches => {
+            let call = match c.name.as_str() {
+                "externalproject_add" if fetches => "ExternalProject_Add",
+                "fetchcontent_populate" if fetches => "FetchContent_Populate",
+                "fetchcontent_declare" if fetches => "FetchContent_Declare",
+                _ => continue,
+            };
+            // Neither call reads FETCHCONTENT_SOURCE_DIR_<NAME> (nor has
+            // another source-dir override): the download cannot be redirected.
+            if call != "FetchContent_Declare" {
+                if *guard == Truth::Unknown {
+                    // Under a condition the tree computes at configure time,
+                    // the download is the configure's to make or not: named,
+                    // not a blocker (a branch false for the target is never
+                    // walked at all).
+                    d.not_blocking.push(format!(
+                        "{rel}:{}: {call}({name}) downloads {}, which cannot be redirected, only if the tree's configure takes {}: not staged, so an --offline build whose configure takes it fails there",
+                        c.line,
+                        download_of(&kw),
+                        conds.join(" and ")
+                    ));
+                } else if call == "ExternalProject_Add" {
                     d.unmapped.push(format!(
                         "{rel}: ExternalProject_Add({name}) downloads at build time and has no source-dir override; stage it by hand"
                     ));
-                    continue;
-                }
-                "fetchcontent_populate" if fetches => {
+                } else {
                     d.unmapped.push(format!(
                         "{rel}: FetchContent_Populate({name} ...) with a download ignores FETCHCONTENT_SOURCE_DIR_*; it cannot be redirected"
                     ));
-                    continue;
                 }
-                "fetchcontent_declare" if fetches => {}
-                _ => continue,
+                continue;
             }
             let at = format!("{rel}:{}", c.line);
             let first = |k: &str| kw.get(k).and_then(|v| v.first()).cloned();
@@ -616,6 +631,20 @@ fn parse_calls(per_file: &Walked) -> Discovery {
     d
 }
 
+/// What a download call fetches, as written: `GIT_REPOSITORY R GIT_TAG T`
+/// or `URL U`.
+fn download_of(kw: &BTreeMap<String, Vec<String>>) -> String {
+    let first = |k: &str| kw.get(k).and_then(|v| v.first()).cloned();
+    match (first("GIT_REPOSITORY"), first("URL")) {
+        (Some(repo), _) => format!(
+            "GIT_REPOSITORY {repo} GIT_TAG {}",
+            first("GIT_TAG").unwrap_or_else(|| "HEAD".into())
+        ),
+        (None, Some(url)) => format!("URL {url}"),
+        (None, None) => "a download".into(),
+    }
+}
+
 /// One `FetchContent_Declare` that downloads, as the walk met it: its name,
 /// `file:line`, its guard for the target, and the source (or why its origin
 /// cannot be read from the CMake files).
@@ -678,7 +707,7 @@ fn resolve(decls: Vec<Decl>, d: &mut Discovery) {
                 _ => false,
             });
             if !again {
-                d.unmapped.push(format!(
+                d.not_blocking.push(format!(
                     "{}: FetchContent_Declare({}) ({}) is never taken: the declaration at {} always runs first, and CMake keeps a name's first declaration",
                     x.at,
                     x.name,
@@ -934,6 +963,19 @@ else()
     FetchContent_Declare(kleidi GIT_REPOSITORY https://example.invalid/kleidi.git GIT_TAG x86)
 endif()
 FetchContent_Declare(kleidi GIT_REPOSITORY https://example.invalid/kleidi.git GIT_TAG never)
+if(ASIMD_FOUND)
+    if(DEFINED ENV{ACL_ROOT_DIR} AND IS_DIRECTORY "$ENV{ACL_ROOT_DIR}")
+        message(STATUS "Using ACL from specified source directory: $ENV{ACL_ROOT_DIR}")
+    else()
+        FetchContent_Populate(arm_compute
+            SUBBUILD_DIR "${FETCHCONTENT_BASE_DIR}/arm_compute-subbuild"
+            GIT_REPOSITORY https://example.invalid/ComputeLibrary.git
+            GIT_TAG        v52.6.0)
+    endif()
+endif()
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "s390x")
+    FetchContent_Populate(zonly GIT_REPOSITORY https://example.invalid/z.git GIT_TAG z)
+endif()
 "#
             }
             _ => return None,
@@ -994,14 +1036,33 @@ FetchContent_Declare(kleidi GIT_REPOSITORY https://example.invalid/kleidi.git GI
                 }]
             );
         }
-        // The third kleidi comes after a declaration that always runs.
+        // The third kleidi comes after a declaration that always runs: named,
+        // blocking nothing.
         assert!(
-            d.unmapped
+            d.not_blocking
                 .iter()
                 .any(|u| u.contains("cmake/cpu_extension.cmake:23") && u.contains("never taken")),
             "{:?}",
-            d.unmapped
+            d.not_blocking
         );
+        // ACL's download under a condition the configure computes
+        // (`find_isa` of /proc/cpuinfo): named with its condition, never a
+        // blocker; another processor's download is not even named.
+        assert!(d.unmapped.is_empty(), "{:?}", d.unmapped);
+        let acl: Vec<&String> = d
+            .not_blocking
+            .iter()
+            .filter(|u| u.contains("arm_compute"))
+            .collect();
+        assert_eq!(acl.len(), 1, "{:?}", d.not_blocking);
+        assert!(
+            acl[0].starts_with("cmake/cpu_extension.cmake:28: FetchContent_Populate(arm_compute)")
+                && acl[0].contains("https://example.invalid/ComputeLibrary.git GIT_TAG v52.6.0")
+                && acl[0].contains("if(ASIMD_FOUND)"),
+            "{}",
+            acl[0]
+        );
+        assert!(!format!("{d:?}").contains("zonly"), "{d:?}");
     }
 
     #[test]

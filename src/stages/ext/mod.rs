@@ -195,8 +195,20 @@ fn safe(s: &str) -> String {
 pub struct Discovery {
     /// Sources that are staged and passed to the build.
     pub sources: Vec<ExtSource>,
-    /// What cannot be staged or passed, one line each (file: what and why).
+    /// What cannot be staged or passed, one line each (file: what and why):
+    /// each blocks an `--offline` build.
     pub unmapped: Vec<String>,
+    /// What is named and blocks nothing, one line each: a declaration
+    /// CMake never takes (an earlier one of its name always runs first),
+    /// and a download that cannot be redirected but sits under a condition
+    /// the tree's configure decides (vLLM's Arm Compute Library:
+    /// `FetchContent_Populate(arm_compute ...)` under `if(ASIMD_FOUND)`, a
+    /// `find_isa` of `/proc/cpuinfo`, in `cmake/cpu_extension.cmake`). Such
+    /// a download is never staged nor keyed: a configure that takes it
+    /// downloads it (an offline one fails there, and the build log names
+    /// it); a configure that does not (x86) builds offline.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_blocking: Vec<String>,
     /// Why nothing was read (a target whose build runs no CMake).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_cmake: Option<String>,
