@@ -216,9 +216,29 @@ fn crates_are_staged_exported_and_build_offline_after_import_with_an_empty_cargo
     let recipe = fx.recipe("fx", &repo, &commit, SMOKE);
     let r = recipe.to_str().unwrap();
     let lock_sha = sha256_of(&repo.join("rust/Cargo.lock"));
-    // Export stages the crates of rust/Cargo.lock (no build).
+    // Export stages the crates of rust/Cargo.lock (no build), with a
+    // CARGO_HOME of its own staging: an empty HOME stays empty (rustup's
+    // proxy falls back to ~/.cargo when the tool's CARGO_HOME is lost).
     let bundle = fx.dir().join("fx.tar.gz");
-    fx.exits(&["export", r, "-o", bundle.to_str().unwrap()], 0);
+    let empty_home = fx.dir().join("empty-home");
+    std::fs::create_dir_all(&empty_home).unwrap();
+    let rustup_home = std::env::var_os("RUSTUP_HOME").map_or_else(
+        || Path::new(&std::env::var_os("HOME").unwrap()).join(".rustup"),
+        PathBuf::from,
+    );
+    let out = fx
+        .cmd(&["export", r, "-o", bundle.to_str().unwrap()])
+        .env("HOME", &empty_home)
+        .env("RUSTUP_HOME", &rustup_home)
+        .env_remove("CARGO_HOME")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(
+        tree(&empty_home).is_empty(),
+        "HOME untouched by staging crates: {:?}",
+        tree(&empty_home)
+    );
     let crates = fx.store().join("store/crates").join(&lock_sha);
     let sums = crates.join("vendor/fxdep-0.1.0/.cargo-checksum.json");
     assert!(

@@ -279,11 +279,19 @@ pub fn ensure(
         ],
     )
     .dir(staging.path());
+    let set: Vec<(String, String)> = [("CARGO_HOME".to_string(), home.display().to_string())]
+        .into_iter()
+        .chain(rust.env())
+        .chain(git_env)
+        .collect();
+    // duct applies the earliest modifier last: a removal of a name set
+    // here would unset it (and rustup's proxy then picks ~/.cargo).
     for k in CARGO_USER_ENV {
-        cmd = cmd.env_remove(k);
+        if !set.iter().any(|(n, _)| n == k) {
+            cmd = cmd.env_remove(k);
+        }
     }
-    cmd = cmd.env("CARGO_HOME", &home);
-    for (k, v) in rust.env().into_iter().chain(git_env) {
+    for (k, v) in set {
         cmd = cmd.env(k, v);
     }
     let printed = crate::host::process::capture(
