@@ -1061,6 +1061,15 @@ pub fn ensure(
     if let (Some(rust), Some(t)) = (&plan.hermetic.rust, &tc.rust) {
         env.extend(t.env());
         env.extend(crates::build_env(&rust.crates, &work)?);
+        // Rust's compile cache is cargo's own target directory: kept in the
+        // store beside the compiler cache (never in the wheel's staging),
+        // one per lock set, toolchain and device, so a rebuild of the wheel
+        // (a killed build, new C++ code, a reboot) compiles no crate again.
+        if cache.is_some() {
+            let dir = crates::target_dir(store, &rust.crates, &t.key(), &r.build.target_device);
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            env.insert("CARGO_TARGET_DIR".into(), dir.display().to_string());
+        }
         if let Some(v) = require_env(rust, lr) {
             env.insert(crate::stages::rust::REQUIRE_ENV.into(), v.into());
         }

@@ -15,6 +15,7 @@
 //! downloads/sha256/<hex>  cache blobs checked by a pull not yet finished   Store::downloads_dir
 //! wheelhouse-links/       links to wheelhouse files, shared by installs    Store::wheelhouse_links_dir
 //! sccache/, ccache/       compiler caches                                  Store::compiler_cache_dir
+//! cargo-target/<h>        cargo target dirs of Rust builds (a cache)       Store::compiler_cache_dir
 //! imported/<recipe>/      recipes and locks of imported bundles            Store::imported_dir
 //! aliases.json            the alias registry (see [`alias`])
 //! ```

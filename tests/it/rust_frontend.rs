@@ -172,6 +172,55 @@ fn a_channel_the_default_toolchain_satisfies_under_another_name_builds_with_it()
         "{step}"
     );
     assert_eq!(again["keys"]["wheel"], built["keys"]["wheel"], "{again}");
+
+    // Cargo's target directory is the store's Rust compile cache: the wheel
+    // and venv wiped, the rebuild (same key) compiles no crate again (the
+    // compiled fxdep library is the same file, untouched).
+    let target = rec["env"]["CARGO_TARGET_DIR"].as_str().unwrap_or_else(|| {
+        panic!(
+            "a build with a compiler cache keeps cargo's target dir: {}",
+            rec["env"]
+        )
+    });
+    assert!(
+        Path::new(target).starts_with(fx.store().join("cargo-target")),
+        "{target}"
+    );
+    let rlib = |dir: &Path| -> Vec<(PathBuf, std::time::SystemTime)> {
+        tree(dir)
+            .into_iter()
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("libfxdep-"))
+            })
+            .map(|p| {
+                let m = std::fs::metadata(&p).unwrap().modified().unwrap();
+                (p, m)
+            })
+            .collect()
+    };
+    let compiled = rlib(Path::new(target));
+    assert!(!compiled.is_empty(), "{:?}", tree(Path::new(target)));
+    for b in ["venvs", "wheels"] {
+        for e in std::fs::read_dir(fx.store().join("store").join(b)).unwrap() {
+            force_remove(&e.unwrap().path());
+        }
+    }
+    let rebuilt = fx.build_json(fx.store(), &recipe);
+    assert_eq!(rebuilt["keys"]["wheel"], built["keys"]["wheel"]);
+    assert!(
+        strs_of(&rebuilt["built"]).contains(&"wheel".to_string()),
+        "{rebuilt}"
+    );
+    assert_eq!(
+        rlib(Path::new(target)),
+        compiled,
+        "fxdep was not compiled again"
+    );
+    assert_eq!(
+        run_fx_rs(&fx.oracle("fx")),
+        "fx-rs with fxdep 0.1.0 from git"
+    );
 }
 
 #[test]

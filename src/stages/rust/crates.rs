@@ -394,6 +394,26 @@ pub fn build_env(staged: &[(Entry, CratesRecord)], work: &Path) -> Result<Vec<(S
     ])
 }
 
+/// `<root>/cargo-target/<h>`: the `CARGO_TARGET_DIR` of wheel builds that
+/// use a compiler cache, where `h` is the first 16 hex of the sha256 of the
+/// staged locks' sha256s, the toolchain's key (`rustc`, commit, host,
+/// cargo) and the target device. Cargo keeps its own fingerprints there and
+/// locks the directory while it builds (a second build waits), so what a
+/// killed or wiped build compiled is reused. It is a cache, never an input:
+/// deleting it costs only compile time.
+pub fn target_dir(
+    store: &Store,
+    staged: &[(Entry, CratesRecord)],
+    toolchain: &serde_json::Value,
+    device: &str,
+) -> std::path::PathBuf {
+    let locks: Vec<&str> = staged.iter().map(|(_, r)| r.lock_sha256.as_str()).collect();
+    let id = serde_json::json!({"locks": locks, "toolchain": toolchain, "device": device});
+    use sha2::Digest as _;
+    let h = hex::encode(sha2::Sha256::digest(id.to_string().as_bytes()));
+    store.compiler_cache_dir("cargo-target").join(&h[..16])
+}
+
 /// The records of the staged crates of `locks`, read from the store
 /// without fetching (for `plan`): `None` when one is not staged.
 pub fn known(store: &Store, locks: &[CargoLock]) -> Option<Vec<(Entry, CratesRecord)>> {
