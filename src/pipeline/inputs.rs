@@ -498,11 +498,10 @@ pub fn ext_rows(store: &Store, found: &Discovery) -> Vec<ExtRow> {
         .collect()
 }
 
-/// Everything an `--offline` build of `lr` would miss, one line each naming
-/// the stage: no lockfile (or a stale one), locked artifacts not in the
-/// wheelhouse, FetchContent sources not staged or not redirectable. The
-/// source mirror itself is checked by the preflight.
-pub fn offline_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Vec<String> {
+/// What the lock and wheelhouse stages would still fetch: no lock, or
+/// wheels of the lock missing from the wheelhouse (one line each, worded
+/// for `--offline`). Empty: the package indexes are not needed.
+pub fn lock_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Vec<String> {
     let r = &lr.recipe;
     let mut problems = Vec::new();
     match lock::load(lock_dir, lr) {
@@ -538,6 +537,15 @@ pub fn offline_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Ve
         },
         Err(e) => problems.push(format!("--offline: lock stage: {e:#}")),
     }
+    problems
+}
+
+/// Everything an `--offline` build of `lr` would miss, one line each naming
+/// the stage: no lockfile (or a stale one), locked artifacts not in the
+/// wheelhouse, FetchContent sources not staged or not redirectable. The
+/// source mirror itself is checked by the preflight.
+pub fn offline_problems(store: &Store, lr: &LoadedRecipe, lock_dir: &Path) -> Vec<String> {
+    let mut problems = lock_problems(store, lr, lock_dir);
     if let Some(tree) = discover_rust(store, lr) {
         for l in &tree.locks {
             let e = crates::entry(store, l);

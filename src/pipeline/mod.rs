@@ -318,7 +318,12 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
     let found = inputs::discover(store, lr).unwrap_or_default();
     let ext_sources = inputs::ext_rows(store, &found);
     let offline_missing = inputs::offline_problems(store, lr, lock_dir);
-    let findings = preflight::inspect(store, lr, offline);
+    let mut findings = preflight::inspect(store, lr, offline);
+    if !offline && !inputs::lock_problems(store, lr, lock_dir).is_empty() {
+        findings
+            .problems
+            .extend(preflight::index_blockers(store, lr));
+    }
     let mut steps = Vec::new();
     let mut tools = format!(
         "python {}: {}; uv: {}; nvcc: {}",
@@ -525,6 +530,10 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
     let compile_cost = (wheel_state.state != StepState::Cached)
         .then(|| compile_cost::for_plan(store, lr))
         .flatten();
+    // A build that would compile the wheel and then could not gate.
+    if wheel_state.state != StepState::Cached {
+        tree_refusals.extend(preflight::gate_blockers(lr));
+    }
     steps.push(wheel_state);
     steps.push(venv_state);
     let cases: Vec<String> = r
@@ -755,7 +764,20 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
             store.root().display()
         ));
     }
-    // 3. Preflight.
+    // 3. Preflight, with what would stop the build after hours of work:
+    // the gate's models (the first build of a recipe that gates: a rebuild
+    // is checked before its compile, 7), and the package indexes the lock
+    // and the wheelhouse still need (online).
+    let mut findings = findings;
+    let first_build = std::fs::symlink_metadata(store.roots_dir().join(&r.name)).is_err();
+    if !o.no_smoke && first_build {
+        findings.problems.extend(preflight::gate_blockers(lr));
+    }
+    if !o.offline && !inputs::lock_problems(store, lr, o.lock_dir).is_empty() {
+        findings
+            .problems
+            .extend(preflight::index_blockers(store, lr));
+    }
     let mut tc = preflight::toolchain_of(store, lr, findings)?;
     let cleaned = store.clean_stale_staging()? + StableWorkDir::clean_stale(store);
     let partial = store.clean_stale_downloads()?;
@@ -876,6 +898,18 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     }
     if !plan.entry.exists() {
         disk::check(store.root(), r, Stage::Wheel)?;
+        let blockers = if o.no_smoke {
+            Vec::new()
+        } else {
+            preflight::gate_blockers(lr)
+        };
+        if !blockers.is_empty() {
+            return Err(anyhow::anyhow!(
+                "not compiling {}: the gate could not run after it:\n  - {}",
+                plan.entry.label(),
+                blockers.join("\n  - ")
+            ));
+        }
     }
     let mut requires = vec![src.label(), mirror.label()];
     requires.extend(plan.hermetic.labels());

@@ -343,3 +343,73 @@ pub fn check_tree_rust(
         )),
     }
 }
+
+/// What stops a build that would gate, before any work (issue 43): each
+/// case whose model path refers to an unset `${VAR}` (the built-in recipe's
+/// `${ORACLE_MODELS}`), or names a directory that does not exist. One line
+/// each, naming the case, the path as written and the fix.
+pub fn gate_blockers(lr: &LoadedRecipe) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in &lr.recipe.smoke.cases {
+        match crate::recipe::expand_env(&c.model) {
+            Err(e) => out.push(format!(
+                "smoke case {}: model {}: {e}; the gate could not run after the build: set it (or build with --no-smoke)",
+                c.name, c.model
+            )),
+            Ok(m) if !std::path::Path::new(&m).exists() => out.push(format!(
+                "smoke case {}: model directory {m} does not exist{}; the gate could not run after the build: download the model there (or build with --no-smoke)",
+                c.name,
+                if m == c.model {
+                    String::new()
+                } else {
+                    format!(" (from {})", c.model)
+                }
+            )),
+            Ok(_) => {}
+        }
+    }
+    out
+}
+
+/// The recipe's package indexes (`indexes`, through the site's
+/// `[[mirror]]`) that do not answer ([`crate::host::http::unreachable`]):
+/// one line each, naming the index, the URL asked and why. An index a
+/// mirror drops (`url = "none"`) is not asked. Nothing is asked when the
+/// mirrors do not load (the build reports that itself).
+pub fn index_blockers(store: &Store, lr: &LoadedRecipe) -> Vec<String> {
+    let Ok(mirrors) = crate::host::mirror::load(store.root()) else {
+        return Vec::new();
+    };
+    let mut asked = Vec::new();
+    let mut out = Vec::new();
+    for index in lr.recipe.indexes.iter().map(|i| i.url()) {
+        match mirrors.map(index) {
+            // Dropped on purpose by the site: not asked.
+            crate::host::mirror::Mapped::Dropped(_) => {}
+            mapped => {
+                if let Some(url) = mapped.url() {
+                    asked.push((index.to_string(), url.to_string()));
+                }
+            }
+        }
+    }
+    let urls: Vec<String> = asked.iter().map(|(_, u)| u.clone()).collect();
+    let Ok(dead) = crate::host::http::unreachable(&urls) else {
+        return out;
+    };
+    for (url, why) in dead {
+        let index = asked
+            .iter()
+            .find(|(_, u)| *u == url)
+            .map_or(url.clone(), |(i, _)| i.clone());
+        let through = if index == url {
+            String::new()
+        } else {
+            format!(" (asked at {url}, its [[mirror]])")
+        };
+        out.push(format!(
+            "package index {index}{through} does not answer: {why}; the lock and the wheelhouse need it: map it with a [[mirror]] in the store's config.toml, or build --offline from a lock and wheelhouse brought by `import` or `pull`"
+        ));
+    }
+    out
+}

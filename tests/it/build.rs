@@ -249,20 +249,93 @@ fn a_pretend_version_in_the_environment_cannot_relabel_the_build() {
     );
 }
 
+/// A gate that could not run after the build stops the first build before
+/// any work (issue 43): the model directory missing, or its `${VAR}` unset,
+/// is named by `plan` (exit 1) and `build` (exit 1, nothing written);
+/// `--no-smoke` builds anyway (exit 4, not smoked).
 #[test]
-fn missing_model_is_built_but_not_gateable_exit_4() {
+fn a_missing_model_stops_the_first_build_before_any_work() {
     let fx = Fx::new();
     let (_, _, recipe) = fx.pin();
-    let out = fx
-        .cmd(&["build", recipe.to_str().unwrap()])
-        .env("FX_MODELS", fx.dir().join("no-models"))
-        .output()
-        .unwrap();
-    assert_eq!(code(&out), 4, "{}", text(&out));
-    let t = text(&out);
+    let r = recipe.to_str().unwrap();
+    let missing = fx.dir().join("no-models");
+    let with = |args: &[&str], models: Option<&Path>| {
+        let mut c = fx.cmd(args);
+        match models {
+            Some(m) => c.env("FX_MODELS", m),
+            None => c.env_remove("FX_MODELS"),
+        };
+        c.output().unwrap()
+    };
+    let plan = with(&["plan", r], Some(&missing));
+    assert_eq!(code(&plan), 1, "{}", text(&plan));
     assert!(
-        t.contains("not-gateable") && t.contains("no-models/model does not exist"),
-        "{t}"
+        text(&plan).contains("no-models/model does not exist"),
+        "{}",
+        text(&plan)
+    );
+    for models in [Some(missing.as_path()), None] {
+        let out = with(&["build", r], models);
+        assert_eq!(code(&out), 1, "{}", text(&out));
+        let t = text(&out);
+        let named = match models {
+            Some(_) => {
+                t.contains("smoke case small: model directory")
+                    && t.contains("no-models/model does not exist")
+            }
+            None => t.contains("smoke case small") && t.contains("${FX_MODELS}, which is not set"),
+        };
+        assert!(named && t.contains("--no-smoke"), "{t}");
+        assert!(
+            !fx.store().join("store/wheels").exists()
+                || std::fs::read_dir(fx.store().join("store/wheels"))
+                    .unwrap()
+                    .count()
+                    == 0,
+            "nothing built: {t}"
+        );
+        assert!(!fx.store().join("store/src").exists(), "no checkout: {t}");
+    }
+    let out = with(&["build", r, "--no-smoke"], Some(&missing));
+    assert_eq!(code(&out), 4, "{}", text(&out));
+}
+
+/// A package index the recipe names that does not answer stops a build
+/// that still has to lock before any work, named by `plan` and `build`
+/// (issue 43).
+#[test]
+fn an_unreachable_recipe_index_stops_the_build_before_any_work() {
+    let fx = Fx::new();
+    let (repo, commit) = fx.repo();
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://127.0.0.1:{}/simple", l.local_addr().unwrap().port())
+    };
+    let recipe = fx.recipe(
+        "fx",
+        &repo,
+        &commit,
+        &format!("{SMOKE}indexes:\n  - {dead}\n"),
+    );
+    let r = recipe.to_str().unwrap();
+    let plan = fx.run(&["plan", r]);
+    assert_eq!(code(&plan), 1, "{}", text(&plan));
+    assert!(
+        text(&plan).contains(&format!("package index {dead} does not answer")),
+        "{}",
+        text(&plan)
+    );
+    let out = fx.run(&["build", r]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("package index {dead} does not answer")),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !fx.store().join("store/src").exists(),
+        "no checkout: {}",
+        text(&out)
     );
 }
 
