@@ -168,8 +168,10 @@ fn candidate_recipe(
 
 fn side(store: &Store, lr: &LoadedRecipe, oracle: &Path, smoke: &SmokeReport) -> Result<Side> {
     let rec = OracleRecord::read(oracle)?;
-    let build = BuildRecord::read(&store.entry(Bucket::Wheels, &rec.wheel_key).path).ok();
+    let wheel_dir = store.entry(Bucket::Wheels, &rec.wheel_key).path;
+    let build = BuildRecord::read(&wheel_dir).ok();
     let build_seconds = build.as_ref().map(|b| b.duration_s);
+    let kernel_families = build.as_ref().and_then(|b| b.kernel_families(&wheel_dir));
     let compiler_cache_stats = build.and_then(|b| b.compiler_cache_stats);
     Ok(Side {
         recipe: lr.recipe.name.clone(),
@@ -182,6 +184,7 @@ fn side(store: &Store, lr: &LoadedRecipe, oracle: &Path, smoke: &SmokeReport) ->
         wheel_sha256: rec.wheel_sha256,
         build_seconds,
         compiler_cache_stats,
+        kernel_families,
         verdict: smoke.verdict.as_str().to_string(),
         reasons: smoke.reasons.clone(),
     })
@@ -321,6 +324,10 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
         ),
         compile_cost,
         identity: advance::compare::identity_delta(&from_side.identity, &to_side.identity),
+        kernel_families: advance::compare::family_delta(
+            from_side.kernel_families.as_deref(),
+            to_side.kernel_families.as_deref(),
+        ),
         cases: advance::compare::compare_cases(
             &from_smoke,
             &to_record.smoke,

@@ -218,6 +218,18 @@ fn render(p: &Plan) -> String {
     if let Some(c) = &p.compile_cost {
         line(format!("compile  {}", c.summary));
     }
+    match &p.kernel_families {
+        Some(fs) if fs.is_empty() => {
+            line("families the tree's configure reported no kernel family (build.json)".into())
+        }
+        Some(fs) => {
+            line("families as the tree's configure reported them (build.json):".into());
+            for f in fs {
+                line(format!("  {}", f.describe()));
+            }
+        }
+        None => {}
+    }
     if p.offline_missing.is_empty() {
         line("offline  ready: an --offline build needs nothing more".into());
     } else {

@@ -268,6 +268,22 @@ pub fn print_checks(v: &Verification, to_stderr: bool) {
     for n in &v.notes {
         lines.push(format!("  not checked (recorded at build): {n}"));
     }
+    match &v.kernel_families {
+        Some(fs) if fs.is_empty() => {
+            lines.push("  kernel families: the tree's configure reported none (build.json)".into())
+        }
+        Some(fs) => {
+            lines.push(
+                "  kernel families, as the tree's configure reported them (build.json):".into(),
+            );
+            for f in fs {
+                lines.push(format!("    {}", f.describe()));
+            }
+        }
+        None => lines.push(
+            "  kernel families: not known (no readable build.json of the oracle's wheel)".into(),
+        ),
+    }
     let failed = v.checks.iter().filter(|c| !c.ok).count();
     lines.push(if failed == 0 {
         format!("verified: all {} checks pass", v.checks.len())

@@ -62,6 +62,9 @@ pub enum ProblemKind {
     IdentityMismatch,
     /// `import-failed`: `import vllm` fails in the venv.
     ImportFailed,
+    /// `kernel-family-missing`: the oracle's wheel lacks a kernel family its
+    /// recipe's `expect.kernel_families` names, or records none.
+    KernelFamilyMissing,
     /// `left-by-killed-run`: a staging directory or partial download that
     /// a run which no longer runs left in the store.
     LeftByKilledRun,
@@ -85,7 +88,7 @@ pub enum ProblemKind {
 
 impl ProblemKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ProblemKind; 25] = [
+    pub const ALL: [ProblemKind; 26] = [
         ProblemKind::AliasDangling,
         ProblemKind::AliasMissing,
         ProblemKind::AliasMoved,
@@ -102,6 +105,7 @@ impl ProblemKind {
         ProblemKind::FlashinferMismatch,
         ProblemKind::IdentityMismatch,
         ProblemKind::ImportFailed,
+        ProblemKind::KernelFamilyMissing,
         ProblemKind::LeftByKilledRun,
         ProblemKind::NoCompiledExtensions,
         ProblemKind::NoHistory,
@@ -132,6 +136,7 @@ impl ProblemKind {
             ProblemKind::FlashinferMismatch => "flashinfer-mismatch",
             ProblemKind::IdentityMismatch => "identity-mismatch",
             ProblemKind::ImportFailed => "import-failed",
+            ProblemKind::KernelFamilyMissing => "kernel-family-missing",
             ProblemKind::LeftByKilledRun => "left-by-killed-run",
             ProblemKind::NoCompiledExtensions => "no-compiled-extensions",
             ProblemKind::NoHistory => "no-history",
@@ -330,9 +335,55 @@ impl Doctor {
                 );
             }
         }
+        if let (Some(r), Some(rec)) = (recipe, &record) {
+            self.families(&canon, subject, r, rec, pin);
+        }
         self.files(&canon, subject, package, id.import_error.is_none(), pin);
         self.measured.insert(canon, Some(id.clone()));
         Some(id)
+    }
+
+    /// The kernel families `recipe` expects (`expect.kernel_families`)
+    /// against those the tree's configure reported for the oracle's wheel
+    /// (`rec.wheel_key` in the store owning `venv`): one problem naming
+    /// each family not built and the tree's reason, or that none is recorded.
+    fn families(
+        &mut self,
+        venv: &Path,
+        subject: &str,
+        recipe: &Recipe,
+        rec: &OracleRecord,
+        pin: &str,
+    ) {
+        let expected = &recipe.expect.kernel_families;
+        if expected.is_empty() {
+            return;
+        }
+        let recorded = alias::owning_root(venv)
+            .and_then(|root| Store::open_existing(&root))
+            .and_then(|store| {
+                let dir = store.entry(Bucket::Wheels, &rec.wheel_key).path;
+                crate::stages::wheel::BuildRecord::read(&dir)
+                    .ok()?
+                    .kernel_families(&dir)
+            });
+        let unmet = crate::stages::wheel::families::unmet(expected, recorded.as_deref());
+        if unmet.is_empty() {
+            return;
+        }
+        self.add(
+            ProblemKind::KernelFamilyMissing,
+            subject,
+            format!(
+                "its wheel lacks the kernel families {} expects: {}",
+                recipe.name,
+                unmet.join("; ")
+            ),
+            format!(
+                "build the pin ({}), which refuses such a wheel before the venv naming the tree's reason; change what the tree's configure decides on (build.cuda_arch_list, the compiler) until it builds them",
+                self.cmd(&format!("build {pin}"))
+            ),
+        );
     }
 
     /// The identity-derived problems; returns the check fields they cover.

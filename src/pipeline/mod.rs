@@ -23,7 +23,9 @@
 //!    version) are evaluated with the measured compilers
 //!    ([`preflight::check_tree_requirements`]): one they fail is refused
 //!    before anything is compiled, one the tree decides at configure time
-//!    is a warning. A tree whose build needs Rust has its toolchain
+//!    is a warning. A family of the recipe's `expect.kernel_families` no
+//!    `message()` of the tree can report is refused (exit 2,
+//!    [`preflight::check_expected_families_known`]). A tree whose build needs Rust has its toolchain
 //!    measured and held against the channels it declares
 //!    ([`preflight::check_tree_rust`]): exit 2 when nothing installed
 //!    satisfies one.
@@ -39,7 +41,10 @@
 //!    it from a cache when a trusted one has it, else ensure it
 //!    (`stages::wheel`): built in staging, persisted by rename.
 //! 8. Plan the venv from the wheel's record ([`venv_plan`]); a damaged wheel
-//!    about to be installed is quarantined and rebuilt; a runtime lock that
+//!    about to be installed is quarantined and rebuilt; a kernel family the
+//!    recipe's `expect.kernel_families` names and the tree's configure did
+//!    not build fails the build (exit 3, `stages::wheel::check_expected_families`;
+//!    the wheel is kept, no venv is made); a runtime lock that
 //!    misses or contradicts the wheel's `Requires-Dist` is refused
 //!    (`stages::venv::check_requires`) before anything is installed; the
 //!    empty venv is made meanwhile (`stages::venv::shell`).
@@ -250,6 +255,10 @@ pub struct Plan {
     /// Checks of the source that cannot be made from what the store holds
     /// (the fork-only check on a mirror from a bundle or a cache).
     pub not_checked: Vec<String>,
+    /// Once a build of the wheel key has configured (its entry is in the
+    /// store): every kernel family the tree's configure reported
+    /// (`build.json` `kernel_families`); `None` before.
+    pub kernel_families: Option<Vec<crate::stages::wheel::families::KernelFamily>>,
 }
 
 /// The lock as `plan` shows it.
@@ -417,11 +426,14 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
     // The verdict of a built oracle whose gate a build would not run again.
     let mut gated: Option<String> = None;
     let mut tree_refusals = Vec::new();
+    let mut kernel_families = None;
+    let mut family_problems: Vec<String> = Vec::new();
     if src.exists() {
         steps.push(step("checkout", StepState::Cached, src.label(), 0));
         if let Some(c) = &findings.compilers {
             tree_refusals = preflight::tree_requirements(lr, &src.path, c).0;
         }
+        tree_refusals.extend(preflight::unknown_families(lr, &src.path));
         // The tree's Rust: its toolchain measured (a refusal is a problem).
         let mut plan_rust = None;
         match preflight::tree_rust(lr, &src.path) {
@@ -500,6 +512,14 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
                         } else {
                             wheel_state = step("wheel", StepState::Cached, p.entry.label(), 0);
                             if let Ok(rec) = BuildRecord::read(&p.entry.path) {
+                                kernel_families = rec.kernel_families(&p.entry.path);
+                                family_problems = crate::stages::wheel::families::unmet(
+                                    &r.expect.kernel_families,
+                                    kernel_families.as_deref(),
+                                )
+                                .into_iter()
+                                .map(|u| format!("expect.kernel_families: the wheel {} lacks {u} (a build stops before the venv, exit 3)", p.entry.label()))
+                                .collect();
                                 let e = venv_plan(store, lr, &tc, &rec, &src.path, h.venv).entry;
                                 keys.venv = Some(e.name.clone());
                                 venv_state = if e.exists() {
@@ -592,6 +612,7 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
             .into_iter()
             .chain(tree_refusals)
             .chain(findings.problems)
+            .chain(family_problems)
             .collect(),
         lock,
         source_fetched_from: source::origin_url(store, &r.source.repo).ok(),
@@ -610,6 +631,7 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         } else {
             Vec::new()
         },
+        kernel_families,
     }
 }
 
@@ -862,6 +884,9 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     }
     // 4b. The tree's compiler requirement, before anything is compiled.
     preflight::check_tree_requirements(lr, &src.path, &tc.compilers)?;
+    // The kernel families the recipe expects: each a name the tree's
+    // configure can report (a typo is said now, not after the wheel).
+    preflight::check_expected_families_known(lr, &src.path)?;
     // 4c. The tree's Rust: the toolchain its files declare, measured.
     let tree_rust = preflight::check_tree_rust(lr, &src.path)?;
     tc.rust = tree_rust.as_ref().map(|(_, t)| t.clone());
@@ -944,6 +969,10 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
     if wheel_built {
         built.push("wheel".to_string());
     }
+    // The kernel families the recipe requires, as the tree's configure
+    // reported them: one not built fails here, before the venv is made
+    // (the wheel is kept: it is what the tree builds for these inputs).
+    wheel::check_expected_families(lr, &plan.entry, &record)?;
     let mut shell = None;
     if !vplan.entry.exists() {
         // The runtime set is what the built wheel declares: refuse a lock

@@ -281,6 +281,54 @@ pub fn check_tree_requirements(
     Ok(())
 }
 
+/// Each of the recipe's `expect.kernel_families` that no `message()` of the
+/// checkout at `src` can report (the tree's CMake files read as
+/// [`crate::stages::wheel::families::known_names`] reads them), one line
+/// each, naming the field, its line and the families the tree can report;
+/// empty when every name can be reported (or a message names its family
+/// through a variable, so any may be).
+pub fn unknown_families(lr: &LoadedRecipe, src: &std::path::Path) -> Vec<String> {
+    let expected = &lr.recipe.expect.kernel_families;
+    if expected.is_empty() {
+        return Vec::new();
+    }
+    let messages = crate::stages::ext::messages::in_tree(src);
+    let (names, any) = crate::stages::wheel::families::known_names(&messages);
+    if any {
+        return Vec::new();
+    }
+    expected
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| !names.contains(e))
+        .map(|(i, e)| {
+            let field = format!("expect.kernel_families[{i}]");
+            let line = crate::recipe::locate(&lr.text, &field)
+                .map_or(String::new(), |l| format!("line {l}: "));
+            format!(
+                "{}: {line}field `{field}`: {e:?} is no kernel family the tree's CMake files report ({})",
+                lr.origin,
+                if names.is_empty() {
+                    "they report none".to_string()
+                } else {
+                    format!("they report: {}", names.join(", "))
+                }
+            )
+        })
+        .collect()
+}
+
+/// [`unknown_families`] as the build applies them, after the checkout and
+/// before the wheel stage: a name the tree cannot report is bad input
+/// (exit 2; a typo would otherwise fail only after the wheel is built).
+pub fn check_expected_families_known(lr: &LoadedRecipe, src: &std::path::Path) -> Result<()> {
+    let unknown = unknown_families(lr, src);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(crate::exit::bad_input(unknown.join("\n")))
+}
+
 /// The Rust of the tree at `src` and the toolchain that builds it
 /// (`None` when its build needs no Rust, [`crate::stages::rust`]):
 /// measured and held against the channels its toolchain files declare

@@ -26,6 +26,8 @@ use crate::stages::identity::pin_block::PinRecord;
 use crate::stages::identity::record::{self, RecordCheck};
 use crate::stages::identity::{self, Check, Identity};
 use crate::stages::oracle::{self, ORACLE_JSON, OracleRecord};
+use crate::stages::wheel::BuildRecord;
+use crate::stages::wheel::families::{self, KernelFamily};
 use crate::stages::{ext, source};
 use crate::store::{Manifest, Store};
 
@@ -79,6 +81,10 @@ pub struct Verification {
     /// Checks not made when it was built (see `OracleRecord::notes`).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// The kernel families the tree's configure reported when the oracle's
+    /// wheel was built (its `build.json` `kernel_families`); `None` when the
+    /// wheel's record cannot be read or holds none.
+    pub kernel_families: Option<Vec<KernelFamily>>,
     /// Whether all passed.
     pub ok: bool,
     /// `--emit-pin-block`: the block measured from this oracle (only when `ok`).
@@ -233,6 +239,54 @@ fn staged_source_checks(store: &Store, rec: &OracleRecord) -> Vec<Check> {
     out
 }
 
+/// The kernel families of the oracle's wheel (`rec.wheel_key` in `store`,
+/// else in the store owning `venv`), as [`BuildRecord::kernel_families`]
+/// gives them; `None` when its record cannot be read.
+fn wheel_families(
+    store: Option<&Store>,
+    rec: &OracleRecord,
+    venv: &Path,
+) -> Option<Vec<KernelFamily>> {
+    let in_store = |s: &Store| {
+        let dir = s.entry(crate::store::Bucket::Wheels, &rec.wheel_key).path;
+        BuildRecord::read(&dir)
+            .ok()
+            .map(|b| b.kernel_families(&dir))
+    };
+    store.and_then(in_store).or_else(|| {
+        let root = crate::store::alias::owning_root(venv)?;
+        in_store(&Store::open_existing(&root)?)
+    })?
+}
+
+/// One `kernel family <name>` check per family of the recipe's
+/// `expect.kernel_families`: built, as the wheel's configure reported it.
+fn family_checks(expected: &[String], recorded: Option<&[KernelFamily]>) -> Vec<Check> {
+    expected
+        .iter()
+        .map(|e| {
+            let unmet = families::unmet(std::slice::from_ref(e), recorded);
+            let found = match unmet.first() {
+                Some(u) => u.strip_prefix(&format!("{e}: ")).unwrap_or(u).to_string(),
+                None => recorded
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|f| &f.name == e && f.built)
+                    .map(|f| f.describe())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            };
+            Check {
+                field: format!("kernel family {e}"),
+                expected: "built, as the tree's configure reported it (expect.kernel_families)"
+                    .into(),
+                found,
+                ok: unmet.is_empty(),
+            }
+        })
+        .collect()
+}
+
 fn recorded_checks(rec: &OracleRecord, id: &Identity) -> Vec<Check> {
     let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
     let pairs = [
@@ -317,6 +371,13 @@ pub fn verify_venv(
     if let Some(rec) = &record {
         checks.extend(recorded_checks(rec, &id));
     }
+    let kernel_families = record
+        .as_ref()
+        .and_then(|rec| wheel_families(store, rec, venv));
+    checks.extend(family_checks(
+        &recipe.expect.kernel_families,
+        kernel_families.as_deref(),
+    ));
     if let Some(e) = record_error {
         // A record that is there but does not read is damage, not absence:
         // the `recorded` checks it would give cannot be silently dropped.
@@ -346,6 +407,7 @@ pub fn verify_venv(
     Ok(Verification {
         warnings,
         notes,
+        kernel_families,
         venv: venv.to_path_buf(),
         recipe: recipe.name.clone(),
         checked_against: against.to_string(),

@@ -272,6 +272,13 @@ pub struct Expect {
     /// `torch.__version__`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub torch_version: Option<String>,
+    /// Kernel families the tree's configure must report built (`build.json`
+    /// `kernel_families`, as its CMake files name them: `SM12x NVFP4`,
+    /// `moe_data`): one it does not build fails the build before the venv
+    /// stage (exit 3); a name the tree's CMake files cannot report is bad
+    /// input (exit 2), said before the wheel is built.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel_families: Vec<String>,
 }
 
 /// `smoke:` the gate run (docs/smoke.md).
@@ -747,6 +754,29 @@ mod tests {
         assert_plain(&e);
     }
 
+    #[test]
+    fn expect_kernel_families_are_names_with_their_line() {
+        let ok = parse(
+            &format!("{BASE}expect:\n  kernel_families: [\"SM12x NVFP4\", moe_data]\n"),
+            "r.yaml",
+        )
+        .unwrap();
+        assert_eq!(ok.expect.kernel_families, ["SM12x NVFP4", "moe_data"]);
+        let e = error_of("expect:\n  kernel_families:\n    - moe_data\n    - \"\"\n");
+        assert!(
+            e.starts_with(
+                "r.yaml: line 9: field `expect.kernel_families[1]`: \"\" is not a kernel family"
+            ),
+            "{e}"
+        );
+        let e = error_of("expect:\n  kernel_families: [\" SM12x NVFP4\"]\n");
+        assert!(e.contains("`expect.kernel_families[0]`"), "{e}");
+        let e = error_of("expect:\n  kernel_families: [a, a]\n");
+        assert!(e.contains("listed twice"), "{e}");
+        let e = error_of("expect:\n  kernel_families: SM12x NVFP4\n");
+        assert!(e.contains("kernel_families"), "{e}");
+        assert_plain(&e);
+    }
     /// Rust type names and serde-saphyr's advice must never reach the user.
     fn assert_plain(e: &str) {
         for internal in [

@@ -305,6 +305,23 @@ pub(super) fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
             return Err(fail(&field, format!("{target:?} is listed twice")));
         }
     }
+    for (i, family) in r.expect.kernel_families.iter().enumerate() {
+        let field = format!("expect.kernel_families[{i}]");
+        if family.trim().is_empty()
+            || family.trim() != family
+            || family.chars().any(char::is_control)
+        {
+            return Err(fail(
+                &field,
+                format!(
+                    "{family:?} is not a kernel family: name one as the tree's configure does in `-- Building <family> for archs: ...` (e.g. \"SM12x NVFP4\"), without surrounding spaces"
+                ),
+            ));
+        }
+        if r.expect.kernel_families[..i].contains(family) {
+            return Err(fail(&field, format!("{family:?} is listed twice")));
+        }
+    }
     for (section, env) in [("build.env", &b.env), ("smoke.env", &r.smoke.env)] {
         if let Some(key) = env.keys().find(|k| !is_env_name(k)) {
             return Err(fail(

@@ -2,7 +2,10 @@
 //! isolation, against pinned build dependencies (vLLM `setup.py`, `requirements/build.txt`).
 //!
 //! The entry `store/wheels/<key>/` holds the wheel, `build.json` (inputs,
-//! tools, environment, sha256, duration) and `build.log`.
+//! tools, environment, sha256, duration, the kernel families the tree's
+//! configure reported: [`families`]) and `build.log`.
+
+pub mod families;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -885,6 +888,11 @@ pub struct BuildRecord {
     /// not parse, a target that is not a string literal), one line each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rust_unread: Vec<String>,
+    /// Every kernel family the tree's configure reported, built or not, in
+    /// the order printed ([`families`]); `None` in a record written before
+    /// they were read (see [`BuildRecord::kernel_families`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_families: Option<Vec<families::KernelFamily>>,
     /// When the build started (RFC 3339).
     pub started: String,
     /// Wall time, seconds.
@@ -901,6 +909,59 @@ impl BuildRecord {
     pub fn wheel_path(&self, dir: &Path) -> PathBuf {
         dir.join(&self.wheel)
     }
+
+    /// The kernel families of the wheel entry at `dir`: the recorded ones,
+    /// else (a record written before they were read) those of the entry's
+    /// `build.log`, untraced; `None` when neither is there.
+    pub fn kernel_families(&self, dir: &Path) -> Option<Vec<families::KernelFamily>> {
+        self.kernel_families
+            .clone()
+            .or_else(|| families::read_log(&dir.join("build.log")))
+    }
+}
+
+/// The recipe's `expect.kernel_families` against the families the wheel at
+/// `entry` (record `record`) was built with: each must be reported built by
+/// the tree's configure.
+///
+/// Errors (exit 3, identity mismatch): a family not built, naming it, the
+/// tree's reason, where the tree says so and the build's arch list; the
+/// wheel entry is kept (it is what the tree builds for these inputs).
+pub fn check_expected_families(
+    lr: &LoadedRecipe,
+    entry: &Entry,
+    record: &BuildRecord,
+) -> Result<()> {
+    let expected = &lr.recipe.expect.kernel_families;
+    if expected.is_empty() {
+        return Ok(());
+    }
+    let recorded = record.kernel_families(&entry.path);
+    let unmet = families::unmet(expected, recorded.as_deref());
+    if unmet.is_empty() {
+        return Ok(());
+    }
+    let arch = record.env.get("TORCH_CUDA_ARCH_LIST").map_or_else(
+        || {
+            format!(
+                "no TORCH_CUDA_ARCH_LIST: target_device {}",
+                lr.recipe.build.target_device
+            )
+        },
+        |a| format!("TORCH_CUDA_ARCH_LIST={a}"),
+    );
+    Err(crate::exit::mismatch(format!(
+        "{}: expect.kernel_families: the wheel {} lacks {} the recipe requires (built with {arch}):\n  - {}\nrefusing before the venv is made (the wheel is kept: {}/build.json `kernel_families` lists what the tree's configure reported)",
+        lr.origin,
+        entry.label(),
+        if unmet.len() == 1 {
+            "a kernel family"
+        } else {
+            "kernel families"
+        },
+        unmet.join("\n  - "),
+        entry.path.display()
+    )))
 }
 
 /// Checks the wheel entry `entry` against its manifest, hashes included
@@ -1147,6 +1208,12 @@ pub fn ensure(
             ..s
         });
     let ext_taken = crate::stages::ext::taken(&plan.hermetic.ext, &work)?;
+    // What the tree's configure said it builds, traced to its CMake files.
+    let mut kernel_families = families::read_log(&log).unwrap_or_default();
+    families::trace(
+        &mut kernel_families,
+        &crate::stages::ext::messages::in_tree(&src.path),
+    );
     let wheels: Vec<String> = fs::read_dir(&dist)?
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -1227,6 +1294,7 @@ pub fn ensure(
         ext_taken,
         rust_extensions,
         rust_unread,
+        kernel_families: Some(kernel_families),
         started,
         duration_s: t0.elapsed().as_secs_f64(),
     };

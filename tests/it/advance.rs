@@ -198,9 +198,18 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
         "near-tie",
         "**identical**",
         "does not establish",
+        // The fixture's setup.py build runs no CMake: no family on either side.
+        "## Kernel families (as each tree's configure reported them)",
+        "0 gained, 0 lost, 0 built by both.",
     ] {
         assert!(md.contains(needle), "report lacks {needle:?}:\n{md}");
     }
+    assert_eq!(
+        r["kernel_families"],
+        serde_json::json!({"gained": [], "lost": [], "kept": 0, "not_known": null}),
+        "{}",
+        r["kernel_families"]
+    );
     // FROM was not touched.
     assert_eq!(
         std::fs::read(from_oracle.join("oracle.json")).unwrap(),

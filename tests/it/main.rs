@@ -29,6 +29,7 @@ mod gpu;
 mod hermetic;
 mod identity;
 mod installer;
+mod kernel_families;
 mod mirror;
 mod perf;
 mod pipeline_keys;

@@ -6,11 +6,12 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{CaseComparison, Delta, PackageDelta};
+use super::{CaseComparison, Delta, FamilyDelta, PackageDelta};
 use crate::recipe::Recipe;
 use crate::stages::identity::Identity;
 use crate::stages::smoke::golden;
 use crate::stages::smoke::{CaseResult, SmokeReport};
+use crate::stages::wheel::families::{KernelFamily, built_names};
 
 /// Dotted-path differences between two recipes (name aside, which always differs).
 pub fn recipe_delta(from: &Recipe, to: &Recipe) -> Vec<Delta> {
@@ -58,6 +59,52 @@ fn flatten(prefix: &str, v: &Value, out: &mut BTreeMap<String, Value>) {
         other => {
             out.insert(prefix.to_string(), other.clone());
         }
+    }
+}
+
+/// The kernel families built by TO and not FROM (gained) and by FROM and
+/// not TO (lost, with TO's reason), from each wheel's `kernel_families`.
+pub fn family_delta(from: Option<&[KernelFamily]>, to: Option<&[KernelFamily]>) -> FamilyDelta {
+    let (Some(from), Some(to)) = (from, to) else {
+        let side = if from.is_none() { "FROM" } else { "TO" };
+        return FamilyDelta {
+            not_known: Some(format!(
+                "{side}'s wheel records no kernel families (built before they were read, and no build.log to read them from)"
+            )),
+            ..FamilyDelta::default()
+        };
+    };
+    let (a, b) = (built_names(from), built_names(to));
+    let gained = b
+        .iter()
+        .filter(|n| !a.contains(n))
+        .map(|n| {
+            to.iter()
+                .find(|f| &f.name == n && f.built)
+                .map_or_else(|| n.clone(), KernelFamily::describe)
+        })
+        .collect();
+    let lost = a
+        .iter()
+        .filter(|n| !b.contains(n))
+        .map(|n| {
+            let said: Vec<String> = to
+                .iter()
+                .filter(|f| &f.name == n)
+                .map(KernelFamily::describe)
+                .collect();
+            if said.is_empty() {
+                format!("{n}: TO's configure did not report it")
+            } else {
+                said.join("; ")
+            }
+        })
+        .collect();
+    FamilyDelta {
+        gained,
+        lost,
+        kept: a.iter().filter(|n| b.contains(n)).count(),
+        not_known: None,
     }
 }
 
@@ -269,6 +316,35 @@ fn compare_case(from: Option<&CaseResult>, to: &CaseResult, near_tie_nats: f64) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn families_gained_and_lost_name_to_s_line_and_reason() {
+        use crate::stages::wheel::families::parse;
+        let from = parse(
+            "-- Building SM12x NVFP4 for archs: 12.0a;12.1a\n-- Building Marlin kernels for archs: 8.0\n-- Not building CUTLASS MLA as no compatible archs were found.\n",
+        );
+        let to = parse(
+            "-- Not building SM12x NVFP4 as no compatible archs were found.\n-- Building Marlin kernels for archs: 8.0\n-- Building CUTLASS MLA for archs: 10.0a\n",
+        );
+        let d = family_delta(Some(&from[..]), Some(&to[..]));
+        assert_eq!(d.gained, ["CUTLASS MLA: built for 10.0a"]);
+        assert_eq!(
+            d.lost,
+            ["SM12x NVFP4: not built: no compatible archs were found"]
+        );
+        assert_eq!((d.kept, d.not_known.is_none()), (1, true));
+        let gone = family_delta(Some(&from[..]), Some(&to[1..]));
+        assert_eq!(
+            gone.lost[0],
+            "SM12x NVFP4: TO's configure did not report it"
+        );
+        assert!(
+            family_delta(None, Some(&to[..]))
+                .not_known
+                .unwrap()
+                .starts_with("FROM's")
+        );
+    }
 
     #[test]
     fn names_are_pep503_normalized() {

@@ -38,6 +38,9 @@ pub struct Side {
     /// What the compiler cache did in that build (`build.json`).
     #[serde(default)]
     pub compiler_cache_stats: Option<crate::stages::wheel::CacheStats>,
+    /// The kernel families the tree's configure reported for its wheel
+    /// (`build.json` `kernel_families`; `None`: not recorded).
+    pub kernel_families: Option<Vec<crate::stages::wheel::families::KernelFamily>>,
     /// Gate verdict and reasons, under the shared smoke configuration.
     pub verdict: String,
     /// Why not gateable.
@@ -68,6 +71,21 @@ pub struct PackageDelta {
     pub changed: Vec<(String, String, String)>,
     /// Distributions at the same version in both.
     pub unchanged: usize,
+}
+
+/// How the kernel families built differ between FROM and TO (as each
+/// tree's configure reported them).
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct FamilyDelta {
+    /// Built by TO's configure, not by FROM's: the name and TO's line.
+    pub gained: Vec<String>,
+    /// Built by FROM's configure, not by TO's: the name and why TO did not
+    /// (its reason, or that its configure did not report it).
+    pub lost: Vec<String>,
+    /// Families built by both.
+    pub kept: usize,
+    /// Why the comparison cannot be made (a side recorded none); `None` when made.
+    pub not_known: Option<String>,
 }
 
 /// The commits between the two pins.
@@ -124,6 +142,8 @@ pub struct AdvanceReport {
     pub compile_cost: Option<crate::pipeline::compile_cost::CompileCost>,
     /// Identity fields side by side.
     pub identity: Vec<Delta>,
+    /// Kernel families gained and lost from FROM to TO.
+    pub kernel_families: FamilyDelta,
     /// Per smoke case.
     pub cases: Vec<CaseComparison>,
     /// What this comparison does not establish.

@@ -150,6 +150,27 @@ pub fn markdown(r: &AdvanceReport) -> String {
         ));
     }
     line(String::new());
+    line("## Kernel families (as each tree's configure reported them)".into());
+    line(String::new());
+    let k = &r.kernel_families;
+    match &k.not_known {
+        Some(why) => line(format!("Not compared: {why}.")),
+        None => {
+            line(format!(
+                "{} gained, {} lost, {} built by both.",
+                k.gained.len(),
+                k.lost.len(),
+                k.kept
+            ));
+            for g in &k.gained {
+                line(format!("- gained: {}", g.replace('|', "\\|")));
+            }
+            for l in &k.lost {
+                line(format!("- **lost**: {}", l.replace('|', "\\|")));
+            }
+        }
+    }
+    line(String::new());
     line("## Build".into());
     line(String::new());
     line("| | FROM | TO |".into());

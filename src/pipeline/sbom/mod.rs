@@ -151,6 +151,13 @@ pub fn bom(s: &Subject<'_>) -> Result<Bom> {
     if let Some(v) = &id.runtime_version {
         pkg.properties.push(Property::new("runtime_version", v));
     }
+    // The kernel families the tree's configure reported, one property each.
+    match build.kernel_families(&wheel_dir) {
+        Some(families) => pkg.properties.extend(families.iter().map(family_property)),
+        None => pkg
+            .properties
+            .push(Property::new("kernel_families", "not recorded")),
+    }
 
     // The staged external sources.
     let mut ext_refs = Vec::new();
@@ -302,6 +309,14 @@ pub fn bom(s: &Subject<'_>) -> Result<Bom> {
     };
     bom.serial_number = serial(&serde_json::to_vec(&bom)?);
     Ok(bom)
+}
+
+/// A kernel family as a property: `oracle-build:kernel_family:<name>`,
+/// `built for <archs>` or `not built: <reason>`, then where the tree says so.
+fn family_property(f: &crate::stages::wheel::families::KernelFamily) -> Property {
+    let text = f.describe();
+    let value = text.strip_prefix(&format!("{}: ", f.name)).unwrap_or(&text);
+    Property::new(&format!("kernel_family:{}", f.name), value)
 }
 
 /// The compiled extensions of `oracle.json` (`identity.compiled_extensions`,
@@ -782,6 +797,17 @@ mod tests {
         );
         // A record without them (written before they were measured): no hash, no failure.
         assert!(c[1].hashes.is_empty());
+    }
+
+    #[test]
+    fn a_kernel_family_is_one_property_saying_built_or_why_not() {
+        let f = crate::stages::wheel::families::parse(
+            "-- Not building SM12x NVFP4 as no compatible archs were found.\n-- Building moe_data for archs: 12.0f\n",
+        );
+        let p = family_property(&f[0]);
+        assert_eq!(p.name, "oracle-build:kernel_family:SM12x NVFP4");
+        assert_eq!(p.value, "not built: no compatible archs were found");
+        assert_eq!(family_property(&f[1]).value, "built for 12.0f");
     }
 
     #[test]

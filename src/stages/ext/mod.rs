@@ -38,6 +38,7 @@
 
 mod cmake;
 pub mod condition;
+pub mod messages;
 pub mod proof;
 pub mod requirement;
 

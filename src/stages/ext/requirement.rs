@@ -72,9 +72,7 @@ const MAX_FILES: usize = 2000;
 /// line order. Reads every `CMakeLists.txt` and `*.cmake` of the tree
 /// (hidden directories skipped; bounded in size and count).
 pub fn check_tree(src: &Path, device: &str, compilers: &Compilers) -> Vec<Requirement> {
-    let mut files = Vec::new();
-    collect(src, src, &mut files, 0);
-    files.sort();
+    let files = cmake_files(src);
     let facts = facts(device, compilers);
     let mut out = Vec::new();
     for rel in files {
@@ -84,6 +82,16 @@ pub fn check_tree(src: &Path, device: &str, compilers: &Compilers) -> Vec<Requir
         out.extend(check_file(&rel, &text, &facts, compilers));
     }
     out
+}
+
+/// Every `CMakeLists.txt` and `*.cmake` of the tree at `src`, relative to
+/// it and sorted (hidden directories skipped; at most [`MAX_FILES`] files of
+/// at most [`MAX_FILE`] bytes each).
+pub(super) fn cmake_files(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    collect(src, src, &mut files, 0);
+    files.sort();
+    files
 }
 
 fn collect(root: &Path, dir: &Path, out: &mut Vec<String>, depth: usize) {
