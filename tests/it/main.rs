@@ -30,6 +30,7 @@ mod hermetic;
 mod identity;
 mod installer;
 mod mirror;
+mod model_identity;
 mod perf;
 mod pipeline_keys;
 mod platform;

@@ -160,6 +160,9 @@ pub fn bom(s: &Subject<'_>) -> Result<Bom> {
         components.push(c);
     }
 
+    // The gate's models, as the last gate hashed them.
+    components.extend(models(&rec.smoke.cases));
+
     // The installed distributions.
     let lock = find_runtime_lock(s);
     let artifacts = artifacts_of(s.store, &rec.requires);
@@ -478,6 +481,101 @@ fn ext_sources(store: &Store, build: &BuildRecord) -> Result<Vec<Component>> {
         });
     }
     Ok(out)
+}
+
+/// The models the gate ran (`oracle.json` `smoke.cases[].model_manifest`):
+/// one `machine-learning-model` component per model directory and manifest
+/// (its `bom-ref` `model:<dir>@<16 hex of the manifest digest>`), the
+/// manifest's sha256 as its hash, the hub repository and revision of a hub
+/// snapshot, the cases that ran it, and every file inside as a `file`
+/// component with its sha256.
+fn models(cases: &[crate::stages::smoke::CaseResult]) -> Vec<Component> {
+    let mut out: Vec<Component> = Vec::new();
+    for c in cases {
+        let Some(m) = &c.model_manifest else {
+            continue;
+        };
+        let bom_ref = format!("model:{}@{}", m.dir, &m.digest[..m.digest.len().min(16)]);
+        let check = c
+            .model_check
+            .and_then(|x| serde_json::to_value(x).ok())
+            .and_then(|v| v.as_str().map(str::to_string));
+        if let Some(seen) = out
+            .iter_mut()
+            .find(|x| x.bom_ref.as_ref() == Some(&bom_ref))
+        {
+            seen.properties.push(Property::new("case", &c.name));
+            if let Some(check) = check {
+                seen.properties.push(Property::new(
+                    &format!("golden_model_check:{}", c.name),
+                    check,
+                ));
+            }
+            continue;
+        }
+        let name = m.hub.as_ref().map_or_else(
+            || {
+                Path::new(&m.dir)
+                    .file_name()
+                    .map_or_else(|| m.dir.clone(), |n| n.to_string_lossy().into_owned())
+            },
+            |h| h.repo.clone(),
+        );
+        let mut properties = vec![
+            Property::new("path", &m.dir),
+            Property::new("manifest_sha256", &m.digest),
+            Property::new("files", m.files.len().to_string()),
+            Property::new("bytes", m.bytes.to_string()),
+            Property::new("case", &c.name),
+        ];
+        if let Some(check) = check {
+            properties.push(Property::new(
+                &format!("golden_model_check:{}", c.name),
+                check,
+            ));
+        }
+        if let Some(h) = &m.hub {
+            properties.push(Property::new("hub_repo", &h.repo));
+            properties.push(Property::new("hub_revision", &h.revision));
+            if !h.refs.is_empty() {
+                properties.push(Property::new("hub_refs", h.refs.join(",")));
+            }
+        }
+        let files = m
+            .files
+            .iter()
+            .map(|f| {
+                let mut properties = vec![Property::new("size", f.size.to_string())];
+                if let Some(b) = &f.blob {
+                    properties.push(Property::new("hub_blob", b));
+                }
+                Component {
+                    kind: "file",
+                    bom_ref: Some(format!("{bom_ref}/{}", f.path)),
+                    name: f.path.clone(),
+                    hashes: vec![Hash::sha256(&f.sha256)],
+                    properties,
+                    ..Component::default()
+                }
+            })
+            .collect();
+        out.push(Component {
+            kind: "machine-learning-model",
+            bom_ref: Some(bom_ref),
+            name,
+            version: m.hub.as_ref().map(|h| h.revision.clone()),
+            description: Some(format!(
+                "the model directory {} the gate ran ({} files); its hash is the sha256 of its manifest (docs/sbom.md)",
+                m.dir,
+                m.files.len()
+            )),
+            hashes: vec![Hash::sha256(&m.digest)],
+            properties,
+            components: files,
+            ..Component::default()
+        });
+    }
+    out
 }
 
 /// The wheelhouse artifacts among `requires` (`wheelhouse/<sha256>`), by
