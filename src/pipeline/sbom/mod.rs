@@ -156,7 +156,14 @@ pub fn bom(s: &Subject<'_>) -> Result<Bom> {
     let mut ext_refs = Vec::new();
     let mut components = vec![pkg];
     for c in ext_sources(s.store, &build)? {
-        ext_refs.push(c.bom_ref.clone().unwrap_or_default());
+        // A declaration the configure did not take is no part of the wheel.
+        let untaken = c
+            .properties
+            .iter()
+            .any(|p| p.name == "oracle-build:taken" && p.value == "false");
+        if !untaken {
+            ext_refs.push(c.bom_ref.clone().unwrap_or_default());
+        }
         components.push(c);
     }
 
@@ -391,10 +398,33 @@ fn ext_sources(store: &Store, build: &BuildRecord) -> Result<Vec<Component>> {
     let mut out = Vec::new();
     for k in items {
         let entry = k.entry(store);
-        let mut properties = vec![
-            Property::new("variable", k.variable.name()),
-            Property::new("entry", entry.label()),
-        ];
+        let label = entry.label();
+        let taken = Taken::of(&k, &label, build);
+        let mut properties = Vec::new();
+        match &taken {
+            Taken::Target => properties.push(Property::new("variable", k.variable.name())),
+            // No variable was passed: the dependency provider handed CMake
+            // the copy of the declaration it evaluated.
+            Taken::Yes(at) => {
+                properties.push(Property::new("variable", "none: the dependency provider"));
+                properties.push(Property::new("decided", "configure"));
+                properties.push(Property::new("taken", "true"));
+                properties.push(Property::new("declared", at));
+            }
+            Taken::No(other) => {
+                properties.push(Property::new("decided", "configure"));
+                properties.push(Property::new("taken", "false"));
+                properties.push(Property::new("configure_took", other));
+            }
+            Taken::Unknown => {
+                properties.push(Property::new("decided", "configure"));
+                properties.push(Property::new(
+                    "taken",
+                    "unknown: the build record names no declaration of it taken",
+                ));
+            }
+        }
+        properties.push(Property::new("entry", &label));
         let mut hashes = Vec::new();
         if entry.exists() {
             let er: ExtRecord = read_json(&entry.path.join("ext.json"))?;
@@ -463,16 +493,34 @@ fn ext_sources(store: &Store, build: &BuildRecord) -> Result<Vec<Component>> {
                 )
             }
         };
+        // One name declared twice: the declaration the configure took is
+        // `ext:<name>`; every other one its own reference, by its entry.
+        let (bom_ref, description) = match &taken {
+            Taken::Target | Taken::Yes(_) => (
+                format!("ext:{}", k.name),
+                format!("FetchContent source {} staged as {label}", k.name),
+            ),
+            Taken::No(other) => (
+                format!("ext:{}@{label}", k.name),
+                format!(
+                    "FetchContent source {} staged as {label} and keyed, but NOT TAKEN: the tree's configure took the declaration at {other}; not a part of the wheel",
+                    k.name
+                ),
+            ),
+            Taken::Unknown => (
+                format!("ext:{}@{label}", k.name),
+                format!(
+                    "FetchContent source {} staged as {label}, one of the declarations the tree's configure chooses between",
+                    k.name
+                ),
+            ),
+        };
         out.push(Component {
             kind: "library",
-            bom_ref: Some(format!("ext:{}", k.name)),
+            bom_ref: Some(bom_ref),
             name: k.name.clone(),
             version: Some(version),
-            description: Some(format!(
-                "FetchContent source {} staged as {}",
-                k.name,
-                entry.label()
-            )),
+            description: Some(description),
             hashes,
             external_references: vec![reference],
             pedigree: (!commits.is_empty()).then_some(Pedigree { commits }),
@@ -576,6 +624,36 @@ fn models(cases: &[crate::stages::smoke::CaseResult]) -> Vec<Component> {
         });
     }
     out
+}
+
+/// Whether the build took a staged source (`build.json` `ext_taken`).
+enum Taken {
+    /// Decided before the build, for the target: passed through its variable.
+    Target,
+    /// One of several declarations, and the one the configure took (its `file:line`).
+    Yes(String),
+    /// One of several, not taken: the configure took the declaration at this `file:line`.
+    No(String),
+    /// One of several, and the record names none of its name taken.
+    Unknown,
+}
+
+impl Taken {
+    fn of(k: &ext::KeyedSource, label: &str, build: &BuildRecord) -> Taken {
+        if k.decided != ext::Decided::Configure {
+            return Taken::Target;
+        }
+        let mut of_name = build
+            .ext_taken
+            .iter()
+            .filter(|t| t.name == k.name && t.decided == ext::Decided::Configure);
+        match of_name.clone().find(|t| t.entry == label) {
+            Some(t) => Taken::Yes(t.declared.clone()),
+            None => of_name
+                .next()
+                .map_or(Taken::Unknown, |t| Taken::No(t.declared.clone())),
+        }
+    }
 }
 
 /// The wheelhouse artifacts among `requires` (`wheelhouse/<sha256>`), by
