@@ -310,6 +310,7 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
             only: None,
             record: None,
             tmp_root: Some(store.tmp_dir()),
+            model_hashes: Some(store.model_hashes_dir()),
         },
     )?;
 

@@ -24,6 +24,7 @@ use crate::exit::{bad_input, mismatch, not_gateable};
 use crate::ops::{Session, print_json};
 use crate::recipe::LoadedRecipe;
 use crate::stages::oracle::{self, OracleRecord};
+use crate::stages::smoke::model::ModelCheck;
 use crate::stages::smoke::{self, CaseResult, GoldenState, SmokeReport, Verdict, golden};
 use crate::store::{Bucket, Manifest, Store};
 
@@ -409,6 +410,9 @@ fn render_case(c: &CaseResult, requested: &[&str], line: &mut impl FnMut(String)
         if c.ok { "ok" } else { "FAIL" }
     ));
     line(format!("  model    {}", c.model));
+    if let Some(m) = &c.model_manifest {
+        line(format!("           {}", m.summary()));
+    }
     if let Some(cfg) = c.engine_config.as_object() {
         let known: Vec<(&String, &Value)> = cfg
             .iter()
@@ -467,14 +471,20 @@ fn render_case(c: &CaseResult, requested: &[&str], line: &mut impl FnMut(String)
             }
         }
         GoldenState::Refused => {
-            line(format!(
-                "  golden   REFUSED{path}: {}",
-                if c.config_diffs.is_empty() {
-                    "recorded for another prompt"
-                } else {
-                    "recorded under another engine configuration"
-                }
-            ));
+            let mut why = Vec::new();
+            if c.model_diff.is_some() {
+                why.push("recorded on other model files");
+            }
+            if !c.config_diffs.is_empty() {
+                why.push("recorded under another engine configuration");
+            }
+            if why.is_empty() {
+                why.push("recorded for another prompt");
+            }
+            line(format!("  golden   REFUSED{path}: {}", why.join(", ")));
+            if let Some(d) = &c.model_diff {
+                line(format!("           model files {d}"));
+            }
             for d in &c.config_diffs {
                 line(format!("           {d}"));
             }
@@ -483,6 +493,15 @@ fn render_case(c: &CaseResult, requested: &[&str], line: &mut impl FnMut(String)
             line("  golden   none recorded (smoke --record-golden writes one)".into())
         }
         other => line(format!("  golden   {other}{path}")),
+    }
+    match c.model_check {
+        Some(ModelCheck::Matched) => line(
+            "  model    the golden's model files: every file the same (path, size, sha256)".into(),
+        ),
+        Some(ModelCheck::NotChecked) => line(
+            "  model    NOT CHECKED: the golden records no model manifest (record it again to check the model)".into(),
+        ),
+        Some(ModelCheck::Differs) | None => {}
     }
     for n in &c.notes {
         line(format!("  note     {n}"));

@@ -425,7 +425,9 @@ pub struct ExtRow {
     pub file: String,
     /// `repo @ tag` or URL.
     pub origin: String,
-    /// The variable it is passed through.
+    /// The variable it is passed through, or for one of several declarations
+    /// the tree's configure chooses between, `the dependency provider
+    /// (<file:line>)` ([`ExtSource::passed_through`]).
     pub variable: String,
     /// Where the variable points inside the source, if not at its root.
     pub subdir: Option<String>,
@@ -484,7 +486,7 @@ pub fn ext_rows(store: &Store, found: &Discovery) -> Vec<ExtRow> {
                 name: s.name.clone(),
                 file: s.file.clone(),
                 origin: ext::describe(&s.origin),
-                variable: s.variable.name().to_string(),
+                variable: s.passed_through(),
                 subdir: s.subdir.clone(),
                 entry: e.label(),
                 staged: e.exists(),

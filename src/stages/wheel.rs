@@ -748,9 +748,7 @@ impl WheelHermetic {
         self.ext
             .iter()
             .map(|(s, _)| match &s.variable {
-                _ if s.decided == Decided::Configure => {
-                    format!("the dependency provider ({})", s.declared_at())
-                }
+                _ if s.decided == Decided::Configure => s.passed_through(),
                 Variable::Env(v) => v.clone(),
                 Variable::Cmake(v) => format!("CMAKE_ARGS -D{v}"),
             })

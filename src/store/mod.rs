@@ -510,6 +510,15 @@ impl Store {
         self.root.join("demo")
     }
 
+    /// `<root>/model-hashes`: the sha256 of every file of the gate's
+    /// models, one small JSON file per model directory, kept under each
+    /// file's size, times and inode so a gate hashes only what changed
+    /// (`stages::smoke::model`). Bookkeeping, not entries: written
+    /// atomically, and losing it costs only hashing again.
+    pub fn model_hashes_dir(&self) -> PathBuf {
+        self.root.join("model-hashes")
+    }
+
     /// `<root>/tmp`: staging.
     pub fn tmp_dir(&self) -> PathBuf {
         self.root.join("tmp")

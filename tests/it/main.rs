@@ -31,6 +31,7 @@ mod identity;
 mod installer;
 mod kernel_families;
 mod mirror;
+mod model_identity;
 mod perf;
 mod pipeline_keys;
 mod platform;

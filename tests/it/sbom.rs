@@ -504,3 +504,141 @@ fn sbom_lists_every_source_and_distribution_and_the_signed_provenance_verifies_o
         text(&out)
     );
 }
+
+/// Every `bom-ref` of `c` and of the components inside it.
+fn refs_of(c: &Value, out: &mut Vec<String>) {
+    if let Some(r) = c["bom-ref"].as_str() {
+        out.push(r.to_string());
+    }
+    for inner in c["components"].as_array().into_iter().flatten() {
+        refs_of(inner, out);
+    }
+}
+
+/// A name declared twice under a condition the tree computes (vLLM's oneDNN
+/// under `ASIMD_FOUND`; issue 39, "Declarations the configure did not take"):
+/// the SBOM stays valid CycloneDX 1.6 with unique `bom-ref`s and each ref
+/// once in `dependencies`; the declaration the configure took is `ext:<name>`,
+/// the other is marked `taken=false` and is no part; neither, nor `plan`,
+/// claims `FETCHCONTENT_SOURCE_DIR_<NAME>` (the dependency provider was used).
+#[test]
+fn sbom_of_a_name_declared_twice_under_a_computed_condition_has_unique_refs_and_marks_the_untaken()
+{
+    let fx = Fx::new();
+    let d = fx.dir();
+    let (repo, _) = crate::real::cmake_fixture(d);
+    let plain = d.join("ext/fxplain");
+    std::fs::write(plain.join("fixture-ext.txt"), "fxplain v2.0\n").unwrap();
+    git(&plain, &["commit", "-qam", "v2"]);
+    git(&plain, &["tag", "v2.0"]);
+    let url = format!("file://{}", plain.display());
+    std::fs::write(
+        repo.join("cmake/external_projects/fxplain.cmake"),
+        format!(
+            "function(fx_find_isa out)\n  set(${{out}} OFF PARENT_SCOPE)\nendfunction()\nfx_find_isa(FX_ISA_FOUND)\nif(FX_ISA_FOUND)\n  FetchContent_Declare(fxplain GIT_REPOSITORY {url} GIT_TAG v1.0)\nelse()\n  FetchContent_Declare(fxplain GIT_REPOSITORY {url} GIT_TAG v2.0)\nendif()\nFetchContent_MakeAvailable(fxplain)\n"
+        ),
+    )
+    .unwrap();
+    git(
+        &repo,
+        &["commit", "-qam", "fxplain by a computed condition"],
+    );
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    let recipe = fx.recipe("fx", &repo, &commit, SMOKE);
+    let r = recipe.to_str().unwrap();
+    fx.exits(&["lock", r], 0);
+    fx.exits(&["build", r], 0);
+
+    let file = d.join("bom.json");
+    fx.exits(&["sbom", r, "--out", file.to_str().unwrap()], 0);
+    let python = cyclonedx_validator(d);
+    assert_eq!(schema_errors(&python, &file), "");
+    let bom = read_json(&file);
+
+    // Unique references, the oracle's and every nested one included.
+    let mut refs = Vec::new();
+    refs_of(&bom["metadata"]["component"], &mut refs);
+    for c in bom["components"].as_array().unwrap() {
+        refs_of(c, &mut refs);
+    }
+    let mut unique = refs.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), refs.len(), "duplicate bom-refs: {refs:?}");
+    // Each ref depends once, on refs that exist, each named once.
+    let deps = bom["dependencies"].as_array().unwrap();
+    let mut dep_refs: Vec<&str> = deps.iter().map(|x| x["ref"].as_str().unwrap()).collect();
+    let n = dep_refs.len();
+    dep_refs.sort();
+    dep_refs.dedup();
+    assert_eq!(dep_refs.len(), n, "{deps:?}");
+    for x in deps {
+        let on: Vec<&str> = x["dependsOn"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        let mut u = on.clone();
+        u.sort();
+        u.dedup();
+        assert_eq!(u.len(), on.len(), "{x}");
+        assert!(on.iter().all(|o| refs.iter().any(|r| r == o)), "{x}");
+    }
+
+    // The taken declaration (the else branch, v2.0) is the component.
+    let plains: Vec<&Value> = bom["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["name"] == "fxplain")
+        .collect();
+    assert_eq!(plains.len(), 2, "{plains:?}");
+    let taken = component(&bom, "ext:fxplain");
+    assert_eq!(taken["version"], "v2.0", "{taken}");
+    assert_eq!(prop(taken, "taken"), Some("true"), "{taken}");
+    assert_eq!(
+        prop(taken, "declared"),
+        Some("cmake/external_projects/fxplain.cmake:8"),
+        "{taken}"
+    );
+    let untaken = plains.iter().find(|c| c["version"] == "v1.0").unwrap();
+    assert_ne!(untaken["bom-ref"], "ext:fxplain");
+    assert_eq!(prop(untaken, "taken"), Some("false"), "{untaken}");
+    let pkg_deps = deps.iter().find(|x| x["ref"] == "pkg:fixturellm").unwrap();
+    assert!(
+        pkg_deps["dependsOn"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("ext:fxplain")),
+        "{pkg_deps}"
+    );
+    assert!(
+        !pkg_deps["dependsOn"]
+            .as_array()
+            .unwrap()
+            .contains(&untaken["bom-ref"]),
+        "{pkg_deps}"
+    );
+    let text_of_bom = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        !text_of_bom.contains("FETCHCONTENT_SOURCE_DIR_FXPLAIN"),
+        "{text_of_bom}"
+    );
+
+    // plan does not claim the variable either.
+    let plan = fx.run(&["plan", r, "--json"]);
+    assert_eq!(plan_exit(&plan), 0, "{}", text(&plan));
+    let rows: Vec<Value> = json(&plan)["ext_sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["name"] == "fxplain")
+        .cloned()
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for row in &rows {
+        let v = row["variable"].as_str().unwrap();
+        assert!(v.starts_with("the dependency provider ("), "{row}");
+    }
+}

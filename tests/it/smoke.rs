@@ -362,10 +362,26 @@ fn golden_mismatch_names_position_tokens_and_gap_and_flags_near_ties_by_the_thre
     assert!(fx.dir().join("goldens/small.json").is_file());
 
     // Now the case runs model-b, which flips step 7 (" where" -> " that").
+    // Its weights are other files: the golden's model manifest refuses the
+    // comparison, naming them (tests/it/model_identity.rs).
     fx.set_smoke(&smoke("", &[case("small", "model-b", golden)]));
     let (c, report, _) = fx.smoke(&[]);
     assert_eq!(c, 4, "{report:#}");
     let small = &report["smoke"]["cases"][0];
+    assert_eq!(small["golden"], "refused", "{small}");
+    assert_eq!(
+        small["model_diff"]["changed"],
+        serde_json::json!(["weights.json"])
+    );
+    // A golden without a manifest (recorded before it) compares the outputs.
+    let path = fx.dir().join("goldens/small.json");
+    let mut g = read_json(&path);
+    g.as_object_mut().unwrap().remove("model_manifest");
+    std::fs::write(&path, g.to_string()).unwrap();
+    let (c, report, _) = fx.smoke(&[]);
+    assert_eq!(c, 4, "{report:#}");
+    let small = &report["smoke"]["cases"][0];
+    assert_eq!(small["model_check"], "not checked", "{small}");
     assert_eq!(small["golden"], "mismatched");
     let d = &small["golden_diff"];
     assert_eq!(d["position"], 7, "{d}");

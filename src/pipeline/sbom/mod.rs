@@ -163,9 +163,19 @@ pub fn bom(s: &Subject<'_>) -> Result<Bom> {
     let mut ext_refs = Vec::new();
     let mut components = vec![pkg];
     for c in ext_sources(s.store, &build)? {
-        ext_refs.push(c.bom_ref.clone().unwrap_or_default());
+        // A declaration the configure did not take is no part of the wheel.
+        let untaken = c
+            .properties
+            .iter()
+            .any(|p| p.name == "oracle-build:taken" && p.value == "false");
+        if !untaken {
+            ext_refs.push(c.bom_ref.clone().unwrap_or_default());
+        }
         components.push(c);
     }
+
+    // The gate's models, as the last gate hashed them.
+    components.extend(models(&rec.smoke.cases));
 
     // The installed distributions.
     let lock = find_runtime_lock(s);
@@ -403,10 +413,33 @@ fn ext_sources(store: &Store, build: &BuildRecord) -> Result<Vec<Component>> {
     let mut out = Vec::new();
     for k in items {
         let entry = k.entry(store);
-        let mut properties = vec![
-            Property::new("variable", k.variable.name()),
-            Property::new("entry", entry.label()),
-        ];
+        let label = entry.label();
+        let taken = Taken::of(&k, &label, build);
+        let mut properties = Vec::new();
+        match &taken {
+            Taken::Target => properties.push(Property::new("variable", k.variable.name())),
+            // No variable was passed: the dependency provider handed CMake
+            // the copy of the declaration it evaluated.
+            Taken::Yes(at) => {
+                properties.push(Property::new("variable", "none: the dependency provider"));
+                properties.push(Property::new("decided", "configure"));
+                properties.push(Property::new("taken", "true"));
+                properties.push(Property::new("declared", at));
+            }
+            Taken::No(other) => {
+                properties.push(Property::new("decided", "configure"));
+                properties.push(Property::new("taken", "false"));
+                properties.push(Property::new("configure_took", other));
+            }
+            Taken::Unknown => {
+                properties.push(Property::new("decided", "configure"));
+                properties.push(Property::new(
+                    "taken",
+                    "unknown: the build record names no declaration of it taken",
+                ));
+            }
+        }
+        properties.push(Property::new("entry", &label));
         let mut hashes = Vec::new();
         if entry.exists() {
             let er: ExtRecord = read_json(&entry.path.join("ext.json"))?;
@@ -475,16 +508,34 @@ fn ext_sources(store: &Store, build: &BuildRecord) -> Result<Vec<Component>> {
                 )
             }
         };
+        // One name declared twice: the declaration the configure took is
+        // `ext:<name>`; every other one its own reference, by its entry.
+        let (bom_ref, description) = match &taken {
+            Taken::Target | Taken::Yes(_) => (
+                format!("ext:{}", k.name),
+                format!("FetchContent source {} staged as {label}", k.name),
+            ),
+            Taken::No(other) => (
+                format!("ext:{}@{label}", k.name),
+                format!(
+                    "FetchContent source {} staged as {label} and keyed, but NOT TAKEN: the tree's configure took the declaration at {other}; not a part of the wheel",
+                    k.name
+                ),
+            ),
+            Taken::Unknown => (
+                format!("ext:{}@{label}", k.name),
+                format!(
+                    "FetchContent source {} staged as {label}, one of the declarations the tree's configure chooses between",
+                    k.name
+                ),
+            ),
+        };
         out.push(Component {
             kind: "library",
-            bom_ref: Some(format!("ext:{}", k.name)),
+            bom_ref: Some(bom_ref),
             name: k.name.clone(),
             version: Some(version),
-            description: Some(format!(
-                "FetchContent source {} staged as {}",
-                k.name,
-                entry.label()
-            )),
+            description: Some(description),
             hashes,
             external_references: vec![reference],
             pedigree: (!commits.is_empty()).then_some(Pedigree { commits }),
@@ -493,6 +544,131 @@ fn ext_sources(store: &Store, build: &BuildRecord) -> Result<Vec<Component>> {
         });
     }
     Ok(out)
+}
+
+/// The models the gate ran (`oracle.json` `smoke.cases[].model_manifest`):
+/// one `machine-learning-model` component per model directory and manifest
+/// (its `bom-ref` `model:<dir>@<16 hex of the manifest digest>`), the
+/// manifest's sha256 as its hash, the hub repository and revision of a hub
+/// snapshot, the cases that ran it, and every file inside as a `file`
+/// component with its sha256.
+fn models(cases: &[crate::stages::smoke::CaseResult]) -> Vec<Component> {
+    let mut out: Vec<Component> = Vec::new();
+    for c in cases {
+        let Some(m) = &c.model_manifest else {
+            continue;
+        };
+        let bom_ref = format!("model:{}@{}", m.dir, &m.digest[..m.digest.len().min(16)]);
+        let check = c
+            .model_check
+            .and_then(|x| serde_json::to_value(x).ok())
+            .and_then(|v| v.as_str().map(str::to_string));
+        if let Some(seen) = out
+            .iter_mut()
+            .find(|x| x.bom_ref.as_ref() == Some(&bom_ref))
+        {
+            seen.properties.push(Property::new("case", &c.name));
+            if let Some(check) = check {
+                seen.properties.push(Property::new(
+                    &format!("golden_model_check:{}", c.name),
+                    check,
+                ));
+            }
+            continue;
+        }
+        let name = m.hub.as_ref().map_or_else(
+            || {
+                Path::new(&m.dir)
+                    .file_name()
+                    .map_or_else(|| m.dir.clone(), |n| n.to_string_lossy().into_owned())
+            },
+            |h| h.repo.clone(),
+        );
+        let mut properties = vec![
+            Property::new("path", &m.dir),
+            Property::new("manifest_sha256", &m.digest),
+            Property::new("files", m.files.len().to_string()),
+            Property::new("bytes", m.bytes.to_string()),
+            Property::new("case", &c.name),
+        ];
+        if let Some(check) = check {
+            properties.push(Property::new(
+                &format!("golden_model_check:{}", c.name),
+                check,
+            ));
+        }
+        if let Some(h) = &m.hub {
+            properties.push(Property::new("hub_repo", &h.repo));
+            properties.push(Property::new("hub_revision", &h.revision));
+            if !h.refs.is_empty() {
+                properties.push(Property::new("hub_refs", h.refs.join(",")));
+            }
+        }
+        let files = m
+            .files
+            .iter()
+            .map(|f| {
+                let mut properties = vec![Property::new("size", f.size.to_string())];
+                if let Some(b) = &f.blob {
+                    properties.push(Property::new("hub_blob", b));
+                }
+                Component {
+                    kind: "file",
+                    bom_ref: Some(format!("{bom_ref}/{}", f.path)),
+                    name: f.path.clone(),
+                    hashes: vec![Hash::sha256(&f.sha256)],
+                    properties,
+                    ..Component::default()
+                }
+            })
+            .collect();
+        out.push(Component {
+            kind: "machine-learning-model",
+            bom_ref: Some(bom_ref),
+            name,
+            version: m.hub.as_ref().map(|h| h.revision.clone()),
+            description: Some(format!(
+                "the model directory {} the gate ran ({} files); its hash is the sha256 of its manifest (docs/sbom.md)",
+                m.dir,
+                m.files.len()
+            )),
+            hashes: vec![Hash::sha256(&m.digest)],
+            properties,
+            components: files,
+            ..Component::default()
+        });
+    }
+    out
+}
+
+/// Whether the build took a staged source (`build.json` `ext_taken`).
+enum Taken {
+    /// Decided before the build, for the target: passed through its variable.
+    Target,
+    /// One of several declarations, and the one the configure took (its `file:line`).
+    Yes(String),
+    /// One of several, not taken: the configure took the declaration at this `file:line`.
+    No(String),
+    /// One of several, and the record names none of its name taken.
+    Unknown,
+}
+
+impl Taken {
+    fn of(k: &ext::KeyedSource, label: &str, build: &BuildRecord) -> Taken {
+        if k.decided != ext::Decided::Configure {
+            return Taken::Target;
+        }
+        let mut of_name = build
+            .ext_taken
+            .iter()
+            .filter(|t| t.name == k.name && t.decided == ext::Decided::Configure);
+        match of_name.clone().find(|t| t.entry == label) {
+            Some(t) => Taken::Yes(t.declared.clone()),
+            None => of_name
+                .next()
+                .map_or(Taken::Unknown, |t| Taken::No(t.declared.clone())),
+        }
+    }
 }
 
 /// The wheelhouse artifacts among `requires` (`wheelhouse/<sha256>`), by

@@ -156,6 +156,18 @@ impl ExtSource {
         format!("{}:{}", self.file, self.line)
     }
 
+    /// What the build hands it through: its variable's name, or, for one of
+    /// several declarations the tree's CMake chooses between
+    /// ([`Decided::Configure`]), no variable but the dependency provider
+    /// (`the dependency provider (<file:line>)`): CMake asks the provider
+    /// only while `FETCHCONTENT_SOURCE_DIR_<NAME>` is empty.
+    pub fn passed_through(&self) -> String {
+        match self.decided {
+            Decided::Configure => format!("the dependency provider ({})", self.declared_at()),
+            Decided::Target => self.variable.name().to_string(),
+        }
+    }
+
     /// The store entry name, `<name>-<rev>`: the `GIT_TAG` (or the first 16
     /// hex of the URL's sha256) made path-safe, plus 8 hex of the origin so
     /// two repositories with the same name and tag do not collide.

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::golden;
+use super::model::{self, ModelCheck, ModelManifest};
 use super::npy;
 use super::{CaseResult, TopLogprob, describe_diff};
 use crate::recipe::{Case, LoadedRecipe};
@@ -91,6 +92,11 @@ pub struct Golden {
     /// Host facts at capture: boot id, GPUs.
     #[serde(default)]
     pub host: Value,
+    /// The manifest of the model directory at capture (every file's path,
+    /// size, sha256; the hub revision of a snapshot). Absent in goldens
+    /// recorded before it: then the model is not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_manifest: Option<ModelManifest>,
 }
 
 /// The format of a golden file.
@@ -258,6 +264,8 @@ pub struct Loaded {
     pub env: BTreeMap<String, String>,
     /// Which row of a numpy golden was used.
     pub row: Option<usize>,
+    /// The model's manifest at capture (JSON goldens recorded with it).
+    pub model_manifest: Option<ModelManifest>,
 }
 
 /// Reads the golden at `loc` for a case whose prompt is `prompt` (text, when
@@ -291,6 +299,7 @@ pub fn load(loc: &Location, prompt: Option<&str>, prompt_ids: &[i64]) -> Result<
                 config_is_partial: false,
                 env: g.env,
                 row: None,
+                model_manifest: g.model_manifest,
             })
         }
         Kind::Npy => {
@@ -332,6 +341,7 @@ pub fn load(loc: &Location, prompt: Option<&str>, prompt_ids: &[i64]) -> Result<
                 config_is_partial: true,
                 env: BTreeMap::new(),
                 row: Some(row.index),
+                model_manifest: None,
             })
         }
     }
@@ -700,6 +710,32 @@ pub(super) fn compare_golden(
             loc.path.display()
         )),
         (Some(_), None) => refused.push("the engine configuration was not read back".into()),
+    }
+    // The model's files: a golden recorded on other files says nothing of
+    // this oracle.
+    match (&g.model_manifest, &result.model_manifest) {
+        (Some(gm), Some(now)) => {
+            let d = model::diff(gm, now);
+            if d.is_empty() {
+                result.model_check = Some(ModelCheck::Matched);
+                if let Some((was, is)) = &d.revision {
+                    result.notes.push(format!(
+                        "the model is hub revision {is}, the golden's was {was}; every file is the same"
+                    ));
+                }
+            } else {
+                result.model_check = Some(ModelCheck::Differs);
+                refused.push(format!("it was recorded on other model files: {d}"));
+                result.model_diff = Some(d);
+            }
+        }
+        _ => {
+            result.model_check = Some(ModelCheck::NotChecked);
+            result.notes.push(format!(
+                "golden {} records no model manifest (recorded before the model's files were; or a numpy golden): the model was not checked",
+                loc.path.display()
+            ));
+        }
     }
     if !refused.is_empty() {
         result.golden = GoldenState::Refused;

@@ -11,6 +11,7 @@
 mod confine;
 mod driver;
 pub mod golden;
+pub mod model;
 pub mod npy;
 mod record_golden;
 mod report;
@@ -53,6 +54,9 @@ pub struct Options {
     /// Where each engine process's `TMPDIR` is made: the store's `tmp`
     /// (`None`: inside the run directory; see `confine`).
     pub tmp_root: Option<PathBuf>,
+    /// Where the sha256 of each model file is kept between gates
+    /// ([`model::take`]; `None`: every file hashed every time).
+    pub model_hashes: Option<PathBuf>,
 }
 
 /// How `--record-golden` records.
@@ -73,6 +77,7 @@ impl Options {
             only: None,
             record: None,
             tmp_root: (!store.read_only()).then(|| store.tmp_dir()),
+            model_hashes: (!store.read_only()).then(|| store.model_hashes_dir()),
         }
     }
 }
@@ -361,6 +366,9 @@ fn run_case(
         error: None,
         log: out_dir.join(format!("case-{}.log", case.name)),
         not_run: false,
+        model_manifest: None,
+        model_check: None,
+        model_diff: None,
     };
     // A model this box does not have: the case cannot run here.
     let model = match expand_env(&case.model) {
@@ -378,6 +386,17 @@ fn run_case(
         ));
         result.not_run = true;
         return Ok(result);
+    }
+    // The model's identity, before the engine reads it (compared with the
+    // golden's below).
+    match model::take(Path::new(&model), opts.model_hashes.as_deref()) {
+        Ok(m) => {
+            result.problems.extend(m.problems.iter().cloned());
+            result.model_manifest = Some(m);
+        }
+        Err(e) => result
+            .problems
+            .push(format!("the model's files cannot be hashed: {e:#}")),
     }
     progress::stage(
         "smoke",

@@ -94,6 +94,10 @@ pub(super) fn record_golden(
             .map_or(Value::Null, |r| r.oracle.clone()),
         captured: Some(jiff::Timestamp::now().to_string()),
         host: json!({"boot_id": boot_id(), "gpus": toolchain::gpus()}),
+        model_manifest: result
+            .model_manifest
+            .as_ref()
+            .map(super::model::ModelManifest::for_golden),
     };
     // A golden found only in the store's copy is recorded beside the recipe
     // again; the store keeps a copy of every JSON golden.

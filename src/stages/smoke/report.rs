@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::golden::{ConfigDiff, GoldenDiff, GoldenState};
+use super::model::{ModelCheck, ModelDiff, ModelManifest};
 use crate::host::toolchain::Gpu;
 
 /// The gate's decision.
@@ -138,6 +139,19 @@ pub struct CaseResult {
     /// which; nothing about the oracle was learned from it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub not_run: bool,
+    /// The manifest of the case's model directory, taken before the engine
+    /// ran ([`super::model`]); absent in records made before it, and for a
+    /// case whose model was not there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_manifest: Option<ModelManifest>,
+    /// How the model stands against the golden's manifest, when a golden was
+    /// compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_check: Option<ModelCheck>,
+    /// The files that differ from the golden's manifest, when they do (the
+    /// golden is then refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_diff: Option<ModelDiff>,
 }
 
 /// An engine argument that could not be read back from the engine.
