@@ -70,7 +70,9 @@ fn in_value(value: &DeValue<'_>, at: usize) -> Option<String> {
 
 /// The message for `e`, `toml`'s failure to read the TOML `text` of the
 /// file `origin`: `<origin>: line N: field `f`: <message>`, the line and
-/// field from the error's span ([`field_at`]; left out when unknown), the
+/// field from the error's span ([`field_at`]; for a document that does not
+/// parse, such as one giving a key twice, the key as written; left out
+/// when unknown), the
 /// message passed through `redact` (a password in a URL) and kept on one
 /// line. Callers report it as bad input (exit 2).
 pub fn message(
@@ -84,6 +86,15 @@ pub fn message(
         at.push_str(&format!("line {}: ", line_of(text, span.start)));
         if let Some(field) = field_at(text, span.start) {
             at.push_str(&format!("field `{field}`: "));
+        } else if e.message().contains("key")
+            && let Some(key) = text.get(span.clone()).map(str::trim)
+            && !key.is_empty()
+            && key.len() <= 100
+            && !key.contains('\n')
+        {
+            // A document that does not parse (a key given twice) has no
+            // spans to name the field by: the key as written, at its line.
+            at.push_str(&format!("key `{key}`: "));
         }
     }
     format!("{origin}: {at}{}", redact(&e.message().replace('\n', " ")))

@@ -8,7 +8,8 @@
 //! the wheel with its `build.json` and the signed statements with the
 //! cache's trust policy ([`super::trust::verify_wheel`]); for a lock, the
 //! reviewed lockfiles that pin it or else its signed statements
-//! ([`super::accept::lock_trust`]).
+//! ([`super::accept::lock_trust`]); for bytecode and vendored crates, its
+//! signed statements, as `pull` judges them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,11 +26,12 @@ use crate::stages::wheel::BuildRecord;
 use crate::store::{ManifestFile, sha256_file};
 
 /// Every artifact kind, in pipeline order.
-pub const KINDS: [Kind; 8] = [
+pub const KINDS: [Kind; 9] = [
     Kind::Source,
     Kind::Lock,
     Kind::Wheelhouse,
     Kind::Ext,
+    Kind::Crates,
     Kind::Wheel,
     Kind::Inputs,
     Kind::Attestation,
@@ -43,7 +45,8 @@ pub enum Trust {
     /// Its name is pinned by reviewed files (a commit, a lock's sha256, a
     /// `URL_HASH`, a key of pinned inputs): its digests are enough.
     Pinned,
-    /// A wheel: the trust policy's verdict on its signed statements.
+    /// A wheel, bytecode or vendored crates (code nothing reviewed pins):
+    /// the trust policy's verdict on its signed statements.
     Signed {
         /// The verdict.
         verdict: Verdict,
@@ -344,6 +347,31 @@ pub fn inspect(
         Trust::Source {
             tags: source_tags(&config, policy, attestations),
         }
+    } else if matches!(kind, Kind::Bytecode | Kind::Crates) {
+        // Code no reviewed file pins: judged, as `pull` judges it, with
+        // every attestation of its key (not "pinned (digest)").
+        let all = attestations
+            .get(&super::attest::signed_name(kind.name(), &config.name))
+            .cloned()
+            .unwrap_or_default();
+        let verdict = if kind == Kind::Bytecode {
+            trust::verify_bytecode(
+                &config.name,
+                &super::accept::bytecode_files(&config),
+                &all,
+                policy,
+            )
+        } else {
+            trust::rule::verdict(
+                trust::rule::Subject::Crates {
+                    key: &config.name,
+                    files: &super::accept::crates_files(&config),
+                },
+                &all,
+                policy,
+            )
+        };
+        Trust::Signed { verdict }
     } else {
         if kind == Kind::Wheelhouse {
             check_wheelhouse_layer(&manifest, &config.name, &mut problems);
@@ -555,4 +583,44 @@ fn check_layers(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{KINDS, kind_of};
+    use crate::cache::artifact::Kind;
+
+    /// Every kind `push` writes is listed, judged and collected by `cache
+    /// ls|verify|gc` (found breaking it, issue 42: `crates-` artifacts were
+    /// taken for another tool's tags, never verified nor collected). The
+    /// match makes a new kind a compile error here until it is listed.
+    #[test]
+    fn every_pushed_kind_is_an_artifact_of_cache_ls() {
+        for k in KINDS {
+            match k {
+                Kind::Source
+                | Kind::Lock
+                | Kind::Wheelhouse
+                | Kind::Ext
+                | Kind::Crates
+                | Kind::Wheel
+                | Kind::Inputs
+                | Kind::Attestation
+                | Kind::Bytecode => {}
+            }
+        }
+        for k in [
+            Kind::Source,
+            Kind::Lock,
+            Kind::Wheelhouse,
+            Kind::Ext,
+            Kind::Crates,
+            Kind::Wheel,
+            Kind::Inputs,
+            Kind::Attestation,
+            Kind::Bytecode,
+        ] {
+            assert_eq!(kind_of(Some(k.artifact_type().as_str())), Some(k), "{k:?}");
+        }
+    }
 }

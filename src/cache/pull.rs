@@ -140,12 +140,16 @@ pub fn pull_pin(
         .filter_map(|e| Kind::of_bucket(e.bucket).map(|k| (k, e.name.clone())))
         .collect();
     let mirrored = source::mirror_has(store, &r.source.repo, &r.source.commit);
-    if !mirrored {
+    // A mirror holding the commit with tags kept aside (an untrusted
+    // bundle or cache brought them) takes the cache's source too: signed
+    // tags confirm them.
+    let source_wanted = source::source_wanted(store, &r.source.repo, &r.source.commit);
+    if source_wanted {
         lacking.push((Kind::Source, r.source.commit.clone()));
     }
     ahead.warm(&f.read_ahead_tags(&lacking)?);
     let mut wanted: Vec<(Kind, String)> = Vec::new();
-    if !mirrored {
+    if source_wanted {
         let src_label = format!("{}/{}", Bucket::Src.dir_name(), r.source.commit);
         if let Some(t) = inputs.tags.get(&src_label) {
             wanted.push((Kind::Source, t.clone()));
@@ -192,6 +196,25 @@ pub fn pull_pin(
             })?;
         items.push(p);
     } else {
+        if source_wanted {
+            // Only a source whose tags are trusted changes such a mirror;
+            // one that cannot be read leaves it as it is, said.
+            let src_label = format!("{}/{}", Bucket::Src.dir_name(), r.source.commit);
+            match f.prepare_source(
+                &r.source.repo,
+                &r.source.commit,
+                inputs.tags.get(&src_label).map(String::as_str),
+                tags_policy,
+            ) {
+                Ok(Some(p)) if p.tags.as_ref().is_some_and(|t| t.is_confirmed()) => items.push(p),
+                Ok(_) => {}
+                Err(e) if super::bounds::is_unreachable(&e) => return Err(e),
+                Err(e) => f.notes.push(format!(
+                    "the mirror's unconfirmed tags were not confirmed from cache {}: {e:#}",
+                    cache.describe()
+                )),
+            }
+        }
         present.push(source::mirror_entry(store, &r.source.repo).label());
     }
     for label in &labels {

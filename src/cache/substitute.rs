@@ -163,13 +163,26 @@ impl<'a> Substituter<'a> {
     }
 
     /// Takes the source of `commit` of `repo` from the first cache that has
-    /// it, into the mirror (as [`Substituter::entry`]).
+    /// it, into the mirror (as [`Substituter::entry`]); with
+    /// `confirmed_only` (the mirror holds the commit, with tags kept
+    /// aside), only a source whose tags trusted builders signed.
     ///
     /// Errors: the store cannot be written.
-    pub fn source(&self, repo: &str, commit: &str, temp: &TempRoots) -> Result<Option<String>> {
+    pub fn source(
+        &self,
+        repo: &str,
+        commit: &str,
+        confirmed_only: bool,
+        temp: &TempRoots,
+    ) -> Result<Option<String>> {
         for (i, (t, policy)) in self.live() {
             let got = self.fetcher(i, false).and_then(|mut f| {
                 match f.prepare_source(repo, commit, None, policy)? {
+                    Some(p)
+                        if confirmed_only && !p.tags.as_ref().is_some_and(|t| t.is_confirmed()) =>
+                    {
+                        Ok(None)
+                    }
                     Some(p) => {
                         let added = f.commit(vec![p], temp)?;
                         for n in &f.notes {
@@ -320,9 +333,12 @@ pub fn inputs(
     let mut taken = Vec::new();
     let mirror = source::mirror_entry(store, &r.source.repo);
     temp.add(store, &mirror)?;
-    if !source::mirror_has(store, &r.source.repo, &r.source.commit)
+    // A mirror holding the commit with tags kept aside takes a source
+    // whose tags trusted builders signed, which confirms them.
+    let mirrored = source::mirror_has(store, &r.source.repo, &r.source.commit);
+    if source::source_wanted(store, &r.source.repo, &r.source.commit)
         && subs
-            .source(&r.source.repo, &r.source.commit, temp)?
+            .source(&r.source.repo, &r.source.commit, mirrored, temp)?
             .is_some()
     {
         taken.push("source".to_string());

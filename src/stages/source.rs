@@ -62,6 +62,17 @@ pub fn mirror_has(store: &Store, url: &str, commit: &str) -> bool {
         || (entry.exists() && Backend::find().has_commit(&entry.path, commit))
 }
 
+/// Whether a cache's (or a bundle's) source of `commit` of `url` is still
+/// wanted by a store: its mirror lacks the commit, or holds tags reaching
+/// it that a cache or bundle brought unsigned ([`unconfirmed_tags`]),
+/// which a source whose tags trusted builders signed confirms (issue 42:
+/// an untrusted bundle imported first must not make a team's signed
+/// source, and the wheel built from its tags, unreachable).
+pub fn source_wanted(store: &Store, url: &str, commit: &str) -> bool {
+    !mirror_has(store, url, commit)
+        || !unconfirmed_tags(&mirror_entry(store, url).path, commit).is_empty()
+}
+
 /// How the source stage works on repositories: the git command line when it
 /// is on PATH (faster for fetches and checkouts, see [`crate::host::git`]),
 /// else libgit2. Reads of history (tags, ranges, resolving) always use libgit2.

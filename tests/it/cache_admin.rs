@@ -91,7 +91,14 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
         .iter()
         .map(|a| a["kind"].as_str().unwrap().to_string())
         .collect();
-    for k in ["source", "lock", "wheelhouse", "wheel", "inputs"] {
+    for k in [
+        "source",
+        "lock",
+        "wheelhouse",
+        "wheel",
+        "inputs",
+        "bytecode",
+    ] {
         assert!(kinds.contains(&k.to_string()), "{k}: {doc}");
     }
     let w = wheel(&doc);
@@ -114,6 +121,12 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
             assert_eq!(a["tags"]["tags_trust"], "signed", "{a}");
             assert_eq!(a["tags"]["verdict"]["verdict"], "trusted", "{a}");
             "source"
+        } else if a["kind"] == "bytecode" {
+            // Code nothing reviewed pins: judged by its signatures, as
+            // `pull` judges it, never "pinned (digest)" (found breaking
+            // it, issue 42).
+            assert_eq!(a["verdict"]["verdict"], "trusted", "{a}");
+            "signed"
         } else {
             "pinned"
         };
@@ -238,6 +251,25 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
     let v = &wheel(&json(&out))["verdict"];
     assert_eq!(v["verdict"], "untrusted", "{v}");
     assert!(v["why"][0].as_str().unwrap().contains("is not in"), "{v}");
+    // Its bytecode too: `pull` would refuse it, and `ls` says so.
+    let doc = json(&out);
+    let pyc: Vec<Value> = artifacts(&doc)
+        .into_iter()
+        .filter(|a| a["kind"] == "bytecode")
+        .collect();
+    assert!(!pyc.is_empty(), "{doc}");
+    for a in &pyc {
+        assert_eq!(a["verdict"]["verdict"], "untrusted", "{a}");
+    }
+    let shown = text(&ob(&fx, &b, &["cache", "ls"]));
+    let line = shown
+        .lines()
+        .find(|l| l.trim_start().starts_with("pyc-"))
+        .unwrap_or_else(|| panic!("no pyc- in {shown}"));
+    assert!(
+        line.contains("untrusted") && !line.contains("pinned (digest)"),
+        "{line}"
+    );
 
     // A flipped byte in the wheel's blob: verify fails naming the digest.
     let layer = m["layers"]

@@ -64,6 +64,12 @@ fn a_bad_site_config_is_refused_before_any_work_with_exit_2() {
             "line 2: field `mirror[0].prefix`: value `github.com`",
         ),
         (
+            // Found breaking it: a key given twice named no key.
+            false,
+            "[[cache]]\nname = \"team\"\nurl = \"file:///srv/a\"\nurl = \"file:///srv/b\"\n",
+            "line 4: key `url`: duplicate key",
+        ),
+        (
             false,
             "[[mirror]]\nprefix = \"file:///\"\nurl = \"none\"\n",
             "line 2: mirror[0] (prefix \"file:///\")",

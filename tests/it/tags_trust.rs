@@ -223,3 +223,110 @@ fn a_tag_deleted_upstream_no_longer_gives_the_version() {
     assert!(version.starts_with("0.1.1.dev1+g"), "{again}");
     assert!(!mirror_refs(fx.store()).contains(&"refs/tags/v0.2.0".to_string()));
 }
+
+/// Found breaking it as a new user (issue 42): a box that first imported
+/// an untrusted pusher's bundle holds the commit with its tags kept aside.
+/// A later `pull` from a cache whose source a trusted builder signed, and a
+/// `build` substituting from it, still take that source: its signed tags
+/// confirm the ones kept aside, so the trusted wheel is not refused as
+/// "another version" and no wheel of the wrong version is built.
+#[test]
+fn a_trusted_source_confirms_tags_an_untrusted_bundle_left_aside() {
+    let reg = Registry::start(None);
+    let fx = Fx::new();
+    let (repo, _, recipe) = fx.pin();
+    let r = recipe.to_str().unwrap();
+    let (key_a, line_a) = keypair(fx.dir(), "builder-a@test");
+    let (key_e, _) = keypair(fx.dir(), "builder-e@test");
+    let allowed = fx.dir().join("allowed_signers");
+    std::fs::write(&allowed, &line_a).unwrap();
+    let team = reg.url("team/oracles");
+
+    // A builds and pushes (its source's tags signed); E, untrusted, builds
+    // the same pin and exports it (its bundle's tags signed by E only).
+    let a = fx.dir().join("store-a");
+    configure(&a, &team, Some(&key_a), Some(&allowed), 1);
+    let built_a = ok(&ob(
+        &fx,
+        &a,
+        None,
+        "builder-a@test",
+        &["build", r, "--json"],
+    ));
+    let honest = built_a["runtime_version"].as_str().unwrap().to_string();
+    ok(&ob(&fx, &a, None, "builder-a@test", &["push", r, "--json"]));
+    let e = fx.dir().join("store-e");
+    configure(&e, &team, Some(&key_e), None, 1);
+    ok(&ob(
+        &fx,
+        &e,
+        None,
+        "builder-e@test",
+        &["build", r, "--json"],
+    ));
+    let e_bundle = fx.dir().join("e.tar.gz");
+    ok(&ob(
+        &fx,
+        &e,
+        None,
+        "builder-e@test",
+        &["export", r, "-o", e_bundle.to_str().unwrap(), "--json"],
+    ));
+    force_remove(&repo);
+
+    for how in ["pull", "build"] {
+        // B trusts A only, imports E's bundle first: v0.1.0 is kept aside.
+        let b = fx.dir().join(format!("store-b-{how}"));
+        configure(&b, &team, None, Some(&allowed), 1);
+        ok(&ob(
+            &fx,
+            &b,
+            None,
+            "builder-b@test",
+            &["import", e_bundle.to_str().unwrap(), "--json"],
+        ));
+        assert!(
+            mirror_refs(&b).contains(&"refs/oracle-build/unconfirmed/tags/v0.1.0".to_string()),
+            "{:?}",
+            mirror_refs(&b)
+        );
+        if how == "pull" {
+            let pulled = ok(&ob(&fx, &b, None, "builder-b@test", &["pull", r, "--json"]));
+            assert!(
+                strs(&pulled["refused"]).is_empty(),
+                "A's trusted wheel is taken: {pulled}"
+            );
+            assert!(
+                mirror_refs(&b).contains(&"refs/tags/v0.1.0".to_string()),
+                "A's signed tags confirm the one kept aside: {:?}",
+                mirror_refs(&b)
+            );
+        }
+        let out = ob(
+            &fx,
+            &b,
+            None,
+            "builder-b@test",
+            &["build", r, "--offline", "--json"]
+                .into_iter()
+                .filter(|a| how == "pull" || *a != "--offline")
+                .collect::<Vec<_>>(),
+        );
+        let built_b = ok(&out);
+        assert_eq!(
+            built_b["runtime_version"],
+            honest.as_str(),
+            "{how}: {}",
+            text(&out)
+        );
+        assert!(
+            !strs(&built_b["built"]).contains(&"wheel".to_string()),
+            "{how}: the trusted wheel is taken, none built: {built_b}"
+        );
+        assert!(
+            mirror_refs(&b).contains(&"refs/tags/v0.1.0".to_string()),
+            "{how}: {:?}",
+            mirror_refs(&b)
+        );
+    }
+}
