@@ -284,6 +284,38 @@ pub fn print_checks(v: &Verification, to_stderr: bool) {
             "  kernel families: not known (no readable build.json of the oracle's wheel)".into(),
         ),
     }
+    match &v.kernel_coverage {
+        Some(cov) => {
+            lines.push(format!(
+                "  kernel coverage, as the recorded gate's engines loaded it ({}):",
+                cov.target
+                    .as_ref()
+                    .map_or("not judged: no GPU".to_string(), |t| format!(
+                        "judged against {}",
+                        t.described
+                    ))
+            ));
+            for l in &cov.loaded {
+                lines.push(format!(
+                    "    loaded      {} (case {}): {}",
+                    l.path,
+                    l.cases.join(", "),
+                    l.verdict
+                ));
+            }
+            for n in &cov.not_loaded {
+                lines.push(format!("    not loaded  {} (holds {})", n.path, n.holds));
+            }
+            lines.push(format!(
+                "    {} other shared object(s) of the venv loaded",
+                cov.device_libraries.len()
+            ));
+        }
+        None => lines.push(format!(
+            "  kernel coverage: {}",
+            crate::stages::identity::NO_GATE_RUN
+        )),
+    }
     let failed = v.checks.iter().filter(|c| !c.ok).count();
     lines.push(if failed == 0 {
         format!("verified: all {} checks pass", v.checks.len())

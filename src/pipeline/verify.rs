@@ -85,6 +85,10 @@ pub struct Verification {
     /// wheel was built (its `build.json` `kernel_families`); `None` when the
     /// wheel's record cannot be read or holds none.
     pub kernel_families: Option<Vec<KernelFamily>>,
+    /// The kernel coverage of what the recorded gate's engines loaded
+    /// (`oracle.json` `smoke.kernel_coverage`); `None` when no gate run
+    /// recorded one (the kernel checks are then per extension).
+    pub kernel_coverage: Option<crate::stages::identity::loaded::KernelCoverage>,
     /// Whether all passed.
     pub ok: bool,
     /// `--emit-pin-block`: the block measured from this oracle (only when `ok`).
@@ -367,7 +371,16 @@ pub fn verify_venv(
             id.tags_at_commit = source::tags_at(&mirror.path, &recipe.source.commit);
         }
     }
-    let mut checks = identity::checks(&id, recipe);
+    // The kernel coverage a gate recorded (what its engines loaded), else
+    // every extension, marked as such.
+    let kernel_coverage = record
+        .as_ref()
+        .and_then(|r| r.smoke.kernel_coverage.clone());
+    let mut checks = identity::checks_with(
+        &id,
+        recipe,
+        identity::KernelRule::Recorded(kernel_coverage.as_ref()),
+    );
     if let Some(rec) = &record {
         checks.extend(recorded_checks(rec, &id));
     }
@@ -408,6 +421,7 @@ pub fn verify_venv(
         warnings,
         notes,
         kernel_families,
+        kernel_coverage,
         venv: venv.to_path_buf(),
         recipe: recipe.name.clone(),
         checked_against: against.to_string(),

@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import random
+import re
 import sys
 import time
 import traceback
@@ -408,6 +409,62 @@ def sampling_params(SamplingParams, max_tokens, k):
     return SamplingParams(**kwargs)
 
 
+_SO = re.compile(r"\.so(\.[0-9][0-9.]*)?$")
+MAX_PROCS = 256  # engine processes whose maps are read
+MAX_MAPPED = 4096  # shared objects reported
+MAX_MAPS_LINES = 200000  # lines read from one maps file
+
+
+def _children(pid):
+    """The child pids of ``pid``, from /proc/<pid>/task/<tid>/children (proc(5))."""
+    out = []
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, tid)) as f:
+                out.extend(int(c) for c in f.read(65536).split())
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def mapped_objects():
+    """The absolute paths of the shared objects this process and every
+    descendant (vLLM's engine core runs in a child) have mapped now, from
+    /proc/<pid>/maps: sorted, unique, bounded (MAX_PROCS processes,
+    MAX_MAPPED paths). Empty where /proc cannot be read."""
+    pids, seen = [os.getpid()], set()
+    i = 0
+    while i < len(pids) and len(pids) < MAX_PROCS:
+        pid = pids[i]
+        i += 1
+        if pid in seen:
+            continue
+        seen.add(pid)
+        pids.extend(c for c in _children(pid) if c not in seen)
+    paths = set()
+    for pid in pids[:MAX_PROCS]:
+        try:
+            with open("/proc/%d/maps" % pid) as f:
+                for n, line in enumerate(f):
+                    if n >= MAX_MAPS_LINES:
+                        break
+                    parts = line.rstrip("\n").split(None, 5)
+                    if len(parts) < 6:
+                        continue
+                    path = parts[5]
+                    if path.endswith(" (deleted)"):
+                        path = path[: -len(" (deleted)")]
+                    if path.startswith("/") and _SO.search(os.path.basename(path)):
+                        paths.add(path)
+        except OSError:
+            pass
+    return sorted(paths)[:MAX_MAPPED]
+
+
 def case(cfg):
     result = {"case": cfg["name"], "runs": [], "error": None, "unread_engine_args": []}
     stage = "import"
@@ -456,6 +513,11 @@ def case(cfg):
             result["runs"].append(run)
     except BaseException as exc:
         result["error"] = error(stage, exc)
+    # Read while the engine (and its child processes) still runs.
+    try:
+        result["mapped_objects"] = mapped_objects()
+    except Exception:  # never let this break the case's result
+        result["mapped_objects"] = []
     return result
 
 

@@ -427,7 +427,77 @@ pub fn gate_with(
     let _ = fs::create_dir_all(store.logs_dir());
     let _ = std::fs::remove_dir_all(&keep);
     let _ = std::fs::rename(staging.path(), &keep);
-    Ok(relocate_logs(report, staging.path(), &keep))
+    let mut report = relocate_logs(report, staging.path(), &keep);
+    // The oracle's own record says what its extensions are.
+    if let Ok(rec) = OracleRecord::read(venv) {
+        let prefix = Path::new(&rec.identity.sys_prefix);
+        relocate_mapped(&mut report, &[venv.to_path_buf()], prefix);
+        judge_loaded(&mut report, &rec.identity, lr, None);
+    }
+    Ok(report)
+}
+
+/// Rewrites the mapped paths of `report`'s cases that lie under `from` (a
+/// staging venv; also as its canonical path, which `/proc/<pid>/maps`
+/// shows) to lie under `to` (where the venv is recorded to be).
+fn relocate_mapped(report: &mut SmokeReport, from: &[std::path::PathBuf], to: &Path) {
+    let mut roots: Vec<std::path::PathBuf> = from.to_vec();
+    roots.extend(from.iter().filter_map(|p| p.canonicalize().ok()));
+    for c in &mut report.cases {
+        for p in &mut c.mapped_objects {
+            if let Some(rel) = roots
+                .iter()
+                .find_map(|r| Path::new(p.as_str()).strip_prefix(r).ok())
+            {
+                *p = to.join(rel).display().to_string();
+            }
+        }
+        c.mapped_objects.sort();
+        c.mapped_objects.dedup();
+    }
+}
+
+/// Records in `report` the kernel coverage of what its cases' engines
+/// loaded ([`identity::loaded::judge`]): the oracle's extensions (of
+/// `ident`) that a case mapped, judged for a CUDA recipe against the GPUs
+/// the gate ran on (else `fallback`, the identity's GPU target), the
+/// others listed. A loaded extension with nothing that runs there makes
+/// the gate not gateable. Nothing for a skipped gate.
+fn judge_loaded(
+    report: &mut SmokeReport,
+    ident: &Identity,
+    lr: &LoadedRecipe,
+    fallback: Option<&identity::coverage::Target>,
+) {
+    if report.verdict == smoke::Verdict::Unsmoked {
+        return;
+    }
+    let Some(pkg) = ident.package_dir.as_deref() else {
+        return;
+    };
+    let r = &lr.recipe;
+    let target = (r.build.device() == crate::recipe::TargetDevice::Cuda)
+        .then(|| identity::coverage::target(&report.gpus, None).or_else(|| fallback.cloned()))
+        .flatten();
+    let cases: Vec<(String, Vec<String>)> = report
+        .cases
+        .iter()
+        .map(|c| (c.name.clone(), c.mapped_objects.clone()))
+        .collect();
+    let cov = identity::loaded::judge(
+        &ident.compiled_extensions,
+        Path::new(pkg),
+        Path::new(&ident.sys_prefix),
+        &cases,
+        target.as_ref(),
+        r.smoke.allow_ptx_jit,
+    );
+    let reasons = cov.reasons();
+    if !reasons.is_empty() {
+        report.reasons.extend(reasons);
+        report.verdict = smoke::Verdict::NotGateable;
+    }
+    report.kernel_coverage = Some(cov);
 }
 
 fn relocate_logs(mut report: SmokeReport, from: &Path, to: &Path) -> SmokeReport {
@@ -483,6 +553,7 @@ fn measure_identity(
     wheel: &BuildRecord,
     src: &Entry,
     plan: &VenvPlan,
+    by_gate: bool,
 ) -> Result<(Identity, Vec<Check>, Vec<String>, f64)> {
     let Ctx { store, lr, .. } = *cx;
     let r = &lr.recipe;
@@ -516,7 +587,19 @@ fn measure_identity(
         progress::stage("identity", format!("warning: {w}"));
         warnings.push(w);
     }
-    let checks = identity::checks(&ident, r);
+    // Gating on a visible GPU: the gate judges the extensions its engines
+    // load; else every extension, as before.
+    let rule = if by_gate
+        && ident
+            .kernel_target
+            .as_ref()
+            .is_some_and(|t| t.source == identity::coverage::TargetSource::Gpu)
+    {
+        identity::KernelRule::ByGate
+    } else {
+        identity::KernelRule::PerExtension
+    };
+    let checks = identity::checks_with(&ident, r, rule);
     if checks.iter().any(|c| !c.ok) {
         return Err(mismatch(format!(
             "the oracle built from {} is not the pin; refusing it:\n{}",
@@ -586,7 +669,7 @@ fn build(
             Manifest::build_known(&venv, &[MANIFEST, LOGS_DIR], &known)
                 .map(|m| (m, t.elapsed().as_secs_f64()))
         });
-        let measured = measure_identity(cx, &venv, wheel, src, plan);
+        let measured = measure_identity(cx, &venv, wheel, src, plan, !opts.no_smoke);
         let _ = verdict.send(measured.is_ok());
         let smoke = gate.map(|g| {
             g.join()
@@ -609,6 +692,13 @@ fn build(
     ident.package_path = ident.package_path.map(|p| p.replacen(&staged, &fin, 1));
     ident.package_dir = ident.package_dir.map(|p| p.replacen(&staged, &fin, 1));
     ident.sys_prefix = fin.clone();
+    let mut smoke = smoke;
+    relocate_mapped(&mut smoke, std::slice::from_ref(&venv), &entry.path);
+    let gpu_target = ident
+        .kernel_target
+        .clone()
+        .filter(|t| t.source == identity::coverage::TargetSource::Gpu);
+    judge_loaded(&mut smoke, &ident, lr, gpu_target.as_ref());
     let record = OracleRecord {
         schema: 1,
         recipe: r.name.clone(),

@@ -321,11 +321,7 @@ pub fn checks(
             }
         }
     };
-    let caps: Vec<Capability> = target
-        .capabilities
-        .iter()
-        .filter_map(|c| c.parse().ok())
-        .collect();
+    let (caps, expected) = expectation(target, allow_jit);
     let mut out = Vec::new();
     let with_code: Vec<(&CompiledExtension, &Kernels)> = exts
         .iter()
@@ -349,6 +345,26 @@ pub fn checks(
         },
         !with_code.is_empty(),
     ));
+    for (ext, k) in with_code {
+        let (ok, found) = judge(k, &caps, allow_jit);
+        out.push(check(
+            format!("kernels {}", ext.path),
+            expected.clone(),
+            found,
+            ok,
+        ));
+    }
+    out
+}
+
+/// What `target`'s devices are checked against: its capabilities (those
+/// that read) and the `expected` text of a kernel check against them.
+pub fn expectation(target: &Target, allow_jit: bool) -> (Vec<Capability>, String) {
+    let caps: Vec<Capability> = target
+        .capabilities
+        .iter()
+        .filter_map(|c| c.parse().ok())
+        .collect();
     let caps_text = caps
         .iter()
         .map(Capability::to_string)
@@ -363,44 +379,43 @@ pub fn checks(
             ""
         }
     );
-    for (ext, k) in with_code {
-        let mut ok = !caps.is_empty();
-        let mut found = Vec::new();
-        for &cc in &caps {
-            match verdict(k, cc) {
-                Verdict::Cubin(a) => found.push(format!("{a} runs on {cc}")),
-                Verdict::PtxOnly(ptx) => {
-                    let ptx = join(&ptx);
-                    if allow_jit {
-                        found.push(format!(
-                            "PTX only for {cc}: {ptx} JIT-compiled at load (allowed by smoke.allow_ptx_jit)"
-                        ));
-                    } else {
-                        ok = false;
-                        found.push(format!(
-                            "PTX only for {cc}: no cubin runs on {cc}, {ptx} would be JIT-compiled at load (set smoke.allow_ptx_jit: true to accept it)"
-                        ));
-                    }
-                }
-                Verdict::Missing => {
+    (caps, expected)
+}
+
+/// Judges the device code `k` of one extension on every device of `caps`:
+/// whether it passes (a cubin runs on each; PTX only with `allow_jit`) and,
+/// in words, what runs where followed by what it holds.
+pub fn judge(k: &Kernels, caps: &[Capability], allow_jit: bool) -> (bool, String) {
+    let mut ok = !caps.is_empty();
+    let mut found = Vec::new();
+    for &cc in caps {
+        match verdict(k, cc) {
+            Verdict::Cubin(a) => found.push(format!("{a} runs on {cc}")),
+            Verdict::PtxOnly(ptx) => {
+                let ptx = join(&ptx);
+                if allow_jit {
+                    found.push(format!(
+                        "PTX only for {cc}: {ptx} JIT-compiled at load (allowed by smoke.allow_ptx_jit)"
+                    ));
+                } else {
                     ok = false;
-                    found.push(format!("no cubin or PTX runs on {cc}"));
-                }
-                Verdict::Unreadable(e) => {
-                    ok = false;
-                    found.push(format!("unreadable fat binary: {e}"));
-                    break;
+                    found.push(format!(
+                        "PTX only for {cc}: no cubin runs on {cc}, {ptx} would be JIT-compiled at load (set smoke.allow_ptx_jit: true to accept it)"
+                    ));
                 }
             }
+            Verdict::Missing => {
+                ok = false;
+                found.push(format!("no cubin or PTX runs on {cc}"));
+            }
+            Verdict::Unreadable(e) => {
+                ok = false;
+                found.push(format!("unreadable fat binary: {e}"));
+                break;
+            }
         }
-        out.push(check(
-            format!("kernels {}", ext.path),
-            expected.clone(),
-            format!("{} (holds {})", found.join("; "), k.describe()),
-            ok,
-        ));
     }
-    out
+    (ok, format!("{} (holds {})", found.join("; "), k.describe()))
 }
 
 fn join(v: &[Arch]) -> String {

@@ -3,6 +3,7 @@
 
 pub mod coverage;
 pub mod fatbin;
+pub mod loaded;
 pub mod pin_block;
 pub mod record;
 
@@ -406,6 +407,31 @@ fn show(v: &Option<String>) -> String {
 /// recipe's `pins` (`pins.<name>`), and every field of the recipe's `expect`
 /// block. Each check compares one measured value with its own expected value.
 pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
+    checks_with(id, recipe, KernelRule::PerExtension)
+}
+
+/// How [`checks_with`] judges the compiled extensions' kernel coverage.
+#[derive(Debug, Clone, Copy)]
+pub enum KernelRule<'a> {
+    /// Every extension with device code must run on the target
+    /// ([`coverage::checks`]): a build without a gate, or without a GPU.
+    PerExtension,
+    /// Only that some extension holds device code: the gate, about to run
+    /// on the GPU, judges the extensions its engines load
+    /// ([`loaded::judge`]).
+    ByGate,
+    /// `verify`: with the coverage a gate recorded, the extensions it
+    /// loaded are judged and the others listed ([`loaded::checks`]);
+    /// without one, per extension, marked as such.
+    Recorded(Option<&'a loaded::KernelCoverage>),
+}
+
+/// The marker of per-extension kernel checks made where a gate could have
+/// judged what its engine loads.
+pub const NO_GATE_RUN: &str = "per extension: no gate run recorded";
+
+/// [`checks`] with the kernel coverage judged by `rule`.
+pub fn checks_with(id: &Identity, recipe: &Recipe, rule: KernelRule<'_>) -> Vec<Check> {
     let mut out = Vec::new();
     out.push(check(
         "import",
@@ -468,12 +494,31 @@ pub fn checks(id: &Identity, recipe: &Recipe) -> Vec<Check> {
         out.push(c);
     }
     if recipe.build.device() == crate::recipe::TargetDevice::Cuda {
-        out.extend(coverage::checks(
+        let per_ext = coverage::checks(
             &id.compiled_extensions,
             id.kernel_target.as_ref(),
             &recipe.build.cuda_arch_list,
             recipe.smoke.allow_ptx_jit,
-        ));
+        );
+        match rule {
+            KernelRule::PerExtension => out.extend(per_ext),
+            KernelRule::ByGate => out.extend(per_ext.into_iter().filter(|c| c.field == "kernels")),
+            KernelRule::Recorded(Some(cov)) if cov.judged_by == loaded::JUDGED_BY_GATE => {
+                out.extend(per_ext.into_iter().filter(|c| c.field == "kernels"));
+                out.extend(loaded::checks(
+                    cov,
+                    &id.compiled_extensions,
+                    id.kernel_target.as_ref(),
+                    recipe.smoke.allow_ptx_jit,
+                ));
+            }
+            KernelRule::Recorded(_) => out.extend(per_ext.into_iter().map(|mut c| {
+                if c.field != "kernels" {
+                    c.expected = format!("{} ({NO_GATE_RUN})", c.expected);
+                }
+                c
+            })),
+        }
     }
     let precompiled_mark = id
         .distribution_version

@@ -126,4 +126,6 @@ pub(super) struct DriverCase {
     pub(super) engine_config: Value,
     #[serde(default)]
     pub(super) unread_engine_args: Vec<UnreadKnob>,
+    #[serde(default)]
+    pub(super) mapped_objects: Vec<String>,
 }

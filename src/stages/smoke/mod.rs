@@ -37,6 +37,7 @@ pub use report::{
 use crate::host::toolchain;
 use crate::progress;
 use crate::recipe::{CONFINED_SMOKE_VARS, Case, LoadedRecipe, Probe, expand_env};
+use crate::stages::identity::loaded::{MAX_MAPPED, MAX_PATH};
 use crate::store::Store;
 use crate::store::key::{KEY_SCHEMA, content_key};
 
@@ -291,6 +292,7 @@ pub fn run_held(
         duration_s: t0.elapsed().as_secs_f64(),
         engine: Some(engine),
         not_run,
+        kernel_coverage: None,
     })
 }
 
@@ -369,6 +371,7 @@ fn run_case(
         model_manifest: None,
         model_check: None,
         model_diff: None,
+        mapped_objects: Vec::new(),
     };
     // A model this box does not have: the case cannot run here.
     let model = match expand_env(&case.model) {
@@ -438,6 +441,7 @@ fn run_case(
         err["log_tail"] = json!(out.log_tail);
         result.error = Some(err);
     }
+    result.mapped_objects = bounded_paths(res.mapped_objects);
     result.load_s = res.load_s;
     result.engine_config = res.engine_config;
     for u in &res.unread_engine_args {
@@ -485,6 +489,16 @@ fn run_case(
     }
     result.ok = result.problems.is_empty();
     Ok(result)
+}
+
+/// The mapped paths a driver reported, bounded: absolute, at most
+/// [`MAX_PATH`] bytes each, sorted, unique, at most [`MAX_MAPPED`].
+fn bounded_paths(mut paths: Vec<String>) -> Vec<String> {
+    paths.retain(|p| p.starts_with('/') && p.len() <= MAX_PATH);
+    paths.sort();
+    paths.dedup();
+    paths.truncate(MAX_MAPPED);
+    paths
 }
 
 /// Where the runs first disagree with run 1, and the tokens each chose there.

@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::golden::{ConfigDiff, GoldenDiff, GoldenState};
 use super::model::{ModelCheck, ModelDiff, ModelManifest};
 use crate::host::toolchain::Gpu;
+use crate::stages::identity::loaded::KernelCoverage;
 
 /// The gate's decision.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -152,6 +153,12 @@ pub struct CaseResult {
     /// golden is then refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_diff: Option<ModelDiff>,
+    /// The absolute paths of the shared objects the case's engine
+    /// processes (the driver and its descendants) had mapped after the
+    /// runs, sorted, at most [`crate::stages::identity::loaded::MAX_MAPPED`]:
+    /// what [`SmokeReport::kernel_coverage`] is judged from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mapped_objects: Vec<String>,
 }
 
 /// An engine argument that could not be read back from the engine.
@@ -202,6 +209,11 @@ pub struct SmokeReport {
     /// model.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_run: Vec<String>,
+    /// The kernel coverage of what the cases' engines loaded (the oracle's
+    /// extensions they mapped judged against the GPU, the others listed);
+    /// absent for a skipped gate and in records made before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_coverage: Option<KernelCoverage>,
 }
 
 /// A gate that could not run (`oracle.json` `gate_not_run`): every reason
@@ -308,6 +320,7 @@ impl SmokeReport {
             duration_s: 0.0,
             engine: None,
             not_run: Vec::new(),
+            kernel_coverage: None,
         }
     }
 
