@@ -30,6 +30,7 @@ mod hermetic;
 mod identity;
 mod installer;
 mod kernel_families;
+mod loaded;
 mod mirror;
 mod model_identity;
 mod perf;

@@ -932,3 +932,85 @@ mod commit_tests {
         assert_eq!(release_tag("", &["v".into()]), None);
     }
 }
+
+#[cfg(test)]
+mod kernel_rule_tests {
+    use super::*;
+    use crate::host::toolchain::Gpu;
+
+    fn ext(path: &str, cubins: &[&str]) -> CompiledExtension {
+        CompiledExtension {
+            path: path.into(),
+            size: 1,
+            sha256: None,
+            kernels: Some(fatbin::Kernels {
+                sections: vec![".nv_fatbin".into()],
+                cubins: cubins.iter().map(|s| s.parse().unwrap()).collect(),
+                ..fatbin::Kernels::default()
+            }),
+        }
+    }
+
+    fn kernel_checks(c: Vec<Check>) -> Vec<Check> {
+        c.into_iter()
+            .filter(|c| c.field.starts_with("kernels"))
+            .collect()
+    }
+
+    /// A `9.0a;12.1a` oracle on a GB10 whose FlashAttention 3 holds sm_90a only.
+    #[test]
+    fn per_extension_refuses_by_gate_defers_and_a_recorded_gate_judges_what_it_loaded() {
+        let recipe = crate::recipe::parse(
+            &format!(
+                "name: x\nsource:\n  repo: file:///r\n  commit: {}\n  package: vllm\npython: \"3.12\"\nbuild:\n  target_device: cuda\n  cuda_arch_list: \"9.0a;12.1a\"\n",
+                "a".repeat(40)
+            ),
+            "x.yaml",
+        )
+        .unwrap();
+        let mut id = commit_tests::id("0.1.0", &[]);
+        id.compiled_extensions = vec![
+            ext("_C.abi3.so", &["sm_90a", "sm_121a"]),
+            ext("_vllm_fa3_C.abi3.so", &["sm_90a"]),
+        ];
+        let gpu = Gpu {
+            name: "NVIDIA GB10".into(),
+            compute_cap: "12.1".into(),
+            driver: "580".into(),
+            memory_free: "1 MiB".into(),
+        };
+        id.kernel_target = coverage::target(&[gpu], None);
+        // Today's rule: the Hopper-only extension refuses the oracle.
+        let per = kernel_checks(checks(&id, &recipe));
+        assert!(!per[2].ok && per[2].field == "kernels _vllm_fa3_C.abi3.so");
+        // Gating on the GPU: only "some device code" at identity time.
+        let by_gate = kernel_checks(checks_with(&id, &recipe, KernelRule::ByGate));
+        assert_eq!(by_gate.len(), 1);
+        assert!(by_gate[0].ok && by_gate[0].field == "kernels");
+        // verify without a recorded gate: per extension, marked.
+        let none = kernel_checks(checks_with(&id, &recipe, KernelRule::Recorded(None)));
+        assert!(!none[2].ok && none[2].expected.contains(NO_GATE_RUN));
+        // verify with a gate that loaded _C only: the other one is listed.
+        let cases = vec![("nvfp4".to_string(), vec!["/v/pkg/_C.abi3.so".to_string()])];
+        let cov = loaded::judge(
+            &id.compiled_extensions,
+            Path::new("/v/pkg"),
+            Path::new("/v"),
+            &cases,
+            id.kernel_target.as_ref(),
+            false,
+        );
+        let rec = kernel_checks(checks_with(&id, &recipe, KernelRule::Recorded(Some(&cov))));
+        assert!(rec.iter().all(|c| c.ok), "{rec:?}");
+        assert!(
+            rec[1].found.contains("loaded by case nvfp4"),
+            "{}",
+            rec[1].found
+        );
+        assert!(
+            rec[2].found.contains("not loaded by any case"),
+            "{}",
+            rec[2].found
+        );
+    }
+}
