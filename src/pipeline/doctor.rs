@@ -308,21 +308,26 @@ impl Doctor {
             if substituted {
                 seen.runtime_version = seen.distribution_version.clone();
             }
-            let failed: Vec<String> = identity::checks(&seen, r)
-                .into_iter()
-                .filter(|c| !c.ok && !covered.contains(c.field.as_str()))
-                .map(|c| {
-                    let note = if substituted && c.field == "commit" {
-                        " (the distribution version: the import fails)"
-                    } else {
-                        ""
-                    };
-                    format!(
-                        "{}: expected {}, found {}{note}",
-                        c.field, c.expected, c.found
-                    )
-                })
-                .collect();
+            // Kernels as `verify` judges them: what the recorded gate loaded.
+            let cov = record
+                .as_ref()
+                .and_then(|x| x.smoke.kernel_coverage.as_ref());
+            let failed: Vec<String> =
+                identity::checks_with(&seen, r, identity::KernelRule::Recorded(cov))
+                    .into_iter()
+                    .filter(|c| !c.ok && !covered.contains(c.field.as_str()))
+                    .map(|c| {
+                        let note = if substituted && c.field == "commit" {
+                            " (the distribution version: the import fails)"
+                        } else {
+                            ""
+                        };
+                        format!(
+                            "{}: expected {}, found {}{note}",
+                            c.field, c.expected, c.found
+                        )
+                    })
+                    .collect();
             if !failed.is_empty() {
                 self.add(
                     ProblemKind::IdentityMismatch,
@@ -712,7 +717,14 @@ impl Doctor {
         let measured = self.venv(&target, &format!("{}", target.display()), Some(r), &pin_arg);
         if let Some(mut id) = measured {
             id.commit = r.source.commit.clone();
-            let failed = identity::describe_failures(&identity::checks(&id, r));
+            let cov = OracleRecord::read(&target)
+                .ok()
+                .and_then(|x| x.smoke.kernel_coverage);
+            let failed = identity::describe_failures(&identity::checks_with(
+                &id,
+                r,
+                identity::KernelRule::Recorded(cov.as_ref()),
+            ));
             if !failed.is_empty() {
                 self.add(
                     ProblemKind::AliasNotPin,

@@ -12,7 +12,9 @@ logprobs=k)``, ``llm.generate([prompt], params)`` with the prompt as raw text
 ``RequestOutput.prompt_token_ids`` and ``.outputs[0].token_ids / .text /
 .logprobs``. The engine configuration the engine actually got is read back
 and recorded. Errors are written as data (stage, exception, traceback, last
-log lines), never raised; the caller enforces a timeout. One process per case,
+log lines), never raised; the caller enforces a timeout. After a case's runs
+the shared objects its processes mapped (``/proc`` maps of this process and
+every descendant, e.g. vLLM V1's engine core) are reported as ``mapped_objects``. One process per case,
 with the case's environment; everything runs under the ``__main__`` guard.
 """
 import collections
@@ -192,7 +194,13 @@ def custom_probe(cfg):
 
 
 def probe(cfg):
-    return custom_probe(cfg) if cfg.get("module") else builtin_probe(cfg)
+    result = custom_probe(cfg) if cfg.get("module") else builtin_probe(cfg)
+    # The probe runs a compiled op on the device: what it loaded is judged too.
+    try:
+        result["mapped_objects"] = mapped_objects()
+    except Exception:
+        result["mapped_objects"] = []
+    return result
 
 
 # Where vLLM keeps each engine knob: EngineArgs name -> the (VllmConfig

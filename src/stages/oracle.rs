@@ -443,8 +443,8 @@ pub fn gate_with(
 fn relocate_mapped(report: &mut SmokeReport, from: &[std::path::PathBuf], to: &Path) {
     let mut roots: Vec<std::path::PathBuf> = from.to_vec();
     roots.extend(from.iter().filter_map(|p| p.canonicalize().ok()));
-    for c in &mut report.cases {
-        for p in &mut c.mapped_objects {
+    let relocate = |paths: &mut Vec<String>| {
+        for p in paths.iter_mut() {
             if let Some(rel) = roots
                 .iter()
                 .find_map(|r| Path::new(p.as_str()).strip_prefix(r).ok())
@@ -452,9 +452,24 @@ fn relocate_mapped(report: &mut SmokeReport, from: &[std::path::PathBuf], to: &P
                 *p = to.join(rel).display().to_string();
             }
         }
-        c.mapped_objects.sort();
-        c.mapped_objects.dedup();
+        paths.sort();
+        paths.dedup();
+    };
+    for c in &mut report.cases {
+        relocate(&mut c.mapped_objects);
     }
+    if let Some(mut probe) = probe_mapped(report) {
+        relocate(&mut probe);
+        report.probe["mapped_objects"] = json!(probe);
+    }
+}
+
+/// The shared objects the gate's probe process mapped, when it reported them.
+fn probe_mapped(report: &SmokeReport) -> Option<Vec<String>> {
+    report
+        .probe
+        .get("mapped_objects")
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
 }
 
 /// Records in `report` the kernel coverage of what its cases' engines
@@ -479,10 +494,16 @@ fn judge_loaded(
     let target = (r.build.device() == crate::recipe::TargetDevice::Cuda)
         .then(|| identity::coverage::target(&report.gpus, None).or_else(|| fallback.cloned()))
         .flatten();
-    let cases: Vec<(String, Vec<String>)> = report
-        .cases
-        .iter()
-        .map(|c| (c.name.clone(), c.mapped_objects.clone()))
+    // The probe runs a compiled op on the device too: it counts as a case.
+    let cases: Vec<(String, Vec<String>)> = probe_mapped(report)
+        .map(|m| ("probe".to_string(), m))
+        .into_iter()
+        .chain(
+            report
+                .cases
+                .iter()
+                .map(|c| (c.name.clone(), c.mapped_objects.clone())),
+        )
         .collect();
     let cov = identity::loaded::judge(
         &ident.compiled_extensions,

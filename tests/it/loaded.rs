@@ -67,7 +67,11 @@ fn the_gate_records_the_extension_its_engine_loaded_and_lists_the_other_as_not_l
     let cov = &s["kernel_coverage"];
     assert_eq!(cov["judged_by"], "gate", "{cov:#}");
     assert_eq!(paths(&cov["loaded"]), [c_ext.clone()]);
-    assert_eq!(cov["loaded"][0]["cases"], serde_json::json!(["small"]));
+    // The probe (it runs `_C`'s rms_norm) counts as a case.
+    assert_eq!(
+        cov["loaded"][0]["cases"],
+        serde_json::json!(["probe", "small"])
+    );
     assert_eq!(cov["loaded"][0]["ok"], true);
     assert_eq!(cov["loaded"][0]["verdict"], "no device code (not judged)");
     assert_eq!(paths(&cov["not_loaded"]), [unused.clone()]);
@@ -80,7 +84,7 @@ fn the_gate_records_the_extension_its_engine_loaded_and_lists_the_other_as_not_l
     let out = fx.exits(&["verify", "fx.yaml"], 0);
     let t = String::from_utf8_lossy(&out.stdout);
     for needle in [
-        format!("loaded      {c_ext} (case small): no device code (not judged)"),
+        format!("loaded      {c_ext} (case probe, small): no device code (not judged)"),
         format!("not loaded  {unused} (holds no device code)"),
     ] {
         assert!(t.contains(&needle), "{needle:?} not in:\n{t}");

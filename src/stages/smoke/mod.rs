@@ -222,6 +222,11 @@ pub fn run_held(
                 reasons.push(format!("probe: {op} failed: {}", probe_failure(&res)));
             }
             res["log"] = json!(out.log);
+            let mapped: Vec<String> = res
+                .get("mapped_objects")
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .unwrap_or_default();
+            res["mapped_objects"] = json!(bounded_paths(mapped));
             res
         }
     };
