@@ -121,6 +121,9 @@ pub enum Command {
         /// Plan an `--offline` build: no network check; what it would miss is a problem.
         #[arg(long)]
         offline: bool,
+        /// Parallel compile jobs, as `build --jobs N` (overrides the recipe's build.max_jobs).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        jobs: Option<u32>,
     },
     /// Recipes, store entries, roots and their health.
     Status,

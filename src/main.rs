@@ -96,7 +96,9 @@ fn dispatch(cli: Cli, command_name: Option<&str>) -> anyhow::Result<()> {
         s.check_config()?;
     }
     let build_args = match cli.command {
-        Some(Command::Plan { pin, offline }) => return ops::plan::run(&s, &pin, offline),
+        Some(Command::Plan { pin, offline, jobs }) => {
+            return ops::plan::run(&s, &pin, offline, jobs.map(|j| j as usize));
+        }
         Some(Command::Advance {
             from,
             to,

@@ -16,6 +16,7 @@ pub mod disk;
 pub mod git;
 pub mod git_timeouts;
 pub mod http;
+pub mod memory;
 pub mod mirror;
 pub mod platform;
 pub mod process;

@@ -15,17 +15,18 @@ const GIB: u64 = 1 << 30;
 
 /// Computes the plan for `pin_arg` against the store of session `s`; `offline`:
 /// the plan of `build --offline` (no reachability check of the repository,
-/// and what an offline build would miss counts as a problem).
+/// and what an offline build would miss counts as a problem); `jobs`: as
+/// `build --jobs N`.
 ///
 /// Errors (exit 2): the PIN or the store root is bad.
-pub fn plan(s: &Session, pin_arg: &str, offline: bool) -> Result<Plan> {
+pub fn plan(s: &Session, pin_arg: &str, offline: bool, jobs: Option<usize>) -> Result<Plan> {
     let Opened {
         recipe: lr,
         root,
         store,
     } = s.open(pin_arg)?;
     let lock_dir = pipeline::lock_dir(&lr, s.lockfiles());
-    let mut p = pipeline::plan(&lr, &store, &root, &lock_dir, offline);
+    let mut p = pipeline::plan(&lr, &store, &root, &lock_dir, offline, jobs);
     if offline {
         p.problems.extend(p.offline_missing.iter().cloned());
     }
@@ -48,8 +49,8 @@ fn blocked(p: &Plan) -> Result<()> {
 /// `plan`: prints the plan (text or `--json`). Exits 0 when a build could
 /// run now, 1 when it would stop before any work (the problems are listed),
 /// 2 when the PIN is bad. Changes nothing either way.
-pub fn run(s: &Session, pin_arg: &str, offline: bool) -> Result<()> {
-    let p = plan(s, pin_arg, offline)?;
+pub fn run(s: &Session, pin_arg: &str, offline: bool, jobs: Option<usize>) -> Result<()> {
+    let p = plan(s, pin_arg, offline, jobs)?;
     let lr = s.recipe(pin_arg)?;
     let caches = plan_extras::cache_rows(&pin::resolve(pin_arg)?, &p, offline)?;
     let kernels = plan_extras::planned_kernels(&lr);
@@ -215,6 +216,7 @@ fn render(p: &Plan) -> String {
             "ext", "named"
         ));
     }
+    line(format!("jobs     {}: {}", p.jobs.jobs, p.jobs.why));
     if let Some(c) = &p.compile_cost {
         line(format!("compile  {}", c.summary));
     }

@@ -226,6 +226,9 @@ pub struct Plan {
     pub disk_basis: String,
     /// The stages in order.
     pub steps: Vec<Step>,
+    /// `MAX_JOBS` a wheel build here would use now, and why
+    /// ([`wheel::jobs::decide`]; `plan --jobs N` as `build --jobs N`).
+    pub jobs: wheel::jobs::Jobs,
     /// Problems that would stop a build now.
     pub problems: Vec<String>,
     /// The lock directory and its state.
@@ -290,9 +293,17 @@ fn step(stage: &str, state: StepState, detail: impl Into<String>, disk: u64) -> 
 /// The plan of building `lr` against `store` (at `root`) with the lock in
 /// `lock_dir`: each stage cached, to do or blocked, the disk it needs, and
 /// every key that can be known without doing work; `offline`: as for a
-/// `build --offline` (the repository's reachability is not checked). Writes
-/// nothing: no fetch, no store directory created.
-pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offline: bool) -> Plan {
+/// `build --offline` (the repository's reachability is not checked);
+/// `jobs`: as `build --jobs N`. Writes nothing: no fetch, no store
+/// directory created.
+pub fn plan(
+    lr: &LoadedRecipe,
+    store: &Store,
+    root: &Path,
+    lock_dir: &Path,
+    offline: bool,
+    jobs: Option<usize>,
+) -> Plan {
     let r = &lr.recipe;
     let host = crate::host::platform::Platform::host().map(|p| p.spelled);
     let lock = match lock::load(lock_dir, lr) {
@@ -607,6 +618,7 @@ pub fn plan(lr: &LoadedRecipe, store: &Store, root: &Path, lock_dir: &Path, offl
         needed_bytes: needed,
         disk_basis: disk::basis(r, Stage::Wheel),
         steps,
+        jobs: wheel::jobs::decide(&r.build, jobs, &wheel::jobs::Host::measure()),
         problems: findings
             .compiler_problems
             .into_iter()
@@ -922,6 +934,17 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         substituted.push("wheel".to_string());
     }
     if !plan.entry.exists() {
+        // nvcc's CUDA against the locked torch's, before anything compiles.
+        if r.build.device() == crate::recipe::TargetDevice::Cuda {
+            let locks: Vec<(&str, &[_])> = [
+                ("build lock", plan.hermetic.build_lock.as_ref()),
+                ("runtime lock", hermetic.venv.runtime_lock.as_ref()),
+            ]
+            .into_iter()
+            .filter_map(|(n, l)| Some((n, l?.packages.as_slice())))
+            .collect();
+            wheel::torch_cuda::check_build(store, &tc, &locks)?;
+        }
         disk::check(store.root(), r, Stage::Wheel)?;
         let blockers = if o.no_smoke {
             Vec::new()

@@ -182,9 +182,18 @@ pub struct Build {
     /// value such as `"9.0a;12.1a"`. Only used for `cuda`.
     #[serde(default = "default_auto")]
     pub cuda_arch_list: String,
-    /// `auto` (the number of CPUs) or a positive integer; exported as `MAX_JOBS`.
+    /// `auto` (the CPUs, fewer when the available memory holds fewer jobs
+    /// of `mem_per_job_gib`) or a positive integer; exported as `MAX_JOBS`.
     #[serde(default = "default_auto")]
     pub max_jobs: String,
+    /// The memory one compile job needs, in GiB, for `max_jobs: auto`
+    /// (`None`: the device's default, [`Build::mem_per_job`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "strict::opt_f64"
+    )]
+    pub mem_per_job_gib: Option<f64>,
     /// Exported as `NVCC_THREADS`.
     #[serde(default = "default_one", deserialize_with = "strict::u32")]
     pub nvcc_threads: u32,
@@ -248,6 +257,7 @@ impl Default for Build {
             target_device: default_device(),
             cuda_arch_list: default_auto(),
             max_jobs: default_auto(),
+            mem_per_job_gib: None,
             nvcc_threads: 1,
             env: BTreeMap::new(),
             disk: Disk::default(),
@@ -528,7 +538,35 @@ impl Build {
     pub fn device(&self) -> TargetDevice {
         TargetDevice::parse(&self.target_device).unwrap_or(TargetDevice::Cuda)
     }
+
+    /// The memory one compile job needs for `max_jobs: auto`, in GiB, and
+    /// where it comes from: `build.mem_per_job_gib` when set, else the
+    /// device's default ([`DEFAULT_MEM_PER_JOB_CUDA_GIB`] for `cuda`,
+    /// [`DEFAULT_MEM_PER_JOB_GIB`] for the others).
+    pub fn mem_per_job(&self) -> (f64, String) {
+        match self.mem_per_job_gib {
+            Some(v) => (v, "build.mem_per_job_gib".into()),
+            None if self.device() == TargetDevice::Cuda => (
+                DEFAULT_MEM_PER_JOB_CUDA_GIB,
+                "build.mem_per_job_gib, cuda's default".into(),
+            ),
+            None => (
+                DEFAULT_MEM_PER_JOB_GIB,
+                format!(
+                    "build.mem_per_job_gib, {}'s default",
+                    self.device().as_str()
+                ),
+            ),
+        }
+    }
 }
+
+/// `build.mem_per_job_gib`'s default for `cuda`: an nvcc job of vLLM's
+/// kernels (CUTLASS templates) takes several GiB.
+pub const DEFAULT_MEM_PER_JOB_CUDA_GIB: f64 = 4.0;
+
+/// `build.mem_per_job_gib`'s default for every device but `cuda`.
+pub const DEFAULT_MEM_PER_JOB_GIB: f64 = 1.0;
 
 /// A recipe together with where it came from.
 #[derive(Debug, Clone)]

@@ -248,6 +248,12 @@ pub(super) fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
             format!("{:?} is not `auto` or a positive integer", b.max_jobs),
         ));
     }
+    if let Some(v) = b.mem_per_job_gib.filter(|v| !(*v > 0.0 && v.is_finite())) {
+        return Err(fail(
+            "build.mem_per_job_gib",
+            format!("{v} is not a memory size in GiB (a number above 0, such as 4 or 5.5)"),
+        ));
+    }
     if b.nvcc_threads == 0 {
         return Err(fail("build.nvcc_threads", "must be at least 1".into()));
     }

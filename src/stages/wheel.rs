@@ -6,6 +6,8 @@
 //! configure reported: [`families`]) and `build.log`.
 
 pub mod families;
+pub mod jobs;
+pub mod torch_cuda;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -251,8 +253,9 @@ pub fn check_expected_versions(
 pub struct WheelSettings {
     /// Resolved `TORCH_CUDA_ARCH_LIST` (cuda only).
     pub arch_list: Option<String>,
-    /// Resolved `MAX_JOBS` (not part of the key: it changes speed, not output).
-    pub max_jobs: usize,
+    /// Resolved `MAX_JOBS` and why (not part of the key: it changes speed,
+    /// not output; [`jobs::decide`]).
+    pub jobs: jobs::Jobs,
     /// Where the build requirements come from.
     pub requirements: BuildRequirements,
     /// The tag the version of the commit's history comes from, read from
@@ -272,8 +275,8 @@ pub struct WheelPlan {
     pub entry: Entry,
     /// Resolved `TORCH_CUDA_ARCH_LIST` (cuda only).
     pub arch_list: Option<String>,
-    /// Resolved `MAX_JOBS` (not part of the key: it changes speed, not output).
-    pub max_jobs: usize,
+    /// Resolved `MAX_JOBS` and why (not part of the key: it changes speed, not output).
+    pub jobs: jobs::Jobs,
     /// Where the build requirements come from.
     pub requirements: BuildRequirements,
     /// Locked build set, staged external sources, compiler cache.
@@ -283,7 +286,8 @@ pub struct WheelPlan {
 }
 
 /// Resolves the wheel stage's settings for `lr` built from the checkout at
-/// `src`. `jobs` overrides the recipe's `max_jobs`.
+/// `src`. `jobs` overrides the recipe's `max_jobs` (`auto`: the CPUs and
+/// the memory of this host, [`jobs::decide`]).
 ///
 /// Errors (exit 2): `mode: precompiled` on aarch64 (kernels would be missing:
 /// vLLM's precompiled wheels are built for x86_64 only). Errors:
@@ -301,16 +305,11 @@ pub fn settings(lr: &LoadedRecipe, src: &Path, jobs: Option<usize>) -> Result<Wh
     } else {
         None
     };
-    let max_jobs = jobs.unwrap_or_else(|| {
-        r.build
-            .max_jobs
-            .parse()
-            .unwrap_or_else(|_| toolchain::cpu_count())
-    });
+    let jobs = jobs::decide(&r.build, jobs, &jobs::Host::measure());
     let requirements = build_requirements(src, &r.build.target_device)?;
     Ok(WheelSettings {
         arch_list,
-        max_jobs,
+        jobs,
         requirements,
         describe: None,
     })
@@ -377,7 +376,7 @@ pub fn plan(
         key,
         inputs,
         arch_list: settings.arch_list,
-        max_jobs: settings.max_jobs,
+        jobs: settings.jobs,
         requirements: settings.requirements,
         hermetic,
         describe: settings.describe,
@@ -891,6 +890,10 @@ pub struct BuildRecord {
     /// they were read (see [`BuildRecord::kernel_families`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_families: Option<Vec<families::KernelFamily>>,
+    /// `MAX_JOBS` (also in `env`) and why ([`jobs::decide`]); `None` in a
+    /// record written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_jobs: Option<jobs::Jobs>,
     /// When the build started (RFC 3339).
     pub started: String,
     /// Wall time, seconds.
@@ -1019,6 +1022,10 @@ pub fn ensure(
             src.label()
         ),
     );
+    progress::stage(
+        "build",
+        format!("MAX_JOBS {}: {}", plan.jobs.jobs, plan.jobs.why),
+    );
     let started = jiff::Timestamp::now().to_string();
     let t0 = Instant::now();
     let staging = store.stage(&format!("wheel-{}", plan.key))?;
@@ -1065,7 +1072,7 @@ pub fn ensure(
     }
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     env.insert("VLLM_TARGET_DEVICE".into(), r.build.target_device.clone());
-    env.insert("MAX_JOBS".into(), plan.max_jobs.to_string());
+    env.insert("MAX_JOBS".into(), plan.jobs.jobs.to_string());
     env.insert("NVCC_THREADS".into(), r.build.nvcc_threads.to_string());
     env.insert(
         "VLLM_USE_PRECOMPILED".into(),
@@ -1293,6 +1300,7 @@ pub fn ensure(
         rust_extensions,
         rust_unread,
         kernel_families: Some(kernel_families),
+        max_jobs: Some(plan.jobs.clone()),
         started,
         duration_s: t0.elapsed().as_secs_f64(),
     };

@@ -134,6 +134,17 @@ pub fn read_metadata(path: &Path) -> Result<String, String> {
     read_member(&mut zip, &format!("{di}/METADATA"))
 }
 
+/// The text of `member` of the wheel (or any zip) at `path`, without
+/// installing or unpacking it; at most [`METADATA_LIMIT`] bytes.
+///
+/// Errors: the archive does not open, lacks the member, or it is larger
+/// than the limit or not UTF-8 (says which).
+pub fn read_wheel_member(path: &Path, member: &str) -> Result<String, String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("cannot open it: {e}"))?;
+    let mut zip = zip::ZipArchive::new(f).map_err(|e| format!("not a zip archive: {e}"))?;
+    read_member(&mut zip, member)
+}
+
 /// The archive of the wheel at `path` and the name of its one top-level
 /// `.dist-info` directory.
 fn open_dist_info(path: &Path) -> Result<(zip::ZipArchive<std::fs::File>, String), String> {

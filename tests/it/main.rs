@@ -29,6 +29,7 @@ mod gpu;
 mod hermetic;
 mod identity;
 mod installer;
+mod jobs;
 mod kernel_families;
 mod loaded;
 mod mirror;
