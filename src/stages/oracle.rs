@@ -604,7 +604,7 @@ fn build(
     });
     let (mut ident, checks, warnings, identity_s) = measured?;
     let (mut manifest, listing_s) = listing?;
-    let (smoke, smoke_s) = match smoke {
+    let (mut smoke, smoke_s) = match smoke {
         Some(run) => run?,
         None => (SmokeReport::skipped(smoke::smoke_key(store, lr)), 0.0),
     };
@@ -615,6 +615,9 @@ fn build(
     ident.package_path = ident.package_path.map(|p| p.replacen(&staged, &fin, 1));
     ident.package_dir = ident.package_dir.map(|p| p.replacen(&staged, &fin, 1));
     ident.sys_prefix = fin.clone();
+    if let Some(p) = smoke.engine.as_mut().and_then(|e| e.path.as_mut()) {
+        *p = p.replacen(&staged, &fin, 1);
+    }
     let record = OracleRecord {
         schema: 1,
         recipe: r.name.clone(),
