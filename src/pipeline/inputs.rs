@@ -144,9 +144,14 @@ pub fn metadata_runtime(
     let extras = requires::requested_extras(&meta, &r.install.extras, &lr.origin)?;
     let target = requires::marker_env_on(&tc.python.path, platform)?;
     let _ = fs_err::remove_file(&log);
+    // uv evaluates each marker again with no extra requested: the extras'
+    // own `extra == "..."` terms, true here, are taken out of the markers.
     Ok(requires::active(&reqs, &target, &extras)
-        .iter()
-        .map(ToString::to_string)
+        .into_iter()
+        .map(|mut r| {
+            r.marker = r.marker.simplify_extras(&extras);
+            r.to_string()
+        })
         .collect())
 }
 
