@@ -664,6 +664,25 @@ mod tests {
     const GOOD: &str = "name: t\nsource:\n  repo: file:///x\n  commit: 5559679229bc961848b121ccdeaa8fa5d79bec98\npython: \"3.11\"\npins: {torch: 2.13.0, transformers: 5.10}\nbuild:\n  max_jobs: 6\n";
 
     #[test]
+    fn a_with_entry_is_an_exact_pep508_pin() {
+        assert_eq!(
+            parse_with("Pandas==2.2.3"),
+            Ok(("pandas".to_string(), "2.2.3".to_string()))
+        );
+        for bad in [
+            "pandas",
+            "pandas>=2",
+            "pandas==2.*",
+            "pandas[x]==2.2.3",
+            "pandas==2.2.3; python_version<'3'",
+            "pandas==2,<3",
+            "==",
+        ] {
+            assert!(parse_with(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn parses_versions_as_written() {
         let r = parse(GOOD, "t.yaml").unwrap();
         assert_eq!(r.pins["torch"], "2.13.0");

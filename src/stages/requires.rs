@@ -536,6 +536,22 @@ Requires-Dist: pytest; extra == \"test\"\n\nRequires-Dist: body-not-a-header\n";
     }
 
     #[test]
+    fn requested_extras_must_be_declared_and_add_their_requirements() {
+        let meta = "Name: fixturellm\nProvides-Extra: bench\nRequires-Dist: six>=1.16; extra == \"bench\"\n";
+        let x = requested_extras(meta, &["Bench".into()], "r.yaml").unwrap();
+        let reqs = requires_dist(meta, "METADATA").unwrap();
+        assert!(active(&reqs, &env(), &[]).is_empty());
+        assert_eq!(active(&reqs, &env(), &x).len(), 1);
+        let e = requested_extras(meta, &["nope".into()], "r.yaml").unwrap_err();
+        assert_eq!(crate::exit::code_of(&e), 2);
+        let t = format!("{e:#}");
+        assert!(
+            t.contains("install.extras[0]") && t.contains("bench"),
+            "{t}"
+        );
+    }
+
+    #[test]
     fn extras_are_followed_through_the_locked_package_metadata() {
         let reqs = requires_dist(META, "METADATA").unwrap();
         let lock = vec![
