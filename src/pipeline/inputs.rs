@@ -71,12 +71,16 @@ fn installs(store: &Store, locked: &Locked, entries: (Vec<Entry>, Vec<Entry>)) -
 /// [`requires::marker_env_on`]). Scratch files go to `work`. This is how
 /// `stages::lock::resolve` asks the tree for its runtime set (vLLM's
 /// `setup.py` computes `install_requires` from `VLLM_TARGET_DEVICE`).
+/// The recipe's `install.extras` are requested in the marker evaluation
+/// (`extra == "bench"` holds for each), so the extras' requirements are in it.
 /// Every wheelhouse entry it fetches is registered in `temp` first, so a
 /// concurrent `gc` cannot take the build set between download and install.
 ///
 /// Errors: the backend has no hook, or the hook fails (vLLM's cuda metadata
 /// needs nvcc): a [`requires::TreeDeclined`], after which the caller falls
-/// back to the requirement files; anything else (the build set cannot be
+/// back to the requirement files; an extra of `install.extras` the
+/// metadata does not declare (`Provides-Extra`; exit 2, naming those it
+/// declares); anything else (the build set cannot be
 /// fetched or installed, the tree cannot be copied, a full disk) is a
 /// failure of the step, which the caller reports.
 pub fn metadata_runtime(
@@ -137,11 +141,17 @@ pub fn metadata_runtime(
         ))
     })?;
     let reqs = requires::requires_dist(&meta, "the tree's METADATA")?;
+    let extras = requires::requested_extras(&meta, &r.install.extras, &lr.origin)?;
     let target = requires::marker_env_on(&tc.python.path, platform)?;
     let _ = fs_err::remove_file(&log);
-    Ok(requires::active(&reqs, &target, &[])
-        .iter()
-        .map(ToString::to_string)
+    // uv evaluates each marker again with no extra requested: the extras'
+    // own `extra == "..."` terms, true here, are taken out of the markers.
+    Ok(requires::active(&reqs, &target, &extras)
+        .into_iter()
+        .map(|mut r| {
+            r.marker = r.marker.simplify_extras(&extras);
+            r.to_string()
+        })
         .collect())
 }
 

@@ -1015,6 +1015,7 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
                 &record.wheel_path(&plan.entry.path),
                 locked,
                 &r.pins,
+                &r.install.extras,
                 &lock_file,
                 // As the user can run it: the recipe file, or a name PIN resolution finds.
                 &crate::recipe::shell_arg(lr),

@@ -13,6 +13,8 @@
 //! - with `--deep`, each staged source the wheel was built with (`staged
 //!   source <name>`): its files are the git tree of the commit the wheel's
 //!   key names;
+//! - the recipe's added packages (`install.with`, `install.extras`), each
+//!   installed at the version `oracle.json` recorded (`added <name>`);
 //! - the users' pin record (`--pin-file`): `vllm_commit`,
 //!   `vllm_runtime_version`, `vllm_distribution_version`, `flashinfer_version`.
 
@@ -291,6 +293,61 @@ fn family_checks(expected: &[String], recorded: Option<&[KernelFamily]>) -> Vec<
         .collect()
 }
 
+/// One `added <name>` check per package the recipe adds (`install.with`,
+/// `install.extras`): installed now at the version `oracle.json` recorded
+/// (`added`) and, for `install.with`, at the pinned version. A package
+/// recorded but no longer installed, or installed at another version, is a
+/// mismatch; one the recipe asks for that the record lacks is checked
+/// against the recipe alone. A venv that cannot be listed fails one check.
+fn added_checks(venv: &Path, recipe: &Recipe, rec: Option<&OracleRecord>) -> Vec<Check> {
+    use crate::stages::added::{self, Added};
+    let recorded: &[Added] = rec.map_or(&[], |r| &r.added[..]);
+    if recorded.is_empty() && recipe.install.is_empty() {
+        return Vec::new();
+    }
+    let now = match added::measure(venv, recipe) {
+        Ok(n) => n,
+        Err(e) => {
+            return vec![Check {
+                field: "added packages".into(),
+                expected: "the venv's installed distributions (install.with, install.extras)"
+                    .into(),
+                found: first_line(&format!("{e:#}")).to_string(),
+                ok: false,
+            }];
+        }
+    };
+    let mut names: Vec<&str> = recorded.iter().map(|a| a.name.as_str()).collect();
+    names.extend(now.iter().map(|a| a.name.as_str()));
+    let mut seen = std::collections::BTreeSet::new();
+    names.retain(|n| seen.insert(*n));
+    names
+        .into_iter()
+        .map(|name| {
+            let was = recorded.iter().find(|a| a.name == name);
+            let is = now.iter().find(|a| a.name == name);
+            let via = was.or(is).map_or("", |a| a.via.as_str());
+            let want = was
+                .and_then(|a| a.version.clone())
+                .or_else(|| is.and_then(|a| a.pinned.clone()));
+            let pinned = was.or(is).and_then(|a| a.pinned.clone());
+            let found = is.and_then(|a| a.version.clone());
+            let ok = found.is_some()
+                && (want.is_none() || want == found)
+                && (pinned.is_none() || pinned == found);
+            Check {
+                field: format!("added {name}"),
+                expected: format!(
+                    "{} installed ({via})",
+                    want.as_deref().unwrap_or("any version")
+                ),
+                found: found.unwrap_or_else(|| "not installed".into()),
+                ok,
+            }
+        })
+        .collect()
+}
+
 fn recorded_checks(rec: &OracleRecord, id: &Identity) -> Vec<Check> {
     let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
     let pairs = [
@@ -384,6 +441,7 @@ pub fn verify_venv(
     if let Some(rec) = &record {
         checks.extend(recorded_checks(rec, &id));
     }
+    checks.extend(added_checks(venv, recipe, record.as_ref()));
     let kernel_families = record
         .as_ref()
         .and_then(|rec| wheel_families(store, rec, venv));

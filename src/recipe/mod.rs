@@ -60,6 +60,68 @@ pub struct Recipe {
     /// How `oracle-build lock` resolves (see `stages::lock`).
     #[serde(default)]
     pub lock: LockSettings,
+    /// Packages the oracle holds besides what the package requires: its
+    /// own extras and added exact pins (issue 38).
+    #[serde(default, skip_serializing_if = "Install::is_empty")]
+    pub install: Install,
+}
+
+/// `install:` what the runtime set holds besides the package's own
+/// requirements, resolved into the runtime lock like every other package.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Install {
+    /// Extras of the package itself (`vllm[bench]`): the `Requires-Dist` of
+    /// its metadata whose marker holds with `extra == "<name>"`.
+    #[serde(default)]
+    pub extras: Vec<String>,
+    /// Added packages, each an exact PEP 508 pin `name==version`
+    /// (`pandas==2.2.3`).
+    #[serde(default)]
+    pub with: Vec<String>,
+}
+
+impl Install {
+    /// Whether nothing is asked for (the recipe has no `install:`).
+    pub fn is_empty(&self) -> bool {
+        self.extras.is_empty() && self.with.is_empty()
+    }
+
+    /// The `with` entries as `(name, version)`, in order; entries that are
+    /// no exact pin are skipped (validation refuses them, exit 2).
+    pub fn with_pins(&self) -> Vec<(String, String)> {
+        self.with
+            .iter()
+            .filter_map(|w| parse_with(w).ok())
+            .collect()
+    }
+}
+
+/// One `install.with` entry parsed as a PEP 508 requirement that is an
+/// exact pin: `name==version` with no extras, URL or marker, returned as
+/// (normalized name, version).
+///
+/// Errors: a message saying why it is not one.
+pub fn parse_with(entry: &str) -> Result<(String, String), String> {
+    use std::str::FromStr;
+    let req = pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(entry)
+        .map_err(|e| format!("is not a PEP 508 requirement ({e})"))?;
+    let not_pin = || {
+        "is not an exact pin; each entry is `name==version` (PEP 508 name, one exact PEP 440 version, no extras, URL or marker), e.g. \"pandas==2.2.3\"".to_string()
+    };
+    if !req.extras.is_empty() || req.marker.contents().is_some() {
+        return Err(not_pin());
+    }
+    let Some(pep508_rs::VersionOrUrl::VersionSpecifier(spec)) = &req.version_or_url else {
+        return Err(not_pin());
+    };
+    let spec: Vec<_> = spec.iter().collect();
+    match spec.as_slice() {
+        [one] if *one.operator() == pep440_rs::Operator::Equal => {
+            Ok((req.name.to_string(), one.version().to_string()))
+        }
+        _ => Err(not_pin()),
+    }
 }
 
 /// One entry of `indexes:`.
@@ -638,6 +700,25 @@ mod tests {
     use super::*;
 
     const GOOD: &str = "name: t\nsource:\n  repo: file:///x\n  commit: 5559679229bc961848b121ccdeaa8fa5d79bec98\npython: \"3.11\"\npins: {torch: 2.13.0, transformers: 5.10}\nbuild:\n  max_jobs: 6\n";
+
+    #[test]
+    fn a_with_entry_is_an_exact_pep508_pin() {
+        assert_eq!(
+            parse_with("Pandas==2.2.3"),
+            Ok(("pandas".to_string(), "2.2.3".to_string()))
+        );
+        for bad in [
+            "pandas",
+            "pandas>=2",
+            "pandas==2.*",
+            "pandas[x]==2.2.3",
+            "pandas==2.2.3; python_version<'3'",
+            "pandas==2,<3",
+            "==",
+        ] {
+            assert!(parse_with(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn parses_versions_as_written() {

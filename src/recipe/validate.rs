@@ -231,6 +231,42 @@ pub(super) fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
             ));
         }
     }
+    let mut added: std::collections::BTreeMap<String, usize> = Default::default();
+    for (i, entry) in r.install.with.iter().enumerate() {
+        let field = format!("install.with[{i}]");
+        let (name, version) =
+            super::parse_with(entry).map_err(|m| fail(&field, format!("{entry:?} {m}")))?;
+        if let Some(j) = added.insert(name.clone(), i) {
+            return Err(fail(
+                &field,
+                format!("{entry:?} names {name} again (install.with[{j}] added it already)"),
+            ));
+        }
+        let pinned = r.pins.iter().find(|(n, _)| {
+            n.parse::<pep508_rs::PackageName>()
+                .ok()
+                .map(|n| n.to_string())
+                == Some(name.clone())
+        });
+        if let Some((n, v)) = pinned
+            && v.parse::<pep440_rs::Version>().ok().map(|v| v.to_string()) != Some(version.clone())
+        {
+            return Err(fail(
+                &field,
+                format!(
+                    "{entry:?} contradicts `pins.{n}: {v}` (a pin overrides every requirement of {name}; name one version)"
+                ),
+            ));
+        }
+    }
+    for (i, extra) in r.install.extras.iter().enumerate() {
+        if extra.parse::<pep508_rs::ExtraName>().is_err() {
+            return Err(fail(
+                &format!("install.extras[{i}]"),
+                format!("{extra:?} is not an extra name (PEP 685: letters, digits, `.`, `_`, `-`)"),
+            ));
+        }
+    }
     let b = &r.build;
     if TargetDevice::parse(&b.target_device).is_none() {
         return Err(fail(

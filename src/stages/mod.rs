@@ -1,6 +1,7 @@
 //! The pipeline stages, one module each, in the order data flows:
 //! recipe -> [`source`] -> [`wheel`] -> [`venv`] (install, [`identity`], [`smoke`]) -> record.
 
+pub mod added;
 pub mod ext;
 pub mod identity;
 pub mod installer;

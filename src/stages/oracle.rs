@@ -63,6 +63,11 @@ pub struct OracleRecord {
     pub smoke: SmokeReport,
     /// Tools used.
     pub tools: Toolchain,
+    /// The packages it holds besides what its package requires (recipe
+    /// `install.extras`, `install.with`), as installed when it was built;
+    /// `verify` checks each again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub added: Vec<crate::stages::added::Added>,
     /// Store entries this oracle needs to be rebuilt (its wheel and what the
     /// wheel requires); `gc` keeps them as long as the oracle is rooted.
     #[serde(default)]
@@ -707,6 +712,7 @@ fn build(
         Some(run) => run?,
         None => (SmokeReport::skipped(smoke::smoke_key(store, lr)), 0.0),
     };
+    let added = crate::stages::added::measure(&venv, r)?;
     // Paths were measured in staging; record the final ones.
     let staged = venv.display().to_string();
     let fin = entry.path.display().to_string();
@@ -720,6 +726,9 @@ fn build(
         .clone()
         .filter(|t| t.source == identity::coverage::TargetSource::Gpu);
     judge_loaded(&mut smoke, &ident, lr, gpu_target.as_ref());
+    if let Some(p) = smoke.engine.as_mut().and_then(|e| e.path.as_mut()) {
+        *p = p.replacen(&staged, &fin, 1);
+    }
     let record = OracleRecord {
         schema: 1,
         recipe: r.name.clone(),
@@ -733,6 +742,7 @@ fn build(
         checks,
         smoke,
         tools: tc.clone(),
+        added,
         // The wheel, the mirror of this recipe's repository and the
         // checkout (the wheel's own record names the mirror of the recipe
         // that built it, maybe under another URL of the commit), the runtime

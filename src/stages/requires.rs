@@ -273,6 +273,42 @@ pub fn active(
         .collect()
 }
 
+/// The extras `wanted` (the recipe's `install.extras`, written in
+/// `origin`) as PEP 685 names, each checked against the `Provides-Extra`
+/// of `metadata` (core metadata 2.1+).
+///
+/// Errors (exit 2): an extra is no extra name, or the package declares no
+/// such extra (the message names the extras it declares).
+pub fn requested_extras(metadata: &str, wanted: &[String], origin: &str) -> Result<Vec<ExtraName>> {
+    let declared: Vec<ExtraName> = header_values(metadata, "Provides-Extra")
+        .into_iter()
+        .filter_map(|x| ExtraName::from_str(x).ok())
+        .collect();
+    let name = header_values(metadata, "Name")
+        .first()
+        .map_or_else(|| "the package".to_string(), |n| n.to_string());
+    let mut out = Vec::new();
+    for (i, w) in wanted.iter().enumerate() {
+        let x = ExtraName::from_str(w).map_err(|e| {
+            crate::exit::bad_input(format!(
+                "{origin}: field `install.extras[{i}]`: {w:?} is not an extra name ({e})"
+            ))
+        })?;
+        if !declared.contains(&x) {
+            let list = if declared.is_empty() {
+                "none".to_string()
+            } else {
+                join_extras(&declared)
+            };
+            return Err(crate::exit::bad_input(format!(
+                "{origin}: field `install.extras[{i}]`: {name} declares no extra {w:?} (its metadata's Provides-Extra: {list})"
+            )));
+        }
+        out.push(x);
+    }
+    Ok(out)
+}
+
 /// Where a lock's runtime set came from.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "snake_case", tag = "kind")]
@@ -340,10 +376,13 @@ pub struct Unmet {
 /// declared specifiers as they do at lock time. A requirement with extras is
 /// followed: the extra's own requirements, read from the locked package's
 /// metadata by `metadata_of(name, version)` (`None`: not available, nothing
-/// more is checked for it), are checked the same way.
+/// more is checked for it), are checked the same way. `extras` are the
+/// package's own extras requested (the recipe's `install.extras`): their
+/// requirements must be met too.
 pub fn check(
     reqs: &[Requirement],
     env: &MarkerEnvironment,
+    extras: &[ExtraName],
     locked: &[LockedVersion],
     pins: &BTreeMap<String, String>,
     metadata_of: &dyn Fn(&LockedVersion) -> Option<String>,
@@ -358,7 +397,7 @@ pub fn check(
         .collect();
     let mut unmet = Vec::new();
     let mut followed: BTreeSet<(PackageName, ExtraName)> = BTreeSet::new();
-    let mut queue: Vec<(Requirement, Option<String>)> = active(reqs, env, &[])
+    let mut queue: Vec<(Requirement, Option<String>)> = active(reqs, env, extras)
         .into_iter()
         .map(|r| (r, None))
         .collect();
@@ -478,7 +517,7 @@ Requires-Dist: pytest; extra == \"test\"\n\nRequires-Dist: body-not-a-header\n";
         let reqs = requires_dist(META, "METADATA").unwrap();
         let none = |_: &LockedVersion| None;
         let lock = vec![pkg("packaging", "24.1"), pkg("six", "1.16.0")];
-        let unmet = check(&reqs, &env(), &lock, &BTreeMap::new(), &none);
+        let unmet = check(&reqs, &env(), &[], &lock, &BTreeMap::new(), &none);
         let shown: Vec<&str> = unmet.iter().map(|u| u.requirement.as_str()).collect();
         assert_eq!(shown.len(), 2, "{unmet:?}");
         assert!(shown[0].starts_with("idna[all]>=3"), "{unmet:?}");
@@ -491,9 +530,25 @@ Requires-Dist: pytest; extra == \"test\"\n\nRequires-Dist: body-not-a-header\n";
             pkg("idna", "3.7"),
         ];
         let pins = BTreeMap::from([("packaging".to_string(), "22.0".to_string())]);
-        assert!(check(&reqs, &env(), &lock, &pins, &none).is_empty());
+        assert!(check(&reqs, &env(), &[], &lock, &pins, &none).is_empty());
         let pins = BTreeMap::from([("packaging".to_string(), "25.0".to_string())]);
-        assert_eq!(check(&reqs, &env(), &lock, &pins, &none).len(), 1);
+        assert_eq!(check(&reqs, &env(), &[], &lock, &pins, &none).len(), 1);
+    }
+
+    #[test]
+    fn requested_extras_must_be_declared_and_add_their_requirements() {
+        let meta = "Name: fixturellm\nProvides-Extra: bench\nRequires-Dist: six>=1.16; extra == \"bench\"\n";
+        let x = requested_extras(meta, &["Bench".into()], "r.yaml").unwrap();
+        let reqs = requires_dist(meta, "METADATA").unwrap();
+        assert!(active(&reqs, &env(), &[]).is_empty());
+        assert_eq!(active(&reqs, &env(), &x).len(), 1);
+        let e = requested_extras(meta, &["nope".into()], "r.yaml").unwrap_err();
+        assert_eq!(crate::exit::code_of(&e), 2);
+        let t = format!("{e:#}");
+        assert!(
+            t.contains("install.extras[0]") && t.contains("bench"),
+            "{t}"
+        );
     }
 
     #[test]
@@ -506,7 +561,7 @@ Requires-Dist: pytest; extra == \"test\"\n\nRequires-Dist: body-not-a-header\n";
         ];
         let idna = "Name: idna\nRequires-Dist: codec>=2; extra == \"all\"\nRequires-Dist: other; extra == \"x\"\n";
         let meta = |p: &LockedVersion| (p.name == "idna").then(|| idna.to_string());
-        let unmet = check(&reqs, &env(), &lock, &BTreeMap::new(), &meta);
+        let unmet = check(&reqs, &env(), &[], &lock, &BTreeMap::new(), &meta);
         assert_eq!(unmet.len(), 1, "{unmet:?}");
         assert!(
             unmet[0].requirement.starts_with("idna[all]: codec>=2"),

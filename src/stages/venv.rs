@@ -76,7 +76,7 @@ pub fn plan(
 ) -> VenvPlan {
     let r = &lr.recipe;
     let runtime = runtime_requirements(src, &r.build.target_device);
-    let inputs = json!({
+    let mut inputs = json!({
         "schema": KEY_SCHEMA,
         "stage": "venv",
         "python": {"version": tc.python.version, "implementation": tc.python.implementation, "platform": tc.python.platform},
@@ -97,6 +97,13 @@ pub fn plan(
         "runtime_requirements": runtime,
         "runtime_lock": hermetic.runtime_lock.as_ref().map(|l| l.lock_sha256.clone()),
     });
+    // The recipe's added packages (`install.extras`, `install.with`): named
+    // only when asked for, so an oracle without them keeps its key.
+    if !r.install.is_empty()
+        && let Some(o) = inputs.as_object_mut()
+    {
+        o.insert("install".into(), json!(r.install));
+    }
     let key = content_key(&inputs);
     VenvPlan {
         entry: store.entry(Bucket::Venvs, &key),
@@ -602,7 +609,8 @@ pub fn install(
 /// Holds the runtime lock `locked` (read from `lock_file`) against the built
 /// wheel at `wheel` before anything is installed: every `Requires-Dist` of
 /// the wheel that applies to the recipe's Python (`python`) must be met by
-/// a locked version, the recipe's `pins` acting as overrides; extras are
+/// a locked version, the recipe's `pins` acting as overrides, and so must
+/// those of the package's extras `extras` (`install.extras`); extras are
 /// followed through the locked packages' wheels in the wheelhouse of `store`
 /// (core metadata `Requires-Dist`, PEP 508 markers, PEP 440 versions: see
 /// [`requires::check`]).
@@ -616,6 +624,7 @@ pub fn check_requires(
     wheel: &Path,
     locked: &[LockedPackage],
     pins: &BTreeMap<String, String>,
+    extras: &[String],
     lock_file: &Path,
     recipe: &str,
 ) -> Result<()> {
@@ -637,7 +646,11 @@ pub fn check_requires(
         let f = wheelhouse::file_of(&wheelhouse::entry(store, &a.sha256)).ok()?;
         requires::wheel_metadata(&f).ok()
     };
-    let unmet = requires::check(&reqs, &env, &versions, pins, &metadata_of);
+    let extras: Vec<pep508_rs::ExtraName> = extras
+        .iter()
+        .filter_map(|x| std::str::FromStr::from_str(x).ok())
+        .collect();
+    let unmet = requires::check(&reqs, &env, &extras, &versions, pins, &metadata_of);
     if unmet.is_empty() {
         return Ok(());
     }

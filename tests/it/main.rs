@@ -23,6 +23,7 @@ mod edges_answers;
 mod engine_env;
 mod ext_conditions;
 mod ext_trust;
+mod extras;
 mod gc_roots;
 mod git_edges;
 mod gpu;

@@ -15,6 +15,8 @@
 //!   sha256 and URL of the wheelhouse artifact it was installed from (the
 //!   oracle's `requires`) and the index the runtime lock (PEP 751
 //!   `packages.index`, `lock.json` `artifact_index`) says it came from;
+//!   a package the recipe added (`install.with`, `install.extras`) says so
+//!   (`added_by`);
 //! - the toolchains of the wheel build and of the venv (`formulation`).
 
 pub mod cdx;
@@ -185,7 +187,15 @@ pub fn bom(s: &Subject<'_>) -> Result<Bom> {
         if normalize(&d.name) == normalize(&r.source.package) {
             continue;
         }
-        let c = distribution(&d, &artifacts, lock.as_ref(), r);
+        let mut c = distribution(&d, &artifacts, lock.as_ref(), r);
+        // A package the recipe added (`install.with`, `install.extras`).
+        if let Some(a) = rec
+            .added
+            .iter()
+            .find(|a| normalize(&a.name) == normalize(&d.name))
+        {
+            c.properties.push(Property::new("added_by", &a.via));
+        }
         dist_refs.push(c.bom_ref.clone().unwrap_or_default());
         components.push(c);
     }

@@ -64,6 +64,13 @@ pub struct LockInputs {
     pub indexes: Vec<crate::recipe::Index>,
     /// `lock.exclude_newer` as written (`commit` when absent).
     pub exclude_newer: String,
+    /// `install.extras`: extras of the package resolved into the runtime
+    /// set (absent when none, so earlier locks keep their inputs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extras: Vec<String>,
+    /// `install.with`: added exact pins resolved into the runtime set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub with: Vec<String>,
 }
 
 impl LockInputs {
@@ -80,6 +87,8 @@ impl LockInputs {
                 .exclude_newer
                 .clone()
                 .unwrap_or_else(|| "commit".into()),
+            extras: r.install.extras.clone(),
+            with: r.install.with.clone(),
         }
     }
 }
@@ -742,6 +751,14 @@ pub fn resolve_for(
                     requires_dist: reqs,
                 };
             }
+            Err(reason) if !r.install.extras.is_empty() => {
+                // Extras are the package's own metadata's to say: no
+                // requirement file tells them.
+                return Err(bad_input(format!(
+                    "{}: field `install.extras`: {:?} cannot be resolved: the tree's metadata could not be asked ({reason}), and extras are evaluated with it; name the packages in `install.with` instead",
+                    lr.origin, r.install.extras
+                )));
+            }
             Err(reason) => {
                 let files = fallback_files(src, &r.build.target_device);
                 if online {
@@ -761,13 +778,19 @@ pub fn resolve_for(
             format!("runtime set from {}", runtime_source.describe()),
         );
     }
+    let package_reqs = runtime_in.clone();
     runtime_in.push_str(&pin_lines(&r.pins));
+    for w in &r.install.with {
+        runtime_in.push_str(w);
+        runtime_in.push('\n');
+    }
     let sets = [(RUNTIME_LOCK, runtime_in)];
     for (name, input) in sets {
         if input.trim().is_empty() {
             continue;
         }
-        compile(cx, &common, work, name, &input, &log)?;
+        compile(cx, &common, work, name, &input, &log)
+            .map_err(|e| with_conflict(e, lr, &package_reqs))?;
         made.push((name, fs::read(work.join(name))?));
     }
     fs::create_dir_all(dir)?;
@@ -808,6 +831,61 @@ pub fn resolve_for(
     };
     crate::store::write_json(&dir.join(LOCK_JSON), &info)?;
     load_for(dir, lr, platform)?.context("the lock just written cannot be read back")
+}
+
+/// `e`, uv's failure to resolve the runtime set, told as a conflict of the
+/// recipe's `install.with` when uv's answer names an added package: the
+/// message names each such entry (file, line, field) and the package's own
+/// requirements of that name (`package_reqs`, the runtime set's input
+/// before the recipe's additions), then uv's own explanation; exit 2.
+/// Any other failure is returned as it was.
+fn with_conflict(e: anyhow::Error, lr: &LoadedRecipe, package_reqs: &str) -> anyhow::Error {
+    use std::str::FromStr;
+    let text = format!("{e:#}").to_lowercase();
+    if !text.contains("no solution found") && !text.contains("unsatisfiable") {
+        return e;
+    }
+    let own: Vec<pep508_rs::Requirement> = package_reqs
+        .lines()
+        .filter_map(|l| pep508_rs::Requirement::from_str(l.trim()).ok())
+        .collect();
+    let mut named = Vec::new();
+    for (i, w) in lr.recipe.install.with.iter().enumerate() {
+        let Ok((name, _)) = crate::recipe::parse_with(w) else {
+            continue;
+        };
+        if !text.contains(&name) && !text.contains(&name.replace('-', "_")) {
+            continue;
+        }
+        let field = format!("install.with[{i}]");
+        let line = crate::recipe::locate(&lr.text, &field)
+            .map_or(String::new(), |l| format!("line {l}: "));
+        let theirs: Vec<String> = own
+            .iter()
+            .filter(|r| r.name.to_string() == name)
+            .map(ToString::to_string)
+            .collect();
+        let theirs = if theirs.is_empty() {
+            "a requirement of its dependencies (see uv's answer below)".to_string()
+        } else {
+            format!(
+                "{} requires {}",
+                lr.recipe.source.package,
+                theirs.join(", ")
+            )
+        };
+        named.push(format!(
+            "{}: {line}field `{field}`: {w:?} conflicts with the package's own requirements: {theirs}",
+            lr.origin
+        ));
+    }
+    if named.is_empty() {
+        return e;
+    }
+    bad_input(format!(
+        "{}; the runtime set cannot be resolved, no lock was written. uv says: {e:#}",
+        named.join("; ")
+    ))
 }
 
 /// `uv pip compile` of `input` into `<work>/<name>` with the shared arguments.
@@ -912,6 +990,8 @@ mod tests {
                 pins: BTreeMap::new(),
                 indexes: Vec::new(),
                 exclude_newer: "commit".into(),
+                extras: Vec::new(),
+                with: Vec::new(),
             },
             exclude_newer: None,
             build_requirements: BuildRequirements::Pyproject(Vec::new()),

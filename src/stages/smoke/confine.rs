@@ -9,7 +9,8 @@
 //! at a directory of its own under `<run dir>/engine/`, `HOME` at an empty
 //! directory there, `TMPDIR` (`TMP`, `TEMP`) at a fresh directory per
 //! process (also its working directory), and the engine runs offline
-//! (`HF_HUB_OFFLINE=1`, `TRANSFORMERS_OFFLINE=1`).
+//! (`HF_HUB_OFFLINE=1`, `TRANSFORMERS_OFFLINE=1`). Its `PATH` starts with
+//! the oracle's `bin/` ([`engine_path`]).
 //!
 //! The per-process `TMPDIR` is `<store>/tmp/e.<pid>.<random>`, not a
 //! directory of the run: vLLM binds ZeroMQ IPC sockets at
@@ -87,6 +88,26 @@ pub(super) fn kv_cache_space(lr: &LoadedRecipe) -> Option<KvCacheSpace> {
         gib: KVCACHE_DEFAULT_GIB.into(),
         from: "default".into(),
     })
+}
+
+/// The `PATH` of every engine process of the gate: the oracle's `bin/`
+/// (`bin`, made absolute) first, so the tools the engine runs (FlashInfer's
+/// JIT runs `ninja`) are the oracle's, then `base` (the recipe's `PATH`
+/// when `smoke.env` or the case's `env` sets one, else the gate's own).
+pub(super) fn engine_path(bin: &Path, base: Option<&str>) -> String {
+    let bin = std::path::absolute(bin).unwrap_or_else(|_| bin.to_path_buf());
+    let inherited = std::env::var_os("PATH");
+    let base: Vec<PathBuf> = match base {
+        Some(b) => std::env::split_paths(b).collect(),
+        None => inherited
+            .as_deref()
+            .map(|p| std::env::split_paths(p).collect())
+            .unwrap_or_default(),
+    };
+    std::env::join_paths(std::iter::once(bin.clone()).chain(base))
+        .unwrap_or_else(|_| bin.into_os_string())
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The engine directories of one gate run, removed when dropped.
@@ -180,7 +201,12 @@ impl EngineDirs {
     }
 
     /// Measures every cache directory, then deletes the engine directory.
-    pub(super) fn finish(mut self, kv_cache_space: Option<KvCacheSpace>) -> EngineRecord {
+    /// `path` is the engine's `PATH` ([`engine_path`]), recorded.
+    pub(super) fn finish(
+        mut self,
+        kv_cache_space: Option<KvCacheSpace>,
+        path: Option<String>,
+    ) -> EngineRecord {
         let caches = CACHES
             .iter()
             .map(|(var, dir)| CacheUse {
@@ -198,6 +224,7 @@ impl EngineDirs {
                 .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
                 .collect(),
             kv_cache_space,
+            path,
             caches,
             tmpdir: std::mem::take(&mut self.left),
         }
@@ -287,7 +314,7 @@ mod tests {
         dirs.finish_run(run);
         assert!(!tmp.exists());
         let root = dirs.root.clone();
-        let rec = dirs.finish(None);
+        let rec = dirs.finish(None, None);
         assert!(!root.exists());
         let left = &rec.tmpdir[0].usage;
         assert_eq!((left.files, left.bytes, left.sockets), (1, 3, 1));

@@ -29,7 +29,9 @@ pub(super) struct DriverOutcome {
 
 /// Runs the driver once in its own process group under `timeout`, from the
 /// empty directory `cwd`, with `env` over the recipe's `recipe_env`
-/// (`env` wins: the gate's confinement, see `confine`).
+/// (`env` wins: the gate's confinement, see `confine`), and `PATH`
+/// starting with the directory of `python`, the oracle's `bin/`
+/// ([`super::confine::engine_path`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_driver(
     python: &Path,
@@ -68,6 +70,14 @@ pub(super) fn run_driver(
     .env_remove("PYTHONHOME");
     for (k, v) in recipe_env.iter().chain(env) {
         cmd = cmd.env(k, v);
+    }
+    // The oracle's `bin/` first on PATH (`python` is `<venv>/bin/python`).
+    if let Some(bin) = python.parent() {
+        let base = env.get("PATH").or_else(|| recipe_env.get("PATH"));
+        cmd = cmd.env(
+            "PATH",
+            super::confine::engine_path(bin, base.map(String::as_str)),
+        );
     }
     let outcome = crate::host::process::run_with_timeout(cmd, &log, timeout);
     let log_tail: Vec<String> =

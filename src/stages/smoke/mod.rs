@@ -272,7 +272,13 @@ pub fn run_held(
     if let Some(rec) = &opts.record {
         write_goldens(pending, rec.force, &mut cases)?;
     }
-    let engine = engine.finish(kv_cache_space);
+    let engine = engine.finish(
+        kv_cache_space,
+        Some(confine::engine_path(
+            &venv.join("bin"),
+            recipe.smoke.env.get("PATH").map(String::as_str),
+        )),
+    );
     let boot_after = boot_id();
     if let Some(r) = boot_change(boot_before.as_deref(), boot_after.as_deref()) {
         reasons.push(r);

@@ -248,6 +248,12 @@ pub struct EngineRecord {
     /// from (`default`, `smoke.env`); `None` off `target_device: cpu` when
     /// `smoke.env` does not set it.
     pub kv_cache_space: Option<KvCacheSpace>,
+    /// The engine's `PATH`: the oracle's `bin/` first, then the recipe's
+    /// `smoke.env.PATH` or the gate's own (a case's `env.PATH` replaces
+    /// what follows the oracle's `bin/` for that case). Absent in records
+    /// made before it was set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     /// Each cache variable: its directory (relative to the run directory)
     /// and what was in it once every engine run was done.
     pub caches: Vec<CacheUse>,
