@@ -77,8 +77,10 @@ pub fn install(work: &Path, ccache: &Path, real: &Real<'_>) -> Result<Wrappers> 
             .write(true)
             .open(&path)
             .with_context(|| format!("opening {}", path.display()))?;
-        f.set_permissions(<std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755))
-            .with_context(|| format!("making {} executable", path.display()))?;
+        f.set_permissions(
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+        )
+        .with_context(|| format!("making {} executable", path.display()))?;
         f.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(FIXED_MTIME_S))
             .with_context(|| format!("setting the time of {}", path.display()))?;
         Ok(Some(path))
