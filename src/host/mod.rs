@@ -11,6 +11,7 @@
 
 pub mod bytecode;
 pub mod ccache;
+pub mod ccache_wrappers;
 pub mod compilers;
 pub mod disk;
 pub mod git;

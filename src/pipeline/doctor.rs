@@ -82,13 +82,18 @@ pub enum ProblemKind {
     RootDangling,
     /// `root-outside-store`: a GC root points outside the store.
     RootOutsideStore,
+    /// `store-filesystem`: the store is on a file system that does not keep
+    /// what it needs (a CIFS/SMB/FAT mount, or symlinks, hard links, exec
+    /// bits or atomic rename failing there): every command that writes it
+    /// refuses (`store::fscheck`).
+    StoreFilesystem,
     /// `unreachable`: no GC root reaches a store entry.
     Unreachable,
 }
 
 impl ProblemKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ProblemKind; 26] = [
+    pub const ALL: [ProblemKind; 27] = [
         ProblemKind::AliasDangling,
         ProblemKind::AliasMissing,
         ProblemKind::AliasMoved,
@@ -114,6 +119,7 @@ impl ProblemKind {
         ProblemKind::Precompiled,
         ProblemKind::RootDangling,
         ProblemKind::RootOutsideStore,
+        ProblemKind::StoreFilesystem,
         ProblemKind::Unreachable,
     ];
 
@@ -145,6 +151,7 @@ impl ProblemKind {
             ProblemKind::Precompiled => "precompiled",
             ProblemKind::RootDangling => "root-dangling",
             ProblemKind::RootOutsideStore => "root-outside-store",
+            ProblemKind::StoreFilesystem => "store-filesystem",
             ProblemKind::Unreachable => "unreachable",
         }
     }
@@ -862,6 +869,14 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
         .map(|lr| lr.recipe.source.repo.clone())
         .collect();
     if let Some(store) = &store {
+        if let Some(why) = crate::store::fscheck::problem(store.root()) {
+            d.add(
+                ProblemKind::StoreFilesystem,
+                &store.root().display().to_string(),
+                why,
+                "move the store to a local Linux file system (ext4, xfs, btrfs, tmpfs, NFS) and name it with --store or ORACLE_BUILD_HOME: builds refuse this one (exit 2)",
+            );
+        }
         let roots = store.roots()?;
         n_roots = roots.len();
         for r in roots.iter().filter(|r| r.is_list()) {

@@ -88,6 +88,7 @@ pub const COMPILER_ENV: &[&str] = &[
     "NVCC_PREPEND_FLAGS",
     "NVCC_APPEND_FLAGS",
     "NVCC_CCBIN",
+    "PYTORCH_NVCC",
     "CMAKE_ARGS",
     // Rust (a tree built with setuptools-rust or maturin): cargo and rustc
     // read these (cargo's `config.html#environment-variables`); the build
@@ -483,6 +484,9 @@ impl CacheStats {
                     source = l.trim_start_matches('#').trim();
                     call_failed = false;
                 }
+                // Not a lookup: a link (setuptools links through `CC`) or
+                // another call ccache passes to the compiler uncached.
+                l if l.starts_with("called_for_") => s.calls = s.calls.saturating_sub(1),
                 "direct_cache_hit" | "preprocessed_cache_hit" => s.hits += 1,
                 "local_storage_hit" => s.local_hits += 1,
                 "remote_storage_hit" => s.remote_hits += 1,
@@ -688,6 +692,93 @@ impl CompilerCache {
     }
 }
 
+impl CompilerCache {
+    /// For ccache: writes the build's compiler scripts
+    /// ([`crate::host::ccache_wrappers`]) and returns the variables naming
+    /// them (`CC`, `CXX`, `PYTORCH_NVCC`), so setuptools' `build_ext` and
+    /// torch's `cpp_extension` compile through ccache as CMake does, and
+    /// `CMAKE_ARGS` (`cmake_args` as the build has it so far) with
+    /// `CMAKE_<LANG>_COMPILER` naming the real compilers, so CMake takes no
+    /// script for its compiler (no `ccache ccache gcc`). The real C and C++
+    /// compilers are the recipe's `build.env` `CC` / `CXX` (in `env`), else
+    /// `gcc` / `g++`, found on PATH as preflight found them (`compilers`:
+    /// only those it measured are wrapped); nvcc is the measured one. With
+    /// a team cache the scripts run the build's launcher
+    /// ([`crate::host::team_cache::launcher_path`]), else ccache itself.
+    /// Nothing for sccache.
+    ///
+    /// Errors: a script cannot be written.
+    pub fn compiler_wrappers(
+        &self,
+        work: &Path,
+        compilers: &crate::host::compilers::Compilers,
+        nvcc: Option<&Path>,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Vec<(String, String)>> {
+        if self.kind != CacheKind::Ccache {
+            return Ok(Vec::new());
+        }
+        let find = |var: &str, fallback: &str| {
+            which::which(env.get(var).map_or(fallback, String::as_str)).ok()
+        };
+        let cc = compilers.cc.as_ref().and_then(|_| find("CC", "gcc"));
+        let cxx = compilers.cxx.as_ref().and_then(|_| find("CXX", "g++"));
+        let nvcc = compilers
+            .cuda
+            .as_ref()
+            .and_then(|c| c.nvcc.as_ref().map(|n| n.path.clone()))
+            .or_else(|| nvcc.map(Path::to_path_buf));
+        let ccache = if self.remote.is_some() {
+            crate::host::team_cache::launcher_path(work)
+        } else {
+            self.tool.path.clone()
+        };
+        let w = crate::host::ccache_wrappers::install(
+            work,
+            &ccache,
+            &crate::host::ccache_wrappers::Real {
+                cc: cc.as_deref(),
+                cxx: cxx.as_deref(),
+                nvcc: nvcc.as_deref(),
+            },
+        )?;
+        let mut out = Vec::new();
+        let mut cmake_args = env.get("CMAKE_ARGS").cloned().unwrap_or_default();
+        for (var, lang, script, real) in [("CC", "C", &w.cc, &cc), ("CXX", "CXX", &w.cxx, &cxx)] {
+            if let (Some(script), Some(real)) = (script, real) {
+                out.push((var.to_string(), script.display().to_string()));
+                cmake_args = format!("{cmake_args} -DCMAKE_{lang}_COMPILER={}", real.display());
+            }
+        }
+        if let Some(script) = &w.nvcc {
+            out.push(("PYTORCH_NVCC".into(), script.display().to_string()));
+        }
+        if !cmake_args.trim().is_empty() {
+            out.push(("CMAKE_ARGS".into(), cmake_args.trim().to_string()));
+        }
+        Ok(out)
+    }
+}
+
+/// The note of a build whose configured compiler cache saw no compiler call
+/// (`build.json` `compiler_cache_unused`): `None` when it saw some, or when
+/// the counts are not known or not the build's own (sccache).
+pub fn unused_note(cache: &CompilerCache, stats: Option<&CacheStats>) -> Option<String> {
+    let s = stats?;
+    if cache.kind != CacheKind::Ccache || s.calls > 0 {
+        return None;
+    }
+    Some(format!(
+        "the compiler cache ({}{}) was configured but no compiler call went through it: the build compiled nothing (a package without extensions, or a target that builds none), or its build system runs a compiler by its own path, ignoring CC, CXX, PYTORCH_NVCC and CMake's compiler launchers",
+        cache.tool.version,
+        cache
+            .remote
+            .as_ref()
+            .map(|r| format!(", team cache {r}"))
+            .unwrap_or_default()
+    ))
+}
+
 /// What the wheel stage takes beyond its own plan.
 #[derive(Debug, Clone, Default)]
 pub struct WheelHermetic {
@@ -867,6 +958,10 @@ pub struct BuildRecord {
     /// `redis://host:port`, with ` (read-only)` when so.
     #[serde(default)]
     pub compiler_cache_remote: Option<String>,
+    /// Why a build whose compiler cache was configured made no call
+    /// through it ([`unused_note`]); absent when it made some.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compiler_cache_unused: Option<String>,
     /// Where each source was fetched from: the URL after the site's
     /// `[[mirror]]` tables (not keyed: `inputs` keeps the declared URLs).
     #[serde(default)]
@@ -1120,6 +1215,9 @@ pub fn ensure(
     if let Some(c) = cache {
         let paths = c.path_env(&work, env.get("CMAKE_ARGS").map(String::as_str));
         env.extend(paths);
+        let nvcc = tc.nvcc.as_ref().map(|t| t.path.as_path());
+        let wrappers = c.compiler_wrappers(&work, &tc.compilers, nvcc, &env)?;
+        env.extend(wrappers);
     }
     // Rust: the measured toolchain, named for rustup (`RUSTUP_TOOLCHAIN`).
     // Its staged crates only, offline (`CARGO_HOME` in the work directory);
@@ -1212,6 +1310,10 @@ pub fn ensure(
             remote_skipped: skipped,
             ..s
         });
+    let unused = cache.and_then(|c| unused_note(c, cache_stats.as_ref()));
+    if let Some(note) = &unused {
+        progress::stage("build", format!("warning: {note}"));
+    }
     let ext_taken = crate::stages::ext::taken(&plan.hermetic.ext, &work)?;
     // What the tree's configure said it builds, traced to its CMake files.
     let mut kernel_families = families::read_log(&log).unwrap_or_default();
@@ -1287,6 +1389,7 @@ pub fn ensure(
             .map(|c| c.tool.clone()),
         compiler_cache_stats: cache_stats,
         compiler_cache_remote: remote.map(ToString::to_string),
+        compiler_cache_unused: unused,
         origins: Origins {
             source: crate::stages::source::origin_url(store, &r.source.repo).ok(),
             ext: plan

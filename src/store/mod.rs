@@ -39,6 +39,7 @@ use serde::Serialize;
 
 use crate::exit::bad_input;
 
+pub mod fscheck;
 mod fsutil;
 mod manifest;
 mod stamps;
@@ -360,8 +361,15 @@ impl Store {
         Ok(Store { root: abs })
     }
 
-    /// Creates the store's directories (idempotent).
+    /// Creates the store's directories (idempotent), after its file system
+    /// was tried once ([`fscheck::ensure`]).
+    ///
+    /// Errors (exit 2): the store's file system is refused (a CIFS/SMB/FAT
+    /// mount, or symlinks, hard links, exec bits or atomic rename failing
+    /// there), naming the mount point and type; else a directory cannot be
+    /// created.
     pub fn init(&self) -> Result<()> {
+        fscheck::ensure(&self.root)?;
         // `store/` last: it is what `open_existing` takes for a store, so a
         // `gc` running at that moment finds `locks/` already there.
         for d in ["roots", "tmp", "locks", "tools", "uv-tmp"] {

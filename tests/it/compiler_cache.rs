@@ -407,3 +407,78 @@ fn a_stalled_team_cache_is_skipped_after_its_first_timeout_and_said_once() {
         took.as_secs_f64()
     );
 }
+
+/// Issue 43: a setuptools `build_ext` package (the plain fixture: no CMake)
+/// compiles through ccache (`CC` / `CXX` scripts in the build's work
+/// directory), so a second store gets its objects from the team cache;
+/// the recorded compilers stay the real ones; and a build with the cache
+/// configured that compiled nothing says so.
+#[test]
+fn a_setuptools_build_ext_package_gets_team_cache_hits_in_a_second_store_and_a_build_without_calls_says_so()
+ {
+    assert!(
+        which::which("ccache").is_ok(),
+        "ccache is not on PATH (.ci/run installs it)"
+    );
+    let fx = Fx::new();
+    let (repo, commit) = fx.repo();
+    assert!(
+        !repo.join("CMakeLists.txt").exists(),
+        "the plain fixture builds with setuptools"
+    );
+    let recipe = fx.recipe("fx", &repo, &commit, "");
+    let redis = Redis::start();
+    let a = fx.dir().join("box-a/store");
+    let b = fx.dir().join("box-b/home/someone/store");
+    team_cache(&a, &redis.url());
+    team_cache(&b, &redis.url());
+
+    let (cold, _) = build(&fx, &a, &recipe);
+    let (calls, _, remote, misses, _) = stats(&cold);
+    assert!(calls >= 1 && misses >= 1, "{cold}");
+    assert_eq!(remote, 0, "{cold}");
+    assert!(cold.get("compiler_cache_unused").is_none(), "{cold}");
+    // setuptools ran the scripts; CMake would get the real compilers; the
+    // record's compilers are the real ones.
+    let env = &cold["env"];
+    let cc = env["CC"].as_str().unwrap();
+    assert!(cc.ends_with("/ccache-bin/cc"), "{env}");
+    assert!(
+        env["CXX"].as_str().unwrap().ends_with("/ccache-bin/c++"),
+        "{env}"
+    );
+    let args = env["CMAKE_ARGS"].as_str().unwrap();
+    assert!(args.contains("-DCMAKE_C_COMPILER=/"), "{args}");
+    assert!(!args.contains("ccache-bin"), "{args}");
+    let tools = cold["tools"]["compilers"].to_string();
+    assert!(!tools.contains("ccache"), "{tools}");
+    assert!(
+        cold["tools"]["compilers"]["cc"]["path"].is_string(),
+        "{tools}"
+    );
+
+    // Store B: the same objects from the team cache, the same wheel.
+    let (warm, _) = build(&fx, &b, &recipe);
+    let (_, _, remote, misses, errors) = stats(&warm);
+    assert!(remote >= 1, "{warm}");
+    assert_eq!((misses, errors), (0, 0), "{warm}");
+    assert_eq!(warm["sha256"], cold["sha256"]);
+
+    // No extension to build: the configured cache saw no call, and says so.
+    let empty = fx.dir().join("fx-empty.yaml");
+    std::fs::write(
+        &empty,
+        std::fs::read_to_string(&recipe)
+            .unwrap()
+            .replace("name: fx\n", "name: fx-empty\n")
+            .replace("target_device: cpu", "target_device: empty"),
+    )
+    .unwrap();
+    let (none, err) = build(&fx, &a, &empty);
+    assert_eq!(none["compiler_cache_stats"]["calls"], 0, "{none}");
+    let note = none["compiler_cache_unused"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{none}"));
+    assert!(note.contains("no compiler call went through it"), "{note}");
+    assert!(err.contains("warning: the compiler cache"), "{err}");
+}

@@ -585,3 +585,113 @@ fn a_full_disk_in_the_locks_metadata_step_fails_and_changes_no_lock() {
         assert!(stored.is_empty(), "{args:?}: no lock stored: {stored:?}");
     }
 }
+
+/// Runs `oracle-build <args> --store <mnt>/store` (the test's environment)
+/// in a private mount namespace (`unshare --mount`) where `mount_cmd`
+/// (a shell command, `$M` the mount point) was run first: the mount goes
+/// when the process ends. `None` (with the reason printed) when this
+/// machine does not allow the mount (not root, no `unshare`, a kernel
+/// without the file system: CI containers).
+fn in_mount(fx: &Fx, mount_cmd: &str, args: &[&str]) -> Option<(std::process::Output, String)> {
+    let m = fx.dir().join("mnt");
+    std::fs::create_dir_all(&m).unwrap();
+    let store = m.join("store").display().to_string();
+    let script = format!(
+        "set -e\nM=\"$1\"; shift\n{mount_cmd} || {{ echo 'oracle-test: mount refused' >&2; exit 97; }}\nexec \"$@\""
+    );
+    let mut c = std::process::Command::new("unshare");
+    c.args([
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &script,
+        "sh",
+    ])
+    .arg(&m)
+    .arg(bin())
+    .args(args)
+    .args(["--store", &store])
+    .current_dir(fx.dir());
+    test_env(&mut c);
+    let out = match c.output() {
+        Ok(o) => o,
+        Err(e) => {
+            println!("skipped: unshare does not run ({e})");
+            return None;
+        }
+    };
+    if code(&out) == 97 || text(&out).contains("unshare: ") {
+        println!(
+            "skipped: this machine does not allow `{mount_cmd}` in a private mount namespace: {}",
+            text(&out)
+        );
+        return None;
+    }
+    Some((out, store))
+}
+
+/// Issue 43: a store on a file system that drops what it needs is refused
+/// before any work, naming the mount point, its type and what failed: a
+/// tmpfs mounted `noexec` (a script made executable does not run: the
+/// probe itself), and a vfat loop mount (refused by its type). `doctor`
+/// reports such a store as `store-filesystem`. Skipped, saying why, where
+/// the machine does not allow mounting (the unit tests of
+/// `store::fscheck` cover the mountinfo verdict).
+#[test]
+fn a_store_on_a_file_system_without_exec_bits_or_on_vfat_is_refused_naming_its_mount_and_type() {
+    let fx = Fx::new();
+    let (repo, commit) = fx.repo();
+    let recipe = fx.recipe("fx", &repo, &commit, "");
+    let r = recipe.to_str().unwrap();
+    let noexec = "mount -t tmpfs -o noexec,size=16m tmpfs \"$M\"";
+    if let Some((out, store)) = in_mount(&fx, noexec, &["fetch", r]) {
+        assert_eq!(code(&out), 2, "{}", text(&out));
+        let t = text(&out);
+        assert!(
+            t.contains(&format!("the store {store} cannot be used")),
+            "{t}"
+        );
+        assert!(t.contains("exec bits"), "{t}");
+        assert!(
+            t.contains(&format!(
+                "{} mounted as tmpfs",
+                fx.dir().join("mnt").display()
+            )),
+            "{t}"
+        );
+        assert!(t.contains("nothing was written"), "{t}");
+        // doctor names it too (a store made by hand on that mount).
+        let made = format!(
+            "{noexec} && mkdir -p \"$M/store/store\" \"$M/store/tmp\" \"$M/store/roots\" \"$M/store/locks\""
+        );
+        let (out, _) = in_mount(&fx, &made, &["doctor", "--json"]).expect("mounted once already");
+        assert_eq!(code(&out), 1, "{}", text(&out));
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let p = problems_of(&doc, "store-filesystem");
+        assert_eq!(p.len(), 1, "{doc}");
+        assert!(
+            p[0]["message"].as_str().unwrap().contains("exec bits"),
+            "{doc}"
+        );
+    }
+    // No `store/` was left on the test's own file system either.
+    assert!(!fx.dir().join("mnt/store").exists());
+    let img = fx.dir().join("vfat.img");
+    let vfat = format!(
+        "truncate -s 16M {img} && mkfs.vfat {img} >/dev/null && mount -o loop {img} \"$M\"",
+        img = img.display()
+    );
+    if which::which("mkfs.vfat").is_err() {
+        println!("skipped the vfat mount: no mkfs.vfat (apt-get install dosfstools)");
+    } else if let Some((out, store)) = in_mount(&fx, &vfat, &["fetch", r]) {
+        assert_eq!(code(&out), 2, "{}", text(&out));
+        let t = text(&out);
+        assert!(
+            t.contains(&format!("the store {store} cannot be used")),
+            "{t}"
+        );
+        assert!(t.contains("mounted as vfat"), "{t}");
+    }
+}
