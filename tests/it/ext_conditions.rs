@@ -19,7 +19,8 @@ fn ok(out: &Output) {
     assert!(code(out) == 0 || unsmoked, "exit {}: {t}", code(out));
 }
 
-fn run_store(d: &Path, args: &[&str], store: &Path) -> Output {
+/// `oracle-build <args> --store <store> --json` in `d`.
+pub(crate) fn run_store(d: &Path, args: &[&str], store: &Path) -> Output {
     cmd(d)
         .args(args)
         .args(["--store", store.to_str().unwrap(), "--json"])

@@ -5,8 +5,8 @@
 //! for archs, one skipped for the compiler version, and a CPU ISA warning.
 
 use std::path::Path;
-use std::process::Output;
 
+use crate::ext_conditions::run_store;
 use crate::real::cmake_fixture;
 use crate::support::*;
 use serde_json::Value;
@@ -43,14 +43,6 @@ message(WARNING "Disable AVX512-BF16 ISA support, requires gcc/g++ >= 12.3")
 fn at(needle: &str) -> String {
     let n = KERNELS.lines().position(|l| l.contains(needle)).unwrap() + 1;
     format!("cmake/kernels.cmake:{n}")
-}
-
-fn run_store(d: &Path, args: &[&str], store: &Path) -> Output {
-    cmd(d)
-        .args(args)
-        .args(["--store", store.to_str().unwrap(), "--json"])
-        .output()
-        .unwrap()
 }
 
 /// Writes the recipe `kf.yaml` for `commit` of `repo` with `expect` YAML.
