@@ -482,3 +482,99 @@ fn a_setuptools_build_ext_package_gets_team_cache_hits_in_a_second_store_and_a_b
     assert!(note.contains("no compiler call went through it"), "{note}");
     assert!(err.contains("warning: the compiler cache"), "{err}");
 }
+
+/// The objects of the fixture's extension that ninja logged as built
+/// (`.ninja_log` lines under `<store>/tmp`, ninja writes one when a command
+/// ends), as their sources: `CMakeFiles/_C.dir/csrc/gen/k07.cpp.o` ->
+/// `csrc/gen/k07.cpp`.
+fn logged_objects(store: &Path) -> Vec<String> {
+    let mut done = Vec::new();
+    for log in tree(&store.join("tmp")) {
+        if log.file_name().is_some_and(|n| n == ".ninja_log") {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            for line in text.lines().filter(|l| !l.starts_with('#')) {
+                let Some(out) = line.split('\t').nth(3) else {
+                    continue;
+                };
+                if let Some(src) = out
+                    .strip_suffix(".o")
+                    .and_then(|o| o.split_once(".dir/").map(|(_, s)| s))
+                    .filter(|s| s.starts_with("csrc/"))
+                {
+                    done.push(src.to_string());
+                }
+            }
+        }
+    }
+    done.sort();
+    done.dedup();
+    done
+}
+
+#[test]
+fn a_build_killed_midway_recompiles_only_what_it_had_not_compiled() {
+    use std::os::unix::process::CommandExt;
+    assert!(
+        which::which("ccache").is_ok(),
+        "ccache is not on PATH (.ci/run installs it)"
+    );
+    let fx = Fx::new();
+    let (repo, commit) = heavy_fixture(fx.dir());
+    let recipe = fx.recipe("fx", &repo, &commit, "");
+    let r = recipe.to_str().unwrap();
+    // The first build, its own process group, killed as a lease ends (SIGKILL
+    // to the whole group) once ninja has logged its first object.
+    let mut child = fx
+        .cmd(&["build", r, "--no-smoke"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("oracle-build starts");
+    while logged_objects(fx.store()).is_empty() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the build ended before ninja logged an object"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kills the process group the test started (the tool leads it).
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    let _ = child.wait();
+    // Read after the kill: ninja is gone, its log is final.
+    let done = logged_objects(fx.store());
+    let all = TUS as u64 + 1; // csrc/ops.c and the generated ones
+    assert!(
+        !done.is_empty() && (done.len() as u64) < all,
+        "killed midway: {done:?}"
+    );
+    assert!(
+        !fx.store().join("store/wheels").is_dir()
+            || std::fs::read_dir(fx.store().join("store/wheels"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "the killed build published no wheel"
+    );
+
+    // The rerun: every object compiled before the kill is a compiler-cache
+    // hit, the rest are compiled (misses), none of them one already done.
+    let (rec, _) = build(&fx, fx.store(), &recipe);
+    let s = &rec["compiler_cache_stats"];
+    let n = |f: &str| s[f].as_u64().unwrap_or_else(|| panic!("{f} in {s}"));
+    let (hits, misses) = (n("hits"), n("misses"));
+    eprintln!(
+        "killed after {} objects; the rerun: {hits} hits, {misses} misses",
+        done.len()
+    );
+    assert!(hits >= done.len() as u64, "{} done: {s}", done.len());
+    assert!(misses >= 1, "the rest was compiled: {s}");
+    assert!(hits + misses >= all, "{s}");
+    for missed in s["missed"].as_array().unwrap() {
+        let missed = missed.as_str().unwrap();
+        assert!(
+            !done.iter().any(|d| missed.ends_with(d.as_str())),
+            "{missed} was compiled before the kill, yet missed: {s}"
+        );
+    }
+}
