@@ -4,7 +4,8 @@
 //! ([`disk`]), HTTP downloads ([`http`]), the git command line for fetches
 //! and checkouts ([`git`]) and the limits of its network steps ([`git_timeouts`]), and the bytecode of a venv, shared through the store's pool
 //! ([`bytecode`]), ccache's remote storage ([`ccache`]) and skipping it when it stalls mid-build ([`team_cache`]), the compilers a
-//! build declares and uses, measured ([`compilers`]), and the site's
+//! build declares and uses, measured ([`compilers`]), `Python.h` of the
+//! recipe's Python ([`python_headers`]), and the site's
 //! `[[mirror]]` URL mapping ([`mirror`]), and the sha256 of the pinned uv's
 //! wheels, compiled in ([`uv_wheels`]). It may use the store and the
 //! recipe, never a stage.
@@ -21,6 +22,7 @@ pub mod memory;
 pub mod mirror;
 pub mod platform;
 pub mod process;
+pub mod python_headers;
 pub mod rust;
 pub mod team_cache;
 pub mod toolchain;

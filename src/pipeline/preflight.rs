@@ -4,6 +4,7 @@
 use anyhow::{Result, anyhow};
 
 use crate::host::compilers::{self, Compilers};
+use crate::host::python_headers;
 use crate::host::rust::{self, RustToolchain};
 use crate::host::toolchain::{self, Python, Tool, Toolchain};
 use crate::progress;
@@ -35,19 +36,24 @@ pub struct Findings {
     pub problems: Vec<String>,
 }
 
-/// Checks, without changing anything: the recipe's Python, uv (found or
-/// installable), nvcc and a GPU for `cuda` builds with `cuda_arch_list: auto`,
+/// Checks, without changing anything: the recipe's Python (and its
+/// `Python.h` when `build.mode` is `source`), uv (found or installable), nvcc and a GPU for `cuda` builds with `cuda_arch_list: auto`,
 /// and the repository (mirrored, or reachable unless `offline`).
 pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
     let r = &lr.recipe;
     let mut problems = Vec::new();
     // Three groups of probes at once (each runs a few tools): uv and Python;
     // the compilers; nvcc and git.
-    let ((uv, python), (compilers, nvcc), git) = std::thread::scope(|s| {
+    let ((uv, python, headers), (compilers, nvcc), git) = std::thread::scope(|s| {
         let interpreters = s.spawn(|| {
             let uv = toolchain::find_uv(store).ok();
             let python = toolchain::find_python(&r.python, uv.as_ref());
-            (uv, python)
+            // A build from source compiles against the Python's headers.
+            let headers = match (&python, r.build.mode) {
+                (Ok(p), crate::recipe::BuildMode::Source) => python_headers::problem(p),
+                _ => None,
+            };
+            (uv, python, headers)
         });
         let builders = s.spawn(|| {
             let compilers = compilers::measure(&r.build.env, true);
@@ -84,6 +90,7 @@ pub fn inspect(store: &Store, lr: &LoadedRecipe, offline: bool) -> Findings {
             None
         }
     };
+    problems.extend(headers);
     if uv.is_none() && offline {
         problems.push(format!(
             "uv not found on PATH or in {}, and --offline cannot download the pinned uv's wheel: put uv on PATH, set ORACLE_BUILD_UV=/path/to/uv, `pull` or `import` a pin (they install the uv they carry), or copy a provisioned tools directory (`<root>/tools/` of an online store) and set ORACLE_BUILD_TOOLS to it",
