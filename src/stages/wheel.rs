@@ -746,12 +746,18 @@ impl CompilerCache {
         let mut cmake_args = env.get("CMAKE_ARGS").cloned().unwrap_or_default();
         for (var, lang, script, real) in [("CC", "C", &w.cc, &cc), ("CXX", "CXX", &w.cxx, &cxx)] {
             if let (Some(script), Some(real)) = (script, real) {
-                out.push((var.to_string(), script.display().to_string()));
+                // One shell word: setuptools splits CC / CXX with shell rules
+                // (`split_quoted`), and the store's path may hold a space.
+                out.push((var.to_string(), shell_word(&script.display().to_string())));
                 cmake_args = format!("{cmake_args} -DCMAKE_{lang}_COMPILER={}", real.display());
             }
         }
         if let Some(script) = &w.nvcc {
-            out.push(("PYTORCH_NVCC".into(), script.display().to_string()));
+            // torch writes it into a ninja rule run by the shell.
+            out.push((
+                "PYTORCH_NVCC".into(),
+                shell_word(&script.display().to_string()),
+            ));
         }
         if !cmake_args.trim().is_empty() {
             out.push(("CMAKE_ARGS".into(), cmake_args.trim().to_string()));

@@ -223,7 +223,7 @@ fn parse_errors_name_line_and_field_in_plain_words() {
         ),
         (
             "colour: blue\n",
-            "error: recipes/x.yaml: line 9: field `colour`: unknown key `colour` (allowed keys here: name, source, python, indexes, pins, build, expect, smoke, lock)",
+            "error: recipes/x.yaml: line 9: field `colour`: unknown key `colour` (allowed keys here: name, source, python, indexes, pins, build, expect, smoke, lock, install)",
         ),
         (
             "smoke:\n  runs: \"3\"\n",
