@@ -609,17 +609,7 @@ mod tests {
                 | Kind::Bytecode => {}
             }
         }
-        for k in [
-            Kind::Source,
-            Kind::Lock,
-            Kind::Wheelhouse,
-            Kind::Ext,
-            Kind::Crates,
-            Kind::Wheel,
-            Kind::Inputs,
-            Kind::Attestation,
-            Kind::Bytecode,
-        ] {
+        for k in KINDS {
             assert_eq!(kind_of(Some(k.artifact_type().as_str())), Some(k), "{k:?}");
         }
     }
