@@ -200,6 +200,57 @@ impl Uv {
         run_logged("uv pip compile", self.cmd(all), log, &Progress::new("lock"))
     }
 
+    /// Whether one requirement (`name==version`, PEP 508) can be found on
+    /// this uv's indexes for Python `python_version` on this host: `uv pip
+    /// compile - --no-deps` of that line, its output thrown away, within
+    /// `timeout`. Returns `None` when uv resolves it, else the last lines
+    /// uv printed (why it could not). Used by the preflight to ask whether
+    /// a package still has a source once the site drops an index (issue
+    /// 43): uv decides, with its own index rules (the default index, each
+    /// `--index`), not a copy of them.
+    ///
+    /// Errors: uv cannot be started.
+    pub fn finds(
+        &self,
+        requirement: &str,
+        python_version: &str,
+        timeout: std::time::Duration,
+    ) -> Result<Option<String>> {
+        let mut all: Vec<String> = vec![
+            "pip".into(),
+            "compile".into(),
+            "-".into(),
+            "--quiet".into(),
+            "--no-deps".into(),
+            "--no-header".into(),
+            "--python-version".into(),
+            python_version.into(),
+        ];
+        all.extend(self.common());
+        let expr = self.cmd(all).stdin_bytes(format!("{requirement}\n"));
+        match crate::host::process::capture_within(
+            "uv pip compile",
+            expr,
+            timeout,
+            "the preflight's index question",
+        ) {
+            Ok(_) => Ok(None),
+            Err(e) => {
+                let text = format!("{e:#}");
+                if text.starts_with("cannot run") {
+                    return Err(e);
+                }
+                let why: Vec<&str> = text
+                    .lines()
+                    .skip(1)
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .collect();
+                Ok(Some(if why.is_empty() { text } else { why.join(" ") }))
+            }
+        }
+    }
+
     /// Installs exactly a hash-pinned requirements file from local files only:
     /// `uv pip install --python <venv python> --offline --no-index
     /// --require-hashes --find-links <links> -r <requirements> <extra...>`.

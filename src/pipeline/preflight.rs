@@ -466,5 +466,81 @@ pub fn index_blockers(store: &Store, lr: &LoadedRecipe) -> Vec<String> {
             "package index {index}{through} does not answer: {why}; the lock and the wheelhouse need it: map it with a [[mirror]] in the store's config.toml, or build --offline from a lock and wheelhouse brought by `import` or `pull`"
         ));
     }
+    out.extend(dropped_index_blockers(store, lr, &mirrors));
+    out
+}
+
+/// How long uv may take to answer whether one package has a source.
+const FINDS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What the site's dropped indexes (`[[mirror]] url = "none"`) take away
+/// from the lock: each recipe pin (`name==version`), and each package of a
+/// dropped explicit index, that no index left has ([`Uv::finds`]: uv asks
+/// the default index and every index the recipe names that the site does
+/// not drop, as the lock would). The parity pin's
+/// `flashinfer-cubin==0.6.15.post1` is published on FlashInfer's index
+/// only: dropping that index cannot work, and this says so before the
+/// lock fails. One line each, naming the pin, the dropped indexes and what
+/// uv said. Nothing is asked when no index of the recipe is dropped or
+/// uv is not there yet (the lock reports what it cannot find).
+///
+/// [`Uv::finds`]: crate::host::uv::Uv::finds
+fn dropped_index_blockers(
+    store: &Store,
+    lr: &LoadedRecipe,
+    mirrors: &crate::host::mirror::Mirrors,
+) -> Vec<String> {
+    use crate::host::mirror::Mapped;
+    use crate::recipe::Index;
+    let r = &lr.recipe;
+    let dropped: Vec<&Index> = r
+        .indexes
+        .iter()
+        .filter(|i| matches!(mirrors.map(i.url()), Mapped::Dropped(_)))
+        .collect();
+    if dropped.is_empty() {
+        return Vec::new();
+    }
+    let Ok(tool) = toolchain::find_uv(store) else {
+        return Vec::new();
+    };
+    let left: Vec<String> = crate::stages::lock::indexes::map_indexes(mirrors, &r.indexes)
+        .iter()
+        .map(|i| i.url().to_string())
+        .collect();
+    let uv = crate::host::uv::Uv {
+        tool,
+        indexes: left,
+        offline: false,
+        cache_dir: Some(store.uv_cache_dir()),
+        tmp_dir: Some(store.uv_tmp_dir()),
+    };
+    // Each pin, then each package of a dropped explicit index (its pin
+    // when it has one), once.
+    let mut asked: Vec<(String, String)> = r
+        .pins
+        .iter()
+        .map(|(n, v)| (format!("pins.{n} = {v}"), format!("{n}=={v}")))
+        .collect();
+    for i in &dropped {
+        if let Index::Explicit { name, packages, .. } = i {
+            for p in packages {
+                if !r.pins.contains_key(p) {
+                    asked.push((format!("indexes.{name}.packages: {p}"), p.clone()));
+                }
+            }
+        }
+    }
+    let names: Vec<&str> = dropped.iter().map(|i| i.url()).collect();
+    let _ = std::fs::create_dir_all(store.uv_tmp_dir());
+    let mut out = Vec::new();
+    for (what, requirement) in asked {
+        if let Ok(Some(why)) = uv.finds(&requirement, &r.python, FINDS_TIMEOUT) {
+            out.push(format!(
+                "{what}: no index left once the site drops {} has it (uv: {why}); mapping that index to `none` cannot work for it: give it a [[mirror]] that serves it, or build --offline from a lock and wheelhouse brought by `import` or `pull`",
+                names.join(", ")
+            ));
+        }
+    }
     out
 }

@@ -339,6 +339,52 @@ fn an_unreachable_recipe_index_stops_the_build_before_any_work() {
     );
 }
 
+/// A pinned package only an index the site drops has cannot be locked:
+/// `plan` and `build` say so before any work, naming the pin and the
+/// dropped index (issue 43: the parity pin's `flashinfer-cubin` is
+/// published on FlashInfer's index only). A pin another index still has
+/// is not named.
+#[test]
+fn a_pin_only_a_dropped_index_has_is_named_before_any_work() {
+    let fx = Fx::new();
+    let d = fx.dir();
+    crate::real::make_index(&d.join("extra"), &["oracle-build-fx-only==1.0"]);
+    let extra = crate::real::Server::start(&d.join("extra"));
+    let (repo, commit) = fx.repo();
+    let recipe = fx.recipe(
+        "fx",
+        &repo,
+        &commit,
+        &format!(
+            "{SMOKE}indexes:\n  - {}\npins:\n  oracle-build-fx-only: \"1.0\"\n  idna: \"3.10\"\n",
+            extra.url
+        ),
+    );
+    let r = recipe.to_str().unwrap();
+    std::fs::create_dir_all(fx.store()).unwrap();
+    std::fs::write(
+        fx.store().join("config.toml"),
+        format!("[[mirror]]\nprefix = \"{}\"\nurl = \"none\"\n", extra.url),
+    )
+    .unwrap();
+    let want = format!(
+        "pins.oracle-build-fx-only = 1.0: no index left once the site drops {} has it",
+        extra.url
+    );
+    let plan = fx.run(&["plan", r]);
+    assert_eq!(code(&plan), 1, "{}", text(&plan));
+    assert!(text(&plan).contains(&want), "{}", text(&plan));
+    assert!(!text(&plan).contains("pins.idna"), "{}", text(&plan));
+    let out = fx.run(&["build", r]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(text(&out).contains(&want), "{}", text(&out));
+    assert!(
+        !fx.store().join("store/src").exists(),
+        "no checkout: {}",
+        text(&out)
+    );
+}
+
 #[test]
 fn a_commit_the_repository_lacks_is_named() {
     let fx = Fx::new();
