@@ -344,6 +344,23 @@ pub fn plan(
             .problems
             .extend(preflight::index_blockers(store, lr));
     }
+    // nvcc's CUDA against the locked torch's, as the build checks it
+    // before its wheel stage (the lock given, else the store's).
+    if r.build.device() == crate::recipe::TargetDevice::Cuda
+        && let Some(nvcc) = &findings.nvcc
+        && let Some(l) = lock::load(lock_dir, lr).ok().flatten().or_else(|| {
+            lock::load(&lock::auto_entry(store, r).path, lr)
+                .ok()
+                .flatten()
+        })
+        && let Some(torch) = [("build lock", &l.build), ("runtime lock", &l.runtime)]
+            .into_iter()
+            .find_map(|(n, p)| wheel::torch_cuda::of_locked(store, p, n))
+        && let Err(e) =
+            wheel::torch_cuda::check(&nvcc.version, &nvcc.path.display().to_string(), &torch)
+    {
+        findings.problems.push(format!("{e:#}"));
+    }
     let mut steps = Vec::new();
     let mut tools = format!(
         "python {}: {}; uv: {}; nvcc: {}",

@@ -158,4 +158,9 @@ fn an_nvcc_of_another_cuda_than_the_locked_torchs_is_refused_before_the_wheel_st
         "{:?}",
         tree(&wheels)
     );
+    // `plan` says it too, from the lock the build left in the store.
+    let plan = fx.run(&["plan", recipe.to_str().unwrap()]);
+    let t = text(&plan);
+    assert_eq!(code(&plan), 1, "{t}");
+    assert!(t.contains("nvcc is CUDA 13.3 (13.3.20, "), "{t}");
 }
