@@ -478,11 +478,16 @@ fn describe_attestation(config: &Config) -> Result<String> {
         .collect();
     let sig = ssh_key::SshSig::from_pem(att.signature.as_bytes())
         .map_err(|e| anyhow!("the signature is not an armored SSHSIG ({e})"))?;
+    // A tags statement signs the tags themselves, not files: no list.
+    let files = if files.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", files.join(", "))
+    };
     Ok(format!(
-        "signs {} {} ({}) by {} ({})",
+        "signs {} {}{files} by {} ({})",
         st.kind,
         st.key,
-        files.join(", "),
         st.builder,
         sig.public_key().fingerprint(ssh_key::HashAlg::Sha256)
     ))

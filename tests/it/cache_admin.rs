@@ -151,6 +151,15 @@ fn cache_ls_verify_and_gc_on_a_file_layout() {
             && a["signs"].as_str().unwrap().contains("by builder-a@test")),
         "the lock's signature is its own artifact: {doc}"
     );
+    // A tags statement lists no files: no empty parentheses.
+    let tags_att = artifacts(&doc)
+        .into_iter()
+        .find(|a| signs(a, "tags"))
+        .unwrap_or_else(|| panic!("no attestation of the tags in {doc}"));
+    assert!(
+        !tags_att["signs"].as_str().unwrap().contains("()"),
+        "{tags_att}"
+    );
     let att = artifacts(&doc)
         .into_iter()
         .find(|a| signs(a, "wheel"))
