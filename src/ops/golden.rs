@@ -51,7 +51,11 @@ pub fn export(s: &Session, pin: &str, name: &str, out: &Path) -> Result<()> {
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join(", ");
-        println!("  {}  {} [{shape}]", f.path.display(), f.dtype);
+        if f.dtype == "json" {
+            println!("  {}  this tool's JSON golden", f.path.display());
+        } else {
+            println!("  {}  {} [{shape}]", f.path.display(), f.dtype);
+        }
     }
     Ok(())
 }
@@ -75,17 +79,27 @@ pub fn import(
     if s.json {
         return print_json(&done);
     }
+    let runs = done.runs.map_or("no greedy_dist.npy".to_string(), |k| {
+        format!("{k} identical runs")
+    });
+    if done.kept {
+        println!(
+            "case {}: golden {} already holds this prompt and output (row {} of {} in {}); kept as it is (--force replaces it)",
+            done.case,
+            done.golden.display(),
+            done.row,
+            done.rows,
+            done.from.display()
+        );
+        return Ok(());
+    }
     println!(
-        "case {}: golden imported from {} (row {} of {}, {} tokens, {}) into {}",
+        "case {}: golden imported from {} (row {} of {}, {} tokens, {runs}) into {}",
         done.case,
         done.from.display(),
         done.row,
         done.rows,
         done.tokens,
-        done.runs
-            .map_or("no greedy_dist.npy".to_string(), |k| format!(
-                "{k} identical runs"
-            )),
         done.golden.display()
     );
     for c in &done.copies {

@@ -121,7 +121,11 @@ fn team_goldens_export_to_numpy_and_imported_ones_gate() {
     let seen: Value = serde_json::from_str(&numpy(
         &out,
         r#"
-import json, numpy as np
+import io, json, numpy as np
+def saved(a):
+    b = io.BytesIO()
+    np.save(b, a)
+    return b.getvalue()
 ids = np.load("greedy_ids.npy")
 dist = np.load("greedy_dist.npy")
 p = np.fromfile("p0_prompt.i32", dtype="<i4")
@@ -129,6 +133,7 @@ print(json.dumps({
     "ids": [str(ids.dtype), list(ids.shape), ids.tolist()],
     "dist": [str(dist.dtype), list(dist.shape), [dist[:, :, k].tolist() for k in range(dist.shape[2])]],
     "prompt": p.tolist(),
+    "same_bytes_as_np_save": [open(f, "rb").read() == saved(a) for f, a in [("greedy_ids.npy", ids), ("greedy_dist.npy", dist)]],
 }))
 "#,
     ))
@@ -147,9 +152,26 @@ print(json.dumps({
     }
     assert_eq!(ids(&seen["prompt"]), PROMPT_IDS);
     assert_eq!(
+        seen["same_bytes_as_np_save"],
+        serde_json::json!([true, true])
+    );
+    assert_eq!(
         std::fs::read(out.join("small.json")).unwrap(),
         std::fs::read(&recorded).unwrap()
     );
+
+    // Importing them back over the recorded golden keeps it (it records more).
+    let k = fx.json(&[
+        "golden",
+        "import",
+        "fx.yaml",
+        "--case",
+        "small",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(k["kept"], true);
+    assert!(read_json(&recorded)["logprobs"].as_array().unwrap().len() == 16);
 
     // Import: files written by numpy, two prompts, row 1 this case's.
     for g in [&recorded, &fx.store().join("goldens/fx/small.json")] {

@@ -404,6 +404,9 @@ pub struct Imported {
     pub golden: PathBuf,
     /// Its copies (the store's).
     pub copies: Vec<PathBuf>,
+    /// True when the golden there already holds this prompt and output: it
+    /// is kept as it is (it records more), and nothing is written.
+    pub kept: bool,
     /// Where the golden replaced (with `force`) disagreed with the import.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replaced: Option<GoldenDiff>,
@@ -415,6 +418,9 @@ pub struct Imported {
 /// (refused when the run's differ) and the output ids. It records no engine
 /// configuration, log-probabilities or model manifest (the team's files hold
 /// none); `oracle` says where it came from (`imported`).
+///
+/// A golden already there with the same prompt and output is kept (it
+/// records more); without `force`, nothing is written then.
 ///
 /// Errors: exit 2 for a bad file (nothing written), a width T other than the
 /// case's `max_tokens`, a case whose golden is a numpy golden, a path inside
@@ -495,6 +501,22 @@ pub fn import(
                 loc.path.display()
             )));
         }
+        if !force && !other_prompt && d.is_none() {
+            // The same prompt and output: the golden there records more
+            // (log-probabilities, engine configuration, model files).
+            return Ok(Imported {
+                case: case.name.clone(),
+                from: dir.to_path_buf(),
+                row: read.row,
+                rows: read.rows,
+                runs: read.runs,
+                tokens: new.output_token_ids.len(),
+                golden: loc.path.clone(),
+                copies: Vec::new(),
+                kept: true,
+                replaced: None,
+            });
+        }
         replaced = d;
     }
     let file = format!("{}.json", case.name);
@@ -547,6 +569,7 @@ pub fn import(
         tokens: new.output_token_ids.len(),
         golden: path,
         copies,
+        kept: false,
         replaced,
     })
 }
