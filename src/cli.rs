@@ -187,6 +187,12 @@ pub enum Command {
         #[arg(long, requires = "record_golden")]
         force: bool,
     },
+    /// A case's golden in the team's files: `greedy_ids.npy`, `greedy_dist.npy`, `p<i>_prompt.i32`.
+    Golden {
+        /// What to do.
+        #[command(subcommand)]
+        action: GoldenCommand,
+    },
     /// Build TO beside FROM, gate both alike, and write a review report.
     Advance {
         /// The pin in force (a PIN).
@@ -307,6 +313,38 @@ pub enum Command {
     Watchdog {
         /// The process group to terminate.
         pgid: i32,
+    },
+}
+
+/// The subcommands of `golden` (docs/smoke.md, "Goldens in the team's files").
+#[derive(Debug, Subcommand)]
+pub enum GoldenCommand {
+    /// Write the case's JSON golden into DIR as the team's files, with a copy of the JSON.
+    Export {
+        /// The PIN.
+        pin: String,
+        /// The case.
+        #[arg(long, value_name = "NAME")]
+        case: String,
+        /// The directory to write (created when absent; files of the same names are replaced).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Record the team's files in DIR as the case's JSON golden, which the gate then compares with.
+    Import {
+        /// The PIN.
+        pin: String,
+        /// The case.
+        #[arg(long, value_name = "NAME")]
+        case: String,
+        /// The directory holding `greedy_ids.npy`, `p<I>_prompt.i32` and (checked when there) `greedy_dist.npy`.
+        dir: PathBuf,
+        /// Which prompt (row) of the files is this case (required when they hold several).
+        #[arg(long, value_name = "I")]
+        row: Option<usize>,
+        /// Replace a golden the imported one disagrees with.
+        #[arg(long)]
+        force: bool,
     },
 }
 

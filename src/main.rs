@@ -185,6 +185,19 @@ fn dispatch(cli: Cli, command_name: Option<&str>) -> anyhow::Result<()> {
             };
             return ops::pull::pull(&pin, s.store_arg(), &opts);
         }
+        Some(Command::Golden { action }) => {
+            use oracle_build::cli::GoldenCommand as G;
+            return match action {
+                G::Export { pin, case, out } => ops::golden::export(&s, &pin, &case, &out),
+                G::Import {
+                    pin,
+                    case,
+                    dir,
+                    row,
+                    force,
+                } => ops::golden::import(&s, &pin, &case, &dir, row, force),
+            };
+        }
         Some(Command::Cache { action }) => {
             use ops::cache::Action;
             use oracle_build::cli::CacheCommand as C;

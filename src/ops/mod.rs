@@ -12,6 +12,7 @@ pub mod demo;
 pub mod doctor;
 pub mod fetch;
 pub mod gc;
+pub mod golden;
 pub mod lock;
 pub mod plan;
 pub mod pull;

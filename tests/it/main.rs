@@ -48,5 +48,6 @@ mod smoke;
 mod source;
 mod store;
 mod tags_trust;
+mod team_golden;
 mod toolchain;
 mod versions;

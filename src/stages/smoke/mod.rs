@@ -15,6 +15,7 @@ pub mod model;
 pub mod npy;
 mod record_golden;
 mod report;
+pub mod team_golden;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

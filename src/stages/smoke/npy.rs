@@ -6,6 +6,9 @@
 //! for 2.0 and 3.0), then a Python dict literal such as
 //! `{'descr': '<i4', 'fortran_order': False, 'shape': (2, 16), }` padded
 //! with spaces and a newline, then the raw data.
+//!
+//! [`write_i32`] writes the same format (version 1.0, `<i4`, C order), as
+//! `numpy.save` does for an int32 array.
 
 /// An integer array read from a `.npy` file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +104,48 @@ pub fn parse(bytes: &[u8]) -> Result<NpyArray, String> {
         return Err("is Fortran-ordered with more than two dimensions".into());
     }
     Ok(NpyArray { shape, data })
+}
+
+/// Encodes `data` (C order) as a `.npy` file (format version 1.0) holding
+/// little-endian int32 (`'<i4'`) with `shape`: the magic, the version, the
+/// header length (u16 LE), then the header dict as `numpy.save` writes it,
+/// padded with spaces and a newline so the data starts at a multiple of 64.
+///
+/// Errors: `data` does not have the shape's element count.
+pub fn write_i32(shape: &[usize], data: &[i32]) -> Result<Vec<u8>, String> {
+    let count = shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or("shape too large")?;
+    if count != data.len() {
+        return Err(format!(
+            "shape {shape:?} holds {count} elements, the data {}",
+            data.len()
+        ));
+    }
+    let dims = match shape {
+        [one] => format!("{one},"),
+        _ => shape
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    let mut header = format!("{{'descr': '<i4', 'fortran_order': False, 'shape': ({dims}), }}");
+    while !(MAGIC.len() + 4 + header.len() + 1).is_multiple_of(64) {
+        header.push(' ');
+    }
+    header.push('\n');
+    let len = u16::try_from(header.len()).map_err(|_| "shape too long for a 1.0 header")?;
+    let mut out = Vec::with_capacity(MAGIC.len() + 4 + header.len() + 4 * data.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&[1, 0]);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    for v in data {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    Ok(out)
 }
 
 /// The text right after `'key':` in the header dict.
@@ -231,5 +276,30 @@ mod tests {
             &i4(&[1, 2]),
         );
         assert!(parse(&short).unwrap_err().contains("needs 24"));
+    }
+
+    #[test]
+    fn writes_what_it_reads_with_numpys_header_layout() {
+        for (shape, data) in [
+            (vec![2usize, 3], vec![1, 2, 3, 4, 5, -1]),
+            (vec![3], vec![7, 8, 9]),
+            (vec![1, 2, 2], vec![5, 5, 6, -1]),
+            (vec![0, 4], vec![]),
+        ] {
+            let b = write_i32(&shape, &data).unwrap();
+            assert_eq!(&b[..8], b"\x93NUMPY\x01\x00");
+            let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+            assert_eq!((10 + hlen) % 64, 0, "{shape:?}");
+            assert_eq!(b[10 + hlen - 1], b'\n');
+            let a = parse(&b).unwrap();
+            assert_eq!(a.shape, shape);
+            assert_eq!(
+                a.data,
+                data.iter().map(|&x| i64::from(x)).collect::<Vec<_>>()
+            );
+        }
+        let one = write_i32(&[3], &[7, 8, 9]).unwrap();
+        assert!(String::from_utf8_lossy(&one).contains("'shape': (3,), }"));
+        assert!(write_i32(&[2, 2], &[1]).unwrap_err().contains("4 elements"));
     }
 }
