@@ -864,6 +864,41 @@ mod tests {
     }
 
     #[test]
+    fn a_golden_without_a_mode_has_the_mode_its_enforce_eager_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let loc = Location {
+            path: dir.path().join("c.json"),
+            explicit: false,
+            kind: Kind::Json,
+        };
+        for (golden, mode) in [
+            (
+                json!({"output_token_ids": [1], "mode": "compiled"}),
+                Some(Mode::Compiled),
+            ),
+            (
+                json!({"output_token_ids": [1], "engine_config": {"enforce_eager": true}}),
+                Some(Mode::Eager),
+            ),
+            (
+                json!({"output_token_ids": [1], "engine_config": {"enforce_eager": false}}),
+                Some(Mode::Compiled),
+            ),
+            (
+                json!({"output_token_ids": [1], "engine_config": {"dtype": "auto"}}),
+                None,
+            ),
+        ] {
+            fs::write(&loc.path, golden.to_string()).unwrap();
+            assert_eq!(load(&loc, None, &[]).unwrap().mode, mode, "{golden}");
+        }
+        assert_eq!(mode_diff(None, Mode::Compiled), None);
+        assert_eq!(mode_diff(Some(Mode::Eager), Mode::Eager), None);
+        let d = mode_diff(Some(Mode::Eager), Mode::Compiled).unwrap();
+        assert_eq!(d.to_string(), "mode: golden \"eager\" vs now \"compiled\"");
+    }
+
+    #[test]
     fn config_diffs_name_keys_and_skip_host_paths() {
         let g = json!({"max_num_seqs": 1, "dtype": "bfloat16", "model": "/a", "gpu_memory_utilization": 0.5});
         let n = json!({"max_num_seqs": 4, "dtype": "bfloat16", "model": "/b", "gpu_memory_utilization": 0.5, "seed": 0});
