@@ -412,6 +412,9 @@ fn render_case(c: &CaseResult, requested: &[&str], line: &mut impl FnMut(String)
         if c.ok { "ok" } else { "FAIL" }
     ));
     line(format!("  model    {}", c.model));
+    if let Some(m) = &c.model_manifest {
+        line(format!("           {}", m.summary()));
+    }
     line(format!(
         "  mode     {}",
         match c.mode {
@@ -419,9 +422,6 @@ fn render_case(c: &CaseResult, requested: &[&str], line: &mut impl FnMut(String)
             Mode::Compiled => "compiled (the engine's default compilation and CUDA graphs)",
         }
     ));
-    if let Some(m) = &c.model_manifest {
-        line(format!("           {}", m.summary()));
-    }
     if let Some(cfg) = c.engine_config.as_object() {
         let known: Vec<(&String, &Value)> = cfg
             .iter()
