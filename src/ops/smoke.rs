@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::exit::{bad_input, mismatch, not_gateable};
 use crate::ops::{Session, print_json};
-use crate::recipe::LoadedRecipe;
+use crate::recipe::{LoadedRecipe, Mode};
 use crate::stages::oracle::{self, OracleRecord};
 use crate::stages::smoke::model::ModelCheck;
 use crate::stages::smoke::{self, CaseResult, GoldenState, SmokeReport, Verdict, golden};
@@ -230,8 +230,10 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
             .cases
             .iter()
             .map(|c| {
-                let mut keys: Vec<String> = c.engine_args.keys().cloned().collect();
-                keys.push("revision".into());
+                // What the driver passed (`mode: eager` adds enforce_eager),
+                // and enforce_eager always: the line shows the mode's effect.
+                let mut keys: Vec<String> = c.driver_engine_args().keys().cloned().collect();
+                keys.extend(["revision".into(), "enforce_eager".into()]);
                 (c.name.clone(), keys)
             })
             .collect(),
@@ -413,6 +415,13 @@ fn render_case(c: &CaseResult, requested: &[&str], line: &mut impl FnMut(String)
     if let Some(m) = &c.model_manifest {
         line(format!("           {}", m.summary()));
     }
+    line(format!(
+        "  mode     {}",
+        match c.mode {
+            Mode::Eager => "eager (enforce_eager: no torch.compile, no CUDA graphs)",
+            Mode::Compiled => "compiled (the engine's default compilation and CUDA graphs)",
+        }
+    ));
     if let Some(cfg) = c.engine_config.as_object() {
         let known: Vec<(&String, &Value)> = cfg
             .iter()

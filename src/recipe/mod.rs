@@ -521,7 +521,13 @@ pub struct Case {
     /// `SamplingParams.max_tokens`.
     #[serde(default = "default_max_tokens", deserialize_with = "strict::u32")]
     pub max_tokens: u32,
-    /// Keyword arguments of `LLM(...)`, e.g. `enforce_eager: true`.
+    /// `eager` (the default: `enforce_eager: true`) or `compiled` (vLLM's
+    /// production configuration: no `enforce_eager`, its default
+    /// compilation and CUDA graphs). See [`Case::driver_engine_args`].
+    #[serde(default, skip_serializing_if = "Mode::is_eager")]
+    pub mode: Mode,
+    /// Keyword arguments of `LLM(...)`, e.g. `max_model_len: 256`. An
+    /// `enforce_eager` here must agree with `mode` (checked at load).
     #[serde(default)]
     pub engine_args: BTreeMap<String, serde_json::Value>,
     /// Extra environment for this case, over `smoke.env`.
@@ -537,6 +543,53 @@ pub struct Case {
 
 fn default_max_tokens() -> u32 {
     16
+}
+
+/// `smoke.cases[i].mode`: how the engine of a case runs.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// `enforce_eager: true`: no `torch.compile`, no CUDA graphs (the default).
+    #[default]
+    Eager,
+    /// vLLM's production configuration: `enforce_eager` left to the
+    /// engine's default (false), so its default compilation and CUDA graphs.
+    Compiled,
+}
+
+impl Mode {
+    /// Its name in recipes, goldens and `oracle.json`: `eager` or `compiled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Eager => "eager",
+            Mode::Compiled => "compiled",
+        }
+    }
+
+    /// Whether it is [`Mode::Eager`], the default (for `skip_serializing_if`).
+    pub fn is_eager(&self) -> bool {
+        *self == Mode::Eager
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Case {
+    /// The keyword arguments the driver passes to `LLM(...)`: `engine_args`
+    /// with `enforce_eager: true` added for [`Mode::Eager`]; for
+    /// [`Mode::Compiled`] `engine_args` as written (validation refused an
+    /// `enforce_eager` other than false, so the engine's default applies).
+    pub fn driver_engine_args(&self) -> BTreeMap<String, serde_json::Value> {
+        let mut args = self.engine_args.clone();
+        if self.mode == Mode::Eager {
+            args.insert("enforce_eager".into(), serde_json::Value::Bool(true));
+        }
+        args
+    }
 }
 
 /// Target devices vLLM's `VLLM_TARGET_DEVICE` accepts (vllm/envs.py).
@@ -816,6 +869,100 @@ mod tests {
             with_smoke(&ids).unwrap().smoke.cases[0].prompt_token_ids,
             Some(vec![2, 3])
         );
+    }
+
+    #[test]
+    fn a_case_mode_sets_enforce_eager_and_a_contradiction_is_refused() {
+        let case = |extra: &str| format!("{CASE}      prompt: hi\n{extra}");
+        let eager = with_smoke(&case("")).unwrap();
+        let c = &eager.smoke.cases[0];
+        assert_eq!(c.mode, Mode::Eager);
+        assert_eq!(c.driver_engine_args()["enforce_eager"], true);
+        let compiled = with_smoke(&case(
+            "      mode: compiled\n      engine_args: {max_model_len: 256}\n",
+        ))
+        .unwrap();
+        let c = &compiled.smoke.cases[0];
+        assert_eq!(c.mode, Mode::Compiled);
+        assert!(!c.driver_engine_args().contains_key("enforce_eager"));
+        // Serialized only when compiled: eager recipes keep their smoke keys.
+        assert!(serde_json::to_value(c).unwrap()["mode"] == "compiled");
+        assert!(
+            serde_json::to_value(&eager.smoke.cases[0])
+                .unwrap()
+                .get("mode")
+                .is_none()
+        );
+        for ok in [
+            "      mode: compiled\n      engine_args: {enforce_eager: false}\n",
+            "      mode: eager\n      engine_args: {enforce_eager: true}\n",
+            "      engine_args: {enforce_eager: true}\n",
+        ] {
+            assert!(with_smoke(&case(ok)).is_ok(), "{ok}");
+        }
+        for (bad, says) in [
+            (
+                "      mode: compiled\n      engine_args: {enforce_eager: true}\n",
+                "contradicts `mode: compiled`",
+            ),
+            (
+                "      engine_args: {enforce_eager: false}\n",
+                "contradicts `mode: eager`",
+            ),
+            (
+                "      mode: compiled\n      engine_args: {enforce_eager: \"no\"}\n",
+                "is not true or false",
+            ),
+        ] {
+            let e = with_smoke(&case(bad)).unwrap_err();
+            assert_eq!(crate::exit::code_of(&e), 2, "{e}");
+            let e = e.to_string();
+            assert!(
+                e.contains("t.yaml: line ")
+                    && e.contains("field `smoke.cases[0].engine_args.enforce_eager`")
+                    && e.contains("case \"c\"")
+                    && e.contains(says),
+                "{e}"
+            );
+        }
+        let e = with_smoke(&case("      mode: graphs\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mode") && e.contains("graphs"), "{e}");
+    }
+
+    #[test]
+    fn the_builtin_parity_pin_runs_each_gate_model_eager_and_compiled_with_pandas() {
+        let (file, text) = pin::BUILTIN
+            .iter()
+            .find(|(f, _)| *f == "555967922.yaml")
+            .unwrap();
+        let r = parse(text, file).unwrap();
+        assert_eq!(r.install.with, ["pandas==2.2.3"]);
+        let models: std::collections::BTreeSet<&str> =
+            r.smoke.cases.iter().map(|c| c.model.as_str()).collect();
+        assert_eq!(models.len(), 2, "{models:?}");
+        for model in models {
+            let modes: Vec<(Mode, bool)> = r
+                .smoke
+                .cases
+                .iter()
+                .filter(|c| c.model == model)
+                .map(|c| {
+                    (
+                        c.mode,
+                        c.driver_engine_args().get("enforce_eager") == Some(&true.into()),
+                    )
+                })
+                .collect();
+            assert!(modes.contains(&(Mode::Eager, true)), "{model}: {modes:?}");
+            assert!(
+                r.smoke.cases.iter().any(|c| c.model == model
+                    && c.mode == Mode::Compiled
+                    && !c.driver_engine_args().contains_key("enforce_eager")),
+                "{model}: {modes:?}"
+            );
+        }
     }
 
     #[test]

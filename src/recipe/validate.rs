@@ -5,8 +5,8 @@
 use anyhow::Result;
 
 use super::{
-    ALIAS_ROOT_PREFIX, Index, MAX_LOGPROBS, MAX_NAME_LEN, MAX_RUNS, Probe, Recipe, TARGET_DEVICES,
-    TargetDevice,
+    ALIAS_ROOT_PREFIX, Index, MAX_LOGPROBS, MAX_NAME_LEN, MAX_RUNS, Mode, Probe, Recipe,
+    TARGET_DEVICES, TargetDevice,
 };
 use super::{env_references, locate};
 use crate::exit::bad_input;
@@ -565,6 +565,28 @@ pub(super) fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
                 &field("max_tokens"),
                 format!("case {:?}: must be at least 1", case.name),
             ));
+        }
+        if let Some(v) = case.engine_args.get("enforce_eager") {
+            let why = match (case.mode, v.as_bool()) {
+                (_, None) => Some(format!("{v} is not true or false")),
+                (Mode::Compiled, Some(true)) => Some(
+                    "true contradicts `mode: compiled` (vLLM's default compilation and CUDA graphs); \
+                     drop it, or write `mode: eager`"
+                        .to_string(),
+                ),
+                (Mode::Eager, Some(false)) => Some(
+                    "false contradicts `mode: eager` (the default); for vLLM's compilation and \
+                     CUDA graphs write `mode: compiled` and drop `enforce_eager`"
+                        .to_string(),
+                ),
+                _ => None,
+            };
+            if let Some(why) = why {
+                return Err(fail(
+                    &field("engine_args.enforce_eager"),
+                    format!("case {:?}: {why}", case.name),
+                ));
+            }
         }
     }
     Ok(())

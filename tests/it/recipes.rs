@@ -242,6 +242,10 @@ fn parse_errors_name_line_and_field_in_plain_words() {
             "error: recipes/x.yaml: line 12: field `smoke.cases[0].model`: case \"c\": \"${FX_MODELS\" has a `${` without its closing `}`",
         ),
         (
+            "smoke:\n  cases:\n    - name: c\n      model: /m\n      prompt: x\n      mode: compiled\n      engine_args: {max_model_len: 256, enforce_eager: true}\n",
+            "error: recipes/x.yaml: line 15: field `smoke.cases[0].engine_args.enforce_eager`: case \"c\": true contradicts `mode: compiled`",
+        ),
+        (
             "smoke:\n  env: {A: \"1\", \"B=C\": \"2\"}\n",
             "error: recipes/x.yaml: line 10: field `smoke.env.B=C`: \"B=C\" is not an environment variable name",
         ),

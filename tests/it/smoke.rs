@@ -445,6 +445,94 @@ fn a_golden_from_another_engine_configuration_is_refused_naming_the_differences(
     );
 }
 
+/// A case of `model` in `mode` (`None`: no `mode:`, the default) with
+/// engine arguments that do not say `enforce_eager`, read back in vLLM's
+/// shape (`compilation_config.mode` too).
+fn case_in_mode(name: &str, mode: Option<&str>) -> String {
+    let mode = mode.map_or(String::new(), |m| format!("      mode: {m}\n"));
+    format!(
+        "    - name: {name}\n{mode}      model: ${{FX_MODELS}}/model\n      prompt: \"{PROMPT}\"\n      max_tokens: 16\n      engine_args: {{max_model_len: 256, max_num_seqs: 1, dtype: bfloat16}}\n      env: {{FIXTURELLM_ENGINE: vllm}}\n"
+    )
+}
+
+#[test]
+fn a_compiled_case_runs_without_enforce_eager_and_only_a_compiled_golden_gates_it() {
+    let fx = Built::with_smoke(&smoke(
+        "",
+        &[
+            case_in_mode("small", None),
+            case_in_mode("small-compiled", Some("compiled")),
+        ],
+    ));
+    let (c, report, _) = fx.smoke(&["--record-golden"]);
+    assert_eq!(c, 0, "{report:#}");
+    // One golden per case name, each recording its mode.
+    for (name, mode) in [("small", "eager"), ("small-compiled", "compiled")] {
+        let g = read_json(&fx.dir().join(format!("goldens/fx/{name}.json")));
+        assert_eq!(g["mode"], mode, "{name}: {g:#}");
+    }
+    let (c, report, _) = fx.smoke(&[]);
+    assert_eq!(c, 0, "{report:#}");
+    let [eager, compiled] = [0, 1].map(|i| report["smoke"]["cases"][i].clone());
+    assert_eq!(
+        (&eager["mode"], &eager["golden"]),
+        (&Value::from("eager"), &Value::from("matched"))
+    );
+    assert_eq!(
+        (&compiled["mode"], &compiled["golden"]),
+        (&Value::from("compiled"), &Value::from("matched")),
+        "{compiled:#}"
+    );
+    // The engine saw enforce_eager only in eager mode (the case's
+    // engine_args say nothing of it): compiled runs the engine's default.
+    assert_eq!(eager["engine_config"]["enforce_eager"], true);
+    assert_eq!(eager["engine_config"]["compilation_config.mode"], "NONE");
+    assert_eq!(compiled["engine_config"]["enforce_eager"], false);
+    assert_eq!(
+        compiled["engine_config"]["compilation_config.mode"],
+        "VLLM_COMPILE"
+    );
+    let rec = fx.record();
+    assert_eq!(rec["smoke"]["cases"][1]["mode"], "compiled");
+    let out = fx.run(&["smoke", "fx.yaml"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("  mode     eager (enforce_eager") && t.contains("  mode     compiled ("),
+        "{t}"
+    );
+    assert!(t.contains("enforce_eager=false"), "{t}");
+
+    // The case `small` now compiled: its eager golden is refused, the mode
+    // named first; the other case still matches its compiled golden.
+    fx.set_smoke(&smoke(
+        "",
+        &[
+            case_in_mode("small", Some("compiled")),
+            case_in_mode("small-compiled", Some("compiled")),
+        ],
+    ));
+    let (c, report, _) = fx.smoke(&[]);
+    assert_eq!(c, 4, "{report:#}");
+    let small = &report["smoke"]["cases"][0];
+    assert_eq!(small["golden"], "refused", "{small:#}");
+    assert!(small["golden_diff"].is_null());
+    let diffs = small["config_diffs"].as_array().unwrap();
+    assert_eq!(diffs[0]["key"], "mode", "{diffs:?}");
+    assert_eq!(
+        (&diffs[0]["golden"], &diffs[0]["now"]),
+        (&Value::from("eager"), &Value::from("compiled"))
+    );
+    assert_eq!(report["smoke"]["cases"][1]["golden"], "matched");
+    let why = reasons(&report);
+    assert!(
+        why.contains("different engine configuration")
+            && why.contains("mode: golden \"eager\" vs now \"compiled\"")
+            && why.contains("enforce_eager: golden true vs now false"),
+        "{why}"
+    );
+}
+
 #[test]
 fn a_numpy_golden_is_compared_by_its_manifest_row() {
     let golden = "      golden: users/run1\n";

@@ -32,7 +32,7 @@ use super::golden;
 use super::model::{self, ModelCheck, ModelManifest};
 use super::npy;
 use super::{CaseResult, TopLogprob, describe_diff};
-use crate::recipe::{Case, LoadedRecipe};
+use crate::recipe::{Case, LoadedRecipe, Mode};
 
 /// The `format` value of JSON goldens written by this version.
 pub const FORMAT: &str = "oracle-build-golden/1";
@@ -80,6 +80,11 @@ pub struct Golden {
     /// The engine configuration read back from the engine at capture.
     #[serde(default)]
     pub engine_config: Option<Value>,
+    /// The case's `mode` at capture (`eager` or `compiled`). Absent in
+    /// goldens recorded before it: then read from `engine_config`'s
+    /// `enforce_eager` ([`mode_of_config`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
     /// The environment the case ran with (`smoke.env` + the case's `env`).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -260,6 +265,10 @@ pub struct Loaded {
     /// True when `engine_config` lists only the arguments passed (a numpy
     /// manifest), so only its keys are compared.
     pub config_is_partial: bool,
+    /// The mode it was recorded in: its `mode`, else what its engine
+    /// configuration's `enforce_eager` says ([`mode_of_config`]); `None`
+    /// when neither says (then only the engine configuration is compared).
+    pub mode: Option<Mode>,
     /// The environment at capture (JSON goldens).
     pub env: BTreeMap<String, String>,
     /// Which row of a numpy golden was used.
@@ -295,6 +304,9 @@ pub fn load(loc: &Location, prompt: Option<&str>, prompt_ids: &[i64]) -> Result<
                 prompt: g.prompt,
                 output_token_ids: g.output_token_ids,
                 logprobs: g.logprobs,
+                mode: g
+                    .mode
+                    .or_else(|| engine_config.as_ref().and_then(mode_of_config)),
                 engine_config,
                 config_is_partial: false,
                 env: g.env,
@@ -332,7 +344,13 @@ pub fn load(loc: &Location, prompt: Option<&str>, prompt_ids: &[i64]) -> Result<
                     .and_then(Value::as_object)
                     .cloned()
             });
+            let mode = manifest
+                .as_ref()
+                .and_then(|m| m.get("mode"))
+                .and_then(|m| serde_json::from_value(m.clone()).ok())
+                .or_else(|| engine_config.as_ref().and_then(mode_of_config));
             Ok(Loaded {
+                mode,
                 prompt_token_ids: row.prompt_token_ids,
                 prompt: row.prompt,
                 output_token_ids: ids,
@@ -433,6 +451,26 @@ fn check_rows(listed: usize, n: usize, key: &str) -> Result<(), String> {
             "`{key}` lists {listed} prompts but the array has {n} rows"
         ))
     }
+}
+
+/// The mode an engine configuration ran in, by its `enforce_eager`: `true`
+/// is [`Mode::Eager`], `false` [`Mode::Compiled`]; `None` when it has no
+/// boolean `enforce_eager`.
+pub fn mode_of_config(cfg: &Map<String, Value>) -> Option<Mode> {
+    cfg.get("enforce_eager")
+        .and_then(Value::as_bool)
+        .map(|eager| if eager { Mode::Eager } else { Mode::Compiled })
+}
+
+/// The `mode` difference between a golden recorded in `golden` and a case
+/// running in `now`, as a [`ConfigDiff`] keyed `mode`; `None` when they
+/// agree or the golden's mode is unknown.
+pub fn mode_diff(golden: Option<Mode>, now: Mode) -> Option<ConfigDiff> {
+    golden.filter(|g| *g != now).map(|g| ConfigDiff {
+        key: "mode".into(),
+        golden: Value::String(g.as_str().into()),
+        now: Value::String(now.as_str().into()),
+    })
 }
 
 /// One engine setting that differs between a golden and this run.
@@ -690,26 +728,30 @@ pub(super) fn compare_golden(
             result.prompt_token_ids
         ));
     }
+    // The mode first: an eager golden never gates a compiled run (nor the
+    // reverse), whatever else the engine reads back.
+    result.config_diffs = golden::mode_diff(g.mode, case.mode).into_iter().collect();
     match (&g.engine_config, result.engine_config.as_object()) {
         (Some(gc), Some(now)) => {
-            result.config_diffs = golden::config_diffs(gc, now, g.config_is_partial);
-            if !result.config_diffs.is_empty() {
-                refused.push(format!(
-                    "it was recorded under a different engine configuration: {}",
-                    result
-                        .config_diffs
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ));
-            }
+            let diffs = golden::config_diffs(gc, now, g.config_is_partial);
+            result.config_diffs.extend(diffs);
         }
         (None, _) => result.notes.push(format!(
             "golden {} records no engine configuration; compared without checking it",
             loc.path.display()
         )),
         (Some(_), None) => refused.push("the engine configuration was not read back".into()),
+    }
+    if !result.config_diffs.is_empty() {
+        refused.push(format!(
+            "it was recorded under a different engine configuration: {}",
+            result
+                .config_diffs
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
     }
     // The model's files: a golden recorded on other files says nothing of
     // this oracle.
@@ -819,6 +861,41 @@ mod tests {
         assert_eq!(d.gap_nats, None);
         assert_eq!(d.gap_at_least_nats, Some(4.0));
         assert!(!d.near_tie);
+    }
+
+    #[test]
+    fn a_golden_without_a_mode_has_the_mode_its_enforce_eager_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let loc = Location {
+            path: dir.path().join("c.json"),
+            explicit: false,
+            kind: Kind::Json,
+        };
+        for (golden, mode) in [
+            (
+                json!({"output_token_ids": [1], "mode": "compiled"}),
+                Some(Mode::Compiled),
+            ),
+            (
+                json!({"output_token_ids": [1], "engine_config": {"enforce_eager": true}}),
+                Some(Mode::Eager),
+            ),
+            (
+                json!({"output_token_ids": [1], "engine_config": {"enforce_eager": false}}),
+                Some(Mode::Compiled),
+            ),
+            (
+                json!({"output_token_ids": [1], "engine_config": {"dtype": "auto"}}),
+                None,
+            ),
+        ] {
+            fs::write(&loc.path, golden.to_string()).unwrap();
+            assert_eq!(load(&loc, None, &[]).unwrap().mode, mode, "{golden}");
+        }
+        assert_eq!(mode_diff(None, Mode::Compiled), None);
+        assert_eq!(mode_diff(Some(Mode::Eager), Mode::Eager), None);
+        let d = mode_diff(Some(Mode::Eager), Mode::Compiled).unwrap();
+        assert_eq!(d.to_string(), "mode: golden \"eager\" vs now \"compiled\"");
     }
 
     #[test]

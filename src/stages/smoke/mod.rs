@@ -102,12 +102,19 @@ pub fn smoke_key_in(lr: &LoadedRecipe, goldens_dirs: &[PathBuf]) -> String {
         .iter()
         .map(|c| {
             let loc = golden::locate(lr, goldens_dirs, c);
-            json!({
+            let mut v = json!({
                 "case": c,
                 "model": expand_env(&c.model).unwrap_or_else(|e| format!("unset: {e}")),
                 "golden": golden::content_digest(&loc),
                 "golden_path": loc.path,
-            })
+            });
+            // What the driver passes, when `mode` adds to `engine_args`
+            // (only then, so the keys of cases that say it stay as they were).
+            let passed = c.driver_engine_args();
+            if passed != c.engine_args {
+                v["engine_args_passed"] = json!(passed);
+            }
+            v
         })
         .collect();
     let mut key = json!({
@@ -352,6 +359,7 @@ fn run_case(
     let mut result = CaseResult {
         name: case.name.clone(),
         model: case.model.clone(),
+        mode: case.mode,
         ok: false,
         problems: Vec::new(),
         notes: Vec::new(),
@@ -420,7 +428,7 @@ fn run_case(
     let cfg = json!({
         "name": case.name, "package": recipe.source.package, "model": model, "revision": case.revision,
         "prompt": case.prompt, "prompt_token_ids": case.prompt_token_ids,
-        "max_tokens": case.max_tokens, "engine_args": case.engine_args,
+        "max_tokens": case.max_tokens, "engine_args": case.driver_engine_args(), "mode": case.mode,
         "runs": recipe.smoke.runs, "logprobs": recipe.smoke.logprobs,
     });
     let name = format!("case-{}", case.name);

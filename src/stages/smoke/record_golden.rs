@@ -87,6 +87,7 @@ pub(super) fn record_golden(
         logprobs_k: Some(lr.recipe.smoke.logprobs),
         logprobs: result.logprobs.clone(),
         engine_config: Some(result.engine_config.clone()),
+        mode: Some(case.mode),
         env: result.env.clone(),
         oracle: opts
             .record

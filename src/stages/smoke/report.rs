@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::golden::{ConfigDiff, GoldenDiff, GoldenState};
 use super::model::{ModelCheck, ModelDiff, ModelManifest};
 use crate::host::toolchain::Gpu;
+use crate::recipe::Mode;
 use crate::stages::identity::loaded::KernelCoverage;
 
 /// The gate's decision.
@@ -80,6 +81,10 @@ pub struct CaseResult {
     pub name: String,
     /// Model path after `${VAR}` expansion (or the unexpanded text if that failed).
     pub model: String,
+    /// How the engine ran: `eager` or `compiled` (the case's `mode`;
+    /// records made before it read as `eager`).
+    #[serde(default)]
+    pub mode: Mode,
     /// Whether the case passes the gate.
     pub ok: bool,
     /// Why not, one line each.
