@@ -131,6 +131,7 @@ pub fn markdown(d: &ToolchainDelta) -> Vec<String> {
         count("same")
     ));
     if !d.rows.iter().any(|r| r.kind == Kind::Rust) {
+        out.push(String::new());
         out.push("Neither tree's build requires Rust.".into());
     }
     let shown: Vec<&ToolRow> = d
