@@ -336,6 +336,7 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
         ),
         does_not_establish: Vec::new(),
         accepted: None,
+        deltas: advance::deltas::gather(&store, &from, &to),
         candidate_recipe: candidate,
         from: from_side,
         to: to_side,

@@ -176,6 +176,26 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
         r["recipe_delta"]
     );
 
+    // The resolved locks: the overridden pin moved in the runtime lock, and
+    // the pin blocks say so side by side.
+    let runtime = r["resolved_lock"]["runtime"]["changes"].as_array().unwrap();
+    let packaging = runtime
+        .iter()
+        .find(|c| c["name"] == "packaging")
+        .unwrap_or_else(|| panic!("{}", r["resolved_lock"]));
+    assert_eq!(
+        (packaging["to"].as_str(), packaging["status"].as_str()),
+        (Some("24.1"), Some("changed")),
+        "{packaging}"
+    );
+    assert_eq!(
+        r["pin_blocks"],
+        serde_json::json!([{"package": "packaging", "from": null, "to": "24.1", "changed": true}])
+    );
+    // Neither tree has a CMake build: no source, no toolchain statement.
+    assert_eq!(r["ext_sources"]["sources"], serde_json::json!([]));
+    assert_eq!(r["toolchain"]["rows"], serde_json::json!([]));
+
     // Case a drifted at position 7 (a near-tie), case b identical.
     let a = case(&r, "a");
     assert_eq!(a["status"], "drifted", "{a}");
@@ -189,6 +209,10 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
 
     // The Markdown report says the same, and what it does not establish.
     let md = std::fs::read_to_string(&report_file).unwrap();
+    let packaging_row = format!(
+        "| runtime | packaging | {} | 24.1 | changed |",
+        packaging["from"].as_str().unwrap()
+    );
     for needle in [
         "## Identity",
         "**changed**",
@@ -201,6 +225,11 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
         // The fixture's setup.py build runs no CMake: no family on either side.
         "## Kernel families (as each tree's configure reported them)",
         "0 gained, 0 lost, 0 built by both.",
+        "## Resolved lock delta (build and runtime locks)",
+        packaging_row.as_str(),
+        "| packaging | — | 24.1 | **changed** |",
+        "No FetchContent source is declared at either commit.",
+        "Neither tree states a CMake minimum, a compiler condition, a CUDA list or a Rust build.",
     ] {
         assert!(md.contains(needle), "report lacks {needle:?}:\n{md}");
     }
@@ -392,4 +421,145 @@ fn a_to_only_on_an_unmerged_pull_request_is_fetched_by_id_and_flagged() {
         "{}",
         text(&out)
     );
+}
+
+/// The fixture built with CMake (one FetchContent source `dep` from the
+/// git repository `ext`, at `tag`), `minimum` as its CMake minimum and
+/// `extra` appended to its CMakeLists.txt, committed; returns the commit.
+fn cmake_commit(repo: &Path, ext: &Path, minimum: &str, tag: &str, extra: &str) -> String {
+    std::fs::write(
+        repo.join("CMakeLists.txt"),
+        format!(
+            "cmake_minimum_required(VERSION {minimum})\nproject(fixturellm LANGUAGES C)\ninclude(FetchContent)\nfind_package(Python3 REQUIRED COMPONENTS Interpreter Development.Module)\nPython3_add_library(_C MODULE WITH_SOABI csrc/ops.c)\nFetchContent_Declare(dep GIT_REPOSITORY file://{} GIT_TAG {tag})\nFetchContent_MakeAvailable(dep)\n{extra}",
+            ext.display()
+        ),
+    )
+    .unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixture/cmake/requirements/build/cpu.txt"),
+        repo.join("requirements/build/cpu.txt"),
+    )
+    .unwrap();
+    git(repo, &["add", "-A"]);
+    git(
+        repo,
+        &["commit", "-qm", &format!("cmake {minimum}, dep {tag}")],
+    );
+    git(repo, &["rev-parse", "HEAD"])
+}
+
+#[test]
+fn the_report_shows_the_external_source_revision_and_the_cmake_minimum_to_changed() {
+    let fx = Fx::new();
+    let d = fx.dir();
+    // The external source: v1.0, then v1.1.
+    let ext = d.join("ext-dep");
+    std::fs::create_dir_all(&ext).unwrap();
+    for tag in ["v1.0", "v1.1"] {
+        std::fs::write(ext.join("fixture-ext.txt"), format!("dep {tag}\n")).unwrap();
+        git(&ext, &["init", "-q"]);
+        git(&ext, &["add", "-A"]);
+        git(&ext, &["commit", "-qm", tag]);
+        git(&ext, &["tag", tag]);
+    }
+    let (repo, _) = fx.repo();
+    let c1 = cmake_commit(&repo, &ext, "3.26", "v1.0", "");
+    // TO raises the minimum, moves the source and adds a compiler floor.
+    let c2 = cmake_commit(
+        &repo,
+        &ext,
+        "3.27",
+        "v1.1",
+        "if(CMAKE_C_COMPILER_VERSION VERSION_LESS 4.0)\n  message(FATAL_ERROR \"needs a C compiler >= 4.0\")\nendif()\n",
+    );
+    let from = fx.recipe("fx", &repo, &c1, SMOKE);
+    let report_file = d.join("review.md");
+    let r = fx.json(&[
+        "advance",
+        from.to_str().unwrap(),
+        &c2[..12],
+        "--report",
+        report_file.to_str().unwrap(),
+        "--json",
+    ]);
+
+    // External sources: dep moved from v1.0 to v1.1, file:line on each side.
+    let dep = &r["ext_sources"]["sources"][0];
+    assert_eq!(
+        (
+            dep["name"].as_str(),
+            dep["status"].as_str(),
+            dep["from"][0]["revision"].as_str(),
+            dep["to"][0]["revision"].as_str(),
+            dep["to"][0]["at"].as_str(),
+        ),
+        (
+            Some("dep"),
+            Some("changed"),
+            Some("v1.0"),
+            Some("v1.1"),
+            Some("CMakeLists.txt:6")
+        ),
+        "{}",
+        r["ext_sources"]
+    );
+    // Toolchain: the CMake minimum changed, the compiler condition is new.
+    let rows = r["toolchain"]["rows"].as_array().unwrap();
+    let cmake = rows.iter().find(|x| x["kind"] == "cmake").unwrap();
+    assert_eq!(
+        (
+            cmake["status"].as_str(),
+            cmake["from"]["text"].as_str(),
+            cmake["to"]["text"].as_str()
+        ),
+        (
+            Some("changed"),
+            Some("cmake_minimum_required(VERSION 3.26)"),
+            Some("cmake_minimum_required(VERSION 3.27)")
+        ),
+        "{rows:?}"
+    );
+    let compiler = rows.iter().find(|x| x["kind"] == "compiler").unwrap();
+    assert_eq!(compiler["status"], "added");
+    assert_eq!(compiler["to"]["at"], "CMakeLists.txt:8");
+    // The resolved locks: same requirements, so every package unchanged,
+    // the build lock holding CMake.
+    let build = &r["resolved_lock"]["build"];
+    assert!(
+        r["resolved_lock"]["not_known"].is_null(),
+        "{}",
+        r["resolved_lock"]
+    );
+    assert_eq!(build["changes"], serde_json::json!([]), "{build}");
+    assert!(build["unchanged"].as_u64().unwrap() >= 3, "{build}");
+    assert!(r["pin_blocks"].is_array(), "{r}");
+    // The compile cost is in the JSON: the CMake build changed.
+    assert_eq!(r["compile_cost"]["since"], c1.as_str());
+    assert!(
+        r["compile_cost"]["build_files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == "CMakeLists.txt"),
+        "{}",
+        r["compile_cost"]
+    );
+
+    let md = std::fs::read_to_string(&report_file).unwrap();
+    let dep_row = format!(
+        "| dep | file://{} | `v1.0` (CMakeLists.txt:6) | `v1.1` (CMakeLists.txt:6) | **changed** |",
+        ext.display()
+    );
+    for needle in [
+        "## Resolved lock delta (build and runtime locks)",
+        "## External sources (what CMake fetches at each commit)",
+        dep_row.as_str(),
+        "## Toolchain requirements (as each tree states them)",
+        "| CMake | `cmake_minimum_required(VERSION 3.26)` (CMakeLists.txt:1) | `cmake_minimum_required(VERSION 3.27)` (CMakeLists.txt:1) | **changed** |",
+        "| compiler | — | `if(CMAKE_C_COMPILER_VERSION VERSION_LESS 4.0)` (CMakeLists.txt:8) | **added** |",
+        "## Pin blocks (recipe `pins` of each side)",
+    ] {
+        assert!(md.contains(needle), "report lacks {needle:?}:\n{md}");
+    }
 }

@@ -150,10 +150,19 @@ pub struct AdvanceReport {
     pub does_not_establish: Vec<String>,
     /// `--accept`: where the alias now points, and the rollback root.
     pub accepted: Option<Value>,
+    /// The resolved lock, external source, toolchain and pin-block deltas
+    /// (each a top-level key of the JSON).
+    #[serde(flatten)]
+    pub deltas: deltas::Deltas,
 }
 
 pub mod compare;
+pub mod deltas;
+pub mod ext_delta;
+pub mod lock_delta;
+pub mod pin_blocks;
 pub mod report;
+pub mod toolchain_delta;
 
 /// The compile cost of TO since FROM (see
 /// [`crate::pipeline::compile_cost::for_advance`]).

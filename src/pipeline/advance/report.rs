@@ -135,6 +135,7 @@ pub fn markdown(r: &AdvanceReport) -> String {
             line(format!("| {n} | {v} | — |"));
         }
     }
+    line(super::deltas::markdown(&r.deltas));
     line(String::new());
     line("## Identity".into());
     line(String::new());

@@ -49,15 +49,15 @@ pub fn discover_for(
 
 /// One CMake command call: its name (lowercased), arguments, whether each
 /// was quoted, and the line it starts on (1-based).
-pub(super) struct Call {
+pub(crate) struct Call {
     /// The command's name, lowercased.
-    pub(super) name: String,
+    pub(crate) name: String,
     /// The arguments, quotes removed.
-    pub(super) args: Vec<String>,
+    pub(crate) args: Vec<String>,
     /// Whether each argument was quoted.
-    pub(super) quoted: Vec<bool>,
+    pub(crate) quoted: Vec<bool>,
     /// The line the call starts on (1-based).
-    pub(super) line: usize,
+    pub(crate) line: usize,
 }
 
 impl Call {
@@ -97,7 +97,7 @@ fn strip_comments(text: &str) -> String {
 /// The command calls of CMake text `text` in order: `#` comments skipped,
 /// quoted arguments unquoted, parentheses balanced (the text inside nested
 /// ones kept in the arguments).
-pub(super) fn calls(text: &str) -> Vec<Call> {
+pub(crate) fn calls(text: &str) -> Vec<Call> {
     let text = strip_comments(text);
     let chars: Vec<char> = text.chars().collect();
     let mut out = Vec::new();

@@ -51,6 +51,9 @@ use git2::{FetchOptions, Repository};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+/// The CMake command reader, for other readers of the tree's CMake
+/// (the toolchain requirement reader).
+pub(crate) use cmake::{Call, calls};
 pub use cmake::{discover_for, discover_with, parse};
 
 use crate::progress;
