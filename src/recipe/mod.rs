@@ -507,8 +507,8 @@ pub struct Case {
     /// Hub revision of the model, recorded and passed as `revision=`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
-    /// Raw prompt text (no chat template). Exactly one of `prompt` and
-    /// `prompt_token_ids` is given.
+    /// Raw prompt text (no chat template). Exactly one of `prompt`,
+    /// `prompt_token_ids`, `prompts` and `prompts_file` is given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
     /// The prompt as token ids (`{"prompt_token_ids": [...]}`), bypassing the tokenizer.
@@ -518,6 +518,15 @@ pub struct Case {
         deserialize_with = "strict::opt_vec_u32"
     )]
     pub prompt_token_ids: Option<Vec<u32>>,
+    /// Several raw prompts, each generated and compared on its own (one
+    /// golden entry per prompt); instead of `prompt` (docs/smoke.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts: Option<Vec<String>>,
+    /// A file of prompts, relative to the recipe's directory: a JSON
+    /// (`.json`) or YAML (`.yaml`, `.yml`) list of strings, else one prompt
+    /// per non-blank line; instead of `prompt` (docs/smoke.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts_file: Option<String>,
     /// `SamplingParams.max_tokens`.
     #[serde(default = "default_max_tokens", deserialize_with = "strict::u32")]
     pub max_tokens: u32,
