@@ -820,6 +820,29 @@ mod tests {
         assert!(e.contains("exactly one of `prompt`"), "{e}");
         let e = with_smoke(CASE).unwrap_err().to_string();
         assert!(e.contains("exactly one of `prompt`"), "{e}");
+        let several = format!("{CASE}      prompts: [\"a b\", \"c\"]\n");
+        assert_eq!(
+            with_smoke(&several).unwrap().smoke.cases[0].prompts,
+            Some(vec!["a b".to_string(), "c".to_string()])
+        );
+        let e = with_smoke(&format!("{several}      prompt: hi\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("smoke.cases[0].prompts") && e.contains("exactly one of"),
+            "{e}"
+        );
+        let e = with_smoke(&format!("{CASE}      prompts: [\"a\", \"\"]\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("smoke.cases[0].prompts[1]"), "{e}");
+        let file = format!("{CASE}      prompts_file: prompts.txt\n");
+        assert_eq!(
+            with_smoke(&file).unwrap().smoke.cases[0]
+                .prompts_file
+                .as_deref(),
+            Some("prompts.txt")
+        );
         let ids = format!("{CASE}      prompt_token_ids: [2, 3]\n");
         assert_eq!(
             with_smoke(&ids).unwrap().smoke.cases[0].prompt_token_ids,
