@@ -214,6 +214,14 @@ pub enum Command {
         /// No network: both pins' sources and wheels from the store.
         #[arg(long)]
         offline: bool,
+        /// With --accept: record TO's golden of CASE although it drifted
+        /// from FROM (repeatable; each needs its --reason, in order).
+        #[arg(long = "accept-drift", value_name = "CASE")]
+        accept_drift: Vec<String>,
+        /// Why the drift of the --accept-drift at the same position is
+        /// accepted (into the report and the golden's record).
+        #[arg(long = "reason", value_name = "TEXT")]
+        reasons: Vec<String>,
     },
     /// Point an alias back at its rollback oracle (atomically).
     Rollback {

@@ -107,6 +107,8 @@ fn dispatch(cli: Cli, command_name: Option<&str>) -> anyhow::Result<()> {
             alias,
             pins,
             offline,
+            accept_drift,
+            reasons,
         }) => {
             let opts = ops::advance::AdvanceOptions {
                 from,
@@ -116,6 +118,8 @@ fn dispatch(cli: Cli, command_name: Option<&str>) -> anyhow::Result<()> {
                 alias,
                 pins,
                 offline,
+                accept_drift,
+                reasons,
             };
             return ops::advance::run(&s, &opts);
         }

@@ -43,6 +43,61 @@ pub struct AdvanceOptions {
     pub pins: Vec<String>,
     /// `--offline`.
     pub offline: bool,
+    /// `--accept-drift CASE` (repeatable): a drifted case whose TO golden is
+    /// recorded anyway, with the `--reason` of the same position.
+    pub accept_drift: Vec<String>,
+    /// `--reason TEXT`, one per `--accept-drift`, in the same order.
+    pub reasons: Vec<String>,
+}
+
+/// The reviewer's `--accept-drift CASE --reason TEXT` pairs, checked before
+/// anything is built.
+///
+/// Errors (exit 2): `--accept-drift` or `--reason` without `--accept`; a
+/// different count of the two; an empty reason.
+fn accepted_drift(opts: &AdvanceOptions) -> Result<Vec<advance::goldens::AcceptedDrift>> {
+    if !opts.accept && !(opts.accept_drift.is_empty() && opts.reasons.is_empty()) {
+        return Err(bad_input(
+            "--accept-drift and --reason go with --accept (they say which drift the recorded goldens accept)",
+        ));
+    }
+    if opts.accept_drift.len() != opts.reasons.len() {
+        return Err(bad_input(format!(
+            "each --accept-drift CASE needs its --reason TEXT: got {} --accept-drift ({}) and {} --reason",
+            opts.accept_drift.len(),
+            opts.accept_drift.join(", "),
+            opts.reasons.len()
+        )));
+    }
+    opts.accept_drift
+        .iter()
+        .zip(&opts.reasons)
+        .map(|(case, reason)| {
+            if reason.trim().is_empty() {
+                return Err(bad_input(format!(
+                    "--accept-drift {case}: --reason is empty"
+                )));
+            }
+            Ok(advance::goldens::AcceptedDrift {
+                case: case.clone(),
+                reason: reason.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Every golden file of `lr`'s cases: where each is found and the files
+/// recording would write (`<case>.json` in each of `dirs`).
+fn golden_files(lr: &LoadedRecipe, dirs: &[PathBuf]) -> Vec<PathBuf> {
+    lr.recipe
+        .smoke
+        .cases
+        .iter()
+        .flat_map(|c| {
+            std::iter::once(smoke::golden::locate(lr, dirs, c).path)
+                .chain(dirs.iter().map(|d| d.join(format!("{}.json", c.name))))
+        })
+        .collect()
 }
 
 /// Resolves TO: a hex commit found in FROM's mirror gives a candidate recipe
@@ -247,10 +302,17 @@ fn commits(
 /// under TO's smoke configuration, writes the report, and with `--accept`
 /// moves the alias.
 ///
+/// With `--accept`, TO's goldens are recorded (into TO's goldens location,
+/// never FROM's) before the alias moves, each with the campaign's record.
+///
 /// Errors: exit 2 for bad input (`--accept` without `--alias`, `--alias`
-/// without `--accept`, a bad `--pin`), before anything is built or written;
-/// exit 3 when TO fails its identity checks; exit 4 when `--accept` and TO is
-/// not gateable (the alias is unchanged).
+/// without `--accept`, a bad `--pin`, `--accept-drift` without its
+/// `--reason` or naming no case of TO, TO's goldens located on FROM's),
+/// before anything is built or written; exit 3 when TO fails its identity
+/// checks; exit 4 when `--accept` and TO is not gateable, or a case drifted
+/// that no `--accept-drift` names; exit 2 after the comparison when an
+/// `--accept-drift` case did not drift (in each refusal no golden is
+/// recorded and the alias is unchanged).
 pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
     if opts.accept && opts.alias.is_none() {
         return Err(bad_input(
@@ -263,6 +325,7 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
             a.display()
         )));
     }
+    let accepted_drift = accepted_drift(opts)?;
     let from = s.recipe(&opts.from)?;
     let store = s.store()?;
     store.init()?;
@@ -272,6 +335,42 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
             "FROM and TO are the same recipe ({})",
             from.recipe.name
         )));
+    }
+    if let Some(a) = accepted_drift
+        .iter()
+        .find(|a| !to.recipe.smoke.cases.iter().any(|c| c.name == a.case))
+    {
+        return Err(bad_input(format!(
+            "--accept-drift {}: TO ({}) has no such case (its cases: {})",
+            a.case,
+            to.recipe.name,
+            to.recipe
+                .smoke
+                .cases
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    // TO's goldens are recorded in TO's goldens location; FROM's are never
+    // written, so `rollback` brings FROM back with its goldens in force.
+    let to_goldens = smoke::golden::dirs(store.root(), &to);
+    if opts.accept {
+        let clash = advance::goldens::overlap(
+            &golden_files(&from, &smoke::golden::dirs(store.root(), &from)),
+            &golden_files(&to, &to_goldens),
+        );
+        if !clash.is_empty() {
+            return Err(bad_input(format!(
+                "--accept would record TO's goldens over FROM's ({}): give TO's cases their own `golden:` paths",
+                clash
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
     }
 
     // FROM: its oracle as built (never rebuilt or re-gated); built only if absent.
@@ -313,6 +412,7 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
             model_hashes: Some(store.model_hashes_dir()),
         },
     )?;
+    let mut to_smoke = to_record.smoke.clone();
 
     let from_side = side(&store, &from, &from_oracle, &from_smoke)?;
     let to_side = side(&store, &to, &to_oracle, &to_record.smoke)?;
@@ -337,6 +437,7 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
         does_not_establish: Vec::new(),
         accepted: None,
         deltas: advance::deltas::gather(&store, &from, &to),
+        goldens: None,
         candidate_recipe: candidate,
         from: from_side,
         to: to_side,
@@ -354,7 +455,60 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
                 to_record.smoke.reasons.join("; "),
                 path.display()
             )));
+        } else if let Err(r) = advance::goldens::check(&report.cases, &accepted_drift) {
+            refused = Some(match r {
+                advance::goldens::Refusal::NotDrifted(cases) => bad_input(format!(
+                    "--accept-drift names case(s) that did not drift: {}; no golden was recorded and the alias {} is unchanged",
+                    cases.join(", "),
+                    path.display()
+                )),
+                advance::goldens::Refusal::Unaccepted(lines) => not_gateable(format!(
+                    "refusing to accept: TO drifted from FROM and no --accept-drift names it:\n  {}\nno golden was recorded and the alias {} is unchanged. Once reviewed, rerun with `--accept-drift CASE --reason TEXT` for each case.",
+                    lines.join("\n  "),
+                    path.display()
+                )),
+            });
         } else {
+            // TO's goldens, from the gate compared above, with the campaign's record.
+            let mut record = smoke::Record {
+                oracle: crate::ops::smoke::oracle_identity(&to_record, &to_oracle),
+                force: true,
+                ..Default::default()
+            };
+            for case in &to.recipe.smoke.cases {
+                let reason = accepted_drift
+                    .iter()
+                    .find(|a| a.case == case.name)
+                    .map(|a| a.reason.as_str());
+                record.advance.insert(
+                    case.name.clone(),
+                    advance::goldens::record(
+                        &case.name,
+                        &report.cases,
+                        (&from.recipe.name, &from.recipe.source.commit),
+                        (&to.recipe.name, &to.recipe.source.commit),
+                        reason,
+                    ),
+                );
+            }
+            let written = smoke::record_report(
+                &to,
+                &mut to_smoke,
+                &smoke::Options {
+                    goldens_dirs: to_goldens.clone(),
+                    only: None,
+                    record: Some(record),
+                    tmp_root: None,
+                    model_hashes: None,
+                },
+            )?;
+            report.goldens = Some(advance::goldens::Campaign {
+                recorded: written
+                    .into_iter()
+                    .map(|(case, path)| advance::goldens::RecordedGolden { case, path })
+                    .collect(),
+                accepted_drift: accepted_drift.clone(),
+            });
             let to_entry = alias::entry_at(&store, &to_oracle)
                 .ok_or_else(|| anyhow!("TO's oracle is not a store entry"))?;
             let a = crate::ops::activate::activate(&store, &to, &to_entry, path)?;

@@ -67,7 +67,7 @@ pub struct SmokeOutput {
 }
 
 /// The identity stamped into recorded goldens.
-fn oracle_identity(rec: &OracleRecord, venv: &Path) -> Value {
+pub(crate) fn oracle_identity(rec: &OracleRecord, venv: &Path) -> Value {
     let id = &rec.identity;
     json!({
         "recipe": rec.recipe,
@@ -210,6 +210,7 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
         opts.record = Some(smoke::Record {
             oracle: oracle_identity(&rec, &venv),
             force: args.force,
+            ..Default::default()
         });
     }
     let report = oracle::gate_with(&store, &venv, &lr, &opts)?;
@@ -408,7 +409,7 @@ fn render_case(c: &CaseResult, requested: &[&str], line: &mut impl FnMut(String)
     };
     line(format!(
         "case     {} {}  {runs}{speed}",
-        c.name,
+        c.label(),
         if c.ok { "ok" } else { "FAIL" }
     ));
     line(format!("  model    {}", c.model));

@@ -10,7 +10,9 @@ It targets vLLM's offline API exactly: ``LLM(model=..., revision=...,
 logprobs=k)``, ``llm.generate([prompt], params)`` with the prompt as raw text
 (no chat template) or as ``{"prompt_token_ids": [...]}``, results read from
 ``RequestOutput.prompt_token_ids`` and ``.outputs[0].token_ids / .text /
-.logprobs``. The engine configuration the engine actually got is read back
+.logprobs``. A case with several prompts (``prompts`` in its config) loads
+the engine once and runs each prompt in turn, each run carrying its
+``prompt_index``. The engine configuration the engine actually got is read back
 and recorded. Errors are written as data (stage, exception, traceback, last
 log lines), never raised; the caller enforces a timeout. After a case's runs
 the shared objects its processes mapped (``/proc`` maps of this process and
@@ -496,12 +498,21 @@ def case(cfg):
         k = cfg.get("logprobs") or None
         params = sampling_params(SamplingParams, cfg["max_tokens"], k)
         stage = "generate"
-        if cfg.get("prompt_token_ids") is not None:
-            prompt = {"prompt_token_ids": list(cfg["prompt_token_ids"])}
+        several = cfg.get("prompts") is not None
+        if several:
+            prompts = list(cfg["prompts"])  # each on its own, raw text
+        elif cfg.get("prompt_token_ids") is not None:
+            prompts = [{"prompt_token_ids": list(cfg["prompt_token_ids"])}]
         else:
-            prompt = cfg["prompt"]  # raw text, no chat template
-        for i in range(cfg["runs"]):
-            mark("generate (run %d of %d)" % (i + 1, cfg["runs"]))
+            prompts = [cfg["prompt"]]  # raw text, no chat template
+        todo = [(p, i) for p in range(len(prompts)) for i in range(cfg["runs"])]
+        for p, i in todo:
+            prompt = prompts[p]
+            if several:
+                mark("generate (prompt %d of %d, run %d of %d)"
+                     % (p + 1, len(prompts), i + 1, cfg["runs"]))
+            else:
+                mark("generate (run %d of %d)" % (i + 1, cfg["runs"]))
             t0 = time.monotonic()
             out = llm.generate([prompt], params, use_tqdm=False)[0]
             dt = time.monotonic() - t0
@@ -516,6 +527,8 @@ def case(cfg):
                 "seconds": dt,
                 "tokens_per_s": (len(comp.token_ids) / dt) if dt > 0 else None,
             }
+            if several:
+                run["prompt_index"] = p
             if k and comp.logprobs is not None:
                 run["logprobs"] = read_logprobs(comp.logprobs)
             result["runs"].append(run)

@@ -507,8 +507,8 @@ pub struct Case {
     /// Hub revision of the model, recorded and passed as `revision=`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
-    /// Raw prompt text (no chat template). Exactly one of `prompt` and
-    /// `prompt_token_ids` is given.
+    /// Raw prompt text (no chat template). Exactly one of `prompt`,
+    /// `prompt_token_ids`, `prompts` and `prompts_file` is given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
     /// The prompt as token ids (`{"prompt_token_ids": [...]}`), bypassing the tokenizer.
@@ -518,6 +518,15 @@ pub struct Case {
         deserialize_with = "strict::opt_vec_u32"
     )]
     pub prompt_token_ids: Option<Vec<u32>>,
+    /// Several raw prompts, each generated and compared on its own (one
+    /// golden entry per prompt); instead of `prompt` (docs/smoke.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts: Option<Vec<String>>,
+    /// A file of prompts, relative to the recipe's directory: a JSON
+    /// (`.json`) or YAML (`.yaml`, `.yml`) list of strings, else one prompt
+    /// per non-blank line; instead of `prompt` (docs/smoke.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts_file: Option<String>,
     /// `SamplingParams.max_tokens`.
     #[serde(default = "default_max_tokens", deserialize_with = "strict::u32")]
     pub max_tokens: u32,
@@ -864,6 +873,29 @@ mod tests {
         assert!(e.contains("exactly one of `prompt`"), "{e}");
         let e = with_smoke(CASE).unwrap_err().to_string();
         assert!(e.contains("exactly one of `prompt`"), "{e}");
+        let several = format!("{CASE}      prompts: [\"a b\", \"c\"]\n");
+        assert_eq!(
+            with_smoke(&several).unwrap().smoke.cases[0].prompts,
+            Some(vec!["a b".to_string(), "c".to_string()])
+        );
+        let e = with_smoke(&format!("{several}      prompt: hi\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("smoke.cases[0].prompts") && e.contains("exactly one of"),
+            "{e}"
+        );
+        let e = with_smoke(&format!("{CASE}      prompts: [\"a\", \"\"]\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("smoke.cases[0].prompts[1]"), "{e}");
+        let file = format!("{CASE}      prompts_file: prompts.txt\n");
+        assert_eq!(
+            with_smoke(&file).unwrap().smoke.cases[0]
+                .prompts_file
+                .as_deref(),
+            Some("prompts.txt")
+        );
         let ids = format!("{CASE}      prompt_token_ids: [2, 3]\n");
         assert_eq!(
             with_smoke(&ids).unwrap().smoke.cases[0].prompt_token_ids,

@@ -508,12 +508,59 @@ pub(super) fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
         if let Err(e) = env_references(&case.model) {
             return Err(fail(&field("model"), format!("case {:?}: {e}", case.name)));
         }
+        let several = case.prompts.is_some() || case.prompts_file.is_some();
+        if several {
+            let given = [
+                case.prompt.is_some(),
+                case.prompt_token_ids.is_some(),
+                case.prompts.is_some(),
+                case.prompts_file.is_some(),
+            ];
+            if given.iter().filter(|g| **g).count() != 1 {
+                return Err(fail(
+                    &field(if case.prompts.is_some() {
+                        "prompts"
+                    } else {
+                        "prompts_file"
+                    }),
+                    format!(
+                        "case {:?}: give exactly one of `prompt`, `prompt_token_ids`, `prompts` and `prompts_file`",
+                        case.name
+                    ),
+                ));
+            }
+            if let Some(list) = &case.prompts {
+                if list.is_empty() {
+                    return Err(fail(
+                        &field("prompts"),
+                        format!("case {:?}: the prompt list is empty", case.name),
+                    ));
+                }
+                if let Some(j) = list.iter().position(String::is_empty) {
+                    return Err(fail(
+                        &field(&format!("prompts[{j}]")),
+                        format!("case {:?}: the prompt is empty", case.name),
+                    ));
+                }
+            }
+            if case
+                .prompts_file
+                .as_deref()
+                .is_some_and(|f| f.trim().is_empty())
+            {
+                return Err(fail(
+                    &field("prompts_file"),
+                    format!("case {:?}: the prompts file path is empty", case.name),
+                ));
+            }
+        }
         match (&case.prompt, &case.prompt_token_ids) {
+            _ if several => {}
             (Some(_), Some(_)) | (None, None) => {
                 return Err(fail(
                     &field("prompt"),
                     format!(
-                        "case {:?}: give exactly one of `prompt` (text) and `prompt_token_ids`",
+                        "case {:?}: give exactly one of `prompt` (text), `prompt_token_ids`, `prompts` and `prompts_file`",
                         case.name
                     ),
                 ));

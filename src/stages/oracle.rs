@@ -507,6 +507,8 @@ fn judge_loaded(
             report
                 .cases
                 .iter()
+                // One engine per case: its prompts share what it loaded.
+                .filter(|c| c.prompt_index.unwrap_or(0) == 0)
                 .map(|c| (c.name.clone(), c.mapped_objects.clone())),
         )
         .collect();

@@ -12,6 +12,12 @@ const TWO_CASES: &str = "smoke:\n  runs: 2\n  cases:\n    - name: a\n      model
 /// after "river" towards " that": case `a` (model) flips at output position 7
 /// (a near-tie), case `b` (model-b already says " that") is unchanged.
 fn two_tagged_commits(dir: &Path) -> (PathBuf, String, String) {
+    tagged_commits(dir, "2.0")
+}
+
+/// [`two_tagged_commits`] with the logit of " that" after "river" raised by
+/// `bias` (2.0: a near-tie flip; 5.0: a drift, 3.5 nats apart).
+fn tagged_commits(dir: &Path, bias: &str) -> (PathBuf, String, String) {
     let (repo, _) = fixture_repo(dir);
     let c1 = git(&repo, &["rev-parse", "v0.1.0"]);
     git(&repo, &["checkout", "-q", "-b", "release", "v0.1.0"]);
@@ -23,8 +29,9 @@ fn two_tagged_commits(dir: &Path) -> (PathBuf, String, String) {
         text.contains(old),
         "fixture model.py changed; update this test"
     );
-    let new = "        logits = _C.next_logits(self.table, self.vocab_size, prev_token)\n        if prev_token == 15:  # \"river\": prefer \" that\"\n            logits[25] += 2.0\n        return _C.log_softmax(logits)";
-    std::fs::write(&model, text.replace(old, new)).unwrap();
+    let new = "        logits = _C.next_logits(self.table, self.vocab_size, prev_token)\n        if prev_token == 15:  # \"river\": prefer \" that\"\n            logits[25] += BIAS\n        return _C.log_softmax(logits)";
+    let new = new.replace("BIAS", bias);
+    std::fs::write(&model, text.replace(old, &new)).unwrap();
     git(&repo, &["commit", "-qam", "bias after river"]);
     git(&repo, &["tag", "v0.2.0"]);
     let c2 = git(&repo, &["rev-parse", "HEAD"]);
@@ -198,7 +205,7 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
 
     // Case a drifted at position 7 (a near-tie), case b identical.
     let a = case(&r, "a");
-    assert_eq!(a["status"], "drifted", "{a}");
+    assert_eq!(a["status"], "near-tie flip", "{a}");
     assert_eq!(a["divergence"]["position"], 7);
     assert_eq!(a["divergence"]["golden_token"], 16);
     assert_eq!(a["divergence"]["token"], 25);
@@ -217,7 +224,7 @@ fn the_report_shows_identity_and_lock_deltas_a_drifted_case_and_an_identical_one
         "## Identity",
         "**changed**",
         "| fixturellm | 0.1.0 | 0.2.0 |",
-        "**drifted**",
+        "**near-tie flip**",
         "first divergent position 7",
         "near-tie",
         "**identical**",
@@ -561,5 +568,171 @@ fn the_report_shows_the_external_source_revision_and_the_cmake_minimum_to_change
         "## Pin blocks (recipe `pins` of each side)",
     ] {
         assert!(md.contains(needle), "report lacks {needle:?}:\n{md}");
+    }
+}
+
+/// One case, `a`, with two prompts: the first passes "river" (where TO's
+/// bias makes it drift), the second never does.
+const TWO_PROMPTS: &str = "smoke:\n  runs: 2\n  cases:\n    - name: a\n      model: ${FX_MODELS}/model\n      prompts:\n        - \"The capital of France is Paris, and the\"\n        - \"Tourists visit Paris in France\"\n      max_tokens: 16\n      engine_args: {max_model_len: 256, max_num_seqs: 1}\n";
+
+fn prompt_of<'a>(report: &'a Value, name: &str, prompt: u64) -> &'a Value {
+    report["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name && c["prompt_index"] == prompt)
+        .unwrap_or_else(|| panic!("no {name}[{prompt}] in {}", report["cases"]))
+}
+
+#[test]
+fn a_golden_campaign_records_to_s_goldens_only_with_a_reason_and_rollback_restores_from_s() {
+    let fx = Fx::new();
+    let d = fx.dir();
+    let (repo, _c1, c2) = tagged_commits(d, "5.0");
+    std::fs::create_dir(d.join("recipes")).unwrap();
+    let c1 = git(&repo, &["rev-parse", "v0.1.0"]);
+    let from = write_recipe(&d.join("recipes"), "fx", &repo, &c1, TWO_PROMPTS);
+    let f = from.to_str().unwrap();
+    let alias = d.join("venvs/vllm-oracle");
+    let l = alias.to_str().unwrap();
+    let built = fx.json(&["build", f, "--activate", l, "--json"]);
+    let from_oracle = PathBuf::from(built["oracle"].as_str().unwrap());
+
+    // FROM's goldens: one file for the case, one entry per prompt.
+    fx.exits(&["smoke", f, "--record-golden"], 0);
+    let from_golden = d.join("goldens/fx/a.json");
+    let from_bytes = std::fs::read(&from_golden).unwrap();
+    let g = read_json(&from_golden);
+    assert_eq!(g["format"], "oracle-build-golden-set/1", "{g}");
+    assert_eq!(g["entries"].as_array().unwrap().len(), 2, "{g}");
+    assert_eq!(g["entries"][1]["prompt"], "Tourists visit Paris in France");
+    assert_eq!(g["entries"][0]["output_token_ids"][7], 16, "{g}");
+
+    // --accept-drift without its --reason, or naming no case of TO: exit 2
+    // before anything is built.
+    let t = text(&fx.exits(
+        &[
+            "advance",
+            f,
+            &c2[..12],
+            "--accept",
+            "--alias",
+            l,
+            "--accept-drift",
+            "a",
+        ],
+        2,
+    ));
+    assert!(t.contains("needs its --reason"), "{t}");
+    let t = text(&fx.exits(
+        &[
+            "advance",
+            f,
+            &c2[..12],
+            "--accept",
+            "--alias",
+            l,
+            "--accept-drift",
+            "zz",
+            "--reason",
+            "x",
+        ],
+        2,
+    ));
+    assert!(t.contains("has no such case"), "{t}");
+
+    // Prompt 0 drifts on TO (not a near-tie), prompt 1 is identical: --accept
+    // refuses (exit 4), records no golden and leaves the alias.
+    let to_golden = d.join(format!("goldens/fx-{}/a.json", &c2[..9]));
+    let out = fx.exits(
+        &["advance", f, &c2[..12], "--accept", "--alias", l, "--json"],
+        4,
+    );
+    assert!(
+        text(&out).contains("refusing to accept: TO drifted from FROM")
+            && text(&out).contains("a[0] drifted"),
+        "{}",
+        text(&out)
+    );
+    let r = json(&out);
+    let p0 = prompt_of(&r, "a", 0);
+    assert_eq!(p0["status"], "drifted", "{p0}");
+    assert_eq!(p0["divergence"]["position"], 7);
+    assert_eq!(p0["divergence"]["golden_token"], 16);
+    assert_eq!(p0["divergence"]["token"], 25);
+    assert_eq!(p0["divergence"]["near_tie"], false);
+    assert_eq!(p0["to_runs"], "2 runs agree");
+    assert_eq!(prompt_of(&r, "a", 1)["status"], "identical");
+    assert!(r["goldens"].is_null(), "{}", r["goldens"]);
+    assert!(!to_golden.exists());
+    assert_eq!(std::fs::read_link(&alias).unwrap(), from_oracle);
+
+    // Named with a reason: TO's goldens are recorded with it, FROM's stay.
+    let reason = "the bias after river is the fix under review";
+    let r = fx.json(&[
+        "advance",
+        f,
+        &c2[..12],
+        "--accept",
+        "--alias",
+        l,
+        "--accept-drift",
+        "a",
+        "--reason",
+        reason,
+        "--json",
+    ]);
+    let to_oracle = PathBuf::from(r["to"]["oracle"].as_str().unwrap());
+    assert_eq!(std::fs::read_link(&alias).unwrap(), to_oracle);
+    assert_eq!(r["goldens"]["accepted_drift"][0]["case"], "a");
+    assert_eq!(r["goldens"]["accepted_drift"][0]["reason"], reason);
+    assert_eq!(
+        r["goldens"]["recorded"][0]["path"],
+        to_golden.to_str().unwrap(),
+        "{}",
+        r["goldens"]
+    );
+    let tg = read_json(&to_golden);
+    assert_eq!(tg["format"], "oracle-build-golden-set/1");
+    assert_eq!(tg["entries"].as_array().unwrap().len(), 2);
+    assert_eq!(tg["entries"][0]["output_token_ids"][7], 25, "{tg}");
+    assert_eq!(tg["advance"]["accepted_drift"]["reason"], reason, "{tg}");
+    assert_eq!(tg["advance"]["from"]["commit"], c1.as_str());
+    assert_eq!(tg["advance"]["results"][0]["status"], "drifted");
+    assert_eq!(
+        std::fs::read(&from_golden).unwrap(),
+        from_bytes,
+        "FROM's golden untouched"
+    );
+    let md = std::fs::read_to_string(r["report_file"].as_str().unwrap()).unwrap();
+    let accepted = format!("- drift of case a accepted: {reason}");
+    for needle in [
+        "## Golden campaign",
+        "| a | 0: \"The capital of France is Paris, and the\" | **drifted** |",
+        "| a | 1: \"Tourists visit Paris in France\" | **identical** |",
+        accepted.as_str(),
+        "2 runs agree",
+    ] {
+        assert!(md.contains(needle), "report lacks {needle:?}:\n{md}");
+    }
+
+    // TO gates against its own goldens.
+    let candidate = d.join(format!("recipes/fx-{}.yaml", &c2[..9]));
+    let sm = fx.json(&["smoke", candidate.to_str().unwrap(), "--json"]);
+    for c in sm["smoke"]["cases"].as_array().unwrap() {
+        assert_eq!(c["golden"], "matched", "{c}");
+        assert_eq!(c["golden_path"], to_golden.to_str().unwrap());
+    }
+
+    // rollback: FROM's oracle, and FROM's goldens are the ones that gate.
+    fx.exits(&["rollback", l], 0);
+    assert_eq!(std::fs::read_link(&alias).unwrap(), from_oracle);
+    let sm = fx.json(&["smoke", f, "--json"]);
+    assert_eq!(sm["smoke"]["verdict"], "gateable", "{sm}");
+    let cases = sm["smoke"]["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 2);
+    for c in cases {
+        assert_eq!(c["golden"], "matched", "{c}");
+        assert_eq!(c["golden_path"], from_golden.to_str().unwrap());
     }
 }

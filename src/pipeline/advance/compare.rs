@@ -205,7 +205,8 @@ pub fn package_delta(
     d
 }
 
-/// Compares every case of TO's smoke run with FROM's run of the same case.
+/// Compares every case of TO's smoke run with FROM's run of the same case
+/// (per prompt, for a case with several).
 pub fn compare_cases(
     from: &SmokeReport,
     to: &SmokeReport,
@@ -214,7 +215,10 @@ pub fn compare_cases(
     to.cases
         .iter()
         .map(|t| {
-            let f = from.cases.iter().find(|c| c.name == t.name);
+            let f = from
+                .cases
+                .iter()
+                .find(|c| c.name == t.name && c.prompt_index == t.prompt_index);
             compare_case(f, t, near_tie_nats)
         })
         .collect()
@@ -237,6 +241,9 @@ fn compare_case(from: Option<&CaseResult>, to: &CaseResult, near_tie_nats: f64) 
         divergence: None,
         from_text: from.map(|f| f.text.clone()).unwrap_or_default(),
         to_text: to.text.clone(),
+        prompt_index: to.prompt_index,
+        prompt: to.prompt.clone(),
+        to_runs: super::goldens::determinism(to),
     };
     let Some(from) = from else {
         out.detail = "FROM has no such case".into();
@@ -287,7 +294,12 @@ fn compare_case(from: Option<&CaseResult>, to: &CaseResult, near_tie_nats: f64) 
             out.detail = format!("{} tokens identical", to.output_token_ids.len());
         }
         Some(d) => {
-            out.status = "drifted".into();
+            out.status = if d.near_tie {
+                "near-tie flip"
+            } else {
+                "drifted"
+            }
+            .into();
             let gap = d
                 .gap_nats
                 .or(d.golden_gap_nats)

@@ -110,7 +110,8 @@ pub struct Commits {
 pub struct CaseComparison {
     /// Case name.
     pub name: String,
-    /// `identical`, `drifted` or `not comparable`.
+    /// `identical`, `near-tie flip` (the first divergence is under the
+    /// near-tie threshold), `drifted` or `not comparable`.
     pub status: String,
     /// Why not comparable, or a one-line description of the drift.
     pub detail: String,
@@ -120,6 +121,13 @@ pub struct CaseComparison {
     pub from_text: String,
     /// TO's output text.
     pub to_text: String,
+    /// Which prompt of a case with several prompts (absent: a single-prompt case).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_index: Option<usize>,
+    /// The prompt text, when the case gives text.
+    pub prompt: Option<String>,
+    /// TO's own determinism: whether its K runs agreed, and where not.
+    pub to_runs: String,
 }
 
 /// The whole review.
@@ -154,11 +162,15 @@ pub struct AdvanceReport {
     /// (each a top-level key of the JSON).
     #[serde(flatten)]
     pub deltas: deltas::Deltas,
+    /// The golden campaign's outcome with `--accept`: TO's goldens recorded
+    /// and the drift accepted with its reasons.
+    pub goldens: Option<goldens::Campaign>,
 }
 
 pub mod compare;
 pub mod deltas;
 pub mod ext_delta;
+pub mod goldens;
 pub mod lock_delta;
 pub mod pin_blocks;
 pub mod report;

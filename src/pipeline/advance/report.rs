@@ -212,17 +212,42 @@ pub fn markdown(r: &AdvanceReport) -> String {
         ));
     }
     line(String::new());
-    line("## Smoke cases (same configuration on both sides)".into());
+    line("## Golden campaign (every case run on both sides, same configuration)".into());
     line(String::new());
-    line("| case | result | detail |".into());
-    line("|---|---|---|".into());
+    line("| case | prompt | result | detail | TO's runs |".into());
+    line("|---|---|---|---|---|".into());
     for c in &r.cases {
+        let prompt = match (c.prompt_index, &c.prompt) {
+            (Some(i), Some(p)) => format!("{i}: {p:?}"),
+            (Some(i), None) => i.to_string(),
+            (None, Some(p)) => format!("{p:?}"),
+            (None, None) => "(token ids)".into(),
+        };
         line(format!(
-            "| {} | **{}** | {} |",
+            "| {} | {} | **{}** | {} | {} |",
             c.name,
+            prompt.replace('|', "\\|"),
             c.status,
-            c.detail.replace('|', "\\|")
+            c.detail.replace('|', "\\|"),
+            c.to_runs
         ));
+    }
+    if let Some(g) = &r.goldens {
+        line(String::new());
+        for a in &g.accepted_drift {
+            line(format!(
+                "- drift of case {} accepted: {}",
+                a.case,
+                a.reason.replace('\n', " ")
+            ));
+        }
+        for rec in &g.recorded {
+            line(format!(
+                "- TO's golden of case {} recorded: `{}`",
+                rec.case,
+                rec.path.display()
+            ));
+        }
     }
     line(String::new());
     line("## Verdict".into());

@@ -121,6 +121,9 @@ pub(super) struct DriverRun {
     pub(super) tokens_per_s: Option<f64>,
     #[serde(default)]
     pub(super) logprobs: Vec<Vec<TopLogprob>>,
+    /// Which of a several-prompt case's prompts this run generated.
+    #[serde(default)]
+    pub(super) prompt_index: Option<usize>,
 }
 
 /// A case as the driver reports it.

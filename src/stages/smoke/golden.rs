@@ -102,6 +102,59 @@ pub struct Golden {
     /// recorded before it: then the model is not checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_manifest: Option<ModelManifest>,
+    /// Set when `advance --accept` recorded it: FROM and TO, how this case
+    /// compared, and the reviewer's reason for an accepted drift.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advance: Option<Value>,
+}
+
+/// The `format` value of a golden file holding one entry per prompt (a
+/// case with `prompts:` or `prompts_file:`).
+pub const SET_FORMAT: &str = "oracle-build-golden-set/1";
+
+/// The golden of a case with several prompts: one [`Golden`] per prompt, in
+/// the case's order. A file without `entries` is a single [`Golden`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GoldenSet {
+    /// [`SET_FORMAT`].
+    pub format: String,
+    /// The case it was recorded for.
+    pub case: String,
+    /// One golden per prompt.
+    pub entries: Vec<Golden>,
+    /// Set when `advance --accept` recorded it (as [`Golden::advance`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advance: Option<Value>,
+}
+
+/// The entry of a golden set for a prompt: by its text, else by its ids.
+fn pick_entry(
+    set: GoldenSet,
+    prompt: Option<&str>,
+    prompt_ids: &[i64],
+) -> Result<(usize, Golden), String> {
+    let n = set.entries.len();
+    let at = set
+        .entries
+        .iter()
+        .position(|g| prompt.is_some() && g.prompt.as_deref() == prompt)
+        .or_else(|| {
+            set.entries
+                .iter()
+                .position(|g| g.prompt_token_ids.as_deref() == Some(prompt_ids))
+        })
+        .ok_or_else(|| {
+            format!(
+                "it holds {n} prompt(s) and none is this one ({})",
+                prompt.map_or_else(|| format!("{prompt_ids:?}"), |p| format!("{p:?}"))
+            )
+        })?;
+    let g = set
+        .entries
+        .into_iter()
+        .nth(at)
+        .ok_or_else(|| format!("entry {at} is missing"))?;
+    Ok((at, g))
 }
 
 /// The format of a golden file.
@@ -271,7 +324,7 @@ pub struct Loaded {
     pub mode: Option<Mode>,
     /// The environment at capture (JSON goldens).
     pub env: BTreeMap<String, String>,
-    /// Which row of a numpy golden was used.
+    /// Which row of a numpy golden (entry of a golden set) was used.
     pub row: Option<usize>,
     /// The model's manifest at capture (JSON goldens recorded with it).
     pub model_manifest: Option<ModelManifest>,
@@ -288,8 +341,19 @@ pub fn load(loc: &Location, prompt: Option<&str>, prompt_ids: &[i64]) -> Result<
         Kind::Json => {
             let text =
                 fs::read_to_string(&loc.path).map_err(|e| format!("cannot read golden: {e}"))?;
-            let g: Golden = serde_json::from_str(&text)
+            let value: Value = serde_json::from_str(&text)
                 .map_err(|e| format!("golden {show} is not a golden JSON ({e})"))?;
+            let (entry, g) = if value.get("entries").is_some() {
+                let set: GoldenSet = serde_json::from_value(value)
+                    .map_err(|e| format!("golden {show} is not a golden set JSON ({e})"))?;
+                let (i, g) = pick_entry(set, prompt, prompt_ids)
+                    .map_err(|e| format!("golden {show}: {e}"))?;
+                (Some(i), g)
+            } else {
+                let g: Golden = serde_json::from_value(value)
+                    .map_err(|e| format!("golden {show} is not a golden JSON ({e})"))?;
+                (None, g)
+            };
             let engine_config = match g.engine_config {
                 Some(Value::Object(m)) => Some(m),
                 Some(Value::Null) | None => None,
@@ -310,7 +374,7 @@ pub fn load(loc: &Location, prompt: Option<&str>, prompt_ids: &[i64]) -> Result<
                 engine_config,
                 config_is_partial: false,
                 env: g.env,
-                row: None,
+                row: entry,
                 model_manifest: g.model_manifest,
             })
         }
@@ -693,12 +757,7 @@ impl std::fmt::Display for GoldenState {
 
 /// Compares `result` with the golden at `loc` (if any), recording the
 /// outcome in `result.golden` and, when it is not a match, the problem.
-pub(super) fn compare_golden(
-    result: &mut CaseResult,
-    loc: &golden::Location,
-    case: &Case,
-    near_tie: f64,
-) {
+pub(super) fn compare_golden(result: &mut CaseResult, loc: &golden::Location, near_tie: f64) {
     if !loc.path.exists() {
         if loc.explicit {
             result.golden = GoldenState::Missing;
@@ -709,7 +768,7 @@ pub(super) fn compare_golden(
         }
         return;
     }
-    let g = match golden::load(loc, case.prompt.as_deref(), &result.prompt_token_ids) {
+    let g = match golden::load(loc, result.prompt.as_deref(), &result.prompt_token_ids) {
         Ok(g) => g,
         Err(e) => {
             result.golden = GoldenState::Unreadable;
@@ -730,7 +789,7 @@ pub(super) fn compare_golden(
     }
     // The mode first: an eager golden never gates a compiled run (nor the
     // reverse), whatever else the engine reads back.
-    result.config_diffs = golden::mode_diff(g.mode, case.mode).into_iter().collect();
+    result.config_diffs = golden::mode_diff(g.mode, result.mode).into_iter().collect();
     match (&g.engine_config, result.engine_config.as_object()) {
         (Some(gc), Some(now)) => {
             let diffs = golden::config_diffs(gc, now, g.config_is_partial);

@@ -13,6 +13,7 @@ mod driver;
 pub mod golden;
 pub mod model;
 pub mod npy;
+pub mod prompts;
 mod record_golden;
 mod report;
 pub mod team_golden;
@@ -28,6 +29,7 @@ pub use confine::{KVCACHE_DEFAULT_GIB, KVCACHE_VAR};
 use driver::{DRIVER_PY, DriverCase, DriverRun, run_driver};
 use golden::compare_golden;
 pub use golden::{ConfigDiff, GoldenDiff, GoldenState};
+pub use record_golden::record_report;
 use record_golden::{Pending, record_golden, write_goldens};
 pub use report::{
     CacheUse, Candidate, CaseResult, Disagreement, EngineRecord, GateAttempt, KvCacheSpace,
@@ -69,6 +71,9 @@ pub struct Record {
     /// `--force`: replace goldens the new output disagrees with. Without it,
     /// such a golden makes the run fail (exit 2) and no golden is written.
     pub force: bool,
+    /// Per case name, what `advance --accept` stamps into the golden
+    /// ([`golden::Golden::advance`]); empty for `smoke --record-golden`.
+    pub advance: std::collections::BTreeMap<String, Value>,
 }
 
 impl Options {
@@ -113,6 +118,10 @@ pub fn smoke_key_in(lr: &LoadedRecipe, goldens_dirs: &[PathBuf]) -> String {
             let passed = c.driver_engine_args();
             if passed != c.engine_args {
                 v["engine_args_passed"] = json!(passed);
+            }
+            // Only when set, so the keys of single-prompt cases stay as they were.
+            if c.prompts_file.is_some() {
+                v["prompts"] = json!(prompts::case_prompts(lr, c));
             }
             v
         })
@@ -250,7 +259,7 @@ pub fn run_held(
         .iter()
         .filter(|c| opts.only.as_deref().is_none_or(|o| o == c.name))
     {
-        let result = run_case(
+        let results = run_case(
             &python,
             &driver,
             lr,
@@ -262,14 +271,16 @@ pub fn run_held(
             &mut pending,
             &mut engine,
         )?;
-        for p in &result.problems {
-            let reason = format!("case {}: {p}", result.name);
-            if result.not_run {
-                not_run.push(reason.clone());
+        for result in results {
+            for p in &result.problems {
+                let reason = format!("case {}: {p}", result.label());
+                if result.not_run {
+                    not_run.push(reason.clone());
+                }
+                reasons.push(reason);
             }
-            reasons.push(reason);
+            cases.push(result);
         }
-        cases.push(result);
     }
     if cases.is_empty() {
         reasons.push(match &opts.only {
@@ -348,7 +359,7 @@ fn run_case(
     probe_ok: bool,
     pending: &mut Vec<Pending>,
     engine: &mut confine::EngineDirs,
-) -> Result<CaseResult> {
+) -> Result<Vec<CaseResult>> {
     let recipe = &lr.recipe;
     let mut env = recipe.smoke.env.clone();
     if let Some(kv) = confine::kv_cache_space(lr) {
@@ -392,6 +403,16 @@ fn run_case(
         model_check: None,
         model_diff: None,
         mapped_objects: Vec::new(),
+        prompt_index: None,
+    };
+    // A case with several prompts: each is generated and compared on its own.
+    let several = match prompts::case_prompts(lr, case) {
+        None => None,
+        Some(Ok(p)) => Some(p),
+        Some(Err(e)) => {
+            result.problems.push(e);
+            return Ok(vec![result]);
+        }
     };
     // A model this box does not have: the case cannot run here.
     let model = match expand_env(&case.model) {
@@ -399,7 +420,7 @@ fn run_case(
         Err(e) => {
             result.problems.push(format!("model path: {e}"));
             result.not_run = true;
-            return Ok(result);
+            return Ok(vec![result]);
         }
     };
     result.model = model.clone();
@@ -408,7 +429,7 @@ fn run_case(
             "model path {model} does not exist; refusing to run the case"
         ));
         result.not_run = true;
-        return Ok(result);
+        return Ok(vec![result]);
     }
     // The model's identity, before the engine reads it (compared with the
     // golden's below).
@@ -425,12 +446,15 @@ fn run_case(
         "smoke",
         format!("case {}: {} x{} runs", case.name, model, recipe.smoke.runs),
     );
-    let cfg = json!({
+    let mut cfg = json!({
         "name": case.name, "package": recipe.source.package, "model": model, "revision": case.revision,
         "prompt": case.prompt, "prompt_token_ids": case.prompt_token_ids,
         "max_tokens": case.max_tokens, "engine_args": case.driver_engine_args(), "mode": case.mode,
         "runs": recipe.smoke.runs, "logprobs": recipe.smoke.logprobs,
     });
+    if let Some(p) = &several {
+        cfg["prompts"] = json!(p);
+    }
     let name = format!("case-{}", case.name);
     let run = engine.run_env(&name)?;
     let out = run_driver(
@@ -441,7 +465,7 @@ fn run_case(
     if let Some(p) = out.failure {
         result.error = Some(json!({"stage": "process", "exception": p, "log_tail": out.log_tail}));
         result.problems.push(p);
-        return Ok(result);
+        return Ok(vec![result]);
     }
     let res: DriverCase = match out.result.map(serde_json::from_value).transpose() {
         Ok(r) => r.unwrap_or_default(),
@@ -449,7 +473,7 @@ fn run_case(
             result
                 .problems
                 .push(format!("the driver's result is malformed: {e}"));
-            return Ok(result);
+            return Ok(vec![result]);
         }
     };
     if let Some(mut err) = res.error.filter(|e| !e.is_null()) {
@@ -472,7 +496,50 @@ fn run_case(
         ));
     }
     result.unread_engine_args = res.unread_engine_args;
-    let runs = res.runs;
+    let Some(several) = several else {
+        finish_prompt(
+            &mut result,
+            res.runs,
+            &loc,
+            lr,
+            case,
+            opts,
+            probe_ok,
+            pending,
+        );
+        return Ok(vec![result]);
+    };
+    let mut out = Vec::new();
+    for (i, prompt) in several.into_iter().enumerate() {
+        let mut r = result.clone();
+        r.prompt_index = Some(i);
+        r.prompt = Some(prompt);
+        let runs = res
+            .runs
+            .iter()
+            .filter(|run| run.prompt_index == Some(i))
+            .cloned()
+            .collect();
+        finish_prompt(&mut r, runs, &loc, lr, case, opts, probe_ok, pending);
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// The rest of a case for one prompt: its runs, their agreement, and the
+/// golden compared (or, with `--record-golden`, the golden to record).
+#[allow(clippy::too_many_arguments)]
+fn finish_prompt(
+    result: &mut CaseResult,
+    runs: Vec<DriverRun>,
+    loc: &golden::Location,
+    lr: &LoadedRecipe,
+    case: &Case,
+    opts: &Options,
+    probe_ok: bool,
+    pending: &mut Vec<Pending>,
+) {
+    let recipe = &lr.recipe;
     result.runs = runs.len();
     if let Some(first) = runs.first() {
         result.prompt_token_ids = first.prompt_token_ids.clone();
@@ -503,12 +570,11 @@ fn run_case(
     result.golden_path =
         (opts.record.is_some() || loc.explicit || loc.path.exists()).then(|| loc.path.clone());
     if opts.record.is_some() {
-        pending.extend(record_golden(&mut result, &loc, lr, case, opts, probe_ok));
+        pending.extend(record_golden(result, loc, lr, case, opts, probe_ok));
     } else if result.problems.is_empty() {
-        compare_golden(&mut result, &loc, case, recipe.smoke.near_tie_nats);
+        compare_golden(result, loc, recipe.smoke.near_tie_nats);
     }
     result.ok = result.problems.is_empty();
-    Ok(result)
 }
 
 /// The mapped paths a driver reported, bounded: absolute, at most

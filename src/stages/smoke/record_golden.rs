@@ -25,6 +25,10 @@ pub(super) struct Pending {
     pub(super) copies: Vec<PathBuf>,
     /// Why the file already at `path` is not a golden (then it is never replaced).
     pub(super) foreign: Option<String>,
+    /// Which prompt of a several-prompt case this is (`None`: a single-prompt case).
+    pub(super) prompt_index: Option<usize>,
+    /// How many prompts the case has (1 for a single-prompt case).
+    pub(super) prompts: usize,
 }
 
 /// The golden `case` would record (see [`write_goldens`]), or `None` (with
@@ -59,7 +63,7 @@ pub(super) fn record_golden(
     // Something at the golden path that does not read as a golden (a model's
     // config.json, a directory) is someone else's file: never overwritten.
     let existing = (std::fs::symlink_metadata(&loc.path).is_ok())
-        .then(|| golden::load(loc, case.prompt.as_deref(), &result.prompt_token_ids));
+        .then(|| golden::load(loc, result.prompt.as_deref(), &result.prompt_token_ids));
     let foreign = match &existing {
         Some(Err(e)) => Some(e.clone()),
         Some(Ok(_)) if !loc.path.is_file() => Some("it is not a regular file".to_string()),
@@ -79,7 +83,7 @@ pub(super) fn record_golden(
         case: case.name.clone(),
         model: Some(result.model.clone()),
         revision: case.revision.clone(),
-        prompt: case.prompt.clone(),
+        prompt: result.prompt.clone(),
         prompt_token_ids: Some(result.prompt_token_ids.clone()),
         output_token_ids: result.output_token_ids.clone(),
         text: Some(result.text.clone()),
@@ -99,6 +103,10 @@ pub(super) fn record_golden(
             .model_manifest
             .as_ref()
             .map(super::model::ModelManifest::for_golden),
+        advance: opts
+            .record
+            .as_ref()
+            .and_then(|r| r.advance.get(&case.name).cloned()),
     };
     // A golden found only in the store's copy is recorded beside the recipe
     // again; the store keeps a copy of every JSON golden.
@@ -121,6 +129,12 @@ pub(super) fn record_golden(
         replaces,
         copies,
         foreign,
+        prompt_index: result.prompt_index,
+        prompts: result.prompt_index.map_or(1, |_| {
+            super::prompts::case_prompts(lr, case)
+                .and_then(Result::ok)
+                .map_or(1, |p| p.len())
+        }),
     })
 }
 
@@ -176,7 +190,68 @@ pub(super) fn write_goldens(
             diverging.join("\n")
         )));
     }
+    let mut sets: Vec<(String, Vec<Pending>)> = Vec::new();
+    let mut singles = Vec::new();
     for p in pending {
+        if p.prompt_index.is_none() {
+            singles.push(p);
+        } else if let Some((_, set)) = sets.iter_mut().find(|(c, _)| *c == p.case) {
+            set.push(p);
+        } else {
+            sets.push((p.case.clone(), vec![p]));
+        }
+    }
+    for (case, mut set) in sets {
+        // All of a case's prompts, or none of them.
+        let want = set.first().map_or(0, |p| p.prompts);
+        if set.len() != want {
+            for result in cases.iter_mut().filter(|c| c.name == case) {
+                result.notes.push(format!(
+                    "golden not recorded: {} of the case's {want} prompts ran cleanly (a golden set holds every prompt)",
+                    set.len()
+                ));
+            }
+            continue;
+        }
+        set.sort_by_key(|p| p.prompt_index);
+        let first = &set[0];
+        let file = golden::GoldenSet {
+            format: golden::SET_FORMAT.into(),
+            case: case.clone(),
+            entries: set.iter().map(|p| p.golden.clone()).collect(),
+            advance: first.golden.advance.clone(),
+        };
+        for path in std::iter::once(&first.path).chain(&first.copies) {
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir)?;
+            }
+            write_json(path, &file)
+                .with_context(|| format!("recording golden {}", path.display()))?;
+        }
+        progress::stage(
+            "smoke",
+            format!(
+                "case {case}: golden of {} prompts recorded in {}",
+                set.len(),
+                first.path.display()
+            ),
+        );
+        for p in &set {
+            if let Some(result) = cases
+                .iter_mut()
+                .find(|c| c.name == p.case && c.prompt_index == p.prompt_index)
+            {
+                result.golden = GoldenState::Recorded;
+                if let Some(d) = &p.replaces {
+                    result.notes.push(format!(
+                        "replaced (--force) the previous golden, which {}",
+                        describe_diff(d)
+                    ));
+                }
+            }
+        }
+    }
+    for p in singles {
         for path in std::iter::once(&p.path).chain(&p.copies) {
             if let Some(dir) = path.parent() {
                 fs::create_dir_all(dir)?;
@@ -199,4 +274,43 @@ pub(super) fn write_goldens(
         }
     }
     Ok(())
+}
+
+/// Records the goldens of a gate already run (`report`, the gate of the
+/// oracle of `lr`) into `opts.goldens_dirs`, as `--record-golden --force`
+/// would have: every case that ran cleanly, one golden set per case with
+/// several prompts, stamped with `opts.record`'s oracle and per-case
+/// `advance` record. Used by `advance --accept`, which decided beforehand
+/// which changes are accepted. Returns the paths written, per case.
+///
+/// Errors: a golden location that holds a file that is not a golden (exit
+/// 2, nothing written); failures to write.
+pub fn record_report(
+    lr: &LoadedRecipe,
+    report: &mut super::SmokeReport,
+    opts: &Options,
+) -> Result<Vec<(String, PathBuf)>> {
+    let probe_ok = report.probe.is_null() || report.probe["ok"].as_bool().unwrap_or(false);
+    let mut pending = Vec::new();
+    for result in report.cases.iter_mut() {
+        let Some(case) = lr.recipe.smoke.cases.iter().find(|c| c.name == result.name) else {
+            continue;
+        };
+        let loc = golden::locate(lr, &opts.goldens_dirs, case);
+        pending.extend(record_golden(result, &loc, lr, case, opts, probe_ok));
+    }
+    let mut written: Vec<(String, PathBuf)> = Vec::new();
+    for p in &pending {
+        if !written.iter().any(|(c, _)| *c == p.case) {
+            written.push((p.case.clone(), p.path.clone()));
+        }
+    }
+    write_goldens(pending, true, &mut report.cases)?;
+    written.retain(|(c, _)| {
+        report
+            .cases
+            .iter()
+            .any(|r| r.name == *c && r.golden == GoldenState::Recorded)
+    });
+    Ok(written)
 }

@@ -164,6 +164,20 @@ pub struct CaseResult {
     /// what [`SmokeReport::kernel_coverage`] is judged from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mapped_objects: Vec<String>,
+    /// Which prompt of a case with several prompts (`prompts:` or
+    /// `prompts_file:`) this result is, 0-based; absent for a single-prompt case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_index: Option<usize>,
+}
+
+impl CaseResult {
+    /// The case name, with `[N]` for prompt N of a case with several prompts.
+    pub fn label(&self) -> String {
+        match self.prompt_index {
+            Some(i) => format!("{}[{i}]", self.name),
+            None => self.name.clone(),
+        }
+    }
 }
 
 /// An engine argument that could not be read back from the engine.

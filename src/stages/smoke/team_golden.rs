@@ -553,6 +553,9 @@ pub fn import(
         captured: Some(jiff::Timestamp::now().to_string()),
         host: Value::Null,
         model_manifest: None,
+        // The team's files say neither: gated without a mode check.
+        mode: None,
+        advance: None,
     };
     for p in std::iter::once(&path).chain(&copies) {
         if let Some(parent) = p.parent() {
