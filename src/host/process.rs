@@ -478,6 +478,93 @@ pub fn run_with_timeout(cmd: duct::Expression, log: &Path, timeout: Duration) ->
     bail!("timed out after {} s and was killed", timeout.as_secs());
 }
 
+/// A long-running child (a server) in a process group of its own, its
+/// output in a log file; the group is stopped when this is dropped.
+///
+/// What stops it: [`Background::stop`] or dropping it (SIGTERM to the
+/// group, SIGKILL to what is left after [`STOP_GRACE`]); the tool's
+/// SIGINT/SIGTERM/SIGHUP handler (SIGTERM to every registered group); the
+/// watchdog of [`Registered::watched`] when the tool dies without cleaning
+/// up (SIGKILL, the OOM killer: SIGTERM, then SIGKILL to the group); and
+/// `PR_SET_PDEATHSIG` (SIGTERM to the leader when the thread that started
+/// it ends). A grandchild that leaves the group (`setsid`) escapes all of them.
+pub struct Background {
+    handle: duct::Handle,
+    _group: Registered,
+}
+
+/// How long a stopped [`Background`] group has between SIGTERM and SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Starts `cmd` as a [`Background`] child, stdout and stderr into `log`
+/// (created, replaced).
+///
+/// Errors: the log cannot be created, or the program cannot be started.
+pub fn start_background(cmd: duct::Expression, log: &Path) -> Result<Background> {
+    let file = fs::File::create(log)?.into_parts().0;
+    let err = file
+        .try_clone()
+        .with_context(|| format!("opening {}", log.display()))?;
+    let handle = isolate(cmd)
+        .stdout_file(file)
+        .stderr_file(err)
+        .stdin_null()
+        .unchecked()
+        .start()?;
+    let group = Registered::watched(handle.pids());
+    Ok(Background {
+        handle,
+        _group: group,
+    })
+}
+
+impl Background {
+    /// The process id of the child, which leads its process group.
+    pub fn pid(&self) -> Option<u32> {
+        self.handle.pids().first().copied()
+    }
+
+    /// The child's exit status once it has exited (`None` while it runs).
+    pub fn exited(&self) -> Option<std::process::ExitStatus> {
+        match self.handle.try_wait() {
+            Ok(Some(out)) => Some(out.status),
+            _ => None,
+        }
+    }
+
+    /// Stops the whole group: SIGTERM, then SIGKILL to what is left after
+    /// [`STOP_GRACE`]; reaps the child.
+    pub fn stop(&self) {
+        for pid in self.handle.pids() {
+            let Ok(pgid) = i32::try_from(pid) else {
+                continue;
+            };
+            // SAFETY: signals the process group the child leads.
+            unsafe { libc::kill(-pgid, libc::SIGTERM) };
+            let start = Instant::now();
+            while start.elapsed() < STOP_GRACE {
+                // Reaped, the leader stops counting as a member (a zombie would).
+                let _ = self.handle.try_wait();
+                // SAFETY: signal 0 only checks whether the group has members.
+                let rc = unsafe { libc::kill(-pgid, 0) };
+                if rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        kill_groups(&self.handle.pids());
+        let _ = self.handle.kill();
+        let _ = self.handle.wait();
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// `timeout` from now, or a century when that overflows (an enormous
 /// configured timeout waits as long as it can).
 fn deadline_after(timeout: Duration) -> Instant {
