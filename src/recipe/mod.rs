@@ -812,12 +812,28 @@ mod tests {
         assert!(s.args.is_empty());
         assert!(with_smoke(&case).unwrap().smoke.serve.is_none());
         for (serve, field, value) in [
-            ("{cases: [nope]}", "smoke.serve.cases[0]", "\"nope\" is not a case"),
+            (
+                "{cases: [nope]}",
+                "smoke.serve.cases[0]",
+                "\"nope\" is not a case",
+            ),
             ("{cases: [c, c]}", "smoke.serve.cases[1]", "listed twice"),
             ("{cases: []}", "smoke.serve.cases", "names no case"),
-            ("{cases: [c], command: ../bin/sh}", "smoke.serve.command", "../bin/sh"),
-            ("{cases: [c], args: [--port=9]}", "smoke.serve.args[0]", "--port=9"),
-            ("{cases: [c], timeout_s: 0}", "smoke.serve.timeout_s", "at least 1"),
+            (
+                "{cases: [c], command: ../bin/sh}",
+                "smoke.serve.command",
+                "../bin/sh",
+            ),
+            (
+                "{cases: [c], args: [--port=9]}",
+                "smoke.serve.args[0]",
+                "--port=9",
+            ),
+            (
+                "{cases: [c], timeout_s: 0}",
+                "smoke.serve.timeout_s",
+                "at least 1",
+            ),
             ("{cases: [c], host: x}", "smoke.serve.host", "unknown key"),
         ] {
             let e = with_smoke(&format!("{case}  serve: {serve}\n")).unwrap_err();

@@ -44,7 +44,10 @@ fn a_served_case_gates_against_its_offline_golden_and_drifts_when_the_server_dif
     assert_eq!(s["outcome"], "identical", "{s:#}");
     assert_eq!(s["compared_with"], "this run's offline tokens");
     let golden = read_json(&fx.dir().join("goldens/fx/small.json"));
-    assert_eq!(golden["output_token_ids"], r["smoke"]["cases"][0]["output_token_ids"]);
+    assert_eq!(
+        golden["output_token_ids"],
+        r["smoke"]["cases"][0]["output_token_ids"]
+    );
 
     // Gated: the server's tokens equal the golden; its start time and the
     // request's latency are reported, its address is the gate's.
@@ -110,7 +113,9 @@ fn a_served_case_gates_against_its_offline_golden_and_drifts_when_the_server_dif
     assert_eq!(s["diff"]["golden_token"], golden["output_token_ids"][5]);
     assert!(s["diff"]["gap_nats"].as_f64().is_some(), "{s:#}");
     assert!(
-        s["log_tail"].to_string().contains("listening on http://127.0.0.1:"),
+        s["log_tail"]
+            .to_string()
+            .contains("listening on http://127.0.0.1:"),
         "{s:#}"
     );
     let reasons = r["smoke"]["reasons"].to_string();
@@ -173,10 +178,7 @@ fn a_server_that_never_answers_is_an_instrument_failure_and_is_stopped() {
     let s = serve0(&r);
     assert_eq!(s["outcome"], "instrument-failure", "{s:#}");
     assert!(s["start_s"].is_null(), "{s:#}");
-    assert!(
-        s["log_tail"].to_string().contains("never binding"),
-        "{s:#}"
-    );
+    assert!(s["log_tail"].to_string().contains("never binding"), "{s:#}");
     // The offline case passed; the record keeps the failed measurement.
     assert_eq!(r["smoke"]["cases"][0]["ok"], true);
     let rec = record(&fx.oracle("fx"));
@@ -191,6 +193,9 @@ fn a_server_that_never_answers_is_an_instrument_failure_and_is_stopped() {
     assert_eq!(pids.len(), 2, "{text_pids}");
     assert_eq!(s["pid"], pids[0], "{s:#}");
     for pid in pids {
-        assert!(wait_gone(pid), "process {pid} of the server is still running");
+        assert!(
+            wait_gone(pid),
+            "process {pid} of the server is still running"
+        );
     }
 }

@@ -157,14 +157,14 @@ pub(super) fn serve_case(
     }
     cmd = cmd.env(
         "PATH",
-        confine::engine_path(
-            &venv.join("bin"),
-            env.get("PATH").map(String::as_str),
-        ),
+        confine::engine_path(&venv.join("bin"), env.get("PATH").map(String::as_str)),
     );
     progress::stage(
         "smoke",
-        format!("serve {}: {} serve on 127.0.0.1:{port}", case.name, serve.command),
+        format!(
+            "serve {}: {} serve on 127.0.0.1:{port}",
+            case.name, serve.command
+        ),
     );
     let t0 = Instant::now();
     let outcome = match start_background(cmd, &r.log) {
@@ -240,10 +240,13 @@ pub(super) fn serve_case(
         }
     }
     if !r.ok {
-        r.log_tail = tail(&std::fs::read_to_string(&r.log).unwrap_or_default(), LOG_TAIL)
-            .lines()
-            .map(str::to_string)
-            .collect();
+        r.log_tail = tail(
+            &std::fs::read_to_string(&r.log).unwrap_or_default(),
+            LOG_TAIL,
+        )
+        .lines()
+        .map(str::to_string)
+        .collect();
     }
     Ok(r)
 }
@@ -294,11 +297,20 @@ fn free_port() -> std::io::Result<u16> {
 /// The `POST /v1/completions` body for `case`: its prompt (text, or token
 /// ids), greedy, its `max_tokens`, the recipe's `logprobs`, vLLM's
 /// `return_token_ids`.
-fn request_body(lr: &LoadedRecipe, case: &Case, model: &str, offline: Option<&CaseResult>) -> Value {
+fn request_body(
+    lr: &LoadedRecipe,
+    case: &Case,
+    model: &str,
+    offline: Option<&CaseResult>,
+) -> Value {
     let prompt = match (&case.prompt, &case.prompt_token_ids) {
         (Some(p), _) => json!(p),
         (None, Some(ids)) => json!(ids),
-        (None, None) => json!(offline.map(|o| o.prompt_token_ids.clone()).unwrap_or_default()),
+        (None, None) => json!(
+            offline
+                .map(|o| o.prompt_token_ids.clone())
+                .unwrap_or_default()
+        ),
     };
     let mut body = json!({
         "model": model,
@@ -345,9 +357,7 @@ fn talk(server: &Background, port: u16, timeout_s: u64, body: &Value, t0: Instan
             if let Some(status) = server.exited() {
                 return Talk::Failed {
                     start_s: None,
-                    why: format!(
-                        "the server exited ({status}) before answering GET /health"
-                    ),
+                    why: format!("the server exited ({status}) before answering GET /health"),
                 };
             }
             let up = client
@@ -506,7 +516,9 @@ fn parse_completion(body: &Value, reference: &[Vec<TopLogprob>]) -> Result<Serve
                 id: *id,
                 logprob: Some(l),
                 rank: None,
-                token: own_text.filter(|t| token_id(t).is_none()).map(str::to_string),
+                token: own_text
+                    .filter(|t| token_id(t).is_none())
+                    .map(str::to_string),
             });
         }
         logprobs.push(step);
@@ -517,7 +529,10 @@ fn parse_completion(body: &Value, reference: &[Vec<TopLogprob>]) -> Result<Serve
     Ok(Served {
         prompt_token_ids: ids(choice.get("prompt_token_ids")).unwrap_or_default(),
         output_token_ids,
-        text: choice.get("text").and_then(Value::as_str).map(str::to_string),
+        text: choice
+            .get("text")
+            .and_then(Value::as_str)
+            .map(str::to_string),
         logprobs,
     })
 }
@@ -586,7 +601,10 @@ mod tests {
                 "top_logprobs": [{"token_id:7": -0.1, "token_id:3": -2.0}, null]}}]});
         let s = parse_completion(&body, &[]).unwrap();
         assert_eq!(s.output_token_ids, vec![7, 9]);
-        assert_eq!(s.logprobs[0].iter().map(|e| e.id).collect::<Vec<_>>(), vec![7, 3]);
+        assert_eq!(
+            s.logprobs[0].iter().map(|e| e.id).collect::<Vec<_>>(),
+            vec![7, 3]
+        );
         assert_eq!(s.logprobs[1][0].logprob, Some(-0.5));
         // Neither: named.
         let e = parse_completion(&json!({"choices": [{"text": "x"}]}), &[]).unwrap_err();
