@@ -491,6 +491,7 @@ pub fn run_with_timeout(cmd: duct::Expression, log: &Path, timeout: Duration) ->
 pub struct Background {
     handle: duct::Handle,
     _group: Registered,
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 /// How long a stopped [`Background`] group has between SIGTERM and SIGKILL.
@@ -515,6 +516,7 @@ pub fn start_background(cmd: duct::Expression, log: &Path) -> Result<Background>
     Ok(Background {
         handle,
         _group: group,
+        stopped: std::sync::atomic::AtomicBool::new(false),
     })
 }
 
@@ -533,8 +535,12 @@ impl Background {
     }
 
     /// Stops the whole group: SIGTERM, then SIGKILL to what is left after
-    /// [`STOP_GRACE`]; reaps the child.
+    /// [`STOP_GRACE`]; reaps the child. Only the first call signals (a
+    /// reaped group's id may be reused).
     pub fn stop(&self) {
+        if self.stopped.swap(true, Ordering::SeqCst) {
+            return;
+        }
         for pid in self.handle.pids() {
             let Ok(pgid) = i32::try_from(pid) else {
                 continue;
@@ -542,18 +548,23 @@ impl Background {
             // SAFETY: signals the process group the child leads.
             unsafe { libc::kill(-pgid, libc::SIGTERM) };
             let start = Instant::now();
-            while start.elapsed() < STOP_GRACE {
+            let mut gone = false;
+            while !gone && start.elapsed() < STOP_GRACE {
                 // Reaped, the leader stops counting as a member (a zombie would).
                 let _ = self.handle.try_wait();
                 // SAFETY: signal 0 only checks whether the group has members.
                 let rc = unsafe { libc::kill(-pgid, 0) };
-                if rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
-                    break;
+                gone =
+                    rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+                if !gone {
+                    std::thread::sleep(Duration::from_millis(20));
                 }
-                std::thread::sleep(Duration::from_millis(20));
+            }
+            if !gone {
+                // SAFETY: the group still has members, so its id is still ours.
+                unsafe { libc::kill(-pgid, libc::SIGKILL) };
             }
         }
-        kill_groups(&self.handle.pids());
         let _ = self.handle.kill();
         let _ = self.handle.wait();
     }
@@ -592,4 +603,46 @@ pub fn failure_line(e: &anyhow::Error) -> String {
         .unwrap_or(&"")
         .trim()
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_background_group_is_gone_with_its_grandchildren() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let bg = start_background(
+            duct::cmd!("sh", "-c", "sleep 300 & echo $!; sleep 300"),
+            &log,
+        )
+        .unwrap();
+        let pgid = i32::try_from(bg.pid().unwrap()).unwrap();
+        let t0 = Instant::now();
+        let child = loop {
+            let text = std::fs::read_to_string(&log).unwrap();
+            if let Ok(pid) = text.trim().parse::<i32>() {
+                break pid;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "no pid in {text:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(bg.exited().is_none());
+        bg.stop();
+        bg.stop();
+        // SAFETY: signal 0 only checks whether the group has members.
+        let rc = unsafe { libc::kill(-pgid, 0) };
+        assert_ne!(rc, 0, "the group {pgid} still has members");
+        // The grandchild was reparented and reaped (or is a zombie).
+        let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        assert!(
+            stat.is_empty()
+                || stat
+                    .rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
+            "{stat}"
+        );
+        assert!(bg.exited().is_some());
+    }
 }
