@@ -78,6 +78,8 @@ fn a_served_case_gates_against_its_offline_golden_and_drifts_when_the_server_dif
     assert_eq!(cmd[5], "--port");
     assert_eq!(s["port"].to_string(), cmd[6]);
     assert_eq!(cmd[7..], ["--max-model-len", "256"]);
+    // The server wrote nothing into the oracle.
+    fx.exits(&["verify", "fx.yaml", "--deep"], 0);
     // The record keeps it; the printed summary names the start time and latency.
     let rec = record(&fx.oracle("fx"));
     assert_eq!(rec["smoke"]["serve"][0]["outcome"], "identical");

@@ -5,7 +5,9 @@
 //! <model> --host 127.0.0.1 --port <free port>` plus `smoke.serve.args`,
 //! under the offline cases' environment (the recipe's `smoke.env` and the
 //! case's `env`, the confinement of [`super::confine`]: caches, `HOME`,
-//! `TMPDIR`, offline, `PATH` with the oracle's `bin/` first), from an empty
+//! `TMPDIR`, offline, `PATH` with the oracle's `bin/` first; as the
+//! driver's `python -I -B`, no `PYTHONPATH`/`PYTHONHOME`, no user site, no
+//! bytecode written), from an empty
 //! directory, in a process group of its own
 //! ([`crate::host::process::Background`], which says what stops it when
 //! the gate is killed). The gate polls `GET /health` until it answers 200
@@ -155,6 +157,10 @@ pub(super) fn serve_case(
     for (k, v) in env.iter().chain(&run.env) {
         cmd = cmd.env(k, v);
     }
+    // As the driver's `-I -B`: no bytecode written into the oracle, no user site.
+    cmd = cmd
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONNOUSERSITE", "1");
     cmd = cmd.env(
         "PATH",
         confine::engine_path(&venv.join("bin"), env.get("PATH").map(String::as_str)),
