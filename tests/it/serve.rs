@@ -186,6 +186,13 @@ fn a_server_that_never_answers_is_an_instrument_failure_and_is_stopped() {
     let rec = record(&fx.oracle("fx"));
     assert_eq!(rec["smoke"]["serve"][0]["outcome"], "instrument-failure");
     assert_eq!(rec["smoke"]["verdict"], "not-gateable");
+    // `build` of the same oracle keeps that gate and exits 1 as well.
+    let out = fx.exits(&["build", "fx.yaml"], 1);
+    assert!(
+        text(&out).contains("its gate could not measure: serve small:"),
+        "{}",
+        text(&out)
+    );
     // The server and the child it started are gone.
     let text_pids = std::fs::read_to_string(&pidfile).unwrap();
     let pids: Vec<u32> = text_pids
