@@ -162,7 +162,7 @@ fn a_server_that_never_answers_is_an_instrument_failure_and_is_stopped() {
         "{{FIXTURELLM_SERVE_NEVER_UP: \"1\", FIXTURELLM_SERVE_PIDFILE: \"{}\"}}",
         pidfile.display()
     );
-    let (fx, _, _) = built(&smoke_yaml(&env, "{}", "], timeout_s: 3"));
+    let (fx, repo, commit) = built(&smoke_yaml(&env, "{}", "], timeout_s: 3"));
     let t0 = Instant::now();
     let out = fx.run(&["smoke", "fx.yaml", "--json"]);
     let took = t0.elapsed();
@@ -205,6 +205,44 @@ fn a_server_that_never_answers_is_an_instrument_failure_and_is_stopped() {
         assert!(
             wait_gone(pid),
             "process {pid} of the server is still running"
+        );
+    }
+
+    // The gate itself SIGKILLed while it waits for /health: its watchdog
+    // stops the server's group (the server and the child it started).
+    std::fs::remove_file(&pidfile).unwrap();
+    fx.recipe(
+        "fx",
+        &repo,
+        &commit,
+        &smoke_yaml(&env, "{}", "], timeout_s: 300"),
+    );
+    let mut gate = fx
+        .cmd(&["smoke", "fx.yaml"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let pids: Vec<u32> = loop {
+        let found: Vec<u32> = std::fs::read_to_string(&pidfile)
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        if found.len() == 2 {
+            break found;
+        }
+        assert!(gate.try_wait().unwrap().is_none(), "the gate ended first");
+        assert!(t0.elapsed() < Duration::from_secs(120), "no server started");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    gate.kill().unwrap();
+    let _ = gate.wait();
+    for pid in pids {
+        assert!(
+            wait_gone(pid),
+            "process {pid} of the killed gate's server is still running"
         );
     }
 }
