@@ -478,6 +478,104 @@ pub fn run_with_timeout(cmd: duct::Expression, log: &Path, timeout: Duration) ->
     bail!("timed out after {} s and was killed", timeout.as_secs());
 }
 
+/// A long-running child (a server) in a process group of its own, its
+/// output in a log file; the group is stopped when this is dropped.
+///
+/// What stops it: [`Background::stop`] or dropping it (SIGTERM to the
+/// group, SIGKILL to what is left after [`STOP_GRACE`]); the tool's
+/// SIGINT/SIGTERM/SIGHUP handler (SIGTERM to every registered group); the
+/// watchdog of [`Registered::watched`] when the tool dies without cleaning
+/// up (SIGKILL, the OOM killer: SIGTERM, then SIGKILL to the group); and
+/// `PR_SET_PDEATHSIG` (SIGTERM to the leader when the thread that started
+/// it ends). A grandchild that leaves the group (`setsid`) escapes all of them.
+pub struct Background {
+    handle: duct::Handle,
+    _group: Registered,
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+/// How long a stopped [`Background`] group has between SIGTERM and SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Starts `cmd` as a [`Background`] child, stdout and stderr into `log`
+/// (created, replaced).
+///
+/// Errors: the log cannot be created, or the program cannot be started.
+pub fn start_background(cmd: duct::Expression, log: &Path) -> Result<Background> {
+    let file = fs::File::create(log)?.into_parts().0;
+    let err = file
+        .try_clone()
+        .with_context(|| format!("opening {}", log.display()))?;
+    let handle = isolate(cmd)
+        .stdout_file(file)
+        .stderr_file(err)
+        .stdin_null()
+        .unchecked()
+        .start()?;
+    let group = Registered::watched(handle.pids());
+    Ok(Background {
+        handle,
+        _group: group,
+        stopped: std::sync::atomic::AtomicBool::new(false),
+    })
+}
+
+impl Background {
+    /// The process id of the child, which leads its process group.
+    pub fn pid(&self) -> Option<u32> {
+        self.handle.pids().first().copied()
+    }
+
+    /// The child's exit status once it has exited (`None` while it runs).
+    pub fn exited(&self) -> Option<std::process::ExitStatus> {
+        match self.handle.try_wait() {
+            Ok(Some(out)) => Some(out.status),
+            _ => None,
+        }
+    }
+
+    /// Stops the whole group: SIGTERM, then SIGKILL to what is left after
+    /// [`STOP_GRACE`]; reaps the child. Only the first call signals (a
+    /// reaped group's id may be reused).
+    pub fn stop(&self) {
+        if self.stopped.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for pid in self.handle.pids() {
+            let Ok(pgid) = i32::try_from(pid) else {
+                continue;
+            };
+            // SAFETY: signals the process group the child leads.
+            unsafe { libc::kill(-pgid, libc::SIGTERM) };
+            let start = Instant::now();
+            let mut gone = false;
+            while !gone && start.elapsed() < STOP_GRACE {
+                // Reaped, the leader stops counting as a member (a zombie would).
+                let _ = self.handle.try_wait();
+                // SAFETY: signal 0 only checks whether the group has members.
+                let rc = unsafe { libc::kill(-pgid, 0) };
+                gone =
+                    rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+                if !gone {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            if !gone {
+                // SAFETY: the group still has members, so its id is still ours.
+                unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            }
+        }
+        let _ = self.handle.kill();
+        let _ = self.handle.wait();
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// `timeout` from now, or a century when that overflows (an enormous
 /// configured timeout waits as long as it can).
 fn deadline_after(timeout: Duration) -> Instant {
@@ -505,4 +603,46 @@ pub fn failure_line(e: &anyhow::Error) -> String {
         .unwrap_or(&"")
         .trim()
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_background_group_is_gone_with_its_grandchildren() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let bg = start_background(
+            duct::cmd!("sh", "-c", "sleep 300 & echo $!; sleep 300"),
+            &log,
+        )
+        .unwrap();
+        let pgid = i32::try_from(bg.pid().unwrap()).unwrap();
+        let t0 = Instant::now();
+        let child = loop {
+            let text = std::fs::read_to_string(&log).unwrap();
+            if let Ok(pid) = text.trim().parse::<i32>() {
+                break pid;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "no pid in {text:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(bg.exited().is_none());
+        bg.stop();
+        bg.stop();
+        // SAFETY: signal 0 only checks whether the group has members.
+        let rc = unsafe { libc::kill(-pgid, 0) };
+        assert_ne!(rc, 0, "the group {pgid} still has members");
+        // The grandchild was reparented and reaped (or is a zombie).
+        let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        assert!(
+            stat.is_empty()
+                || stat
+                    .rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
+            "{stat}"
+        );
+        assert!(bg.exited().is_some());
+    }
 }

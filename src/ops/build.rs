@@ -55,6 +55,10 @@ pub struct BuildReport {
     /// which stands.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gate_not_run: Option<crate::stages::smoke::GateAttempt>,
+    /// Why the gate's online leg could not measure (a server that never
+    /// answered `/health`): the build then exits 1, not 4.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub instrument_failures: Vec<String>,
     /// Warnings recorded with the oracle (see `OracleRecord::warnings`).
     pub warnings: Vec<String>,
     /// Stages done now (the rest came from the store or a cache).
@@ -89,6 +93,14 @@ pub fn run(s: &Session, opts: &BuildOptions) -> Result<BuildReport> {
     }
     match report.verdict {
         Verdict::Gateable => {}
+        Verdict::NotGateable if !report.instrument_failures.is_empty() => {
+            // The gate could not measure (the online leg): exit 1, not 4.
+            anyhow::bail!(
+                "{} was built, but its gate could not measure: {}",
+                report.recipe,
+                report.instrument_failures.join("; ")
+            );
+        }
         Verdict::NotGateable => {
             return Err(not_gateable(format!(
                 "{} was built but is not gateable{}",
@@ -216,6 +228,7 @@ pub fn execute(s: &Session, opts: &BuildOptions) -> Result<BuildReport> {
         verdict: rec.smoke.verdict,
         reasons: rec.smoke.reasons.clone(),
         gate_not_run: done.oracle.gate_not_run.clone(),
+        instrument_failures: rec.smoke.instrument_failures(),
         warnings: rec.warnings.clone(),
         built: done.built.clone(),
         substituted: done.substituted.clone(),

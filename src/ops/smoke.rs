@@ -245,8 +245,17 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
     } else {
         print!("{}", render(&out));
     }
+    let instrument = out.smoke.instrument_failures();
     if out.smoke.verdict == Verdict::Gateable {
         Ok(())
+    } else if !instrument.is_empty() {
+        // The gate could not measure: exit 1, not 4.
+        Err(anyhow!(
+            "the gate of {} could not measure the served case{}: {}",
+            out.recipe,
+            if instrument.len() == 1 { "" } else { "s" },
+            instrument.join("; ")
+        ))
     } else if let Some(stands) = out.stands {
         Err(not_gateable(format!(
             "the gate of {} could not run on this box ({}); oracle.json keeps its {} verdict",
@@ -311,6 +320,19 @@ pub fn render(out: &SmokeOutput) -> String {
             .map(|keys| keys.iter().map(String::as_str).collect())
             .unwrap_or_default();
         render_case(c, &requested, &mut line);
+    }
+    for sv in &s.serve {
+        line(format!("serve    {}", smoke::serve::describe(sv)));
+        if sv.outcome != smoke::ServeOutcome::Skipped && !sv.ok {
+            line(format!("  command  {}", sv.command.join(" ")));
+            line(format!("  log      {}", sv.log.display()));
+            for l in &sv.log_tail {
+                line(format!("  | {l}"));
+            }
+        }
+        for n in &sv.notes {
+            line(format!("  note     {n}"));
+        }
     }
     if let Some(only) = &s.only_case {
         line(format!(

@@ -388,6 +388,39 @@ pub struct Smoke {
     /// The gate models.
     #[serde(default)]
     pub cases: Vec<Case>,
+    /// The online leg: serve the named cases with the oracle's own server
+    /// and compare its tokens with their offline golden (docs/smoke.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve: Option<Serve>,
+}
+
+/// `smoke.serve`: which offline cases the gate also runs through the
+/// oracle's server (`<venv>/bin/<command> serve <model> --host 127.0.0.1
+/// --port <free port>` plus `args`), one server per case.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Serve {
+    /// Names of offline cases (`smoke.cases[].name`), each served once.
+    pub cases: Vec<String>,
+    /// The console script of the oracle's `bin/` that has a `serve`
+    /// subcommand (vLLM's `vllm`; another package names its own).
+    #[serde(default = "default_serve_command")]
+    pub command: String,
+    /// Further arguments after `serve <model> --host ... --port ...`
+    /// (e.g. `--max-model-len 256`); `--host` and `--port` are the gate's.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Seconds the server has to answer `GET /health` (and, again, the
+    /// completion request).
+    #[serde(default = "default_serve_timeout", deserialize_with = "strict::u64")]
+    pub timeout_s: u64,
+}
+
+fn default_serve_command() -> String {
+    "vllm".into()
+}
+fn default_serve_timeout() -> u64 {
+    600
 }
 
 fn default_runs() -> u32 {
@@ -492,6 +525,7 @@ impl Default for Smoke {
             logprobs: default_logprobs(),
             allow_ptx_jit: false,
             cases: Vec::new(),
+            serve: None,
         }
     }
 }
@@ -829,6 +863,64 @@ mod tests {
             custom.smoke.probe.describe("vllm").as_deref(),
             Some("lab.probes.gemm")
         );
+    }
+
+    #[test]
+    fn smoke_serve_names_offline_cases_and_refuses_what_the_gate_sets() {
+        let case = format!("{CASE}      prompt: hi\n");
+        let r = with_smoke(&format!("{case}  serve:\n    cases: [c]\n")).unwrap();
+        let s = r.smoke.serve.unwrap();
+        assert_eq!((s.command.as_str(), s.timeout_s), ("vllm", 600));
+        assert!(s.args.is_empty());
+        assert!(with_smoke(&case).unwrap().smoke.serve.is_none());
+        for (serve, field, value) in [
+            (
+                "{cases: [nope]}",
+                "smoke.serve.cases[0]",
+                "\"nope\" is not a case",
+            ),
+            ("{cases: [c, c]}", "smoke.serve.cases[1]", "listed twice"),
+            ("{cases: []}", "smoke.serve.cases", "names no case"),
+            (
+                "{cases: [c], command: ../bin/sh}",
+                "smoke.serve.command",
+                "../bin/sh",
+            ),
+            (
+                "{cases: [c], args: [--port=9]}",
+                "smoke.serve.args[0]",
+                "--port=9",
+            ),
+            (
+                "{cases: [c], timeout_s: 0}",
+                "smoke.serve.timeout_s",
+                "at least 1",
+            ),
+            ("{cases: [c], host: x}", "smoke.serve.host", "unknown key"),
+        ] {
+            let e = with_smoke(&format!("{case}  serve: {serve}\n")).unwrap_err();
+            assert_eq!(crate::exit::code_of(&e), 2, "{serve}: {e:#}");
+            let e = format!("{e:#}");
+            assert!(
+                e.contains("t.yaml") && e.contains(field) && e.contains(value),
+                "{serve}: {e}"
+            );
+        }
+        // A case of several prompts is not served (one request a case).
+        let several = format!("{CASE}      prompts: [hi, there]\n");
+        for (serve, field, value) in [(
+            "{cases: [c]}",
+            "smoke.serve.cases[0]",
+            "holds several prompts",
+        )] {
+            let e = with_smoke(&format!("{several}  serve: {serve}\n")).unwrap_err();
+            assert_eq!(crate::exit::code_of(&e), 2, "{serve}: {e:#}");
+            let e = format!("{e:#}");
+            assert!(
+                e.contains("t.yaml") && e.contains(field) && e.contains(value),
+                "{serve}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use anyhow::Result;
 
 use super::{
-    ALIAS_ROOT_PREFIX, Index, MAX_LOGPROBS, MAX_NAME_LEN, MAX_RUNS, Mode, Probe, Recipe,
+    ALIAS_ROOT_PREFIX, Index, MAX_LOGPROBS, MAX_NAME_LEN, MAX_RUNS, Mode, Probe, Recipe, Serve,
     TARGET_DEVICES, TargetDevice,
 };
 use super::{env_references, locate};
@@ -635,6 +635,92 @@ pub(super) fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
                 ));
             }
         }
+    }
+    if let Some(serve) = &r.smoke.serve {
+        validate_serve(serve, r, &fail)?;
+    }
+    Ok(())
+}
+
+/// The checks of `smoke.serve` (`fail` names file, line and field).
+fn validate_serve(
+    serve: &Serve,
+    r: &Recipe,
+    fail: &dyn Fn(&str, String) -> anyhow::Error,
+) -> Result<()> {
+    if serve.cases.is_empty() {
+        return Err(fail(
+            "smoke.serve.cases",
+            "names no case; list the offline cases to serve (`cases: [NAME, ...]`) or remove `smoke.serve`".into(),
+        ));
+    }
+    for (i, name) in serve.cases.iter().enumerate() {
+        let field = format!("smoke.serve.cases[{i}]");
+        if !r.smoke.cases.iter().any(|c| &c.name == name) {
+            let known: Vec<&str> = r.smoke.cases.iter().map(|c| c.name.as_str()).collect();
+            return Err(fail(
+                &field,
+                format!(
+                    "{name:?} is not a case of this recipe (smoke.cases: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        }
+        if serve.cases[..i].contains(name) {
+            return Err(fail(&field, format!("{name:?} is listed twice")));
+        }
+        // The online leg sends one request: the case's one prompt.
+        if r.smoke
+            .cases
+            .iter()
+            .any(|c| &c.name == name && (c.prompts.is_some() || c.prompts_file.is_some()))
+        {
+            return Err(fail(
+                &field,
+                format!(
+                    "{name:?} holds several prompts (prompts / prompts_file); the online leg serves a case of one prompt: serve another case, or split this one"
+                ),
+            ));
+        }
+    }
+    let c = &serve.command;
+    if c.is_empty()
+        || c.starts_with(['-', '.'])
+        || !c
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || "._-".contains(ch))
+    {
+        return Err(fail(
+            "smoke.serve.command",
+            format!(
+                "{c:?} is not a console script name of the oracle's bin/ (e.g. `vllm`): letters, digits, `.`, `_`, `-`, no path"
+            ),
+        ));
+    }
+    for (i, a) in serve.args.iter().enumerate() {
+        let field = format!("smoke.serve.args[{i}]");
+        if a.contains('\0') {
+            return Err(fail(
+                &field,
+                format!("{a:?} holds a NUL character, which no argument can carry"),
+            ));
+        }
+        let flag = a.split('=').next().unwrap_or(a);
+        if flag == "--host" || flag == "--port" {
+            return Err(fail(
+                &field,
+                format!(
+                    "{a:?}: the gate chooses the server's address itself (127.0.0.1 and a free port)"
+                ),
+            ));
+        }
+    }
+    if serve.timeout_s == 0 {
+        return Err(fail("smoke.serve.timeout_s", "must be at least 1".into()));
     }
     Ok(())
 }

@@ -534,6 +534,11 @@ fn relocate_logs(mut report: SmokeReport, from: &Path, to: &Path) -> SmokeReport
             c.log = to.join(rel);
         }
     }
+    for s in &mut report.serve {
+        if let Ok(rel) = s.log.strip_prefix(from) {
+            s.log = to.join(rel);
+        }
+    }
     if let Some(log) = report.probe.get_mut("log")
         && let Some(rel) = log
             .as_str()

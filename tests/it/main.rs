@@ -44,6 +44,7 @@ mod registry;
 mod roots;
 mod rust_frontend;
 mod sbom;
+mod serve;
 mod smoke;
 mod source;
 mod store;

@@ -16,6 +16,7 @@ pub mod npy;
 pub mod prompts;
 mod record_golden;
 mod report;
+pub mod serve;
 pub mod team_golden;
 
 use std::path::{Path, PathBuf};
@@ -33,8 +34,8 @@ pub use record_golden::record_report;
 use record_golden::{Pending, record_golden, write_goldens};
 pub use report::{
     CacheUse, Candidate, CaseResult, Disagreement, EngineRecord, GateAttempt, KvCacheSpace,
-    SmokeReport, TmpLeft, TopLogprob, UnreadKnob, Usage, Verdict, describe_candidates,
-    describe_diff,
+    ServeOutcome, ServeResult, SmokeReport, TmpLeft, TopLogprob, UnreadKnob, Usage, Verdict,
+    describe_candidates, describe_diff,
 };
 
 use crate::host::toolchain;
@@ -99,7 +100,8 @@ pub fn smoke_key(store: &Store, lr: &LoadedRecipe) -> String {
 /// smoke section (env, runs, probe, timeout, near-tie threshold, logprobs),
 /// every case with its model path expanded, every golden's location and
 /// content (manifest included), the driver's text, the variables the gate
-/// confines and the KV cache bound it gives a CPU engine.
+/// confines and the KV cache bound it gives a CPU engine, and the online
+/// leg (`smoke.serve`) when the recipe has one.
 pub fn smoke_key_in(lr: &LoadedRecipe, goldens_dirs: &[PathBuf]) -> String {
     let s = &lr.recipe.smoke;
     let cases: Vec<Value> = s
@@ -138,6 +140,9 @@ pub fn smoke_key_in(lr: &LoadedRecipe, goldens_dirs: &[PathBuf]) -> String {
         key["kv_cache_space_default"] = json!(kv.gib);
     }
     // Only when set, so the keys of recipes without it stay as they were.
+    if let Some(serve) = &s.serve {
+        key["serve"] = json!(serve);
+    }
     if s.allow_ptx_jit {
         key["allow_ptx_jit"] = Value::Bool(true);
     }
@@ -291,6 +296,37 @@ pub fn run_held(
     if let Some(rec) = &opts.record {
         write_goldens(pending, rec.force, &mut cases)?;
     }
+    // The online leg: each served case after every offline case ran.
+    let mut served = Vec::new();
+    if let Some(sv) = &recipe.smoke.serve {
+        for case in recipe.smoke.cases.iter().filter(|c| {
+            sv.cases.contains(&c.name) && opts.only.as_deref().is_none_or(|o| o == c.name)
+        }) {
+            let offline = cases.iter().find(|r| r.name == case.name);
+            if offline.is_some_and(|o| o.not_run) {
+                continue;
+            }
+            let loc = golden::locate(lr, &opts.goldens_dirs, case);
+            let result = serve::serve_case(
+                venv,
+                lr,
+                sv,
+                case,
+                offline,
+                &loc,
+                opts.record.is_some(),
+                out_dir,
+                &mut engine,
+            )?;
+            for p in &result.problems {
+                reasons.push(format!("serve {}: {p}", result.case));
+            }
+            if let Some(f) = &result.instrument_failure {
+                reasons.push(format!("serve {}: instrument failure: {f}", result.case));
+            }
+            served.push(result);
+        }
+    }
     let engine = engine.finish(
         kv_cache_space,
         Some(confine::engine_path(
@@ -323,6 +359,7 @@ pub fn run_held(
         engine: Some(engine),
         not_run,
         kernel_coverage: None,
+        serve: served,
     })
 }
 

@@ -233,6 +233,78 @@ pub struct SmokeReport {
     /// absent for a skipped gate and in records made before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_coverage: Option<KernelCoverage>,
+    /// The online leg (`smoke.serve`): one result per served case; absent
+    /// when the recipe serves none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub serve: Vec<ServeResult>,
+}
+
+/// How a served case's tokens stand against its reference
+/// (`ServeResult::outcome`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServeOutcome {
+    /// The server's tokens equal the reference's.
+    Identical,
+    /// They differ first where the two tokens were nearly tied.
+    NearTie,
+    /// They differ, and not at a near-tie.
+    Drift,
+    /// The server started but did not give an answer that can be compared
+    /// (it exited, answered an error, or its answer had no tokens).
+    Failed,
+    /// The gate could not measure: the server never answered `GET /health`
+    /// within `smoke.serve.timeout_s`, or could not be started at all.
+    InstrumentFailure,
+    /// Not served: its offline case could not run, or there is nothing to
+    /// compare with (no golden and no offline tokens).
+    Skipped,
+}
+
+/// One served case of the online leg (`oracle.json` `smoke.serve[]`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ServeResult {
+    /// The offline case served.
+    pub case: String,
+    /// True when the server's tokens equal the reference's.
+    pub ok: bool,
+    /// The outcome.
+    pub outcome: ServeOutcome,
+    /// The server's command line (`<venv>/bin/<command> serve <model> --host ... --port ...` plus `args`).
+    pub command: Vec<String>,
+    /// The port it was given.
+    pub port: Option<u16>,
+    /// Its process id (the leader of its process group).
+    pub pid: Option<u32>,
+    /// Seconds from its start until `GET /health` answered 200.
+    pub start_s: Option<f64>,
+    /// Seconds the `POST /v1/completions` request took.
+    pub latency_s: Option<f64>,
+    /// What its tokens were compared with: `golden <path>`, or `this run's
+    /// offline tokens` when the case has no golden (goldens are never
+    /// recorded from the server).
+    pub compared_with: Option<String>,
+    /// The server's prompt token ids, when it returned them.
+    #[serde(default)]
+    pub prompt_token_ids: Vec<i64>,
+    /// The server's generated token ids.
+    pub output_token_ids: Vec<i64>,
+    /// The server's generated text.
+    pub text: Option<String>,
+    /// The first divergence from the reference, when they differ.
+    pub diff: Option<GoldenDiff>,
+    /// What fails the gate, one line each.
+    pub problems: Vec<String>,
+    /// Why the gate could not measure (see [`ServeOutcome::InstrumentFailure`]).
+    pub instrument_failure: Option<String>,
+    /// Remarks that do not fail the gate.
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// The server's log.
+    pub log: PathBuf,
+    /// The last lines of its log, when the case did not pass.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_tail: Vec<String>,
 }
 
 /// A gate that could not run (`oracle.json` `gate_not_run`): every reason
@@ -346,7 +418,21 @@ impl SmokeReport {
             engine: None,
             not_run: Vec::new(),
             kernel_coverage: None,
+            serve: Vec::new(),
         }
+    }
+
+    /// Why the online leg could not measure, one line per served case
+    /// ([`ServeOutcome::InstrumentFailure`]): such a gate exits 1, not 4.
+    pub fn instrument_failures(&self) -> Vec<String> {
+        self.serve
+            .iter()
+            .filter_map(|s| {
+                s.instrument_failure
+                    .as_ref()
+                    .map(|f| format!("serve {}: {f}", s.case))
+            })
+            .collect()
     }
 
     /// Whether the gate could not run at all: some case could not run on
