@@ -186,6 +186,10 @@ pub enum Command {
         /// With --record-golden: replace goldens the new output disagrees with.
         #[arg(long, requires = "record_golden")]
         force: bool,
+        /// Empty the oracle's kept engine caches first: the run starts cold
+        /// (and leaves them warm for the next).
+        #[arg(long)]
+        cold: bool,
     },
     /// Build TO beside FROM, gate both alike, and write a review report.
     Advance {
