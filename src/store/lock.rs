@@ -20,7 +20,7 @@ pub enum LockName {
     /// The alias registry (`aliases.json`).
     Aliases,
     /// One oracle's engine caches on one device,
-    /// `<root>/engine-cache/<name>` (see [`super::engine_cache`]).
+    /// `<root>/engine-cache/<name>` (`store::engine_cache`).
     EngineCache(String),
     /// One version of a tool in a tools directory that several stores may
     /// share (see [`lock_tools`]), e.g. the pinned uv while it is provisioned.
