@@ -919,11 +919,14 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                     ProblemKind::EngineCacheOrphaned,
                     &row.entry,
                     format!(
-                        "the engine cache of {}, which is gone ({:.1} MiB)",
+                        "the engine cache of {}, which is gone: removed, or a build killed before its oracle landed ({:.1} MiB)",
                         row.oracle,
                         row.bytes as f64 / (1u64 << 20) as f64
                     ),
-                    format!("`{}` removes it", command_at("gc", store.root())),
+                    format!(
+                        "`{}` removes it (a rebuild of that oracle would use it again)",
+                        command_at("gc", store.root())
+                    ),
                 );
             }
             engine_caches.push(row);
