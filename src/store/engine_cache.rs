@@ -49,8 +49,8 @@ pub struct EngineCacheRow {
     pub oracle: String,
     /// The device it was made on.
     pub device: String,
-    /// Its oracle's venv entry is gone and no gate is using it: `gc`
-    /// removes it.
+    /// Its oracle's venv entry is gone and nothing is using it
+    /// ([`EngineCache::busy`]): `gc` removes it.
     pub orphaned: bool,
 }
 
@@ -167,6 +167,13 @@ impl EngineCache {
         }
     }
 
+    /// Whether another process uses it or its oracle now: its own lock
+    /// held (a gate, `gc`), or its oracle's venv entry's (a build producing
+    /// that oracle, whose gate runs before the venv entry lands; `smoke`).
+    pub fn busy(&self, store: &Store) -> bool {
+        self.in_use(store) || store.entry(Bucket::Venvs, &self.venv_key).is_locked()
+    }
+
     /// What `status` and `doctor` list of it.
     pub fn row(&self, store: &Store) -> EngineCacheRow {
         EngineCacheRow {
@@ -175,7 +182,7 @@ impl EngineCache {
             bytes: self.bytes(),
             oracle: self.venv_label(),
             device: self.device.clone(),
-            orphaned: self.orphaned(store) && !self.in_use(store),
+            orphaned: self.orphaned(store) && !self.busy(store),
         }
     }
 

@@ -179,10 +179,11 @@ pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
             });
         }
     }
-    // An oracle's engine caches go with its venv entry; one a gate is
-    // using now (its lock held: a build's gate, before its venv lands) stays.
+    // An oracle's engine caches go with its venv entry; one in use now (a
+    // gate holds its lock, or a build its oracle's: that build's gate runs
+    // before its venv entry lands) stays.
     for c in store.engine_caches()? {
-        if live.contains(&c.venv_label()) {
+        if live.contains(&c.venv_label()) || c.busy(store) {
             continue;
         }
         let bytes = c.bytes();
