@@ -368,6 +368,33 @@ fn a_second_smoke_finds_the_oracles_engine_cache_warm_and_no_other_oracle_ever_s
     fx.exits(&["smoke", "fxa.yaml"], 0);
     assert_eq!(take_warmth(&rep).0, [true]);
 
+    // While another gate holds the engine cache's lock, a gate runs with
+    // cold scratch caches, says why, and leaves the kept ones alone.
+    let lock_file = std::fs::File::create(fx.store().join(format!(
+        "locks/engine-cache-{}.lock",
+        entry_a.file_name().unwrap().to_str().unwrap()
+    )))
+    .unwrap();
+    lock_file.lock().unwrap();
+    let out = fx.exits(&["smoke", "fxa.yaml"], 0);
+    assert!(
+        text(&out).contains("in use by another gate"),
+        "{}",
+        text(&out)
+    );
+    let (warm, caches) = take_warmth(&rep);
+    assert_eq!(warm, [false]);
+    assert!(!caches[0].starts_with(&entry_a), "{caches:?}");
+    let e = engine("fxa");
+    assert_eq!(
+        (e["warm"].as_bool(), e["kept"].as_bool()),
+        (Some(false), Some(false)),
+        "{e}"
+    );
+    assert!(e["cache_entry"].is_null(), "{e}");
+    drop(lock_file);
+    assert!(entry_a.join("vllm/fixturellm-compiled").is_file());
+
     // Another oracle of the same store (another recipe: another venv key)
     // never sees the first one's caches, through its build or its smoke.
     let recipe_b = fx.recipe("fxb", &repo, &commit, &smoke_with_env(&env));
