@@ -186,6 +186,10 @@ pub enum Command {
         /// With --record-golden: replace goldens the new output disagrees with.
         #[arg(long, requires = "record_golden")]
         force: bool,
+        /// Empty the oracle's kept engine caches first: the run starts cold
+        /// (and leaves them warm for the next).
+        #[arg(long)]
+        cold: bool,
     },
     /// A case's golden in the team's files: `greedy_ids.npy`, `greedy_dist.npy`, `p<i>_prompt.i32`.
     Golden {

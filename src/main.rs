@@ -135,12 +135,14 @@ fn dispatch(cli: Cli, command_name: Option<&str>) -> anyhow::Result<()> {
             case,
             record_golden,
             force,
+            cold,
         }) => {
             let opts = ops::smoke::SmokeArgs {
                 pin,
                 case,
                 record_golden,
                 force,
+                cold,
             };
             return ops::smoke::run(&s, &opts);
         }

@@ -410,6 +410,7 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
             record: None,
             tmp_root: Some(store.tmp_dir()),
             model_hashes: Some(store.model_hashes_dir()),
+            engine_cache: None,
         },
     )?;
     let mut to_smoke = to_record.smoke.clone();

@@ -30,6 +30,14 @@ pub fn run(s: &Session, opts: &DoctorOptions) -> Result<()> {
             report.aliases,
             report.venvs.len()
         );
+        for c in &report.engine_caches {
+            println!(
+                "engine cache {} ({:.1} MiB) of {}",
+                c.entry,
+                c.bytes as f64 / (1u64 << 20) as f64,
+                c.oracle
+            );
+        }
         for i in &report.imported {
             println!("kept for an import or pull until a build roots its oracle: roots/{i}");
         }

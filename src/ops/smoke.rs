@@ -13,6 +13,9 @@
 //! disagrees with, unless `--force` is given.
 //! `--case NAME` runs one case and leaves `oracle.json` as it was: the gate's
 //! record needs every case.
+//! The engine's caches are the oracle's warm ones
+//! (`<store>/engine-cache/<venv key>-<device>`); `--cold` empties them
+//! first, so the run starts cold and leaves them warm for the next.
 
 use std::path::{Path, PathBuf};
 
@@ -39,6 +42,8 @@ pub struct SmokeArgs {
     pub record_golden: bool,
     /// `--force`: with `--record-golden`, replace goldens the output disagrees with.
     pub force: bool,
+    /// `--cold`: empty the oracle's kept engine caches before the run.
+    pub cold: bool,
 }
 
 /// What `smoke` reports (`--json` prints it whole).
@@ -204,7 +209,7 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
         "record the gate in the oracle's oracle.json (run `oracle-build smoke` where the store is writable; `oracle-build verify` checks the oracle read-only)",
     )?;
     let _lock = store.entry(Bucket::Venvs, &rec.key).lock()?;
-    let mut opts = smoke::Options::new(&store, &lr);
+    let mut opts = smoke::Options::new(&store, &lr).with_engine_cache(&store, &rec.key, args.cold);
     opts.only = args.case.clone();
     if args.record_golden {
         opts.record = Some(smoke::Record {
@@ -356,7 +361,7 @@ pub fn render(out: &SmokeOutput) -> String {
     t
 }
 
-/// `caches 18 files, 1.1 KiB (deleted); TMPDIR left 2 files, 2 sockets (removed); VLLM_CPU_KVCACHE_SPACE=1 GiB (default)`.
+/// `engine caches warm (cpu-x86_64), 18 files, 1.1 KiB, kept in <entry>; TMPDIR left 2 files, 2 sockets (removed); VLLM_CPU_KVCACHE_SPACE=1 GiB (default)`.
 fn render_engine(e: &smoke::EngineRecord) -> String {
     let (files, bytes) = e
         .caches
@@ -368,10 +373,23 @@ fn render_engine(e: &smoke::EngineRecord) -> String {
         u.other += t.usage.other;
         u
     });
+    let warmth = match (&e.cold_reason, e.warm) {
+        (_, true) => "warm".to_string(),
+        (Some(why), false) => format!("cold: {why}"),
+        (None, false) => "cold".to_string(),
+    };
+    let device = e
+        .device
+        .as_deref()
+        .map_or(String::new(), |d| format!(" on {d}"));
+    let place = match &e.cache_entry {
+        Some(entry) => format!("kept in {entry}"),
+        None if e.kept => "kept".to_string(),
+        None => "deleted".to_string(),
+    };
     let mut t = format!(
-        "engine caches {files} files, {:.1} KiB ({}); TMPDIR left {} files, {} sockets, {} other (removed)",
+        "engine caches {warmth}{device}; {files} files, {:.1} KiB ({place}); TMPDIR left {} files, {} sockets, {} other (removed)",
         bytes as f64 / 1024.0,
-        if e.kept { "kept" } else { "deleted" },
         left.files,
         left.sockets,
         left.other

@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::ops::{Session, print_json};
 use crate::recipe::pin;
 use crate::stages::oracle::OracleRecord;
+use crate::store::engine_cache::EngineCacheRow;
 use crate::store::gc;
 use crate::store::{Bucket, Manifest, Root, Store, disk_usage};
 
@@ -57,6 +58,9 @@ pub struct Status {
     pub entries: Vec<EntryRow>,
     /// GC roots.
     pub roots: Vec<Root>,
+    /// The oracles' engine caches (`engine-cache/<venv key>-<device>`),
+    /// with their sizes.
+    pub engine_caches: Vec<EngineCacheRow>,
 }
 
 fn entry_health(path: &Path, bucket: Bucket) -> (u64, String) {
@@ -194,8 +198,12 @@ pub fn status(root: &Path) -> Result<Status> {
             }
         })
         .collect();
+    let mut engine_caches = Vec::new();
     if let Some(s) = &store {
         held_recipes(s, &roots, &mut recipes)?;
+        for c in s.engine_caches()? {
+            engine_caches.push(c.row(s));
+        }
     }
     Ok(Status {
         store: root.to_path_buf(),
@@ -203,6 +211,7 @@ pub fn status(root: &Path) -> Result<Status> {
         recipe_errors,
         entries,
         roots,
+        engine_caches,
     })
 }
 
@@ -251,6 +260,23 @@ pub fn run(session: &Session) -> Result<()> {
             e.entry,
             e.bytes as f64 / (1 << 20) as f64,
             e.health
+        );
+    }
+    println!("engine caches:");
+    if s.engine_caches.is_empty() {
+        println!("  (none)");
+    }
+    for c in &s.engine_caches {
+        println!(
+            "  {:<52} {:>10.1} MiB  {}{}",
+            c.entry,
+            c.bytes as f64 / (1 << 20) as f64,
+            c.oracle,
+            if c.orphaned {
+                "  (its oracle is gone: `gc` removes it)"
+            } else {
+                ""
+            }
         );
     }
     println!("roots:");

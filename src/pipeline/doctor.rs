@@ -20,6 +20,7 @@ use crate::stages::identity::record;
 use crate::stages::identity::{self, Identity, dirty_mark, lacks_history, release_tag, scm_sha};
 use crate::stages::oracle::OracleRecord;
 use crate::store::alias::{self, Alias, Registry};
+use crate::store::engine_cache::EngineCacheRow;
 use crate::store::{Bucket, MANIFEST, Manifest, Root, Store};
 
 /// What kind of problem the doctor found. Serialized (`--json`) and printed
@@ -54,6 +55,9 @@ pub enum ProblemKind {
     DirtyTree,
     /// `editable`: vLLM is installed editable.
     Editable,
+    /// `engine-cache-orphaned`: an engine cache (`engine-cache/<venv
+    /// key>-<device>`) whose oracle's venv entry is gone.
+    EngineCacheOrphaned,
     /// `files-missing`: files of an entry are missing or changed (its manifest).
     FilesMissing,
     /// `flashinfer-mismatch`: the installed FlashInfer is not the recipe's.
@@ -93,7 +97,7 @@ pub enum ProblemKind {
 
 impl ProblemKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ProblemKind; 27] = [
+    pub const ALL: [ProblemKind; 28] = [
         ProblemKind::AliasDangling,
         ProblemKind::AliasMissing,
         ProblemKind::AliasMoved,
@@ -106,6 +110,7 @@ impl ProblemKind {
         ProblemKind::DamagedEntry,
         ProblemKind::DirtyTree,
         ProblemKind::Editable,
+        ProblemKind::EngineCacheOrphaned,
         ProblemKind::FilesMissing,
         ProblemKind::FlashinferMismatch,
         ProblemKind::IdentityMismatch,
@@ -138,6 +143,7 @@ impl ProblemKind {
             ProblemKind::DamagedEntry => "damaged-entry",
             ProblemKind::DirtyTree => "dirty-tree",
             ProblemKind::Editable => "editable",
+            ProblemKind::EngineCacheOrphaned => "engine-cache-orphaned",
             ProblemKind::FilesMissing => "files-missing",
             ProblemKind::FlashinferMismatch => "flashinfer-mismatch",
             ProblemKind::IdentityMismatch => "identity-mismatch",
@@ -192,6 +198,9 @@ pub struct Report {
     /// The list roots of `import` and `pull` (`imported-<recipe>`), each
     /// `<name>: <header>, <n> entries`: what they keep from `gc`.
     pub imported: Vec<String>,
+    /// The oracles' engine caches (`engine-cache/<venv key>-<device>`),
+    /// with their sizes.
+    pub engine_caches: Vec<EngineCacheRow>,
     /// Venvs whose identity was measured.
     pub venvs: Vec<PathBuf>,
     /// Every problem found.
@@ -849,6 +858,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
     let store = Store::open_existing(root);
     let (mut n_entries, mut n_roots, mut n_aliases) = (0, 0, 0);
     let mut imported = Vec::new();
+    let mut engine_caches = Vec::new();
     let mut checked: BTreeSet<PathBuf> = BTreeSet::new();
     // Every table of both `config.toml` files, whether or not the root
     // holds a store yet: the store's file, the user's or
@@ -901,6 +911,25 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
                     command_at("gc", store.root())
                 ),
             );
+        }
+        for c in store.engine_caches()? {
+            let row = c.row(store);
+            if row.orphaned {
+                d.add(
+                    ProblemKind::EngineCacheOrphaned,
+                    &row.entry,
+                    format!(
+                        "the engine cache of {}, which is gone: removed, or a build killed before its oracle landed ({:.1} MiB)",
+                        row.oracle,
+                        row.bytes as f64 / (1u64 << 20) as f64
+                    ),
+                    format!(
+                        "`{}` removes it (a rebuild of that oracle would use it again)",
+                        command_at("gc", store.root())
+                    ),
+                );
+            }
+            engine_caches.push(row);
         }
         let registry = d.registry(store);
         n_aliases = registry.aliases.len();
@@ -1085,7 +1114,9 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
         k if k.as_str().starts_with("alias-") => 0,
         ProblemKind::FilesMissing | ProblemKind::DamagedEntry => 2,
         ProblemKind::RootDangling => 3,
-        ProblemKind::Unreachable | ProblemKind::LeftByKilledRun => 4,
+        ProblemKind::Unreachable
+        | ProblemKind::LeftByKilledRun
+        | ProblemKind::EngineCacheOrphaned => 4,
         _ => 1,
     };
     d.problems.sort_by_key(rank);
@@ -1097,6 +1128,7 @@ pub fn diagnose(root: &Path, opts: &DoctorOptions) -> Result<Report> {
         roots: n_roots,
         aliases: n_aliases,
         imported,
+        engine_caches,
         venvs: d.measured.keys().cloned().collect(),
         problems: d.problems,
         healthy,

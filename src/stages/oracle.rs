@@ -406,9 +406,16 @@ pub fn settle_note(
     Ok(())
 }
 
-/// Runs the smoke stage for the venv at `venv`, with logs under a fresh staging directory kept in `<venv>/smoke` when possible.
+/// Runs the smoke stage for the venv at `venv`, with logs under a fresh
+/// staging directory kept in `<venv>/smoke` when possible, and the oracle's
+/// warm engine caches (by the venv key its `oracle.json` records).
 pub fn gate(store: &Store, venv: &Path, lr: &LoadedRecipe) -> Result<SmokeReport> {
-    gate_with(store, venv, lr, &smoke::Options::new(store, lr))
+    let mut opts = smoke::Options::new(store, lr);
+    // The warm caches of the oracle, by its venv key.
+    if let Ok(rec) = OracleRecord::read(venv) {
+        opts = opts.with_engine_cache(store, &rec.key, false);
+    }
+    gate_with(store, venv, lr, &opts)
 }
 
 /// [`gate`] with smoke options (`smoke --case`, `--record-golden`). Logs are
@@ -689,7 +696,7 @@ fn build(
                     venv,
                     lr,
                     &scratch.join("smoke"),
-                    &smoke::Options::new(store, lr),
+                    &smoke::Options::new(store, lr).with_engine_cache(store, key, false),
                     &hold,
                 )
                 .map(|report| (report, t_smoke.elapsed().as_secs_f64()))

@@ -7,7 +7,8 @@
 //! the temporary roots of running builds (`<root>/locks/build-<pid>.roots`).
 //! Entries reference what they were made from: an oracle venv its wheel
 //! (`oracle.json` `requires`), a wheel its checkout and mirror (`build.json`
-//! `requires`). `gc` holds the store's gc lock exclusively from mark to sweep;
+//! `requires`). An oracle's engine caches (`engine-cache/<venv key>-<device>`)
+//! are deleted with its venv entry. `gc` holds the store's gc lock exclusively from mark to sweep;
 //! builds take it shared to register a temporary root before they look an entry up.
 
 use std::collections::BTreeSet;
@@ -117,7 +118,9 @@ pub struct GcReport {
     pub left_by_killed_runs: Vec<Deleted>,
 }
 
-/// Deletes (or with `dry_run` lists) every entry no root reaches.
+/// Deletes (or with `dry_run` lists) every entry no root reaches, and the
+/// engine caches of every oracle whose venv entry goes (or is gone), but
+/// not one a gate holds the lock of.
 ///
 /// Each deleted entry is first renamed into `<root>/tmp/` (it vanishes from
 /// the store atomically) and then removed.
@@ -175,6 +178,26 @@ pub fn collect(store: &Store, dry_run: bool) -> Result<GcReport> {
                 bytes,
             });
         }
+    }
+    // An oracle's engine caches go with its venv entry; one in use now (a
+    // gate holds its lock, or a build its oracle's: that build's gate runs
+    // before its venv entry lands) stays.
+    for c in store.engine_caches()? {
+        if live.contains(&c.venv_label()) || c.busy(store) {
+            continue;
+        }
+        let bytes = c.bytes();
+        if !dry_run {
+            let Some(_lock) = c.try_lock(store)? else {
+                continue;
+            };
+            c.remove(store)?;
+        }
+        deleted.push(Deleted {
+            entry: c.label(),
+            path: c.path.clone(),
+            bytes,
+        });
     }
     let left_by_killed_runs: Vec<Deleted> = store
         .left_by_dead()?

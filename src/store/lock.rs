@@ -19,6 +19,9 @@ pub enum LockName {
     Entry(Bucket, String),
     /// The alias registry (`aliases.json`).
     Aliases,
+    /// One oracle's engine caches on one device,
+    /// `<root>/engine-cache/<name>` (`store::engine_cache`).
+    EngineCache(String),
     /// One version of a tool in a tools directory that several stores may
     /// share (see [`lock_tools`]), e.g. the pinned uv while it is provisioned.
     Tool {
@@ -32,11 +35,13 @@ pub enum LockName {
 impl LockName {
     /// The lock's file name under `<root>/locks/`: `<prefix>-<name>.lock`
     /// for an entry (the prefix from [`Bucket::lock_prefix`]), `aliases.lock`;
-    /// for a tool, `.<tool>-<version>.lock` in its tools directory.
+    /// `engine-cache-<name>.lock`; for a tool, `.<tool>-<version>.lock` in
+    /// its tools directory.
     pub fn file_name(&self) -> String {
         match self {
             LockName::Entry(b, name) => format!("{}-{name}.lock", b.lock_prefix()),
             LockName::Aliases => "aliases.lock".to_string(),
+            LockName::EngineCache(name) => format!("engine-cache-{name}.lock"),
             LockName::Tool { tool, version } => format!(".{tool}-{version}.lock"),
         }
     }
@@ -99,6 +104,40 @@ pub(super) fn lock_file(locks: &Path, name: &LockName) -> Result<Lock> {
     // this process is killed (see [`held`]).
     held::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
     Ok(Lock { _file: Some(file) })
+}
+
+/// Takes the exclusive lock `name` in the directory `locks` when no other
+/// process holds it (the holder's pid and command line written into the
+/// file, as [`lock_file`] does); `Ok(None)` without waiting when another
+/// process holds it.
+///
+/// Errors: the lock file cannot be created, or locking fails otherwise.
+pub(super) fn try_lock_file(locks: &Path, name: &LockName) -> Result<Option<Lock>> {
+    let path = locks.join(name.file_name());
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)?
+        .into_parts()
+        .0;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("locking {}", path.display()));
+        }
+    }
+    file.set_len(0).ok();
+    let _ = writeln!(
+        file,
+        "pid {} ({})",
+        std::process::id(),
+        std::env::args().collect::<Vec<_>>().join(" ")
+    );
+    held::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
+    Ok(Some(Lock { _file: Some(file) }))
 }
 
 /// Who holds a lock, from its file's text (`pid <n> (<command line>)`, as

@@ -16,6 +16,7 @@
 //! wheelhouse-links/       links to wheelhouse files, shared by installs    Store::wheelhouse_links_dir
 //! sccache/, ccache/       compiler caches                                  Store::compiler_cache_dir
 //! cargo-target/<h>        cargo target dirs of Rust builds (a cache)       Store::compiler_cache_dir
+//! engine-cache/<k>-<dev>  an oracle's warm engine caches, per device       Store::engine_cache_dir
 //! imported/<recipe>/      recipes and locks of imported bundles            Store::imported_dir
 //! aliases.json            the alias registry (see [`alias`])
 //! ```
@@ -47,6 +48,7 @@ mod stamps;
 pub mod alias;
 pub mod bundle;
 
+pub mod engine_cache;
 pub mod gc;
 pub mod held;
 pub mod key;

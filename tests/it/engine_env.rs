@@ -4,7 +4,10 @@
 //! fixture engine (`FIXTURELLM_ENV_REPORT`, tests/fixture/pkg/fixturellm/model.py)
 //! writes into every cache directory and leaves a file and a Unix socket in
 //! its temporary directory, as a real engine's libraries do, reporting what
-//! it saw. Also `scripts/make-tiny-models`, run twice from one seed.
+//! it saw. The warm caches are the oracle's own, kept between its gate runs
+//! (the fixture engine reports whether its compile cache was warm), never
+//! another oracle's, and gone with it at `gc`. Also
+//! `scripts/make-tiny-models`, run twice from one seed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +28,9 @@ const CACHE_VARS: [&str; 9] = [
     "FLASHINFER_WORKSPACE_BASE",
     "HOME",
 ];
+
+/// The cache variables that stay per gate run (not kept warm).
+const PER_RUN_VARS: [&str; 3] = ["XDG_CONFIG_HOME", "HF_HOME", "HOME"];
 
 /// The default smoke section with one run and `env` lines (4-space indented YAML) added.
 fn smoke_with_env(env: &str) -> String {
@@ -120,13 +126,17 @@ fn check_oracle(fx: &Fx, name: &str, reports_dir: &Path, kv: (&str, &str)) {
         assert_eq!(rep["env"]["HF_HUB_OFFLINE"], "1");
         assert_eq!(rep["env"]["TRANSFORMERS_OFFLINE"], "1");
         assert_eq!(rep["env"]["VLLM_CPU_KVCACHE_SPACE"], kv.0, "{rep}");
-        // Everything it wrote is gone: caches with the gate's scratch, the
-        // socket and file it left in TMPDIR after its run.
+        // What it wrote is gone but for the warm caches, kept in the
+        // oracle's engine cache: the per-run caches (HOME, XDG_CONFIG_HOME,
+        // HF_HOME) with the gate's scratch, the socket and file it left in
+        // TMPDIR after its run.
+        let entry = store.join("engine-cache");
         for w in rep["written"].as_array().unwrap() {
             let w = Path::new(w.as_str().unwrap());
-            assert!(
-                std::fs::symlink_metadata(w).is_err(),
-                "{} is left",
+            assert_eq!(
+                std::fs::symlink_metadata(w).is_ok(),
+                w.starts_with(&entry),
+                "{}",
                 w.display()
             );
         }
@@ -134,7 +144,14 @@ fn check_oracle(fx: &Fx, name: &str, reports_dir: &Path, kv: (&str, &str)) {
     let oracle = fx.oracle(name);
     let rec = record(&oracle);
     let engine = &rec["smoke"]["engine"];
-    assert_eq!(engine["kept"], false, "{engine}");
+    assert_eq!(engine["kept"], true, "{engine}");
+    let entry = engine["cache_entry"]
+        .as_str()
+        .expect("smoke.engine.cache_entry");
+    assert!(
+        Path::new(entry).starts_with(store.join("engine-cache")),
+        "{engine}"
+    );
     let caches = engine["caches"].as_array().expect("smoke.engine.caches");
     for var in CACHE_VARS {
         let c = caches
@@ -144,7 +161,14 @@ fn check_oracle(fx: &Fx, name: &str, reports_dir: &Path, kv: (&str, &str)) {
         // The probe's and the case's file each.
         assert!(c["files"].as_u64().unwrap() >= 2, "{c}");
         assert!(c["bytes"].as_u64().unwrap() > 0, "{c}");
-        assert!(c["path"].as_str().unwrap().starts_with("engine/"), "{c}");
+        let kept = !PER_RUN_VARS.contains(&var);
+        assert_eq!(c["kept"], kept, "{c}");
+        let path = c["path"].as_str().unwrap();
+        if kept {
+            assert!(path.starts_with(entry), "{c}");
+        } else {
+            assert!(path.starts_with("engine/"), "{c}");
+        }
     }
     let left = engine["tmpdir"].as_array().expect("smoke.engine.tmpdir");
     let runs: Vec<&str> = left.iter().map(|l| l["run"].as_str().unwrap()).collect();
@@ -261,6 +285,172 @@ fn the_engine_writes_only_into_the_oracles_own_run_directory() {
     // The entries check whole.
     let out = fx.run(&["verify", "fxa.yaml"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
+}
+
+/// Whether each model load since the last call found its compile cache
+/// warm (the fixture's `<pid>.engine-cache` reports in `dir`, which are
+/// then removed), and the cache directories they used.
+fn take_warmth(dir: &Path) -> (Vec<bool>, Vec<PathBuf>) {
+    let mut warm = Vec::new();
+    let mut caches = Vec::new();
+    for p in tree(dir) {
+        if p.extension().is_some_and(|e| e == "engine-cache") {
+            let r = read_json(&p);
+            warm.push(r["warm"].as_bool().expect("warm"));
+            caches.push(PathBuf::from(r["cache"].as_str().expect("cache")));
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+    (warm, caches)
+}
+
+#[test]
+fn a_second_smoke_finds_the_oracles_engine_cache_warm_and_no_other_oracle_ever_sees_it() {
+    let fx = Fx::new();
+    let (repo, commit) = fx.repo();
+    let rep = fx.dir().join("reports");
+    let env = format!("    FIXTURELLM_ENV_REPORT: \"{}\"\n", rep.display());
+    let recipe_a = fx.recipe("fxa", &repo, &commit, &smoke_with_env(&env));
+    let engine = |name: &str| record(&fx.oracle(name))["smoke"]["engine"].clone();
+
+    // The build's gate: the oracle's first run, cold; its caches are kept.
+    let out = fx.build(&recipe_a);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let (warm, caches_a) = take_warmth(&rep);
+    assert_eq!(warm, [false]);
+    let e = engine("fxa");
+    assert_eq!(
+        (e["warm"].as_bool(), e["kept"].as_bool()),
+        (Some(false), Some(true)),
+        "{e}"
+    );
+    assert!(e["cold_reason"].as_str().unwrap().contains("first"), "{e}");
+    let key_a = record(&fx.oracle("fxa"))["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let entry_a = fx
+        .store()
+        .join("engine-cache")
+        .join(format!("{key_a}-cpu-{}", std::env::consts::ARCH));
+    assert_eq!(e["cache_entry"].as_str(), entry_a.to_str(), "{e}");
+    assert!(caches_a[0].starts_with(&entry_a), "{caches_a:?}");
+
+    // A second gate of the same oracle finds its caches warm, and says so.
+    let doc = fx.json(&["smoke", "fxa.yaml", "--json"]);
+    assert_eq!(take_warmth(&rep).0, [true]);
+    assert_eq!(
+        doc["smoke"]["engine"]["warm"], true,
+        "{}",
+        doc["smoke"]["engine"]
+    );
+    let e = engine("fxa");
+    assert_eq!(e["warm"], true, "{e}");
+    assert!(e["before"]["files"].as_u64().unwrap() > 0, "{e}");
+    let vllm = e["caches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["var"] == "VLLM_CACHE_ROOT")
+        .cloned()
+        .unwrap();
+    assert!(vllm["bytes"].as_u64().unwrap() > 0, "{vllm}");
+    let out = fx.exits(&["smoke", "fxa.yaml"], 0);
+    assert!(text(&out).contains("engine caches warm"), "{}", text(&out));
+    take_warmth(&rep);
+
+    // `--cold` runs with emptied caches, and leaves them warm for the next.
+    fx.exits(&["smoke", "fxa.yaml", "--cold"], 0);
+    assert_eq!(take_warmth(&rep).0, [false]);
+    let e = engine("fxa");
+    assert_eq!(e["warm"], false, "{e}");
+    assert!(e["cold_reason"].as_str().unwrap().contains("--cold"), "{e}");
+    fx.exits(&["smoke", "fxa.yaml"], 0);
+    assert_eq!(take_warmth(&rep).0, [true]);
+
+    // While another gate holds the engine cache's lock, a gate runs with
+    // cold scratch caches, says why, and leaves the kept ones alone.
+    let lock_file = std::fs::File::create(fx.store().join(format!(
+        "locks/engine-cache-{}.lock",
+        entry_a.file_name().unwrap().to_str().unwrap()
+    )))
+    .unwrap();
+    lock_file.lock().unwrap();
+    let out = fx.exits(&["smoke", "fxa.yaml"], 0);
+    assert!(
+        text(&out).contains("in use by another gate"),
+        "{}",
+        text(&out)
+    );
+    let (warm, caches) = take_warmth(&rep);
+    assert_eq!(warm, [false]);
+    assert!(!caches[0].starts_with(&entry_a), "{caches:?}");
+    let e = engine("fxa");
+    assert_eq!(
+        (e["warm"].as_bool(), e["kept"].as_bool()),
+        (Some(false), Some(false)),
+        "{e}"
+    );
+    assert!(e["cache_entry"].is_null(), "{e}");
+    drop(lock_file);
+    assert!(entry_a.join("vllm/fixturellm-compiled").is_file());
+
+    // Another oracle of the same store (another recipe: another venv key)
+    // never sees the first one's caches, through its build or its smoke.
+    let recipe_b = fx.recipe("fxb", &repo, &commit, &smoke_with_env(&env));
+    let out = fx.build(&recipe_b);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let (warm, caches_b) = take_warmth(&rep);
+    assert_eq!(warm, [false]);
+    assert!(!caches_b[0].starts_with(&entry_a), "{caches_b:?}");
+    fx.exits(&["smoke", "fxb.yaml"], 0);
+    assert_eq!(take_warmth(&rep).0, [true]);
+
+    // `status` and `doctor` list both with their sizes; the store checks whole.
+    let st = fx.json(&["status", "--json"]);
+    let listed = st["engine_caches"]
+        .as_array()
+        .expect("status engine_caches");
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(
+        listed.iter().all(|c| c["bytes"].as_u64().unwrap() > 0),
+        "{listed:?}"
+    );
+    let doc = fx.json(&["doctor", "--json"]);
+    assert_eq!(doc["engine_caches"].as_array().unwrap().len(), 2, "{doc}");
+    fx.exits(&["verify", "fxa.yaml"], 0);
+
+    // An engine cache whose oracle is gone is a problem `gc` fixes.
+    let stray = fx
+        .store()
+        .join("engine-cache/0123456789abcdef0123456789abcdef-cpu-x");
+    std::fs::create_dir_all(stray.join("vllm")).unwrap();
+    std::fs::write(stray.join("vllm/x"), "x").unwrap();
+    let out = fx.run(&["doctor", "--json"]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let orphans = problems_of(&json(&out), "engine-cache-orphaned")
+        .into_iter()
+        .cloned()
+        .collect::<Vec<_>>();
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    assert!(
+        orphans[0]["fix"].as_str().unwrap().contains("gc"),
+        "{orphans:?}"
+    );
+
+    // `gc` removes an oracle's caches with the oracle, and keeps the other's.
+    fx.exits(&["unkeep", "fxa.yaml"], 0);
+    let dry = fx.json(&["gc", "--dry-run", "--json"]);
+    assert!(
+        dry.to_string().contains(&format!("engine-cache/{key_a}")),
+        "{dry}"
+    );
+    assert!(entry_a.is_dir(), "a dry run deletes nothing");
+    fx.exits(&["gc"], 0);
+    assert!(!entry_a.exists() && !stray.exists());
+    assert!(caches_b[0].exists(), "the kept oracle keeps its caches");
+    let doc = fx.json(&["doctor", "--json"]);
+    assert_eq!(doc["engine_caches"].as_array().unwrap().len(), 1, "{doc}");
 }
 
 /// A venv under `dir` holding what `scripts/make-tiny-models` needs, from

@@ -91,6 +91,12 @@ fn gc_deletes_exactly_the_unrooted_entries() {
         wheel_a,
         format!("venvs/{}", ra["key"].as_str().unwrap()),
         lock_a[0].clone(),
+        // Its gate's warm engine caches go with it.
+        format!(
+            "engine-cache/{}-cpu-{}",
+            ra["key"].as_str().unwrap(),
+            std::env::consts::ARCH
+        ),
     ];
     // The bytecode of A's own wheel goes too; that of the shared
     // wheelhouse artifacts stays.
@@ -131,7 +137,8 @@ fn gc_deletes_exactly_the_unrooted_entries() {
     let real = fx.run(&["gc"]);
     assert_eq!(code(&real), 0, "{}", text(&real));
     assert!(
-        String::from_utf8_lossy(&real.stdout).contains("deleted 5 entries"),
+        // Five entries and the oracle's engine cache.
+        String::from_utf8_lossy(&real.stdout).contains("deleted 6 entries"),
         "{}",
         text(&real)
     );

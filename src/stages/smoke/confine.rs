@@ -19,14 +19,29 @@
 //! would exceed. Named like a staging directory, a killed run's is swept
 //! by the store's staging cleanup.
 //!
-//! The run directory is the gate's staging (inside the oracle's staging for
-//! a build, a fresh one for `smoke`), so no compile cache passes from one
-//! oracle, or one gate run, to another. What each process left in its
-//! `TMPDIR` (sockets included) is counted and removed when it exits; what
-//! the caches hold is measured once every run is done, and the whole
-//! `engine/` directory is then deleted: the caches are scratch, not part of
-//! the oracle (they never enter an entry's manifest). [`EngineRecord`] is
-//! what `oracle.json` keeps of them (`smoke.engine`).
+//! The real caches (vLLM's, inductor's, Triton's, `XDG_CACHE_HOME`,
+//! FlashInfer's and CUDA's: [`CACHES`] marked warm) are the oracle's own
+//! and kept warm between its gate runs: they live in the store's engine
+//! cache of the oracle's venv key and the device the gate runs on
+//! (`<store>/engine-cache/<venv key>-<device>`, `store::engine_cache`),
+//! taken under its lock without waiting. No other oracle (another venv
+//! key) sees them. A gate that finds the lock held (another gate of the
+//! same oracle running), a gate without a venv key (`advance`'s FROM
+//! run) and a read-only store run with cold scratch caches under
+//! `<run dir>/engine/`, deleted after the run, and the record says why.
+//! `smoke --cold` empties the kept caches first (under the lock), so its
+//! run starts cold and leaves them warm for the next. `HOME`,
+//! `XDG_CONFIG_HOME` and `HF_HOME` stay per gate run (under
+//! `<run dir>/engine/`, deleted after it): they hold state and
+//! configuration, not compiled code, and the engine runs offline.
+//!
+//! What each process left in its `TMPDIR` (sockets included) is counted
+//! and removed when it exits; what the caches hold is measured once every
+//! run is done, and the run's `engine/` directory is then deleted. No
+//! cache ever enters an entry's manifest: a killed gate leaves the engine
+//! cache as the engine left it (its libraries write their caches
+//! atomically) and the oracle's entry untouched. [`EngineRecord`] is what
+//! `oracle.json` keeps of them (`smoke.engine`).
 //!
 //! The variable names come from [`crate::recipe::CONFINED_SMOKE_VARS`]
 //! (which a recipe's `smoke.env` may not set); FlashInfer's is
@@ -42,23 +57,52 @@ use fs_err as fs;
 
 use super::report::{CacheUse, EngineRecord, KvCacheSpace, TmpLeft, Usage};
 use crate::recipe::{LoadedRecipe, TargetDevice};
+use crate::store::{Lock, Store};
 
 /// The directory of the engine's caches inside a gate's run directory.
 pub(super) const ENGINE_DIR: &str = "engine";
 
-/// Each cache variable and its directory under [`ENGINE_DIR`]: siblings, so
-/// no cache is counted inside another.
-const CACHES: &[(&str, &str)] = &[
-    ("VLLM_CACHE_ROOT", "vllm"),
-    ("TRITON_CACHE_DIR", "triton"),
-    ("TORCHINDUCTOR_CACHE_DIR", "torchinductor"),
-    ("XDG_CACHE_HOME", "xdg-cache"),
-    ("XDG_CONFIG_HOME", "xdg-config"),
-    ("HF_HOME", "huggingface"),
-    ("CUDA_CACHE_PATH", "cuda"),
-    ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
-    ("HOME", "home"),
+/// Each cache variable, its directory (siblings, so no cache is counted
+/// inside another) and whether it is kept warm in the oracle's engine
+/// cache (else it lives under [`ENGINE_DIR`] for one gate run).
+const CACHES: &[(&str, &str, bool)] = &[
+    ("VLLM_CACHE_ROOT", "vllm", true),
+    ("TRITON_CACHE_DIR", "triton", true),
+    ("TORCHINDUCTOR_CACHE_DIR", "torchinductor", true),
+    ("XDG_CACHE_HOME", "xdg-cache", true),
+    ("XDG_CONFIG_HOME", "xdg-config", false),
+    ("HF_HOME", "huggingface", false),
+    ("CUDA_CACHE_PATH", "cuda", true),
+    ("FLASHINFER_WORKSPACE_BASE", "flashinfer", true),
+    ("HOME", "home", false),
 ];
+
+/// Where a gate's warm caches are kept: the store and the oracle's venv
+/// key (`smoke::Options::engine_cache`).
+#[derive(Debug, Clone)]
+pub struct CacheRequest {
+    /// The store holding the engine cache.
+    pub store: Store,
+    /// The oracle's venv key.
+    pub venv_key: String,
+    /// `smoke --cold`: empty the kept caches before the run.
+    pub cold: bool,
+}
+
+/// The short stable name of the device a gate runs on, for its engine
+/// cache: `cpu-<arch>` for `target_device: cpu`; for CUDA the first GPU
+/// `nvidia-smi` lists, `sm<major><minor>-<name>` (`cuda-none` without
+/// one); else `<target device>-<arch>`.
+pub(super) fn device_name(lr: &LoadedRecipe, gpus: &[crate::host::toolchain::Gpu]) -> String {
+    let arch = std::env::consts::ARCH;
+    match lr.recipe.build.device() {
+        TargetDevice::Cpu => format!("cpu-{arch}"),
+        TargetDevice::Cuda => gpus.first().map_or("cuda-none".into(), |g| {
+            format!("sm{}-{}", g.compute_cap.replace('.', ""), g.name)
+        }),
+        _ => format!("{}-{arch}", lr.recipe.build.target_device),
+    }
+}
 
 /// The temporary-directory variables, all pointed at one per-process directory.
 const TMP_VARS: &[&str] = &["TMPDIR", "TMP", "TEMP"];
@@ -110,10 +154,23 @@ pub(super) fn engine_path(bin: &Path, base: Option<&str>) -> String {
         .into_owned()
 }
 
-/// The engine directories of one gate run, removed when dropped.
+/// The engine directories of one gate run, removed when dropped (the
+/// kept engine cache stays).
 pub(super) struct EngineDirs {
     /// `<run dir>/engine`.
     root: PathBuf,
+    /// Where the warm caches are: the engine cache entry, or `root`.
+    cache_root: PathBuf,
+    /// The engine cache entry's lock, held for the run (`None`: scratch).
+    _lock: Option<Lock>,
+    /// `Some(path)` when the warm caches are kept in the engine cache `path`.
+    entry: Option<PathBuf>,
+    /// The device name of the engine cache.
+    device: String,
+    /// What the kept caches held when the run started.
+    before: Usage,
+    /// Why the run is cold, when it is.
+    cold_reason: Option<String>,
     /// Where each process's `TMPDIR` is made (`<store>/tmp`; `None`:
     /// under `root`).
     tmp_root: Option<PathBuf>,
@@ -132,23 +189,89 @@ pub(super) struct RunEnv {
 }
 
 impl EngineDirs {
-    /// Creates `<run_dir>/engine` with an empty directory for each cache
-    /// variable (a stale one left by a killed run is removed first).
+    /// Creates `<run_dir>/engine` with an empty directory for each per-run
+    /// cache variable (a stale one left by a killed run is removed first),
+    /// and takes the warm caches: the engine cache of `cache` on `device`
+    /// when its lock is free (emptied first with `cache.cold`), else empty
+    /// scratch directories under `<run_dir>/engine` (`cache` `None`, or the
+    /// lock held by another gate).
     ///
-    /// Errors: a directory cannot be created.
-    pub(super) fn create(run_dir: &Path, tmp_root: Option<&Path>) -> Result<EngineDirs> {
+    /// Errors: a directory cannot be created or emptied, the lock file
+    /// cannot be made.
+    pub(super) fn create(
+        run_dir: &Path,
+        tmp_root: Option<&Path>,
+        cache: Option<&CacheRequest>,
+        device: &str,
+    ) -> Result<EngineDirs> {
         let root = std::path::absolute(run_dir.join(ENGINE_DIR))
             .with_context(|| format!("resolving {}", run_dir.display()))?;
         remove(&root);
-        for (_, dir) in CACHES {
-            fs::create_dir_all(root.join(dir))?;
+        let mut lock = None;
+        let mut entry = None;
+        let mut cold_reason = None;
+        let mut device = crate::store::engine_cache::device_slug(device);
+        match cache {
+            None => {
+                cold_reason =
+                    Some("no engine cache for this run: scratch caches, deleted after it".into())
+            }
+            Some(req) => {
+                let c = req.store.engine_cache(&req.venv_key, &device);
+                device = c.device.clone();
+                match c.try_lock(&req.store)? {
+                    Some(l) => {
+                        if req.cold {
+                            c.remove(&req.store)?;
+                            cold_reason = Some("--cold: the kept caches were emptied first".into());
+                        }
+                        lock = Some(l);
+                        entry = Some(c.path);
+                    }
+                    None => {
+                        let why = format!(
+                            "the engine cache {} is in use by another gate of this oracle (or `gc`): scratch caches, deleted after the run",
+                            c.path.display()
+                        );
+                        crate::progress::stage("smoke", why.clone());
+                        cold_reason = Some(why);
+                    }
+                }
+            }
+        }
+        let cache_root = entry.clone().unwrap_or_else(|| root.clone());
+        let before = match &entry {
+            Some(e) => measure(e),
+            None => Usage::default(),
+        };
+        if entry.is_some() && cold_reason.is_none() && before.files == 0 {
+            cold_reason = Some("the first gate run of this oracle on this device".into());
+        }
+        for (_, dir, warm) in CACHES {
+            let base = if *warm { &cache_root } else { &root };
+            fs::create_dir_all(base.join(dir))?;
         }
         fs::create_dir_all(root.join("tmp"))?;
         Ok(EngineDirs {
             root,
+            cache_root,
+            _lock: lock,
+            entry,
+            device,
+            before,
+            cold_reason,
             tmp_root: tmp_root.map(Path::to_path_buf),
             left: Vec::new(),
         })
+    }
+
+    /// The directory of the cache `dir`, warm or not.
+    fn cache_dir(&self, dir: &str, warm: bool) -> PathBuf {
+        if warm {
+            self.cache_root.join(dir)
+        } else {
+            self.root.join(dir)
+        }
     }
 
     /// The environment of the engine process `name`, with a fresh empty
@@ -173,8 +296,8 @@ impl EngineDirs {
             }
         };
         let mut env = BTreeMap::new();
-        for (var, dir) in CACHES {
-            env.insert((*var).to_string(), path_text(&self.root.join(dir)));
+        for (var, dir, warm) in CACHES {
+            env.insert((*var).to_string(), path_text(&self.cache_dir(dir, *warm)));
         }
         for var in TMP_VARS {
             env.insert((*var).to_string(), path_text(&tmp));
@@ -200,7 +323,8 @@ impl EngineDirs {
         });
     }
 
-    /// Measures every cache directory, then deletes the engine directory.
+    /// Measures every cache directory, then deletes the run's engine
+    /// directory (the kept engine cache stays, and its lock is released).
     /// `path` is the engine's `PATH` ([`engine_path`]), recorded.
     pub(super) fn finish(
         mut self,
@@ -209,16 +333,29 @@ impl EngineDirs {
     ) -> EngineRecord {
         let caches = CACHES
             .iter()
-            .map(|(var, dir)| CacheUse {
-                var: (*var).to_string(),
-                path: format!("{ENGINE_DIR}/{dir}"),
-                usage: measure(&self.root.join(dir)),
+            .map(|(var, dir, warm)| {
+                let kept = *warm && self.entry.is_some();
+                CacheUse {
+                    var: (*var).to_string(),
+                    path: if kept {
+                        path_text(&self.cache_dir(dir, true))
+                    } else {
+                        format!("{ENGINE_DIR}/{dir}")
+                    },
+                    kept,
+                    usage: measure(&self.cache_dir(dir, *warm)),
+                }
             })
             .collect();
         remove(&self.root);
         EngineRecord {
             dir: ENGINE_DIR.into(),
-            kept: false,
+            kept: self.entry.is_some(),
+            warm: self.cold_reason.is_none(),
+            cache_entry: self.entry.as_deref().map(path_text),
+            device: Some(self.device.clone()),
+            cold_reason: self.cold_reason.take(),
+            before: self.entry.is_some().then_some(self.before),
             offline: OFFLINE
                 .iter()
                 .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
@@ -285,7 +422,7 @@ mod tests {
     #[test]
     fn every_confined_variable_is_set_and_refused_in_a_recipe() {
         let dir = tempfile::tempdir().unwrap();
-        let dirs = EngineDirs::create(dir.path(), None).unwrap();
+        let dirs = EngineDirs::create(dir.path(), None, None, "cpu-x").unwrap();
         let run = dirs.run_env("probe").unwrap();
         let mut set: Vec<&str> = run.env.keys().map(String::as_str).collect();
         set.sort_unstable();
@@ -304,7 +441,7 @@ mod tests {
     fn what_a_run_leaves_is_counted_and_removed() {
         let dir = tempfile::tempdir().unwrap();
         let store_tmp = dir.path().join("store-tmp");
-        let mut dirs = EngineDirs::create(dir.path(), Some(&store_tmp)).unwrap();
+        let mut dirs = EngineDirs::create(dir.path(), Some(&store_tmp), None, "cpu-x").unwrap();
         let run = dirs.run_env("case-a").unwrap();
         assert!(run.tmp.starts_with(&store_tmp), "{}", run.tmp.display());
         let tmp = run.tmp.clone();
@@ -325,5 +462,54 @@ mod tests {
             .unwrap();
         assert_eq!((vllm.usage.files, vllm.usage.bytes), (1, 5));
         assert_eq!(vllm.path, "engine/vllm");
+        assert!(!rec.kept && !rec.warm && rec.cache_entry.is_none());
+    }
+
+    #[test]
+    fn warm_caches_are_kept_per_oracle_emptied_by_cold_and_scratch_when_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(&dir.path().join("store")).unwrap();
+        store.init().unwrap();
+        let req = |key: &str, cold: bool| CacheRequest {
+            store: store.clone(),
+            venv_key: key.into(),
+            cold,
+        };
+        let run_dir = dir.path().join("run");
+        let gate = |r: &CacheRequest| {
+            let dirs = EngineDirs::create(&run_dir, None, Some(r), "cpu-x").unwrap();
+            let run = dirs.run_env("case-a").unwrap();
+            let vllm = PathBuf::from(&run.env["VLLM_CACHE_ROOT"]);
+            let home = PathBuf::from(&run.env["HOME"]);
+            assert!(home.starts_with(&run_dir), "HOME is per run");
+            let found = vllm.join("marker").exists();
+            fs::write(vllm.join("marker"), "x").unwrap();
+            (found, dirs.finish(None, None))
+        };
+        let (found, first) = gate(&req("k1", false));
+        assert!(!found && first.kept && !first.warm, "{first:?}");
+        let entry = store.engine_cache("k1", "cpu-x").path;
+        assert_eq!(
+            first.cache_entry.as_deref(),
+            Some(path_text(&entry).as_str())
+        );
+        let (found, second) = gate(&req("k1", false));
+        assert!(found && second.warm, "{second:?}");
+        assert_eq!(second.before.unwrap().files, 1);
+        let (found, other) = gate(&req("k2", false));
+        assert!(!found && !other.warm, "another oracle never sees it");
+        let (found, cold) = gate(&req("k1", true));
+        assert!(!found && !cold.warm && cold.cold_reason.unwrap().contains("--cold"));
+        // Held by another gate: scratch, deleted after the run.
+        let held = store
+            .engine_cache("k1", "cpu-x")
+            .try_lock(&store)
+            .unwrap()
+            .unwrap();
+        let (found, busy) = gate(&req("k1", false));
+        assert!(!found && !busy.kept && busy.cold_reason.unwrap().contains("in use"));
+        drop(held);
+        assert!(entry.join("vllm/marker").is_file());
+        assert!(!run_dir.join(ENGINE_DIR).exists());
     }
 }

@@ -26,7 +26,7 @@ use anyhow::Result;
 use fs_err as fs;
 use serde_json::{Value, json};
 
-pub use confine::{KVCACHE_DEFAULT_GIB, KVCACHE_VAR};
+pub use confine::{CacheRequest, KVCACHE_DEFAULT_GIB, KVCACHE_VAR};
 use driver::{DRIVER_PY, DriverCase, DriverRun, run_driver};
 use golden::compare_golden;
 pub use golden::{ConfigDiff, GoldenDiff, GoldenState};
@@ -62,6 +62,9 @@ pub struct Options {
     /// Where the sha256 of each model file is kept between gates
     /// ([`model::take`]; `None`: every file hashed every time).
     pub model_hashes: Option<PathBuf>,
+    /// The oracle's engine cache the warm caches are kept in (`None`:
+    /// scratch caches, deleted after the run; see `confine`).
+    pub engine_cache: Option<CacheRequest>,
 }
 
 /// How `--record-golden` records.
@@ -86,7 +89,20 @@ impl Options {
             record: None,
             tmp_root: (!store.read_only()).then(|| store.tmp_dir()),
             model_hashes: (!store.read_only()).then(|| store.model_hashes_dir()),
+            engine_cache: None,
         }
+    }
+
+    /// These options with the warm caches kept in `store`'s engine cache
+    /// of the oracle with venv key `venv_key` (emptied first when `cold`);
+    /// none in a read-only store.
+    pub fn with_engine_cache(mut self, store: &Store, venv_key: &str, cold: bool) -> Options {
+        self.engine_cache = (!store.read_only()).then(|| CacheRequest {
+            store: store.clone(),
+            venv_key: venv_key.to_string(),
+            cold,
+        });
+        self
     }
 }
 
@@ -209,7 +225,12 @@ pub fn run_held(
     let python = venv.join("bin/python");
     let timeout = Duration::from_secs(recipe.smoke.timeout_s);
     let device = recipe.build.target_device.clone();
-    let mut engine = confine::EngineDirs::create(out_dir, opts.tmp_root.as_deref())?;
+    let mut engine = confine::EngineDirs::create(
+        out_dir,
+        opts.tmp_root.as_deref(),
+        opts.engine_cache.as_ref(),
+        &confine::device_name(lr, &gpus),
+    )?;
     let kv_cache_space = confine::kv_cache_space(lr);
     let mut probe_env = recipe.smoke.env.clone();
     if let Some(kv) = &kv_cache_space {

@@ -330,9 +330,31 @@ pub struct EngineRecord {
     /// directory of its logs: `oracle-build/smoke/` in the entry after a
     /// build, `<store>/logs/smoke-<key>/` after `smoke`).
     pub dir: String,
-    /// Whether the caches were kept (false: measured, then deleted with the
-    /// run's scratch; they never enter an entry's manifest).
+    /// Whether the warm caches were kept in the oracle's engine cache
+    /// (false: measured, then deleted with the run's scratch). No cache
+    /// ever enters an entry's manifest.
     pub kept: bool,
+    /// Whether the run was warm: it used the oracle's kept engine cache as
+    /// an earlier gate run left it (false: `cold_reason` says why).
+    #[serde(default)]
+    pub warm: bool,
+    /// Why the run was cold: `--cold`, the first gate run of the oracle on
+    /// this device, the engine cache in use by another gate, no engine
+    /// cache for the run; absent when warm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_reason: Option<String>,
+    /// The engine cache entry (`<store>/engine-cache/<venv key>-<device>`)
+    /// the warm caches were kept in; absent for scratch caches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_entry: Option<String>,
+    /// The device name of the engine cache (`cpu-<arch>`,
+    /// `sm<cc>-<gpu name>`); absent in records made before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// What the kept engine cache held when the run started (after
+    /// `--cold` emptied it); absent for scratch caches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<Usage>,
     /// The fixed variables that keep the engine offline.
     pub offline: BTreeMap<String, String>,
     /// `VLLM_CPU_KVCACHE_SPACE` (GiB) the engine got, and where it came
@@ -345,8 +367,9 @@ pub struct EngineRecord {
     /// made before it was set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
-    /// Each cache variable: its directory (relative to the run directory)
-    /// and what was in it once every engine run was done.
+    /// Each cache variable: its directory (relative to the run directory,
+    /// or absolute inside the engine cache when kept) and what was in it
+    /// once every engine run was done.
     pub caches: Vec<CacheUse>,
     /// Each engine process: what it left in its `TMPDIR` (counted, then removed).
     pub tmpdir: Vec<TmpLeft>,
@@ -366,8 +389,12 @@ pub struct KvCacheSpace {
 pub struct CacheUse {
     /// The variable (`VLLM_CACHE_ROOT`, ...).
     pub var: String,
-    /// Its directory, relative to the run directory.
+    /// Its directory: relative to the run directory, or (kept) the
+    /// absolute path inside the oracle's engine cache.
     pub path: String,
+    /// Whether it is kept in the oracle's engine cache between gate runs.
+    #[serde(default)]
+    pub kept: bool,
     /// What was written there.
     #[serde(flatten)]
     pub usage: Usage,
