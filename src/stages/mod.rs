@@ -11,6 +11,7 @@ pub mod requires;
 pub mod rust;
 pub mod smoke;
 pub mod source;
+pub mod tree_requires;
 pub mod venv;
 pub mod wheel;
 pub mod wheelhouse;
