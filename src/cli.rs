@@ -208,6 +208,10 @@ pub enum Command {
         /// No network: both pins' sources and wheels from the store.
         #[arg(long)]
         offline: bool,
+        /// Build nothing: write only the tree-level sections (commits, recipe
+        /// delta, TO's pin table, requirement delta) and the candidate recipe.
+        #[arg(long, conflicts_with = "accept")]
+        plan: bool,
     },
     /// Point an alias back at its rollback oracle (atomically).
     Rollback {

@@ -107,6 +107,7 @@ fn dispatch(cli: Cli, command_name: Option<&str>) -> anyhow::Result<()> {
             alias,
             pins,
             offline,
+            plan,
         }) => {
             let opts = ops::advance::AdvanceOptions {
                 from,
@@ -116,6 +117,7 @@ fn dispatch(cli: Cli, command_name: Option<&str>) -> anyhow::Result<()> {
                 alias,
                 pins,
                 offline,
+                plan,
             };
             return ops::advance::run(&s, &opts);
         }

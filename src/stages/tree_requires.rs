@@ -256,7 +256,12 @@ fn pyproject_lists(text: &str) -> Result<PyprojectLists, String> {
         dependencies: Vec<toml::Spanned<String>>,
     }
     let doc: Doc = toml::from_str(text).map_err(|e| e.message().to_string())?;
-    let line_of = |s: &toml::Spanned<String>| text[..s.span().start.min(text.len())].lines().count().max(1);
+    let line_of = |s: &toml::Spanned<String>| {
+        text[..s.span().start.min(text.len())]
+            .lines()
+            .count()
+            .max(1)
+    };
     let lines = |v: &[toml::Spanned<String>]| {
         v.iter()
             .map(|s| (line_of(s), s.get_ref().clone()))
@@ -306,9 +311,9 @@ fn read_file(
             if let Some(inc) = include_of(t) {
                 match normalize_path(&dir.join(inc)) {
                     Some(p) => includes.push(p),
-                    None => out.problems.push(format!(
-                        "{file}:{i}: `{t}` leaves the tree: not followed"
-                    )),
+                    None => out
+                        .problems
+                        .push(format!("{file}:{i}: `{t}` leaves the tree: not followed")),
                 }
                 continue;
             }

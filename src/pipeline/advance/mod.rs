@@ -135,6 +135,11 @@ pub struct AdvanceReport {
     pub commits: Commits,
     /// Recipe fields that differ.
     pub recipe_delta: Vec<Delta>,
+    /// TO's pins, per package: carried from FROM, not carried (TO's tree
+    /// pins it), or the reviewer's ([`requirements::decide`]).
+    pub pins: Vec<requirements::PinRow>,
+    /// The trees' own requirement changes (`None`: a tree could not be read).
+    pub requirements: Option<requirements::RequirementDelta>,
     /// Installed distributions that differ (the resolved lock of each oracle).
     pub package_delta: PackageDelta,
     /// The extension sources that changed from FROM to TO and the compile
@@ -153,7 +158,9 @@ pub struct AdvanceReport {
 }
 
 pub mod compare;
+pub mod plan;
 pub mod report;
+pub mod requirements;
 
 /// The compile cost of TO since FROM (see
 /// [`crate::pipeline::compile_cost::for_advance`]).
