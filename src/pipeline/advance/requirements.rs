@@ -169,10 +169,12 @@ pub fn decide(
             (
                 Some(v.clone()),
                 Decision::Carried,
-                if to.of(n).is_empty() {
-                    "TO's tree does not name it".to_string()
-                } else {
-                    "TO's tree leaves it open".to_string()
+                match (to.of(n).is_empty(), excluded_by(to, n, v)) {
+                    (true, _) => "TO's tree does not name it".to_string(),
+                    (false, None) => "TO's tree leaves it open".to_string(),
+                    (false, Some(ranges)) => format!(
+                        "TO's tree asks a range, but **{v} is outside** {ranges}: the override installs a version TO's tree excludes"
+                    ),
                 },
             )
         } else {
@@ -199,6 +201,24 @@ pub fn decide(
         );
     }
     (rows.into_values().collect(), pins)
+}
+
+/// The requirements of `name` in `to` whose version range excludes
+/// `version` (PEP 440), as `` `req` (file:line) `` joined; `None` when every
+/// range admits it (or `version` is no PEP 440 version).
+fn excluded_by(to: &TreeRequirements, name: &str, version: &str) -> Option<String> {
+    use std::str::FromStr;
+    let v = pep440_rs::Version::from_str(version).ok()?;
+    let out: Vec<String> = to
+        .of(name)
+        .into_iter()
+        .filter(|r| {
+            pep440_rs::VersionSpecifiers::from_str(&r.specifier)
+                .is_ok_and(|s| !r.specifier.is_empty() && !s.contains(&v))
+        })
+        .map(|r| format!("`{}` ({})", r.requirement, r.at()))
+        .collect();
+    (!out.is_empty()).then(|| out.join(", "))
 }
 
 fn exact_locations(exact: &[&TreeRequirement]) -> String {
@@ -415,13 +435,29 @@ mod tests {
 
     #[test]
     fn a_contradicted_pin_is_not_carried_an_open_one_is_and_the_reviewer_decides() {
-        let to = t("packaging==24.2\nidna\n", "setuptools>=70\n");
+        let to = t("packaging==24.2\nidna\nsix>=1.17\n", "setuptools>=70\n");
         let from = BTreeMap::from([
             ("packaging".to_string(), "24.1".to_string()),
             ("idna".to_string(), "3.7".to_string()),
+            ("six".to_string(), "1.16.0".to_string()),
         ]);
         let (rows, pins) = decide(&from, &[], &to, None);
-        assert_eq!(pins, BTreeMap::from([("idna".into(), "3.7".into())]));
+        assert_eq!(
+            pins,
+            BTreeMap::from([
+                ("idna".into(), "3.7".into()),
+                ("six".into(), "1.16.0".into())
+            ])
+        );
+        // A carried pin outside the tree's range is carried, and said.
+        let six = rows.iter().find(|r| r.package == "six").unwrap();
+        assert_eq!(six.decision, Decision::Carried);
+        assert!(
+            six.why
+                .contains("1.16.0 is outside** `six>=1.17` (requirements/common.txt:3)"),
+            "{}",
+            six.why
+        );
         let p = rows.iter().find(|r| r.package == "packaging").unwrap();
         assert_eq!(p.decision, Decision::NotCarried);
         assert!(p.why.contains("requirements/common.txt:1"), "{}", p.why);
