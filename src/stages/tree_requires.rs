@@ -446,20 +446,7 @@ fn describe(
     let (specifier, exact) = match &r.version_or_url {
         None => (String::new(), None),
         Some(VersionOrUrl::Url(u)) => (format!("@ {u}"), None),
-        Some(VersionOrUrl::VersionSpecifier(s)) => {
-            let exact = match s.iter().collect::<Vec<_>>().as_slice() {
-                [one]
-                    if matches!(
-                        one.operator(),
-                        pep440_rs::Operator::Equal | pep440_rs::Operator::ExactEqual
-                    ) =>
-                {
-                    Some(one.version().to_string())
-                }
-                _ => None,
-            };
-            (s.to_string(), exact)
-        }
+        Some(VersionOrUrl::VersionSpecifier(s)) => (s.to_string(), exact_version(r)),
     };
     TreeRequirement {
         set,
@@ -470,6 +457,25 @@ fn describe(
         exact,
         file: file.to_string(),
         line,
+    }
+}
+
+/// The version `r` pins exactly (one `==V` or `===V` specifier, no
+/// wildcard); `None` for anything else.
+pub fn exact_version<T: pep508_rs::Pep508Url>(r: &Requirement<T>) -> Option<String> {
+    let Some(VersionOrUrl::VersionSpecifier(s)) = &r.version_or_url else {
+        return None;
+    };
+    match s.iter().collect::<Vec<_>>().as_slice() {
+        [one]
+            if matches!(
+                one.operator(),
+                pep440_rs::Operator::Equal | pep440_rs::Operator::ExactEqual
+            ) =>
+        {
+            Some(one.version().to_string())
+        }
+        _ => None,
     }
 }
 

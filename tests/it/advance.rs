@@ -602,6 +602,12 @@ fn advance_plan_builds_nothing_and_a_reviewer_pin_against_the_tree_is_kept_and_w
         "{}",
         text(&built)
     );
+    // Once built, the wheel's own Requires-Dist says the same.
+    assert!(
+        err.contains("warning: pin `packaging: 24.1` contradicts the built wheel's Requires-Dist `packaging==24.2`"),
+        "{}",
+        text(&built)
+    );
     // The build stays possible and holds the reviewer's version.
     let b = json(&built);
     let venv = PathBuf::from(b["oracle"].as_str().unwrap());
