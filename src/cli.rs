@@ -226,6 +226,10 @@ pub enum Command {
         /// accepted (into the report and the golden's record).
         #[arg(long = "reason", value_name = "TEXT")]
         reasons: Vec<String>,
+        /// Build nothing: write only the tree-level sections (commits, recipe
+        /// delta, TO's pin table, requirement delta) and the candidate recipe.
+        #[arg(long, conflicts_with = "accept")]
+        plan: bool,
     },
     /// Point an alias back at its rollback oracle (atomically).
     Rollback {

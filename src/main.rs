@@ -109,6 +109,7 @@ fn dispatch(cli: Cli, command_name: Option<&str>) -> anyhow::Result<()> {
             offline,
             accept_drift,
             reasons,
+            plan,
         }) => {
             let opts = ops::advance::AdvanceOptions {
                 from,
@@ -120,6 +121,7 @@ fn dispatch(cli: Cli, command_name: Option<&str>) -> anyhow::Result<()> {
                 offline,
                 accept_drift,
                 reasons,
+                plan,
             };
             return ops::advance::run(&s, &opts);
         }

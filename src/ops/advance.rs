@@ -15,6 +15,7 @@ use serde_json::Value;
 use crate::exit::{bad_input, not_gateable};
 use crate::ops::build::{BuildOptions, BuildReport, execute};
 use crate::ops::{Session, print_json};
+use crate::pipeline::advance::requirements::{self, Decision, PinRow};
 use crate::pipeline::advance::{self, AdvanceReport, Commits, Side};
 use crate::progress;
 use crate::recipe::pin;
@@ -22,6 +23,7 @@ use crate::recipe::{self, LoadedRecipe};
 use crate::stages::oracle::OracleRecord;
 use crate::stages::smoke::{self, SmokeReport, Verdict};
 use crate::stages::source;
+use crate::stages::tree_requires::{self, TreeRequirements};
 use crate::stages::wheel::BuildRecord;
 use crate::store::alias;
 use crate::store::{Bucket, Store, write_atomic};
@@ -48,6 +50,9 @@ pub struct AdvanceOptions {
     pub accept_drift: Vec<String>,
     /// `--reason TEXT`, one per `--accept-drift`, in the same order.
     pub reasons: Vec<String>,
+    /// `--plan`: write only the tree-level sections (commits, recipe
+    /// delta, pin table, requirement delta); build nothing.
+    pub plan: bool,
 }
 
 /// The reviewer's `--accept-drift CASE --reason TEXT` pairs, checked before
@@ -86,6 +91,21 @@ fn accepted_drift(opts: &AdvanceOptions) -> Result<Vec<advance::goldens::Accepte
         .collect()
 }
 
+/// The `--pin NAME=VERSION` arguments as (name, version).
+///
+/// Errors (exit 2): one is not `NAME=VERSION`.
+fn reviewer_pins(pins: &[String]) -> Result<Vec<(String, String)>> {
+    pins.iter()
+        .map(|p| {
+            p.split_once('=')
+                .map(|(n, v)| (n.trim(), v.trim().trim_start_matches('=')))
+                .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .ok_or_else(|| bad_input(format!("--pin {p:?}: expected NAME=VERSION")))
+        })
+        .collect()
+}
+
 /// Every golden file of `lr`'s cases: where each is found and the files
 /// recording would write (`<case>.json` in each of `dirs`).
 fn golden_files(lr: &LoadedRecipe, dirs: &[PathBuf]) -> Vec<PathBuf> {
@@ -100,6 +120,24 @@ fn golden_files(lr: &LoadedRecipe, dirs: &[PathBuf]) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The requirements of `lr`'s tree at its commit, for its target device,
+/// read from the store's mirror of its repository (fetched first when the
+/// mirror lacks the commit).
+///
+/// Errors: the commit cannot be fetched or read.
+fn tree_of(store: &Store, lr: &LoadedRecipe, offline: bool) -> Result<TreeRequirements> {
+    let r = &lr.recipe;
+    let device = &r.build.target_device;
+    let mirror = source::mirror_entry(store, &r.source.repo);
+    match tree_requires::read_at(&mirror.path, &r.source.commit, device) {
+        Ok(t) => Ok(t),
+        Err(_) => {
+            let m = source::ensure_mirror(store, &r.source.repo, &r.source.commit, offline)?;
+            tree_requires::read_at(&m.path, &r.source.commit, device)
+        }
+    }
+}
+
 /// Resolves TO: a hex commit found in FROM's mirror gives a candidate recipe
 /// (written next to FROM's recipe file, or in `./recipes/` for a built-in
 /// FROM); anything else is a PIN. A full commit id the branches and tags do
@@ -112,7 +150,7 @@ fn resolve_to(
     store: &Store,
     from: &LoadedRecipe,
     opts: &AdvanceOptions,
-) -> Result<(LoadedRecipe, Option<PathBuf>)> {
+) -> Result<(LoadedRecipe, Option<PathBuf>, Option<Vec<PinRow>>)> {
     let to = opts.to.as_str();
     let is_hex = (7..=40).contains(&to.len()) && to.chars().all(|c| c.is_ascii_hexdigit());
     if is_hex {
@@ -126,15 +164,26 @@ fn resolve_to(
             if opts.pins.is_empty()
                 && let Ok(lr) = pin::resolve(to)
             {
-                return Ok((lr, None));
+                return Ok((lr, None, None));
             }
             let full = to.to_ascii_lowercase();
             source::ensure_mirror_fetched(store, repo, &full, false)?;
             found = source::resolve_commit(&mirror.path, &full);
         }
         if let Ok(commit) = found {
-            let (lr, path) = candidate_recipe(from, &commit, &opts.pins)?;
-            return Ok((lr, Some(path)));
+            // TO's stack from TO's tree: each of FROM's pins decided against it.
+            let tree =
+                tree_requires::read_at(&mirror.path, &commit, &from.recipe.build.target_device)?;
+            let reviewer = reviewer_pins(&opts.pins)?;
+            let (rows, pins) = requirements::decide(&from.recipe.pins, &reviewer, &tree, None);
+            for r in rows.iter().filter(|r| r.decision == Decision::NotCarried) {
+                progress::stage(
+                    "advance",
+                    format!("pin {}: not carried: {}", r.package, r.why),
+                );
+            }
+            let (lr, path) = candidate_recipe(from, &commit, pins, &rows)?;
+            return Ok((lr, Some(path), Some(rows)));
         }
     }
     if !opts.pins.is_empty() {
@@ -142,19 +191,21 @@ fn resolve_to(
             "--pin applies only when TO is a commit (it derives a candidate recipe)",
         ));
     }
-    Ok((pin::resolve(to)?, None))
+    Ok((pin::resolve(to)?, None, None))
 }
 
 /// Writes `<name>.yaml` next to FROM's recipe file (any directory; for a
-/// built-in FROM, into `./recipes/`): FROM's recipe at `commit`, pins overridden by
-/// `pins` (`NAME=VERSION`), without FROM's `expect` block and golden paths
-/// (they describe FROM's oracle). Returns it loaded and its path.
+/// built-in FROM, into `./recipes/`): FROM's recipe at `commit` with the
+/// decided `pins` ([`requirements::decide`]; `rows` say why, in the
+/// file's header), without FROM's `expect` block and golden paths (they
+/// describe FROM's oracle). Returns it loaded and its path.
 ///
-/// Errors (exit 2): a malformed `--pin`; a different recipe already at that path.
+/// Errors (exit 2): a different recipe already at that path.
 fn candidate_recipe(
     from: &LoadedRecipe,
     commit: &str,
-    pins: &[String],
+    pins: std::collections::BTreeMap<String, String>,
+    rows: &[PinRow],
 ) -> Result<(LoadedRecipe, PathBuf)> {
     let mut r = from.recipe.clone();
     let base = match r.name.rsplit_once('-') {
@@ -169,14 +220,7 @@ fn candidate_recipe(
     for case in &mut r.smoke.cases {
         case.golden = None;
     }
-    for p in pins {
-        let (name, version) = p
-            .split_once('=')
-            .map(|(n, v)| (n.trim(), v.trim().trim_start_matches('=')))
-            .filter(|(n, v)| !n.is_empty() && !v.is_empty())
-            .ok_or_else(|| bad_input(format!("--pin {p:?}: expected NAME=VERSION")))?;
-        r.pins.insert(name.to_string(), version.to_string());
-    }
+    r.pins = pins;
     let dir = match &from.dir {
         Some(d) if d.as_os_str().is_empty() => PathBuf::from("."),
         Some(d) => d.clone(),
@@ -184,15 +228,26 @@ fn candidate_recipe(
     };
     fs_err::create_dir_all(&dir)?;
     let path = dir.join(format!("{}.yaml", r.name));
+    let why: String = rows
+        .iter()
+        .map(|p| {
+            format!(
+                "#   {}: {} ({})\n",
+                p.package,
+                p.decision.as_str(),
+                p.why.replace('\n', " ")
+            )
+        })
+        .collect();
     let text = format!(
-        "# Candidate recipe written by `oracle-build advance {} {}`:\n# {} with the commit advanced{}.\n{}",
+        "# Candidate recipe written by `oracle-build advance {} {}`:\n# {} with the commit advanced; its pins, per package:\n{}{}",
         from.recipe.name,
         commit,
         from.recipe.name,
-        if pins.is_empty() {
-            String::new()
+        if why.is_empty() {
+            "#   (none)\n".to_string()
         } else {
-            format!(" and pins {}", pins.join(", "))
+            why
         },
         serde_saphyr::to_string(&r).context("writing the candidate recipe")?
     );
@@ -326,10 +381,16 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
         )));
     }
     let accepted_drift = accepted_drift(opts)?;
+    if opts.plan && opts.accept {
+        return Err(bad_input(
+            "--plan builds nothing, so there is nothing to --accept: leave one out",
+        ));
+    }
+    reviewer_pins(&opts.pins)?;
     let from = s.recipe(&opts.from)?;
     let store = s.store()?;
     store.init()?;
-    let (to, candidate) = resolve_to(&store, &from, opts)?;
+    let (to, candidate, rows) = resolve_to(&store, &from, opts)?;
     if to.recipe.name == from.recipe.name {
         return Err(bad_input(format!(
             "FROM and TO are the same recipe ({})",
@@ -371,6 +432,47 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
                     .join(", ")
             )));
         }
+    }
+    // The trees' own requirements: the pin table (a PIN TO: its own pins
+    // against its tree) and the requirement delta, before anything is built.
+    let (from_tree, to_tree) = (
+        tree_of(&store, &from, opts.offline),
+        tree_of(&store, &to, opts.offline),
+    );
+    let pin_rows = match (rows, &to_tree) {
+        (Some(rows), _) => rows,
+        (None, Ok(t)) => requirements::decide(&from.recipe.pins, &[], t, Some(&to.recipe.pins)).0,
+        (None, Err(_)) => Vec::new(),
+    };
+    let (requirement_delta, not_read) = match (&from_tree, &to_tree) {
+        (Ok(f), Ok(t)) => (Some(requirements::delta(f, t)), None),
+        (Err(e), _) => (None, Some(format!("FROM's tree: {e:#}"))),
+        (_, Err(e)) => (None, Some(format!("TO's tree: {e:#}"))),
+    };
+    if opts.plan {
+        let plan = advance::plan::AdvancePlan {
+            plan_only: true,
+            from_recipe: from.recipe.name.clone(),
+            from_origin: from.origin.clone(),
+            from_commit: from.recipe.source.commit.clone(),
+            to_recipe: to.recipe.name.clone(),
+            to_origin: to.origin.clone(),
+            to_commit: to.recipe.source.commit.clone(),
+            candidate_recipe: candidate,
+            commits: commits(&store, &from, &to, opts.offline)?,
+            recipe_delta: advance::compare::recipe_delta(&from.recipe, &to.recipe),
+            pins: pin_rows,
+            requirements: requirement_delta,
+            requirements_not_read: not_read,
+        };
+        let text = advance::plan::markdown(&plan);
+        let file = opts.report.clone().unwrap_or_else(|| {
+            store.reports_dir().join(format!(
+                "advance-plan-{}-{}.md",
+                from.recipe.name, to.recipe.name
+            ))
+        });
+        return write_report(s, &file, &text, serde_json::to_value(&plan)?);
     }
 
     // FROM: its oracle as built (never rebuilt or re-gated); built only if absent.
@@ -425,6 +527,8 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
             &advance::compare::installed(&to_oracle),
         ),
         compile_cost,
+        pins: pin_rows,
+        requirements: requirement_delta,
         identity: advance::compare::identity_delta(&from_side.identity, &to_side.identity),
         kernel_families: advance::compare::family_delta(
             from_side.kernel_families.as_deref(),
@@ -501,6 +605,7 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
                     record: Some(record),
                     tmp_root: None,
                     model_hashes: None,
+                    engine_cache: None,
                 },
             )?;
             report.goldens = Some(advance::goldens::Campaign {
@@ -528,22 +633,29 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
             from.recipe.name, to.recipe.name
         ))
     });
-    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
-        fs_err::create_dir_all(dir)?;
-    }
-    write_atomic(&file, text.as_bytes())?;
-    if s.json {
-        let mut v = serde_json::to_value(&report)?;
-        v["report_file"] = Value::from(file.display().to_string());
-        print_json(&v)?;
-    } else {
-        print!("{text}");
-        println!("\n(report written to {})", file.display());
-    }
+    write_report(s, &file, &text, serde_json::to_value(&report)?)?;
     match refused {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// Writes the Markdown `text` to `file` (atomically, its directory
+/// created) and prints it, or with `--json` prints `json` with
+/// `report_file` added.
+fn write_report(s: &Session, file: &Path, text: &str, mut json: Value) -> Result<()> {
+    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs_err::create_dir_all(dir)?;
+    }
+    write_atomic(file, text.as_bytes())?;
+    if s.json {
+        json["report_file"] = Value::from(file.display().to_string());
+        print_json(&json)?;
+    } else {
+        print!("{text}");
+        println!("\n(report written to {})", file.display());
+    }
+    Ok(())
 }
 
 /// `rollback <PATH>`: points the alias back at its `-rollback` oracle, and

@@ -243,6 +243,9 @@ fn render(p: &Plan) -> String {
     for n in &p.not_checked {
         line(format!("not checked: {n}"));
     }
+    for w in &p.pin_warnings {
+        line(format!("warning  {w}"));
+    }
     let free = p.free_bytes.map_or("unknown".into(), |f| {
         format!("{:.1} GiB", f as f64 / GIB as f64)
     });

@@ -62,6 +62,7 @@ pub mod cache_admin;
 pub mod compile_cost;
 pub mod doctor;
 pub mod inputs;
+pub mod pin_check;
 pub mod plan_extras;
 pub mod preflight;
 pub mod provenance;
@@ -258,6 +259,9 @@ pub struct Plan {
     /// Checks of the source that cannot be made from what the store holds
     /// (the fork-only check on a mirror from a bundle or a cache).
     pub not_checked: Vec<String>,
+    /// Each recipe pin that contradicts an exact pin of its tree, naming
+    /// both ([`pin_check::warnings`]; empty until the mirror holds the commit).
+    pub pin_warnings: Vec<String>,
     /// Once a build of the wheel key has configured (its entry is in the
     /// store): every kernel family the tree's configure reported
     /// (`build.json` `kernel_families`); `None` before.
@@ -661,6 +665,7 @@ pub fn plan(
             Vec::new()
         },
         kernel_families,
+        pin_warnings: pin_check::warnings(store, lr),
     }
 }
 
@@ -880,6 +885,10 @@ pub fn run(o: RunOptions<'_>) -> Result<Built> {
         r.source.moved_tags,
     )?;
     let (src, src_built) = source::ensure_checkout(store, &mirror, &r.source.commit)?;
+    // A pin against an exact pin of the tree: said, never refused.
+    for w in pin_check::warnings(store, lr) {
+        progress::stage("source", format!("warning: {w}"));
+    }
     // Whether a fork-only commit is reached by no branch or tag: asked only
     // when something is built (the answer goes into the oracle's record,
     // which a no-op prints), since libgit2's start-up alone costs a no-op

@@ -12,6 +12,7 @@ pub mod rust;
 pub mod smoke;
 pub mod source;
 pub mod toolchain_req;
+pub mod tree_requires;
 pub mod venv;
 pub mod wheel;
 pub mod wheelhouse;

@@ -25,6 +25,7 @@ use crate::stages::Ctx;
 use crate::stages::lock::pylock::LockedPackage;
 use crate::stages::lock::runtime_requirements;
 use crate::stages::requires::{self, LockedVersion};
+use crate::stages::tree_requires;
 use crate::stages::wheel::BuildRecord;
 use crate::stages::wheelhouse;
 use crate::stages::wheelhouse::LockedInstall;
@@ -615,6 +616,9 @@ pub fn install(
 /// (core metadata `Requires-Dist`, PEP 508 markers, PEP 440 versions: see
 /// [`requires::check`]).
 ///
+/// A pin of `pins` that contradicts an exact pin of the wheel's own
+/// `Requires-Dist` is said as a warning (docs/advance.md), not refused.
+///
 /// Errors (exit 2): a requirement is missing from the lock or contradicted by
 /// it; the message names each one, the lock file and `oracle-build lock <recipe>`.
 /// The wheel's metadata cannot be read (exit 1).
@@ -650,6 +654,27 @@ pub fn check_requires(
         .iter()
         .filter_map(|x| std::str::FromStr::from_str(x).ok())
         .collect();
+    // A pin against an exact pin of the built wheel's own metadata: said,
+    // never refused (a team may override on purpose).
+    let applying = requires::active(&reqs, &env, &extras);
+    for (n, v) in pins {
+        let want = tree_requires::normalize(n);
+        let exact: Vec<(String, String)> = applying
+            .iter()
+            .filter(|r| r.name.to_string() == want)
+            .filter_map(|r| tree_requires::exact_version(r).map(|e| (format!("`{r}`"), e)))
+            .collect();
+        if !exact.is_empty() && !exact.iter().any(|(_, e)| tree_requires::same_version(e, v)) {
+            let said: Vec<&str> = exact.iter().map(|(r, _)| r.as_str()).collect();
+            crate::progress::stage(
+                "venv",
+                format!(
+                    "warning: pin `{n}: {v}` contradicts the built wheel's Requires-Dist {} ({name}): the pin overrides it",
+                    said.join(", ")
+                ),
+            );
+        }
+    }
     let unmet = requires::check(&reqs, &env, &extras, &versions, pins, &metadata_of);
     if unmet.is_empty() {
         return Ok(());

@@ -736,3 +736,229 @@ fn a_golden_campaign_records_to_s_goldens_only_with_a_reason_and_rollback_restor
         assert_eq!(c["golden_path"], from_golden.to_str().unwrap());
     }
 }
+
+/// One case, two runs: the stack tests compare requirements, not outputs.
+const ONE_CASE: &str = "smoke:\n  runs: 2\n  cases:\n    - name: a\n      model: ${FX_MODELS}/model\n      prompt: \"The capital of France is Paris, and the\"\n      max_tokens: 8\n      engine_args: {max_model_len: 256, max_num_seqs: 1}\n";
+
+/// FROM: `recipes/fx.yaml` at v0.1.0 pinning `packaging: 24.1` (a tree
+/// that leaves packaging open). TO, tagged v0.2.0: its requirement files
+/// re-pin packaging (`packaging==24.2`, requirements/common.txt:3), add
+/// `six==1.17.0` (requirements/common.txt:5) and raise a build requirement
+/// (`setuptools>=70`, requirements/build/cpu.txt:3). Returns (c2, from).
+fn stack_setup(fx: &Fx) -> (String, PathBuf) {
+    let dir = fx.dir();
+    let (repo, _) = fixture_repo(dir);
+    let c1 = git(&repo, &["rev-parse", "v0.1.0"]);
+    git(&repo, &["checkout", "-q", "-b", "release", "v0.1.0"]);
+    let edit = |rel: &str, old: &str, new: &str| {
+        let p = repo.join(rel);
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            text.contains(old),
+            "fixture {rel} changed; update this test"
+        );
+        std::fs::write(&p, text.replacen(old, new, 1)).unwrap();
+    };
+    edit(
+        "requirements/common.txt",
+        "packaging\nidna\n",
+        "packaging==24.2\nidna\nsix==1.17.0\n",
+    );
+    edit(
+        "requirements/build/cpu.txt",
+        "setuptools>=69\n",
+        "setuptools>=70\n",
+    );
+    git(
+        &repo,
+        &[
+            "commit",
+            "-qam",
+            "re-pin packaging, add six, raise setuptools",
+        ],
+    );
+    git(&repo, &["tag", "v0.2.0"]);
+    let c2 = git(&repo, &["rev-parse", "HEAD"]);
+    std::fs::create_dir(dir.join("recipes")).unwrap();
+    let extra = format!("pins:\n  packaging: \"24.1\"\n{ONE_CASE}");
+    let from = write_recipe(&dir.join("recipes"), "fx", &repo, &c1, &extra);
+    (c2, from)
+}
+
+fn pin_row<'a>(r: &'a Value, package: &str) -> &'a Value {
+    r["pins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["package"] == package)
+        .unwrap_or_else(|| panic!("no pin row for {package}: {}", r["pins"]))
+}
+
+fn change<'a>(r: &'a Value, set: &str, package: &str) -> &'a Value {
+    r["requirements"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["set"] == set && c["package"] == package)
+        .unwrap_or_else(|| panic!("no {set} change of {package}: {}", r["requirements"]))
+}
+
+#[test]
+fn a_pin_tos_tree_contradicts_is_not_carried_and_the_report_names_the_requirement_delta() {
+    let fx = Fx::new();
+    let d = fx.dir();
+    let (c2, from) = stack_setup(&fx);
+    let f = from.to_str().unwrap();
+    let report_file = d.join("review.md");
+    let r = fx.json(&[
+        "advance",
+        f,
+        &c2[..12],
+        "--report",
+        report_file.to_str().unwrap(),
+        "--json",
+    ]);
+
+    // The candidate does not carry FROM's packaging pin: TO's tree decides.
+    let candidate = d.join("recipes").join(format!("fx-{}.yaml", &c2[..9]));
+    let yaml = std::fs::read_to_string(&candidate).unwrap();
+    assert!(
+        !yaml
+            .lines()
+            .any(|l| l.trim_start().starts_with("packaging:")),
+        "{yaml}"
+    );
+    assert!(yaml.contains("packaging: not carried"), "{yaml}");
+    let p = pin_row(&r, "packaging");
+    assert_eq!(p["decision"], "not_carried", "{p}");
+    assert_eq!(p["from_pin"], "24.1");
+    assert!(p["candidate"].is_null(), "{p}");
+    assert_eq!(p["tree"][0]["requirement"], "packaging==24.2", "{p}");
+    assert_eq!(p["tree"][0]["file"], "requirements/common.txt");
+    assert_eq!(p["tree"][0]["line"], 3);
+
+    // TO's oracle holds TO's version.
+    let changed = r["package_delta"]["changed"].as_array().unwrap();
+    assert!(
+        changed.contains(&serde_json::json!(["packaging", "24.1", "24.2"])),
+        "{}",
+        r["package_delta"]
+    );
+    assert!(
+        r["package_delta"]["added"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a[0] == "six" && a[1] == "1.17.0"),
+        "{}",
+        r["package_delta"]
+    );
+
+    // The requirement delta names all three changes, with file:line each side.
+    let pk = change(&r, "runtime", "packaging");
+    assert_eq!(pk["change"], "changed");
+    assert_eq!(
+        (&pk["from"][0]["requirement"], &pk["from"][0]["line"]),
+        (&Value::from("packaging"), &Value::from(3))
+    );
+    assert_eq!(pk["to"][0]["requirement"], "packaging==24.2");
+    let six = change(&r, "runtime", "six");
+    assert_eq!(six["change"], "added");
+    assert!(six["from"].as_array().unwrap().is_empty());
+    assert_eq!(six["to"][0]["line"], 5);
+    let st = change(&r, "build", "setuptools");
+    assert_eq!(st["change"], "changed");
+    assert_eq!(st["from"][0]["requirement"], "setuptools>=69");
+    assert_eq!(st["to"][0]["requirement"], "setuptools>=70");
+    assert_eq!(st["to"][0]["file"], "requirements/build/cpu.txt");
+    let md = std::fs::read_to_string(&report_file).unwrap();
+    for needle in [
+        "## TO's pins (from TO's tree)",
+        "| packaging | 24.1 | `packaging==24.2` (requirements/common.txt:3) | — (TO's tree decides) | **not carried**",
+        "## Requirement delta",
+        "| runtime | packaging | **changed** | `packaging` (requirements/common.txt:3) | `packaging==24.2` (requirements/common.txt:3) |",
+        "| runtime | six | **added** | — | `six==1.17.0` (requirements/common.txt:5) |",
+        "| build | setuptools | **changed** | `setuptools>=69` (requirements/build/cpu.txt:3) | `setuptools>=70` (requirements/build/cpu.txt:3) |",
+    ] {
+        assert!(md.contains(needle), "report lacks {needle:?}:\n{md}");
+    }
+}
+
+#[test]
+fn advance_plan_builds_nothing_and_a_reviewer_pin_against_the_tree_is_kept_and_warned() {
+    let fx = Fx::new();
+    let d = fx.dir();
+    let store = fx.store();
+    let (c2, from) = stack_setup(&fx);
+    let f = from.to_str().unwrap();
+    let r = fx.json(&[
+        "advance",
+        f,
+        &c2[..12],
+        "--plan",
+        "--pin",
+        "packaging=24.1",
+        "--json",
+    ]);
+    assert_eq!(r["plan_only"], true);
+    // Nothing built: no wheel, no oracle.
+    for bucket in ["wheels", "venvs"] {
+        let entries: Vec<_> = std::fs::read_dir(store.join(bucket))
+            .map(|rd| rd.collect())
+            .unwrap_or_default();
+        assert!(entries.is_empty(), "{bucket}: {entries:?}");
+    }
+    // The reviewer's pin is kept, and said to be the reviewer's.
+    let p = pin_row(&r, "packaging");
+    assert_eq!(p["decision"], "reviewer", "{p}");
+    assert_eq!(p["candidate"], "24.1");
+    assert_eq!(p["contradicts_tree"], true);
+    let candidate = d.join("recipes").join(format!("fx-{}.yaml", &c2[..9]));
+    let yaml = std::fs::read_to_string(&candidate).unwrap();
+    assert!(yaml.contains("packaging: reviewer"), "{yaml}");
+    let md = std::fs::read_to_string(r["report_file"].as_str().unwrap()).unwrap();
+    for needle in [
+        "# Pin advance (plan, nothing built)",
+        "## Commits",
+        "**reviewer**: --pin packaging=24.1",
+        "| runtime | six | **added** |",
+        "| build | setuptools | **changed** |",
+    ] {
+        assert!(md.contains(needle), "plan lacks {needle:?}:\n{md}");
+    }
+    assert_eq!(change(&r, "runtime", "packaging")["change"], "changed");
+
+    // plan and build of that candidate name both the pin and the tree's line.
+    let c = candidate.to_str().unwrap();
+    let out = fx.run(&["plan", c]);
+    let t = text(&out);
+    assert!(
+        t.contains("pin `packaging: 24.1`")
+            && t.contains("`packaging==24.2` (requirements/common.txt:3)"),
+        "{t}"
+    );
+    let built = fx.exits(&["build", c, "--json"], 0);
+    let err = String::from_utf8_lossy(&built.stderr);
+    assert!(
+        err.contains("warning: pin `packaging: 24.1`")
+            && err.contains("`packaging==24.2` (requirements/common.txt:3)"),
+        "{}",
+        text(&built)
+    );
+    // Once built, the wheel's own Requires-Dist says the same.
+    assert!(
+        err.contains("warning: pin `packaging: 24.1` contradicts the built wheel's Requires-Dist `packaging==24.2`"),
+        "{}",
+        text(&built)
+    );
+    // The build stays possible and holds the reviewer's version.
+    let b = json(&built);
+    let venv = PathBuf::from(b["oracle"].as_str().unwrap());
+    let site: Vec<_> = std::fs::read_dir(venv.join("lib/python3.11/site-packages"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("packaging-"))
+        .collect();
+    assert_eq!(site, ["packaging-24.1.dist-info"], "{site:?}");
+}

@@ -143,6 +143,11 @@ pub struct AdvanceReport {
     pub commits: Commits,
     /// Recipe fields that differ.
     pub recipe_delta: Vec<Delta>,
+    /// TO's pins, per package: carried from FROM, not carried (TO's tree
+    /// pins it), or the reviewer's ([`requirements::decide`]).
+    pub pins: Vec<requirements::PinRow>,
+    /// The trees' own requirement changes (`None`: a tree could not be read).
+    pub requirements: Option<requirements::RequirementDelta>,
     /// Installed distributions that differ (the resolved lock of each oracle).
     pub package_delta: PackageDelta,
     /// The extension sources that changed from FROM to TO and the compile
@@ -173,7 +178,9 @@ pub mod ext_delta;
 pub mod goldens;
 pub mod lock_delta;
 pub mod pin_blocks;
+pub mod plan;
 pub mod report;
+pub mod requirements;
 pub mod toolchain_delta;
 
 /// The compile cost of TO since FROM (see

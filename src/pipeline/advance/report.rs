@@ -34,6 +34,48 @@ fn short(c: &str) -> &str {
     &c[..12.min(c.len())]
 }
 
+/// The `## Commits` section (range, counts, upstream refs, flag), without
+/// a trailing newline.
+pub fn commits_markdown(c: &super::Commits) -> String {
+    let mut m = String::new();
+    let mut line = |s: String| {
+        m.push_str(&s);
+        m.push('\n');
+    };
+    line("## Commits".into());
+    line(String::new());
+    line(format!("- range `{}`", c.range));
+    match &c.counts {
+        Some(n) => line(format!(
+            "- {} commit(s) in FROM..TO, {} in TO..FROM; TO {} FROM",
+            n.ahead,
+            n.behind,
+            if n.descends {
+                "descends from"
+            } else {
+                "does not descend from"
+            }
+        )),
+        None => line("- the commits are not in one repository: no count".into()),
+    }
+    match &c.upstream_refs {
+        Some(refs) if !refs.is_empty() => {
+            let shown: Vec<&str> = refs.iter().take(5).map(String::as_str).collect();
+            line(format!(
+                "- TO is reachable from upstream `{}`: {}",
+                c.upstream,
+                shown.join(", ")
+            ))
+        }
+        _ => {}
+    }
+    if let Some(flag) = &c.flag {
+        line(format!("- **FLAG:** {flag}"));
+    }
+    m.pop();
+    m
+}
+
 /// The report as Markdown.
 pub fn markdown(r: &AdvanceReport) -> String {
     let mut m = String::new();
@@ -63,35 +105,12 @@ pub fn markdown(r: &AdvanceReport) -> String {
         }
     }
     line(String::new());
-    line("## Commits".into());
+    line(commits_markdown(&r.commits));
     line(String::new());
-    line(format!("- range `{}`", r.commits.range));
-    match &r.commits.counts {
-        Some(c) => line(format!(
-            "- {} commit(s) in FROM..TO, {} in TO..FROM; TO {} FROM",
-            c.ahead,
-            c.behind,
-            if c.descends {
-                "descends from"
-            } else {
-                "does not descend from"
-            }
-        )),
-        None => line("- the commits are not in one repository: no count".into()),
-    }
-    match &r.commits.upstream_refs {
-        Some(refs) if !refs.is_empty() => {
-            let shown: Vec<&str> = refs.iter().take(5).map(String::as_str).collect();
-            line(format!(
-                "- TO is reachable from upstream `{}`: {}",
-                r.commits.upstream,
-                shown.join(", ")
-            ))
-        }
-        _ => {}
-    }
-    if let Some(flag) = &r.commits.flag {
-        line(format!("- **FLAG:** {flag}"));
+    line(super::requirements::pins_markdown(&r.pins));
+    if let Some(d) = &r.requirements {
+        line(String::new());
+        line(super::requirements::delta_markdown(d));
     }
     line(String::new());
     line("## Recipe delta".into());
