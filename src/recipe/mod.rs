@@ -1056,7 +1056,7 @@ mod tests {
     }
 
     #[test]
-    fn the_builtin_parity_pin_runs_each_gate_model_eager_and_compiled_with_pandas() {
+    fn the_builtin_parity_pin_runs_each_gate_model_eager_compiled_and_served_with_pandas() {
         let (file, text) = pin::BUILTIN
             .iter()
             .find(|(f, _)| *f == "555967922.yaml")
@@ -1085,6 +1085,15 @@ mod tests {
                     && c.mode == Mode::Compiled
                     && !c.driver_engine_args().contains_key("enforce_eager")),
                 "{model}: {modes:?}"
+            );
+            // Served as the harness runs it: its compiled case, online.
+            let serve = r.smoke.serve.as_ref().expect("the parity pin serves its models");
+            assert!(
+                r.smoke.cases.iter().any(|c| c.model == model
+                    && c.mode == Mode::Compiled
+                    && serve.cases.contains(&c.name)),
+                "{model}: {:?}",
+                serve.cases
             );
         }
     }
