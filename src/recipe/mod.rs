@@ -1087,7 +1087,11 @@ mod tests {
                 "{model}: {modes:?}"
             );
             // Served as the harness runs it: its compiled case, online.
-            let serve = r.smoke.serve.as_ref().expect("the parity pin serves its models");
+            let serve = r
+                .smoke
+                .serve
+                .as_ref()
+                .expect("the parity pin serves its models");
             assert!(
                 r.smoke.cases.iter().any(|c| c.model == model
                     && c.mode == Mode::Compiled

@@ -31,9 +31,15 @@
 //! `<run dir>/engine/`, deleted after the run, and the record says why.
 //! `smoke --cold` empties the kept caches first (under the lock), so its
 //! run starts cold and leaves them warm for the next. `HOME`,
-//! `XDG_CONFIG_HOME` and `HF_HOME` stay per gate run (under
-//! `<run dir>/engine/`, deleted after it): they hold state and
-//! configuration, not compiled code, and the engine runs offline.
+//! `XDG_CONFIG_HOME` and `HF_HOME` stay per gate run (emptied before it
+//! and deleted after it): they hold state and configuration, not
+//! compiled code, and the engine runs offline. With a kept engine cache
+//! they are at the same paths every run (`<engine cache>/fresh/<dir>`):
+//! vLLM keys its compile cache with paths derived from them
+//! (`VLLM_CONFIG_ROOT` defaults to `$XDG_CONFIG_HOME/vllm`, and
+//! `vllm/envs.py` `compile_factors()` hashes it), so a new path per run
+//! would miss the warm cache every time (measured on a real CPU oracle:
+//! two `torch_aot_compile/<hash>` directories, one per run).
 //!
 //! What each process left in its `TMPDIR` (sockets included) is counted
 //! and removed when it exits; what the caches hold is measured once every
@@ -61,6 +67,10 @@ use crate::store::{Lock, Store};
 
 /// The directory of the engine's caches inside a gate's run directory.
 pub(super) const ENGINE_DIR: &str = "engine";
+
+/// The per-run directories inside a held engine cache (emptied before
+/// and after each run; see the module's docs).
+const FRESH_DIR: &str = "fresh";
 
 /// Each cache variable, its directory (siblings, so no cache is counted
 /// inside another) and whether it is kept warm in the oracle's engine
@@ -159,6 +169,10 @@ pub(super) fn engine_path(bin: &Path, base: Option<&str>) -> String {
 pub(super) struct EngineDirs {
     /// `<run dir>/engine`.
     root: PathBuf,
+    /// Where the per-run directories (`HOME`, `XDG_CONFIG_HOME`,
+    /// `HF_HOME`) are: `<engine cache>/fresh` while the cache is held
+    /// (one path for every run of the oracle), else `root`.
+    fresh_root: PathBuf,
     /// Where the warm caches are: the engine cache entry, or `root`.
     cache_root: PathBuf,
     /// The engine cache entry's lock, held for the run (`None`: scratch).
@@ -240,6 +254,14 @@ impl EngineDirs {
             }
         }
         let cache_root = entry.clone().unwrap_or_else(|| root.clone());
+        let fresh_root = match &entry {
+            Some(e) => e.join(FRESH_DIR),
+            None => root.clone(),
+        };
+        if fresh_root != root {
+            // Emptied: what a killed run left is not this run's state.
+            remove(&fresh_root);
+        }
         let before = match &entry {
             Some(e) => measure(e),
             None => Usage::default(),
@@ -248,12 +270,13 @@ impl EngineDirs {
             cold_reason = Some("the first gate run of this oracle on this device".into());
         }
         for (_, dir, warm) in CACHES {
-            let base = if *warm { &cache_root } else { &root };
+            let base = if *warm { &cache_root } else { &fresh_root };
             fs::create_dir_all(base.join(dir))?;
         }
         fs::create_dir_all(root.join("tmp"))?;
         Ok(EngineDirs {
             root,
+            fresh_root,
             cache_root,
             _lock: lock,
             entry,
@@ -270,7 +293,7 @@ impl EngineDirs {
         if warm {
             self.cache_root.join(dir)
         } else {
-            self.root.join(dir)
+            self.fresh_root.join(dir)
         }
     }
 
@@ -337,8 +360,8 @@ impl EngineDirs {
                 let kept = *warm && self.entry.is_some();
                 CacheUse {
                     var: (*var).to_string(),
-                    path: if kept {
-                        path_text(&self.cache_dir(dir, true))
+                    path: if kept || self.fresh_root != self.root {
+                        path_text(&self.cache_dir(dir, *warm))
                     } else {
                         format!("{ENGINE_DIR}/{dir}")
                     },
@@ -347,6 +370,7 @@ impl EngineDirs {
                 }
             })
             .collect();
+        remove(&self.fresh_root);
         remove(&self.root);
         EngineRecord {
             dir: ENGINE_DIR.into(),
@@ -370,6 +394,7 @@ impl EngineDirs {
 
 impl Drop for EngineDirs {
     fn drop(&mut self) {
+        remove(&self.fresh_root);
         remove(&self.root);
     }
 }
