@@ -57,3 +57,44 @@ pub fn markdown(d: &Deltas) -> String {
     }
     lines.join("\n")
 }
+
+/// Reads one thing of each side's commit with `read(mirror, commit,
+/// target_device)`, from the side's repository mirror in `store`: FROM's,
+/// TO's, and a line (`FROM: why`) for each side that could not be read
+/// (its value then `T::default()`), so a section says what it lacks
+/// instead of failing the report.
+pub fn read_sides<T: Default>(
+    store: &Store,
+    from: &LoadedRecipe,
+    to: &LoadedRecipe,
+    read: impl Fn(&std::path::Path, &str, &str) -> anyhow::Result<T>,
+) -> (T, T, Vec<String>) {
+    let mut not_known = Vec::new();
+    let mut side = |name: &str, lr: &LoadedRecipe| {
+        let r = &lr.recipe;
+        let mirror = crate::stages::source::mirror_entry(store, &r.source.repo);
+        read(&mirror.path, &r.source.commit, &r.build.target_device).unwrap_or_else(|e| {
+            not_known.push(format!("{name}: {e:#}"));
+            T::default()
+        })
+    };
+    let (a, b) = (side("FROM", from), side("TO", to));
+    (a, b, not_known)
+}
+
+/// `N added, N removed, N changed, N same.` of rows by their `status`.
+pub fn status_counts<'a>(statuses: impl Iterator<Item = &'a str>) -> String {
+    let mut n = [0usize; 4];
+    for st in statuses {
+        if let Some(i) = ["added", "removed", "changed", "same"]
+            .iter()
+            .position(|k| *k == st)
+        {
+            n[i] += 1;
+        }
+    }
+    format!(
+        "{} added, {} removed, {} changed, {} same.",
+        n[0], n[1], n[2], n[3]
+    )
+}

@@ -11,7 +11,6 @@ use serde::Serialize;
 
 use crate::recipe::LoadedRecipe;
 use crate::stages::ext::{self, Discovery, ExtSource, Origin};
-use crate::stages::source;
 use crate::store::Store;
 
 /// One declaration of a source at one side.
@@ -100,17 +99,7 @@ pub fn compare(from: &Discovery, to: &Discovery) -> Vec<ExtRow> {
 /// The sources of each side's commit, read from its repository's mirror in
 /// the store for its recipe's `build.target_device`.
 pub fn ext_delta(store: &Store, from: &LoadedRecipe, to: &LoadedRecipe) -> ExtDelta {
-    let mut not_known = Vec::new();
-    let mut read = |side: &str, lr: &LoadedRecipe| {
-        let r = &lr.recipe;
-        let mirror = source::mirror_entry(store, &r.source.repo);
-        ext::discover_in_mirror(&mirror.path, &r.source.commit, &r.build.target_device)
-            .unwrap_or_else(|e| {
-                not_known.push(format!("{side}: {e:#}"));
-                Discovery::default()
-            })
-    };
-    let (a, b) = (read("FROM", from), read("TO", to));
+    let (a, b, not_known) = super::deltas::read_sides(store, from, to, ext::discover_in_mirror);
     ExtDelta {
         sources: compare(&a, &b),
         not_known,
@@ -130,13 +119,8 @@ pub fn markdown(d: &ExtDelta) -> Vec<String> {
         out.push("No FetchContent source is declared at either commit.".into());
         return out;
     }
-    let count = |st: &str| d.sources.iter().filter(|r| r.status == st).count();
-    out.push(format!(
-        "{} added, {} removed, {} changed, {} same.",
-        count("added"),
-        count("removed"),
-        count("changed"),
-        count("same")
+    out.push(super::deltas::status_counts(
+        d.sources.iter().map(|r| r.status.as_ref()),
     ));
     out.push(String::new());
     out.push("| name | URL | FROM | TO | |".into());

@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::recipe::LoadedRecipe;
-use crate::stages::source;
 use crate::stages::toolchain_req::{self, Kind, Stated};
 use crate::store::Store;
 
@@ -90,17 +89,7 @@ pub fn compare(from: &[Stated], to: &[Stated]) -> Vec<ToolRow> {
 /// The statements of each side's commit, read from its repository's mirror
 /// in the store (for its recipe's `build.target_device`).
 pub fn toolchain_delta(store: &Store, from: &LoadedRecipe, to: &LoadedRecipe) -> ToolchainDelta {
-    let mut not_known = Vec::new();
-    let mut read = |side: &str, lr: &LoadedRecipe| {
-        let r = &lr.recipe;
-        let mirror = source::mirror_entry(store, &r.source.repo);
-        toolchain_req::in_mirror(&mirror.path, &r.source.commit, &r.build.target_device)
-            .unwrap_or_else(|e| {
-                not_known.push(format!("{side}: {e:#}"));
-                Vec::new()
-            })
-    };
-    let (a, b) = (read("FROM", from), read("TO", to));
+    let (a, b, not_known) = super::deltas::read_sides(store, from, to, toolchain_req::in_mirror);
     ToolchainDelta {
         rows: compare(&a, &b),
         not_known,
@@ -122,13 +111,8 @@ pub fn markdown(d: &ToolchainDelta) -> Vec<String> {
         out.push("Neither tree states a CMake minimum, a compiler condition, a CUDA list or a Rust build.".into());
         return out;
     }
-    let count = |st: &str| d.rows.iter().filter(|r| r.status == st).count();
-    out.push(format!(
-        "{} added, {} removed, {} changed, {} same.",
-        count("added"),
-        count("removed"),
-        count("changed"),
-        count("same")
+    out.push(super::deltas::status_counts(
+        d.rows.iter().map(|r| r.status.as_ref()),
     ));
     if !d.rows.iter().any(|r| r.kind == Kind::Rust) {
         out.push(String::new());
