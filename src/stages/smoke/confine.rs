@@ -505,11 +505,22 @@ mod tests {
             let dirs = EngineDirs::create(&run_dir, None, Some(r), "cpu-x").unwrap();
             let run = dirs.run_env("case-a").unwrap();
             let vllm = PathBuf::from(&run.env["VLLM_CACHE_ROOT"]);
+            // HOME is per run: empty at its start, at one path for every
+            // run of this oracle while its cache is held (vLLM hashes paths
+            // derived from it into its compile-cache key), else scratch.
             let home = PathBuf::from(&run.env["HOME"]);
-            assert!(home.starts_with(&run_dir), "HOME is per run");
+            let held = dirs.entry.clone();
+            match &held {
+                Some(e) => assert_eq!(home, e.join(FRESH_DIR).join("home")),
+                None => assert!(home.starts_with(&run_dir), "{}", home.display()),
+            }
+            assert_eq!(fs::read_dir(&home).unwrap().count(), 0, "HOME starts empty");
+            fs::write(home.join("state"), "x").unwrap();
             let found = vllm.join("marker").exists();
             fs::write(vllm.join("marker"), "x").unwrap();
-            (found, dirs.finish(None, None))
+            let rec = dirs.finish(None, None);
+            assert!(!home.exists(), "HOME is emptied after the run");
+            (found, rec)
         };
         let (found, first) = gate(&req("k1", false));
         assert!(!found && first.kept && !first.warm, "{first:?}");
