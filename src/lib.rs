@@ -4,7 +4,8 @@
 //! The layers, top to bottom (each may use only the layers below it; see
 //! `docs/architecture.md`): [`cli`] -> [`ops`] -> [`pipeline`] -> [`cache`] ->
 //! [`stages`] -> [`host`] -> [`store`] -> [`recipe`], with the leaf utilities
-//! [`exit`], [`progress`], [`shell`] and [`config_text`] usable by all.
+//! [`exit`], [`progress`], [`shell`], [`config_text`] and [`regular_file`]
+//! usable by all.
 
 pub mod cache;
 pub mod cli;
@@ -15,6 +16,7 @@ pub mod ops;
 pub mod pipeline;
 pub mod progress;
 pub mod recipe;
+pub mod regular_file;
 pub mod shell;
 pub mod stages;
 pub mod store;
