@@ -1128,6 +1128,27 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_or_repeated_extra_is_refused_naming_its_index() {
+        let ok = parse(
+            &format!("{BASE}install:\n  extras: [bench, audio]\n"),
+            "r.yaml",
+        )
+        .unwrap();
+        assert_eq!(ok.install.extras, ["bench", "audio"]);
+        let e = error_of("install:\n  extras: [\"\"]\n");
+        assert!(
+            e.contains("`install.extras[0]`") && e.contains("not an extra name"),
+            "{e}"
+        );
+        // PEP 685: `Audio` and `audio` are one extra.
+        let e = error_of("install:\n  extras: [audio, Audio]\n");
+        assert!(
+            e.contains("`install.extras[1]`") && e.contains("again") && e.contains("extras[0]"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn optional_missing_ok_names_targets_with_their_line() {
         let ok = parse(
             &format!("{BASE}build:\n  target_device: cpu\n  optional_missing_ok: [vllm._rust_tool_parser, vllm.vllm-rs]\n"),

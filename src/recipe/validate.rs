@@ -259,13 +259,30 @@ pub(super) fn validate(r: &Recipe, text: &str, origin: &str) -> Result<()> {
             ));
         }
     }
+    let mut extras_seen: Vec<pep508_rs::ExtraName> = Vec::new();
     for (i, extra) in r.install.extras.iter().enumerate() {
-        if extra.parse::<pep508_rs::ExtraName>().is_err() {
+        let field = format!("install.extras[{i}]");
+        // pep508_rs takes "" as a name; PEP 685 names have at least one character.
+        let name = match extra.parse::<pep508_rs::ExtraName>() {
+            Ok(n) if !extra.trim().is_empty() => n,
+            _ => {
+                return Err(fail(
+                    &field,
+                    format!(
+                        "{extra:?} is not an extra name (PEP 685: letters, digits, `.`, `_`, `-`)"
+                    ),
+                ));
+            }
+        };
+        if let Some(j) = extras_seen.iter().position(|n| *n == name) {
             return Err(fail(
-                &format!("install.extras[{i}]"),
-                format!("{extra:?} is not an extra name (PEP 685: letters, digits, `.`, `_`, `-`)"),
+                &field,
+                format!(
+                    "{extra:?} names extra `{name}` again (install.extras[{j}]; PEP 685 names compare normalized)"
+                ),
             ));
         }
+        extras_seen.push(name);
     }
     let b = &r.build;
     if TargetDevice::parse(&b.target_device).is_none() {
