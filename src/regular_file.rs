@@ -117,7 +117,10 @@ mod tests {
         let fifo = dir.path().join("fifo");
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        assert!(matches!(read(&fifo, 9), Err(ReadError::NotRegular("a FIFO"))));
+        assert!(matches!(
+            read(&fifo, 9),
+            Err(ReadError::NotRegular("a FIFO"))
+        ));
         // A link to a device is judged by what it points at.
         let zero = dir.path().join("zero");
         std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();

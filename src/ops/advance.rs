@@ -93,15 +93,28 @@ fn accepted_drift(opts: &AdvanceOptions) -> Result<Vec<advance::goldens::Accepte
 
 /// The `--pin NAME=VERSION` arguments as (name, version).
 ///
-/// Errors (exit 2): one is not `NAME=VERSION`.
+/// Errors (exit 2), before anything is fetched: one is not `NAME=VERSION`,
+/// its name is not a distribution name or its version not one exact PEP 440
+/// version (the rules of a recipe's `pins`).
 fn reviewer_pins(pins: &[String]) -> Result<Vec<(String, String)>> {
     pins.iter()
         .map(|p| {
-            p.split_once('=')
+            let (n, v) = p
+                .split_once('=')
                 .map(|(n, v)| (n.trim(), v.trim().trim_start_matches('=')))
                 .filter(|(n, v)| !n.is_empty() && !v.is_empty())
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .ok_or_else(|| bad_input(format!("--pin {p:?}: expected NAME=VERSION")))
+                .ok_or_else(|| bad_input(format!("--pin {p:?}: expected NAME=VERSION")))?;
+            if !recipe::is_distribution_name(n) {
+                return Err(bad_input(format!(
+                    "--pin {p:?}: {n:?} is not a distribution name (letters, digits, `.`, `_`, `-`)"
+                )));
+            }
+            if !recipe::is_exact_version(v) {
+                return Err(bad_input(format!(
+                    "--pin {p:?}: {v:?} is not an exact version; a pin is one PEP 440 version such as 2.13.0 or 0.6.15.post1 (no operators, commas, spaces or markers)"
+                )));
+            }
+            Ok((n.to_string(), v.to_string()))
         })
         .collect()
 }

@@ -891,6 +891,20 @@ fn advance_plan_builds_nothing_and_a_reviewer_pin_against_the_tree_is_kept_and_w
     let store = fx.store();
     let (c2, from) = stack_setup(&fx);
     let f = from.to_str().unwrap();
+    let candidate = d.join("recipes").join(format!("fx-{}.yaml", &c2[..9]));
+    // A `--pin` that is not one exact version is refused as the argument
+    // it is, before a candidate recipe is derived or anything fetched.
+    for (bad, says) in [
+        ("packaging=>=24", "not an exact version"),
+        ("pack aging=24.1", "not a distribution name"),
+    ] {
+        let t = text(&fx.exits(&["advance", f, &c2[..12], "--plan", "--pin", bad], 2));
+        assert!(
+            t.contains(&format!("--pin {bad:?}")) && t.contains(says),
+            "{t}"
+        );
+        assert!(!candidate.exists(), "{t}");
+    }
     let r = fx.json(&[
         "advance",
         f,
@@ -913,7 +927,6 @@ fn advance_plan_builds_nothing_and_a_reviewer_pin_against_the_tree_is_kept_and_w
     assert_eq!(p["decision"], "reviewer", "{p}");
     assert_eq!(p["candidate"], "24.1");
     assert_eq!(p["contradicts_tree"], true);
-    let candidate = d.join("recipes").join(format!("fx-{}.yaml", &c2[..9]));
     let yaml = std::fs::read_to_string(&candidate).unwrap();
     assert!(yaml.contains("packaging: reviewer"), "{yaml}");
     let md = std::fs::read_to_string(r["report_file"].as_str().unwrap()).unwrap();
