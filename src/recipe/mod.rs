@@ -892,6 +892,11 @@ mod tests {
                 "--port=9",
             ),
             (
+                "{cases: [c], args: [--hos, 0.0.0.0]}",
+                "smoke.serve.args[0]",
+                "--hos",
+            ),
+            (
                 "{cases: [c], timeout_s: 0}",
                 "smoke.serve.timeout_s",
                 "at least 1",

@@ -727,7 +727,9 @@ fn validate_serve(
             ));
         }
         let flag = a.split('=').next().unwrap_or(a);
-        if flag == "--host" || flag == "--port" {
+        // argparse takes a unique prefix (`--hos`) for the option itself.
+        let names = |opt: &str| flag.len() >= 4 && opt.starts_with(flag);
+        if names("--host") || names("--port") {
             return Err(fail(
                 &field,
                 format!(
