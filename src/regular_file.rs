@@ -79,11 +79,15 @@ pub fn open(path: &Path) -> Result<std::fs::File, ReadError> {
 
 /// All bytes of the regular file at `path` when it holds at most `limit`.
 ///
-/// Errors: see [`open`]; [`ReadError::TooLarge`] when it holds more (read
-/// stops at `limit + 1` bytes, so a file that grows or lies about its size
-/// costs no more).
+/// Errors: see [`open`]; [`ReadError::TooLarge`] when it holds more: said
+/// by its size before any read (a 2 GiB sparse file costs nothing), and
+/// the read stops at `limit + 1` bytes, so a file that grows or lies about
+/// its size costs no more.
 pub fn read(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     let file = open(path)?;
+    if file.metadata().map_err(ReadError::Io)?.len() > limit {
+        return Err(ReadError::TooLarge(limit));
+    }
     let mut out = Vec::new();
     file.take(limit.saturating_add(1))
         .read_to_end(&mut out)
@@ -117,7 +121,10 @@ mod tests {
         let fifo = dir.path().join("fifo");
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        assert!(matches!(read(&fifo, 9), Err(ReadError::NotRegular("a FIFO"))));
+        assert!(matches!(
+            read(&fifo, 9),
+            Err(ReadError::NotRegular("a FIFO"))
+        ));
         // A link to a device is judged by what it points at.
         let zero = dir.path().join("zero");
         std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
