@@ -19,7 +19,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("host", &["host"]),
     ("store", &["store"]),
     ("recipe", &["recipe"]),
-    ("leaf", &["exit", "progress", "shell", "config_text", "regular_file"]),
+    (
+        "leaf",
+        &["exit", "progress", "shell", "config_text", "regular_file"],
+    ),
 ];
 
 /// The stages in the order a build runs them.
