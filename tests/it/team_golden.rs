@@ -404,3 +404,57 @@ fn fifos_devices_and_huge_files_are_refused_by_golden_import_and_export_without_
     let out = golden(&fx, EXPORT);
     assert_eq!(code(&out), 0, "{}", text(&out));
 }
+
+// Token ids are int32 in the team's files and in what `export` writes: an
+// int64 array holding one outside int32 is refused on import, not later.
+#[test]
+fn golden_import_refuses_token_ids_outside_int32() {
+    let mut big = MODEL_IDS;
+    big[3] = 1 << 40;
+    let fx = team_dir("<i8", &big);
+    let recorded = fx.dir().join("goldens/fx/small.json");
+    let out = golden(&fx, IMPORT);
+    let t = text(&out);
+    assert_eq!(code(&out), 2, "{t}");
+    assert!(
+        t.contains(
+            "team/greedy_ids.npy row 0 holds 1099511627776 at output position 3, outside int32"
+        ),
+        "{t}"
+    );
+    assert!(!recorded.exists());
+    // In greedy_dist.npy (run 2), beside an int64 greedy_ids.npy in range.
+    let team = fx.dir().join("team");
+    std::fs::write(
+        team.join("greedy_ids.npy"),
+        npy_file("<i8", &[1, 16], &MODEL_IDS),
+    )
+    .unwrap();
+    let mut dist: Vec<i64> = MODEL_IDS.iter().flat_map(|&v| [v, v, v]).collect();
+    dist[5 * 3 + 2] = -(1 << 33);
+    std::fs::write(
+        team.join("greedy_dist.npy"),
+        npy_file("<i8", &[1, 16, 3], &dist),
+    )
+    .unwrap();
+    let out = golden(&fx, IMPORT);
+    let t = text(&out);
+    assert_eq!(code(&out), 2, "{t}");
+    assert!(
+        t.contains(
+            "team/greedy_dist.npy row 0 run 2 holds -8589934592 at output position 5, outside int32"
+        ),
+        "{t}"
+    );
+    assert!(!recorded.exists());
+    // int64 arrays of int32 ids: imported, and export writes them back.
+    std::fs::remove_file(team.join("greedy_dist.npy")).unwrap();
+    let out = golden(&fx, IMPORT);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let out = golden(&fx, EXPORT);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(
+        std::fs::read(fx.dir().join("out/greedy_ids.npy")).unwrap(),
+        npy_file("<i4", &[1, 16], &MODEL_IDS)
+    );
+}

@@ -127,6 +127,18 @@ fn read_team_file(path: &Path) -> Result<Option<Vec<u8>>, String> {
     }
 }
 
+/// `seq` when every value fits in int32 (the team's dtype: `golden export`
+/// writes int32); else an error naming `what`, the value and its position.
+fn int32_only(seq: Vec<i64>, what: &str) -> Result<Vec<i64>, String> {
+    match seq.iter().position(|&v| i32::try_from(v).is_err()) {
+        Some(j) => Err(format!(
+            "{what} holds {} at output position {j}, outside int32 (token ids are int32; `golden export` could not write it back)",
+            seq[j]
+        )),
+        None => Ok(seq),
+    }
+}
+
 fn sha256(bytes: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(bytes))
@@ -191,7 +203,10 @@ pub fn read_dir(dir: &Path, row: Option<usize>) -> Result<TeamRead, String> {
             ));
         }
     };
-    let ids_row: Vec<i64> = ids.data[row * t..(row + 1) * t].to_vec();
+    let ids_row = int32_only(
+        ids.data[row * t..(row + 1) * t].to_vec(),
+        &format!("{} row {row}", ids_path.display()),
+    )?;
 
     let dist_path = dir.join(DIST_FILE);
     let (output, runs) = match read_team_file(&dist_path)? {
@@ -214,7 +229,8 @@ pub fn read_dir(dir: &Path, row: Option<usize>) -> Result<TeamRead, String> {
             };
             let run = |kk: usize| -> Result<Vec<i64>, String> {
                 let seq = (0..t).map(|j| dist.data[(row * t + j) * k + kk]).collect();
-                unpad(seq, &format!("{} row {row} run {kk}", dist_path.display()))
+                let what = format!("{} row {row} run {kk}", dist_path.display());
+                unpad(int32_only(seq, &what)?, &what)
             };
             let first = run(0)?;
             for kk in 1..k {
@@ -637,6 +653,48 @@ mod tests {
         let got = read_dir(d.path(), None).unwrap();
         assert_eq!(got.golden, row(&[5], &[9, 8]));
         assert_eq!(got.runs, Some(2));
+    }
+
+    #[test]
+    fn ids_outside_int32_are_refused_naming_the_file_row_and_position() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path();
+        // An int64 array: the int32 layout with `<i8` and 8-byte values.
+        let i8 = |shape: &[usize], data: &[i64]| {
+            let mut f = npy::write_i32(shape, &vec![0; data.len()]).unwrap();
+            let at = f.windows(3).position(|w| w == b"<i4").unwrap();
+            f[at..at + 3].copy_from_slice(b"<i8");
+            f.truncate(f.len() - 4 * data.len());
+            f.extend(data.iter().flat_map(|v| v.to_le_bytes()));
+            f
+        };
+        std::fs::write(p.join("p0_prompt.i32"), 5i32.to_le_bytes()).unwrap();
+        for (ids, at) in [
+            (1i64 << 31, "2147483648"),
+            (-(1i64 << 40), "-1099511627776"),
+        ] {
+            std::fs::write(p.join(IDS_FILE), i8(&[1, 3], &[7, ids, 8])).unwrap();
+            let e = read_dir(p, None).unwrap_err();
+            assert!(
+                e.contains(&format!(
+                    "{IDS_FILE} row 0 holds {at} at output position 1, outside int32"
+                )),
+                "{e}"
+            );
+        }
+        std::fs::write(p.join(IDS_FILE), i8(&[1, 2], &[7, i64::from(i32::MAX)])).unwrap();
+        assert_eq!(
+            read_dir(p, None).unwrap().golden,
+            row(&[5], &[7, i64::from(i32::MAX)])
+        );
+        std::fs::write(p.join(DIST_FILE), i8(&[1, 2, 2], &[7, 7, 1 << 32, 9])).unwrap();
+        let e = read_dir(p, None).unwrap_err();
+        assert!(
+            e.contains(&format!(
+                "{DIST_FILE} row 0 run 0 holds 4294967296 at output position 1, outside int32"
+            )),
+            "{e}"
+        );
     }
 
     #[test]
