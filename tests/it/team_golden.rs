@@ -405,6 +405,40 @@ fn fifos_devices_and_huge_files_are_refused_by_golden_import_and_export_without_
     assert_eq!(code(&out), 0, "{}", text(&out));
 }
 
+#[test]
+fn golden_export_out_must_be_a_directory() {
+    let fx = team_dir("<i4", &MODEL_IDS);
+    let out = golden(&fx, IMPORT);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    std::fs::write(fx.dir().join("afile"), "").unwrap();
+    for (dir, what) in [
+        ("afile", "--out afile: is a regular file, not a directory"),
+        (
+            "/dev/null",
+            "--out /dev/null: is a character device, not a directory",
+        ),
+        (
+            "afile/sub",
+            "--out afile/sub: afile is a regular file, not a directory, so it cannot be made",
+        ),
+    ] {
+        let out = golden(&fx, &["export", "fx.yaml", "--case", "small", "--out", dir]);
+        let t = text(&out);
+        assert_eq!(code(&out), 2, "{dir}: {t}");
+        assert!(
+            t.contains(what) && t.contains("nothing was exported"),
+            "{t}"
+        );
+    }
+    assert_eq!(std::fs::read(fx.dir().join("afile")).unwrap(), b"");
+    // A directory there, or none yet (made): exported.
+    for dir in ["team", "new/out"] {
+        let out = golden(&fx, &["export", "fx.yaml", "--case", "small", "--out", dir]);
+        assert_eq!(code(&out), 0, "{dir}: {}", text(&out));
+        assert!(fx.dir().join(dir).join("small.json").is_file(), "{dir}");
+    }
+}
+
 // Token ids are int32 in the team's files and in what `export` writes: an
 // int64 array holding one outside int32 is refused on import, not later.
 #[test]
