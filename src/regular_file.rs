@@ -79,11 +79,15 @@ pub fn open(path: &Path) -> Result<std::fs::File, ReadError> {
 
 /// All bytes of the regular file at `path` when it holds at most `limit`.
 ///
-/// Errors: see [`open`]; [`ReadError::TooLarge`] when it holds more (read
-/// stops at `limit + 1` bytes, so a file that grows or lies about its size
-/// costs no more).
+/// Errors: see [`open`]; [`ReadError::TooLarge`] when it holds more: said
+/// by its size before any read (a 2 GiB sparse file costs nothing), and
+/// the read stops at `limit + 1` bytes, so a file that grows or lies about
+/// its size costs no more.
 pub fn read(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     let file = open(path)?;
+    if file.metadata().map_err(ReadError::Io)?.len() > limit {
+        return Err(ReadError::TooLarge(limit));
+    }
     let mut out = Vec::new();
     file.take(limit.saturating_add(1))
         .read_to_end(&mut out)

@@ -404,6 +404,8 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
     let store = s.store()?;
     store.init()?;
     let (to, candidate, rows) = resolve_to(&store, &from, opts)?;
+    // TO's gate files, as FROM's were when it was opened.
+    recipe::check_files(&to)?;
     if to.recipe.name == from.recipe.name {
         return Err(bad_input(format!(
             "FROM and TO are the same recipe ({})",

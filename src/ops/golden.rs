@@ -30,9 +30,11 @@ fn case<'a>(lr: &'a LoadedRecipe, name: &str) -> Result<&'a Case> {
 /// `golden export`: writes the golden of case `name` of PIN into `out` as
 /// the team's files and a copy of the JSON golden, and lists them.
 ///
-/// Errors: exit 2 for an unknown PIN or case, or a golden that cannot be
-/// exported ([`team_golden::export`]).
+/// Errors: exit 2 for an unknown PIN or case, an `--out` that is not a
+/// directory (a file, `/dev/null`), or a golden that cannot be exported
+/// ([`team_golden::export`]).
 pub fn export(s: &Session, pin: &str, name: &str, out: &Path) -> Result<()> {
+    crate::ops::check_output_dir("--out", out, "nothing was exported")?;
     let lr = s.recipe(pin)?;
     let root = s.root()?;
     let done = team_golden::export(&lr, &root, case(&lr, name)?, out)?;

@@ -77,6 +77,37 @@ pub fn check_output_file(
     Ok(())
 }
 
+/// Checks, before any work, that the directory a command is told to write
+/// into (`flag` `path`) is one or can be made: `path` is a directory (links
+/// followed), or nothing is there and its nearest existing ancestor is a
+/// directory. `nothing` says what was not done.
+///
+/// Errors (exit 2): `path`, or an ancestor, is a file, a device or a FIFO.
+pub fn check_output_dir(flag: &str, path: &std::path::Path, nothing: &str) -> anyhow::Result<()> {
+    for at in path.ancestors().filter(|a| !a.as_os_str().is_empty()) {
+        let Ok(m) = std::fs::metadata(at) else {
+            continue;
+        };
+        if m.is_dir() {
+            return Ok(());
+        }
+        let kind = crate::regular_file::kind_of(m.file_type());
+        return Err(crate::exit::bad_input(if at == path {
+            format!(
+                "{flag} {}: is {kind}, not a directory; give a directory (made when missing); {nothing}",
+                path.display()
+            )
+        } else {
+            format!(
+                "{flag} {}: {} is {kind}, not a directory, so it cannot be made; {nothing}",
+                path.display(),
+                at.display()
+            )
+        }));
+    }
+    Ok(())
+}
+
 /// The message of `err` with its causes (`{err:#}`, causes joined by
 /// `: `), with no space left before a line break: a cause that is a list
 /// (`\n  - ...`) follows its colon directly.

@@ -76,15 +76,19 @@ impl Session {
         }
     }
 
-    /// The recipe `pin_arg` names ([`pin::resolve`]), its repository
-    /// checked against the site's `[[mirror]]` tables: a git URL a mirror
-    /// drops (`url = "none"`) is a configuration this recipe cannot be
-    /// fetched with.
+    /// The recipe `pin_arg` names ([`pin::resolve`]), the files its gate
+    /// cases name checked ([`crate::recipe::check_files`]: each
+    /// `prompts_file` read, what is at each `golden:` path), and its
+    /// repository checked against the site's `[[mirror]]` tables: a git URL
+    /// a mirror drops (`url = "none"`) is a configuration this recipe
+    /// cannot be fetched with.
     ///
-    /// Errors (exit 2): the PIN names no recipe, the recipe is invalid, or
-    /// a `[[mirror]]` drops its repository (naming the entry).
+    /// Errors (exit 2): the PIN names no recipe, the recipe is invalid, a
+    /// file it names is not one it can read, or a `[[mirror]]` drops its
+    /// repository (naming the entry).
     pub fn recipe(&self, pin_arg: &str) -> Result<LoadedRecipe> {
         let lr = pin::resolve(pin_arg)?;
+        crate::recipe::check_files(&lr)?;
         // A file that does not load is [`Session::check_config`]'s to report.
         if let Ok(mirrors) = self.root().and_then(|r| crate::host::mirror::load(&r)) {
             mirrors.git_url(&lr.recipe.source.repo, "the recipe's repository")?;

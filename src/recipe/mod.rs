@@ -13,6 +13,7 @@ use crate::exit::bad_input;
 
 mod env;
 mod errors;
+mod files;
 mod lines;
 mod strict;
 mod validate;
@@ -20,6 +21,9 @@ mod validate;
 pub mod pin;
 
 pub use env::{env_references, expand_env};
+pub use files::{
+    MAX_GOLDEN_JSON, MAX_GOLDEN_NPY, MAX_PROMPTS_FILE, check_files, prompts_path, read_prompts,
+};
 pub use lines::locate;
 use validate::validate;
 pub use validate::{CONFINED_SMOKE_VARS, controlled_smoke_var};

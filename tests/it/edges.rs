@@ -239,27 +239,6 @@ fn json_failures_print_one_error_document_on_stdout() {
     assert_eq!(json(&out)["verdict"], "unsmoked");
 }
 
-/// Runs `c` to completion; panics (after killing it) if it is still running
-/// after `secs` seconds: a guard against a hang, not a timing assertion.
-fn output_or_hang(c: &mut std::process::Command, secs: u64) -> std::process::Output {
-    use std::process::Stdio;
-    let mut child = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed().as_secs() > secs {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!("hung for {secs} s:\n{}", text(&out));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    child.wait_with_output().unwrap()
-}
-
 /// Whether process `pid` still runs (a zombie counts as gone).
 fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -938,6 +917,18 @@ fn one_built_oracle_plans_counts_lists_writes_through_links_and_imports_repacked
         .unwrap();
     assert_eq!(smoke["state"], "cached", "{j}");
     assert!(smoke["detail"].to_string().contains("gateable"), "{smoke}");
+    // A FIFO, then a 2 GiB sparse file, where the gate looks for the case's
+    // golden (none named or recorded): `plan` hashes it for the smoke key
+    // without blocking or reading it whole, and changes nothing.
+    let golden = d.join("goldens/fx/small.json");
+    std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
+    for make in [mkfifo as fn(&Path), |p: &Path| sparse_file(p, 2 << 30)] {
+        make(&golden);
+        let out = output_or_hang(cmd(d).args(["plan", r, "--store", s, "--json"]), 120);
+        assert_eq!(code(&out), plan_exit(&out), "{}", text(&out));
+        std::fs::remove_file(&golden).unwrap();
+    }
+    std::fs::remove_dir_all(d.join("goldens")).unwrap();
 
     // Item 12: counts, recipes, no .gitignore.
     let elsewhere = d.join("elsewhere");

@@ -325,3 +325,154 @@ fn a_recipe_name_starting_with_a_dash_is_refused() {
         ],
     );
 }
+
+/// `good("x", COMMIT)` with one smoke case `a` whose `extra` line (indented
+/// as a case's field) is line 13 of the file.
+fn with_case_field(extra: &str) -> String {
+    good("x", COMMIT) + "smoke:\n  cases:\n    - name: a\n      model: /m\n" + extra
+}
+
+/// `plan` and `build` of `recipes/x.yaml` in `fx`'s directory exit 2,
+/// within 60 s, with every needle in the message, and no store made.
+fn refused_up_front(fx: &Fx, needles: &[&str]) {
+    for command in ["plan", "build"] {
+        let out = output_or_hang(&mut fx.cmd(&[command, "recipes/x.yaml"]), 60);
+        let t = text(&out);
+        assert_eq!(code(&out), 2, "{command}: {t}");
+        for n in needles {
+            assert!(t.contains(n), "{command}: expected {n:?} in:\n{t}");
+        }
+        assert!(!fx.store().exists(), "{command}: the store was made");
+    }
+}
+
+// A prompts file is read when the recipe is opened, not after the build:
+// what cannot be read as prompts is bad input before any work, and a FIFO
+// or a device never blocks or fills memory.
+#[test]
+fn a_prompts_file_that_cannot_be_read_as_prompts_is_refused_before_any_work() {
+    let fx = dir_with(&[]);
+    let r = fx.dir().join("recipes");
+    std::fs::create_dir(r.join("adir")).unwrap();
+    mkfifo(&r.join("p.fifo"));
+    std::fs::write(r.join("bad.json"), r#"{"a": 1}"#).unwrap();
+    std::fs::write(r.join("big.txt"), "a".repeat((1 << 20) + 1)).unwrap();
+    std::fs::write(fx.dir().join("outside.json"), r#"["x""#).unwrap();
+    let at = |v: &str| format!("({})", r.join(v).display());
+    for (value, why) in [
+        ("nope.txt", format!("{} does not exist", at("nope.txt"))),
+        (
+            "adir",
+            format!("{} is a directory, not a regular file", at("adir")),
+        ),
+        (
+            "/dev/zero",
+            "\"/dev/zero\" is a character device, not a regular file".to_string(),
+        ),
+        (
+            "p.fifo",
+            format!("{} is a FIFO, not a regular file", at("p.fifo")),
+        ),
+        (
+            "big.txt",
+            format!("{} is larger than 1048576 bytes, the limit", at("big.txt")),
+        ),
+        (
+            "bad.json",
+            format!("{} is not a JSON list of strings", at("bad.json")),
+        ),
+        (
+            "../outside.json",
+            format!("{} is not a JSON list of strings", at("../outside.json")),
+        ),
+    ] {
+        std::fs::write(
+            r.join("x.yaml"),
+            with_case_field(&format!("      prompts_file: {value}\n")),
+        )
+        .unwrap();
+        refused_up_front(
+            &fx,
+            &[
+                &format!(
+                    "recipes/x.yaml: line 13: field `smoke.cases[0].prompts_file`: \"{value}\""
+                ),
+                &why,
+            ],
+        );
+    }
+    // Outside the recipe's directory (`..` or absolute), a file of prompts is taken.
+    let outside = fx.dir().join("outside.txt");
+    std::fs::write(&outside, "first\nsecond\n").unwrap();
+    for value in ["../outside.txt", outside.to_str().unwrap()] {
+        std::fs::write(
+            r.join("x.yaml"),
+            with_case_field(&format!("      prompts_file: {value}\n")),
+        )
+        .unwrap();
+        let out = output_or_hang(&mut fx.cmd(&["plan", "recipes/x.yaml", "--json"]), 60);
+        assert_eq!(code(&out), plan_exit(&out), "{value}: {}", text(&out));
+    }
+}
+
+// What is at a case's `golden:` path is looked at when the recipe is
+// opened: one no golden reader takes (a device, a FIFO, over the bound, a
+// numpy directory whose greedy_ids.npy is a FIFO) is bad input before any
+// work; nothing there is a golden not recorded yet.
+#[test]
+fn a_golden_path_holding_what_no_golden_reader_takes_is_refused_before_any_work() {
+    let fx = dir_with(&[]);
+    let r = fx.dir().join("recipes");
+    mkfifo(&r.join("g.fifo"));
+    sparse_file(&r.join("huge.json"), (64 << 20) + 1);
+    std::fs::create_dir(r.join("npdir")).unwrap();
+    mkfifo(&r.join("npdir/greedy_ids.npy"));
+    let at = |v: &str| format!("({})", r.join(v).display());
+    for (value, why) in [
+        (
+            "/dev/zero",
+            "\"/dev/zero\" is a character device, not a regular file".to_string(),
+        ),
+        (
+            "g.fifo",
+            format!("{} is a FIFO, not a regular file", at("g.fifo")),
+        ),
+        (
+            "huge.json",
+            format!(
+                "{} is larger than 67108864 bytes, the limit",
+                at("huge.json")
+            ),
+        ),
+        (
+            "npdir",
+            format!(
+                "{} is a FIFO, not a regular file",
+                at("npdir/greedy_ids.npy")
+            ),
+        ),
+    ] {
+        std::fs::write(
+            r.join("x.yaml"),
+            with_case_field(&format!("      prompt: x\n      golden: {value}\n")),
+        )
+        .unwrap();
+        let field = format!("recipes/x.yaml: line 14: field `smoke.cases[0].golden`: \"{value}\"");
+        refused_up_front(&fx, &[&field, &why]);
+        // `golden import` too, before it reads the team's files.
+        let out = output_or_hang(
+            &mut fx.cmd(&["golden", "import", "recipes/x.yaml", "--case", "a", "team"]),
+            60,
+        );
+        assert_eq!(code(&out), 2, "{}", text(&out));
+        assert!(text(&out).contains(&field), "{}", text(&out));
+    }
+    // Nothing there yet: a golden to record, not an error.
+    std::fs::write(
+        r.join("x.yaml"),
+        with_case_field("      prompt: x\n      golden: later.json\n"),
+    )
+    .unwrap();
+    let out = output_or_hang(&mut fx.cmd(&["plan", "recipes/x.yaml", "--json"]), 60);
+    assert_eq!(code(&out), plan_exit(&out), "{}", text(&out));
+}

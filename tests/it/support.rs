@@ -416,3 +416,45 @@ pub fn only_entry(dir: &Path) -> PathBuf {
     assert_eq!(entries.len(), 1, "{}: {entries:?}", dir.display());
     entries[0].clone()
 }
+
+/// Runs `c` (stdout and stderr captured) and returns its output; when it
+/// runs past `secs` seconds it is killed and the test fails with what it
+/// printed (a command that must not hang: one handed a FIFO, a stalled
+/// peer), so a regression fails instead of hanging the suite.
+pub fn output_or_hang(c: &mut Command, secs: u64) -> Output {
+    use std::process::Stdio;
+    let child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(secs)) {
+        Ok(out) => out.expect("the command ran"),
+        Err(_) => {
+            // SAFETY: the child this test started, not yet waited for.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let out = rx.recv().expect("the waiter answers").expect("it ran");
+            panic!("hung for {secs} s:\n{}", text(&out));
+        }
+    }
+}
+
+/// Makes a FIFO at `path` (`mkfifo(3)`): what a plain open blocks on until a
+/// writer comes.
+pub fn mkfifo(path: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+    assert_eq!(rc, 0, "mkfifo {}", path.display());
+}
+
+/// Makes a sparse file of `len` bytes at `path` (no data written).
+pub fn sparse_file(path: &Path, len: u64) {
+    std::fs::File::create(path).unwrap().set_len(len).unwrap();
+}

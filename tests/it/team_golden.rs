@@ -278,3 +278,217 @@ print(json.dumps({
     );
     assert_eq!(std::fs::read(&recorded).unwrap(), before);
 }
+
+/// A `.npy` file (format 1.0, C order) of little-endian `descr` (`<i4` or
+/// `<i8`) with `shape`, as `np.save` writes it: the tests below need no
+/// numpy.
+fn npy_file(descr: &str, shape: &[usize], data: &[i64]) -> Vec<u8> {
+    let dims: Vec<String> = shape.iter().map(ToString::to_string).collect();
+    let shape = if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    for &v in data {
+        match descr {
+            "<i4" => out.extend_from_slice(&(v as i32).to_le_bytes()),
+            _ => out.extend_from_slice(&v.to_le_bytes()),
+        }
+    }
+    out
+}
+
+/// A test directory with `fx.yaml` (the default smoke case `small`, T =
+/// 16; a repository that need not exist: `golden` reads no source) and the
+/// team's files of one prompt in `team/`: `greedy_ids.npy` (`descr`) holding
+/// `output` and `p0_prompt.i32` the canonical prompt.
+fn team_dir(descr: &str, output: &[i64]) -> Fx {
+    let fx = Fx::new();
+    fx.recipe("fx", Path::new("/nonexistent"), &"a".repeat(40), SMOKE);
+    let team = fx.dir().join("team");
+    std::fs::create_dir_all(&team).unwrap();
+    std::fs::write(
+        team.join("greedy_ids.npy"),
+        npy_file(descr, &[1, 16], output),
+    )
+    .unwrap();
+    let prompt: Vec<u8> = PROMPT_IDS
+        .iter()
+        .flat_map(|&v| (v as i32).to_le_bytes())
+        .collect();
+    std::fs::write(team.join("p0_prompt.i32"), prompt).unwrap();
+    fx
+}
+
+/// `golden <args>` in `fx`'s directory, failed when it runs past 60 s.
+fn golden(fx: &Fx, args: &[&str]) -> std::process::Output {
+    let mut a = vec!["golden"];
+    a.extend_from_slice(args);
+    output_or_hang(&mut fx.cmd(&a), 60)
+}
+
+const IMPORT: &[&str] = &["import", "fx.yaml", "--case", "small", "team"];
+const EXPORT: &[&str] = &["export", "fx.yaml", "--case", "small", "--out", "out"];
+
+// A team file or the golden there that is a FIFO, a device or 2 GiB: never
+// a hang or GiBs of memory; exit 2 naming the file, nothing written.
+#[test]
+fn fifos_devices_and_huge_files_are_refused_by_golden_import_and_export_without_hanging() {
+    let fx = team_dir("<i4", &MODEL_IDS);
+    let team = fx.dir().join("team");
+    let recorded = fx.dir().join("goldens/fx/small.json");
+    let copy = fx.store().join("goldens/fx/small.json");
+    for name in ["greedy_ids.npy", "greedy_dist.npy", "p0_prompt.i32"] {
+        let f = team.join(name);
+        let kept = std::fs::read(&f).ok();
+        let _ = std::fs::remove_file(&f);
+        mkfifo(&f);
+        let out = golden(&fx, IMPORT);
+        assert_eq!(code(&out), 2, "{name}: {}", text(&out));
+        assert!(
+            text(&out).contains(&format!("team/{name}: is a FIFO, not a regular file")),
+            "{}",
+            text(&out)
+        );
+        assert!(!recorded.exists() && !copy.exists(), "{name}");
+        std::fs::remove_file(&f).unwrap();
+        if let Some(b) = kept {
+            std::fs::write(&f, b).unwrap();
+        }
+    }
+
+    // What is at the golden's path (beside the recipe) when it is not a file
+    // to read: import never replaces it, export never reads it whole.
+    std::fs::create_dir_all(recorded.parent().unwrap()).unwrap();
+    let makers: [(&str, &dyn Fn(&Path)); 3] = [
+        ("is a FIFO, not a regular file", &|p| mkfifo(p)),
+        ("is a character device, not a regular file", &|p| {
+            std::os::unix::fs::symlink("/dev/zero", p).unwrap()
+        }),
+        ("is larger than 67108864 bytes, the limit", &|p| {
+            sparse_file(p, 2 << 30)
+        }),
+    ];
+    for (what, make) in makers {
+        make(&recorded);
+        for (args, also) in [
+            (IMPORT, "import never overwrites what is not a golden"),
+            (EXPORT, ""),
+        ] {
+            for force in [&[][..], &["--force"][..]] {
+                if args == EXPORT && !force.is_empty() {
+                    continue;
+                }
+                let out = golden(&fx, &[args, force].concat());
+                let t = text(&out);
+                assert_eq!(code(&out), 2, "{args:?} {what}: {t}");
+                let said = format!("case small: golden {} {what}", recorded.display());
+                assert!(t.contains(&said) && t.contains(also), "{t}");
+            }
+        }
+        assert!(!fx.dir().join("out").exists(), "{what}: nothing exported");
+        assert!(!copy.exists(), "{what}: nothing imported");
+        std::fs::remove_file(&recorded).unwrap();
+    }
+    // And the files as they should be: imported, then exported.
+    let out = golden(&fx, IMPORT);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let out = golden(&fx, EXPORT);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+}
+
+#[test]
+fn golden_export_out_must_be_a_directory() {
+    let fx = team_dir("<i4", &MODEL_IDS);
+    let out = golden(&fx, IMPORT);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    std::fs::write(fx.dir().join("afile"), "").unwrap();
+    for (dir, what) in [
+        ("afile", "--out afile: is a regular file, not a directory"),
+        (
+            "/dev/null",
+            "--out /dev/null: is a character device, not a directory",
+        ),
+        (
+            "afile/sub",
+            "--out afile/sub: afile is a regular file, not a directory, so it cannot be made",
+        ),
+    ] {
+        let out = golden(&fx, &["export", "fx.yaml", "--case", "small", "--out", dir]);
+        let t = text(&out);
+        assert_eq!(code(&out), 2, "{dir}: {t}");
+        assert!(
+            t.contains(what) && t.contains("nothing was exported"),
+            "{t}"
+        );
+    }
+    assert_eq!(std::fs::read(fx.dir().join("afile")).unwrap(), b"");
+    // A directory there, or none yet (made): exported.
+    for dir in ["team", "new/out"] {
+        let out = golden(&fx, &["export", "fx.yaml", "--case", "small", "--out", dir]);
+        assert_eq!(code(&out), 0, "{dir}: {}", text(&out));
+        assert!(fx.dir().join(dir).join("small.json").is_file(), "{dir}");
+    }
+}
+
+// Token ids are int32 in the team's files and in what `export` writes: an
+// int64 array holding one outside int32 is refused on import, not later.
+#[test]
+fn golden_import_refuses_token_ids_outside_int32() {
+    let mut big = MODEL_IDS;
+    big[3] = 1 << 40;
+    let fx = team_dir("<i8", &big);
+    let recorded = fx.dir().join("goldens/fx/small.json");
+    let out = golden(&fx, IMPORT);
+    let t = text(&out);
+    assert_eq!(code(&out), 2, "{t}");
+    assert!(
+        t.contains(
+            "team/greedy_ids.npy row 0 holds 1099511627776 at output position 3, outside int32"
+        ),
+        "{t}"
+    );
+    assert!(!recorded.exists());
+    // In greedy_dist.npy (run 2), beside an int64 greedy_ids.npy in range.
+    let team = fx.dir().join("team");
+    std::fs::write(
+        team.join("greedy_ids.npy"),
+        npy_file("<i8", &[1, 16], &MODEL_IDS),
+    )
+    .unwrap();
+    let mut dist: Vec<i64> = MODEL_IDS.iter().flat_map(|&v| [v, v, v]).collect();
+    dist[5 * 3 + 2] = -(1 << 33);
+    std::fs::write(
+        team.join("greedy_dist.npy"),
+        npy_file("<i8", &[1, 16, 3], &dist),
+    )
+    .unwrap();
+    let out = golden(&fx, IMPORT);
+    let t = text(&out);
+    assert_eq!(code(&out), 2, "{t}");
+    assert!(
+        t.contains(
+            "team/greedy_dist.npy row 0 run 2 holds -8589934592 at output position 5, outside int32"
+        ),
+        "{t}"
+    );
+    assert!(!recorded.exists());
+    // int64 arrays of int32 ids: imported, and export writes them back.
+    std::fs::remove_file(team.join("greedy_dist.npy")).unwrap();
+    let out = golden(&fx, IMPORT);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let out = golden(&fx, EXPORT);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(
+        std::fs::read(fx.dir().join("out/greedy_ids.npy")).unwrap(),
+        npy_file("<i4", &[1, 16], &MODEL_IDS)
+    );
+}

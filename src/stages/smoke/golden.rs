@@ -24,7 +24,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use fs_err as fs;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -32,7 +31,8 @@ use super::golden;
 use super::model::{self, ModelCheck, ModelManifest};
 use super::npy;
 use super::{CaseResult, TopLogprob, describe_diff};
-use crate::recipe::{Case, LoadedRecipe, Mode};
+use crate::recipe::{Case, LoadedRecipe, MAX_GOLDEN_JSON, MAX_GOLDEN_NPY, Mode};
+use crate::regular_file::{self, ReadError};
 
 /// The `format` value of JSON goldens written by this version.
 pub const FORMAT: &str = "oracle-build-golden/1";
@@ -179,6 +179,15 @@ pub struct Location {
 }
 
 impl Location {
+    /// The most bytes of it read: [`MAX_GOLDEN_NPY`] for a numpy golden,
+    /// else [`MAX_GOLDEN_JSON`].
+    pub fn limit(&self) -> u64 {
+        match self.kind {
+            Kind::Json => MAX_GOLDEN_JSON,
+            Kind::Npy => MAX_GOLDEN_NPY,
+        }
+    }
+
     /// For numpy goldens, `manifest.json` beside the `.npy` file.
     pub fn manifest(&self) -> Option<PathBuf> {
         (self.kind == Kind::Npy).then(|| {
@@ -286,15 +295,47 @@ pub fn location(lr: &LoadedRecipe, goldens_dir: &Path, case: &Case) -> Location 
     }
 }
 
+/// The bytes of the file at `path`, read as a golden is: a regular file
+/// (links followed) of at most `limit` bytes, opened without blocking
+/// ([`regular_file::read`]).
+///
+/// Errors: text naming `what` and the file (`golden X is a FIFO, not a
+/// regular file`, `golden X does not exist`, `golden X is a symbolic link
+/// to nothing`, `golden X is larger than N bytes, the limit`).
+pub fn read_bounded(path: &Path, limit: u64, what: &str) -> Result<Vec<u8>, String> {
+    let show = path.display();
+    regular_file::read(path, limit).map_err(|e| match e {
+        ReadError::Missing if std::fs::symlink_metadata(path).is_ok() => {
+            format!("{what} {show} is a symbolic link to nothing")
+        }
+        e => format!("{what} {show} {e}"),
+    })
+}
+
+/// The bytes of the golden at `loc` ([`read_bounded`], at most
+/// [`Location::limit`]).
+///
+/// Errors: as [`read_bounded`].
+pub fn read(loc: &Location) -> Result<Vec<u8>, String> {
+    read_bounded(&loc.path, loc.limit(), "golden")
+}
+
 /// sha256 of the golden's bytes (and of its manifest, for numpy goldens);
-/// `None` when absent. Part of the smoke key.
+/// `None` when absent. Part of the smoke key. Read bounded and never
+/// blocking ([`read`]): a golden that cannot be read as one (a FIFO, a
+/// device, too large) gives `unreadable: <why>`, so its key differs from
+/// an absent golden's, and its gate fails reading it.
 pub fn content_digest(loc: &Location) -> Option<String> {
     use sha2::Digest;
-    let bytes = fs::read(&loc.path).ok()?;
+    let bytes = match regular_file::read(&loc.path, loc.limit()) {
+        Ok(b) => b,
+        Err(ReadError::Missing) => return None,
+        Err(e) => return Some(format!("unreadable: {e}")),
+    };
     let mut h = sha2::Sha256::new();
     h.update(&bytes);
     if let Some(m) = loc.manifest()
-        && let Ok(mb) = fs::read(m)
+        && let Ok(mb) = regular_file::read(&m, MAX_GOLDEN_JSON)
     {
         h.update(b"\0manifest\0");
         h.update(&mb);
@@ -330,18 +371,31 @@ pub struct Loaded {
     pub model_manifest: Option<ModelManifest>,
 }
 
-/// Reads the golden at `loc` for a case whose prompt is `prompt` (text, when
-/// the case gives text) and whose run produced `prompt_ids`.
+/// Reads the golden at `loc` ([`read`]: bounded, a regular file only,
+/// never blocking) for a case whose prompt is `prompt` (text, when the case
+/// gives text) and whose run produced `prompt_ids`.
 ///
 /// Errors (text for the report): unreadable or malformed file; for numpy
 /// goldens, no row that is this prompt.
 pub fn load(loc: &Location, prompt: Option<&str>, prompt_ids: &[i64]) -> Result<Loaded, String> {
+    let bytes = read(loc)?;
+    load_from(loc, &bytes, prompt, prompt_ids)
+}
+
+/// [`load`] of the golden at `loc` whose bytes `bytes` were read already
+/// ([`read`]).
+///
+/// Errors: as [`load`].
+pub fn load_from(
+    loc: &Location,
+    bytes: &[u8],
+    prompt: Option<&str>,
+    prompt_ids: &[i64],
+) -> Result<Loaded, String> {
     let show = loc.path.display();
     match loc.kind {
         Kind::Json => {
-            let text =
-                fs::read_to_string(&loc.path).map_err(|e| format!("cannot read golden: {e}"))?;
-            let value: Value = serde_json::from_str(&text)
+            let value: Value = serde_json::from_slice(bytes)
                 .map_err(|e| format!("golden {show} is not a golden JSON ({e})"))?;
             let (entry, g) = if value.get("entries").is_some() {
                 let set: GoldenSet = serde_json::from_value(value)
@@ -379,18 +433,23 @@ pub fn load(loc: &Location, prompt: Option<&str>, prompt_ids: &[i64]) -> Result<
             })
         }
         Kind::Npy => {
-            let bytes = fs::read(&loc.path).map_err(|e| format!("cannot read golden: {e}"))?;
-            let rows = npy::parse(&bytes)
+            let rows = npy::parse(bytes)
                 .and_then(|a| a.rows())
                 .map_err(|e| format!("numpy golden {show} {e}"))?;
             let manifest_path = loc.manifest().unwrap_or_default();
-            let manifest: Option<Value> = match fs::read_to_string(&manifest_path) {
+            let manifest: Option<Value> = match regular_file::read(&manifest_path, MAX_GOLDEN_JSON)
+            {
                 Ok(t) => Some(
-                    serde_json::from_str(&t)
+                    serde_json::from_slice(&t)
                         .map_err(|e| format!("{} is not JSON ({e})", manifest_path.display()))?,
                 ),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(format!("cannot read the manifest: {e}")),
+                Err(ReadError::Missing) => None,
+                Err(e) => {
+                    return Err(format!(
+                        "the manifest {} of numpy golden {show} {e}",
+                        manifest_path.display()
+                    ));
+                }
             };
             let row = pick_row(manifest.as_ref(), rows.len(), prompt, prompt_ids).map_err(|e| {
                 format!(
@@ -948,7 +1007,7 @@ mod tests {
                 None,
             ),
         ] {
-            fs::write(&loc.path, golden.to_string()).unwrap();
+            std::fs::write(&loc.path, golden.to_string()).unwrap();
             assert_eq!(load(&loc, None, &[]).unwrap().mode, mode, "{golden}");
         }
         assert_eq!(mode_diff(None, Mode::Compiled), None);

@@ -19,7 +19,6 @@
 //! what is wrong with it, and nothing is written.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -31,6 +30,7 @@ use super::golden::{self, GoldenDiff};
 use super::npy;
 use crate::exit::bad_input;
 use crate::recipe::{Case, LoadedRecipe};
+use crate::regular_file::{self, ReadError};
 use crate::store::{write_atomic, write_json};
 
 /// The run-0 output ids, int32 `[N, T]`.
@@ -116,24 +116,27 @@ pub struct TeamRead {
     pub files: BTreeMap<String, String>,
 }
 
-/// Reads `path`, at most [`MAX_FILE_BYTES`]; `Ok(None)` when absent.
-fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>, String> {
-    let f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: cannot be read: {e}", path.display())),
-    };
-    let mut out = Vec::new();
-    f.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| format!("{}: cannot be read: {e}", path.display()))?;
-    if out.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!(
-            "{}: is larger than {MAX_FILE_BYTES} bytes, the limit",
-            path.display()
-        ));
+/// Reads `path`: a regular file (links followed) of at most
+/// [`MAX_FILE_BYTES`], opened without blocking ([`regular_file::read`]);
+/// `Ok(None)` when absent.
+fn read_team_file(path: &Path) -> Result<Option<Vec<u8>>, String> {
+    match regular_file::read(path, MAX_FILE_BYTES) {
+        Ok(b) => Ok(Some(b)),
+        Err(ReadError::Missing) => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
     }
-    Ok(Some(out))
+}
+
+/// `seq` when every value fits in int32 (the team's dtype: `golden export`
+/// writes int32); else an error naming `what`, the value and its position.
+fn int32_only(seq: Vec<i64>, what: &str) -> Result<Vec<i64>, String> {
+    match seq.iter().position(|&v| i32::try_from(v).is_err()) {
+        Some(j) => Err(format!(
+            "{what} holds {} at output position {j}, outside int32 (token ids are int32; `golden export` could not write it back)",
+            seq[j]
+        )),
+        None => Ok(seq),
+    }
 }
 
 fn sha256(bytes: &[u8]) -> String {
@@ -169,7 +172,7 @@ fn unpad(mut seq: Vec<i64>, what: &str) -> Result<Vec<i64>, String> {
 pub fn read_dir(dir: &Path, row: Option<usize>) -> Result<TeamRead, String> {
     let ids_path = dir.join(IDS_FILE);
     let mut files = BTreeMap::new();
-    let bytes = read_bounded(&ids_path)?.ok_or_else(|| {
+    let bytes = read_team_file(&ids_path)?.ok_or_else(|| {
         format!(
             "{}: missing (a team golden is {IDS_FILE}, {DIST_FILE} and p<i>_prompt.i32)",
             ids_path.display()
@@ -200,10 +203,13 @@ pub fn read_dir(dir: &Path, row: Option<usize>) -> Result<TeamRead, String> {
             ));
         }
     };
-    let ids_row: Vec<i64> = ids.data[row * t..(row + 1) * t].to_vec();
+    let ids_row = int32_only(
+        ids.data[row * t..(row + 1) * t].to_vec(),
+        &format!("{} row {row}", ids_path.display()),
+    )?;
 
     let dist_path = dir.join(DIST_FILE);
-    let (output, runs) = match read_bounded(&dist_path)? {
+    let (output, runs) = match read_team_file(&dist_path)? {
         None => (
             unpad(ids_row, &format!("{} row {row}", ids_path.display()))?,
             None,
@@ -223,7 +229,8 @@ pub fn read_dir(dir: &Path, row: Option<usize>) -> Result<TeamRead, String> {
             };
             let run = |kk: usize| -> Result<Vec<i64>, String> {
                 let seq = (0..t).map(|j| dist.data[(row * t + j) * k + kk]).collect();
-                unpad(seq, &format!("{} row {row} run {kk}", dist_path.display()))
+                let what = format!("{} row {row} run {kk}", dist_path.display());
+                unpad(int32_only(seq, &what)?, &what)
             };
             let first = run(0)?;
             for kk in 1..k {
@@ -256,7 +263,7 @@ pub fn read_dir(dir: &Path, row: Option<usize>) -> Result<TeamRead, String> {
     }
 
     let p_path = dir.join(prompt_file(row));
-    let bytes = read_bounded(&p_path)?.ok_or_else(|| {
+    let bytes = read_team_file(&p_path)?.ok_or_else(|| {
         format!(
             "{}: missing (the prompt's token ids, raw little-endian int32: a golden is only compared for the prompt it was captured for)",
             p_path.display()
@@ -325,7 +332,7 @@ pub struct Exported {
 /// `prompt_token_ids`, or a token id outside int32.
 pub fn export(lr: &LoadedRecipe, root: &Path, case: &Case, out: &Path) -> Result<Exported> {
     let loc = golden::locate(lr, &golden::dirs(root, lr), case);
-    if !loc.path.is_file() {
+    if std::fs::symlink_metadata(&loc.path).is_err() {
         return Err(bad_input(format!(
             "case {}: no golden at {} (record one with `oracle-build smoke <PIN> --record-golden`, or `golden import` the team's files)",
             case.name,
@@ -339,7 +346,10 @@ pub fn export(lr: &LoadedRecipe, root: &Path, case: &Case, out: &Path) -> Result
             loc.path.display()
         )));
     }
-    let g = golden::load(&loc, case.prompt.as_deref(), &[]).map_err(bad_input)?;
+    // Read once, bounded and only as a regular file: parsed, then copied.
+    let json_bytes =
+        golden::read(&loc).map_err(|e| bad_input(format!("case {}: {e}", case.name)))?;
+    let g = golden::load_from(&loc, &json_bytes, case.prompt.as_deref(), &[]).map_err(bad_input)?;
     let prompt = g.prompt_token_ids.ok_or_else(|| {
         bad_input(format!(
             "golden {} has no prompt_token_ids; the team's files need the prompt's ids (record it again with `smoke --record-golden`)",
@@ -353,7 +363,6 @@ pub fn export(lr: &LoadedRecipe, root: &Path, case: &Case, out: &Path) -> Result
     let runs = lr.recipe.smoke.runs.max(1) as usize;
     let encoded = encode(&rows, runs)
         .map_err(|e| bad_input(format!("golden {}: {e}", loc.path.display())))?;
-    let json_bytes = fs::read(&loc.path)?;
     fs::create_dir_all(out)?;
     let t = rows[0].output_token_ids.len();
     let mut files = Vec::new();
@@ -468,16 +477,16 @@ pub fn import(
     let new = &read.golden;
     let mut replaced = None;
     if std::fs::symlink_metadata(&loc.path).is_ok() {
-        let old = golden::load(&loc, case.prompt.as_deref(), &new.prompt_token_ids)
-            .ok()
-            .filter(|_| loc.path.is_file())
-            .ok_or_else(|| {
+        // Read bounded and only as a regular file (a FIFO never blocks):
+        // what cannot be read as a golden is never overwritten.
+        let old = golden::load(&loc, case.prompt.as_deref(), &new.prompt_token_ids).map_err(
+            |e| {
                 bad_input(format!(
-                    "case {}: {} is not a golden; import never overwrites it (not even with --force)",
-                    case.name,
-                    loc.path.display()
+                    "case {}: {e}; import never overwrites what is not a golden (not even with --force)",
+                    case.name
                 ))
-            })?;
+            },
+        )?;
         let other_prompt = old
             .prompt_token_ids
             .as_ref()
@@ -644,6 +653,48 @@ mod tests {
         let got = read_dir(d.path(), None).unwrap();
         assert_eq!(got.golden, row(&[5], &[9, 8]));
         assert_eq!(got.runs, Some(2));
+    }
+
+    #[test]
+    fn ids_outside_int32_are_refused_naming_the_file_row_and_position() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path();
+        // An int64 array: the int32 layout with `<i8` and 8-byte values.
+        let i8 = |shape: &[usize], data: &[i64]| {
+            let mut f = npy::write_i32(shape, &vec![0; data.len()]).unwrap();
+            let at = f.windows(3).position(|w| w == b"<i4").unwrap();
+            f[at..at + 3].copy_from_slice(b"<i8");
+            f.truncate(f.len() - 4 * data.len());
+            f.extend(data.iter().flat_map(|v| v.to_le_bytes()));
+            f
+        };
+        std::fs::write(p.join("p0_prompt.i32"), 5i32.to_le_bytes()).unwrap();
+        for (ids, at) in [
+            (1i64 << 31, "2147483648"),
+            (-(1i64 << 40), "-1099511627776"),
+        ] {
+            std::fs::write(p.join(IDS_FILE), i8(&[1, 3], &[7, ids, 8])).unwrap();
+            let e = read_dir(p, None).unwrap_err();
+            assert!(
+                e.contains(&format!(
+                    "{IDS_FILE} row 0 holds {at} at output position 1, outside int32"
+                )),
+                "{e}"
+            );
+        }
+        std::fs::write(p.join(IDS_FILE), i8(&[1, 2], &[7, i64::from(i32::MAX)])).unwrap();
+        assert_eq!(
+            read_dir(p, None).unwrap().golden,
+            row(&[5], &[7, i64::from(i32::MAX)])
+        );
+        std::fs::write(p.join(DIST_FILE), i8(&[1, 2, 2], &[7, 7, 1 << 32, 9])).unwrap();
+        let e = read_dir(p, None).unwrap_err();
+        assert!(
+            e.contains(&format!(
+                "{DIST_FILE} row 0 run 0 holds 4294967296 at output position 1, outside int32"
+            )),
+            "{e}"
+        );
     }
 
     #[test]
