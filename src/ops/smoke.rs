@@ -29,7 +29,7 @@ use crate::recipe::{LoadedRecipe, Mode};
 use crate::stages::oracle::{self, OracleRecord};
 use crate::stages::smoke::model::ModelCheck;
 use crate::stages::smoke::{self, CaseResult, GoldenState, SmokeReport, Verdict, golden};
-use crate::store::{Bucket, Manifest, Store};
+use crate::store::{Bucket, Entry, Manifest, Store, TempRoots};
 
 /// Arguments of `smoke`.
 #[derive(Debug, Clone)]
@@ -141,6 +141,30 @@ fn check_args(args: &SmokeArgs, lr: &LoadedRecipe, root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Registers the oracle `entry` as a temporary GC root of this process
+/// ([`Store::temp_roots`]) and checks it is still there, so no `gc` deletes
+/// it (nor, through its record's `requires`, its wheel, lock and wheelhouse,
+/// nor its engine cache) while it is gated, as a running build's entries
+/// are kept. A read-only store registers nothing (no `gc` can run there).
+///
+/// Errors: the temporary roots cannot be written; a `gc` removed the entry
+/// before it was registered (build it again).
+pub(crate) fn hold_oracle(store: &Store, entry: &Entry, lr: &LoadedRecipe) -> Result<TempRoots> {
+    let temp = store.temp_roots()?;
+    temp.add(store, entry)?;
+    if !entry.exists() {
+        return Err(anyhow!(
+            "the oracle {} was removed (by `gc`?) before it could be gated; build it again: `{}`",
+            entry.path.display(),
+            crate::shell::command_at(
+                &format!("build {}", crate::recipe::shell_arg(lr)),
+                store.root()
+            )
+        ));
+    }
+    Ok(temp)
+}
+
 /// Runs `smoke`: gates the oracle of `args.pin` in the store at `store_arg`.
 ///
 /// Errors: exit 2 for an unknown PIN or case, `--record-golden` onto a
@@ -167,6 +191,12 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
     let venv = link
         .canonicalize()
         .with_context(|| format!("resolving {}", link.display()))?;
+    // The oracle is a temporary GC root while it is gated, as a running
+    // build's entries are: a `gc` now (after `unkeep`) keeps its venv
+    // entry, what that requires and its engine cache.
+    let name = venv.file_name().map(|n| n.to_string_lossy().into_owned());
+    let entry = store.entry(Bucket::Venvs, name.as_deref().unwrap_or_default());
+    let _temp = hold_oracle(&store, &entry, &lr)?;
     oracle::check_owner(&lr, &venv)?;
     let mut rec = OracleRecord::read(&venv)?;
     let package_differs = rec
