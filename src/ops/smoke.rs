@@ -578,6 +578,9 @@ fn render_case(c: &CaseResult, requested: &[&str], line: &mut impl FnMut(String)
         Some(ModelCheck::Matched) => line(
             "  model    the golden's model files: every file the same (path, size, sha256)".into(),
         ),
+        Some(ModelCheck::NotChecked) if c.model_manifest.is_none() => line(
+            "  model    NOT CHECKED: the model's files could not be hashed (the reason is below)".into(),
+        ),
         Some(ModelCheck::NotChecked) => line(
             "  model    NOT CHECKED: the golden records no model manifest (record it again to check the model)".into(),
         ),

@@ -336,10 +336,16 @@ mod tests {
         let inner = store.temp_roots().unwrap();
         inner.add(&store, &to).unwrap();
         let live = reachable(&store).unwrap();
-        assert!(live.contains("venvs/from") && live.contains("venvs/to"), "{live:?}");
+        assert!(
+            live.contains("venvs/from") && live.contains("venvs/to"),
+            "{live:?}"
+        );
         drop(inner);
         let live = reachable(&store).unwrap();
-        assert!(live.contains("venvs/from") && !live.contains("venvs/to"), "{live:?}");
+        assert!(
+            live.contains("venvs/from") && !live.contains("venvs/to"),
+            "{live:?}"
+        );
         drop(outer);
         assert!(reachable(&store).unwrap().is_empty());
         assert!(from.exists() && to.exists());
