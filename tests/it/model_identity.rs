@@ -312,3 +312,69 @@ fn a_fifo_or_a_device_in_the_model_directory_fails_the_case_naming_each() {
     let out = fx.exits(&["smoke", "fx.yaml", "--json"], 0);
     assert_eq!(only_case(&json(&out)["smoke"])["model_check"], "matched");
 }
+
+// A model path where nothing is keeps the "not on this box" rule (the
+// verdict recorded before stands); one that is a link that does not
+// resolve (dangling, or a loop `ln -s model model`) is a fault of this
+// box's model: the case fails naming the path and the OS error, the gate
+// is a not-gateable verdict, and `activate` refuses the oracle.
+#[test]
+fn a_model_path_that_is_a_broken_link_fails_the_case_not_skips_it() {
+    let fx = Fx::new();
+    let d = fx.dir();
+    let model = d.join("models/model");
+    copy_flat(&fixture_models().join("model"), &model);
+    let (repo, commit) = fx.repo();
+    let smoke_yaml = SMOKE.replace("${FX_MODELS}/model", model.to_str().unwrap());
+    fx.recipe("fx", &repo, &commit, &smoke_yaml);
+    fx.exits(&["build", "fx.yaml"], 0);
+    let alias = d.join("alias");
+    let alias = alias.to_str().unwrap();
+
+    // Nothing there: the gate could not run here; the verdict stands.
+    std::fs::rename(&model, d.join("models/kept")).unwrap();
+    let out = fx.exits(&["smoke", "fx.yaml"], 4);
+    assert!(
+        text(&out).contains("does not exist") && text(&out).contains("keeps its gateable verdict"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(record(&fx.oracle("fx"))["smoke"]["verdict"], "gateable");
+
+    // A dangling link: the case fails, naming the path and the OS error.
+    std::os::unix::fs::symlink("gone", &model).unwrap();
+    let out = fx.exits(&["smoke", "fx.yaml", "--json"], 4);
+    let report = json(&out);
+    let reasons = report["smoke"]["reasons"].to_string();
+    let want = format!(
+        "model path {} is a symbolic link to gone that cannot be resolved: No such file or directory",
+        model.display()
+    );
+    assert!(reasons.contains(&want), "{reasons}");
+    assert!(report["stands"].is_null(), "{report}");
+    assert_eq!(report["recorded"], true, "{report}");
+    let rec = record(&fx.oracle("fx"));
+    assert_eq!(rec["smoke"]["verdict"], "not-gateable", "{rec}");
+    assert!(rec.get("gate_not_run").is_none(), "{rec}");
+    let out = fx.run(&["activate", "fx.yaml", alias]);
+    assert_ne!(code(&out), 0, "{}", text(&out));
+    assert!(!Path::new(alias).exists());
+
+    // A loop: the same, with the loop's error.
+    std::fs::remove_file(&model).unwrap();
+    std::os::unix::fs::symlink("model", &model).unwrap();
+    let out = fx.exits(&["smoke", "fx.yaml"], 4);
+    let t = text(&out);
+    assert!(
+        t.contains(&format!("model path {}", model.display()))
+            && t.contains("Too many levels of symbolic links")
+            && !t.contains("could not run on this box"),
+        "{t}"
+    );
+
+    // The model back: gateable, and `activate` takes it.
+    std::fs::remove_file(&model).unwrap();
+    std::fs::rename(d.join("models/kept"), &model).unwrap();
+    fx.exits(&["smoke", "fx.yaml"], 0);
+    fx.exits(&["activate", "fx.yaml", alias], 0);
+}

@@ -278,6 +278,39 @@ struct Found {
     blob: Option<String>,
 }
 
+/// What is at a case's model path.
+#[derive(Debug)]
+pub enum Presence {
+    /// Nothing: `lstat` finds no entry (the model is not on this box).
+    Absent,
+    /// Something that resolves (a directory, a file, a link to one).
+    Present,
+    /// An entry that cannot be resolved: a dangling link, a link loop, a
+    /// parent that cannot be searched. What is wrong, in words.
+    Unresolvable(String),
+}
+
+/// What is at the model path `path`: [`Presence::Absent`] only when
+/// nothing exists there (`lstat` fails with `ENOENT`); a link that exists
+/// but does not resolve (dangling, or a loop such as `ln -s l l`) is
+/// [`Presence::Unresolvable`], naming the link's target and the OS error.
+pub fn presence(path: &Path) -> Presence {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Presence::Absent,
+        Err(e) => Presence::Unresolvable(format!("cannot be read: {e}")),
+        Ok(_) => match std::fs::metadata(path) {
+            Ok(_) => Presence::Present,
+            Err(e) => Presence::Unresolvable(match std::fs::read_link(path) {
+                Ok(target) => format!(
+                    "is a symbolic link to {} that cannot be resolved: {e}",
+                    target.display()
+                ),
+                Err(_) => format!("cannot be resolved: {e}"),
+            }),
+        },
+    }
+}
+
 /// The manifest of the model at `model` (a directory, or one file such as a
 /// GGUF), every file's sha256 kept in `hashes_dir` (`None`: none kept, every
 /// file hashed) and reused while the file's size, mtime, ctime, inode and
@@ -736,5 +769,34 @@ mod tests {
         let ok = take(&m, None).unwrap();
         assert_eq!(ok.files.len(), 1);
         assert_eq!(ok.files[0].sha256, hex::encode(Sha256::digest(b"{}")));
+    }
+
+    #[test]
+    fn only_a_path_where_nothing_is_is_absent() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        assert!(matches!(presence(d), Presence::Present));
+        assert!(matches!(presence(&d.join("none")), Presence::Absent));
+        std::os::unix::fs::symlink("gone", d.join("dangling")).unwrap();
+        // Below a dangling link nothing exists either.
+        assert!(matches!(presence(&d.join("dangling/x")), Presence::Absent));
+        match presence(&d.join("dangling")) {
+            Presence::Unresolvable(why) => assert!(
+                why.starts_with("is a symbolic link to gone that cannot be resolved: No such file"),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        std::os::unix::fs::symlink("selfloop", d.join("selfloop")).unwrap();
+        match presence(&d.join("selfloop")) {
+            Presence::Unresolvable(why) => {
+                assert!(why.contains("Too many levels of symbolic links"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        match presence(&d.join("selfloop/x")) {
+            Presence::Unresolvable(why) => assert!(why.starts_with("cannot be read: "), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 }
