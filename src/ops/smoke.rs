@@ -391,39 +391,60 @@ pub fn render(out: &SmokeOutput) -> String {
     t
 }
 
-/// `engine caches warm (cpu-x86_64), 18 files, 1.1 KiB, kept in <entry>; TMPDIR left 2 files, 2 sockets (removed); VLLM_CPU_KVCACHE_SPACE=1 GiB (default)`.
+/// `engine caches warm on cpu-x86_64; 18 files, 1.1 KiB (kept in <entry>); per-run HOME, XDG_CONFIG_HOME, HF_HOME 1 files (deleted); TMPDIR left 2 files, 2 sockets, 0 other (removed); VLLM_CPU_KVCACHE_SPACE=1 GiB (default)`,
+/// or `engine caches cold on <device>: <why>; ...`. With a kept engine
+/// cache only its caches count as kept: the per-run directories (`fresh/`
+/// in it, emptied after the run) are counted apart.
 fn render_engine(e: &smoke::EngineRecord) -> String {
-    let (files, bytes) = e
-        .caches
-        .iter()
-        .fold((0, 0), |(f, b), c| (f + c.usage.files, b + c.usage.bytes));
+    let sum = |kept: bool| {
+        e.caches
+            .iter()
+            .filter(|c| c.kept == kept)
+            .fold((0, 0), |(f, b), c| (f + c.usage.files, b + c.usage.bytes))
+    };
     let left = e.tmpdir.iter().fold(smoke::Usage::default(), |mut u, t| {
         u.files += t.usage.files;
         u.sockets += t.usage.sockets;
         u.other += t.usage.other;
         u
     });
-    let warmth = match (&e.cold_reason, e.warm) {
-        (_, true) => "warm".to_string(),
-        (Some(why), false) => format!("cold: {why}"),
-        (None, false) => "cold".to_string(),
-    };
     let device = e
         .device
         .as_deref()
         .map_or(String::new(), |d| format!(" on {d}"));
-    let place = match &e.cache_entry {
-        Some(entry) => format!("kept in {entry}"),
-        None if e.kept => "kept".to_string(),
-        None => "deleted".to_string(),
+    let warmth = match (&e.cold_reason, e.warm) {
+        (_, true) => format!("warm{device}"),
+        (Some(why), false) => format!("cold{device}: {why}"),
+        (None, false) => format!("cold{device}"),
+    };
+    let kept = e.caches.iter().any(|c| c.kept);
+    let (place, (files, bytes)) = match &e.cache_entry {
+        Some(entry) => (format!("kept in {entry}"), sum(true)),
+        None if kept => ("kept".to_string(), sum(true)),
+        None => ("deleted".to_string(), sum(false)),
     };
     let mut t = format!(
-        "engine caches {warmth}{device}; {files} files, {:.1} KiB ({place}); TMPDIR left {} files, {} sockets, {} other (removed)",
-        bytes as f64 / 1024.0,
-        left.files,
-        left.sockets,
-        left.other
+        "engine caches {warmth}; {files} files, {:.1} KiB ({place})",
+        bytes as f64 / 1024.0
     );
+    if kept {
+        let per_run: Vec<&str> = e
+            .caches
+            .iter()
+            .filter(|c| !c.kept)
+            .map(|c| c.var.as_str())
+            .collect();
+        let (f, b) = sum(false);
+        t.push_str(&format!(
+            "; per-run {} {f} files, {:.1} KiB (deleted)",
+            per_run.join(", "),
+            b as f64 / 1024.0
+        ));
+    }
+    t.push_str(&format!(
+        "; TMPDIR left {} files, {} sockets, {} other (removed)",
+        left.files, left.sockets, left.other
+    ));
     if let Some(kv) = &e.kv_cache_space {
         t.push_str(&format!(
             "; {}={} GiB ({})",
