@@ -445,3 +445,62 @@ fn gc_during_a_smoke_keeps_the_oracle_it_gates() {
     let gc = fx.json(&["gc", "--json"]);
     assert!(!venv.exists() && !wheel.exists() && !cache.exists(), "{gc}");
 }
+
+// `advance` keeps FROM's oracle, which it gates again under TO's smoke
+// configuration, and TO's, as a running build keeps its entries: with
+// both recipes' roots dropped (`unkeep`) and a `gc` while FROM's gate runs
+// (its engine stopped mid-case), both venv entries stay and `advance`
+// writes its report; afterwards `gc` takes them.
+#[test]
+fn gc_during_advance_keeps_both_oracles() {
+    let fx = Fx::new();
+    let (repo, head) = fx.repo();
+    let tag = git(&repo, &["rev-parse", "v0.1.0^{commit}"]);
+    let rep = fx.dir().join("reports");
+    let smoke = SMOKE.replacen(
+        "  runs: 3\n",
+        &format!(
+            "  runs: 300\n  env:\n    FIXTURELLM_ENV_REPORT: \"{}\"\n",
+            rep.display()
+        ),
+        1,
+    );
+    fx.recipe("fxa", &repo, &tag, &smoke);
+    fx.recipe("fxb", &repo, &head, &smoke);
+    fx.exits(&["build", "fxa.yaml"], 0);
+    fx.exits(&["build", "fxb.yaml"], 0);
+    let (from, to) = (fx.oracle("fxa"), fx.oracle("fxb"));
+    std::fs::remove_dir_all(&rep).unwrap();
+
+    let advancing = fx
+        .cmd(&["advance", "fxa.yaml", "fxb.yaml", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // TO is built already: the first model load is FROM's gate.
+    let engine = engine_loaded(&rep);
+    // SAFETY: a signal to the fixture's engine process, which advance started.
+    assert_eq!(unsafe { libc::kill(engine, libc::SIGSTOP) }, 0);
+    let t0 = std::time::Instant::now();
+    while proc_state(engine) != Some('T') {
+        assert!(
+            proc_state(engine).is_some(),
+            "the case ended before it could be stopped"
+        );
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    fx.exits(&["unkeep", "fxa.yaml"], 0);
+    fx.exits(&["unkeep", "fxb.yaml"], 0);
+    let gc = fx.json(&["gc", "--json"]);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(engine, libc::SIGCONT) }, 0);
+    assert!(from.is_dir() && to.is_dir(), "{gc}");
+    let out = advancing.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(json(&out)["report_file"].is_string(), "{}", text(&out));
+
+    fx.json(&["gc", "--json"]);
+    assert!(!from.exists() && !to.exists());
+}
