@@ -26,7 +26,7 @@ use crate::stages::source;
 use crate::stages::tree_requires::{self, TreeRequirements};
 use crate::stages::wheel::BuildRecord;
 use crate::store::alias;
-use crate::store::{Bucket, Store, write_atomic};
+use crate::store::{Bucket, Store, TempRoots, write_atomic};
 
 /// Options of `advance`.
 #[derive(Debug, Clone, Default)]
@@ -495,6 +495,11 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
         Ok(e) => e.path,
         Err(_) => build(s, &from.origin, opts)?.oracle,
     };
+    // FROM's oracle, and TO's once built, are temporary GC roots until the
+    // report is written: a `gc` meanwhile (after `unkeep`) keeps them, what
+    // they require and their engine caches, as a running build's entries.
+    let held = store.temp_roots()?;
+    hold(&store, &held, &from_oracle, &from)?;
     // The compile cost, said before TO is built.
     let compile_cost = advance::compile_cost(&store, &from, &to);
     if let Some(c) = &compile_cost {
@@ -506,6 +511,7 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
     );
     let to_report = build(s, &to.origin, opts)?;
     let to_oracle = to_report.oracle.clone();
+    hold(&store, &held, &to_oracle, &to)?;
     let to_record = OracleRecord::read(&to_oracle)?;
 
     // FROM under TO's smoke configuration, into scratch: FROM's record is not written.
@@ -653,6 +659,31 @@ pub fn run(s: &Session, opts: &AdvanceOptions) -> Result<()> {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// Adds the oracle at `venv` (of recipe `lr`) to the temporary GC roots
+/// `held`, and checks it is still there (a `gc` may have taken it after
+/// `unkeep`, before it was added).
+///
+/// Errors: the roots cannot be written; the oracle is gone.
+fn hold(store: &Store, held: &TempRoots, venv: &Path, lr: &LoadedRecipe) -> Result<()> {
+    let Some(entry) = alias::entry_at(store, venv) else {
+        return Err(anyhow!(
+            "the oracle {} of {} is not in the store {} (removed by `gc`?); build it again",
+            venv.display(),
+            lr.recipe.name,
+            store.root().display()
+        ));
+    };
+    held.add(store, &entry)?;
+    if !entry.exists() {
+        return Err(anyhow!(
+            "the oracle {} of {} was removed (by `gc`?) while `advance` ran; build it again",
+            entry.path.display(),
+            lr.recipe.name
+        ));
+    }
+    Ok(())
 }
 
 /// Writes the Markdown `text` to `file` (atomically, its directory

@@ -29,7 +29,7 @@ use crate::recipe::{LoadedRecipe, Mode};
 use crate::stages::oracle::{self, OracleRecord};
 use crate::stages::smoke::model::ModelCheck;
 use crate::stages::smoke::{self, CaseResult, GoldenState, SmokeReport, Verdict, golden};
-use crate::store::{Bucket, Manifest, Store};
+use crate::store::{Bucket, Entry, Manifest, Store, TempRoots};
 
 /// Arguments of `smoke`.
 #[derive(Debug, Clone)]
@@ -141,6 +141,30 @@ fn check_args(args: &SmokeArgs, lr: &LoadedRecipe, root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Registers the oracle `entry` as a temporary GC root of this process
+/// ([`Store::temp_roots`]) and checks it is still there, so no `gc` deletes
+/// it (nor, through its record's `requires`, its wheel, lock and wheelhouse,
+/// nor its engine cache) while it is gated, as a running build's entries
+/// are kept. A read-only store registers nothing (no `gc` can run there).
+///
+/// Errors: the temporary roots cannot be written; a `gc` removed the entry
+/// before it was registered (build it again).
+pub(crate) fn hold_oracle(store: &Store, entry: &Entry, lr: &LoadedRecipe) -> Result<TempRoots> {
+    let temp = store.temp_roots()?;
+    temp.add(store, entry)?;
+    if !entry.exists() {
+        return Err(anyhow!(
+            "the oracle {} was removed (by `gc`?) before it could be gated; build it again: `{}`",
+            entry.path.display(),
+            crate::shell::command_at(
+                &format!("build {}", crate::recipe::shell_arg(lr)),
+                store.root()
+            )
+        ));
+    }
+    Ok(temp)
+}
+
 /// Runs `smoke`: gates the oracle of `args.pin` in the store at `store_arg`.
 ///
 /// Errors: exit 2 for an unknown PIN or case, `--record-golden` onto a
@@ -167,6 +191,12 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
     let venv = link
         .canonicalize()
         .with_context(|| format!("resolving {}", link.display()))?;
+    // The oracle is a temporary GC root while it is gated, as a running
+    // build's entries are: a `gc` now (after `unkeep`) keeps its venv
+    // entry, what that requires and its engine cache.
+    let name = venv.file_name().map(|n| n.to_string_lossy().into_owned());
+    let entry = store.entry(Bucket::Venvs, name.as_deref().unwrap_or_default());
+    let _temp = hold_oracle(&store, &entry, &lr)?;
     oracle::check_owner(&lr, &venv)?;
     let mut rec = OracleRecord::read(&venv)?;
     let package_differs = rec
@@ -361,39 +391,60 @@ pub fn render(out: &SmokeOutput) -> String {
     t
 }
 
-/// `engine caches warm (cpu-x86_64), 18 files, 1.1 KiB, kept in <entry>; TMPDIR left 2 files, 2 sockets (removed); VLLM_CPU_KVCACHE_SPACE=1 GiB (default)`.
+/// `engine caches warm on cpu-x86_64; 18 files, 1.1 KiB (kept in <entry>); per-run HOME, XDG_CONFIG_HOME, HF_HOME 1 files (deleted); TMPDIR left 2 files, 2 sockets, 0 other (removed); VLLM_CPU_KVCACHE_SPACE=1 GiB (default)`,
+/// or `engine caches cold on <device>: <why>; ...`. With a kept engine
+/// cache only its caches count as kept: the per-run directories (`fresh/`
+/// in it, emptied after the run) are counted apart.
 fn render_engine(e: &smoke::EngineRecord) -> String {
-    let (files, bytes) = e
-        .caches
-        .iter()
-        .fold((0, 0), |(f, b), c| (f + c.usage.files, b + c.usage.bytes));
+    let sum = |kept: bool| {
+        e.caches
+            .iter()
+            .filter(|c| c.kept == kept)
+            .fold((0, 0), |(f, b), c| (f + c.usage.files, b + c.usage.bytes))
+    };
     let left = e.tmpdir.iter().fold(smoke::Usage::default(), |mut u, t| {
         u.files += t.usage.files;
         u.sockets += t.usage.sockets;
         u.other += t.usage.other;
         u
     });
-    let warmth = match (&e.cold_reason, e.warm) {
-        (_, true) => "warm".to_string(),
-        (Some(why), false) => format!("cold: {why}"),
-        (None, false) => "cold".to_string(),
-    };
     let device = e
         .device
         .as_deref()
         .map_or(String::new(), |d| format!(" on {d}"));
-    let place = match &e.cache_entry {
-        Some(entry) => format!("kept in {entry}"),
-        None if e.kept => "kept".to_string(),
-        None => "deleted".to_string(),
+    let warmth = match (&e.cold_reason, e.warm) {
+        (_, true) => format!("warm{device}"),
+        (Some(why), false) => format!("cold{device}: {why}"),
+        (None, false) => format!("cold{device}"),
+    };
+    let kept = e.caches.iter().any(|c| c.kept);
+    let (place, (files, bytes)) = match &e.cache_entry {
+        Some(entry) => (format!("kept in {entry}"), sum(true)),
+        None if kept => ("kept".to_string(), sum(true)),
+        None => ("deleted".to_string(), sum(false)),
     };
     let mut t = format!(
-        "engine caches {warmth}{device}; {files} files, {:.1} KiB ({place}); TMPDIR left {} files, {} sockets, {} other (removed)",
-        bytes as f64 / 1024.0,
-        left.files,
-        left.sockets,
-        left.other
+        "engine caches {warmth}; {files} files, {:.1} KiB ({place})",
+        bytes as f64 / 1024.0
     );
+    if kept {
+        let per_run: Vec<&str> = e
+            .caches
+            .iter()
+            .filter(|c| !c.kept)
+            .map(|c| c.var.as_str())
+            .collect();
+        let (f, b) = sum(false);
+        t.push_str(&format!(
+            "; per-run {} {f} files, {:.1} KiB (deleted)",
+            per_run.join(", "),
+            b as f64 / 1024.0
+        ));
+    }
+    t.push_str(&format!(
+        "; TMPDIR left {} files, {} sockets, {} other (removed)",
+        left.files, left.sockets, left.other
+    ));
     if let Some(kv) = &e.kv_cache_space {
         t.push_str(&format!(
             "; {}={} GiB ({})",
@@ -547,6 +598,9 @@ fn render_case(c: &CaseResult, requested: &[&str], line: &mut impl FnMut(String)
     match c.model_check {
         Some(ModelCheck::Matched) => line(
             "  model    the golden's model files: every file the same (path, size, sha256)".into(),
+        ),
+        Some(ModelCheck::NotChecked) if c.model_manifest.is_none() => line(
+            "  model    NOT CHECKED: the model's files could not be hashed (the reason is below)".into(),
         ),
         Some(ModelCheck::NotChecked) => line(
             "  model    NOT CHECKED: the golden records no model manifest (record it again to check the model)".into(),

@@ -401,9 +401,11 @@ pub fn check_tree_rust(
 
 /// What stops a build that would gate, before any work (issue 43): each
 /// case whose model path refers to an unset `${VAR}` (the built-in recipe's
-/// `${ORACLE_MODELS}`), or names a directory that does not exist. One line
-/// each, naming the case, the path as written and the fix.
+/// `${ORACLE_MODELS}`), names a directory that does not exist, or a link
+/// that does not resolve (dangling, a loop). One line each, naming the
+/// case, the path as written and the fix.
 pub fn gate_blockers(lr: &LoadedRecipe) -> Vec<String> {
+    use crate::stages::smoke::model::Presence;
     let mut out = Vec::new();
     for c in &lr.recipe.smoke.cases {
         match crate::recipe::expand_env(&c.model) {
@@ -411,16 +413,24 @@ pub fn gate_blockers(lr: &LoadedRecipe) -> Vec<String> {
                 "smoke case {}: model {}: {e}; the gate could not run after the build: set it (or build with --no-smoke)",
                 c.name, c.model
             )),
-            Ok(m) if !std::path::Path::new(&m).exists() => out.push(format!(
-                "smoke case {}: model directory {m} does not exist{}; the gate could not run after the build: download the model there (or build with --no-smoke)",
-                c.name,
-                if m == c.model {
+            Ok(m) => {
+                let from = if m == c.model {
                     String::new()
                 } else {
                     format!(" (from {})", c.model)
+                };
+                match crate::stages::smoke::model::presence(std::path::Path::new(&m)) {
+                    Presence::Present => {}
+                    Presence::Absent => out.push(format!(
+                        "smoke case {}: model directory {m} does not exist{from}; the gate could not run after the build: download the model there (or build with --no-smoke)",
+                        c.name
+                    )),
+                    Presence::Unresolvable(why) => out.push(format!(
+                        "smoke case {}: model path {m}{from} {why}; the gate would fail after the build: fix or remove the link (or build with --no-smoke)",
+                        c.name
+                    )),
                 }
-            )),
-            Ok(_) => {}
+            }
         }
     }
     out

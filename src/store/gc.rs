@@ -324,6 +324,54 @@ mod tests {
     }
 
     #[test]
+    fn two_sets_of_temporary_roots_of_one_process_keep_both_until_each_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(dir.path()).unwrap();
+        store.init().unwrap();
+        let from = entry_with(&store, Bucket::Venvs, "from", &[]);
+        let to = entry_with(&store, Bucket::Venvs, "to", &[]);
+        // `advance` holds FROM's oracle while TO's build holds its own set.
+        let outer = store.temp_roots().unwrap();
+        outer.add(&store, &from).unwrap();
+        let inner = store.temp_roots().unwrap();
+        inner.add(&store, &to).unwrap();
+        let live = reachable(&store).unwrap();
+        assert!(
+            live.contains("venvs/from") && live.contains("venvs/to"),
+            "{live:?}"
+        );
+        drop(inner);
+        let live = reachable(&store).unwrap();
+        assert!(
+            live.contains("venvs/from") && !live.contains("venvs/to"),
+            "{live:?}"
+        );
+        drop(outer);
+        assert!(reachable(&store).unwrap().is_empty());
+        assert!(from.exists() && to.exists());
+    }
+
+    #[test]
+    fn the_temporary_roots_of_a_killed_run_are_ignored_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(dir.path()).unwrap();
+        store.init().unwrap();
+        let venv = entry_with(&store, Bucket::Venvs, "v1", &[]);
+        // What a build killed by SIGTERM leaves (its handler exits at once,
+        // no destructor runs): the file, listing its entries, unlocked.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let left = store.root().join(format!("locks/build-{pid}.roots"));
+        fs::write(&left, format!("{}\n", venv.label())).unwrap();
+        let report = collect(&store, false).unwrap();
+        assert_eq!(report.deleted.len(), 1, "{report:?}");
+        assert_eq!(report.deleted[0].entry, "venvs/v1");
+        assert!(!venv.exists());
+        assert!(!left.exists(), "the dead run's roots file is removed");
+    }
+
+    #[test]
     fn a_list_root_keeps_what_it_names_and_what_that_requires() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::at(dir.path()).unwrap();

@@ -685,14 +685,23 @@ impl Store {
 
     /// Temporary GC roots for this process: `<root>/locks/build-<pid>.roots`,
     /// held locked while the process lives, listing every entry it uses.
+    /// A second set held at once by the same process (`advance` keeps FROM's
+    /// oracle while it builds TO, whose build holds its own) is
+    /// `build-<pid>.<n>.roots`: one file per set, so neither truncates,
+    /// unlocks or removes the other's.
     pub fn temp_roots(&self) -> Result<TempRoots> {
-        let path = self
-            .root
-            .join("locks")
-            .join(format!("build-{}.roots", std::process::id()));
+        static SETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SETS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = if n == 0 {
+            format!("build-{}.roots", std::process::id())
+        } else {
+            format!("build-{}.{n}.roots", std::process::id())
+        };
+        let path = self.root.join("locks").join(name);
         if self.read_only() {
             return Ok(TempRoots { file: None, path });
         }
+        fs::create_dir_all(self.root.join("locks"))?;
         let _gc = self.gc_lock(false)?;
         let file = fs::OpenOptions::new()
             .create(true)

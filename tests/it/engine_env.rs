@@ -498,6 +498,109 @@ fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         .collect()
 }
 
+/// The `scratch` line of a smoke's text report.
+fn scratch_line(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("scratch  "))
+        .unwrap_or_else(|| panic!("no scratch line:\n{}", text(out)))
+        .to_string()
+}
+
+/// The regular files under `dir`, recursively, links not followed.
+fn files_under(dir: &Path) -> usize {
+    tree(dir)
+        .iter()
+        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+        .count()
+}
+
+// The gate says what it knows of a cold run: an engine that writes nothing
+// into its kept cache (the plain fixture) leaves it empty, and every later
+// gate says `the kept engine cache was empty`, not that it is the oracle's
+// first run (only the build's gate, when no engine cache of the oracle
+// existed, is). And the files the scratch line counts as kept are those
+// the engine cache holds: the per-run `HOME`, `XDG_CONFIG_HOME` and
+// `HF_HOME` (`fresh/` in it, deleted after the run) are counted apart, also
+// after `smoke --cold`.
+#[test]
+fn an_engine_that_writes_nothing_to_its_cache_is_not_called_a_first_run_again() {
+    let fx = Fx::new();
+    let (repo, commit) = fx.repo();
+    fx.recipe("fx", &repo, &commit, SMOKE);
+    fx.exits(&["build", "fx.yaml"], 0);
+    let engine = || record(&fx.oracle("fx"))["smoke"]["engine"].clone();
+    let e = engine();
+    assert!(
+        e["cold_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("the first gate run"),
+        "{e}"
+    );
+    let device = format!("cpu-{}", std::env::consts::ARCH);
+    for _ in 0..2 {
+        let out = fx.exits(&["smoke", "fx.yaml"], 0);
+        let line = scratch_line(&out);
+        assert!(
+            line.starts_with(&format!(
+                "engine caches cold on {device}: the kept engine cache was empty; 0 files"
+            )),
+            "{line}"
+        );
+        assert!(!text(&out).contains("first gate run"), "{}", text(&out));
+        let e = engine();
+        assert_eq!(e["warm"], false, "{e}");
+        assert_eq!(e["cold_reason"], "the kept engine cache was empty", "{e}");
+    }
+
+    // An engine writing into every directory (`FIXTURELLM_ENV_REPORT`),
+    // after `--cold`: the kept count is what the engine cache holds.
+    let rep = fx.dir().join("reports");
+    let env = format!("    FIXTURELLM_ENV_REPORT: \"{}\"\n", rep.display());
+    fx.recipe("fx", &repo, &commit, &smoke_with_env(&env));
+    let out = fx.exits(&["smoke", "fx.yaml", "--cold"], 0);
+    let line = scratch_line(&out);
+    let entry = PathBuf::from(engine()["cache_entry"].as_str().unwrap());
+    let held = files_under(&entry);
+    assert!(held > 0);
+    assert!(
+        !entry.join("fresh").exists(),
+        "fresh/ is deleted after the run"
+    );
+    assert!(
+        line.contains(&format!(
+            "; {held} files, {:.1} KiB (kept in {})",
+            {
+                let kept: u64 = engine()["caches"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|c| c["kept"] == true)
+                    .map(|c| c["bytes"].as_u64().unwrap())
+                    .sum();
+                kept as f64 / 1024.0
+            },
+            entry.display()
+        )),
+        "{held} files held; {line}"
+    );
+    let per_run: u64 = engine()["caches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| PER_RUN_VARS.contains(&c["var"].as_str().unwrap()))
+        .map(|c| c["files"].as_u64().unwrap())
+        .sum();
+    assert!(per_run > 0);
+    assert!(
+        line.contains(&format!(
+            "; per-run XDG_CONFIG_HOME, HF_HOME, HOME {per_run} files"
+        )),
+        "{line}"
+    );
+}
+
 #[test]
 fn make_tiny_models_gives_the_same_bytes_from_the_same_seed() {
     let tmp = tempfile::tempdir().unwrap();

@@ -321,3 +321,186 @@ fn gc_after_pull_and_import_keeps_everything_and_damage_is_repaired_from_the_cac
     let gc = bare(d, &e, &["gc", "--dry-run"]);
     assert!(!gc["deleted"].as_array().unwrap().is_empty(), "{gc}");
 }
+
+/// The pid of the engine process whose model load the fixture reported in
+/// `dir` (`<pid>.engine-cache`, `FIXTURELLM_ENV_REPORT`), waiting up to
+/// two minutes for it.
+fn engine_loaded(dir: &Path) -> i32 {
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(pid) = tree(dir).iter().find_map(|p| {
+            (p.extension()? == "engine-cache").then_some(())?;
+            p.file_stem()?.to_str()?.parse().ok()
+        }) {
+            return pid;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(120),
+            "no engine loaded its model"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The state letter of process `pid` (`/proc/<pid>/stat`: `T` stopped).
+fn proc_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+// A running `smoke` keeps the oracle it gates, as a running build does
+// (`locks/build-<pid>.roots`): `unkeep` then `gc` while its case runs
+// (the case's engine process stopped mid-run with SIGSTOP, so the `gc` is
+// certainly during it) deletes neither the venv entry, nor what it
+// requires, nor its engine cache; the smoke then succeeds and records its
+// verdict. Once it ended, the next `gc` takes the oracle and its cache.
+#[test]
+fn gc_during_a_smoke_keeps_the_oracle_it_gates() {
+    let fx = Fx::new();
+    let (repo, commit) = fx.repo();
+    let rep = fx.dir().join("reports");
+    let smoke = SMOKE.replacen(
+        "  runs: 3\n",
+        &format!(
+            "  runs: 300\n  env:\n    FIXTURELLM_ENV_REPORT: \"{}\"\n",
+            rep.display()
+        ),
+        1,
+    );
+    fx.recipe("fx", &repo, &commit, &smoke);
+    fx.exits(&["build", "fx.yaml", "--no-smoke"], 4);
+    let venv = fx.oracle("fx");
+    let key = venv.file_name().unwrap().to_str().unwrap().to_string();
+    let wheel = record(&venv)["requires"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l.as_str())
+        .find(|l| l.starts_with("wheels/"))
+        .map(|l| fx.store().join("store").join(l))
+        .expect("the oracle requires its wheel");
+    let cache = fx
+        .store()
+        .join("engine-cache")
+        .join(format!("{key}-cpu-{}", std::env::consts::ARCH));
+
+    let smoking = fx
+        .cmd(&["smoke", "fx.yaml", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let engine = engine_loaded(&rep);
+    // SAFETY: a signal to the fixture's engine process, which the smoke started.
+    assert_eq!(unsafe { libc::kill(engine, libc::SIGSTOP) }, 0);
+    let t0 = std::time::Instant::now();
+    while proc_state(engine) != Some('T') {
+        assert!(
+            proc_state(engine).is_some(),
+            "the case ended before it could be stopped"
+        );
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // The smoke's temporary roots are there, listing the oracle.
+    let roots: Vec<String> = tree(&fx.store().join("locks"))
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "roots"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    assert!(
+        roots.iter().any(|r| r.contains(&format!("venvs/{key}"))),
+        "{roots:?}"
+    );
+    fx.exits(&["unkeep", "fx.yaml"], 0);
+    let gc = fx.json(&["gc", "--json"]);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(engine, libc::SIGCONT) }, 0);
+    let deleted: Vec<&str> = gc["deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["entry"].as_str().unwrap())
+        .collect();
+    assert!(
+        !deleted
+            .iter()
+            .any(|d| d.contains(&key) || d.starts_with("wheels/")),
+        "{gc}"
+    );
+    assert!(venv.is_dir() && wheel.is_dir(), "{gc}");
+    assert!(cache.is_dir(), "{gc}");
+
+    let out = smoking.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(json(&out)["smoke"]["verdict"], "gateable");
+    assert_eq!(record(&venv)["smoke"]["verdict"], "gateable");
+    // Its roots went with it; with no root left, the next gc takes the
+    // oracle, its wheel and its engine cache.
+    let left: Vec<_> = tree(&fx.store().join("locks"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "roots"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let gc = fx.json(&["gc", "--json"]);
+    assert!(!venv.exists() && !wheel.exists() && !cache.exists(), "{gc}");
+}
+
+// `advance` keeps FROM's oracle, which it gates again under TO's smoke
+// configuration, and TO's, as a running build keeps its entries: with
+// both recipes' roots dropped (`unkeep`) and a `gc` while FROM's gate runs
+// (its engine stopped mid-case), both venv entries stay and `advance`
+// writes its report; afterwards `gc` takes them.
+#[test]
+fn gc_during_advance_keeps_both_oracles() {
+    let fx = Fx::new();
+    let (repo, head) = fx.repo();
+    let tag = git(&repo, &["rev-parse", "v0.1.0^{commit}"]);
+    let rep = fx.dir().join("reports");
+    let smoke = SMOKE.replacen(
+        "  runs: 3\n",
+        &format!(
+            "  runs: 300\n  env:\n    FIXTURELLM_ENV_REPORT: \"{}\"\n",
+            rep.display()
+        ),
+        1,
+    );
+    fx.recipe("fxa", &repo, &tag, &smoke);
+    fx.recipe("fxb", &repo, &head, &smoke);
+    fx.exits(&["build", "fxa.yaml"], 0);
+    fx.exits(&["build", "fxb.yaml"], 0);
+    let (from, to) = (fx.oracle("fxa"), fx.oracle("fxb"));
+    std::fs::remove_dir_all(&rep).unwrap();
+
+    let advancing = fx
+        .cmd(&["advance", "fxa.yaml", "fxb.yaml", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // TO is built already: the first model load is FROM's gate.
+    let engine = engine_loaded(&rep);
+    // SAFETY: a signal to the fixture's engine process, which advance started.
+    assert_eq!(unsafe { libc::kill(engine, libc::SIGSTOP) }, 0);
+    let t0 = std::time::Instant::now();
+    while proc_state(engine) != Some('T') {
+        assert!(
+            proc_state(engine).is_some(),
+            "the case ended before it could be stopped"
+        );
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    fx.exits(&["unkeep", "fxa.yaml"], 0);
+    fx.exits(&["unkeep", "fxb.yaml"], 0);
+    let gc = fx.json(&["gc", "--json"]);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(engine, libc::SIGCONT) }, 0);
+    assert!(from.is_dir() && to.is_dir(), "{gc}");
+    let out = advancing.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(json(&out)["report_file"].is_string(), "{}", text(&out));
+
+    fx.json(&["gc", "--json"]);
+    assert!(!from.exists() && !to.exists());
+}

@@ -222,3 +222,159 @@ fn a_model_file_changed_after_the_golden_refuses_it_and_unchanged_files_are_not_
         "{mc}"
     );
 }
+
+/// Runs `c` with its output in files of `dir`, failing the test when it
+/// runs past two minutes (a FIFO opened for hashing would block for ever).
+fn within_two_minutes(c: &mut std::process::Command, dir: &Path) -> std::process::Output {
+    let (o, e) = (dir.join("out.txt"), dir.join("err.txt"));
+    let mut child = c
+        .stdout(std::fs::File::create(&o).unwrap())
+        .stderr(std::fs::File::create(&e).unwrap())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(120) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!(
+                "still running after two minutes: {}",
+                std::fs::read_to_string(&e).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    std::process::Output {
+        status,
+        stdout: std::fs::read(&o).unwrap(),
+        stderr: std::fs::read(&e).unwrap(),
+    }
+}
+
+// A model directory holding what is not a regular file (a FIFO, a link to
+// /dev/zero) fails the case, naming each entry and its kind, instead of
+// leaving it out of the manifest and reporting every file the same; the
+// FIFO is never opened (the gate ends). A file whose size is not its
+// content (a link to /proc/self/status: size 0) is refused, not hashed as
+// empty. With them gone the golden matches again.
+#[test]
+fn a_fifo_or_a_device_in_the_model_directory_fails_the_case_naming_each() {
+    let fx = Fx::new();
+    let d = fx.dir();
+    let model = d.join("models/model");
+    copy_flat(&fixture_models().join("model"), &model);
+    let (repo, commit) = fx.repo();
+    let smoke_yaml = SMOKE.replace("${FX_MODELS}/model", model.to_str().unwrap());
+    fx.recipe("fx", &repo, &commit, &smoke_yaml);
+    fx.exits(&["build", "fx.yaml"], 0);
+    fx.exits(&["smoke", "fx.yaml", "--record-golden"], 0);
+
+    let fifo = std::ffi::CString::new(model.join("pipe").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    std::os::unix::fs::symlink("/dev/zero", model.join("zero.bin")).unwrap();
+    let out = within_two_minutes(&mut fx.cmd(&["smoke", "fx.yaml", "--json"]), d);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let report = json(&out);
+    let reasons = report["smoke"]["reasons"].to_string();
+    for want in [
+        "holds 2 entries that are not regular files",
+        "pipe: a FIFO",
+        "zero.bin: a character device (a link to /dev/zero)",
+    ] {
+        assert!(reasons.contains(want), "{want:?} in {reasons}");
+    }
+    let c = only_case(&report["smoke"]);
+    assert_ne!(c["model_check"], "matched", "{c}");
+    assert_eq!(record(&fx.oracle("fx"))["smoke"]["verdict"], "not-gateable");
+    let out = within_two_minutes(&mut fx.cmd(&["smoke", "fx.yaml"]), d);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let t = text(&out);
+    assert!(!t.contains("every file the same"), "{t}");
+    assert!(t.contains("pipe: a FIFO"), "{t}");
+
+    // Size 0 by stat, a page of text when read.
+    std::fs::remove_file(model.join("pipe")).unwrap();
+    std::fs::remove_file(model.join("zero.bin")).unwrap();
+    std::os::unix::fs::symlink("/proc/self/status", model.join("status")).unwrap();
+    let out = within_two_minutes(&mut fx.cmd(&["smoke", "fx.yaml", "--json"]), d);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let reasons = json(&out)["smoke"]["reasons"].to_string();
+    assert!(
+        reasons.contains("status changed while hashed or its size is not its content"),
+        "{reasons}"
+    );
+
+    std::fs::remove_file(model.join("status")).unwrap();
+    let out = fx.exits(&["smoke", "fx.yaml", "--json"], 0);
+    assert_eq!(only_case(&json(&out)["smoke"])["model_check"], "matched");
+}
+
+// A model path where nothing is keeps the "not on this box" rule (the
+// verdict recorded before stands); one that is a link that does not
+// resolve (dangling, or a loop `ln -s model model`) is a fault of this
+// box's model: the case fails naming the path and the OS error, the gate
+// is a not-gateable verdict, and `activate` refuses the oracle.
+#[test]
+fn a_model_path_that_is_a_broken_link_fails_the_case_not_skips_it() {
+    let fx = Fx::new();
+    let d = fx.dir();
+    let model = d.join("models/model");
+    copy_flat(&fixture_models().join("model"), &model);
+    let (repo, commit) = fx.repo();
+    let smoke_yaml = SMOKE.replace("${FX_MODELS}/model", model.to_str().unwrap());
+    fx.recipe("fx", &repo, &commit, &smoke_yaml);
+    fx.exits(&["build", "fx.yaml"], 0);
+    let alias = d.join("alias");
+    let alias = alias.to_str().unwrap();
+
+    // Nothing there: the gate could not run here; the verdict stands.
+    std::fs::rename(&model, d.join("models/kept")).unwrap();
+    let out = fx.exits(&["smoke", "fx.yaml"], 4);
+    assert!(
+        text(&out).contains("does not exist") && text(&out).contains("keeps its gateable verdict"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(record(&fx.oracle("fx"))["smoke"]["verdict"], "gateable");
+
+    // A dangling link: the case fails, naming the path and the OS error.
+    std::os::unix::fs::symlink("gone", &model).unwrap();
+    let out = fx.exits(&["smoke", "fx.yaml", "--json"], 4);
+    let report = json(&out);
+    let reasons = report["smoke"]["reasons"].to_string();
+    let want = format!(
+        "model path {} is a symbolic link to gone that cannot be resolved: No such file or directory",
+        model.display()
+    );
+    assert!(reasons.contains(&want), "{reasons}");
+    assert!(report["stands"].is_null(), "{report}");
+    assert_eq!(report["recorded"], true, "{report}");
+    let rec = record(&fx.oracle("fx"));
+    assert_eq!(rec["smoke"]["verdict"], "not-gateable", "{rec}");
+    assert!(rec.get("gate_not_run").is_none(), "{rec}");
+    let out = fx.run(&["activate", "fx.yaml", alias]);
+    assert_ne!(code(&out), 0, "{}", text(&out));
+    assert!(!Path::new(alias).exists());
+
+    // A loop: the same, with the loop's error.
+    std::fs::remove_file(&model).unwrap();
+    std::os::unix::fs::symlink("model", &model).unwrap();
+    let out = fx.exits(&["smoke", "fx.yaml"], 4);
+    let t = text(&out);
+    assert!(
+        t.contains(&format!("model path {}", model.display()))
+            && t.contains("Too many levels of symbolic links")
+            && !t.contains("could not run on this box"),
+        "{t}"
+    );
+
+    // The model back: gateable, and `activate` takes it.
+    std::fs::remove_file(&model).unwrap();
+    std::fs::rename(d.join("models/kept"), &model).unwrap();
+    fx.exits(&["smoke", "fx.yaml"], 0);
+    fx.exits(&["activate", "fx.yaml", alias], 0);
+}

@@ -225,6 +225,9 @@ impl EngineDirs {
         let mut entry = None;
         let mut cold_reason = None;
         let mut device = crate::store::engine_cache::device_slug(device);
+        // Whether the kept engine cache existed before this run: only its
+        // absence says no gate of this oracle kept one here before.
+        let mut existed = false;
         match cache {
             None => {
                 cold_reason =
@@ -235,6 +238,7 @@ impl EngineDirs {
                 device = c.device.clone();
                 match c.try_lock(&req.store)? {
                     Some(l) => {
+                        existed = std::fs::symlink_metadata(&c.path).is_ok();
                         if req.cold {
                             c.remove(&req.store)?;
                             cold_reason = Some("--cold: the kept caches were emptied first".into());
@@ -266,8 +270,16 @@ impl EngineDirs {
             Some(e) => measure(e),
             None => Usage::default(),
         };
+        // Said as far as the store knows it: an empty cache that was there
+        // is not a first run (an engine that writes nothing leaves it empty
+        // at every run).
         if entry.is_some() && cold_reason.is_none() && before.files == 0 {
-            cold_reason = Some("the first gate run of this oracle on this device".into());
+            cold_reason = Some(if existed {
+                "the kept engine cache was empty".into()
+            } else {
+                "the first gate run of this oracle on this device (no engine cache of it was kept here)"
+                    .into()
+            });
         }
         for (_, dir, warm) in CACHES {
             let base = if *warm { &cache_root } else { &fresh_root };
@@ -524,6 +536,13 @@ mod tests {
         };
         let (found, first) = gate(&req("k1", false));
         assert!(!found && first.kept && !first.warm, "{first:?}");
+        assert!(
+            first
+                .cold_reason
+                .as_deref()
+                .is_some_and(|w| w.starts_with("the first gate run")),
+            "{first:?}"
+        );
         let entry = store.engine_cache("k1", "cpu-x").path;
         assert_eq!(
             first.cache_entry.as_deref(),
@@ -547,5 +566,45 @@ mod tests {
         drop(held);
         assert!(entry.join("vllm/marker").is_file());
         assert!(!run_dir.join(ENGINE_DIR).exists());
+    }
+
+    #[test]
+    fn an_engine_cache_left_empty_is_said_empty_not_a_first_run_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::at(&dir.path().join("store")).unwrap();
+        store.init().unwrap();
+        let req = CacheRequest {
+            store: store.clone(),
+            venv_key: "k".into(),
+            cold: false,
+        };
+        let run_dir = dir.path().join("run");
+        // An engine that writes only to the per-run directories.
+        let gate = || {
+            let dirs = EngineDirs::create(&run_dir, None, Some(&req), "cpu-x").unwrap();
+            let run = dirs.run_env("case-a").unwrap();
+            fs::write(PathBuf::from(&run.env["HOME"]).join("state"), "x").unwrap();
+            dirs.finish(None, None)
+        };
+        let first = gate();
+        assert!(
+            first
+                .cold_reason
+                .as_deref()
+                .unwrap()
+                .starts_with("the first gate run"),
+            "{first:?}"
+        );
+        for _ in 0..2 {
+            let again = gate();
+            assert!(!again.warm, "{again:?}");
+            assert_eq!(
+                again.cold_reason.as_deref(),
+                Some("the kept engine cache was empty")
+            );
+            assert_eq!(again.before.unwrap().files, 0, "fresh/ is not counted");
+            let home = again.caches.iter().find(|c| c.var == "HOME").unwrap();
+            assert!(!home.kept && home.usage.files == 1, "{home:?}");
+        }
     }
 }

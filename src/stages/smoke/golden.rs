@@ -889,7 +889,15 @@ pub(super) fn compare_golden(result: &mut CaseResult, loc: &golden::Location, ne
                 result.model_diff = Some(d);
             }
         }
-        _ => {
+        (Some(_), None) => {
+            // The model's files could not be hashed: that failed the case.
+            result.model_check = Some(ModelCheck::NotChecked);
+            result.notes.push(format!(
+                "the model's files could not be hashed, so they were not checked against golden {}",
+                loc.path.display()
+            ));
+        }
+        (None, _) => {
             result.model_check = Some(ModelCheck::NotChecked);
             result.notes.push(format!(
                 "golden {} records no model manifest (recorded before the model's files were; or a numpy golden): the model was not checked",

@@ -482,12 +482,24 @@ fn run_case(
         }
     };
     result.model = model.clone();
-    if !Path::new(&model).exists() {
-        result.problems.push(format!(
-            "model path {model} does not exist; refusing to run the case"
-        ));
-        result.not_run = true;
-        return Ok(vec![result]);
+    match model::presence(Path::new(&model)) {
+        model::Presence::Present => {}
+        // Nothing there: the model is not on this box.
+        model::Presence::Absent => {
+            result.problems.push(format!(
+                "model path {model} does not exist; refusing to run the case"
+            ));
+            result.not_run = true;
+            return Ok(vec![result]);
+        }
+        // Something there that does not resolve: a fault of this box's
+        // model, not its absence.
+        model::Presence::Unresolvable(why) => {
+            result.problems.push(format!(
+                "model path {model} {why}; refusing to run the case"
+            ));
+            return Ok(vec![result]);
+        }
     }
     // The model's identity, before the engine reads it (compared with the
     // golden's below).

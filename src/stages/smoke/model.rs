@@ -278,6 +278,39 @@ struct Found {
     blob: Option<String>,
 }
 
+/// What is at a case's model path.
+#[derive(Debug)]
+pub enum Presence {
+    /// Nothing: `lstat` finds no entry (the model is not on this box).
+    Absent,
+    /// Something that resolves (a directory, a file, a link to one).
+    Present,
+    /// An entry that cannot be resolved: a dangling link, a link loop, a
+    /// parent that cannot be searched. What is wrong, in words.
+    Unresolvable(String),
+}
+
+/// What is at the model path `path`: [`Presence::Absent`] only when
+/// nothing exists there (`lstat` fails with `ENOENT`); a link that exists
+/// but does not resolve (dangling, or a loop such as `ln -s l l`) is
+/// [`Presence::Unresolvable`], naming the link's target and the OS error.
+pub fn presence(path: &Path) -> Presence {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Presence::Absent,
+        Err(e) => Presence::Unresolvable(format!("cannot be read: {e}")),
+        Ok(_) => match std::fs::metadata(path) {
+            Ok(_) => Presence::Present,
+            Err(e) => Presence::Unresolvable(match std::fs::read_link(path) {
+                Ok(target) => format!(
+                    "is a symbolic link to {} that cannot be resolved: {e}",
+                    target.display()
+                ),
+                Err(_) => format!("cannot be resolved: {e}"),
+            }),
+        },
+    }
+}
+
 /// The manifest of the model at `model` (a directory, or one file such as a
 /// GGUF), every file's sha256 kept in `hashes_dir` (`None`: none kept, every
 /// file hashed) and reused while the file's size, mtime, ctime, inode and
@@ -298,8 +331,18 @@ pub fn take(model: &Path, hashes_dir: Option<&Path>) -> Result<ModelManifest> {
         .and_then(|_| dir.parent()?.parent())
         .and_then(|r| r.join("blobs").canonicalize().ok());
     let mut found = Vec::new();
-    if dir.is_file() {
-        let meta = std::fs::metadata(&dir)?;
+    let mut irregular = Vec::new();
+    let top = std::fs::metadata(&dir)
+        .with_context(|| format!("reading the model path {}", dir.display()))?;
+    if !top.is_file() && !top.is_dir() {
+        bail!(
+            "the model path {} is {}, not a directory or a regular file: nothing of it can be hashed",
+            model.display(),
+            irregular_kind(&top, model)
+        );
+    }
+    if top.is_file() {
+        let meta = top;
         let name = dir
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
@@ -310,7 +353,19 @@ pub fn take(model: &Path, hashes_dir: Option<&Path>) -> Result<ModelManifest> {
             blob: None,
         });
     } else {
-        walk(&dir, "", 0, blobs.as_deref(), &mut found)?;
+        walk(&dir, "", 0, blobs.as_deref(), &mut found, &mut irregular)?;
+    }
+    if !irregular.is_empty() {
+        bail!(
+            "model directory {} holds {}, which the manifest cannot vouch for (the engine may read it; hashing it could block or never end): {}",
+            dir.display(),
+            if irregular.len() == 1 {
+                "1 entry that is not a regular file".to_string()
+            } else {
+                format!("{} entries that are not regular files", irregular.len())
+            },
+            irregular.join("; ")
+        );
     }
     found.sort_by(|a, b| a.rel.cmp(&b.rel));
 
@@ -448,32 +503,57 @@ fn read_kept(path: &Path) -> Option<KeptFile> {
     serde_json::from_str(&text).ok()
 }
 
-/// The sha256 of the file at `path`, `meta` its metadata before: exactly
-/// `meta.len()` bytes are read, and the file must still be that size and
-/// mtime after.
+/// The sha256 of the file at `path`, `meta` its metadata before. It is
+/// opened without blocking and must be a regular file then too
+/// ([`crate::regular_file::open`]: a FIFO swapped in is never waited on);
+/// it is read to its end but at most `meta.len() + 1` bytes, and must hold
+/// exactly `meta.len()` (a file whose size is not its content, as a link
+/// to `/proc/self/status`, size 0, is refused, not hashed as empty) and
+/// still be that size and mtime after.
 fn hash_file(path: &Path, meta: &std::fs::Metadata) -> Result<String> {
-    let f = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let f = crate::regular_file::open(path)
+        .map_err(|e| anyhow::anyhow!("model file {} {e}", path.display()))?;
     let mut h = Sha256::new();
-    let n = std::io::copy(&mut f.take(meta.len()), &mut h)
+    let n = std::io::copy(&mut f.take(meta.len().saturating_add(1)), &mut h)
         .with_context(|| format!("reading {}", path.display()))?;
     let after = std::fs::metadata(path)?;
     if n != meta.len() || stat_of(&after).0 != meta.len() || stat_of(&after).1 != stat_of(meta).1 {
         bail!(
-            "model file {} changed while it was hashed; run the gate again once it is complete",
-            path.display()
+            "model file {} changed while hashed or its size is not its content: its size said {} bytes, {} came; run the gate again once it is complete, or replace it with a regular file",
+            path.display(),
+            meta.len(),
+            if n > meta.len() {
+                "more".to_string()
+            } else {
+                n.to_string()
+            }
         );
     }
     Ok(hex::encode(h.finalize()))
 }
 
+/// The kind of the non-regular, non-directory `meta` (of the path
+/// `path`, links followed), in words, with the link's target when `path`
+/// is a link: `a FIFO`, `a character device (a link to /dev/zero)`.
+fn irregular_kind(meta: &std::fs::Metadata, path: &Path) -> String {
+    let kind = crate::regular_file::kind_of(meta.file_type());
+    match std::fs::read_link(path) {
+        Ok(target) => format!("{kind} (a link to {})", target.display()),
+        Err(_) => kind.to_string(),
+    }
+}
+
 /// Every file under `dir` (links followed, [`NOT_THE_MODEL`] left out),
-/// with the blob name of each link into `blobs`.
+/// with the blob name of each link into `blobs`; every entry that is
+/// neither a directory nor a regular file (a FIFO, a socket, a device, a
+/// link to one) into `irregular`, as `<path>: <kind>`. Nothing is opened.
 fn walk(
     dir: &Path,
     rel: &str,
     depth: usize,
     blobs: Option<&Path>,
     out: &mut Vec<Found>,
+    irregular: &mut Vec<String>,
 ) -> Result<()> {
     if depth > MAX_DEPTH {
         bail!(
@@ -510,8 +590,10 @@ fn walk(
             }
         })?;
         if meta.is_dir() {
-            walk(&path, &r, depth + 1, blobs, out)?;
-        } else if meta.is_file() {
+            walk(&path, &r, depth + 1, blobs, out, irregular)?;
+        } else if !meta.is_file() {
+            irregular.push(format!("{r}: {}", irregular_kind(&meta, &path)));
+        } else {
             if out.len() >= MAX_FILES {
                 bail!("model directory holds more than {MAX_FILES} files");
             }
@@ -639,5 +721,82 @@ mod tests {
         std::os::unix::fs::symlink("../../blobs/missing", snap.join("x.bin")).unwrap();
         let e = format!("{:#}", take(&snap, Some(&kept)).unwrap_err());
         assert!(e.contains("x.bin"), "{e}");
+    }
+
+    #[test]
+    fn entries_that_are_not_regular_files_are_named_with_their_kind_and_none_is_opened() {
+        let t = tempfile::tempdir().unwrap();
+        let m = t.path().join("m");
+        std::fs::create_dir_all(m.join("sub")).unwrap();
+        std::fs::write(m.join("config.json"), "{}").unwrap();
+        // A FIFO with no writer: opening it would block for ever.
+        let fifo = std::ffi::CString::new(m.join("sub/pipe").to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink("/dev/zero", m.join("zero.bin")).unwrap();
+        let _sock = std::os::unix::net::UnixListener::bind(m.join("s.sock")).unwrap();
+        let e = format!("{:#}", take(&m, None).unwrap_err());
+        for want in [
+            "holds 3 entries that are not regular files",
+            "s.sock: a socket",
+            "sub/pipe: a FIFO",
+            "zero.bin: a character device (a link to /dev/zero)",
+        ] {
+            assert!(e.contains(want), "{want:?} in {e}");
+        }
+        // The model path itself.
+        let e = format!("{:#}", take(&m.join("sub/pipe"), None).unwrap_err());
+        assert!(
+            e.contains("is a FIFO, not a directory or a regular file"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_file_whose_size_is_not_its_content_is_refused_not_hashed_as_empty() {
+        let t = tempfile::tempdir().unwrap();
+        let m = t.path().join("m");
+        std::fs::create_dir_all(&m).unwrap();
+        std::fs::write(m.join("config.json"), "{}").unwrap();
+        // Size 0 by stat, a page of text when read.
+        std::os::unix::fs::symlink("/proc/self/status", m.join("status")).unwrap();
+        let e = format!("{:#}", take(&m, None).unwrap_err());
+        assert!(
+            e.contains("status changed while hashed or its size is not its content")
+                && e.contains("its size said 0 bytes, more came"),
+            "{e}"
+        );
+        std::fs::remove_file(m.join("status")).unwrap();
+        let ok = take(&m, None).unwrap();
+        assert_eq!(ok.files.len(), 1);
+        assert_eq!(ok.files[0].sha256, hex::encode(Sha256::digest(b"{}")));
+    }
+
+    #[test]
+    fn only_a_path_where_nothing_is_is_absent() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        assert!(matches!(presence(d), Presence::Present));
+        assert!(matches!(presence(&d.join("none")), Presence::Absent));
+        std::os::unix::fs::symlink("gone", d.join("dangling")).unwrap();
+        // Below a dangling link nothing exists either.
+        assert!(matches!(presence(&d.join("dangling/x")), Presence::Absent));
+        match presence(&d.join("dangling")) {
+            Presence::Unresolvable(why) => assert!(
+                why.starts_with("is a symbolic link to gone that cannot be resolved: No such file"),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        std::os::unix::fs::symlink("selfloop", d.join("selfloop")).unwrap();
+        match presence(&d.join("selfloop")) {
+            Presence::Unresolvable(why) => {
+                assert!(why.contains("Too many levels of symbolic links"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        match presence(&d.join("selfloop/x")) {
+            Presence::Unresolvable(why) => assert!(why.starts_with("cannot be read: "), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

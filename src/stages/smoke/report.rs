@@ -339,8 +339,9 @@ pub struct EngineRecord {
     #[serde(default)]
     pub warm: bool,
     /// Why the run was cold: `--cold`, the first gate run of the oracle on
-    /// this device, the engine cache in use by another gate, no engine
-    /// cache for the run; absent when warm.
+    /// this device (no engine cache of it existed), the kept engine cache
+    /// was empty (the engine left nothing in it), the engine cache in use
+    /// by another gate, no engine cache for the run; absent when warm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cold_reason: Option<String>,
     /// The engine cache entry (`<store>/engine-cache/<venv key>-<device>`)
