@@ -371,7 +371,7 @@ mod tests {
             &entry,
             &name,
             std::slice::from_ref(&att),
-            &[trusting.clone()],
+            std::slice::from_ref(&trusting),
         );
         assert!(got.is_some_and(|v| v.commit == commit && v.entry == name));
         assert!(signed_claim(&entry, &name, std::slice::from_ref(&att), &[other]).is_none());
@@ -384,7 +384,7 @@ mod tests {
             "2026-12-07T00:00:00Z",
         );
         let wrong = sign(&wrong, &key).unwrap();
-        assert!(signed_claim(&entry, &name, &[wrong], &[trusting.clone()]).is_none());
+        assert!(signed_claim(&entry, &name, &[wrong], std::slice::from_ref(&trusting)).is_none());
         // Declared by commit: no claim to sign.
         let (pinned, pinned_name, _) = staged(&d.join("p"), None);
         assert!(claim_of(&pinned).is_none());

@@ -606,6 +606,44 @@ fn copy_local(
     sink.finish()
 }
 
+/// How long [`unreachable`] waits for one URL to answer.
+pub const REACH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The URLs of `urls` that do not answer, each with why: an `http(s)://`
+/// URL is asked with a GET (its body never read) and any HTTP status is an
+/// answer (an index root may well say 403 or 404); a DNS, connection, TLS
+/// or timeout failure ([`REACH_TIMEOUT`]) is not. A `file://` URL answers
+/// when its path exists. All are asked at once.
+///
+/// Errors: the async runtime cannot start.
+pub fn unreachable(urls: &[String]) -> Result<Vec<(String, String)>> {
+    let client = client_builder()
+        .connect_timeout(REACH_TIMEOUT)
+        .timeout(REACH_TIMEOUT)
+        .build()
+        .context("building the HTTP client")?;
+    block_on(4, async {
+        let asks = urls.iter().map(|url| {
+            let client = client.clone();
+            async move {
+                if let Some(path) = url.strip_prefix("file://") {
+                    return (!std::path::Path::new(path).exists())
+                        .then(|| (url.clone(), format!("{path} does not exist")));
+                }
+                match client.get(url).send().await {
+                    Ok(_) => None,
+                    Err(e) => Some((url.clone(), error_chain(&e))),
+                }
+            }
+        });
+        futures_util::future::join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -728,42 +766,4 @@ mod tests {
         assert!(Source::from_url("ftp://h/x.whl").is_err());
         assert!(Source::from_url("not a url").is_err());
     }
-}
-
-/// How long [`unreachable`] waits for one URL to answer.
-pub const REACH_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The URLs of `urls` that do not answer, each with why: an `http(s)://`
-/// URL is asked with a GET (its body never read) and any HTTP status is an
-/// answer (an index root may well say 403 or 404); a DNS, connection, TLS
-/// or timeout failure ([`REACH_TIMEOUT`]) is not. A `file://` URL answers
-/// when its path exists. All are asked at once.
-///
-/// Errors: the async runtime cannot start.
-pub fn unreachable(urls: &[String]) -> Result<Vec<(String, String)>> {
-    let client = client_builder()
-        .connect_timeout(REACH_TIMEOUT)
-        .timeout(REACH_TIMEOUT)
-        .build()
-        .context("building the HTTP client")?;
-    block_on(4, async {
-        let asks = urls.iter().map(|url| {
-            let client = client.clone();
-            async move {
-                if let Some(path) = url.strip_prefix("file://") {
-                    return (!std::path::Path::new(path).exists())
-                        .then(|| (url.clone(), format!("{path} does not exist")));
-                }
-                match client.get(url).send().await {
-                    Ok(_) => None,
-                    Err(e) => Some((url.clone(), error_chain(&e))),
-                }
-            }
-        });
-        futures_util::future::join_all(asks)
-            .await
-            .into_iter()
-            .flatten()
-            .collect()
-    })
 }

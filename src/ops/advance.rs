@@ -61,7 +61,7 @@ pub struct AdvanceOptions {
 /// Errors (exit 2): `--accept-drift` or `--reason` without `--accept`; a
 /// different count of the two; an empty reason.
 fn accepted_drift(opts: &AdvanceOptions) -> Result<Vec<advance::goldens::AcceptedDrift>> {
-    if !opts.accept && !(opts.accept_drift.is_empty() && opts.reasons.is_empty()) {
+    if !opts.accept && (!opts.accept_drift.is_empty() || !opts.reasons.is_empty()) {
         return Err(bad_input(
             "--accept-drift and --reason go with --accept (they say which drift the recorded goldens accept)",
         ));

@@ -260,7 +260,7 @@ pub fn run(s: &Session, args: &SmokeArgs) -> Result<()> {
         commit: r.source.commit.clone(),
         runtime_version: rec.identity.runtime_version.clone(),
         recorded,
-        stands: (args.case.is_none() && !recorded).then(|| rec.smoke.verdict),
+        stands: (args.case.is_none() && !recorded).then_some(rec.smoke.verdict),
         requested: r
             .smoke
             .cases

@@ -622,6 +622,7 @@ pub fn install(
 /// Errors (exit 2): a requirement is missing from the lock or contradicted by
 /// it; the message names each one, the lock file and `oracle-build lock <recipe>`.
 /// The wheel's metadata cannot be read (exit 1).
+#[allow(clippy::too_many_arguments)] // the inputs of one check, each named
 pub fn check_requires(
     store: &Store,
     python: &Path,

@@ -66,7 +66,7 @@ fn the_gate_records_the_extension_its_engine_loaded_and_lists_the_other_as_not_l
     // _unused_C listed as not loaded; no GPU target on this CPU oracle.
     let cov = &s["kernel_coverage"];
     assert_eq!(cov["judged_by"], "gate", "{cov:#}");
-    assert_eq!(paths(&cov["loaded"]), [c_ext.clone()]);
+    assert_eq!(paths(&cov["loaded"]), vec![c_ext.as_str()]);
     // The probe (it runs `_C`'s rms_norm) counts as a case.
     assert_eq!(
         cov["loaded"][0]["cases"],
@@ -74,7 +74,7 @@ fn the_gate_records_the_extension_its_engine_loaded_and_lists_the_other_as_not_l
     );
     assert_eq!(cov["loaded"][0]["ok"], true);
     assert_eq!(cov["loaded"][0]["verdict"], "no device code (not judged)");
-    assert_eq!(paths(&cov["not_loaded"]), [unused.clone()]);
+    assert_eq!(paths(&cov["not_loaded"]), vec![unused.as_str()]);
     assert_eq!(cov["not_loaded"][0]["holds"], "no device code");
     assert!(cov["target"].is_null());
 

@@ -368,7 +368,8 @@ fn fifos_devices_and_huge_files_are_refused_by_golden_import_and_export_without_
     // What is at the golden's path (beside the recipe) when it is not a file
     // to read: import never replaces it, export never reads it whole.
     std::fs::create_dir_all(recorded.parent().unwrap()).unwrap();
-    let makers: [(&str, &dyn Fn(&Path)); 3] = [
+    type Maker<'a> = (&'a str, &'a dyn Fn(&Path));
+    let makers: [Maker; 3] = [
         ("is a FIFO, not a regular file", &|p| mkfifo(p)),
         ("is a character device, not a regular file", &|p| {
             std::os::unix::fs::symlink("/dev/zero", p).unwrap()

@@ -194,7 +194,10 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let a = d.path().join("a.json");
         let b = d.path().join(".").join("a.json");
-        assert_eq!(overlap(&[a.clone()], &[b.clone()]), vec![b]);
+        assert_eq!(
+            overlap(std::slice::from_ref(&a), std::slice::from_ref(&b)),
+            vec![b]
+        );
         assert!(overlap(&[a], &[d.path().join("b.json")]).is_empty());
     }
 }

@@ -47,7 +47,8 @@ pub struct ToolchainDelta {
 /// paired in the order each tree writes them (same text: same; other
 /// text: changed); the rest are added or removed.
 pub fn compare(from: &[Stated], to: &[Stated]) -> Vec<ToolRow> {
-    let mut keys: BTreeMap<(Kind, &str), (Vec<&Stated>, Vec<&Stated>)> = BTreeMap::new();
+    type Sides<'a> = (Vec<&'a Stated>, Vec<&'a Stated>);
+    let mut keys: BTreeMap<(Kind, &str), Sides> = BTreeMap::new();
     let mut order: Vec<(Kind, &str)> = Vec::new();
     for (side, list) in [(0, from), (1, to)] {
         for s in list {

@@ -466,7 +466,7 @@ fn ext_sources(store: &Store, build: &BuildRecord) -> Result<Vec<Component>> {
                     properties.push(Property::new("commit_checked", "true"));
                 }
                 ext::proof::Staged::Unchecked(why) => {
-                    properties.push(Property::new("commit_checked", &format!("false: {why}")));
+                    properties.push(Property::new("commit_checked", format!("false: {why}")));
                 }
                 ext::proof::Staged::Absent => {}
             }

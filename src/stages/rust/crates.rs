@@ -162,12 +162,16 @@ pub fn check(dir: &Path, name: &str) -> Vec<String> {
     problems
 }
 
+/// What [`staging_config`] gives: the `config.toml` text, git's environment
+/// (name, value) and where crates.io is read from when mapped.
+type StagingConfig = (String, Vec<(String, String)>, Option<String>);
+
 /// The `config.toml` of the `CARGO_HOME` that stages crates through the
 /// site's mirrors, and the environment giving git the mirrors' `insteadOf`
 /// (`GIT_CONFIG_COUNT`...); and where crates.io is read from when mapped.
 ///
 /// Errors (exit 2): crates.io mapped to `none`.
-fn staging_config(store: &Store) -> Result<(String, Vec<(String, String)>, Option<String>)> {
+fn staging_config(store: &Store) -> Result<StagingConfig> {
     let mirrors = crate::host::mirror::load(store.root())?;
     let mut config = toml::Table::new();
     let mut registry_from = None;
