@@ -29,7 +29,8 @@ use crate::host::process::capture;
 use crate::host::toolchain::{self, Toolchain, UV_VERSION};
 use crate::host::uv_wheels;
 use crate::progress;
-use crate::recipe::LoadedRecipe;
+use crate::recipe::{LoadedRecipe, MAX_GOLDEN_JSON};
+use crate::regular_file;
 use crate::stages::oracle::OracleRecord;
 use crate::stages::smoke::golden;
 use crate::stages::wheelhouse;
@@ -327,19 +328,39 @@ pub fn export(store: &Store, lr: &LoadedRecipe, opts: &Export<'_>) -> Result<Exp
             wheel_entry = Some(e);
         }
     }
-    // Recorded JSON goldens, beside the recipe or in the store.
+    // Recorded JSON goldens, beside the recipe or in the store: a regular
+    // file within the bound every golden reader keeps (not a FIFO, a
+    // device or a sparse file of GiB, which would hang or fill the bundle).
     let mut goldens = Vec::new();
     let gdirs = golden::dirs(store.root(), lr);
     for c in &r.smoke.cases {
         let loc = golden::locate(lr, &gdirs, c);
-        if loc.kind == golden::Kind::Json && loc.path.is_file() {
-            files.push(Member {
-                name: format!("goldens/{}/{}.json", r.name, c.name),
-                path: loc.path.clone(),
-                symlink: false,
-            });
-            goldens.push(c.name.clone());
+        if loc.kind != golden::Kind::Json {
+            continue;
         }
+        let refused = match regular_file::open(&loc.path)
+            .and_then(|f| f.metadata().map_err(regular_file::ReadError::Io))
+        {
+            Err(regular_file::ReadError::Missing) => continue,
+            Err(e) => Some(e),
+            Ok(m) if m.len() > MAX_GOLDEN_JSON => {
+                Some(regular_file::ReadError::TooLarge(MAX_GOLDEN_JSON))
+            }
+            Ok(_) => None,
+        };
+        if let Some(e) = refused {
+            return Err(bad_input(format!(
+                "case {}: the golden {} {e}; nothing was exported",
+                c.name,
+                loc.path.display()
+            )));
+        }
+        files.push(Member {
+            name: format!("goldens/{}/{}.json", r.name, c.name),
+            path: loc.path.clone(),
+            symlink: false,
+        });
+        goldens.push(c.name.clone());
     }
     let staging = store.stage("export")?;
     let gitb = staging.path().join(SOURCE_BUNDLE);

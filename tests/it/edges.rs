@@ -922,10 +922,22 @@ fn one_built_oracle_plans_counts_lists_writes_through_links_and_imports_repacked
     // without blocking or reading it whole, and changes nothing.
     let golden = d.join("goldens/fx/small.json");
     std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
-    for make in [mkfifo as fn(&Path), |p: &Path| sparse_file(p, 2 << 30)] {
+    // `export` refuses to carry it (exit 2, naming it), writing no bundle.
+    let bundle = d.join("edge-bundle.tar.gz");
+    let makers: [(fn(&Path), &str); 2] = [
+        (mkfifo, "is a FIFO, not a regular file"),
+        (|p: &Path| sparse_file(p, 2 << 30), "is larger than"),
+    ];
+    for (make, says) in makers {
         make(&golden);
         let out = output_or_hang(cmd(d).args(["plan", r, "--store", s, "--json"]), 120);
         assert_eq!(code(&out), plan_exit(&out), "{}", text(&out));
+        let b = bundle.to_str().unwrap();
+        let out = output_or_hang(cmd(d).args(["export", r, "-o", b, "--store", s]), 120);
+        let t = text(&out);
+        assert_eq!(code(&out), 2, "{t}");
+        assert!(t.contains("small.json") && t.contains(says), "{t}");
+        assert!(!bundle.exists(), "{t}");
         std::fs::remove_file(&golden).unwrap();
     }
     std::fs::remove_dir_all(d.join("goldens")).unwrap();
