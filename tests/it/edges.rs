@@ -924,7 +924,8 @@ fn one_built_oracle_plans_counts_lists_writes_through_links_and_imports_repacked
     std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
     // `export` refuses to carry it (exit 2, naming it), writing no bundle.
     let bundle = d.join("edge-bundle.tar.gz");
-    let makers: [(fn(&Path), &str); 2] = [
+    type Maker = (fn(&Path), &'static str);
+    let makers: [Maker; 2] = [
         (mkfifo, "is a FIFO, not a regular file"),
         (|p: &Path| sparse_file(p, 2 << 30), "is larger than"),
     ];
