@@ -348,6 +348,25 @@ fn proc_state(pid: i32) -> Option<char> {
     stat.rsplit_once(") ")?.1.chars().next()
 }
 
+/// The fixture engine process that loaded its model first (reported in
+/// `rep`), stopped with SIGSTOP; returns once it is stopped (state `T`).
+/// Panics when it ends first or is not stopped within 10 s.
+fn stop_engine(rep: &Path) -> i32 {
+    let engine = engine_loaded(rep);
+    // SAFETY: a signal to the fixture's engine process, which the test's command started.
+    assert_eq!(unsafe { libc::kill(engine, libc::SIGSTOP) }, 0);
+    let t0 = std::time::Instant::now();
+    while proc_state(engine) != Some('T') {
+        assert!(
+            proc_state(engine).is_some(),
+            "the case ended before it could be stopped"
+        );
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    engine
+}
+
 // A running `smoke` keeps the oracle it gates, as a running build does
 // (`locks/build-<pid>.roots`): `unkeep` then `gc` while its case runs
 // (the case's engine process stopped mid-run with SIGSTOP, so the `gc` is
@@ -390,18 +409,7 @@ fn gc_during_a_smoke_keeps_the_oracle_it_gates() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let engine = engine_loaded(&rep);
-    // SAFETY: a signal to the fixture's engine process, which the smoke started.
-    assert_eq!(unsafe { libc::kill(engine, libc::SIGSTOP) }, 0);
-    let t0 = std::time::Instant::now();
-    while proc_state(engine) != Some('T') {
-        assert!(
-            proc_state(engine).is_some(),
-            "the case ended before it could be stopped"
-        );
-        assert!(t0.elapsed() < std::time::Duration::from_secs(10));
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let engine = stop_engine(&rep);
     // The smoke's temporary roots are there, listing the oracle.
     let roots: Vec<String> = tree(&fx.store().join("locks"))
         .iter()
@@ -479,18 +487,7 @@ fn gc_during_advance_keeps_both_oracles() {
         .spawn()
         .unwrap();
     // TO is built already: the first model load is FROM's gate.
-    let engine = engine_loaded(&rep);
-    // SAFETY: a signal to the fixture's engine process, which advance started.
-    assert_eq!(unsafe { libc::kill(engine, libc::SIGSTOP) }, 0);
-    let t0 = std::time::Instant::now();
-    while proc_state(engine) != Some('T') {
-        assert!(
-            proc_state(engine).is_some(),
-            "the case ended before it could be stopped"
-        );
-        assert!(t0.elapsed() < std::time::Duration::from_secs(10));
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let engine = stop_engine(&rep);
     fx.exits(&["unkeep", "fxa.yaml"], 0);
     fx.exits(&["unkeep", "fxb.yaml"], 0);
     let gc = fx.json(&["gc", "--json"]);

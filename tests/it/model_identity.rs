@@ -4,7 +4,7 @@
 //! files is refused naming them; the hashes are kept between gates; a hub
 //! snapshot records its revision and blobs; `sbom` lists the models.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::support::*;
 use serde_json::Value;
@@ -254,6 +254,19 @@ fn within_two_minutes(c: &mut std::process::Command, dir: &Path) -> std::process
     }
 }
 
+/// A fixture `fx` whose case reads a copy of the fixture model at
+/// `<dir>/models/model` (returned), built (gateable).
+fn built_with_own_model() -> (Fx, PathBuf) {
+    let fx = Fx::new();
+    let model = fx.dir().join("models/model");
+    copy_flat(&fixture_models().join("model"), &model);
+    let (repo, commit) = fx.repo();
+    let smoke_yaml = SMOKE.replace("${FX_MODELS}/model", model.to_str().unwrap());
+    fx.recipe("fx", &repo, &commit, &smoke_yaml);
+    fx.exits(&["build", "fx.yaml"], 0);
+    (fx, model)
+}
+
 // A model directory holding what is not a regular file (a FIFO, a link to
 // /dev/zero) fails the case, naming each entry and its kind, instead of
 // leaving it out of the manifest and reporting every file the same; the
@@ -262,14 +275,8 @@ fn within_two_minutes(c: &mut std::process::Command, dir: &Path) -> std::process
 // empty. With them gone the golden matches again.
 #[test]
 fn a_fifo_or_a_device_in_the_model_directory_fails_the_case_naming_each() {
-    let fx = Fx::new();
+    let (fx, model) = built_with_own_model();
     let d = fx.dir();
-    let model = d.join("models/model");
-    copy_flat(&fixture_models().join("model"), &model);
-    let (repo, commit) = fx.repo();
-    let smoke_yaml = SMOKE.replace("${FX_MODELS}/model", model.to_str().unwrap());
-    fx.recipe("fx", &repo, &commit, &smoke_yaml);
-    fx.exits(&["build", "fx.yaml"], 0);
     fx.exits(&["smoke", "fx.yaml", "--record-golden"], 0);
 
     let fifo = std::ffi::CString::new(model.join("pipe").to_str().unwrap()).unwrap();
@@ -320,14 +327,8 @@ fn a_fifo_or_a_device_in_the_model_directory_fails_the_case_naming_each() {
 // is a not-gateable verdict, and `activate` refuses the oracle.
 #[test]
 fn a_model_path_that_is_a_broken_link_fails_the_case_not_skips_it() {
-    let fx = Fx::new();
+    let (fx, model) = built_with_own_model();
     let d = fx.dir();
-    let model = d.join("models/model");
-    copy_flat(&fixture_models().join("model"), &model);
-    let (repo, commit) = fx.repo();
-    let smoke_yaml = SMOKE.replace("${FX_MODELS}/model", model.to_str().unwrap());
-    fx.recipe("fx", &repo, &commit, &smoke_yaml);
-    fx.exits(&["build", "fx.yaml"], 0);
     let alias = d.join("alias");
     let alias = alias.to_str().unwrap();
 
