@@ -445,7 +445,25 @@ pub fn push_to(
         }
         // Checked after writing, so of two boxes racing with different
         // wheels at least the later one sees the other's.
-        let others = other_wheels(t.as_ref(), &build, scratch)?;
+        let mut others = other_wheels(t.as_ref(), &build, scratch)?;
+        // Under a trust policy, a wheel no trusted key vouches for is an
+        // untrusted pusher's, not a second build of this key: readers with
+        // this policy never take it. Said, and not a reproducibility failure.
+        if let Some(policy) = &policy
+            && !others.is_empty()
+        {
+            for (tag, verdict) in untrusted_wheels(t.as_ref(), &build, policy, &others, scratch)? {
+                crate::progress::stage(
+                    "push",
+                    format!(
+                        "warning: {} also holds wheel {tag} for key {}, which this store's trusted_signers does not trust ({verdict}); readers with this policy ignore it",
+                        t.describe(),
+                        build.key
+                    ),
+                );
+                others.retain(|(t, _)| *t != tag);
+            }
+        }
         if !others.is_empty() {
             bail!(
                 "reproducibility failure: {} holds wheel {} for key {} with sha256 {}, this box built sha256 {}; both are in the cache now and no reader trusts either (compare the two build.json files)",
@@ -560,6 +578,31 @@ fn other_wheels(
         }
     }
     Ok(out)
+}
+
+/// The wheels among `others` (tag, sha256; from [`other_wheels`]) that
+/// `policy` finds untrusted (no trusted key vouches for their files), each
+/// with its verdict; every attestation of `build`'s key in the cache is read.
+/// A wheel some trusted key signed (enough keys or not) is not among them:
+/// trusted builders disagreeing is a reproducibility failure.
+///
+/// Errors: the cache cannot be read.
+fn untrusted_wheels(
+    t: &dyn Transport,
+    build: &BuildRecord,
+    policy: &trust::Policy,
+    others: &[(String, String)],
+    scratch: &Path,
+) -> Result<Vec<(String, trust::Verdict)>> {
+    let tags = TagList::read(t)?;
+    let signed = listing::wheels(t, &tags, &build.key, &scratch.join("judge-others"))?;
+    Ok(signed
+        .candidates
+        .iter()
+        .filter(|c| others.iter().any(|(tag, _)| *tag == c.tag))
+        .map(|c| (c.tag.clone(), signed.verdict(c, policy)))
+        .filter(|(_, v)| matches!(v, trust::Verdict::Untrusted { .. }))
+        .collect())
 }
 
 /// Refuses to push the store entry `e` (of the store at `root`) with a

@@ -681,6 +681,29 @@ fn faults_trust_and_concurrency_through_a_registry() {
     );
     assert_eq!(reg.tag_revisions(REPO, &wheel_tag), revisions);
     assert_eq!(wheel_tags(REPO).len(), 2, "{:?}", reg.tags(REPO));
+
+    // An untrusted pusher's different wheel for the key is no second build:
+    // in a fresh repository E (a key nobody trusts) pushes a3's wheel
+    // first; A, whose policy trusts only A, then pushes its own: exit 0,
+    // E's wheel named as untrusted, not a reproducibility failure.
+    const REPO2: &str = "team/untrusted-first";
+    let url2 = reg.url(REPO2);
+    let (key_e, _) = keypair(fx.dir(), "eve@test");
+    configure(&a3, &url2, Some(&key_e), None, 1);
+    ok(&ob(&fx, &a3, None, "eve@test", &["push", r, "--json"]));
+    let a4 = fx.dir().join("store-a4");
+    succeeds(Command::new("cp").arg("-a").arg(&a).arg(&a4));
+    let key_a = fx.dir().join("key-builder-a@test");
+    configure(&a4, &url2, Some(&key_a), Some(&allowed), 1);
+    let out = ob(&fx, &a4, None, "builder-a@test", &["push", r]);
+    let t = text(&out);
+    assert_eq!(code(&out), 0, "{t}");
+    assert!(
+        !t.contains("reproducibility failure")
+            && t.contains("which this store's trusted_signers does not trust (untrusted:"),
+        "{t}"
+    );
+    assert_eq!(wheel_tags(REPO2).len(), 2, "{:?}", reg.tags(REPO2));
 }
 
 /// A wheel is keyed by the commit, not by the URL it was fetched from: box
