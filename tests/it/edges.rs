@@ -1602,7 +1602,10 @@ fn a_config_toml_that_is_a_fifo_a_device_or_not_text_is_named_without_hanging() 
         let bad = problems_of(&doc, "bad-config");
         assert_eq!(bad.len(), 1, "{what}: {doc}");
         let msg = bad[0]["message"].as_str().unwrap();
-        assert!(msg.contains(&format!("{} {what}", config.display())), "{doc}");
+        assert!(
+            msg.contains(&format!("{} {what}", config.display())),
+            "{doc}"
+        );
         assert_eq!(doc["healthy"], false, "{doc}");
         let left: Vec<PathBuf> = if users { vec![] } else { vec![config.clone()] };
         assert_eq!(tree(&store), left, "{what}: nothing written");
@@ -1633,5 +1636,9 @@ fn plan_on_a_fresh_store_reads_its_cache_and_writes_nothing() {
         assert!(row["not_known"].is_null(), "{j}");
         assert!(row["cache"].is_null(), "an empty cache holds nothing: {j}");
     }
-    assert_eq!(tree(&store), vec![config], "plan wrote nothing in the store");
+    assert_eq!(
+        tree(&store),
+        vec![config],
+        "plan wrote nothing in the store"
+    );
 }
