@@ -43,18 +43,17 @@ pub struct TeamCache {
 /// store root's `config.toml` table, else the user's
 /// (`$XDG_CONFIG_HOME/oracle-build/config.toml`); `None` when neither has one.
 ///
-/// Errors: exit 2 for a bad table (see [`parse`]); 1 when a file exists but
-/// cannot be read.
+/// Errors: exit 2 for a bad table (see [`parse`]) or a file that is not one
+/// ([`crate::host::mirror::read_config`]); 1 when a file exists but cannot
+/// be read.
 pub fn load(store_root: &Path) -> Result<Option<TeamCache>> {
     let sources = Sources::for_run(store_root, None);
     for file in [&sources.store_file, &sources.user_file]
         .into_iter()
         .flatten()
     {
-        let text = match fs_err::read_to_string(file) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e.into()),
+        let Some(text) = crate::host::mirror::read_config(file)? else {
+            continue;
         };
         if let Some(team) = parse(&text, file)? {
             return Ok(Some(team));

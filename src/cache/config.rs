@@ -588,20 +588,12 @@ fn yes() -> bool {
 }
 
 /// The validated `[[cache]]` entries of `file`; none when it does not
-/// exist (or a part of its path is not a directory).
+/// exist (or a part of its path is not a directory). Read by
+/// [`crate::host::mirror::read_config`].
 fn read_file(file: &Path) -> Result<Vec<Cache>> {
-    let text = match fs_err::read_to_string(file) {
-        Ok(t) => t,
-        // A store root that is a file has no configuration (its command says so).
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-            ) =>
-        {
-            return Ok(Vec::new());
-        }
-        Err(e) => return Err(e.into()),
+    // A store root that is a file has no configuration (its command says so).
+    let Some(text) = crate::host::mirror::read_config(file)? else {
+        return Ok(Vec::new());
     };
     parse(&text, file)
 }

@@ -12,7 +12,7 @@
 //! reported with exit 2 before a fetch, a lock or a download, whichever
 //! stage would read it; `doctor` reports the same message as `bad-config`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Result;
 
@@ -26,12 +26,25 @@ use crate::exit::bad_input;
 /// A root that does not exist or is not a directory has no files here (the
 /// command names that itself).
 ///
+/// A file that is not a configuration file (a FIFO, a directory, a link to
+/// `/dev/zero`, more than [`crate::host::mirror::MAX_CONFIG_FILE`] bytes,
+/// not UTF-8) is one problem, naming it
+/// ([`crate::host::mirror::read_config`]).
+///
 /// Errors: a file that exists but cannot be read (exit 1).
 pub fn problems(store_root: &Path) -> Result<Vec<String>> {
     let (store_file, user_file) = crate::host::mirror::config_files(store_root);
     let mut out = Vec::new();
     for file in std::iter::once(store_file).chain(user_file) {
-        let Some(text) = read(&file)? else { continue };
+        let text = match crate::host::mirror::read_config(&file) {
+            Ok(Some(text)) => text,
+            Ok(None) => continue,
+            Err(e) if crate::exit::code_of(&e) == 2 => {
+                out.push(format!("{e:#}"));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         out.extend(problems_of(&text, &file));
     }
     if out.is_empty()
@@ -77,23 +90,6 @@ pub fn check(store_root: &Path) -> Result<()> {
             many.len(),
             many.join("\n  - ")
         ))),
-    }
-}
-
-/// The text of `file`; `None` when it does not exist or a part of its path
-/// is not a directory (a store root that is a file: its command says so).
-fn read(file: &PathBuf) -> Result<Option<String>> {
-    match fs_err::read_to_string(file) {
-        Ok(t) => Ok(Some(t)),
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-            ) =>
-        {
-            Ok(None)
-        }
-        Err(e) => Err(e.into()),
     }
 }
 

@@ -107,15 +107,14 @@ pub fn show(d: Duration) -> String {
 /// The git timeouts of the store at `store_root`: the store root's
 /// `config.toml` table, else the user's; the defaults when neither has one.
 ///
-/// Errors: exit 2 for a bad table ([`parse`]); 1 when a file exists but
-/// cannot be read.
+/// Errors: exit 2 for a bad table ([`parse`]) or a file that is not one
+/// ([`crate::host::mirror::read_config`]); 1 when a file exists but cannot
+/// be read.
 pub fn load(store_root: &Path) -> Result<GitTimeouts> {
     let (store_file, user_file) = crate::host::mirror::config_files(store_root);
     for file in std::iter::once(&store_file).chain(user_file.as_ref()) {
-        let text = match fs_err::read_to_string(file) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e.into()),
+        let Some(text) = crate::host::mirror::read_config(file)? else {
+            continue;
         };
         if let Some(mut t) = parse(&text, file)? {
             t.config_file = Some(store_file.clone());

@@ -175,19 +175,55 @@ pub fn config_files(store_root: &Path) -> (PathBuf, Option<PathBuf>) {
     )
 }
 
+/// The largest `config.toml` read (1 MiB): a site's tables are a few
+/// KiB; a larger file is refused rather than read into memory.
+pub const MAX_CONFIG_FILE: u64 = 1 << 20;
+
+/// The text of the configuration file `file` (one of [`config_files`]),
+/// the one way every reader of a `config.toml` reads it: a regular file
+/// (links followed) of at most [`MAX_CONFIG_FILE`] bytes of UTF-8, opened
+/// without blocking ([`crate::regular_file::read`]), so a FIFO, a link to
+/// `/dev/zero` or a directory is refused at once. `None` when nothing is
+/// there, or a part of its path is not a directory (a store root that is a
+/// file: its command says so).
+///
+/// Errors: exit 2 naming the file and what is wrong (`is a FIFO, not a
+/// regular file`, `is larger than 1048576 bytes, the limit`, `is not UTF-8
+/// text`); exit 1 when an existing file cannot be read (permissions).
+pub fn read_config(file: &Path) -> Result<Option<String>> {
+    use crate::regular_file::{self, ReadError};
+    let shown = file.display();
+    let bytes = match regular_file::read(file, MAX_CONFIG_FILE) {
+        Ok(b) => b,
+        Err(ReadError::Missing) => return Ok(None),
+        Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            return Ok(None);
+        }
+        Err(e @ (ReadError::NotRegular(_) | ReadError::TooLarge(_))) => {
+            return Err(bad_input(format!(
+                "{shown} {e}; a configuration file is a TOML text file (docs/cache.md)"
+            )));
+        }
+        Err(e) => return Err(anyhow::anyhow!("{shown} {e}")),
+    };
+    String::from_utf8(bytes).map(Some).map_err(|_| {
+        bad_input(format!(
+            "{shown} is not UTF-8 text; a configuration file is a TOML text file (docs/cache.md)"
+        ))
+    })
+}
+
 /// The mirrors of the store at `store_root`: the store root's
 /// `config.toml` tables, then the user's ([`config_files`]).
 ///
-/// Errors: exit 2 for a bad table ([`parse`]); 1 when a file exists but
-/// cannot be read.
+/// Errors: exit 2 for a bad table ([`parse`]) or a file that is not one
+/// ([`read_config`]); 1 when a file exists but cannot be read.
 pub fn load(store_root: &Path) -> Result<Mirrors> {
     let (store_file, user_file) = config_files(store_root);
     let mut entries = Vec::new();
     for file in std::iter::once(&store_file).chain(user_file.as_ref()) {
-        let text = match fs_err::read_to_string(file) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e.into()),
+        let Some(text) = read_config(file)? else {
+            continue;
         };
         entries.extend(parse(&text, file)?);
     }

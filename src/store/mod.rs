@@ -557,9 +557,12 @@ impl Store {
         Ok(out)
     }
 
-    /// A fresh staging directory `<root>/tmp/<label>.<pid>.<random>`.
+    /// A fresh staging directory `<root>/tmp/<label>.<pid>.<random>`; in the
+    /// system's temporary directory for a read-only store, or one not made
+    /// yet (no `store/`: `plan` on a new box reading a cache), so that
+    /// nothing is written in it.
     pub fn stage(&self, label: &str) -> Result<Staging> {
-        let tmp = if self.read_only() {
+        let tmp = if self.read_only() || !self.root.join("store").is_dir() {
             std::env::temp_dir()
         } else {
             let locks = self.root.join("locks");

@@ -1544,3 +1544,101 @@ fn a_full_stderr_does_not_abandon_a_build_and_a_full_stdout_is_an_error() {
         "{t}"
     );
 }
+
+/// `oracle-build args...` in `d` with its own XDG config directory, killed
+/// (and the test failed) if it runs 60 s.
+fn own_config_or_hang(d: &Path, args: &[&str]) -> Output {
+    output_or_hang(cmd(d).env("XDG_CONFIG_HOME", d.join("xdg")).args(args), 60)
+}
+
+// A `config.toml` that is no configuration file (the store's or the
+// user's) — a FIFO, which a plain open waits on for ever; a link to
+// `/dev/zero`, which reads without end; a sparse file over 1 MiB; bytes that
+// are not UTF-8 — makes `status` exit 2 at once naming the file and what is
+// wrong, and `doctor --json` report it as `bad-config` (unhealthy), each
+// under a hang guard and writing nothing.
+#[test]
+fn a_config_toml_that_is_a_fifo_a_device_or_not_text_is_named_without_hanging() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let store = d.join("store");
+    let user = d.join("xdg").join("oracle-build").join("config.toml");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::create_dir_all(user.parent().unwrap()).unwrap();
+    let s = store.to_str().unwrap();
+    type Make = fn(&Path);
+    let cases: [(Make, &str, bool); 5] = [
+        (mkfifo, "is a FIFO, not a regular file", false),
+        (
+            |p| std::os::unix::fs::symlink("/dev/zero", p).unwrap(),
+            "is a character device, not a regular file",
+            false,
+        ),
+        (
+            |p| sparse_file(p, 2 << 20),
+            "is larger than 1048576 bytes, the limit",
+            false,
+        ),
+        (
+            |p| std::fs::write(p, b"[git]\nconnect_timeout = \"\xff\"\n").unwrap(),
+            "is not UTF-8 text",
+            false,
+        ),
+        // The user's file alike.
+        (mkfifo, "is a FIFO, not a regular file", true),
+    ];
+    for (make, what, users) in cases {
+        let config = if users {
+            user.clone()
+        } else {
+            store.join("config.toml")
+        };
+        make(&config);
+        let out = own_config_or_hang(d, &["status", "--store", s]);
+        let t = text(&out);
+        assert_eq!(code(&out), 2, "{what}: {t}");
+        assert!(t.contains(&format!("{} {what}", config.display())), "{t}");
+        let doc = json(&own_config_or_hang(d, &["doctor", "--store", s, "--json"]));
+        let bad = problems_of(&doc, "bad-config");
+        assert_eq!(bad.len(), 1, "{what}: {doc}");
+        let msg = bad[0]["message"].as_str().unwrap();
+        assert!(
+            msg.contains(&format!("{} {what}", config.display())),
+            "{doc}"
+        );
+        assert_eq!(doc["healthy"], false, "{doc}");
+        let left: Vec<PathBuf> = if users { vec![] } else { vec![config.clone()] };
+        assert_eq!(tree(&store), left, "{what}: nothing written");
+        std::fs::remove_file(&config).unwrap();
+    }
+}
+
+// A new box: a store root holding only `config.toml` with a `[[cache]]`
+// (a `file://` cache). `plan` reads the cache (no `cache_problems`, every
+// row answered, none `not_known`) and writes nothing in the store.
+#[test]
+fn plan_on_a_fresh_store_reads_its_cache_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (_, _, recipe, store) = fixture_pin(d);
+    let layout = d.join("layout");
+    std::fs::create_dir_all(&layout).unwrap();
+    let url = format!("file://{}", layout.display());
+    let config = configure_cache(&store, &url, "");
+    let (r, s) = (recipe.to_str().unwrap(), store.to_str().unwrap());
+    let out = own_config_or_hang(d, &["plan", r, "--store", s, "--json"]);
+    let j = json(&out);
+    assert_eq!(code(&out), plan_exit(&out), "{j}");
+    assert_eq!(j["cache_problems"], serde_json::json!([]), "{j}");
+    let rows = j["caches"].as_array().unwrap();
+    assert!(rows.iter().any(|c| c["stage"] == "source"), "{j}");
+    for row in rows {
+        assert!(row["not_known"].is_null(), "{j}");
+        assert!(row["cache"].is_null(), "an empty cache holds nothing: {j}");
+    }
+    assert_eq!(
+        tree(&store),
+        vec![config],
+        "plan wrote nothing in the store"
+    );
+}
