@@ -12,8 +12,10 @@
 //! rename (entries already present are kept). The git bundle is fetched
 //! into the repository's mirror; the uv goes to the tools directory; the
 //! lock becomes the store's lock of the recipe (so it builds by its usual
-//! PIN); goldens go to `<root>/goldens/<name>/`; recipe, lockfiles and
-//! goldens also to `<root>/imported/<name>/`.
+//! PIN); goldens (each checked before anything is written: at most
+//! [`MAX_GOLDEN_JSON`], golden JSON) go to `<root>/goldens/<name>/` when
+//! the lock is taken; recipe, lockfiles and goldens also to
+//! `<root>/imported/<name>/`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
