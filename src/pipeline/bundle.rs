@@ -12,8 +12,10 @@
 //! rename (entries already present are kept). The git bundle is fetched
 //! into the repository's mirror; the uv goes to the tools directory; the
 //! lock becomes the store's lock of the recipe (so it builds by its usual
-//! PIN); goldens go to `<root>/goldens/<name>/`; recipe, lockfiles and
-//! goldens also to `<root>/imported/<name>/`.
+//! PIN); goldens (each checked before anything is written: at most
+//! [`MAX_GOLDEN_JSON`], golden JSON) go to `<root>/goldens/<name>/` when
+//! the lock is taken; recipe, lockfiles and goldens also to
+//! `<root>/imported/<name>/`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -1082,6 +1084,23 @@ pub fn import(
             "its manifest's platform {p:?} is not one oracle-build builds for"
         )));
     }
+    // Its goldens within the bound every golden reader keeps, by the sizes
+    // the archive was just checked against, before anything is written.
+    if let Some((p, _)) = m.symlinks.iter().find(|(p, _)| p.starts_with("goldens/")) {
+        return Err(refuse(format!(
+            "its golden {p} is a symbolic link, not a golden file"
+        )));
+    }
+    if let Some(f) = m
+        .files
+        .iter()
+        .find(|f| f.path.starts_with("goldens/") && f.size > MAX_GOLDEN_JSON)
+    {
+        return Err(refuse(format!(
+            "its golden {} is {} bytes, larger than {MAX_GOLDEN_JSON} bytes, the limit",
+            f.path, f.size
+        )));
+    }
 
     store.init()?;
     let staging = store.stage("import")?;
@@ -1101,6 +1120,13 @@ pub fn import(
         return Err(refuse(
             "its recipe is not the one the manifest names".into(),
         ));
+    }
+    // Each golden is golden JSON (a golden or a golden set), read bounded.
+    for f in m.files.iter().filter(|f| f.path.starts_with("goldens/")) {
+        regular_file::read(&x.join(&f.path), MAX_GOLDEN_JSON)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| golden::check_json(&bytes))
+            .map_err(|e| refuse(format!("its golden {} {e}", f.path)))?;
     }
     // The recipe as it will be once imported: hints name that file.
     let imported_dir = root.join("imported").join(&m.recipe).join("recipes");
@@ -1391,31 +1417,71 @@ pub fn import(
         Ok(None) => notes.push("the bundle carries no lock".into()),
         Err(e) => notes.push(format!("its lock cannot be used on this host: {e:#}")),
     }
-    // Goldens: the store keeps a copy (an existing one is kept).
+    // Goldens: taken only when the bundle's lock is (trusted, or no trust
+    // policy here); the store keeps a copy (an existing one is kept, and
+    // the imported copy is then the kept one, so both gate alike).
+    let goldens_refused = match &trust {
+        Some(BundleLockTrust::Untrusted(why)) => {
+            Some(format!("the bundle's lock is untrusted ({why})"))
+        }
+        None if !store_policies(store)?.is_empty() => Some(
+            "the bundle carries no lock, and this store's trust policy takes goldens only with a trusted one"
+                .to_string(),
+        ),
+        _ => None,
+    };
     let mut goldens = Vec::new();
     let gsrc = x.join("goldens").join(&m.recipe);
     if gsrc.is_dir() {
-        let gdst = golden::default_dir(root, &m.recipe);
-        fs::create_dir_all(&gdst)?;
+        make_writable(&gsrc);
         let mut names: Vec<_> = fs::read_dir(&gsrc)?
             .flatten()
             .map(|e| e.file_name())
             .collect();
         names.sort();
-        for n in names {
-            let dst = gdst.join(&n);
-            let bytes = fs::read(gsrc.join(&n))?;
-            if dst.exists() {
-                if fs::read(&dst)? != bytes {
-                    notes.push(format!(
-                        "kept the golden already at {} (the bundle's differs)",
-                        dst.display()
-                    ));
-                }
-                continue;
+        if let Some(why) = &goldens_refused {
+            for n in &names {
+                notes.push(format!(
+                    "not taking golden goldens/{}/{}: {why}",
+                    m.recipe,
+                    n.to_string_lossy()
+                ));
             }
-            crate::store::write_atomic(&dst, &bytes)?;
-            goldens.push(dst);
+            fs::remove_dir_all(&gsrc)?;
+        } else {
+            let gdst = golden::default_dir(root, &m.recipe);
+            fs::create_dir_all(&gdst)?;
+            let imported_dir = root.join("imported").join(&m.recipe).join("goldens");
+            for n in names {
+                let dst = gdst.join(&n);
+                let from = gsrc.join(&n);
+                let bytes = fs::read(&from)?;
+                if fs::symlink_metadata(&dst).is_ok() {
+                    let copy = imported_dir.join(&m.recipe).join(&n);
+                    match regular_file::read(&dst, MAX_GOLDEN_JSON) {
+                        Ok(kept) if kept == bytes => {}
+                        Ok(kept) => {
+                            notes.push(format!(
+                                "kept the golden already at {} (the bundle's differs); {} is that one too",
+                                dst.display(),
+                                copy.display()
+                            ));
+                            crate::store::write_atomic(&from, &kept)?;
+                        }
+                        Err(e) => {
+                            notes.push(format!(
+                                "kept the golden already at {} (it {e}; the bundle's is not taken); no copy at {}",
+                                dst.display(),
+                                copy.display()
+                            ));
+                            fs::remove_file(&from)?;
+                        }
+                    }
+                    continue;
+                }
+                crate::store::write_atomic(&dst, &bytes)?;
+                goldens.push(dst);
+            }
         }
     }
 

@@ -1059,6 +1059,87 @@ fn an_imported_bundle_builds_offline_by_its_usual_pin_with_no_uv_anywhere_and_it
     );
     ok(&out);
     assert_eq!(json(&out)["goldens"], serde_json::json!(["small"]));
+
+    // A bundle golden that is not golden JSON, or over the bound: refused
+    // with exit 2 naming the member, nothing written (the over-bound one
+    // by its size, before anything is extracted).
+    let store_g = d.join("store-g");
+    let bad_golden = d.join("bad-golden.tar.gz");
+    repack_golden(&bundle, &bad_golden, "not-json");
+    import_is_refused(
+        d,
+        &bad_golden,
+        &store_g,
+        "its golden goldens/fx/small.json is not a golden JSON (",
+    );
+    repack_golden(&bundle, &bad_golden, "over-bound");
+    import_is_refused(
+        d,
+        &bad_golden,
+        &store_g,
+        "its golden goldens/fx/small.json is 67108865 bytes, larger than 67108864 bytes, the limit",
+    );
+    std::fs::remove_file(&bad_golden).unwrap();
+
+    // A bundle whose golden differs from what the pin gives, its lock
+    // unsigned: a store with a trust policy (trusting no one who signed
+    // it) refuses its lock, and so its golden, written nowhere; its own
+    // build then gates with no golden, not against the bundle's.
+    let differs = d.join("differs.tar.gz");
+    repack_golden(&bundle, &differs, "differs");
+    let k = d.join("box-k");
+    let store_k = k.join("store");
+    let (_, line_r) = keypair(d, "reviewer@test");
+    let allowed = d.join("allowed_signers");
+    std::fs::write(&allowed, &line_r).unwrap();
+    crate::cache::configure(
+        &store_k,
+        &format!("file://{}", d.join("k-cache").display()),
+        None,
+        Some(&allowed),
+        1,
+    );
+    let out = run(
+        d,
+        &[
+            "import",
+            differs.to_str().unwrap(),
+            "--store",
+            store_k.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    ok(&out);
+    let imported = json(&out);
+    assert!(
+        imported["lock_trust"]
+            .as_str()
+            .unwrap()
+            .starts_with("untrusted: "),
+        "{imported}"
+    );
+    let notes = imported["notes"].to_string();
+    assert!(
+        notes.contains("not taking golden goldens/fx/small.json: the bundle's lock is untrusted ("),
+        "{imported}"
+    );
+    assert_eq!(imported["goldens"], serde_json::json!([]), "{imported}");
+    assert!(!store_k.join("goldens").exists(), "{:?}", tree(&store_k));
+    assert!(
+        !store_k.join("imported/fx/goldens").exists(),
+        "{:?}",
+        tree(&store_k)
+    );
+    let k_recipe = k.join("recipes/fx.yaml");
+    std::fs::create_dir_all(k_recipe.parent().unwrap()).unwrap();
+    std::fs::copy(&recipe, &k_recipe).unwrap();
+    let built_k = build(&mut cmd(d), &k_recipe, &store_k, &[]);
+    assert_eq!(built_k["verdict"], "gateable", "{built_k}");
+    assert_eq!(
+        oracle_json(&built_k)["smoke"]["cases"][0]["golden"],
+        "none",
+        "{built_k}"
+    );
     force_remove(&repo);
 
     // A misnamed wheel, and a wheel whose name disagrees with its metadata:
@@ -1180,6 +1261,37 @@ fn an_imported_bundle_builds_offline_by_its_usual_pin_with_no_uv_anywhere_and_it
     let by_name = json(&out);
     assert_eq!(by_name["verdict"], "gateable");
     assert_eq!(identity(&by_name), identity(&a));
+
+    // Re-importing a bundle whose golden differs keeps the store's golden,
+    // and the imported copy (what the imported recipe gates against) is
+    // that kept one, not the bundle's.
+    let kept = std::fs::read(store_b.join("goldens/fx/small.json")).unwrap();
+    let out = bare_offline_cmd(&b)
+        .args([
+            "import",
+            differs.to_str().unwrap(),
+            "--store",
+            store_b.to_str().unwrap(),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    ok(&out);
+    let again = json(&out);
+    let copy = store_b.join("imported/fx/goldens/fx/small.json");
+    assert!(
+        again["notes"].to_string().contains(&format!(
+            "kept the golden already at {} (the bundle's differs); {} is that one too",
+            store_b.join("goldens/fx/small.json").display(),
+            copy.display()
+        )),
+        "{again}"
+    );
+    assert_eq!(std::fs::read(&copy).unwrap(), kept);
+    assert_eq!(
+        std::fs::read(store_b.join("goldens/fx/small.json")).unwrap(),
+        kept
+    );
 }
 
 #[test]
@@ -1262,6 +1374,50 @@ fn a_uv_of_another_version_is_used_only_when_asked_for_and_keys_the_build() {
         .unwrap();
     assert_eq!(code(&out), 1, "{}", text(&out));
     assert!(text(&out).contains("uv 0.11.15"), "{}", text(&out));
+}
+
+/// Rewrites the bundle `src` into `dst` with its `goldens/fx/small.json`
+/// replaced (its size and sha256 in `oracle-bundle.json` fixed, so the
+/// archive itself is sound): `differs` keeps it golden JSON with other
+/// output tokens, `not-json` makes it text, `over-bound` a JSON string one
+/// byte over 64 MiB (`recipe::MAX_GOLDEN_JSON`).
+fn repack_golden(src: &Path, dst: &Path, kind: &str) {
+    let script = r#"
+import hashlib, io, json, sys, tarfile
+src, dst, kind = sys.argv[1:4]
+with tarfile.open(src, "r:gz") as t:
+    members = [(m, t.extractfile(m).read() if m.isfile() else None) for m in t.getmembers()]
+out, found = [], False
+for m, data in members:
+    if m.name == "goldens/fx/small.json":
+        found = True
+        if kind == "differs":
+            g = json.loads(data); g["output_token_ids"] = [7, 7, 7]
+            data = json.dumps(g).encode()
+        elif kind == "not-json":
+            data = b"this is not a golden\n"
+        else:
+            data = b'"' + b"a" * ((64 << 20) - 1) + b'"'
+        m.size = len(data)
+    out.append((m, data))
+assert found, "no goldens/fx/small.json"
+man = json.loads(dict((m.name, d) for m, d in out)["oracle-bundle.json"])
+man["files"] = sorted(
+    [{"path": m.name, "size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
+     for m, d in out if m.isfile() and m.name != "oracle-bundle.json"], key=lambda f: f["path"])
+with tarfile.open(dst, "w:gz", compresslevel=1) as t:
+    for m, d in out:
+        if m.name == "oracle-bundle.json":
+            d = json.dumps(man).encode(); m.size = len(d)
+        t.addfile(m, io.BytesIO(d) if d is not None else None)
+"#;
+    succeeds(Command::new("python3").args([
+        "-c",
+        script,
+        src.to_str().unwrap(),
+        dst.to_str().unwrap(),
+        kind,
+    ]));
 }
 
 /// `import BUNDLE --store STORE` on the offline box: refused with exit 2, the

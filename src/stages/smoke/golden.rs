@@ -127,6 +127,37 @@ pub struct GoldenSet {
     pub advance: Option<Value>,
 }
 
+/// Whether `bytes` are a JSON golden as [`load`] reads one: a [`GoldenSet`]
+/// (a file with `entries`) or a single [`Golden`], each `engine_config` an
+/// object or null. What `import` checks of a bundle's goldens before
+/// writing anything.
+///
+/// Errors: what is wrong, to follow the file's name (`is not a golden JSON
+/// (...)`, `is not a golden set JSON (...)`, `has an engine_config that is
+/// not an object: ...`).
+pub fn check_json(bytes: &[u8]) -> Result<(), String> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("is not a golden JSON ({e})"))?;
+    let goldens = if value.get("entries").is_some() {
+        serde_json::from_value::<GoldenSet>(value)
+            .map_err(|e| format!("is not a golden set JSON ({e})"))?
+            .entries
+    } else {
+        vec![
+            serde_json::from_value::<Golden>(value)
+                .map_err(|e| format!("is not a golden JSON ({e})"))?,
+        ]
+    };
+    for g in &goldens {
+        if let Some(c) = &g.engine_config
+            && !(c.is_object() || c.is_null())
+        {
+            return Err(format!("has an engine_config that is not an object: {c}"));
+        }
+    }
+    Ok(())
+}
+
 /// The entry of a golden set for a prompt: by its text, else by its ids.
 fn pick_entry(
     set: GoldenSet,
@@ -955,6 +986,23 @@ mod tests {
         }
         assert_eq!(GoldenState::NotCompared.as_str(), "not compared");
         assert!(serde_json::from_str::<GoldenState>("\"not-compared\"").is_err());
+    }
+
+    #[test]
+    fn check_json_takes_a_golden_or_a_set_and_names_what_else_is() {
+        assert_eq!(check_json(br#"{"output_token_ids": [1, 2]}"#), Ok(()));
+        assert_eq!(
+            check_json(br#"{"format": "x", "case": "c", "entries": [{"output_token_ids": []}]}"#),
+            Ok(())
+        );
+        let e = check_json(b"not json").unwrap_err();
+        assert!(e.starts_with("is not a golden JSON ("), "{e}");
+        let e = check_json(br#""a string""#).unwrap_err();
+        assert!(e.starts_with("is not a golden JSON ("), "{e}");
+        let e = check_json(br#"{"entries": 3}"#).unwrap_err();
+        assert!(e.starts_with("is not a golden set JSON ("), "{e}");
+        let e = check_json(br#"{"output_token_ids": [], "engine_config": 3}"#).unwrap_err();
+        assert_eq!(e, "has an engine_config that is not an object: 3");
     }
     use serde_json::json;
 
