@@ -200,16 +200,44 @@ impl<'a> Fetcher<'a> {
         name: &str,
         preferred: Option<&str>,
     ) -> Result<Option<(Config, PathBuf, String, u64)>> {
-        let tags = self.candidates(kind, name, preferred)?;
+        let mut tags = self.candidates(kind, name, preferred)?;
         let url = self.cache.describe();
         if kind == Kind::Lock
             && tags.len() > 1
             && preferred.is_none_or(|p| tags.first().map(String::as_str) != Some(p))
         {
+            // Under a trust policy, a lock no trusted key vouches for is an
+            // untrusted pusher's: it is never taken, so it cannot make the
+            // trusted one ambiguous (as an untrusted wheel cannot), nor be
+            // the one tried (unless every one is: then the first is
+            // refused, naming why).
+            let attestations = match &self.policy {
+                Some(_) => {
+                    let list = self.tag_list()?;
+                    let dir = self.fresh_dir()?;
+                    listing::signed(self.cache, &list, kind, name, lock_files, &dir)?.attestations
+                }
+                None => Vec::new(),
+            };
             let mut contents = Vec::new();
+            let mut untrusted = Vec::new();
             for (i, t) in tags.iter().enumerate() {
                 let dir = self.staging.path().join(format!("lock-{i}"));
                 if let Ok(Some(r)) = self.read_config(t, kind, &dir) {
+                    if let Some(policy) = &self.policy
+                        && matches!(
+                            super::trust::verify_lock(
+                                name,
+                                &lock_files(&r.config),
+                                &attestations,
+                                policy
+                            ),
+                            super::trust::Verdict::Untrusted { .. }
+                        )
+                    {
+                        untrusted.push(t.clone());
+                        continue;
+                    }
                     let mut files = r.config.files.clone();
                     files.sort_by(|a, b| a.path.cmp(&b.path));
                     if !contents.contains(&files) {
@@ -223,6 +251,9 @@ impl<'a> Fetcher<'a> {
                     contents.len(),
                     tags.join(", ")
                 );
+            }
+            if untrusted.len() < tags.len() {
+                tags.retain(|t| !untrusted.contains(t));
             }
         }
         let mut refused = Vec::new();

@@ -792,6 +792,51 @@ fn a_wheel_built_under_another_url_of_the_commit_is_checked_against_the_pulled_m
     );
 }
 
+/// An untrusted pusher's second lock for a key does not stop substitution:
+/// box A (trusted) and box E (a key nobody trusts) lock the same inputs
+/// under two recipe names (two different locks for one key) and push; box
+/// C, trusting A only, substitutes A's lock (`lock` among `substituted`),
+/// not "2 different locks ... taking none" as when two trusted boxes
+/// disagree (the test below).
+#[test]
+fn an_untrusted_second_lock_for_a_key_leaves_the_trusted_one_substituted() {
+    let layout = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", layout.path().join("cache").display());
+    let fx = Fx::new();
+    let (repo, commit, recipe) = fx.pin();
+    let renamed = write_recipe(fx.dir(), "fx-renamed", &repo, &commit, SMOKE);
+    let (key_a, line_a) = keypair(fx.dir(), "builder-a@test");
+    let (key_e, _) = keypair(fx.dir(), "eve@test");
+    let allowed = fx.dir().join("allowed_signers");
+    std::fs::write(&allowed, line_a).unwrap();
+    for (store, key, builder, r) in [
+        ("store-a", &key_a, "builder-a@test", &recipe),
+        ("store-e", &key_e, "eve@test", &renamed),
+    ] {
+        let s = fx.dir().join(store);
+        configure(&s, &url, Some(key), None, 1);
+        let r = r.to_str().unwrap();
+        ok(&ob(&fx, &s, None, builder, &["build", r, "--json"]));
+        ok(&ob(&fx, &s, None, builder, &["push", r, "--json"]));
+    }
+    let c = fx.dir().join("store-c");
+    configure(&c, &url, None, Some(&allowed), 1);
+    let out = ob(
+        &fx,
+        &c,
+        None,
+        "c@test",
+        &["build", recipe.to_str().unwrap(), "--json"],
+    );
+    let built = ok(&out);
+    assert!(
+        strs(&built["substituted"]).contains(&"lock".to_string()),
+        "{built}\n{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains("different locks"), "{}", text(&out));
+}
+
 /// Two boxes lock the same inputs under two recipe names, then both push:
 /// a lock's `lock.json` names its recipe, so the cache holds two locks for
 /// one key. Every reader sees the reproducibility failure (`cache verify`

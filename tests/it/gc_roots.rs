@@ -348,6 +348,20 @@ fn proc_state(pid: i32) -> Option<char> {
     stat.rsplit_once(") ")?.1.chars().next()
 }
 
+/// The fixture's smoke block with 300 runs a case (long enough to be
+/// stopped mid-case) and its engine reporting each model load into `rep`
+/// (`FIXTURELLM_ENV_REPORT`, read by [`engine_loaded`]).
+fn slow_reporting_smoke(rep: &Path) -> String {
+    SMOKE.replacen(
+        "  runs: 3\n",
+        &format!(
+            "  runs: 300\n  env:\n    FIXTURELLM_ENV_REPORT: \"{}\"\n",
+            rep.display()
+        ),
+        1,
+    )
+}
+
 /// The fixture engine process that loaded its model first (reported in
 /// `rep`), stopped with SIGSTOP; returns once it is stopped (state `T`).
 /// Panics when it ends first or is not stopped within 10 s.
@@ -378,14 +392,7 @@ fn gc_during_a_smoke_keeps_the_oracle_it_gates() {
     let fx = Fx::new();
     let (repo, commit) = fx.repo();
     let rep = fx.dir().join("reports");
-    let smoke = SMOKE.replacen(
-        "  runs: 3\n",
-        &format!(
-            "  runs: 300\n  env:\n    FIXTURELLM_ENV_REPORT: \"{}\"\n",
-            rep.display()
-        ),
-        1,
-    );
+    let smoke = slow_reporting_smoke(&rep);
     fx.recipe("fx", &repo, &commit, &smoke);
     fx.exits(&["build", "fx.yaml", "--no-smoke"], 4);
     let venv = fx.oracle("fx");
@@ -465,14 +472,7 @@ fn gc_during_advance_keeps_both_oracles() {
     let (repo, head) = fx.repo();
     let tag = git(&repo, &["rev-parse", "v0.1.0^{commit}"]);
     let rep = fx.dir().join("reports");
-    let smoke = SMOKE.replacen(
-        "  runs: 3\n",
-        &format!(
-            "  runs: 300\n  env:\n    FIXTURELLM_ENV_REPORT: \"{}\"\n",
-            rep.display()
-        ),
-        1,
-    );
+    let smoke = slow_reporting_smoke(&rep);
     fx.recipe("fxa", &repo, &tag, &smoke);
     fx.recipe("fxb", &repo, &head, &smoke);
     fx.exits(&["build", "fxa.yaml"], 0);
