@@ -448,16 +448,24 @@ pub fn run_logged(
     }
 }
 
+/// `log` created (replaced), opened twice: for a child's stdout and stderr.
+///
+/// Errors: it cannot be created, naming it.
+fn log_outputs(log: &Path) -> Result<(std::fs::File, std::fs::File)> {
+    let file = fs::File::create(log)?.into_parts().0;
+    let err = file
+        .try_clone()
+        .with_context(|| format!("opening {}", log.display()))?;
+    Ok((file, err))
+}
+
 /// Runs `cmd` with a wall-clock `timeout`, stdout and stderr to `log`, in a
 /// process group of its own. Returns `Ok(true)` when it exited 0, `Ok(false)`
 /// when it exited non-zero, and `Err` when it ran past `timeout`: then the
 /// whole group (the program and anything it started, such as an engine's
 /// worker processes) is killed and the message says so.
 pub fn run_with_timeout(cmd: duct::Expression, log: &Path, timeout: Duration) -> Result<bool> {
-    let file = fs::File::create(log)?.into_parts().0;
-    let err = file
-        .try_clone()
-        .with_context(|| format!("opening {}", log.display()))?;
+    let (file, err) = log_outputs(log)?;
     let handle = isolate(cmd)
         .stdout_file(file)
         .stderr_file(err)
@@ -502,10 +510,7 @@ pub const STOP_GRACE: Duration = Duration::from_secs(5);
 ///
 /// Errors: the log cannot be created, or the program cannot be started.
 pub fn start_background(cmd: duct::Expression, log: &Path) -> Result<Background> {
-    let file = fs::File::create(log)?.into_parts().0;
-    let err = file
-        .try_clone()
-        .with_context(|| format!("opening {}", log.display()))?;
+    let (file, err) = log_outputs(log)?;
     let handle = isolate(cmd)
         .stdout_file(file)
         .stderr_file(err)

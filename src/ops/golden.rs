@@ -6,26 +6,8 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use crate::exit::bad_input;
 use crate::ops::{Session, print_json};
-use crate::recipe::{Case, LoadedRecipe};
 use crate::stages::smoke::team_golden;
-
-/// The case `name` of `lr`; exit 2 naming the recipe's cases when it has none.
-fn case<'a>(lr: &'a LoadedRecipe, name: &str) -> Result<&'a Case> {
-    let cases = &lr.recipe.smoke.cases;
-    cases.iter().find(|c| c.name == name).ok_or_else(|| {
-        bad_input(format!(
-            "recipe {} has no case named {name:?} (its cases: {})",
-            lr.recipe.name,
-            cases
-                .iter()
-                .map(|c| c.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
-    })
-}
 
 /// `golden export`: writes the golden of case `name` of PIN into `out` as
 /// the team's files and a copy of the JSON golden, and lists them.
@@ -37,7 +19,7 @@ pub fn export(s: &Session, pin: &str, name: &str, out: &Path) -> Result<()> {
     crate::ops::check_output_dir("--out", out, "nothing was exported")?;
     let lr = s.recipe(pin)?;
     let root = s.root()?;
-    let done = team_golden::export(&lr, &root, case(&lr, name)?, out)?;
+    let done = team_golden::export(&lr, &root, crate::ops::case_named(&lr, name)?, out)?;
     if s.json {
         return print_json(&done);
     }
@@ -77,7 +59,14 @@ pub fn import(
 ) -> Result<()> {
     let lr = s.recipe(pin)?;
     let root = s.root()?;
-    let done = team_golden::import(&lr, &root, case(&lr, name)?, dir, row, force)?;
+    let done = team_golden::import(
+        &lr,
+        &root,
+        crate::ops::case_named(&lr, name)?,
+        dir,
+        row,
+        force,
+    )?;
     if s.json {
         return print_json(&done);
     }

@@ -43,6 +43,26 @@ pub fn json_printed() -> bool {
     JSON_PRINTED.load(std::sync::atomic::Ordering::SeqCst)
 }
 
+/// The case `name` of `lr` (`smoke --case`, `golden`); exit 2 naming the
+/// recipe's cases when it has none.
+pub fn case_named<'a>(
+    lr: &'a crate::recipe::LoadedRecipe,
+    name: &str,
+) -> anyhow::Result<&'a crate::recipe::Case> {
+    let cases = &lr.recipe.smoke.cases;
+    cases.iter().find(|c| c.name == name).ok_or_else(|| {
+        crate::exit::bad_input(format!(
+            "recipe {} has no case named {name:?} (its cases: {})",
+            lr.recipe.name,
+            cases
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })
+}
+
 /// Checks, before any work, that the file a command is told to write
 /// (`flag` `path`) can be made: `path` is not a directory and its directory
 /// exists. `example` is a file name to suggest for a directory; `nothing`

@@ -94,18 +94,8 @@ pub(crate) fn oracle_identity(rec: &OracleRecord, venv: &Path) -> Value {
 /// and `--record-golden` onto a numpy golden or into the read-only store.
 fn check_args(args: &SmokeArgs, lr: &LoadedRecipe, root: &Path) -> Result<()> {
     let cases = &lr.recipe.smoke.cases;
-    if let Some(name) = &args.case
-        && !cases.iter().any(|c| &c.name == name)
-    {
-        return Err(bad_input(format!(
-            "recipe {} has no case named {name:?} (its cases: {})",
-            lr.recipe.name,
-            cases
-                .iter()
-                .map(|c| c.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
+    if let Some(name) = &args.case {
+        crate::ops::case_named(lr, name)?;
     }
     if args.record_golden {
         // Recorded goldens go to the first directory (beside the recipe).

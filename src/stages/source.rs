@@ -1306,6 +1306,24 @@ pub fn check_clean_at(repo: &Repository, commit: &str) -> Result<()> {
     Ok(())
 }
 
+/// `p`, a path relative to a tree's root (a `-r` include joined to its
+/// file's directory), with `.` and `..` resolved and `/`-separated, as
+/// [`CommitFiles`] names files; `None` when absolute or leaving the root.
+pub fn tree_relative(p: &Path) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::Normal(s) => parts.push(s.to_string_lossy().into_owned()),
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                parts.pop()?;
+            }
+            _ => return None,
+        }
+    }
+    Some(parts.join("/"))
+}
+
 /// The files of one commit of a bare mirror, read without a checkout
 /// (libgit2): for what must be known of the tree before a checkout exists
 /// (the requirement files that the store lock's key reads).

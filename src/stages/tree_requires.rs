@@ -28,7 +28,7 @@ use std::str::FromStr;
 use pep508_rs::{PackageName, Requirement, VersionOrUrl};
 use serde::{Deserialize, Serialize};
 
-use crate::stages::source::CommitFiles;
+use crate::stages::source::{self, CommitFiles};
 
 /// The largest requirement file or `pyproject.toml` read from a tree.
 pub const MAX_FILE_BYTES: usize = 1 << 20;
@@ -309,7 +309,7 @@ fn read_file(
         for (i, logical) in logical_lines(&text) {
             let t = logical.trim();
             if let Some(inc) = include_of(t) {
-                match normalize_path(&dir.join(inc)) {
+                match source::tree_relative(&dir.join(inc)) {
                     Some(p) => includes.push(p),
                     None => out
                         .problems
@@ -398,23 +398,6 @@ fn include_of(t: &str) -> Option<&str> {
         }
     }
     None
-}
-
-/// `p` (relative) with `.` and `..` resolved, `/`-separated; `None` when
-/// absolute or leaving the root.
-fn normalize_path(p: &Path) -> Option<String> {
-    let mut parts: Vec<String> = Vec::new();
-    for c in p.components() {
-        match c {
-            std::path::Component::Normal(s) => parts.push(s.to_string_lossy().into_owned()),
-            std::path::Component::CurDir => {}
-            std::path::Component::ParentDir => {
-                parts.pop()?;
-            }
-            _ => return None,
-        }
-    }
-    Some(parts.join("/"))
 }
 
 /// Parses `text` (one requirement) and records it, or records why not.

@@ -69,7 +69,7 @@ pub fn lock_tools(tools: &Path, tool: &str, version: &str) -> Result<Lock> {
 /// pid and command line are written into the file.
 pub(super) fn lock_file(locks: &Path, name: &LockName) -> Result<Lock> {
     let path = locks.join(name.file_name());
-    let mut file = fs::OpenOptions::new()
+    let file = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .read(true)
@@ -93,17 +93,7 @@ pub(super) fn lock_file(locks: &Path, name: &LockName) -> Result<Lock> {
             return Err(e).with_context(|| format!("locking {}", path.display()));
         }
     }
-    file.set_len(0).ok();
-    let _ = writeln!(
-        file,
-        "pid {} ({})",
-        std::process::id(),
-        std::env::args().collect::<Vec<_>>().join(" ")
-    );
-    // A build started under this lock keeps it held through its watchdog if
-    // this process is killed (see [`held`]).
-    held::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
-    Ok(Lock { _file: Some(file) })
+    Ok(held_by_this_process(file))
 }
 
 /// Takes the exclusive lock `name` in the directory `locks` when no other
@@ -114,7 +104,7 @@ pub(super) fn lock_file(locks: &Path, name: &LockName) -> Result<Lock> {
 /// Errors: the lock file cannot be created, or locking fails otherwise.
 pub(super) fn try_lock_file(locks: &Path, name: &LockName) -> Result<Option<Lock>> {
     let path = locks.join(name.file_name());
-    let mut file = fs::OpenOptions::new()
+    let file = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .read(true)
@@ -129,6 +119,14 @@ pub(super) fn try_lock_file(locks: &Path, name: &LockName) -> Result<Option<Lock
             return Err(e).with_context(|| format!("locking {}", path.display()));
         }
     }
+    Ok(Some(held_by_this_process(file)))
+}
+
+/// The lock on `file`, just taken: the holder's pid and command line
+/// written into it (what a waiting process prints), and shared with this
+/// process's watchdogs, so a build started under it keeps it held if this
+/// process is killed (see [`held`]).
+fn held_by_this_process(mut file: std::fs::File) -> Lock {
     file.set_len(0).ok();
     let _ = writeln!(
         file,
@@ -137,7 +135,7 @@ pub(super) fn try_lock_file(locks: &Path, name: &LockName) -> Result<Option<Lock
         std::env::args().collect::<Vec<_>>().join(" ")
     );
     held::share_lock_with_watchdogs(std::os::fd::AsRawFd::as_raw_fd(&file));
-    Ok(Some(Lock { _file: Some(file) }))
+    Lock { _file: Some(file) }
 }
 
 /// Who holds a lock, from its file's text (`pid <n> (<command line>)`, as

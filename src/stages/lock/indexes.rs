@@ -98,7 +98,7 @@ fn reached_with(read: &dyn Fn(&str) -> Option<String>, files: &[String]) -> Vec<
         for line in text.lines() {
             if let Some((_, v)) = option_of(line, INCLUDE_OPTIONS) {
                 let p = dir.join(v);
-                if let Some(norm) = normalize(&p) {
+                if let Some(norm) = crate::stages::source::tree_relative(&p) {
                     next.push(norm);
                 }
             }
@@ -107,23 +107,6 @@ fn reached_with(read: &dyn Fn(&str) -> Option<String>, files: &[String]) -> Vec<
         todo.extend(next.into_iter().rev());
     }
     out
-}
-
-/// `p` (relative) with `.` and `..` resolved; `None` when it is absolute
-/// or leaves the root.
-fn normalize(p: &Path) -> Option<String> {
-    let mut parts: Vec<String> = Vec::new();
-    for c in p.components() {
-        match c {
-            std::path::Component::Normal(s) => parts.push(s.to_string_lossy().into_owned()),
-            std::path::Component::CurDir => {}
-            std::path::Component::ParentDir => {
-                parts.pop()?;
-            }
-            _ => return None,
-        }
-    }
-    Some(parts.join("/"))
 }
 
 /// Every index line of the requirement files `files` of the tree at
